@@ -1,0 +1,253 @@
+/*
+ * fijit — runtime JIT generator and cache for LLM attention kernels.
+ *
+ * A host program describes the kernel it needs with an fi_jit_spec and calls
+ * fi_jit_get_kernel(). fijit expands the CUDA C++ templates for that tuple,
+ * compiles them with NVRTC, keeps the cubin in an SQLite-indexed on-disk cache
+ * and loads it into the calling thread's current CUDA context.
+ *
+ * Conventions
+ *  - Every function returns 0 (FI_OK) on success and a negative fi_error code
+ *    on failure; fi_last_error() then returns a message for this thread.
+ *  - Out-parameters come first and are named `out`.
+ *  - Objects returned through `**out` belong to the caller and are released
+ *    with the matching _free function, which accepts NULL.
+ *  - Pointers returned inside other objects (fi_jit_kernel) are borrowed and
+ *    live as long as the fi_jit_ctx they came from.
+ *  - Options structs begin with `unsigned version`; initialise them with the
+ *    matching *_INIT macro.
+ */
+#ifndef FIJIT_H
+#define FIJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FIJIT_BUILDING) && defined(__GNUC__)
+#define FI_API __attribute__((visibility("default")))
+#else
+#define FI_API
+#endif
+
+#define FIJIT_VERSION_MAJOR 0
+#define FIJIT_VERSION_MINOR 1
+#define FIJIT_VERSION_PATCH 0
+#define FIJIT_VERSION_NUMBER \
+    (FIJIT_VERSION_MAJOR * 10000 + FIJIT_VERSION_MINOR * 100 + FIJIT_VERSION_PATCH)
+
+/* Version of the linked library, as FIJIT_VERSION_NUMBER; compare with the header's. */
+FI_API int fi_version_number(void);
+FI_API const char *fi_version_string(void);
+
+/* Error codes. Values are pinned: they never change between releases. */
+typedef enum fi_error {
+    FI_OK = 0,
+    FI_EINVALID = -1,     /* an argument or spec field is invalid */
+    FI_ENOTFOUND = -2,    /* no such entry, variant or file */
+    FI_ECOMPILE = -3,     /* NVRTC rejected the generated source */
+    FI_ELOAD = -4,        /* the driver could not load the module or function */
+    FI_EIO = -5,          /* a file or database operation failed */
+    FI_ENOMEM = -6,       /* an allocation failed */
+    FI_EUNSUPPORTED = -7, /* the tuple is valid but not implemented */
+    FI_ENODEVICE = -8,    /* no CUDA driver, device or current context */
+    FI_ECORRUPT = -9,     /* a cache object or the index failed its checks */
+    FI_ECUDA = -10,       /* a CUDA driver call failed at launch */
+    FI_EPERM = -11        /* the cache directory is not safe to use */
+} fi_error;
+
+/* Message for the last error on this thread ("" if none). Valid until the next
+ * fijit call on this thread. */
+FI_API const char *fi_last_error(void);
+/* Short, static name of an error code ("FI_EINVALID"). */
+FI_API const char *fi_error_name(int code);
+
+/* ---- Spec ----------------------------------------------------------------
+ * Enum values are stable and also used in the cache index; only append. */
+typedef enum fi_kernel_kind {
+    FI_KIND_DECODE = 1,            /* single-request decode (one query token) */
+    FI_KIND_BATCH_DECODE = 2,      /* reserved: paged batch decode */
+    FI_KIND_PREFILL = 3,           /* reserved */
+    FI_KIND_BATCH_PREFILL_RAGGED = 4, /* reserved */
+    FI_KIND_BATCH_PREFILL_PAGED = 5,  /* reserved */
+} fi_kernel_kind;
+
+typedef enum fi_dtype {
+    FI_DTYPE_FP16 = 1,
+    FI_DTYPE_BF16 = 2,
+    FI_DTYPE_FP8_E4M3 = 3, /* reserved */
+    FI_DTYPE_FP8_E5M2 = 4, /* reserved */
+} fi_dtype;
+
+typedef enum fi_mask {
+    FI_MASK_NONE = 0,
+    FI_MASK_CAUSAL = 1, /* reserved for prefill */
+    FI_MASK_WINDOW = 2, /* sliding window: keys with index >= last - window_left */
+    FI_MASK_CUSTOM = 3, /* reserved */
+} fi_mask;
+
+typedef enum fi_pos_encoding {
+    FI_POS_NONE = 0,
+    FI_POS_ROPE_LLAMA = 1, /* rotary, applied to q and k on the fly */
+    FI_POS_ALIBI = 2,      /* per-head linear bias, slopes passed at launch */
+} fi_pos_encoding;
+
+#define FI_JIT_SPEC_VERSION 1
+
+typedef struct fi_jit_spec {
+    unsigned version;            /* FI_JIT_SPEC_VERSION */
+    fi_kernel_kind kind;
+    fi_dtype q_dtype;
+    fi_dtype kv_dtype;
+    fi_dtype o_dtype;
+    int head_dim;                /* 64, 128 or 256 */
+    fi_mask mask;
+    fi_pos_encoding pos;
+    int soft_cap;                /* 1: logits = cap * tanh(logits / cap) */
+    const char *variant;         /* NULL or "default": built-in behaviour */
+} fi_jit_spec;
+
+#define FI_JIT_SPEC_INIT                                                       \
+    { FI_JIT_SPEC_VERSION, FI_KIND_DECODE, FI_DTYPE_FP16, FI_DTYPE_FP16,      \
+      FI_DTYPE_FP16, 128, FI_MASK_NONE, FI_POS_NONE, 0, NULL }
+
+/* Parse a canonical spec string such as
+ *   "decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0"
+ * Fields after the kind may come in any order; kv and o default to q, the rest
+ * to the values in FI_JIT_SPEC_INIT. `out->variant` points into `variant_buf`
+ * (at least 64 bytes) when a variant is named. */
+FI_API int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant_buf_size,
+                             const char *text);
+/* Write the canonical form of `spec` into buf (NUL-terminated). Returns the
+ * length, or a negative code if the spec is invalid or buf is too small. */
+FI_API int fi_jit_spec_format(char *buf, size_t size, const fi_jit_spec *spec);
+/* Check that fijit can build this tuple; the message names the field. */
+FI_API int fi_jit_spec_check(const fi_jit_spec *spec);
+
+/* ---- Context --------------------------------------------------------------- */
+typedef struct fi_jit_ctx fi_jit_ctx;
+
+typedef enum fi_log_level {
+    FI_LOG_OFF = 0, FI_LOG_ERROR = 1, FI_LOG_WARN = 2, FI_LOG_INFO = 3, FI_LOG_DEBUG = 4
+} fi_log_level;
+
+#define FI_JIT_OPTIONS_VERSION 1
+
+typedef struct fi_jit_options {
+    unsigned version;        /* FI_JIT_OPTIONS_VERSION */
+    const char *cache_dir;   /* NULL: $FIJIT_CACHE_DIR, $XDG_CACHE_HOME/fijit, ~/.cache/fijit */
+    const char *arch;        /* NULL: from the device; "sm_90a", "sm_80", ... for compile-only */
+    int jit;                 /* 1: compile on miss; 0: serve only what the cache holds */
+    int use_disk_cache;      /* 1: read and write the on-disk cache; 0: memory only */
+    fi_log_level log_level;  /* messages go to stderr at or above this level */
+    int64_t max_cache_bytes; /* 0: $FIJIT_MAX_CACHE_SIZE or unlimited */
+    int allow_unsafe_dir;    /* 1: accept a cache dir writable by group/others */
+} fi_jit_options;
+
+#define FI_JIT_OPTIONS_INIT { FI_JIT_OPTIONS_VERSION, NULL, NULL, 1, 1, FI_LOG_WARN, 0, 0 }
+
+/* Create a context. `opts` may be NULL for defaults. Environment variables
+ * (FIJIT_CACHE_DIR, FIJIT_ARCH, FIJIT_JIT, FIJIT_LOG, FIJIT_MAX_CACHE_SIZE)
+ * fill fields the options leave unset. No GPU is needed. */
+FI_API int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts);
+/* Unloads every module this context loaded. Accepts NULL. */
+FI_API void fi_jit_ctx_free(fi_jit_ctx *ctx);
+/* The cache directory in use (borrowed). */
+FI_API const char *fi_jit_ctx_cache_dir(const fi_jit_ctx *ctx);
+
+/* ---- Kernels --------------------------------------------------------------- */
+struct CUfunc_st; /* CUfunction from cuda.h is `struct CUfunc_st *` */
+
+typedef struct fi_jit_kernel {
+    struct CUfunc_st *function;       /* main kernel (borrowed) */
+    struct CUfunc_st *merge_function; /* split-KV merge kernel, NULL if none */
+    unsigned block_dim[3];            /* launch shape of `function` */
+    unsigned merge_block_dim[3];
+    unsigned smem_bytes;              /* dynamic shared memory of `function` */
+    unsigned param_bytes;             /* sizeof the kernel's single parameter struct */
+    int registers;                    /* per thread, from the compiled object */
+    int spill_bytes;                  /* local memory per thread */
+    uint8_t key[16];                  /* cache key (XXH3-128) */
+    char arch[16];                    /* "sm_90a" */
+} fi_jit_kernel;
+
+/* Get the kernel for `spec`, compiled for the device of the current CUDA
+ * context, loaded into that context. `*out` is borrowed from ctx. The first
+ * call for a spec in a context may compile or read the disk cache; later calls
+ * are a lookup in memory. Thread-safe. */
+FI_API int fi_jit_get_kernel(fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                             const fi_jit_kernel **out);
+
+/* Result of compiling without loading (prewarm, build hosts with no GPU). */
+typedef enum fi_build_outcome {
+    FI_BUILD_COMPILED = 0, /* compiled now and stored */
+    FI_BUILD_CACHED = 1,   /* already in the cache, nothing done */
+} fi_build_outcome;
+
+/* Make sure the cache holds `spec` for `arch` (NULL: the context's arch).
+ * `out` (may be NULL) says what happened. Needs no GPU. */
+FI_API int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
+                          fi_build_outcome *out);
+
+/* Print what the key for `spec` on `arch` is made of: every tagged field and
+ * the hash of every source text, then the key. `write` receives text chunks. */
+FI_API int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
+                          void (*write)(void *user, const char *text), void *user);
+
+/* ---- Statistics ------------------------------------------------------------ */
+typedef struct fi_jit_stats {
+    int64_t memory_hits, disk_hits, misses, compiles, compile_failures;
+    int64_t compile_ns, bytes_written, corrupt;
+    int64_t entries, bytes; /* current cache content */
+} fi_jit_stats;
+
+/* Statistics persisted in the cache index (all processes), plus this
+ * context's not yet flushed counts. */
+FI_API int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out);
+
+/* ---- Decode launch --------------------------------------------------------- */
+struct CUstream_st; /* CUstream from cuda.h */
+
+#define FI_DECODE_ARGS_VERSION 1
+
+/* Single-request decode. Element strides (not bytes). For k and v the layout
+ * is given by strides: NHD [kv_len, kv_heads, hd] has stride_n = kv_heads*hd,
+ * stride_h = hd; HND [kv_heads, kv_len, hd] has stride_n = hd,
+ * stride_h = kv_len*hd. The last dimension must be contiguous and 16-byte
+ * aligned. */
+typedef struct fi_decode_args {
+    unsigned version;              /* FI_DECODE_ARGS_VERSION */
+    const void *q;                 /* [num_qo_heads, hd], q_dtype */
+    const void *k, *v;             /* kv_dtype */
+    void *o;                       /* [num_qo_heads, hd], o_dtype */
+    float *lse;                    /* optional [num_qo_heads] log2-sum-exp (natural log); NULL: none */
+    int num_qo_heads, num_kv_heads, kv_len;
+    int64_t q_stride_h, o_stride_h;
+    int64_t k_stride_n, k_stride_h, v_stride_n, v_stride_h;
+    float sm_scale;                /* 0: 1/sqrt(hd) */
+    float soft_cap;                /* used when spec.soft_cap */
+    float rope_scale, rope_theta;  /* used with FI_POS_ROPE_LLAMA; 0: 1 and 1e4 */
+    int rope_offset;               /* position of key 0 (query is at offset + kv_len - 1) */
+    int window_left;               /* used with FI_MASK_WINDOW */
+    const float *alibi_slopes;     /* [num_qo_heads], with FI_POS_ALIBI */
+    void *workspace;               /* device memory, fi_decode_workspace_size() bytes */
+    size_t workspace_bytes;
+    int num_splits;                /* 0: chosen from the device; 1: no split */
+} fi_decode_args;
+
+#define FI_DECODE_ARGS_INIT { FI_DECODE_ARGS_VERSION, 0 }
+
+/* Device workspace bytes needed for a launch with these shapes. */
+FI_API int fi_decode_workspace_size(fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                                    const fi_decode_args *args, size_t *out);
+/* Validate, get the kernel (through the cache) and launch on `stream`. */
+FI_API int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args *args,
+                         struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FIJIT_H */

@@ -1,0 +1,52 @@
+/*
+ * The CUDA driver API, loaded lazily with dlopen("libcuda.so.1") the first
+ * time something needs a GPU, so that fijit links and runs (compile-only) on
+ * machines with no driver. Each call passes the fault check of class
+ * FI_FAULT_DRIVER first.
+ */
+#ifndef FI_CUDA_DRV_H
+#define FI_CUDA_DRV_H
+
+#include <cuda.h>
+
+typedef struct fi_cuda_api {
+    CUresult (*Init)(unsigned int);
+    CUresult (*DriverGetVersion)(int *);
+    CUresult (*GetErrorString)(CUresult, const char **);
+    CUresult (*CtxGetCurrent)(CUcontext *);
+    CUresult (*CtxGetDevice)(CUdevice *);
+    CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*DeviceGet)(CUdevice *, int);
+    CUresult (*DeviceGetCount)(int *);
+    CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleUnload)(CUmodule);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*FuncGetAttribute)(int *, CUfunction_attribute, CUfunction);
+    CUresult (*FuncSetAttribute)(CUfunction, CUfunction_attribute, int);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*CtxSynchronize)(void);
+} fi_cuda_api;
+
+/* Load the driver once (thread-safe). FI_ENODEVICE with a message when
+ * libcuda cannot be loaded or cuInit fails. */
+int fi__cuda_load(const fi_cuda_api **out);
+
+/* Turn a failed driver call into an fi_error with the driver's message:
+ * `return fi__cuda_error(FI_ELOAD, res, "cuModuleLoadData")`. */
+int fi__cuda_error(int code, CUresult res, const char *what);
+
+/* Compute capability of the current context's device as an arch name
+ * ("sm_90a" for 9.0, "sm_80", ...). */
+int fi__cuda_current_arch(char out[16], CUcontext *out_ctx, CUdevice *out_dev);
+
+#endif

@@ -1,0 +1,98 @@
+/*
+ * The on-disk cache: an SQLite index (cache/schema.sql) plus one object file
+ * per key. Objects are written to a temp file, fsynced and renamed before
+ * their index row commits; every read verifies the object's header and
+ * checksum, and a bad object is counted, removed and reported as missing so
+ * the caller rebuilds it. Cross-process single flight uses one lock file per
+ * key (flock), which the kernel releases when a builder dies.
+ *
+ * Layout of a cache directory (created 0700):
+ *   index.sqlite          the index (WAL mode)
+ *   objects/ab/<32 hex>.fo  object files (first two hex digits as a subfolder)
+ *   locks/<32 hex>.lock   per-key build locks
+ *   tmp/                  temp files of writers; leftovers are cleaned
+ */
+#ifndef FI_STORE_H
+#define FI_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fijit.h"
+
+typedef struct fi_store fi_store;
+
+/* What the index records beside the object itself. */
+typedef struct fi_object_meta {
+    char spec[256];      /* canonical spec text */
+    char arch[16];       /* "sm_90a" */
+    int registers;
+    int spill_bytes;
+    int64_t compile_ns;
+} fi_object_meta;
+
+/* A row of `fijit list`. */
+typedef struct fi_store_row {
+    uint8_t key[16];
+    fi_object_meta meta;
+    int64_t size;        /* object bytes */
+    int64_t created;     /* unix seconds */
+    int64_t last_used;   /* unix seconds */
+    int64_t hits;
+} fi_store_row;
+
+typedef enum fi_store_flags {
+    FI_STORE_ALLOW_UNSAFE_DIR = 1u << 0, /* accept a dir writable by group/others */
+    FI_STORE_READ_ONLY = 1u << 1,
+} fi_store_flags;
+
+/* Open (creating if needed) the cache at `dir`. Refuses (FI_EPERM) a dir
+ * owned by another user or writable by group/others unless allowed. */
+int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_bytes);
+void fi_store_close(fi_store *st);
+const char *fi_store_dir(const fi_store *st);
+
+/* Read and verify the object for `key`. FI_ENOTFOUND when absent; when the
+ * object is bad it is removed, `corrupt` is counted, and FI_ENOTFOUND is
+ * returned. `*out` is freed with fi__free. `meta` may be NULL. */
+int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
+                 fi_object_meta *meta);
+
+/* Store an object atomically; replaces an existing entry for the key. Runs
+ * eviction if a size limit is set. */
+int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t size,
+                 const fi_object_meta *meta);
+
+/* Cross-process build lock for one key (blocking; flock on locks/<key>.lock). */
+typedef struct fi_store_lock fi_store_lock;
+int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out);
+void fi_store_unlock(fi_store_lock *lock); /* accepts NULL */
+
+/* Add this process's counters to the persisted statistics (one transaction). */
+int fi_store_stats_add(fi_store *st, const fi_jit_stats *delta);
+/* Persisted counters plus current entries and bytes. */
+int fi_store_stats_get(fi_store *st, fi_jit_stats *out);
+int fi_store_stats_zero(fi_store *st);
+
+/* Call `fn` for each index row (ordered by spec); stop early if it returns nonzero. */
+int fi_store_foreach(fi_store *st, int (*fn)(void *user, const fi_store_row *row), void *user);
+
+/* Check every entry: object present, header and checksum good, no orphan
+ * objects. `report` is called with a description of each problem. With
+ * `repair`, bad entries are removed and orphans re-indexed or deleted.
+ * Returns the number of problems found (>= 0) or an error code. */
+int fi_store_verify(fi_store *st, int repair, void (*report)(void *user, const char *problem),
+                    void *user);
+
+/* Remove every entry and object (statistics are kept unless zeroed). */
+int fi_store_clear(fi_store *st);
+
+/* Evict least-recently-used entries until the cache holds at most max_bytes
+ * (< 0: no size limit) and nothing last used before `older_than` (unix
+ * seconds, 0: no age limit). Returns the number of entries removed. */
+int fi_store_gc(fi_store *st, int64_t max_bytes, int64_t older_than);
+
+/* Hex form of a key (33 bytes with NUL). */
+void fi_key_hex(char out[33], const uint8_t key[16]);
+
+#endif
