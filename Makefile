@@ -1,0 +1,111 @@
+# fijit — build, test and install.
+#   make            library (static + shared), CLI, tests
+#   make test       CPU test suite (plain, then ASan/UBSan, then TSan on the concurrent parts)
+#   make bench      JIT benchmark (CPU side)
+#   make gpu-check  GPU tests and benchmarks (run on a machine with a GPU)
+#   make install PREFIX=/usr/local
+CUDA_HOME ?= /usr/local/cuda
+PREFIX    ?= /usr/local
+CC        ?= cc
+VERSION   := 0.1.0
+SONAME    := libfijit.so.0
+
+WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers
+CPPFLAGS  += -D_GNU_SOURCE -DFIJIT_BUILDING -Iinclude -Isrc -Itemplates -Ibuild/gen -I$(CUDA_HOME)/include
+CFLAGS    ?= -O2 -g
+CFLAGS    += -std=c11 -fPIC -fvisibility=hidden $(WARN)
+LDLIBS    := -lsqlite3 -lxxhash -ldl -lpthread -lm
+
+B         := build
+LIB_SRC   := $(sort $(wildcard src/*.c))
+CLI_SRC   := $(sort $(wildcard tools/*.c))
+TEST_SRC  := $(sort $(wildcard tests/test_*.c))
+TEMPLATES := $(sort $(wildcard templates/*))
+
+.PHONY: all test test-plain test-asan test-tsan test-cli bench gpu-check install clean deps
+all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%)
+
+# Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
+deps:
+	@missing=""; for p in libsqlite3-dev libxxhash-dev pkg-config; do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
+
+$(B)/gen/embedded.c: tools/embed/embed.c cache/schema.sql $(TEMPLATES)
+	@mkdir -p $(B)/gen
+	$(CC) -O1 -o $(B)/gen/embed tools/embed/embed.c
+	$(B)/gen/embed $@ --schema cache/schema.sql $(TEMPLATES)
+
+# One build flavour per directory: $(B) plain, $(B)/asan, $(B)/tsan.
+define flavour
+$(1)/obj/%.o: src/%.c include/fijit.h $(wildcard src/*.h) | $(B)/gen/embedded.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
+$(1)/obj/embedded.o: $(B)/gen/embedded.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
+$(1)/obj/tools/%.o: tools/%.c include/fijit.h $(wildcard src/*.h) $(wildcard tools/*.h)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
+$(1)/obj/tests/%.o: tests/%.c tests/check.h include/fijit.h $(wildcard src/*.h)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
+$(1)/libfijit.a: $(LIB_SRC:src/%.c=$(1)/obj/%.o) $(1)/obj/embedded.o
+	rm -f $$@ && ar rcs $$@ $$^
+$(1)/fijit: $(CLI_SRC:tools/%.c=$(1)/obj/tools/%.o) $(1)/libfijit.a
+	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
+$(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/check.o $(1)/libfijit.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
+endef
+
+SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_TSAN := -fsanitize=thread
+$(eval $(call flavour,$(B),))
+$(eval $(call flavour,$(B)/asan,$(SAN_ASAN)))
+$(eval $(call flavour,$(B)/tsan,$(SAN_TSAN)))
+
+$(B)/libfijit.so: $(LIB_SRC:src/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $(B)/libfijit.so.$(VERSION) $^ $(LDLIBS)
+	ln -sf libfijit.so.$(VERSION) $(B)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+# The suite CI runs. FIJIT_TEST_JOBS bounds parallel compiles in the tests.
+test: test-plain test-asan test-tsan test-cli
+	@echo "make test: all suites passed"
+
+test-plain: all
+	@set -e; for t in $(TEST_SRC:tests/%.c=$(B)/tests/%); do echo "== $$t"; $$t; done
+
+# Sanitizer runs skip the exhaustive compile sweep (FIJIT_TEST_QUICK): it is NVRTC's code, not ours.
+test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%)
+	@set -e; for t in $^; do echo "== $$t"; FIJIT_TEST_QUICK=1 \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp \
+	  $$t; done
+
+# TSan covers the concurrent parts: the in-process table and single flight.
+test-tsan: $(B)/tsan/tests/test_concurrency
+	@echo "== $<"; FIJIT_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp $<
+
+test-cli: $(B)/fijit
+	@bash tests/cli/run.sh $(B)/fijit
+
+bench: all
+	$(B)/tests/bench_jit 2>/dev/null || $(MAKE) $(B)/bench_jit && $(B)/bench_jit
+
+gpu-check: all
+	bash bench/gpu_run.sh
+
+install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/fijit.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(B)/libfijit.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(B)/libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libfijit.so
+	install -m 755 $(B)/fijit $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' fijit.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fijit.pc
+
+clean:
+	rm -rf $(B)

@@ -1,0 +1,105 @@
+/*
+ * Lazy loader for the CUDA driver API (see cuda_drv.h). Nothing here runs
+ * until a GPU is needed, so compile-only hosts never touch libcuda.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_drv.h"
+#include "error.h"
+#include "sys.h"
+
+static fi_cuda_api api;
+static int api_status = FI_ENODEVICE;
+static char api_error[512];
+static pthread_once_t api_once = PTHREAD_ONCE_INIT;
+
+static void load_api(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(api_error, sizeof api_error, "no CUDA driver (libcuda.so.1): %s", dlerror());
+        return;
+    }
+    /* Versioned names are the ones cuda.h maps its macros to. */
+#define LOAD(field, symbol)                                                    \
+    if (!(*(void **)&api.field = dlsym(lib, symbol))) {                        \
+        snprintf(api_error, sizeof api_error, "CUDA driver lacks %s", symbol); \
+        return;                                                                \
+    }
+    LOAD(Init, "cuInit");
+    LOAD(DriverGetVersion, "cuDriverGetVersion");
+    LOAD(GetErrorString, "cuGetErrorString");
+    LOAD(CtxGetCurrent, "cuCtxGetCurrent");
+    LOAD(CtxGetDevice, "cuCtxGetDevice");
+    LOAD(CtxSetCurrent, "cuCtxSetCurrent");
+    LOAD(DeviceGet, "cuDeviceGet");
+    LOAD(DeviceGetCount, "cuDeviceGetCount");
+    LOAD(DeviceGetAttribute, "cuDeviceGetAttribute");
+    LOAD(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    LOAD(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+    LOAD(ModuleLoadData, "cuModuleLoadData");
+    LOAD(ModuleUnload, "cuModuleUnload");
+    LOAD(ModuleGetFunction, "cuModuleGetFunction");
+    LOAD(FuncGetAttribute, "cuFuncGetAttribute");
+    LOAD(FuncSetAttribute, "cuFuncSetAttribute");
+    LOAD(LaunchKernel, "cuLaunchKernel");
+    LOAD(MemAlloc, "cuMemAlloc_v2");
+    LOAD(MemFree, "cuMemFree_v2");
+    LOAD(MemcpyHtoD, "cuMemcpyHtoD_v2");
+    LOAD(MemcpyDtoH, "cuMemcpyDtoH_v2");
+    LOAD(MemsetD8, "cuMemsetD8_v2");
+    LOAD(StreamSynchronize, "cuStreamSynchronize");
+    LOAD(CtxSynchronize, "cuCtxSynchronize");
+#undef LOAD
+    CUresult res = api.Init(0);
+    if (res != CUDA_SUCCESS) {
+        const char *text = NULL;
+        api.GetErrorString(res, &text);
+        snprintf(api_error, sizeof api_error, "cuInit failed: %s", text ? text : "unknown error");
+        return;
+    }
+    api_status = 0;
+}
+
+int fi__cuda_load(const fi_cuda_api **out)
+{
+    pthread_once(&api_once, load_api);
+    if (api_status < 0 || fi__fault(FI_FAULT_DRIVER))
+        return fi__error(FI_ENODEVICE, "%s", api_status < 0 ? api_error : "injected driver fault");
+    *out = &api;
+    return 0;
+}
+
+int fi__cuda_error(int code, CUresult res, const char *what)
+{
+    const char *text = NULL;
+    if (api.GetErrorString) api.GetErrorString(res, &text);
+    return fi__error(code, "%s failed: %s (CUresult %d)", what, text ? text : "unknown error",
+                     (int)res);
+}
+
+int fi__cuda_current_arch(char out[16], CUcontext *out_ctx, CUdevice *out_dev)
+{
+    const fi_cuda_api *cu;
+    CUcontext ctx = NULL;
+    CUdevice dev;
+    int major = 0, minor = 0, rc;
+    CUresult res;
+    if ((rc = fi__cuda_load(&cu)) < 0) return rc;
+    if ((res = cu->CtxGetCurrent(&ctx)) != CUDA_SUCCESS) return fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetCurrent");
+    if (!ctx)
+        return fi__error(FI_ENODEVICE,
+                         "no current CUDA context on this thread (make one current, e.g. with cuDevicePrimaryCtxRetain + cuCtxSetCurrent)");
+    if ((res = cu->CtxGetDevice(&dev)) != CUDA_SUCCESS) return fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetDevice");
+    if ((res = cu->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)) ||
+        (res = cu->DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)))
+        return fi__cuda_error(FI_ENODEVICE, res, "cuDeviceGetAttribute(compute capability)");
+    /* Hopper's wgmma/setmaxnreg need the arch-specific target. */
+    snprintf(out, 16, "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
+    if (out_ctx) *out_ctx = ctx;
+    if (out_dev) *out_dev = dev;
+    return 0;
+}

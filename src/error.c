@@ -1,0 +1,66 @@
+/* Thread-local error messages (fi_last_error) and leveled logging to stderr. */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+
+/* Large enough for an NVRTC log of a broken snippet; longer text is cut. */
+#define FI_ERROR_CAPACITY 16384
+
+static _Thread_local char error_text[FI_ERROR_CAPACITY];
+static atomic_int log_level = FI_LOG_WARN;
+
+int fi__error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error_text, sizeof error_text, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void fi__error_append(const char *text)
+{
+    size_t used = strlen(error_text);
+    if (text && used + 1 < sizeof error_text)
+        snprintf(error_text + used, sizeof error_text - used, "%s", text);
+}
+
+void fi__error_clear(void) { error_text[0] = '\0'; }
+
+const char *fi_last_error(void) { return error_text; }
+
+const char *fi_error_name(int code)
+{
+    switch (code) {
+    case FI_OK: return "FI_OK";
+    case FI_EINVALID: return "FI_EINVALID";
+    case FI_ENOTFOUND: return "FI_ENOTFOUND";
+    case FI_ECOMPILE: return "FI_ECOMPILE";
+    case FI_ELOAD: return "FI_ELOAD";
+    case FI_EIO: return "FI_EIO";
+    case FI_ENOMEM: return "FI_ENOMEM";
+    case FI_EUNSUPPORTED: return "FI_EUNSUPPORTED";
+    case FI_ENODEVICE: return "FI_ENODEVICE";
+    case FI_ECORRUPT: return "FI_ECORRUPT";
+    case FI_ECUDA: return "FI_ECUDA";
+    case FI_EPERM: return "FI_EPERM";
+    default: return "FI_E?";
+    }
+}
+
+void fi__log_set_level(int level) { atomic_store(&log_level, level); }
+
+void fi__log(int level, const char *fmt, ...)
+{
+    static const char *const names[] = {"", "error", "warning", "info", "debug"};
+    if (level > atomic_load(&log_level) || level <= FI_LOG_OFF || level > FI_LOG_DEBUG) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "fijit %s: %s\n", names[level], line);
+}

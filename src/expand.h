@@ -1,0 +1,33 @@
+/*
+ * Template expansion: one spec becomes one CUDA C++ translation unit (a
+ * generated prelude of constexpr values and type aliases, then #includes of
+ * real template files) plus the exact set of headers it includes, handed to
+ * NVRTC from memory.
+ */
+#ifndef FI_EXPAND_H
+#define FI_EXPAND_H
+
+#include <stddef.h>
+
+#include "fijit.h"
+
+#define FI_TU_MAX_HEADERS 32
+
+typedef struct fi_translation_unit {
+    char *text;                       /* the generated source (fi__free) */
+    char name[96];                    /* its name in diagnostics: "decode_hd128.cu" */
+    int header_count;                 /* sorted by name */
+    char *header_names[FI_TU_MAX_HEADERS];
+    char *header_texts[FI_TU_MAX_HEADERS];
+} fi_translation_unit;
+
+/* Expand `spec` (already checked). `variant_source` is the user's snippet or
+ * NULL for the built-in variant. */
+int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const char *variant_source);
+void fi__tu_free(fi_translation_unit *tu);
+
+/* Source of one template file: from $FIJIT_TEMPLATE_DIR when set (for
+ * development), else the copy embedded at build time. `*out` is fi__free'd. */
+int fi__template_load(const char *name, char **out);
+
+#endif

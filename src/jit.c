@@ -1,0 +1,509 @@
+/*
+ * fi_jit_get_kernel and friends: the path from a spec to a loaded function.
+ *
+ *   hot:  spec key → in-memory table (no expansion, no hashing of source)
+ *   miss: expand → key → disk cache → (per-key lock, check again) → NVRTC →
+ *         store → cuModuleLoadData → publish in the table
+ *
+ * Single flight: threads of one process that miss on the same spec serialise
+ * on one of FI_BUILD_STRIPES mutexes chosen by the spec's hash; processes
+ * serialise on the store's per-key file lock.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_drv.h"
+#include "error.h"
+#include "expand.h"
+#include "key.h"
+#include "kinds.h"
+#include "nvrtc.h"
+#include "spec.h"
+#include "store.h"
+#include "sys.h"
+#include "table.h"
+
+#define FI_BUILD_STRIPES 64
+#define FI_COUNTER_SLOTS 16
+#define FI_DEFAULT_ARCH "sm_90a"
+
+/* Counters in storage order of fi_jit_stats' first fields. */
+enum { C_MEMORY_HITS, C_DISK_HITS, C_MISSES, C_COMPILES, C_COMPILE_FAILURES, C_COMPILE_NS,
+       C_BYTES_WRITTEN, C_COUNT };
+
+/* One cache line per slot so threads counting hits do not contend. */
+typedef struct counter_slot {
+    _Alignas(64) atomic_llong value[C_COUNT];
+} counter_slot;
+
+struct fi_jit_ctx {
+    char cache_dir[4096];
+    char arch[16];          /* override for compile-only use; "" = from the device */
+    int jit;
+    int64_t max_bytes;
+    fi_store *store;        /* NULL: memory only */
+    atomic_int store_write_warned;
+    fi_table table;
+    pthread_mutex_t build_stripes[FI_BUILD_STRIPES];
+    counter_slot counters[FI_COUNTER_SLOTS];
+};
+
+int fi_version_number(void) { return FIJIT_VERSION_NUMBER; }
+
+const char *fi_version_string(void)
+{
+#define FI_STR2(x) #x
+#define FI_STR(x) FI_STR2(x)
+    return FI_STR(FIJIT_VERSION_MAJOR) "." FI_STR(FIJIT_VERSION_MINOR) "." FI_STR(FIJIT_VERSION_PATCH);
+}
+
+static void count(fi_jit_ctx *ctx, int counter, long long n)
+{
+    static atomic_uint next_slot;
+    static _Thread_local unsigned slot = ~0u;
+    if (slot == ~0u) slot = atomic_fetch_add(&next_slot, 1) % FI_COUNTER_SLOTS;
+    atomic_fetch_add_explicit(&ctx->counters[slot].value[counter], n, memory_order_relaxed);
+}
+
+/* Take (and zero) the counts not yet written to the index. */
+static void take_counts(fi_jit_ctx *ctx, fi_jit_stats *delta)
+{
+    long long sum[C_COUNT] = {0};
+    for (int s = 0; s < FI_COUNTER_SLOTS; s++)
+        for (int c = 0; c < C_COUNT; c++) sum[c] += atomic_exchange(&ctx->counters[s].value[c], 0);
+    memset(delta, 0, sizeof *delta);
+    delta->memory_hits = sum[C_MEMORY_HITS];
+    delta->disk_hits = sum[C_DISK_HITS];
+    delta->misses = sum[C_MISSES];
+    delta->compiles = sum[C_COMPILES];
+    delta->compile_failures = sum[C_COMPILE_FAILURES];
+    delta->compile_ns = sum[C_COMPILE_NS];
+    delta->bytes_written = sum[C_BYTES_WRITTEN];
+}
+
+static void flush_counts(fi_jit_ctx *ctx)
+{
+    fi_jit_stats delta;
+    if (!ctx->store) return;
+    take_counts(ctx, &delta);
+    if (fi_store_stats_add(ctx->store, &delta) < 0)
+        fi__log(FI_LOG_WARN, "could not save statistics: %s", fi_last_error());
+}
+
+static int default_cache_dir(char *out, size_t size)
+{
+    const char *env = getenv("FIJIT_CACHE_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    int n;
+    if (env && *env) n = snprintf(out, size, "%s", env);
+    else if (xdg && *xdg) n = snprintf(out, size, "%s/fijit", xdg);
+    else if (home && *home) n = snprintf(out, size, "%s/.cache/fijit", home);
+    else return fi__error(FI_EINVALID, "no cache dir: set FIJIT_CACHE_DIR, XDG_CACHE_HOME or HOME");
+    if (n < 0 || (size_t)n >= size) return fi__error(FI_EINVALID, "cache dir path is too long");
+    return 0;
+}
+
+static int parse_size(const char *text, int64_t *out)
+{
+    char *end = NULL;
+    double value = strtod(text, &end);
+    int64_t unit = 1;
+    if (end == text || value < 0) return -1;
+    switch (*end) {
+    case 'k': case 'K': unit = 1LL << 10; end++; break;
+    case 'm': case 'M': unit = 1LL << 20; end++; break;
+    case 'g': case 'G': unit = 1LL << 30; end++; break;
+    case 't': case 'T': unit = 1LL << 40; end++; break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end || value * (double)unit > 9e18) return -1;
+    *out = (int64_t)(value * (double)unit);
+    return 0;
+}
+
+int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
+{
+    int rc = 0;
+    fi_jit_options defaults = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    const char *env;
+    if (!out) return fi__error(FI_EINVALID, "fi_jit_ctx_new: out is NULL");
+    *out = NULL;
+    if (!opts) opts = &defaults;
+    if (opts->version != FI_JIT_OPTIONS_VERSION)
+        return fi__error(FI_EINVALID, "options.version is %u, this library expects %d",
+                         opts->version, FI_JIT_OPTIONS_VERSION);
+    if (!(ctx = fi__calloc(1, sizeof *ctx))) return fi__error(FI_ENOMEM, "out of memory");
+    fi__table_init(&ctx->table);
+    for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_init(&ctx->build_stripes[i], NULL);
+
+    fi__log_set_level(opts->log_level);
+    if ((env = getenv("FIJIT_LOG")) && *env) fi__log_set_level(atoi(env));
+    ctx->jit = opts->jit;
+    if ((env = getenv("FIJIT_JIT")) && strcmp(env, "0") == 0) ctx->jit = 0; /* a safety switch */
+    const char *arch = opts->arch ? opts->arch : getenv("FIJIT_ARCH");
+    if (arch && *arch) {
+        FI_TRY(fi__arch_check(arch));
+        snprintf(ctx->arch, sizeof ctx->arch, "%s", arch);
+    }
+    ctx->max_bytes = opts->max_cache_bytes;
+    if (!ctx->max_bytes && (env = getenv("FIJIT_MAX_CACHE_SIZE")) && *env &&
+        parse_size(env, &ctx->max_bytes) < 0)
+        FI_FAIL(FI_EINVALID, "FIJIT_MAX_CACHE_SIZE='%.32s' is not a size (e.g. 512M, 4G)", env);
+    if (opts->cache_dir) {
+        if (!*opts->cache_dir || strlen(opts->cache_dir) >= sizeof ctx->cache_dir - 64)
+            FI_FAIL(FI_EINVALID, "cache dir is empty or too long");
+        strcpy(ctx->cache_dir, opts->cache_dir);
+    } else {
+        FI_TRY(default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir - 64));
+    }
+    if (opts->use_disk_cache) {
+        unsigned flags = opts->allow_unsafe_dir ? FI_STORE_ALLOW_UNSAFE_DIR : 0;
+        rc = fi_store_open(&ctx->store, ctx->cache_dir, flags, ctx->max_bytes);
+        if (rc == FI_EPERM || rc == FI_EINVALID) goto out; /* never use a dir we must not trust */
+        if (rc < 0) {
+            /* Read-only or full disk: keep serving kernels, compiled in memory. */
+            fi__log(FI_LOG_WARN, "disk cache disabled: %s", fi_last_error());
+            ctx->store = NULL;
+            rc = 0;
+        }
+    }
+    *out = ctx;
+    ctx = NULL;
+out:
+    fi_jit_ctx_free(ctx);
+    return rc;
+}
+
+const char *fi_jit_ctx_cache_dir(const fi_jit_ctx *ctx) { return ctx ? ctx->cache_dir : NULL; }
+
+static void release_entry(fi_table_entry *entry)
+{
+    const fi_cuda_api *cu;
+    CUcontext previous = NULL;
+    if (!entry->module || fi__cuda_load(&cu) < 0) return;
+    /* Unload in the module's own context; ignore errors from a context already destroyed. */
+    cu->CtxGetCurrent(&previous);
+    if (cu->CtxSetCurrent((CUcontext)entry->device_ctx) == CUDA_SUCCESS)
+        cu->ModuleUnload((CUmodule)entry->module);
+    cu->CtxSetCurrent(previous);
+}
+
+void fi_jit_ctx_free(fi_jit_ctx *ctx)
+{
+    if (!ctx) return;
+    flush_counts(ctx);
+    fi__table_destroy(&ctx->table, release_entry);
+    for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_destroy(&ctx->build_stripes[i]);
+    fi_store_close(ctx->store);
+    fi__free(ctx);
+}
+
+/* ---- building objects ------------------------------------------------------ */
+
+typedef struct fi_build {
+    fi_translation_unit tu;
+    const fi_kind_info *kind;
+    char arch[16];
+    char arch_option[48];
+    const char *options[8];
+    int option_count;
+    uint8_t key[16];
+    fi_object_meta meta;
+    void *object;      /* the cubin */
+    size_t object_size;
+} fi_build;
+
+static void build_free(fi_build *b)
+{
+    fi__tu_free(&b->tu);
+    fi__free(b->object);
+    b->object = NULL;
+}
+
+/* Expand the templates for `spec` on `arch` and compute its key. */
+static int build_prepare(fi_build *b, const fi_jit_spec *spec, const char *arch,
+                         void (*explain)(void *, const char *), void *user)
+{
+    int rc = 0, major = 0, minor = 0;
+    memset(b, 0, sizeof *b);
+    FI_TRY(fi__arch_check(arch));
+    if (spec->variant && strcmp(spec->variant, "default") != 0)
+        FI_FAIL(FI_ENOTFOUND, "variant '%s' is not registered in this context", spec->variant);
+    b->kind = fi__kind_info(spec->kind);
+    snprintf(b->arch, sizeof b->arch, "%s", arch);
+    snprintf(b->arch_option, sizeof b->arch_option, "--gpu-architecture=%s", arch);
+    b->options[b->option_count++] = b->arch_option;
+    b->options[b->option_count++] = "-std=c++17";
+    b->options[b->option_count++] = "--modify-stack-limit=false";
+    b->options[b->option_count++] = "-default-device";
+    b->options[b->option_count++] = "--ptxas-options=--verbose"; /* registers and spills into the log */
+    FI_TRY(fi_jit_spec_format(b->meta.spec, sizeof b->meta.spec, spec));
+    snprintf(b->meta.arch, sizeof b->meta.arch, "%s", arch);
+    FI_TRY(fi__expand(&b->tu, spec, NULL));
+    FI_TRY(fi__nvrtc_version(&major, &minor));
+    fi_key_input in = {&b->tu, arch, major, minor, b->option_count, b->options, b->kind->entry,
+                       b->kind->merge_entry};
+    FI_TRY(fi__key_compute(b->key, &in, explain, user));
+out:
+    return rc;
+}
+
+/* Registers and spill bytes of `entry` from ptxas' verbose lines in the log. */
+static void parse_resource_usage(const char *log, const char *entry, fi_object_meta *meta)
+{
+    char pattern[160];
+    meta->registers = -1;
+    meta->spill_bytes = -1;
+    if (!log) return;
+    snprintf(pattern, sizeof pattern, "Function properties for %s\n", entry);
+    const char *p = strstr(log, pattern);
+    if (!p) return;
+    p += strlen(pattern);
+    int stack = 0, spill_stores = 0;
+    if (sscanf(p, " %d bytes stack frame, %d bytes spill stores", &stack, &spill_stores) == 2)
+        meta->spill_bytes = spill_stores;
+    const char *used = strstr(p, "Used ");
+    if (used) sscanf(used, "Used %d registers", &meta->registers);
+}
+
+static int build_compile(fi_jit_ctx *ctx, fi_build *b)
+{
+    int rc = 0;
+    fi_compile_output result = {0};
+    const char *names[FI_TU_MAX_HEADERS], *texts[FI_TU_MAX_HEADERS];
+    for (int i = 0; i < b->tu.header_count; i++) {
+        names[i] = b->tu.header_names[i];
+        texts[i] = b->tu.header_texts[i];
+    }
+    fi_compile_input in = {b->tu.text, b->tu.name, b->tu.header_count, names, texts,
+                           b->option_count, b->options};
+    int64_t start = fi__now_ns();
+    rc = fi__nvrtc_compile(&in, &result);
+    b->meta.compile_ns = fi__now_ns() - start;
+    count(ctx, C_COMPILE_NS, b->meta.compile_ns);
+    if (rc < 0) {
+        count(ctx, C_COMPILE_FAILURES, 1);
+        goto out;
+    }
+    count(ctx, C_COMPILES, 1);
+    parse_resource_usage(result.log, b->kind->entry, &b->meta);
+    b->object = result.cubin;
+    b->object_size = result.cubin_size;
+    result.cubin = NULL;
+out:
+    fi__compile_output_free(&result);
+    return rc;
+}
+
+static void store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
+{
+    if (fi_store_put(ctx->store, b->key, b->object, b->object_size, &b->meta) == 0) {
+        count(ctx, C_BYTES_WRITTEN, (long long)b->object_size);
+        return;
+    }
+    /* Full disk or read-only dir: serve from memory and say so once. */
+    if (!atomic_exchange(&ctx->store_write_warned, 1))
+        fi__log(FI_LOG_WARN, "cannot write to the cache (kernels are still served): %s",
+                fi_last_error());
+}
+
+/* Fill b->object from the disk cache or by compiling; *compiled says which. */
+static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled)
+{
+    int rc = 0;
+    fi_store_lock *lock = NULL;
+    *compiled = 0;
+    if (ctx->store) {
+        rc = fi_store_get(ctx->store, b->key, &b->object, &b->object_size, &b->meta);
+        if (rc == 0) {
+            count(ctx, C_DISK_HITS, 1);
+            goto out;
+        }
+        if (rc != FI_ENOTFOUND) goto out;
+        rc = 0;
+    }
+    count(ctx, C_MISSES, 1);
+    if (!ctx->jit)
+        FI_FAIL(FI_ENOTFOUND, "%s for %s is not in the cache and JIT is disabled", b->meta.spec,
+                b->arch);
+    if (ctx->store) {
+        /* Another process may be building it: wait for its lock, then look again. */
+        FI_TRY(fi_store_lock_key(ctx->store, b->key, &lock));
+        rc = fi_store_get(ctx->store, b->key, &b->object, &b->object_size, &b->meta);
+        if (rc == 0) {
+            count(ctx, C_DISK_HITS, 1);
+            goto out;
+        }
+        if (rc != FI_ENOTFOUND) goto out;
+        rc = 0;
+    }
+    FI_TRY(build_compile(ctx, b));
+    *compiled = 1;
+    if (ctx->store) store_put_or_warn(ctx, b);
+out:
+    fi_store_unlock(lock);
+    flush_counts(ctx);
+    return rc;
+}
+
+static pthread_mutex_t *stripe_for(fi_jit_ctx *ctx, uint64_t hash)
+{
+    return &ctx->build_stripes[(hash >> 32) % FI_BUILD_STRIPES];
+}
+
+int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
+                   fi_build_outcome *out)
+{
+    int rc = 0, compiled = 0;
+    fi_build b;
+    fi_spec_key key;
+    char device_arch[16];
+    if (!ctx) return fi__error(FI_EINVALID, "fi_jit_prewarm: ctx is NULL");
+    FI_TRY(fi__spec_key(&key, spec));
+    if (!arch || !*arch) {
+        arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
+        if (!ctx->arch[0] && fi__cuda_current_arch(device_arch, NULL, NULL) == 0) arch = device_arch;
+    }
+    pthread_mutex_t *stripe = stripe_for(ctx, fi__table_hash(&key, arch));
+    pthread_mutex_lock(stripe);
+    rc = build_prepare(&b, spec, arch, NULL, NULL);
+    if (rc == 0) rc = build_obtain(ctx, &b, &compiled);
+    pthread_mutex_unlock(stripe);
+    build_free(&b);
+    if (rc == 0 && out) *out = compiled ? FI_BUILD_COMPILED : FI_BUILD_CACHED;
+out:
+    return rc;
+}
+
+int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
+                   void (*write)(void *user, const char *text), void *user)
+{
+    int rc = 0;
+    fi_build b;
+    fi_spec_key key;
+    char line[400];
+    if (!ctx || !write) return fi__error(FI_EINVALID, "fi_jit_explain: NULL argument");
+    FI_TRY(fi__spec_key(&key, spec));
+    if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
+    char text[256];
+    FI_TRY(fi_jit_spec_format(text, sizeof text, spec));
+    snprintf(line, sizeof line, "spec %s\narch %s\n", text, arch);
+    write(user, line);
+    rc = build_prepare(&b, spec, arch, write, user);
+    build_free(&b);
+out:
+    return rc;
+}
+
+/* ---- loading --------------------------------------------------------------- */
+
+static int load_module(fi_table_entry *e, const fi_build *b, const fi_cuda_api *cu)
+{
+    CUresult res;
+    CUmodule module = NULL;
+    CUfunction function = NULL, merge = NULL;
+    int value = 0;
+    if (fi__fault(FI_FAULT_DRIVER)) return fi__error(FI_ELOAD, "cuModuleLoadData failed: injected fault");
+    if ((res = cu->ModuleLoadData(&module, b->object)) != CUDA_SUCCESS)
+        return fi__cuda_error(FI_ELOAD, res, "cuModuleLoadData");
+    if ((res = cu->ModuleGetFunction(&function, module, b->kind->entry)) != CUDA_SUCCESS ||
+        (b->kind->merge_entry &&
+         (res = cu->ModuleGetFunction(&merge, module, b->kind->merge_entry)) != CUDA_SUCCESS)) {
+        cu->ModuleUnload(module);
+        return fi__cuda_error(FI_ELOAD, res, "cuModuleGetFunction");
+    }
+    e->module = module;
+    e->kernel.function = function;
+    e->kernel.merge_function = merge;
+    e->kernel.registers = b->meta.registers;
+    e->kernel.spill_bytes = b->meta.spill_bytes;
+    if (cu->FuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, function) == CUDA_SUCCESS)
+        e->kernel.registers = value;
+    if (cu->FuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function) == CUDA_SUCCESS)
+        e->kernel.spill_bytes = value;
+    return 0;
+}
+
+/* The slow path of fi_jit_get_kernel: build or read, load, publish. */
+static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_spec_key *key,
+                           uint64_t hash, CUcontext device_ctx, const fi_cuda_api *cu,
+                           const fi_jit_kernel **out)
+{
+    int rc = 0, compiled = 0;
+    fi_build b;
+    fi_table_entry *e = NULL;
+    char arch[16];
+    pthread_mutex_t *stripe = stripe_for(ctx, hash);
+    memset(&b, 0, sizeof b);
+    pthread_mutex_lock(stripe);
+    /* Another thread may have finished this spec while we waited. */
+    if ((e = fi__table_find(&ctx->table, hash, key, device_ctx))) {
+        count(ctx, C_MEMORY_HITS, 1);
+        *out = &e->kernel;
+        e = NULL;
+        goto out;
+    }
+    FI_TRY(fi__cuda_current_arch(arch, NULL, NULL));
+    FI_TRY(build_prepare(&b, spec, arch, NULL, NULL));
+    FI_TRY(build_obtain(ctx, &b, &compiled));
+    if (!(e = fi__calloc(1, sizeof *e))) FI_FAIL(FI_ENOMEM, "out of memory");
+    FI_TRY(load_module(e, &b, cu));
+    e->hash = hash;
+    e->spec = *key;
+    e->device_ctx = device_ctx;
+    fi_launch_shape shape;
+    b.kind->launch_shape(spec, &shape);
+    memcpy(e->kernel.block_dim, shape.block_dim, sizeof shape.block_dim);
+    memcpy(e->kernel.merge_block_dim, shape.merge_block_dim, sizeof shape.merge_block_dim);
+    e->kernel.smem_bytes = shape.smem_bytes;
+    e->kernel.param_bytes = shape.param_bytes;
+    memcpy(e->kernel.key, b.key, sizeof b.key);
+    snprintf(e->kernel.arch, sizeof e->kernel.arch, "%s", arch);
+    fi__table_insert(&ctx->table, e);
+    *out = &e->kernel;
+    e = NULL;
+out:
+    pthread_mutex_unlock(stripe);
+    fi__free(e);
+    build_free(&b);
+    return rc;
+}
+
+int fi_jit_get_kernel(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_jit_kernel **out)
+{
+    int rc;
+    fi_spec_key key;
+    const fi_cuda_api *cu;
+    CUcontext device_ctx = NULL;
+    CUresult res;
+    if (!ctx || !out) return fi__error(FI_EINVALID, "fi_jit_get_kernel: NULL argument");
+    if ((rc = fi__spec_key(&key, spec)) < 0) return rc;
+    if ((rc = fi__cuda_load(&cu)) < 0) return rc;
+    if ((res = cu->CtxGetCurrent(&device_ctx)) != CUDA_SUCCESS)
+        return fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetCurrent");
+    if (!device_ctx)
+        return fi__error(FI_ENODEVICE, "no current CUDA context on this thread (make one current first)");
+    uint64_t hash = fi__table_hash(&key, device_ctx);
+    fi_table_entry *e = fi__table_find(&ctx->table, hash, &key, device_ctx);
+    if (e) {
+        count(ctx, C_MEMORY_HITS, 1);
+        *out = &e->kernel;
+        return 0;
+    }
+    return get_kernel_slow(ctx, spec, &key, hash, device_ctx, cu, out);
+}
+
+int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out)
+{
+    int rc = 0;
+    if (!ctx || !out) return fi__error(FI_EINVALID, "fi_jit_stats_get: NULL argument");
+    flush_counts(ctx);
+    memset(out, 0, sizeof *out);
+    if (ctx->store) rc = fi_store_stats_get(ctx->store, out);
+    return rc;
+}

@@ -1,0 +1,34 @@
+/*
+ * The table of kernel kinds. Adding a kind means one template file, one entry
+ * here (kinds.c) and its launch code and tests: nothing else in the runtime
+ * changes.
+ */
+#ifndef FI_KINDS_H
+#define FI_KINDS_H
+
+#include "fijit.h"
+
+typedef struct fi_launch_shape {
+    unsigned block_dim[3];
+    unsigned merge_block_dim[3];
+    unsigned smem_bytes;   /* dynamic shared memory of the main kernel */
+    unsigned param_bytes;  /* sizeof the main kernel's parameter struct */
+} fi_launch_shape;
+
+typedef struct fi_kind_info {
+    fi_kernel_kind kind;
+    const char *name;          /* in spec strings: "decode" */
+    const char *template_name; /* file in templates/: "decode.cuh" */
+    const char *entry;         /* extern "C" name of the main kernel */
+    const char *merge_entry;   /* extern "C" name of the merge kernel, or NULL */
+    /* Fill the launch shape a caller needs for this spec. */
+    void (*launch_shape)(const fi_jit_spec *spec, fi_launch_shape *out);
+} fi_kind_info;
+
+/* NULL when the kind is unknown or not implemented. */
+const fi_kind_info *fi__kind_info(fi_kernel_kind kind);
+
+/* Provided by src/decode.c. */
+void fi__decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out);
+
+#endif

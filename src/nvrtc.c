@@ -1,0 +1,138 @@
+/*
+ * NVRTC backend (see nvrtc.h). The library is opened with dlopen so fijit
+ * builds against the toolkit's nvrtc.h but links no CUDA library: the same
+ * binary runs on a build host and on a GPU machine with a different layout.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+#include "nvrtc.h"
+#include "sys.h"
+
+/* The slice of NVRTC's C ABI that fijit calls (stable since CUDA 11). Declared
+ * here because the library is opened at run time, not linked. */
+typedef int nvrtcResult;
+typedef struct _nvrtcProgram *nvrtcProgram;
+enum { NVRTC_SUCCESS = 0, NVRTC_ERROR_OUT_OF_MEMORY = 1 };
+
+typedef struct nvrtc_api {
+    nvrtcResult (*Version)(int *, int *);
+    const char *(*GetErrorString)(nvrtcResult);
+    nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int,
+                                 const char *const *, const char *const *);
+    nvrtcResult (*DestroyProgram)(nvrtcProgram *);
+    nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
+    nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+} nvrtc_api;
+
+static nvrtc_api api;
+static int api_status = FI_ENOTFOUND;
+static char api_error[512];
+static pthread_once_t api_once = PTHREAD_ONCE_INIT;
+
+static void load_api(void)
+{
+    static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so",
+                                        "/usr/local/cuda/lib64/libnvrtc.so.13"};
+    void *lib = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++)
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(api_error, sizeof api_error,
+                 "NVRTC not found (libnvrtc.so.13): %s; install the CUDA 13 toolkit or add its lib64 to LD_LIBRARY_PATH",
+                 dlerror());
+        return;
+    }
+#define LOAD(field, symbol)                                                    \
+    if (!(*(void **)&api.field = dlsym(lib, symbol))) {                        \
+        snprintf(api_error, sizeof api_error, "NVRTC lacks %s", symbol);       \
+        return;                                                                \
+    }
+    LOAD(Version, "nvrtcVersion");
+    LOAD(GetErrorString, "nvrtcGetErrorString");
+    LOAD(CreateProgram, "nvrtcCreateProgram");
+    LOAD(DestroyProgram, "nvrtcDestroyProgram");
+    LOAD(CompileProgram, "nvrtcCompileProgram");
+    LOAD(GetCUBINSize, "nvrtcGetCUBINSize");
+    LOAD(GetCUBIN, "nvrtcGetCUBIN");
+    LOAD(GetProgramLogSize, "nvrtcGetProgramLogSize");
+    LOAD(GetProgramLog, "nvrtcGetProgramLog");
+#undef LOAD
+    api_status = 0;
+}
+
+static int nvrtc_load(void)
+{
+    pthread_once(&api_once, load_api);
+    if (api_status < 0) return fi__error(api_status, "%s", api_error);
+    return 0;
+}
+
+int fi__nvrtc_version(int *major, int *minor)
+{
+    int rc = nvrtc_load();
+    if (rc < 0) return rc;
+    if (api.Version(major, minor) != NVRTC_SUCCESS)
+        return fi__error(FI_ENOTFOUND, "nvrtcVersion failed");
+    return 0;
+}
+
+#define NVRTC_CALL(call, what)                                                 \
+    do {                                                                       \
+        nvrtcResult res__ = fi__fault(FI_FAULT_NVRTC) ? NVRTC_ERROR_OUT_OF_MEMORY : (call); \
+        if (res__ != NVRTC_SUCCESS)                                            \
+            FI_FAIL(res__ == NVRTC_ERROR_OUT_OF_MEMORY ? FI_ENOMEM : FI_ECOMPILE, \
+                    "%s failed: %s", what, api.GetErrorString(res__));         \
+    } while (0)
+
+int fi__nvrtc_compile(const fi_compile_input *in, fi_compile_output *out)
+{
+    int rc = 0;
+    nvrtcProgram prog = NULL;
+    nvrtcResult compiled;
+    size_t size = 0;
+    memset(out, 0, sizeof *out);
+    FI_TRY(nvrtc_load());
+    NVRTC_CALL(api.CreateProgram(&prog, in->source, in->source_name, in->header_count,
+                                 in->header_sources, in->header_names),
+               "nvrtcCreateProgram");
+    compiled = fi__fault(FI_FAULT_NVRTC) ? NVRTC_ERROR_OUT_OF_MEMORY
+                                         : api.CompileProgram(prog, in->option_count, in->options);
+    if (api.GetProgramLogSize(prog, &size) == NVRTC_SUCCESS && size > 1) {
+        if (!(out->log = fi__malloc(size))) FI_FAIL(FI_ENOMEM, "out of memory for the NVRTC log");
+        if (api.GetProgramLog(prog, out->log) != NVRTC_SUCCESS) out->log[0] = '\0';
+    }
+    if (compiled != NVRTC_SUCCESS) {
+        rc = fi__error(compiled == NVRTC_ERROR_OUT_OF_MEMORY ? FI_ENOMEM : FI_ECOMPILE,
+                       "NVRTC could not compile %s: %s\n", in->source_name,
+                       api.GetErrorString(compiled));
+        if (out->log) fi__error_append(out->log);
+        goto out;
+    }
+    NVRTC_CALL(api.GetCUBINSize(prog, &size), "nvrtcGetCUBINSize");
+    if (!(out->cubin = fi__malloc(size))) FI_FAIL(FI_ENOMEM, "out of memory for a %zu-byte cubin", size);
+    NVRTC_CALL(api.GetCUBIN(prog, out->cubin), "nvrtcGetCUBIN");
+    out->cubin_size = size;
+out:
+    if (prog) api.DestroyProgram(&prog);
+    if (rc < 0) {
+        fi__free(out->cubin);
+        out->cubin = NULL;
+        out->cubin_size = 0;
+    }
+    return rc;
+}
+
+void fi__compile_output_free(fi_compile_output *out)
+{
+    if (!out) return;
+    fi__free(out->cubin);
+    fi__free(out->log);
+    memset(out, 0, sizeof *out);
+}

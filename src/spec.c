@@ -1,0 +1,268 @@
+/*
+ * Spec strings: "decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0"
+ * (plus " variant=NAME" for a user variant). The first word is the kind; the
+ * fields follow in any order, each at most once. Formatting writes every field
+ * in the order above, so the formatted text is canonical and round-trips.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "kinds.h"
+#include "spec.h"
+
+typedef struct fi_name {
+    int value;
+    const char *name;
+} fi_name;
+
+static const fi_name kind_names[] = {
+    {FI_KIND_DECODE, "decode"},
+    {FI_KIND_BATCH_DECODE, "batch_decode"},
+    {FI_KIND_PREFILL, "prefill"},
+    {FI_KIND_BATCH_PREFILL_RAGGED, "batch_prefill_ragged"},
+    {FI_KIND_BATCH_PREFILL_PAGED, "batch_prefill_paged"},
+};
+static const fi_name dtype_names[] = {
+    {FI_DTYPE_FP16, "fp16"},
+    {FI_DTYPE_BF16, "bf16"},
+    {FI_DTYPE_FP8_E4M3, "fp8_e4m3"},
+    {FI_DTYPE_FP8_E5M2, "fp8_e5m2"},
+};
+static const fi_name mask_names[] = {
+    {FI_MASK_NONE, "none"},
+    {FI_MASK_CAUSAL, "causal"},
+    {FI_MASK_WINDOW, "window"},
+    {FI_MASK_CUSTOM, "custom"},
+};
+static const fi_name pos_names[] = {
+    {FI_POS_NONE, "none"},
+    {FI_POS_ROPE_LLAMA, "rope"},
+    {FI_POS_ALIBI, "alibi"},
+};
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const char *name_of(const fi_name *names, int count, int value)
+{
+    for (int i = 0; i < count; i++)
+        if (names[i].value == value) return names[i].name;
+    return NULL;
+}
+
+const char *fi__kind_name(int kind) { return name_of(kind_names, COUNT(kind_names), kind); }
+const char *fi__dtype_name(int dtype) { return name_of(dtype_names, COUNT(dtype_names), dtype); }
+const char *fi__mask_name(int mask) { return name_of(mask_names, COUNT(mask_names), mask); }
+const char *fi__pos_name(int pos) { return name_of(pos_names, COUNT(pos_names), pos); }
+
+/* "fp16, bf16, fp8_e4m3, fp8_e5m2" for messages. */
+static void list_names(char *buf, size_t size, const fi_name *names, int count)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < count && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "", names[i].name);
+}
+
+static int parse_name(int *out, const fi_name *names, int count, const char *field,
+                      const char *value)
+{
+    for (int i = 0; i < count; i++) {
+        if (strcmp(names[i].name, value) == 0) {
+            *out = names[i].value;
+            return 0;
+        }
+    }
+    char expected[160];
+    list_names(expected, sizeof expected, names, count);
+    return fi__error(FI_EINVALID, "bad value '%.64s' for %s (expected one of: %s)", value, field,
+                     expected);
+}
+
+static int parse_int(int *out, const char *field, const char *value, long lo, long hi)
+{
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(value, &end, 10);
+    if (!*value || *end || errno || n < lo || n > hi)
+        return fi__error(FI_EINVALID, "bad value '%.64s' for %s (expected an integer %ld..%ld)",
+                         value, field, lo, hi);
+    *out = (int)n;
+    return 0;
+}
+
+int fi__variant_name_ok(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > FI_VARIANT_NAME_MAX) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && name[i] != '_' && name[i] != '-') return 0;
+    return 1;
+}
+
+int fi__arch_check(const char *arch)
+{
+    size_t n = arch ? strlen(arch) : 0;
+    size_t digits = 0;
+    if (n < 5 || strncmp(arch, "sm_", 3) != 0) goto bad;
+    while (isdigit((unsigned char)arch[3 + digits])) digits++;
+    if (digits < 2 || digits > 3) goto bad;
+    if (arch[3 + digits] == '\0' || (arch[3 + digits] == 'a' && arch[4 + digits] == '\0'))
+        return 0;
+bad:
+    return fi__error(FI_EINVALID,
+                     "bad arch '%.32s' (expected sm_ + compute capability, e.g. sm_80, sm_89, sm_90a)",
+                     arch ? arch : "(null)");
+}
+
+/* Fields of a spec string, in canonical order; `seen` bits catch repeats. */
+enum { F_Q = 1, F_KV = 2, F_O = 4, F_HD = 8, F_MASK = 16, F_POS = 32, F_SOFTCAP = 64, F_VARIANT = 128 };
+
+static int parse_field(fi_jit_spec *spec, unsigned *seen, char *variant_buf,
+                       size_t variant_buf_size, const char *key, const char *value)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } fields[] = {{"q", F_Q},       {"kv", F_KV},   {"o", F_O},
+                  {"hd", F_HD},     {"mask", F_MASK}, {"pos", F_POS},
+                  {"softcap", F_SOFTCAP}, {"variant", F_VARIANT}};
+    unsigned bit = 0;
+    for (int i = 0; i < COUNT(fields); i++)
+        if (strcmp(fields[i].name, key) == 0) bit = fields[i].bit;
+    if (!bit)
+        return fi__error(FI_EINVALID,
+                         "unknown field '%.32s' (fields: q, kv, o, hd, mask, pos, softcap, variant)",
+                         key);
+    if (*seen & bit) return fi__error(FI_EINVALID, "field '%s' given twice", key);
+    *seen |= bit;
+    switch (bit) {
+    case F_Q: return parse_name((int *)&spec->q_dtype, dtype_names, COUNT(dtype_names), key, value);
+    case F_KV: return parse_name((int *)&spec->kv_dtype, dtype_names, COUNT(dtype_names), key, value);
+    case F_O: return parse_name((int *)&spec->o_dtype, dtype_names, COUNT(dtype_names), key, value);
+    case F_HD: return parse_int(&spec->head_dim, key, value, 1, 4096);
+    case F_MASK: return parse_name((int *)&spec->mask, mask_names, COUNT(mask_names), key, value);
+    case F_POS: return parse_name((int *)&spec->pos, pos_names, COUNT(pos_names), key, value);
+    case F_SOFTCAP: return parse_int(&spec->soft_cap, key, value, 0, 1);
+    default:
+        if (!fi__variant_name_ok(value))
+            return fi__error(FI_EINVALID,
+                             "bad variant name '%.64s' (1-63 letters, digits, '_' or '-')", value);
+        if (!variant_buf || strlen(value) >= variant_buf_size)
+            return fi__error(FI_EINVALID, "no room for variant name '%s'", value);
+        strcpy(variant_buf, value);
+        spec->variant = strcmp(value, "default") == 0 ? NULL : variant_buf;
+        return 0;
+    }
+}
+
+int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant_buf_size,
+                      const char *text)
+{
+    int rc = 0;
+    char words[1024];
+    char *save = NULL;
+    unsigned seen = 0;
+    fi_jit_spec spec = FI_JIT_SPEC_INIT;
+    if (!out || !text) return fi__error(FI_EINVALID, "fi_jit_spec_parse: NULL argument");
+    if (strlen(text) >= sizeof words)
+        return fi__error(FI_EINVALID, "spec string too long (%zu bytes)", strlen(text));
+    strcpy(words, text);
+    char *word = strtok_r(words, " \t\r\n", &save);
+    if (!word) return fi__error(FI_EINVALID, "empty spec string");
+    FI_TRY(parse_name((int *)&spec.kind, kind_names, COUNT(kind_names), "kernel kind", word));
+    while ((word = strtok_r(NULL, " \t\r\n", &save))) {
+        char *eq = strchr(word, '=');
+        if (!eq || eq == word || !eq[1])
+            FI_FAIL(FI_EINVALID, "bad spec field '%.64s' (expected name=value)", word);
+        *eq = '\0';
+        FI_TRY(parse_field(&spec, &seen, variant_buf, variant_buf_size, word, eq + 1));
+    }
+    if (!(seen & F_KV)) spec.kv_dtype = spec.q_dtype;
+    if (!(seen & F_O)) spec.o_dtype = spec.q_dtype;
+    *out = spec;
+out:
+    return rc;
+}
+
+int fi_jit_spec_format(char *buf, size_t size, const fi_jit_spec *spec)
+{
+    int rc = fi_jit_spec_check(spec);
+    if (rc < 0) return rc;
+    int n = snprintf(buf, size, "%s q=%s kv=%s o=%s hd=%d mask=%s pos=%s softcap=%d%s%s",
+                     fi__kind_name(spec->kind), fi__dtype_name(spec->q_dtype),
+                     fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->o_dtype),
+                     spec->head_dim, fi__mask_name(spec->mask), fi__pos_name(spec->pos),
+                     spec->soft_cap, spec->variant ? " variant=" : "",
+                     spec->variant ? spec->variant : "");
+    if (n < 0 || (size_t)n >= size)
+        return fi__error(FI_EINVALID, "spec text needs %d bytes, buffer has %zu", n + 1, size);
+    return n;
+}
+
+int fi_jit_spec_check(const fi_jit_spec *spec)
+{
+    if (!spec) return fi__error(FI_EINVALID, "spec is NULL");
+    if (spec->version != FI_JIT_SPEC_VERSION)
+        return fi__error(FI_EINVALID, "spec.version is %u, this library expects %d",
+                         spec->version, FI_JIT_SPEC_VERSION);
+    if (!fi__kind_name(spec->kind))
+        return fi__error(FI_EINVALID, "unknown kernel kind %d", (int)spec->kind);
+    const fi_kind_info *kind = fi__kind_info(spec->kind);
+    if (!kind)
+        return fi__error(FI_EUNSUPPORTED, "kernel kind '%s' is not implemented yet (supported: decode)",
+                         fi__kind_name(spec->kind));
+    if (spec->q_dtype != FI_DTYPE_FP16 && spec->q_dtype != FI_DTYPE_BF16)
+        return fi__error(fi__dtype_name(spec->q_dtype) ? FI_EUNSUPPORTED : FI_EINVALID,
+                         "q dtype '%s' is not supported for %s (supported: fp16, bf16)",
+                         fi__dtype_name(spec->q_dtype) ? fi__dtype_name(spec->q_dtype) : "?",
+                         kind->name);
+    if (spec->kv_dtype != spec->q_dtype)
+        return fi__error(fi__dtype_name(spec->kv_dtype) ? FI_EUNSUPPORTED : FI_EINVALID,
+                         "kv dtype '%s' is not supported with q=%s (supported: kv equal to q)",
+                         fi__dtype_name(spec->kv_dtype) ? fi__dtype_name(spec->kv_dtype) : "?",
+                         fi__dtype_name(spec->q_dtype));
+    if (spec->o_dtype != spec->q_dtype)
+        return fi__error(fi__dtype_name(spec->o_dtype) ? FI_EUNSUPPORTED : FI_EINVALID,
+                         "o dtype '%s' is not supported with q=%s (supported: o equal to q)",
+                         fi__dtype_name(spec->o_dtype) ? fi__dtype_name(spec->o_dtype) : "?",
+                         fi__dtype_name(spec->q_dtype));
+    if (spec->head_dim != 64 && spec->head_dim != 128 && spec->head_dim != 256)
+        return fi__error(FI_EUNSUPPORTED, "head_dim %d is not supported (supported: 64, 128, 256)",
+                         spec->head_dim);
+    if (spec->mask != FI_MASK_NONE && spec->mask != FI_MASK_WINDOW)
+        return fi__error(fi__mask_name(spec->mask) ? FI_EUNSUPPORTED : FI_EINVALID,
+                         "mask '%s' is not supported for %s (supported: none, window)",
+                         fi__mask_name(spec->mask) ? fi__mask_name(spec->mask) : "?", kind->name);
+    if (!fi__pos_name(spec->pos))
+        return fi__error(FI_EINVALID, "pos encoding %d is not valid (supported: none, rope, alibi)",
+                         (int)spec->pos);
+    if (spec->soft_cap != 0 && spec->soft_cap != 1)
+        return fi__error(FI_EINVALID, "soft_cap is %d (expected 0 or 1)", spec->soft_cap);
+    if (spec->variant && strcmp(spec->variant, "default") != 0 &&
+        !fi__variant_name_ok(spec->variant))
+        return fi__error(FI_EINVALID, "bad variant name '%.64s' (1-63 letters, digits, '_' or '-')",
+                         spec->variant);
+    return 0;
+}
+
+int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec)
+{
+    int rc = fi_jit_spec_check(spec);
+    if (rc < 0) return rc;
+    memset(out, 0, sizeof *out);
+    out->kind = spec->kind;
+    out->q_dtype = spec->q_dtype;
+    out->kv_dtype = spec->kv_dtype;
+    out->o_dtype = spec->o_dtype;
+    out->head_dim = spec->head_dim;
+    out->mask = spec->mask;
+    out->pos = spec->pos;
+    out->soft_cap = spec->soft_cap;
+    if (spec->variant && strcmp(spec->variant, "default") != 0)
+        strcpy(out->variant, spec->variant);
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* Spec parsing, formatting, validation and the fixed-size form used as the
+ * in-memory table key. */
+#ifndef FI_SPEC_H
+#define FI_SPEC_H
+
+#include <stdint.h>
+
+#include "fijit.h"
+
+#define FI_VARIANT_NAME_MAX 63
+
+/* A spec with no pointers: zero-padded so it can be hashed and compared as bytes. */
+typedef struct fi_spec_key {
+    int32_t kind, q_dtype, kv_dtype, o_dtype, head_dim, mask, pos, soft_cap;
+    char variant[FI_VARIANT_NAME_MAX + 1]; /* "" for the built-in variant */
+} fi_spec_key;
+
+/* Validate `spec` (fi_jit_spec_check) and fill its key form. */
+int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec);
+
+/* Names used in spec strings; NULL for values out of range. */
+const char *fi__kind_name(int kind);
+const char *fi__dtype_name(int dtype);
+const char *fi__mask_name(int mask);
+const char *fi__pos_name(int pos);
+
+/* 1 if `name` is a valid variant name: 1..63 of [A-Za-z0-9_-]. */
+int fi__variant_name_ok(const char *name);
+
+/* Check an arch name: "sm_" + 2 or 3 digits + optional 'a' (e.g. sm_90a). */
+int fi__arch_check(const char *arch);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * Minimal test harness shared by the CPU test programs.
+ *
+ *   TEST(store_put_then_get) { ...; CHECK(x == 1); CHECK_OK(fi_...(...)); }
+ * (main is in check.c)
+ *
+ * Tests register themselves through a constructor; each runs in order, with a
+ * fresh temp directory in `check_tmpdir` (removed afterwards). A failed CHECK
+ * records the failure and returns from the test. The summary line
+ * "N passed, N failed" is what CI reads.
+ */
+#ifndef FI_CHECK_H
+#define FI_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fijit.h"
+
+typedef void (*check_fn)(void);
+typedef struct check_case {
+    const char *name;
+    check_fn fn;
+} check_case;
+
+void check_register(const char *name, check_fn fn);
+int check_main(int argc, char **argv);
+void check_fail(const char *file, int line, const char *expr, const char *detail);
+/* A fresh, empty directory for the running test. */
+extern char check_tmpdir[];
+extern int check_current_failed;
+
+#define TEST(name)                                                             \
+    static void test_##name(void);                                             \
+    __attribute__((constructor)) static void register_##name(void)             \
+    {                                                                          \
+        check_register(#name, test_##name);                                    \
+    }                                                                          \
+    static void test_##name(void)
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            check_fail(__FILE__, __LINE__, #cond, NULL);                       \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                   \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            char detail__[1024];                                               \
+            snprintf(detail__, sizeof detail__, __VA_ARGS__);                  \
+            check_fail(__FILE__, __LINE__, #cond, detail__);                   \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+/* Expect a fijit call to return `code`; on mismatch print fi_last_error(). */
+#define CHECK_RC(expr, code)                                                   \
+    do {                                                                       \
+        int rc__ = (expr);                                                     \
+        if (rc__ != (code)) {                                                  \
+            char detail__[1200];                                               \
+            snprintf(detail__, sizeof detail__, "got %d (%s), want %d: %s",    \
+                     rc__, fi_error_name(rc__), (int)(code), fi_last_error()); \
+            check_fail(__FILE__, __LINE__, #expr, detail__);                   \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+#define CHECK_OK(expr) CHECK_RC(expr, 0)
+
+#endif

@@ -1,0 +1,466 @@
+/*
+ * CPU tests of the JIT path: specs, expansion, keys, NVRTC compiles with no
+ * GPU, the disk cache seen from new processes, single flight, and recovery
+ * from a truncated object. Statistics are the oracle.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "expand.h"
+#include "key.h"
+#include "kinds.h"
+#include "spec.h"
+#include "sys.h"
+
+static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
+
+static int new_ctx(fi_jit_ctx **out, const char *arch)
+{
+    char dir[4200];
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    opts.cache_dir = dir;
+    opts.arch = arch;
+    opts.log_level = FI_LOG_OFF;
+    return fi_jit_ctx_new(out, &opts);
+}
+
+static fi_jit_spec parse_or_die(const char *text)
+{
+    fi_jit_spec spec;
+    static char variant[64];
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0) {
+        fprintf(stderr, "cannot parse '%s': %s\n", text, fi_last_error());
+        abort();
+    }
+    return spec;
+}
+
+/* Every tuple the decode kind accepts. */
+static int decode_tuples(fi_jit_spec *out, int max)
+{
+    static const fi_dtype dtypes[] = {FI_DTYPE_FP16, FI_DTYPE_BF16};
+    static const int dims[] = {64, 128, 256};
+    static const fi_mask masks[] = {FI_MASK_NONE, FI_MASK_WINDOW};
+    static const fi_pos_encoding pos[] = {FI_POS_NONE, FI_POS_ROPE_LLAMA, FI_POS_ALIBI};
+    int n = 0;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 2; c++)
+                for (int d = 0; d < 3; d++)
+                    for (int e = 0; e < 2 && n < max; e++) {
+                        fi_jit_spec s = FI_JIT_SPEC_INIT;
+                        s.q_dtype = s.kv_dtype = s.o_dtype = dtypes[a];
+                        s.head_dim = dims[b];
+                        s.mask = masks[c];
+                        s.pos = pos[d];
+                        s.soft_cap = e;
+                        out[n++] = s;
+                    }
+    return n;
+}
+
+TEST(spec_round_trip_over_decode_tuples)
+{
+    fi_jit_spec tuples[128];
+    int n = decode_tuples(tuples, 128);
+    CHECK(n == 72);
+    for (int i = 0; i < n; i++) {
+        char text[256], again[256], variant[64];
+        fi_jit_spec parsed;
+        CHECK(fi_jit_spec_format(text, sizeof text, &tuples[i]) > 0);
+        CHECK_OK(fi_jit_spec_parse(&parsed, variant, sizeof variant, text));
+        CHECK(fi_jit_spec_format(again, sizeof again, &parsed) > 0);
+        CHECK_MSG(strcmp(text, again) == 0, "'%s' became '%s'", text, again);
+    }
+}
+
+TEST(spec_parse_defaults_and_order)
+{
+    char text[256], variant[64];
+    fi_jit_spec spec;
+    CHECK_OK(fi_jit_spec_parse(&spec, variant, sizeof variant, "decode softcap=1 hd=64 q=bf16"));
+    CHECK(spec.kv_dtype == FI_DTYPE_BF16 && spec.o_dtype == FI_DTYPE_BF16);
+    CHECK(fi_jit_spec_format(text, sizeof text, &spec) > 0);
+    CHECK(strcmp(text, "decode q=bf16 kv=bf16 o=bf16 hd=64 mask=none pos=none softcap=1") == 0);
+}
+
+TEST(spec_rejects_bad_input_with_named_field)
+{
+    static const struct {
+        const char *text;
+        int code;
+        const char *says;
+    } cases[] = {
+        {"", FI_EINVALID, "empty"},
+        {"decoder q=fp16", FI_EINVALID, "decode"},
+        {"decode q=fp32", FI_EINVALID, "fp16, bf16"},
+        {"decode hd=abc", FI_EINVALID, "hd"},
+        {"decode hd=99999999999", FI_EINVALID, "hd"},
+        {"decode mask=diagonal", FI_EINVALID, "none, causal, window, custom"},
+        {"decode pos=yarn", FI_EINVALID, "rope"},
+        {"decode colour=red", FI_EINVALID, "unknown field"},
+        {"decode hd=64 hd=128", FI_EINVALID, "twice"},
+        {"decode hd", FI_EINVALID, "name=value"},
+        {"decode softcap=2", FI_EINVALID, "softcap"},
+        {"decode variant=../etc", FI_EINVALID, "variant"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fi_jit_spec spec;
+        char variant[64];
+        CHECK_RC(fi_jit_spec_parse(&spec, variant, sizeof variant, cases[i].text), cases[i].code);
+        CHECK_MSG(strstr(fi_last_error(), cases[i].says), "'%s': message '%s' lacks '%s'",
+                  cases[i].text, fi_last_error(), cases[i].says);
+    }
+}
+
+TEST(spec_check_names_unsupported_field_and_values)
+{
+    fi_jit_spec spec = parse_or_die("decode hd=96");
+    CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);
+    CHECK(strstr(fi_last_error(), "head_dim 96") && strstr(fi_last_error(), "64, 128, 256"));
+    spec = parse_or_die("decode mask=causal");
+    CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);
+    CHECK(strstr(fi_last_error(), "mask 'causal'") && strstr(fi_last_error(), "none, window"));
+    spec = parse_or_die("prefill");
+    CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);
+    spec = parse_or_die("decode q=fp16 kv=bf16");
+    CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);
+    spec.version = 99;
+    CHECK_RC(fi_jit_spec_check(&spec), FI_EINVALID);
+    CHECK_RC(fi_jit_spec_check(NULL), FI_EINVALID);
+    CHECK_RC(fi__arch_check("sm_9"), FI_EINVALID);
+    CHECK_RC(fi__arch_check("compute_90"), FI_EINVALID);
+    CHECK_OK(fi__arch_check("sm_90a"));
+    CHECK_OK(fi__arch_check("sm_100"));
+}
+
+/* Key of `spec` on `arch` with the templates in effect now. */
+static int key_of(uint8_t out[16], const char *text, const char *arch, const char *extra_option)
+{
+    fi_jit_spec spec = parse_or_die(text);
+    fi_translation_unit tu;
+    const char *options[] = {"-std=c++17", "--gpu-architecture=sm_90a", extra_option};
+    int rc = fi__expand(&tu, &spec, NULL);
+    if (rc < 0) return rc;
+    const fi_kind_info *kind = fi__kind_info(spec.kind);
+    fi_key_input in = {&tu, arch, 13, 0, extra_option ? 3 : 2, options, kind->entry,
+                       kind->merge_entry};
+    rc = fi__key_compute(out, &in, NULL, NULL);
+    fi__tu_free(&tu);
+    return rc;
+}
+
+static int copy_templates(const char *to_dir)
+{
+    char *text = NULL;
+    static const char *const names[] = {"fijit_common.cuh", "fijit_params.h", "fijit_variant.cuh",
+                                        "decode.cuh"};
+    mkdir(to_dir, 0700);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[4300];
+        if (fi__template_load(names[i], &text) < 0) return -1;
+        snprintf(path, sizeof path, "%s/%s", to_dir, names[i]);
+        FILE *f = fopen(path, "w");
+        if (!f) return -1;
+        fputs(text, f);
+        fclose(f);
+        fi__free(text);
+    }
+    return 0;
+}
+
+TEST(key_is_deterministic_and_covers_every_input)
+{
+    uint8_t a[16], b[16], c[16];
+    const char *base = "decode q=fp16 hd=128";
+    CHECK_OK(key_of(a, base, "sm_90a", NULL));
+    CHECK_OK(key_of(b, base, "sm_90a", NULL));
+    CHECK(memcmp(a, b, 16) == 0);
+    CHECK_OK(key_of(c, base, "sm_80", NULL));
+    CHECK(memcmp(a, c, 16) != 0);
+    CHECK_OK(key_of(c, base, "sm_90a", "-lineinfo"));
+    CHECK(memcmp(a, c, 16) != 0);
+    CHECK_OK(key_of(c, "decode q=fp16 hd=128 softcap=1", "sm_90a", NULL));
+    CHECK(memcmp(a, c, 16) != 0);
+
+    /* One changed byte in any template header changes the key. */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/templates", check_tmpdir);
+    CHECK(copy_templates(dir) == 0);
+    setenv("FIJIT_TEMPLATE_DIR", dir, 1);
+    CHECK_OK(key_of(c, base, "sm_90a", NULL));
+    CHECK_MSG(memcmp(a, c, 16) == 0, "a verbatim template copy must give the same key");
+    static const char *const names[] = {"fijit_common.cuh", "fijit_params.h", "fijit_variant.cuh",
+                                        "decode.cuh"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "a");
+        fputs(" ", f);
+        fclose(f);
+        int rc = key_of(c, base, "sm_90a", NULL);
+        CHECK_OK(rc);
+        CHECK_MSG(memcmp(a, c, 16) != 0, "a byte appended to %s did not change the key", names[i]);
+        copy_templates(dir);
+    }
+    unsetenv("FIJIT_TEMPLATE_DIR");
+}
+
+TEST(explain_lists_every_hashed_field)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec spec = parse_or_die("decode q=bf16 hd=64 pos=rope");
+    char text[16384] = "";
+    CHECK_OK(new_ctx(&ctx, "sm_80"));
+    int rc = fi_jit_explain(ctx, &spec, NULL, (void (*)(void *, const char *))(void (*)(void))strcat, text);
+    fi_jit_ctx_free(ctx);
+    CHECK_OK(rc);
+    static const char *const expected[] = {"schema", "sm_80", "nvrtc-version", "option",
+                                           "--gpu-architecture=sm_80", "header:decode.cuh",
+                                           "header:fijit_common.cuh", "source", "key "};
+    for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
+        CHECK_MSG(strstr(text, expected[i]), "explain output lacks '%s':\n%s", expected[i], text);
+}
+
+typedef struct compile_job {
+    fi_jit_ctx *ctx;
+    const fi_jit_spec *specs;
+    int first, step, count;
+    const char *arch;
+    int failures;
+    char error[512];
+} compile_job;
+
+static void *compile_some(void *arg)
+{
+    compile_job *job = arg;
+    for (int i = job->first; i < job->count; i += job->step) {
+        fi_build_outcome outcome;
+        if (fi_jit_prewarm(job->ctx, &job->specs[i], job->arch, &outcome) < 0) {
+            if (!job->failures++) snprintf(job->error, sizeof job->error, "%s", fi_last_error());
+        }
+    }
+    return NULL;
+}
+
+static void compile_all(const char *arch)
+{
+    fi_jit_spec specs[128];
+    int n = decode_tuples(specs, 128);
+    if (quick()) n = 4; /* sanitizer runs: NVRTC is not our code */
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(new_ctx(&ctx, arch));
+    compile_job jobs[2];
+    pthread_t threads[2];
+    for (int t = 0; t < 2; t++) {
+        jobs[t] = (compile_job){ctx, specs, t, 2, n, arch, 0, ""};
+        pthread_create(&threads[t], NULL, compile_some, &jobs[t]);
+    }
+    for (int t = 0; t < 2; t++) pthread_join(threads[t], NULL);
+    fi_jit_stats stats;
+    CHECK_OK(fi_jit_stats_get(ctx, &stats));
+    fi_jit_ctx_free(ctx);
+    CHECK_MSG(jobs[0].failures + jobs[1].failures == 0, "%d failures, first: %s%s",
+              jobs[0].failures + jobs[1].failures, jobs[0].error, jobs[1].error);
+    CHECK_MSG(stats.compiles == n && stats.entries == n, "compiles %lld entries %lld, want %d",
+              (long long)stats.compiles, (long long)stats.entries, n);
+}
+
+TEST(nvrtc_compiles_every_decode_tuple_for_sm90a) { compile_all("sm_90a"); }
+TEST(nvrtc_compiles_every_decode_tuple_for_sm80) { compile_all("sm_80"); }
+
+/* Run `fn` in a child process; returns its exit status. */
+static int in_child(int (*fn)(void *), void *arg)
+{
+    pid_t pid = fork();
+    if (pid == 0) _exit(fn(arg));
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+static int prewarm_once(void *arg)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec spec = parse_or_die(arg);
+    fi_build_outcome outcome = FI_BUILD_COMPILED;
+    if (new_ctx(&ctx, "sm_90a") < 0 || fi_jit_prewarm(ctx, &spec, NULL, &outcome) < 0) {
+        fprintf(stderr, "prewarm: %s\n", fi_last_error());
+        return 50;
+    }
+    fi_jit_ctx_free(ctx);
+    return outcome == FI_BUILD_COMPILED ? 10 : 11;
+}
+
+static int read_stats(fi_jit_stats *out)
+{
+    fi_jit_ctx *ctx = NULL;
+    int rc = new_ctx(&ctx, "sm_90a");
+    if (rc == 0) rc = fi_jit_stats_get(ctx, out);
+    fi_jit_ctx_free(ctx);
+    return rc;
+}
+
+TEST(second_process_is_a_disk_hit_with_no_compile)
+{
+    char spec[] = "decode q=fp16 hd=64";
+    CHECK(in_child(prewarm_once, spec) == 10);
+    CHECK(in_child(prewarm_once, spec) == 11);
+    fi_jit_stats stats;
+    CHECK_OK(read_stats(&stats));
+    CHECK_MSG(stats.compiles == 1 && stats.disk_hits == 1 && stats.misses == 1 && stats.entries == 1,
+              "compiles %lld disk_hits %lld misses %lld entries %lld", (long long)stats.compiles,
+              (long long)stats.disk_hits, (long long)stats.misses, (long long)stats.entries);
+}
+
+typedef struct flight_arg {
+    fi_jit_ctx *ctx;
+    fi_jit_spec spec;
+    int failed;
+} flight_arg;
+
+static void *prewarm_thread(void *p)
+{
+    flight_arg *arg = p;
+    if (fi_jit_prewarm(arg->ctx, &arg->spec, NULL, NULL) < 0) arg->failed = 1;
+    return NULL;
+}
+
+/* 8 threads in this process ask for one spec at once. */
+static int eight_threads(void *text)
+{
+    fi_jit_ctx *ctx = NULL;
+    flight_arg args[8];
+    pthread_t threads[8];
+    if (new_ctx(&ctx, "sm_90a") < 0) return 50;
+    for (int i = 0; i < 8; i++) {
+        args[i] = (flight_arg){ctx, parse_or_die(text), 0};
+        pthread_create(&threads[i], NULL, prewarm_thread, &args[i]);
+    }
+    int failed = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(threads[i], NULL);
+        failed |= args[i].failed;
+    }
+    fi_jit_ctx_free(ctx);
+    return failed ? 51 : 0;
+}
+
+TEST(eight_threads_and_four_processes_compile_one_key_once)
+{
+    char spec[] = "decode q=bf16 hd=128 mask=window";
+    pid_t pids[4];
+    for (int p = 0; p < 4; p++)
+        if ((pids[p] = fork()) == 0) _exit(eight_threads(spec));
+    for (int p = 0; p < 4; p++) {
+        int status = 0;
+        waitpid(pids[p], &status, 0);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d status %d", p, status);
+    }
+    fi_jit_stats stats;
+    CHECK_OK(read_stats(&stats));
+    CHECK_MSG(stats.compiles == 1, "compiles %lld", (long long)stats.compiles);
+    CHECK_MSG(stats.misses + stats.disk_hits + stats.memory_hits >= 4, "lookups %lld",
+              (long long)(stats.misses + stats.disk_hits + stats.memory_hits));
+}
+
+static int find_object(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)ftw;
+    if (flag == FTW_F && strstr(path, ".fo") && !strstr(path, ".tmp"))
+        return truncate(path, 100) == 0 ? 1 : -1; /* stop the walk at the first object */
+    return 0;
+}
+
+TEST(truncated_object_is_detected_and_rebuilt)
+{
+    char spec[] = "decode q=fp16 hd=256 pos=alibi";
+    char objects[4300];
+    CHECK(in_child(prewarm_once, spec) == 10);
+    snprintf(objects, sizeof objects, "%s/cache/objects", check_tmpdir);
+    CHECK_MSG(nftw(objects, find_object, 8, FTW_PHYS) == 1, "no object file under %s", objects);
+    CHECK(in_child(prewarm_once, spec) == 10);
+    fi_jit_stats stats;
+    CHECK_OK(read_stats(&stats));
+    CHECK_MSG(stats.corrupt == 1 && stats.compiles == 2 && stats.entries == 1,
+              "corrupt %lld compiles %lld entries %lld", (long long)stats.corrupt,
+              (long long)stats.compiles, (long long)stats.entries);
+    CHECK(in_child(prewarm_once, spec) == 11);
+}
+
+TEST(get_kernel_without_gpu_says_so)
+{
+    fi_jit_ctx *ctx = NULL;
+    const fi_jit_kernel *kernel = NULL;
+    fi_jit_spec spec = parse_or_die("decode");
+    CHECK_OK(new_ctx(&ctx, NULL));
+    int rc = fi_jit_get_kernel(ctx, &spec, &kernel);
+    fi_jit_ctx_free(ctx);
+    if (rc == 0) return; /* a machine with a GPU: the GPU suite covers it */
+    CHECK_RC(rc, FI_ENODEVICE);
+    CHECK(kernel == NULL);
+    CHECK(strstr(fi_last_error(), "CUDA") != NULL);
+}
+
+TEST(jit_off_serves_only_cached_kernels)
+{
+    char dir[4200];
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec spec = parse_or_die("decode q=fp16 hd=64");
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    opts.cache_dir = dir;
+    opts.jit = 0;
+    opts.arch = "sm_90a";
+    CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
+    int rc = fi_jit_prewarm(ctx, &spec, NULL, NULL);
+    fi_jit_ctx_free(ctx);
+    CHECK_RC(rc, FI_ENOTFOUND);
+    CHECK(strstr(fi_last_error(), "JIT is disabled"));
+}
+
+TEST(unsafe_cache_dir_is_refused)
+{
+    char dir[4200];
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    snprintf(dir, sizeof dir, "%s/shared", check_tmpdir);
+    CHECK(mkdir(dir, 0777) == 0 && chmod(dir, 0777) == 0);
+    opts.cache_dir = dir;
+    CHECK_RC(fi_jit_ctx_new(&ctx, &opts), FI_EPERM);
+    CHECK(ctx == NULL);
+    opts.allow_unsafe_dir = 1;
+    CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(options_and_environment_are_validated)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    opts.cache_dir = dir;
+    opts.arch = "gfx90a";
+    CHECK_RC(fi_jit_ctx_new(&ctx, &opts), FI_EINVALID);
+    opts.arch = NULL;
+    opts.version = 7;
+    CHECK_RC(fi_jit_ctx_new(&ctx, &opts), FI_EINVALID);
+    opts.version = FI_JIT_OPTIONS_VERSION;
+    setenv("FIJIT_MAX_CACHE_SIZE", "lots", 1);
+    int rc = fi_jit_ctx_new(&ctx, &opts);
+    unsetenv("FIJIT_MAX_CACHE_SIZE");
+    CHECK_RC(rc, FI_EINVALID);
+    CHECK(fi_version_number() == FIJIT_VERSION_NUMBER);
+}
+
