@@ -90,8 +90,12 @@ test-tsan: $(B)/tsan/tests/test_concurrency
 test-cli: $(B)/fijit
 	@bash tests/cli/run.sh $(B)/fijit
 
-bench: all
-	$(B)/tests/bench_jit 2>/dev/null || $(MAKE) $(B)/bench_jit && $(B)/bench_jit
+$(B)/bench_jit: $(B)/obj/tests/bench_jit.o $(B)/libfijit.a
+	$(CC) -o $@ $^ $(LDLIBS)
+
+bench: $(B)/bench_jit $(B)/fijit
+	$(B)/bench_jit
+	bash bench/bench_prewarm.sh $(B)/fijit
 
 gpu-check: all
 	bash bench/gpu_run.sh

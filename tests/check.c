@@ -1,6 +1,5 @@
 /* Runner for tests/check.h: runs every registered test (or those whose names
  * contain argv[1]) and prints "N passed, N failed". */
-#define _GNU_SOURCE
 #include "check.h"
 
 #include <ftw.h>

@@ -50,7 +50,7 @@ extern int check_current_failed;
 #define CHECK_MSG(cond, ...)                                                   \
     do {                                                                       \
         if (!(cond)) {                                                         \
-            char detail__[1024];                                               \
+            char detail__[8192];                                               \
             snprintf(detail__, sizeof detail__, __VA_ARGS__);                  \
             check_fail(__FILE__, __LINE__, #cond, detail__);                   \
             return;                                                            \

@@ -3,7 +3,6 @@
  * GPU, the disk cache seen from new processes, single flight, and recovery
  * from a truncated object. Statistics are the oracle.
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>

@@ -1,0 +1,199 @@
+/*
+ * JIT-side benchmark (`make bench`): cold compile time per tuple, disk-hit
+ * latency in a fresh process (split into expand+key and index+read+verify),
+ * and hot-lookup cost with 1 and 8 threads. Medians; CUDA_CACHE_DISABLE=1 so
+ * NVRTC's own cache does not hide cold compiles. Prewarm -j1 vs -jN is timed
+ * by bench/bench_prewarm.sh through the CLI.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "expand.h"
+#include "fijit.h"
+#include "key.h"
+#include "kinds.h"
+#include "nvrtc.h"
+#include "spec.h"
+#include "store.h"
+#include "sys.h"
+#include "table.h"
+
+static int compare_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t median(int64_t *v, int n)
+{
+    qsort(v, (size_t)n, sizeof v[0], compare_i64);
+    return v[n / 2];
+}
+
+static fi_jit_ctx *open_ctx(const char *dir)
+{
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    opts.cache_dir = dir;
+    opts.arch = "sm_90a";
+    if (fi_jit_ctx_new(&ctx, &opts) < 0) {
+        fprintf(stderr, "fi_jit_ctx_new: %s\n", fi_last_error());
+        exit(1);
+    }
+    return ctx;
+}
+
+static fi_jit_spec spec_of(const char *text)
+{
+    static char variant[64];
+    fi_jit_spec spec;
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0) exit(1);
+    return spec;
+}
+
+static const char *const tuples[] = {
+    "decode q=fp16 hd=128", "decode q=bf16 hd=128 pos=rope", "decode q=fp16 hd=64 mask=window",
+    "decode q=bf16 hd=256 pos=alibi softcap=1", "decode q=fp16 hd=256",
+};
+#define TUPLES ((int)(sizeof tuples / sizeof tuples[0]))
+
+/* Disk hit in a fresh process: returns ns for [expand+key, index+read+verify]. */
+static void disk_hit_child(const char *dir, int write_fd)
+{
+    fi_jit_ctx *ctx = open_ctx(dir);
+    fi_jit_spec spec = spec_of(tuples[0]);
+    fi_translation_unit tu;
+    uint8_t key[16];
+    void *object = NULL;
+    size_t size = 0;
+    const fi_kind_info *kind = fi__kind_info(spec.kind);
+    const char *options[] = {"--gpu-architecture=sm_90a", "-std=c++17", "--modify-stack-limit=false",
+                             "-default-device", "--ptxas-options=--verbose"};
+    int major, minor;
+    if (fi__nvrtc_version(&major, &minor) < 0) exit(1);
+    int64_t t0 = fi__now_ns();
+    fi__expand(&tu, &spec, NULL);
+    fi_key_input in = {&tu, "sm_90a", major, minor, 5, options, kind->entry, kind->merge_entry};
+    fi__key_compute(key, &in, NULL, NULL);
+    int64_t t1 = fi__now_ns();
+    fi_store *store = NULL;
+    fi_store_open(&store, dir, 0, 0);
+    int64_t t2 = fi__now_ns();
+    int rc = fi_store_get(store, key, &object, &size, NULL);
+    int64_t t3 = fi__now_ns();
+    int64_t result[3] = {t1 - t0, t3 - t2, rc};
+    if (write(write_fd, result, sizeof result) != sizeof result) exit(1);
+    fi__free(object);
+    fi__tu_free(&tu);
+    fi_store_close(store);
+    fi_jit_ctx_free(ctx);
+    exit(0);
+}
+
+typedef struct hot_arg {
+    fi_table *table;
+    int iterations;
+    int64_t ns;
+} hot_arg;
+
+/* What fi_jit_get_kernel does on a hit, minus the driver's cuCtxGetCurrent. */
+static void *hot_lookups(void *p)
+{
+    hot_arg *arg = p;
+    fi_jit_spec spec = spec_of(tuples[0]);
+    void *device_ctx = (void *)0x1;
+    int found = 0;
+    int64_t start = fi__now_ns();
+    for (int i = 0; i < arg->iterations; i++) {
+        fi_spec_key key;
+        fi__spec_key(&key, &spec);
+        found += fi__table_find(arg->table, fi__table_hash(&key, device_ctx), &key, device_ctx) != NULL;
+    }
+    arg->ns = fi__now_ns() - start;
+    if (found != arg->iterations) fprintf(stderr, "hot lookup missed\n");
+    return NULL;
+}
+
+static double hot_ns_per_op(int threads)
+{
+    static fi_table table;
+    fi__table_init(&table);
+    for (int i = 0; i < TUPLES; i++) {
+        fi_jit_spec spec = spec_of(tuples[i]);
+        fi_table_entry *e = fi__calloc(1, sizeof *e);
+        fi__spec_key(&e->spec, &spec);
+        e->device_ctx = (void *)0x1;
+        e->hash = fi__table_hash(&e->spec, e->device_ctx);
+        fi__table_insert(&table, e);
+    }
+    pthread_t tid[8];
+    hot_arg args[8];
+    double worst = 0;
+    for (int t = 0; t < threads; t++) {
+        args[t] = (hot_arg){&table, 2000000, 0};
+        pthread_create(&tid[t], NULL, hot_lookups, &args[t]);
+    }
+    for (int t = 0; t < threads; t++) {
+        pthread_join(tid[t], NULL);
+        double per = (double)args[t].ns / args[t].iterations;
+        if (per > worst) worst = per;
+    }
+    fi__table_destroy(&table, NULL);
+    return worst;
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/fijit-bench-XXXXXX";
+    int64_t compile_ms[TUPLES];
+    setenv("CUDA_CACHE_DISABLE", "1", 1);
+    if (!mkdtemp(dir)) return 1;
+    char cache[64];
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    fi_jit_ctx *ctx = open_ctx(cache);
+    for (int i = 0; i < TUPLES; i++) {
+        fi_jit_spec spec = spec_of(tuples[i]);
+        int64_t start = fi__now_ns();
+        if (fi_jit_prewarm(ctx, &spec, NULL, NULL) < 0) {
+            fprintf(stderr, "%s\n", fi_last_error());
+            return 1;
+        }
+        compile_ms[i] = (fi__now_ns() - start) / 1000000;
+        printf("cold compile  %-45s %5lld ms\n", tuples[i], (long long)compile_ms[i]);
+    }
+    fi_jit_ctx_free(ctx);
+
+    int64_t expand_ns[15], read_ns[15];
+    for (int r = 0; r < 15; r++) {
+        int fds[2];
+        int64_t result[3] = {0};
+        if (pipe(fds) < 0) return 1;
+        if (fork() == 0) disk_hit_child(cache, fds[1]);
+        close(fds[1]);
+        if (read(fds[0], result, sizeof result) != sizeof result || result[2] != 0) {
+            fprintf(stderr, "disk-hit child failed\n");
+            return 1;
+        }
+        close(fds[0]);
+        wait(NULL);
+        expand_ns[r] = result[0];
+        read_ns[r] = result[1];
+    }
+    double hot1 = hot_ns_per_op(1), hot8 = hot_ns_per_op(8);
+    printf("\n%-52s %10s\n", "JIT benchmark (medians)", "value");
+    printf("%-52s %7lld ms\n", "cold compile per decode tuple (NVRTC, sm_90a)",
+           (long long)median(compile_ms, TUPLES));
+    printf("%-52s %7.3f ms\n", "disk hit, fresh process: expand + key",
+           (double)median(expand_ns, 15) / 1e6);
+    printf("%-52s %7.3f ms\n", "disk hit, fresh process: index + read + verify",
+           (double)median(read_ns, 15) / 1e6);
+    printf("%-52s %7.1f ns\n", "hot lookup, 1 thread", hot1);
+    printf("%-52s %7.1f ns\n", "hot lookup, 8 threads (slowest thread)", hot8);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : 1;
+}
