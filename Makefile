@@ -1,5 +1,6 @@
 # fijit — build, test and install.
 #   make            library (static + shared), CLI, tests
+#   make run        install deps, build, prewarm the default set, stats, GPU demo
 #   make test       CPU test suite (plain, then ASan/UBSan, then TSan on the concurrent parts)
 #   make bench      JIT benchmark (CPU side)
 #   make gpu-check  GPU tests and benchmarks (run on a machine with a GPU)
@@ -22,7 +23,7 @@ CLI_SRC   := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEMPLATES := $(sort $(wildcard templates/*))
 
-.PHONY: all test test-plain test-asan test-tsan test-cli bench gpu-check install clean deps
+.PHONY: all run test test-plain test-asan test-tsan test-cli bench gpu-check install clean deps
 all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%)
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
@@ -69,6 +70,16 @@ $(B)/libfijit.so: $(LIB_SRC:src/%.c=$(B)/obj/%.o) $(B)/obj/embedded.o
 	$(CC) -shared -Wl,-soname,$(SONAME) -o $(B)/libfijit.so.$(VERSION) $^ $(LDLIBS)
 	ln -sf libfijit.so.$(VERSION) $(B)/$(SONAME)
 	ln -sf $(SONAME) $@
+
+# The main job: prewarm the default decode set into the default cache, show
+# the statistics, and on a machine with a GPU launch one kernel and check it.
+DEFAULT_SET := --kernel decode --dtype fp16,bf16 --head-dim 64,128,256 --mask none,window \
+               --pos none,rope,alibi
+run: deps
+	$(MAKE) -j2 all
+	$(B)/fijit prewarm $(DEFAULT_SET)
+	$(B)/fijit stats
+	$(B)/fijit demo
 
 # The suite CI runs. FIJIT_TEST_JOBS bounds parallel compiles in the tests.
 test: test-plain test-asan test-tsan test-cli

@@ -1,0 +1,131 @@
+/*
+ * Fault loops in the style of SQLite's malloc tests: for N = 1, 2, ... make
+ * the Nth allocation / file operation / SQLite call / NVRTC call fail, once
+ * and then persistently, while a context opens a cache, reads one kernel from
+ * disk and compiles another. Every call must return OK or an fi_error with a
+ * message, nothing may leak (ASan/LSan in `make test`), and afterwards the
+ * cache must verify clean and serve both kernels.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "store.h"
+#include "sys.h"
+
+static const char *const cached_spec = "decode q=fp16 hd=64";
+static const char *const new_spec = "decode q=bf16 hd=64 mask=window";
+
+static int expected_code(int rc)
+{
+    return rc == 0 || rc == FI_EIO || rc == FI_ENOMEM || rc == FI_ECOMPILE ||
+           rc == FI_ENOTFOUND || rc == FI_ECORRUPT;
+}
+
+static fi_jit_spec spec_of(const char *text)
+{
+    static char variant[64];
+    fi_jit_spec spec;
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0) abort();
+    return spec;
+}
+
+static int open_ctx(fi_jit_ctx **out, const char *dir)
+{
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    opts.cache_dir = dir;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_OFF;
+    return fi_jit_ctx_new(out, &opts);
+}
+
+/* The workload under faults; returns the first unexpected code, or 0. */
+static int workload(const char *dir, char *why, size_t why_size)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_stats stats;
+    fi_jit_spec a = spec_of(cached_spec), b = spec_of(new_spec);
+    int rc = open_ctx(&ctx, dir);
+    if (rc < 0) {
+        if (!expected_code(rc) || !*fi_last_error()) goto bad;
+        return 0;
+    }
+    const fi_jit_spec *specs[] = {&a, &b, &a};
+    for (int i = 0; i < 3; i++) {
+        rc = fi_jit_prewarm(ctx, specs[i], NULL, NULL);
+        if (!expected_code(rc) || (rc < 0 && !*fi_last_error())) goto bad;
+    }
+    rc = fi_jit_stats_get(ctx, &stats);
+    if (!expected_code(rc)) goto bad;
+    fi_jit_ctx_free(ctx);
+    return 0;
+bad:
+    snprintf(why, why_size, "rc %d (%s): '%s'", rc, fi_error_name(rc), fi_last_error());
+    fi_jit_ctx_free(ctx);
+    return rc ? rc : -100;
+}
+
+static void report_problem(void *user, const char *problem)
+{
+    snprintf(user, 512, "%s", problem);
+}
+
+/* With faults off: the cache verifies clean and serves both kernels. */
+static int cache_is_healthy(const char *dir, char *why, size_t why_size)
+{
+    fi_store *store = NULL;
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec a = spec_of(cached_spec), b = spec_of(new_spec);
+    char problem[512] = "";
+    int rc = fi_store_open(&store, dir, 0, 0);
+    if (rc == 0) rc = fi_store_verify(store, 0, report_problem, problem);
+    fi_store_close(store);
+    if (rc != 0) {
+        snprintf(why, why_size, "verify: %d problems (%s) %s", rc, problem, fi_last_error());
+        return -1;
+    }
+    if ((rc = open_ctx(&ctx, dir)) == 0 && (rc = fi_jit_prewarm(ctx, &a, NULL, NULL)) == 0)
+        rc = fi_jit_prewarm(ctx, &b, NULL, NULL);
+    fi_jit_ctx_free(ctx);
+    if (rc < 0) snprintf(why, why_size, "after faults: %s", fi_last_error());
+    return rc;
+}
+
+static void fault_loop(unsigned mask, int persistent)
+{
+    /* Sanitizer runs take the single-fault loops only: each point compiles a kernel. */
+    if (persistent && getenv("FIJIT_TEST_QUICK")) return;
+    char base[4200], work[4200], cmd[13000], why[1024] = "";
+    snprintf(base, sizeof base, "%.4000s/base", check_tmpdir);
+    snprintf(work, sizeof work, "%.4000s/work", check_tmpdir);
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec a = spec_of(cached_spec);
+    CHECK_OK(open_ctx(&ctx, base));
+    CHECK_OK(fi_jit_prewarm(ctx, &a, NULL, NULL));
+    fi_jit_ctx_free(ctx);
+    long n = 1, max_n = getenv("FIJIT_TEST_QUICK") ? 400 : 4000;
+    for (; n < max_n; n++) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", work, base, work);
+        CHECK(system(cmd) == 0);
+        fi__fault_arm(mask, n, persistent);
+        int rc = workload(work, why, sizeof why);
+        long fired = fi__fault_count();
+        fi__fault_arm(0, 0, 0);
+        CHECK_MSG(rc == 0, "fault %ld%s: %s", n, persistent ? " (persistent)" : "", why);
+        CHECK_MSG(cache_is_healthy(work, why, sizeof why) == 0, "fault %ld%s: %s", n,
+                  persistent ? " (persistent)" : "", why);
+        if (fired == 0) break; /* the workload ran past its last fault point */
+    }
+    printf("  %ld fault points survived (mask %#x%s)\n", n - 1, mask,
+           persistent ? ", persistent" : "");
+    CHECK_MSG(n < max_n, "fault loop did not finish within %ld faults", max_n);
+}
+
+TEST(faults_in_allocations_once) { fault_loop(FI_FAULT_ALLOC, 0); }
+TEST(faults_in_allocations_persistent) { fault_loop(FI_FAULT_ALLOC, 1); }
+TEST(faults_in_file_operations_once) { fault_loop(FI_FAULT_FILE, 0); }
+TEST(faults_in_file_operations_persistent) { fault_loop(FI_FAULT_FILE, 1); }
+TEST(faults_in_sqlite_once) { fault_loop(FI_FAULT_SQL, 0); }
+TEST(faults_in_sqlite_persistent) { fault_loop(FI_FAULT_SQL, 1); }
+TEST(faults_in_nvrtc_once) { fault_loop(FI_FAULT_NVRTC, 0); }
+TEST(faults_in_nvrtc_persistent) { fault_loop(FI_FAULT_NVRTC, 1); }
