@@ -302,10 +302,8 @@ out:
 
 static void store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
 {
-    if (fi_store_put(ctx->store, b->key, b->object, b->object_size, &b->meta) == 0) {
-        count(ctx, C_BYTES_WRITTEN, (long long)b->object_size);
-        return;
-    }
+    if (fi_store_put(ctx->store, b->key, b->object, b->object_size, &b->meta) == 0)
+        return; /* the store counts bytes_written itself */
     /* Full disk or read-only dir: serve from memory and say so once. */
     if (!atomic_exchange(&ctx->store_write_warned, 1))
         fi__log(FI_LOG_WARN, "cannot write to the cache (kernels are still served): %s",

@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# CLI tests for `fijit`: run the binary, normalise what changes from run to
+# run (times, temp paths, keys, object sizes, ages) and compare exit code,
+# stdout and stderr with tests/cli/expected/<case>.txt. Statistics are the
+# oracle for what happened ("stats --json" after each prewarm).
+#
+#   tests/cli/run.sh build/fijit            run every case
+#   FIJIT_CLI_UPDATE=1 tests/cli/run.sh ... rewrite the expected files (review the diff!)
+#
+# Real compiles take ~0.5-1 s each on a small machine; the suite does 4.
+# The last line is "N passed, N failed"; the exit status is 1 if any failed.
+set -u
+
+FIJIT=${1:?usage: tests/cli/run.sh path/to/fijit}
+case $FIJIT in /*) ;; *) FIJIT=$PWD/$FIJIT ;; esac
+HERE=$(cd "$(dirname "$0")" && pwd)
+EXPECTED=$HERE/expected
+UPDATE=${FIJIT_CLI_UPDATE:-0}
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/fijit-cli.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+CACHE=$WORK/cache
+
+# Nothing from the caller's environment may change what the CLI does.
+unset FIJIT_CACHE_DIR FIJIT_ARCH FIJIT_JIT FIJIT_LOG FIJIT_MAX_CACHE_SIZE FIJIT_TEMPLATE_DIR \
+      XDG_CACHE_HOME
+export HOME=$WORK/home
+mkdir -p "$HOME"
+
+passed=0
+failed=0
+
+pass() { passed=$((passed + 1)); echo "ok   $1"; }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL $1: $2"
+}
+
+# Replace volatile text with fixed tokens.
+normalise() {
+    sed -E \
+        -e "s#$WORK#<work>#g" \
+        -e 's/[0-9]+ ms\b/N ms/g' \
+        -e 's/ in [0-9]+\.[0-9] s / in S s /' \
+        -e 's/\b[0-9a-f]{32}\b/<key>/g' \
+        -e 's#objects/[0-9a-f]{2}/#objects/<xx>/#g' \
+        -e 's/\b[0-9]+(\.[0-9])? (B|KiB|MiB|GiB)\b/<size>/g' \
+        -e 's/ is [0-9]+ bytes but its header says [0-9]+/ is N bytes but its header says M/' \
+        -e 's/(<size> +)[0-9]+[smhd] /\1<age> /' \
+        -e 's/\b[0-9]+\.[0-9]+\.[0-9]+\b/<version>/g'
+}
+
+# run NAME [--sort] -- ARGS...: run fijit and compare with expected/NAME.txt.
+# --sort sorts stdout first (parallel workers finish in any order).
+run() {
+    local name=$1 sort=0
+    shift
+    if [ "$1" = --sort ]; then sort=1; shift; fi
+    [ "$1" = -- ] && shift
+    local out=$WORK/$name.out err=$WORK/$name.err actual=$WORK/$name.actual
+    "$FIJIT" "$@" >"$out" 2>"$err"
+    local rc=$?
+    {
+        echo "exit $rc"
+        echo "--- stdout"
+        if [ $sort = 1 ]; then normalise <"$out" | LC_ALL=C sort; else normalise <"$out"; fi
+        echo "--- stderr"
+        normalise <"$err"
+    } >"$actual"
+    LAST_RC=$rc
+    LAST_OUT=$out
+    if [ "$UPDATE" = 1 ]; then
+        mkdir -p "$EXPECTED"
+        cp "$actual" "$EXPECTED/$name.txt"
+        pass "$name (updated)"
+    elif [ ! -f "$EXPECTED/$name.txt" ]; then
+        fail "$name" "no expected file $EXPECTED/$name.txt (run with FIJIT_CLI_UPDATE=1)"
+    elif diff -u "$EXPECTED/$name.txt" "$actual" >"$WORK/$name.diff"; then
+        pass "$name"
+    else
+        fail "$name" "output differs:"
+        sed 's/^/    /' "$WORK/$name.diff"
+    fi
+}
+
+# check NAME CONDITION-TEXT COMMAND...: a check that is not a golden file.
+check() {
+    local name=$1 what=$2
+    shift 2
+    if "$@"; then pass "$name"; else fail "$name" "$what"; fi
+}
+
+# The integer value of KEY in `fijit stats --json`.
+stat_of() {
+    "$FIJIT" stats --json --cache-dir "$CACHE" | sed -E "s/.*\"$1\":(-?[0-9]+).*/\1/"
+}
+stat_is() { [ "$(stat_of "$1")" = "$2" ] || { echo "    $1 = $(stat_of "$1"), want $2"; return 1; }; }
+
+# ---- help and usage -----------------------------------------------------------------
+run help -- --help
+run version -- --version
+run no_command --
+run unknown_command -- frobnicate
+run unknown_top_option -- --frob list
+for cmd in prewarm list stats verify clear gc show-config explain demo; do
+    run "help_$cmd" -- "$cmd" --help
+done
+
+# ---- bad arguments: exit 2, nothing touched -----------------------------------------
+run bad_unknown_flag -- list --foo --cache-dir "$CACHE"
+run bad_head_dim -- prewarm --head-dim 64,65 --cache-dir "$CACHE"
+run bad_mask -- prewarm --mask causal --cache-dir "$CACHE"
+run bad_dtype -- prewarm --dtype fp16,fp32 --cache-dir "$CACHE"
+run bad_arch -- prewarm --arch sm_9 --cache-dir "$CACHE"
+run bad_jobs -- prewarm -j 0 --cache-dir "$CACHE"
+run bad_missing_value -- prewarm --head-dim
+run bad_positional -- list extra
+run bad_gc_size -- gc --max-size 12X --cache-dir "$CACHE"
+run bad_gc_age -- gc --older-than 3y --cache-dir "$CACHE"
+run bad_explain_missing -- explain
+run bad_explain_spec -- explain "decode hd=65"
+run bad_list_dtype -- list --dtype fp9 --cache-dir "$CACHE"
+printf '# specs for the test\n\ndecode q=fp16 hd=64\ndecode q=fp16 hd=64 mask=sideways\n' \
+    >"$WORK/bad.manifest"
+run bad_manifest_line -- prewarm --manifest "$WORK/bad.manifest" --cache-dir "$CACHE"
+run bad_manifest_missing -- prewarm --manifest "$WORK/none.manifest" --cache-dir "$CACHE"
+check bad_args_compiled_nothing "a bad argument compiled something" \
+    test ! -e "$CACHE/objects" -o -z "$(find "$CACHE/objects" -type f 2>/dev/null)"
+
+# ---- prewarm, then again from the cache -------------------------------------------
+SPECS=(--dtype fp16,bf16 --head-dim 64 --arch sm_90a)
+run prewarm_fresh -- prewarm "${SPECS[@]}" -j 1 --cache-dir "$CACHE"
+check prewarm_fresh_stats "expected 2 compiles, 2 entries" \
+    eval 'stat_is compiles 2 && stat_is entries 2 && stat_is compile_failures 0'
+run prewarm_again --sort -- prewarm "${SPECS[@]}" -j 2 --cache-dir "$CACHE"
+check prewarm_again_stats "expected no new compile and 2 disk hits" \
+    eval 'stat_is compiles 2 && stat_is disk_hits 2 && stat_is entries 2'
+printf '# already cached\n\ndecode q=fp16 hd=64   # same as above\ndecode q=fp16 kv=fp16 o=fp16 hd=64\n' \
+    >"$WORK/good.manifest"
+run prewarm_manifest -- prewarm --manifest "$WORK/good.manifest" --arch sm_90a --cache-dir "$CACHE"
+check prewarm_manifest_stats "expected no new compile" stat_is compiles 2
+
+# ---- inspecting ----------------------------------------------------------------------
+run list -- list --cache-dir "$CACHE"
+run list_dtype -- list --dtype bf16 --cache-dir "$CACHE"
+run list_other_arch -- list --arch sm_80 --cache-dir "$CACHE"
+run list_via_top_option -- --cache-dir "$CACHE" list --kernel decode
+run list_repeated_and_inline -- list --dtype fp16 --dtype bf16 --arch=sm_90a --cache-dir="$CACHE"
+run verify_clean -- verify --cache-dir "$CACHE"
+"$FIJIT" stats --json --cache-dir "$CACHE" >"$WORK/stats.json"
+check stats_json_one_line "stats --json is not one JSON object with the 10 integer keys" \
+    eval "[ \$(wc -l <'$WORK/stats.json') = 1 ] && [ \$(grep -oE '\"[a-z_]+\":[0-9]+' '$WORK/stats.json' | wc -l) = 10 ]"
+"$FIJIT" stats --cache-dir "$CACHE" >"$WORK/stats.txt"
+check stats_table "stats table lacks a compiles line" grep -qE '^compiles +2$' "$WORK/stats.txt"
+"$FIJIT" show-config --cache-dir "$CACHE" >"$WORK/config.txt" 2>&1
+check show_config "show-config failed or did not name the cache dir" \
+    grep -q "^cache dir  *$CACHE (--cache-dir)" "$WORK/config.txt"
+"$FIJIT" explain "decode q=fp16 hd=64" --arch sm_90a --cache-dir "$CACHE" >"$WORK/explain.txt"
+FP16_KEY=$("$FIJIT" list --keys --dtype fp16 --cache-dir "$CACHE" | cut -d' ' -f1)
+check explain_key_matches_list "explain's key is not the key list shows for the spec" \
+    grep -qx "key $FP16_KEY" "$WORK/explain.txt"
+
+# ---- a corrupt object: reported, then rebuilt ----------------------------------------
+FP16_OBJECT=$CACHE/objects/${FP16_KEY:0:2}/$FP16_KEY.fo
+check corrupt_object_exists "no object file for key '$FP16_KEY'" test -f "$FP16_OBJECT"
+truncate -s 100 "$FP16_OBJECT"
+run verify_corrupt -- verify --cache-dir "$CACHE"
+run prewarm_rebuild -- prewarm "${SPECS[@]}" -j 1 --cache-dir "$CACHE"
+check prewarm_rebuild_stats "expected one more compile and one corrupt object" \
+    eval 'stat_is compiles 3 && stat_is corrupt 1 && stat_is entries 2'
+run verify_after_rebuild -- verify --cache-dir "$CACHE"
+truncate -s 100 "$FP16_OBJECT"
+run verify_repair -- verify --repair --cache-dir "$CACHE"
+check verify_repair_stats "expected 1 entry left after repair" stat_is entries 1
+run prewarm_after_repair -- prewarm "${SPECS[@]}" -j 1 --cache-dir "$CACHE"
+check prewarm_after_repair_stats "expected a fourth compile" stat_is compiles 4
+
+# ---- gc and clear -------------------------------------------------------------------
+run gc_nothing_old -- gc --older-than 30d --cache-dir "$CACHE"
+run gc_size -- gc --max-size "$(($(stat_of bytes) - 1))" --cache-dir "$CACHE"
+check gc_size_stats "expected 1 entry after gc" stat_is entries 1
+run clear -- clear --cache-dir "$CACHE"
+run list_empty -- list --cache-dir "$CACHE"
+check clear_stats "clear left entries or lost statistics" \
+    eval 'stat_is entries 0 && stat_is compiles 4'
+run stats_zero -- stats --zero --json --cache-dir "$CACHE"
+run verify_empty -- verify --cache-dir "$CACHE"
+
+# ---- a cache dir others may write is refused ----------------------------------------
+mkdir -m 0777 "$WORK/open"
+chmod 0777 "$WORK/open"
+"$FIJIT" prewarm "${SPECS[@]}" --cache-dir "$WORK/open" >"$WORK/open.out" 2>"$WORK/open.err"
+rc=$?
+check unsafe_dir_refused "want exit 1 with a message, got $rc: $(cat "$WORK/open.err")" \
+    eval "[ $rc = 1 ] && grep -q 'fijit prewarm: ' '$WORK/open.err'"
+
+# ---- a compile error: FAILED line with the NVRTC log, exit 1, counted --------------
+# A broken copy of the templates (FIJIT_TEMPLATE_DIR) fails in the front end, fast.
+mkdir -p "$WORK/broken"
+cp "$HERE"/../../templates/*.cuh "$HERE"/../../templates/*.h "$WORK/broken/" 2>/dev/null
+echo 'this line is not C++;' >>"$WORK/broken/decode.cuh"
+FIJIT_TEMPLATE_DIR=$WORK/broken "$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a \
+    --cache-dir "$WORK/broken-cache" >"$WORK/broken.out" 2>"$WORK/broken.err"
+rc=$?
+check compile_error_reported "want exit 1, a FAILED line with the log and 1 failed: $(cat "$WORK/broken.out" "$WORK/broken.err")" \
+    eval "[ $rc = 1 ] && grep -q '^FAILED    decode q=fp16 kv=fp16 o=fp16 hd=64 .* sm_90a : ' '$WORK/broken.out' \
+          && grep -q 'this line is not C++' '$WORK/broken.out' \
+          && grep -q '^prewarm: 1 spec, 0 compiled, 0 already cached, 1 failed' '$WORK/broken.out'"
+check compile_error_counted "expected compile_failures 1" \
+    eval '[ "$("$FIJIT" stats --json --cache-dir "$WORK/broken-cache" | grep -o "\"compile_failures\":[0-9]*")" = "\"compile_failures\":1" ]'
+
+# ---- demo: skips without a GPU, must pass with one ----------------------------------
+"$FIJIT" demo --cache-dir "$CACHE" >"$WORK/demo.out" 2>"$WORK/demo.err"
+rc=$?
+check demo "exit $rc: $(cat "$WORK/demo.out" "$WORK/demo.err")" \
+    eval "[ $rc = 0 ] && grep -qE '^demo: (no CUDA device; skipped launch|decode fp16 hd128 .* OK$)' '$WORK/demo.out'"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,94 @@
+/*
+ * Shared pieces of the `fijit` command-line tool: exit codes, the option
+ * parser every subcommand uses, value parsers (sizes, durations, lists) and
+ * the entry points of subcommands that live in their own files
+ * (cli_prewarm.c, cli_demo.c).
+ */
+#ifndef FIJIT_CLI_H
+#define FIJIT_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fijit.h"
+#include "store.h"
+
+/* Exit codes: scripts tell "you called me wrong" from "it did not work". */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILED = 1, CLI_EXIT_USAGE = 2 };
+
+/* One option of a subcommand. The parser fills `value`: NULL when absent,
+ * "" for a flag that was given, the argument for an option that takes one.
+ * A `list` option may repeat; its values are joined with commas. */
+typedef struct cli_option {
+    const char *name; /* long name without "--" */
+    char short_name;  /* 0: none */
+    int takes_value;
+    int list;
+    const char *value;
+} cli_option;
+
+typedef struct cli_command {
+    const char *name;
+    const char *synopsis; /* "fijit list [options]" lines, shown on errors too */
+    const char *help;     /* everything else --help prints */
+    int (*run)(const struct cli_command *cmd, int argc, char **argv);
+} cli_command;
+
+/* Parsed positional arguments of a subcommand. */
+typedef struct cli_args {
+    char **positional;
+    int positional_count;
+} cli_args;
+
+/* Parse argv[1..] of a subcommand against `options` (terminated by a zero
+ * entry). Every subcommand also takes --cache-dir DIR and --help/-h, which the
+ * parser handles itself. Returns -1 to go on, or an exit code to return now
+ * (0 after printing help, CLI_EXIT_USAGE after printing what is wrong). */
+int cli_parse(const cli_command *cmd, cli_option *options, int argc, char **argv,
+              cli_args *out);
+
+/* Print "fijit CMD: <message>" and the usage to stderr; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Print "fijit CMD: <what>: <fi_last_error()>" to stderr; returns CLI_EXIT_FAILED. */
+int cli_runtime_error(const cli_command *cmd, const char *what);
+
+/* --cache-dir as given (here or before the subcommand), or NULL. */
+extern const char *cli_cache_dir_option;
+
+/* The cache directory the library would use (--cache-dir, FIJIT_CACHE_DIR,
+ * XDG_CACHE_HOME/fijit, ~/.cache/fijit), copied into `out`. fi_error code. */
+int cli_resolve_cache_dir(char *out, size_t size);
+/* Open the cache the command works on. Prints the error; returns an exit code
+ * (0 on success). */
+int cli_open_store(const cli_command *cmd, fi_store **out);
+
+/* "500M", "2G", "1.5G", "123" (bytes; K/M/G/T are powers of 1024, an optional
+ * trailing B or iB is accepted). 0 on success, -1 on a malformed value. */
+int cli_parse_size(const char *text, int64_t *out);
+/* "30d", "12h", "90m", "45s", "2w", "3600" (seconds). 0 or -1. */
+int cli_parse_duration(const char *text, int64_t *out_seconds);
+/* A positive decimal integer that fits in int. 0 or -1. */
+int cli_parse_positive_int(const char *text, int *out);
+/* Human forms: "123 B", "88.1 KiB", "3.0 GiB"; "45s", "12m", "3h", "2d". */
+void cli_format_size(char *buf, size_t size, int64_t bytes);
+void cli_format_age(char *buf, size_t size, int64_t seconds);
+
+/* Split a comma-separated list into a fresh array of fresh strings (free with
+ * cli_free_list). Empty items are an error (returns -1). */
+int cli_split_list(const char *text, char ***out, int *out_count);
+void cli_free_list(char **items, int count);
+
+/* The arch of CUDA device 0 ("sm_90a"), found without touching the driver
+ * state of this process when `in_child` (a forked helper asks the driver, so
+ * that this process may still fork workers). 1 found, 0 no device/driver. */
+int cli_detect_gpu_arch(char out[16], int in_child);
+/* The arch compile-only work targets when none is given: $FIJIT_ARCH, else
+ * device 0's, else sm_90a. `source` (may be NULL) says which rule applied. */
+void cli_default_arch(char out[16], int in_child, const char **source);
+
+/* Subcommands in their own files. */
+int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv);
+int cli_cmd_demo(const cli_command *cmd, int argc, char **argv);
+
+#endif

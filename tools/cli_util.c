@@ -1,0 +1,366 @@
+/*
+ * Helpers shared by the `fijit` subcommands: the option parser, error
+ * reporting with the usage, parsers and printers for sizes and durations,
+ * comma lists, the cache directory rule and GPU arch detection.
+ */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cuda_drv.h"
+
+const char *cli_cache_dir_option;
+
+static void print_usage(FILE *f, const cli_command *cmd)
+{
+    fprintf(f, "%s", cmd->synopsis);
+    fprintf(f, "Run 'fijit %s --help' for the options.\n", cmd->name);
+}
+
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "fijit %s: ", cmd->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    print_usage(stderr, cmd);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_runtime_error(const cli_command *cmd, const char *what)
+{
+    const char *msg = fi_last_error();
+    fprintf(stderr, "fijit %s: %s: %s\n", cmd->name, what, msg && *msg ? msg : "unknown error");
+    return CLI_EXIT_FAILED;
+}
+
+/* Append `value` to a list option's earlier values: "--dtype fp16 --dtype bf16"
+ * means the same as "--dtype fp16,bf16". The joined strings live until exit;
+ * keeping them here says so to leak checkers. */
+static char *joined_values[64];
+static int joined_count;
+
+static const char *join_list_value(const char *earlier, const char *value)
+{
+    size_t n = strlen(earlier) + strlen(value) + 2;
+    if (joined_count == (int)(sizeof joined_values / sizeof *joined_values)) return NULL;
+    char *joined = malloc(n);
+    if (!joined) return NULL;
+    snprintf(joined, n, "%s,%s", earlier, value);
+    joined_values[joined_count++] = joined;
+    return joined;
+}
+
+static int set_option(const cli_command *cmd, cli_option *opt, const char *value)
+{
+    if (opt->takes_value && value && !*value)
+        return cli_usage_error(cmd, "option --%s needs a non-empty value", opt->name);
+    if (opt->list && opt->value && value) {
+        if (!(opt->value = join_list_value(opt->value, value)))
+            return cli_usage_error(cmd, "option --%s is repeated too often", opt->name);
+    } else
+        opt->value = value ? value : "";
+    return -1;
+}
+
+int cli_parse(const cli_command *cmd, cli_option *options, int argc, char **argv,
+              cli_args *out)
+{
+    static char *positional[64];
+    out->positional = positional;
+    out->positional_count = 0;
+    int only_positional = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (only_positional || arg[0] != '-' || arg[1] == '\0') {
+            if (out->positional_count == (int)(sizeof positional / sizeof *positional))
+                return cli_usage_error(cmd, "too many arguments");
+            positional[out->positional_count++] = argv[i];
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) {
+            only_positional = 1;
+            continue;
+        }
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fprintf(stdout, "%s%s", cmd->synopsis, cmd->help);
+            return CLI_EXIT_OK;
+        }
+
+        /* Find the option: "--name", "--name=value", "-x", "-xVALUE". */
+        char name[64];
+        const char *inline_value = NULL;
+        cli_option *opt = NULL;
+        int is_cache_dir = 0;
+        if (arg[1] == '-') {
+            const char *eq = strchr(arg + 2, '=');
+            size_t len = eq ? (size_t)(eq - (arg + 2)) : strlen(arg + 2);
+            if (len >= sizeof name) len = sizeof name - 1;
+            memcpy(name, arg + 2, len);
+            name[len] = '\0';
+            if (eq) inline_value = eq + 1;
+            if (strcmp(name, "cache-dir") == 0) is_cache_dir = 1;
+            for (cli_option *o = options; o && o->name; o++)
+                if (strcmp(o->name, name) == 0) opt = o;
+        } else {
+            snprintf(name, sizeof name, "%c", arg[1]);
+            if (arg[2]) inline_value = arg + 2;
+            for (cli_option *o = options; o && o->name; o++)
+                if (o->short_name && o->short_name == arg[1]) opt = o;
+        }
+        if (!opt && !is_cache_dir)
+            return cli_usage_error(cmd, "unknown option '%s'", arg);
+
+        int takes_value = is_cache_dir || opt->takes_value;
+        const char *value = NULL;
+        if (takes_value) {
+            if (inline_value) {
+                value = inline_value;
+            } else if (i + 1 < argc) {
+                value = argv[++i];
+            } else {
+                return cli_usage_error(cmd, "option '%s' needs a value", arg);
+            }
+        } else if (inline_value) {
+            return cli_usage_error(cmd, "option '%s' takes no value", arg);
+        }
+
+        if (is_cache_dir) {
+            if (!*value) return cli_usage_error(cmd, "option --cache-dir needs a non-empty value");
+            cli_cache_dir_option = value;
+            continue;
+        }
+        int rc = set_option(cmd, opt, value);
+        if (rc >= 0) return rc;
+    }
+    return -1;
+}
+
+int cli_parse_positive_int(const char *text, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v <= 0 || v > INT_MAX) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int cli_parse_size(const char *text, int64_t *out)
+{
+    char *end;
+    if (!isdigit((unsigned char)text[0])) return -1;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text) return -1;
+    double scale = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': scale = 1024.0; end++; break;
+    case 'M': scale = 1024.0 * 1024; end++; break;
+    case 'G': scale = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (scale > 1 && (*end == 'i' || *end == 'I')) end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return -1;
+    double bytes = v * scale;
+    if (!(bytes >= 0) || bytes > 9.0e18) return -1;
+    *out = (int64_t)llround(bytes);
+    return 0;
+}
+
+int cli_parse_duration(const char *text, int64_t *out_seconds)
+{
+    char *end;
+    if (!isdigit((unsigned char)text[0])) return -1;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || v < 0) return -1;
+    long long unit = 1;
+    switch (*end) {
+    case '\0': break;
+    case 's': unit = 1; end++; break;
+    case 'm': unit = 60; end++; break;
+    case 'h': unit = 3600; end++; break;
+    case 'd': unit = 86400; end++; break;
+    case 'w': unit = 7 * 86400; end++; break;
+    default: return -1;
+    }
+    if (*end) return -1;
+    if (v > LLONG_MAX / unit) return -1;
+    *out_seconds = (int64_t)(v * unit);
+    return 0;
+}
+
+void cli_format_size(char *buf, size_t size, int64_t bytes)
+{
+    static const char units[] = "KMGTP";
+    if (bytes < 1024) {
+        snprintf(buf, size, "%lld B", (long long)bytes);
+        return;
+    }
+    double v = (double)bytes;
+    int u = -1;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, size, "%.1f %ciB", v, units[u]);
+}
+
+void cli_format_age(char *buf, size_t size, int64_t seconds)
+{
+    if (seconds < 0) seconds = 0;
+    if (seconds < 120)
+        snprintf(buf, size, "%llds", (long long)seconds);
+    else if (seconds < 2 * 3600)
+        snprintf(buf, size, "%lldm", (long long)(seconds / 60));
+    else if (seconds < 2 * 86400)
+        snprintf(buf, size, "%lldh", (long long)(seconds / 3600));
+    else
+        snprintf(buf, size, "%lldd", (long long)(seconds / 86400));
+}
+
+void cli_free_list(char **items, int count)
+{
+    for (int i = 0; i < count; i++) free(items[i]);
+    free(items);
+}
+
+int cli_split_list(const char *text, char ***out, int *out_count)
+{
+    int count = 1;
+    for (const char *p = text; *p; p++) count += *p == ',';
+    char **items = calloc((size_t)count, sizeof *items);
+    if (!items) return -1;
+    const char *start = text;
+    for (int i = 0; i < count; i++) {
+        const char *comma = strchr(start, ',');
+        size_t len = comma ? (size_t)(comma - start) : strlen(start);
+        /* Surrounding spaces are allowed ("fp16, bf16" from a shell variable). */
+        while (len && isspace((unsigned char)*start)) start++, len--;
+        while (len && isspace((unsigned char)start[len - 1])) len--;
+        if (!len || !(items[i] = strndup(start, len))) {
+            cli_free_list(items, count);
+            return -1;
+        }
+        start = comma ? comma + 1 : start + len;
+    }
+    *out = items;
+    *out_count = count;
+    return 0;
+}
+
+int cli_resolve_cache_dir(char *out, size_t size)
+{
+    if (cli_cache_dir_option) {
+        snprintf(out, size, "%s", cli_cache_dir_option);
+        return 0;
+    }
+    /* The library owns the default rule; ask a context for it. */
+    fi_jit_ctx *ctx = NULL;
+    int rc = fi_jit_ctx_new(&ctx, NULL);
+    if (rc < 0) return rc;
+    snprintf(out, size, "%s", fi_jit_ctx_cache_dir(ctx));
+    fi_jit_ctx_free(ctx);
+    return 0;
+}
+
+int cli_open_store(const cli_command *cmd, fi_store **out)
+{
+    char dir[4096];
+    if (cli_resolve_cache_dir(dir, sizeof dir) < 0)
+        return cli_runtime_error(cmd, "cannot find the cache directory");
+    if (fi_store_open(out, dir, 0, 0) < 0) {
+        char what[4200];
+        snprintf(what, sizeof what, "cannot open the cache at %s", dir);
+        return cli_runtime_error(cmd, what);
+    }
+    return CLI_EXIT_OK;
+}
+
+/* Ask the driver in this process: retain device 0's primary context, make it
+ * current and let the library name its arch. */
+static int detect_here(char out[16])
+{
+    const fi_cuda_api *cu = NULL;
+    int count = 0;
+    CUdevice dev;
+    CUcontext cuctx = NULL;
+    if (fi__cuda_load(&cu) < 0) return 0;
+    if (cu->DeviceGetCount(&count) != CUDA_SUCCESS || count < 1) return 0;
+    if (cu->DeviceGet(&dev, 0) != CUDA_SUCCESS) return 0;
+    if (cu->DevicePrimaryCtxRetain(&cuctx, dev) != CUDA_SUCCESS) return 0;
+    int found = cu->CtxSetCurrent(cuctx) == CUDA_SUCCESS &&
+                fi__cuda_current_arch(out, NULL, NULL) == 0;
+    /* The primary context stays retained: callers (demo, show-config) go on
+     * using it, and the process ends soon after. */
+    return found;
+}
+
+int cli_detect_gpu_arch(char out[16], int in_child)
+{
+    if (!in_child) return detect_here(out);
+
+    /* A process that initialised CUDA cannot use it in forked children, and
+     * prewarm forks workers; so a short-lived child asks instead. */
+    int fds[2];
+    if (pipe(fds) < 0) return 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return 0;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        char arch[16] = "";
+        if (detect_here(arch)) (void)!write(fds[1], arch, strlen(arch));
+        _exit(0);
+    }
+    close(fds[1]);
+    char arch[16] = "";
+    size_t got = 0;
+    for (;;) {
+        ssize_t n = read(fds[0], arch + got, sizeof arch - 1 - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+        if (got == sizeof arch - 1) break;
+    }
+    arch[got] = '\0';
+    close(fds[0]);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    if (!got) return 0;
+    memcpy(out, arch, got + 1);
+    return 1;
+}
+
+void cli_default_arch(char out[16], int in_child, const char **source)
+{
+    const char *env = getenv("FIJIT_ARCH");
+    if (env && *env) {
+        snprintf(out, 16, "%s", env);
+        if (source) *source = "FIJIT_ARCH";
+    } else if (cli_detect_gpu_arch(out, in_child)) {
+        if (source) *source = "CUDA device 0";
+    } else {
+        snprintf(out, 16, "sm_90a");
+        if (source) *source = "built-in default, no CUDA device";
+    }
+}

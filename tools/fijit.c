@@ -1,0 +1,677 @@
+/*
+ * `fijit` — the command-line tool for fijit's kernel cache: prewarm it for a
+ * set of specs and arches, list, inspect, verify, clean and size it, show the
+ * configuration, explain a key, and run a GPU smoke test.
+ *
+ * This file holds the command table, the help texts and the small commands;
+ * prewarm (worker processes) and demo (a GPU launch) live in cli_prewarm.c
+ * and cli_demo.c. Exit codes: 0 success, 1 runtime failure, 2 bad arguments.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cuda_drv.h"
+#include "nvrtc.h"
+#include "spec.h"
+#include "store.h"
+
+#define CACHE_DIR_HELP "  --cache-dir DIR    cache directory (default: $FIJIT_CACHE_DIR,\n" \
+                       "                     $XDG_CACHE_HOME/fijit, ~/.cache/fijit)\n"
+
+/* ---- list ------------------------------------------------------------------ */
+
+/* Which rows `fijit list` shows: each filter is a list of accepted values. */
+typedef struct list_filter {
+    int kinds[16], kind_count;
+    int dtypes[16], dtype_count;
+    char **arches;
+    int arch_count;
+} list_filter;
+
+typedef struct list_rows {
+    fi_store_row *rows;
+    int count, capacity;
+    const list_filter *filter;
+} list_rows;
+
+static int list_row_matches(const list_filter *f, const fi_store_row *row)
+{
+    if (f->arch_count) {
+        int ok = 0;
+        for (int i = 0; i < f->arch_count; i++) ok |= strcmp(f->arches[i], row->meta.arch) == 0;
+        if (!ok) return 0;
+    }
+    if (!f->kind_count && !f->dtype_count) return 1;
+    fi_jit_spec spec;
+    char variant[64];
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, row->meta.spec) < 0) return 0;
+    if (f->kind_count) {
+        int ok = 0;
+        for (int i = 0; i < f->kind_count; i++) ok |= (int)spec.kind == f->kinds[i];
+        if (!ok) return 0;
+    }
+    if (f->dtype_count) {
+        int ok = 0;
+        for (int i = 0; i < f->dtype_count; i++)
+            ok |= (int)spec.q_dtype == f->dtypes[i] || (int)spec.kv_dtype == f->dtypes[i] ||
+                  (int)spec.o_dtype == f->dtypes[i];
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static int list_collect(void *user, const fi_store_row *row)
+{
+    list_rows *rows = user;
+    if (!list_row_matches(rows->filter, row)) return 0;
+    if (rows->count == rows->capacity) {
+        int capacity = rows->capacity ? rows->capacity * 2 : 64;
+        fi_store_row *grown = realloc(rows->rows, (size_t)capacity * sizeof *grown);
+        if (!grown) return 1;
+        rows->rows = grown;
+        rows->capacity = capacity;
+    }
+    rows->rows[rows->count++] = *row;
+    return 0;
+}
+
+/* Turn "--kernel decode,..." / "--dtype fp16,..." into enum values through the
+ * library's own spec parser, so names always match spec strings. */
+static int list_parse_filter(const cli_command *cmd, const char *flag, const char *values,
+                             int *out, int *out_count)
+{
+    char **items;
+    int count;
+    if (cli_split_list(values, &items, &count) < 0 || count > 16)
+        return cli_usage_error(cmd, "--%s '%s': expected a comma-separated list", flag, values);
+    for (int i = 0; i < count; i++) {
+        char text[128];
+        fi_jit_spec spec;
+        char variant[64];
+        if (strcmp(flag, "kernel") == 0)
+            snprintf(text, sizeof text, "%s", items[i]);
+        else
+            snprintf(text, sizeof text, "decode q=%s", items[i]);
+        if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0) {
+            int rc = cli_usage_error(cmd, "--%s %s: %s", flag, items[i], fi_last_error());
+            cli_free_list(items, count);
+            return rc;
+        }
+        out[i] = strcmp(flag, "kernel") == 0 ? (int)spec.kind : (int)spec.q_dtype;
+    }
+    *out_count = count;
+    cli_free_list(items, count);
+    return -1;
+}
+
+static int cmd_list(const cli_command *cmd, int argc, char **argv)
+{
+    enum { OPT_KERNEL, OPT_ARCH, OPT_DTYPE, OPT_KEYS };
+    cli_option options[] = {
+        [OPT_KERNEL] = {"kernel", 0, 1, 1, NULL},
+        [OPT_ARCH] = {"arch", 0, 1, 1, NULL},
+        [OPT_DTYPE] = {"dtype", 0, 1, 1, NULL},
+        [OPT_KEYS] = {"keys", 0, 0, 0, NULL},
+        {0},
+    };
+    cli_args args;
+    int rc = cli_parse(cmd, options, argc, argv, &args);
+    if (rc >= 0) return rc;
+    if (args.positional_count)
+        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
+
+    list_filter filter = {0};
+    if (options[OPT_KERNEL].value &&
+        (rc = list_parse_filter(cmd, "kernel", options[OPT_KERNEL].value, filter.kinds,
+                                &filter.kind_count)) >= 0)
+        return rc;
+    if (options[OPT_DTYPE].value &&
+        (rc = list_parse_filter(cmd, "dtype", options[OPT_DTYPE].value, filter.dtypes,
+                                &filter.dtype_count)) >= 0)
+        return rc;
+    if (options[OPT_ARCH].value &&
+        cli_split_list(options[OPT_ARCH].value, &filter.arches, &filter.arch_count) < 0)
+        return cli_usage_error(cmd, "--arch '%s': expected a comma-separated list",
+                               options[OPT_ARCH].value);
+
+    fi_store *st = NULL;
+    list_rows rows = {NULL, 0, 0, &filter};
+    if ((rc = cli_open_store(cmd, &st)) != 0) goto out;
+    if (fi_store_foreach(st, list_collect, &rows) < 0) {
+        rc = cli_runtime_error(cmd, "cannot read the cache index");
+        goto out;
+    }
+
+    int spec_width = 4;
+    for (int i = 0; i < rows.count; i++) {
+        int w = (int)strlen(rows.rows[i].meta.spec);
+        if (w > spec_width) spec_width = w;
+    }
+    /* A header helps a person; scripts reading a pipe get rows only. */
+    if (isatty(STDOUT_FILENO) && rows.count) {
+        if (options[OPT_KEYS].value) printf("%-32s  ", "KEY");
+        printf("%-*s  %-8s %10s %6s %6s\n", spec_width, "SPEC", "ARCH", "SIZE", "AGE", "HITS");
+    }
+    int64_t now = (int64_t)time(NULL);
+    for (int i = 0; i < rows.count; i++) {
+        const fi_store_row *row = &rows.rows[i];
+        char size[32], age[32];
+        cli_format_size(size, sizeof size, row->size);
+        cli_format_age(age, sizeof age, now - row->created);
+        if (options[OPT_KEYS].value) {
+            char hex[33];
+            fi_key_hex(hex, row->key);
+            printf("%s  ", hex);
+        }
+        printf("%-*s  %-8s %10s %6s %6" PRId64 "\n", spec_width, row->meta.spec, row->meta.arch,
+               size, age, row->hits);
+    }
+    rc = CLI_EXIT_OK;
+out:
+    free(rows.rows);
+    cli_free_list(filter.arches, filter.arch_count);
+    fi_store_close(st);
+    return rc;
+}
+
+/* ---- stats ----------------------------------------------------------------- */
+
+static int cmd_stats(const cli_command *cmd, int argc, char **argv)
+{
+    enum { OPT_JSON, OPT_ZERO };
+    cli_option options[] = {
+        [OPT_JSON] = {"json", 0, 0, 0, NULL},
+        [OPT_ZERO] = {"zero", 'z', 0, 0, NULL},
+        {0},
+    };
+    cli_args args;
+    int rc = cli_parse(cmd, options, argc, argv, &args);
+    if (rc >= 0) return rc;
+    if (args.positional_count)
+        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
+
+    fi_store *st = NULL;
+    fi_jit_stats s;
+    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
+    if (options[OPT_ZERO].value && fi_store_stats_zero(st) < 0) {
+        rc = cli_runtime_error(cmd, "cannot zero the statistics");
+        goto out;
+    }
+    if (fi_store_stats_get(st, &s) < 0) {
+        rc = cli_runtime_error(cmd, "cannot read the statistics");
+        goto out;
+    }
+    if (options[OPT_JSON].value) {
+        printf("{\"memory_hits\":%" PRId64 ",\"disk_hits\":%" PRId64 ",\"misses\":%" PRId64
+               ",\"compiles\":%" PRId64 ",\"compile_failures\":%" PRId64
+               ",\"compile_ns\":%" PRId64 ",\"bytes_written\":%" PRId64 ",\"corrupt\":%" PRId64
+               ",\"entries\":%" PRId64 ",\"bytes\":%" PRId64 "}\n",
+               s.memory_hits, s.disk_hits, s.misses, s.compiles, s.compile_failures,
+               s.compile_ns, s.bytes_written, s.corrupt, s.entries, s.bytes);
+    } else {
+        char written[32], size[32];
+        cli_format_size(written, sizeof written, s.bytes_written);
+        cli_format_size(size, sizeof size, s.bytes);
+        if (options[OPT_ZERO].value) printf("statistics zeroed\n");
+        printf("cache dir            %s\n", fi_store_dir(st));
+        printf("memory hits          %" PRId64 "\n", s.memory_hits);
+        printf("disk hits            %" PRId64 "\n", s.disk_hits);
+        printf("misses               %" PRId64 "\n", s.misses);
+        printf("compiles             %" PRId64 "\n", s.compiles);
+        printf("compile failures     %" PRId64 "\n", s.compile_failures);
+        printf("compile time         %.2f s\n", (double)s.compile_ns / 1e9);
+        printf("bytes written        %s\n", written);
+        printf("corrupt objects      %" PRId64 "\n", s.corrupt);
+        printf("entries              %" PRId64 "\n", s.entries);
+        printf("cache size           %s\n", size);
+    }
+    rc = CLI_EXIT_OK;
+out:
+    fi_store_close(st);
+    return rc;
+}
+
+/* ---- verify ---------------------------------------------------------------- */
+
+static void verify_report(void *user, const char *problem)
+{
+    (void)user;
+    printf("problem: %s\n", problem);
+}
+
+static int cmd_verify(const cli_command *cmd, int argc, char **argv)
+{
+    enum { OPT_REPAIR };
+    cli_option options[] = {
+        [OPT_REPAIR] = {"repair", 0, 0, 0, NULL},
+        {0},
+    };
+    cli_args args;
+    int rc = cli_parse(cmd, options, argc, argv, &args);
+    if (rc >= 0) return rc;
+    if (args.positional_count)
+        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
+
+    fi_store *st = NULL;
+    fi_jit_stats s;
+    int repair = options[OPT_REPAIR].value != NULL;
+    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
+    int problems = fi_store_verify(st, repair, verify_report, NULL);
+    if (problems < 0) {
+        rc = cli_runtime_error(cmd, "cannot check the cache");
+        goto out;
+    }
+    if (problems && repair) {
+        printf("verify: %d problem%s found and repaired\n", problems, problems == 1 ? "" : "s");
+        /* Trust but check: a second pass must come back clean. */
+        problems = fi_store_verify(st, 0, verify_report, NULL);
+        if (problems < 0) {
+            rc = cli_runtime_error(cmd, "cannot check the cache after repair");
+            goto out;
+        }
+    }
+    if (fi_store_stats_get(st, &s) < 0) {
+        rc = cli_runtime_error(cmd, "cannot read the statistics");
+        goto out;
+    }
+    if (problems) {
+        printf("verify: %" PRId64 " entr%s, %d problem%s%s\n", s.entries,
+               s.entries == 1 ? "y" : "ies", problems, problems == 1 ? "" : "s",
+               repair ? " left after repair" : "; run 'fijit verify --repair' to fix");
+        rc = CLI_EXIT_FAILED;
+    } else {
+        printf("verify: %" PRId64 " entr%s, all good\n", s.entries, s.entries == 1 ? "y" : "ies");
+        rc = CLI_EXIT_OK;
+    }
+out:
+    fi_store_close(st);
+    return rc;
+}
+
+/* ---- clear, gc --------------------------------------------------------------- */
+
+static int cmd_clear(const cli_command *cmd, int argc, char **argv)
+{
+    cli_args args;
+    int rc = cli_parse(cmd, NULL, argc, argv, &args);
+    if (rc >= 0) return rc;
+    if (args.positional_count)
+        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
+
+    fi_store *st = NULL;
+    fi_jit_stats before;
+    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
+    if (fi_store_stats_get(st, &before) < 0) {
+        rc = cli_runtime_error(cmd, "cannot read the statistics");
+    } else if (fi_store_clear(st) < 0) {
+        rc = cli_runtime_error(cmd, "cannot clear the cache");
+    } else {
+        char size[32];
+        cli_format_size(size, sizeof size, before.bytes);
+        printf("clear: removed %" PRId64 " entr%s (%s)\n", before.entries,
+               before.entries == 1 ? "y" : "ies", size);
+        rc = CLI_EXIT_OK;
+    }
+    fi_store_close(st);
+    return rc;
+}
+
+static int cmd_gc(const cli_command *cmd, int argc, char **argv)
+{
+    enum { OPT_MAX_SIZE, OPT_OLDER_THAN };
+    cli_option options[] = {
+        [OPT_MAX_SIZE] = {"max-size", 0, 1, 0, NULL},
+        [OPT_OLDER_THAN] = {"older-than", 0, 1, 0, NULL},
+        {0},
+    };
+    cli_args args;
+    int rc = cli_parse(cmd, options, argc, argv, &args);
+    if (rc >= 0) return rc;
+    if (args.positional_count)
+        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
+
+    int64_t max_bytes = -1, older_than = 0;
+    const char *size_text = options[OPT_MAX_SIZE].value;
+    if (size_text && cli_parse_size(size_text, &max_bytes) < 0)
+        return cli_usage_error(cmd, "--max-size '%s': expected bytes with an optional K, M, G or T "
+                               "suffix, e.g. 500M or 2G", size_text);
+    const char *env_size = getenv("FIJIT_MAX_CACHE_SIZE");
+    if (!size_text && env_size && *env_size && cli_parse_size(env_size, &max_bytes) < 0)
+        return cli_usage_error(cmd, "FIJIT_MAX_CACHE_SIZE '%s': expected bytes with an optional "
+                               "K, M, G or T suffix", env_size);
+    if (options[OPT_OLDER_THAN].value) {
+        int64_t seconds;
+        if (cli_parse_duration(options[OPT_OLDER_THAN].value, &seconds) < 0)
+            return cli_usage_error(cmd, "--older-than '%s': expected a number with s, m, h, d "
+                                   "or w, e.g. 30d or 12h", options[OPT_OLDER_THAN].value);
+        older_than = (int64_t)time(NULL) - seconds;
+        if (older_than < 1) older_than = 1; /* 0 would mean "no age limit" */
+    }
+
+    fi_store *st = NULL;
+    fi_jit_stats after;
+    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
+    int removed = fi_store_gc(st, max_bytes, older_than);
+    if (removed < 0) {
+        rc = cli_runtime_error(cmd, "cannot collect the cache");
+    } else if (fi_store_stats_get(st, &after) < 0) {
+        rc = cli_runtime_error(cmd, "cannot read the statistics");
+    } else {
+        char size[32];
+        cli_format_size(size, sizeof size, after.bytes);
+        printf("gc: removed %d entr%s; the cache holds %" PRId64 " entr%s (%s)\n", removed,
+               removed == 1 ? "y" : "ies", after.entries, after.entries == 1 ? "y" : "ies",
+               size);
+        rc = CLI_EXIT_OK;
+    }
+    fi_store_close(st);
+    return rc;
+}
+
+/* ---- show-config --------------------------------------------------------------- */
+
+static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
+{
+    cli_args args;
+    int rc = cli_parse(cmd, NULL, argc, argv, &args);
+    if (rc >= 0) return rc;
+    if (args.positional_count)
+        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
+
+    printf("fijit version        %s (header %d.%d.%d)\n", fi_version_string(),
+           FIJIT_VERSION_MAJOR, FIJIT_VERSION_MINOR, FIJIT_VERSION_PATCH);
+
+    int major = 0, minor = 0;
+    if (fi__nvrtc_version(&major, &minor) == 0)
+        printf("nvrtc                %d.%d\n", major, minor);
+    else
+        printf("nvrtc                not found (%s)\n", fi_last_error());
+
+    const fi_cuda_api *cu = NULL;
+    int driver = 0;
+    if (fi__cuda_load(&cu) == 0 && cu->DriverGetVersion(&driver) == CUDA_SUCCESS)
+        printf("cuda driver          %d.%d\n", driver / 1000, driver % 1000 / 10);
+    else
+        printf("cuda driver          no driver (%s)\n", fi_last_error());
+
+    char gpu_arch[16];
+    if (cu && cli_detect_gpu_arch(gpu_arch, 0))
+        printf("gpu arch             %s (device 0)\n", gpu_arch);
+    else
+        printf("gpu arch             none (compile-only, default sm_90a)\n");
+
+    char arch[16];
+    const char *arch_source = NULL;
+    cli_default_arch(arch, 0, &arch_source);
+    printf("prewarm arch         %s (%s)\n", arch, arch_source);
+
+    char dir[4096];
+    if (cli_resolve_cache_dir(dir, sizeof dir) == 0)
+        printf("cache dir            %s%s\n", dir, cli_cache_dir_option ? " (--cache-dir)" : "");
+    else
+        printf("cache dir            unusable: %s\n", fi_last_error());
+
+    const char *max_size = getenv("FIJIT_MAX_CACHE_SIZE");
+    int64_t max_bytes;
+    if (max_size && *max_size && cli_parse_size(max_size, &max_bytes) == 0) {
+        char size[32];
+        cli_format_size(size, sizeof size, max_bytes);
+        printf("max cache size       %s (FIJIT_MAX_CACHE_SIZE)\n", size);
+    } else if (max_size && *max_size) {
+        printf("max cache size       invalid FIJIT_MAX_CACHE_SIZE '%s'\n", max_size);
+    } else {
+        printf("max cache size       unlimited\n");
+    }
+
+    static const char *const env_names[] = {
+        "FIJIT_CACHE_DIR", "FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE",
+        "FIJIT_TEMPLATE_DIR", "XDG_CACHE_HOME", "CUDA_HOME", "CUDA_CACHE_DISABLE",
+    };
+    printf("environment\n");
+    for (size_t i = 0; i < sizeof env_names / sizeof *env_names; i++) {
+        const char *value = getenv(env_names[i]);
+        printf("  %-20s %s\n", env_names[i], value ? value : "(unset)");
+    }
+    return CLI_EXIT_OK;
+}
+
+/* ---- explain ---------------------------------------------------------------- */
+
+static void write_stdout(void *user, const char *text)
+{
+    (void)user;
+    fputs(text, stdout);
+}
+
+static int cmd_explain(const cli_command *cmd, int argc, char **argv)
+{
+    enum { OPT_ARCH };
+    cli_option options[] = {
+        [OPT_ARCH] = {"arch", 0, 1, 0, NULL},
+        {0},
+    };
+    cli_args args;
+    int rc = cli_parse(cmd, options, argc, argv, &args);
+    if (rc >= 0) return rc;
+    if (!args.positional_count) return cli_usage_error(cmd, "missing the spec to explain");
+
+    /* `fijit explain decode hd=64` works unquoted too: the words are joined. */
+    char text[512] = "";
+    for (int i = 0; i < args.positional_count; i++) {
+        size_t used = strlen(text);
+        snprintf(text + used, sizeof text - used, "%s%s", i ? " " : "", args.positional[i]);
+    }
+    fi_jit_spec spec;
+    char variant[64];
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0 || fi_jit_spec_check(&spec) < 0)
+        return cli_usage_error(cmd, "bad spec '%s': %s", text, fi_last_error());
+
+    char arch[16];
+    const char *arch_text = options[OPT_ARCH].value;
+    if (arch_text) {
+        if (fi__arch_check(arch_text) < 0)
+            return cli_usage_error(cmd, "--arch %s: %s", arch_text, fi_last_error());
+        snprintf(arch, sizeof arch, "%s", arch_text);
+    } else {
+        cli_default_arch(arch, 0, NULL);
+    }
+
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    opts.cache_dir = cli_cache_dir_option;
+    opts.arch = arch;
+    fi_jit_ctx *ctx = NULL;
+    if (fi_jit_ctx_new(&ctx, &opts) < 0) return cli_runtime_error(cmd, "cannot create a context");
+    if (fi_jit_explain(ctx, &spec, arch, write_stdout, NULL) < 0)
+        rc = cli_runtime_error(cmd, "cannot explain the key");
+    else
+        rc = CLI_EXIT_OK;
+    fi_jit_ctx_free(ctx);
+    return rc;
+}
+
+/* ---- command table ------------------------------------------------------------- */
+
+static const cli_command commands[] = {
+    {"prewarm",
+     "usage: fijit prewarm [--kernel K] [--dtype D,..] [--head-dim N,..] [--mask M,..]\n"
+     "                     [--pos P,..] [--softcap 0,1] [--arch A,..] [--manifest FILE]\n"
+     "                     [-j N] [--cache-dir DIR]\n",
+     "\n"
+     "Compile specs into the cache so that later processes only load them. Needs no GPU.\n"
+     "The specs are the cartesian product of the list options below, and/or the lines\n"
+     "of a manifest (with --manifest alone, only the manifest).\n"
+     "\n"
+     "  --kernel K,..      kernel kinds (default: decode)\n"
+     "  --dtype D,..       q/kv/o dtype (default: fp16,bf16)\n"
+     "  --head-dim N,..    head dims (default: 64,128,256)\n"
+     "  --mask M,..        masks: none, window (default: none)\n"
+     "  --pos P,..         position encodings: none, rope, alibi (default: none)\n"
+     "  --softcap S,..     logits soft-cap off/on: 0, 1 (default: 0)\n"
+     "  --arch A,..        target arches, e.g. sm_80,sm_90a (default: $FIJIT_ARCH, else\n"
+     "                     the arch of CUDA device 0, else sm_90a)\n"
+     "  --manifest FILE    one canonical spec per line, e.g.\n"
+     "                       decode q=bf16 hd=128 mask=window pos=rope softcap=1\n"
+     "                     '#' starts a comment; blank lines are skipped. A bad line\n"
+     "                     stops prewarm before anything is compiled.\n"
+     "  -j, --jobs N       worker processes (default: number of online CPUs)\n"
+     CACHE_DIR_HELP
+     "\n"
+     "Prints one line per spec (compiled / cached / FAILED) or, on a terminal, a\n"
+     "progress bar; then a summary. Exit status: 0 all built, 1 some failed,\n"
+     "2 bad arguments or manifest.\n",
+     cli_cmd_prewarm},
+    {"list",
+     "usage: fijit list [--kernel K,..] [--arch A,..] [--dtype D,..] [--keys] [--cache-dir DIR]\n",
+     "\n"
+     "One line per cache entry: canonical spec, arch, size, age (since it was built),\n"
+     "hits (loads from disk). A header line is added when stdout is a terminal.\n"
+     "\n"
+     "  --kernel K,..      only these kernel kinds\n"
+     "  --arch A,..        only these arches\n"
+     "  --dtype D,..       only entries with one of these dtypes (q, kv or o)\n"
+     "  --keys             start each line with the entry's key (its object file name)\n"
+     CACHE_DIR_HELP,
+     cmd_list},
+    {"stats",
+     "usage: fijit stats [--json] [--zero] [--cache-dir DIR]\n",
+     "\n"
+     "Cache statistics, summed over every process that used the cache.\n"
+     "\n"
+     "  --json             one JSON object on one line, integer values: memory_hits,\n"
+     "                     disk_hits, misses, compiles, compile_failures, compile_ns,\n"
+     "                     bytes_written, corrupt, entries, bytes\n"
+     "  -z, --zero         zero the counters first (entries and bytes are the cache's\n"
+     "                     content and stay)\n"
+     CACHE_DIR_HELP,
+     cmd_stats},
+    {"verify",
+     "usage: fijit verify [--repair] [--cache-dir DIR]\n",
+     "\n"
+     "Check every entry: object file present, header and checksum good, no objects\n"
+     "missing from the index. Each problem is printed on its own line.\n"
+     "\n"
+     "  --repair           remove bad entries and re-index or delete stray objects\n"
+     "                     (a removed kernel is rebuilt on its next use or prewarm)\n"
+     CACHE_DIR_HELP
+     "\n"
+     "Exit status: 0 the cache is clean (also after a successful --repair); 1 problems\n"
+     "were found and not repaired, or the check itself failed.\n",
+     cmd_verify},
+    {"clear",
+     "usage: fijit clear [--cache-dir DIR]\n",
+     "\n"
+     "Remove every entry and object from the cache. Statistics are kept\n"
+     "(see 'fijit stats --zero').\n"
+     "\n"
+     CACHE_DIR_HELP,
+     cmd_clear},
+    {"gc",
+     "usage: fijit gc [--max-size SIZE] [--older-than DURATION] [--cache-dir DIR]\n",
+     "\n"
+     "Evict least-recently-used entries.\n"
+     "\n"
+     "  --max-size SIZE    shrink the cache to at most SIZE: bytes, or with a suffix\n"
+     "                     K, M, G, T (powers of 1024), e.g. 500M, 2G (default:\n"
+     "                     $FIJIT_MAX_CACHE_SIZE, else no size limit)\n"
+     "  --older-than AGE   remove entries not used for AGE: a number with s, m, h, d or\n"
+     "                     w, e.g. 30d, 12h, 90m, 45s\n"
+     CACHE_DIR_HELP,
+     cmd_gc},
+    {"show-config",
+     "usage: fijit show-config [--cache-dir DIR]\n",
+     "\n"
+     "Print versions (fijit, NVRTC, CUDA driver), the GPU arch, the cache directory,\n"
+     "its size limit and the environment variables fijit reads.\n"
+     "\n"
+     CACHE_DIR_HELP,
+     cmd_show_config},
+    {"explain",
+     "usage: fijit explain SPEC [--arch A] [--cache-dir DIR]\n",
+     "\n"
+     "Print what the cache key of SPEC is made of (every tagged field and the hash of\n"
+     "every source text) and the key itself, to understand a surprising cache miss.\n"
+     "SPEC is a canonical spec, quoted or not: \"decode q=fp16 hd=128 mask=window\".\n"
+     "\n"
+     "  --arch A           target arch (default as for prewarm)\n"
+     CACHE_DIR_HELP,
+     cmd_explain},
+    {"demo",
+     "usage: fijit demo [--kv-len N] [--cache-dir DIR]\n",
+     "\n"
+     "GPU smoke test: run decode fp16 hd128 (32 query heads, 8 KV heads, NHD) on CUDA\n"
+     "device 0 with random inputs and compare with a float64 CPU reference.\n"
+     "Without a CUDA device it says so and exits 0.\n"
+     "\n"
+     "  --kv-len N         keys in the KV cache (default: 4096)\n"
+     CACHE_DIR_HELP
+     "\n"
+     "Exit status: 0 passed or no device; 1 the error is above 1e-2 or a call failed.\n",
+     cli_cmd_demo},
+};
+
+static void print_main_help(FILE *f)
+{
+    fprintf(f,
+            "usage: fijit [--cache-dir DIR] COMMAND [options]\n"
+            "       fijit --help | --version\n"
+            "\n"
+            "fijit %s — JIT compiler and cache for attention kernels.\n"
+            "\n"
+            "commands:\n"
+            "  prewarm       compile a set of specs into the cache (no GPU needed)\n"
+            "  list          list cache entries\n"
+            "  stats         show or zero cache statistics\n"
+            "  verify        check every cache entry, optionally repair\n"
+            "  clear         remove every cache entry\n"
+            "  gc            evict entries by size or age\n"
+            "  show-config   versions, GPU, cache directory and environment\n"
+            "  explain       show what a spec's cache key is made of\n"
+            "  demo          GPU smoke test against a CPU reference\n"
+            "\n"
+            "Run 'fijit COMMAND --help' for a command's options.\n"
+            "Exit status: 0 success, 1 failure, 2 bad arguments.\n",
+            fi_version_string());
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    /* Options before the command: --help, --version and a --cache-dir that
+     * applies to whatever command follows. */
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            print_main_help(stdout);
+            return CLI_EXIT_OK;
+        }
+        if (strcmp(arg, "--version") == 0 || strcmp(arg, "-V") == 0) {
+            printf("fijit %s\n", fi_version_string());
+            return CLI_EXIT_OK;
+        }
+        if (strcmp(arg, "--cache-dir") == 0 && i + 1 < argc && argv[i + 1][0]) {
+            cli_cache_dir_option = argv[++i];
+        } else if (strncmp(arg, "--cache-dir=", 12) == 0 && arg[12]) {
+            cli_cache_dir_option = arg + 12;
+        } else {
+            fprintf(stderr, "fijit: unknown option '%s'\n\n", arg);
+            print_main_help(stderr);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (i == argc) {
+        fprintf(stderr, "fijit: missing command\n\n");
+        print_main_help(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    for (size_t c = 0; c < sizeof commands / sizeof *commands; c++)
+        if (strcmp(argv[i], commands[c].name) == 0)
+            return commands[c].run(&commands[c], argc - i, argv + i);
+    fprintf(stderr, "fijit: unknown command '%s'\n\n", argv[i]);
+    print_main_help(stderr);
+    return CLI_EXIT_USAGE;
+}
