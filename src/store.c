@@ -1073,7 +1073,7 @@ out:
 int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t size,
                  const fi_object_meta *meta)
 {
-    int rc = 0, begun = 0, locked = 0, in_tx = 0, removed = 0;
+    int rc = 0, begun = 0, locked = 0, in_tx = 0, removed = 0, renamed = 0;
     char hex[33], path[PATH_MAX_LEN], sub[PATH_MAX_LEN];
     uint8_t header[OBJ_MAX_HEADER];
     fi_object_meta empty = {0};
@@ -1110,6 +1110,7 @@ int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t s
     in_tx = 1;
     begun = 0;
     FI_TRY(fi__atomic_commit(&f));
+    renamed = 1;
     FI_TRY(index_insert(st, hex, meta, (int64_t)(hsize + size), checksum, 0));
     FI_TRY(stat_add1(st, "bytes_written", (int64_t)(hsize + size)));
     if (st->max_bytes > 0) FI_TRY(evict_to(st, st->max_bytes, hex, &removed));
@@ -1120,6 +1121,9 @@ int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t s
                 removed, st->max_bytes);
 out:
     if (in_tx) tx_rollback(st);
+    /* No row for the object after all: remove it rather than leave an orphan
+     * (not through the fault seam: cleanup must not fail). */
+    if (rc < 0 && renamed) unlink(path);
     if (locked) pthread_mutex_unlock(&st->mu);
     if (begun) fi__atomic_abort(&f);
     return rc;
