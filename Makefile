@@ -23,7 +23,7 @@ CLI_SRC   := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEMPLATES := $(sort $(wildcard templates/*))
 
-.PHONY: all run test test-plain test-asan test-tsan test-cli bench gpu-check install clean deps
+.PHONY: all run test test-plain test-asan test-tsan test-cli test-install bench gpu-check install clean deps
 all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%)
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
@@ -82,7 +82,7 @@ run: deps
 	$(B)/fijit demo
 
 # The suite CI runs. FIJIT_TEST_JOBS bounds parallel compiles in the tests.
-test: test-plain test-asan test-tsan test-cli
+test: test-plain test-asan test-tsan test-cli test-install
 	@echo "make test: all suites passed"
 
 test-plain: all
@@ -103,6 +103,9 @@ test-cli: $(B)/fijit
 
 $(B)/bench_jit: $(B)/obj/tests/bench_jit.o $(B)/libfijit.a
 	$(CC) -o $@ $^ $(LDLIBS)
+
+test-install: all
+	@echo "== install check"; bash tests/install_check.sh
 
 bench: $(B)/bench_jit $(B)/fijit
 	$(B)/bench_jit

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `make install` into a temp prefix, then build examples/prewarm_one.c with
+# pkg-config against it (static and shared), run both in compile-only mode,
+# and compile the public header alone as C11 -pedantic and as C++.
+set -euo pipefail
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+make -s install PREFIX="$prefix" >/dev/null
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+cc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c "$prefix/include/fijit.h"
+c++ -std=c++11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c++ "$prefix/include/fijit.h"
+cc -Wall -Werror -o "$prefix/prewarm_static" examples/prewarm_one.c $(pkg-config --cflags fijit) \
+    "$prefix/lib/libfijit.a" $(pkg-config --libs --static fijit | sed 's/-lfijit//')
+cc -Wall -Werror -o "$prefix/prewarm_shared" examples/prewarm_one.c $(pkg-config --cflags --libs fijit)
+passed=0
+for exe in prewarm_static prewarm_shared; do
+    out=$(FIJIT_CACHE_DIR="$prefix/cache" LD_LIBRARY_PATH="$prefix/lib" "$prefix/$exe" "decode q=fp16 hd=64" sm_80)
+    echo "$exe: $out"
+    passed=$((passed + 1))
+done
+grep -q "already cached" <<<"$out" || { echo "second run should be a cache hit" >&2; echo "$passed passed, 1 failed"; exit 1; }
+readelf -d "$prefix/lib/libfijit.so" | grep -q 'SONAME.*libfijit.so.0' || { echo "soname missing" >&2; exit 1; }
+exported=$(nm -D --defined-only "$prefix/lib/libfijit.so" | awk '{print $3}' | grep -v '^fi_[a-z]' || true)
+[ -z "$exported" ] || { echo "symbols exported outside the fi_ prefix: $exported" >&2; exit 1; }
+echo "$passed passed, 0 failed"
