@@ -68,12 +68,14 @@ static void count(fi_jit_ctx *ctx, int counter, long long n)
     atomic_fetch_add_explicit(&ctx->counters[slot].value[counter], n, memory_order_relaxed);
 }
 
-/* Take (and zero) the counts not yet written to the index. */
-static void take_counts(fi_jit_ctx *ctx, fi_jit_stats *delta)
+/* Sum the counts not yet written to the index; `take` zeroes them. */
+static void sum_counts(fi_jit_ctx *ctx, fi_jit_stats *delta, int take)
 {
     long long sum[C_COUNT] = {0};
     for (int s = 0; s < FI_COUNTER_SLOTS; s++)
-        for (int c = 0; c < C_COUNT; c++) sum[c] += atomic_exchange(&ctx->counters[s].value[c], 0);
+        for (int c = 0; c < C_COUNT; c++)
+            sum[c] += take ? atomic_exchange(&ctx->counters[s].value[c], 0)
+                           : atomic_load(&ctx->counters[s].value[c]);
     memset(delta, 0, sizeof *delta);
     delta->memory_hits = sum[C_MEMORY_HITS];
     delta->disk_hits = sum[C_DISK_HITS];
@@ -87,8 +89,8 @@ static void take_counts(fi_jit_ctx *ctx, fi_jit_stats *delta)
 static void flush_counts(fi_jit_ctx *ctx)
 {
     fi_jit_stats delta;
-    if (!ctx->store) return;
-    take_counts(ctx, &delta);
+    if (!ctx->store) return; /* memory only: the counters are all there is */
+    sum_counts(ctx, &delta, 1);
     if (fi_store_stats_add(ctx->store, &delta) < 0)
         fi__log(FI_LOG_WARN, "could not save statistics: %s", fi_last_error());
 }
@@ -498,10 +500,11 @@ int fi_jit_get_kernel(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_jit_ker
 
 int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out)
 {
-    int rc = 0;
     if (!ctx || !out) return fi__error(FI_EINVALID, "fi_jit_stats_get: NULL argument");
+    if (!ctx->store) {
+        sum_counts(ctx, out, 0);
+        return 0;
+    }
     flush_counts(ctx);
-    memset(out, 0, sizeof *out);
-    if (ctx->store) rc = fi_store_stats_get(ctx->store, out);
-    return rc;
+    return fi_store_stats_get(ctx->store, out);
 }

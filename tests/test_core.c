@@ -463,3 +463,26 @@ TEST(options_and_environment_are_validated)
     CHECK(fi_version_number() == FIJIT_VERSION_NUMBER);
 }
 
+
+TEST(memory_only_context_counts_and_serves)
+{
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_stats stats;
+    fi_build_outcome outcome = FI_BUILD_CACHED;
+    fi_jit_spec spec = parse_or_die("decode q=fp16 hd=64");
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/never-created", check_tmpdir);
+    opts.cache_dir = dir;
+    opts.use_disk_cache = 0;
+    opts.arch = "sm_90a";
+    CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
+    int rc = fi_jit_prewarm(ctx, &spec, NULL, &outcome);
+    if (rc == 0) rc = fi_jit_stats_get(ctx, &stats);
+    fi_jit_ctx_free(ctx);
+    CHECK_OK(rc);
+    CHECK(outcome == FI_BUILD_COMPILED);
+    CHECK(stats.compiles == 1 && stats.misses == 1 && stats.entries == 0);
+    struct stat st;
+    CHECK_MSG(stat(dir, &st) != 0, "a memory-only context created %s", dir);
+}
