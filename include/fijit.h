@@ -161,9 +161,14 @@ FI_API const char *fi_jit_ctx_cache_dir(const fi_jit_ctx *ctx);
 /* ---- Kernels --------------------------------------------------------------- */
 struct CUfunc_st; /* CUfunction from cuda.h is `struct CUfunc_st *` */
 
+#define FI_JIT_MAX_FUNCTIONS 6
+
 typedef struct fi_jit_kernel {
-    struct CUfunc_st *function;       /* main kernel (borrowed) */
+    struct CUfunc_st *function;       /* main kernel (borrowed) = functions[0] */
     struct CUfunc_st *merge_function; /* split-KV merge kernel, NULL if none */
+    /* Every kernel of the module in the kind's order (e.g. one per tile
+     * shape), NULL-padded; the launch functions pick among them. */
+    struct CUfunc_st *functions[FI_JIT_MAX_FUNCTIONS];
     unsigned block_dim[3];            /* launch shape of `function` */
     unsigned merge_block_dim[3];
     unsigned smem_bytes;              /* dynamic shared memory of `function` */

@@ -248,8 +248,8 @@ static int build_prepare(fi_build *b, const fi_jit_spec *spec, const char *arch,
     snprintf(b->meta.arch, sizeof b->meta.arch, "%s", arch);
     FI_TRY(fi__expand(&b->tu, spec, NULL));
     FI_TRY(fi__nvrtc_version(&major, &minor));
-    fi_key_input in = {&b->tu, arch, major, minor, b->option_count, b->options, b->kind->entry,
-                       b->kind->merge_entry};
+    fi_key_input in = {&b->tu, arch, major, minor, b->option_count, b->options,
+                       fi__kind_entry_count(b->kind), b->kind->entries};
     FI_TRY(fi__key_compute(b->key, &in, explain, user));
 out:
     return rc;
@@ -293,7 +293,7 @@ static int build_compile(fi_jit_ctx *ctx, fi_build *b)
         goto out;
     }
     count(ctx, C_COMPILES, 1);
-    parse_resource_usage(result.log, b->kind->entry, &b->meta);
+    parse_resource_usage(result.log, b->kind->entries[0], &b->meta);
     b->object = result.cubin;
     b->object_size = result.cubin_size;
     result.cubin = NULL;
@@ -406,20 +406,21 @@ static int load_module(fi_table_entry *e, const fi_build *b, const fi_cuda_api *
 {
     CUresult res;
     CUmodule module = NULL;
-    CUfunction function = NULL, merge = NULL;
     int value = 0;
     if (fi__fault(FI_FAULT_DRIVER)) return fi__error(FI_ELOAD, "cuModuleLoadData failed: injected fault");
     if ((res = cu->ModuleLoadData(&module, b->object)) != CUDA_SUCCESS)
         return fi__cuda_error(FI_ELOAD, res, "cuModuleLoadData");
-    if ((res = cu->ModuleGetFunction(&function, module, b->kind->entry)) != CUDA_SUCCESS ||
-        (b->kind->merge_entry &&
-         (res = cu->ModuleGetFunction(&merge, module, b->kind->merge_entry)) != CUDA_SUCCESS)) {
-        cu->ModuleUnload(module);
-        return fi__cuda_error(FI_ELOAD, res, "cuModuleGetFunction");
+    for (int i = 0; i < fi__kind_entry_count(b->kind); i++) {
+        if ((res = cu->ModuleGetFunction(&e->kernel.functions[i], module, b->kind->entries[i]))) {
+            cu->ModuleUnload(module);
+            return fi__cuda_error(FI_ELOAD, res, b->kind->entries[i]);
+        }
+        if (b->kind->merge_entry && strcmp(b->kind->merge_entry, b->kind->entries[i]) == 0)
+            e->kernel.merge_function = e->kernel.functions[i];
     }
+    CUfunction function = e->kernel.functions[0];
     e->module = module;
     e->kernel.function = function;
-    e->kernel.merge_function = merge;
     e->kernel.registers = b->meta.registers;
     e->kernel.spill_bytes = b->meta.spill_bytes;
     if (cu->FuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, function) == CUDA_SUCCESS)

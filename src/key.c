@@ -64,8 +64,7 @@ int fi__key_compute(uint8_t out[16], const fi_key_input *in,
     memcpy(options, in->options, sizeof(char *) * (size_t)in->option_count);
     qsort(options, (size_t)in->option_count, sizeof options[0], compare_strings);
     for (int i = 0; i < in->option_count; i++) hash_string(&h, "option", options[i]);
-    hash_string(&h, "entry", in->entry);
-    hash_string(&h, "merge-entry", in->merge_entry);
+    for (int i = 0; i < in->entry_count; i++) hash_string(&h, "entry", in->entries[i]);
     hash_string(&h, "source", in->tu->text);
     for (int i = 0; i < in->tu->header_count; i++) {
         snprintf(tag, sizeof tag, "header:%s", in->tu->header_names[i]);

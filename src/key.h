@@ -20,7 +20,8 @@ typedef struct fi_key_input {
     int nvrtc_major, nvrtc_minor;
     int option_count;
     const char *const *options; /* any order: hashed sorted */
-    const char *entry, *merge_entry;
+    int entry_count;
+    const char *const *entries; /* kernel names the module must hold */
 } fi_key_input;
 
 /* `explain` (may be NULL) receives one line per field, then the key. */

@@ -19,14 +19,24 @@ typedef struct fi_kind_info {
     fi_kernel_kind kind;
     const char *name;          /* in spec strings: "decode" */
     const char *template_name; /* file in templates/: "decode.cuh" */
-    const char *entry;         /* extern "C" name of the main kernel */
-    const char *merge_entry;   /* extern "C" name of the merge kernel, or NULL */
+    /* extern "C" names of the module's kernels, [0] the main one, NULL-padded. */
+    const char *entries[FI_JIT_MAX_FUNCTIONS];
+    const char *merge_entry;   /* one of entries: the split-KV merge, or NULL */
+    /* Limits of this kind beyond the enum checks; the message names the field
+     * and the supported values. */
+    int (*check)(const fi_jit_spec *spec);
     /* Fill the launch shape a caller needs for this spec. */
     void (*launch_shape)(const fi_jit_spec *spec, fi_launch_shape *out);
 } fi_kind_info;
 
 /* NULL when the kind is unknown or not implemented. */
 const fi_kind_info *fi__kind_info(fi_kernel_kind kind);
+
+/* "decode, prefill, ..." for messages. */
+const char *fi__kind_supported_names(void);
+
+/* Number of non-NULL entries. */
+int fi__kind_entry_count(const fi_kind_info *kind);
 
 /* Provided by src/decode.c. */
 void fi__decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out);

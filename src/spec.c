@@ -213,30 +213,14 @@ int fi_jit_spec_check(const fi_jit_spec *spec)
         return fi__error(FI_EINVALID, "unknown kernel kind %d", (int)spec->kind);
     const fi_kind_info *kind = fi__kind_info(spec->kind);
     if (!kind)
-        return fi__error(FI_EUNSUPPORTED, "kernel kind '%s' is not implemented yet (supported: decode)",
-                         fi__kind_name(spec->kind));
-    if (spec->q_dtype != FI_DTYPE_FP16 && spec->q_dtype != FI_DTYPE_BF16)
-        return fi__error(fi__dtype_name(spec->q_dtype) ? FI_EUNSUPPORTED : FI_EINVALID,
-                         "q dtype '%s' is not supported for %s (supported: fp16, bf16)",
-                         fi__dtype_name(spec->q_dtype) ? fi__dtype_name(spec->q_dtype) : "?",
-                         kind->name);
-    if (spec->kv_dtype != spec->q_dtype)
-        return fi__error(fi__dtype_name(spec->kv_dtype) ? FI_EUNSUPPORTED : FI_EINVALID,
-                         "kv dtype '%s' is not supported with q=%s (supported: kv equal to q)",
-                         fi__dtype_name(spec->kv_dtype) ? fi__dtype_name(spec->kv_dtype) : "?",
-                         fi__dtype_name(spec->q_dtype));
-    if (spec->o_dtype != spec->q_dtype)
-        return fi__error(fi__dtype_name(spec->o_dtype) ? FI_EUNSUPPORTED : FI_EINVALID,
-                         "o dtype '%s' is not supported with q=%s (supported: o equal to q)",
-                         fi__dtype_name(spec->o_dtype) ? fi__dtype_name(spec->o_dtype) : "?",
-                         fi__dtype_name(spec->q_dtype));
-    if (spec->head_dim != 64 && spec->head_dim != 128 && spec->head_dim != 256)
-        return fi__error(FI_EUNSUPPORTED, "head_dim %d is not supported (supported: 64, 128, 256)",
-                         spec->head_dim);
-    if (spec->mask != FI_MASK_NONE && spec->mask != FI_MASK_WINDOW)
-        return fi__error(fi__mask_name(spec->mask) ? FI_EUNSUPPORTED : FI_EINVALID,
-                         "mask '%s' is not supported for %s (supported: none, window)",
-                         fi__mask_name(spec->mask) ? fi__mask_name(spec->mask) : "?", kind->name);
+        return fi__error(FI_EUNSUPPORTED, "kernel kind '%s' is not implemented yet (supported: %s)",
+                         fi__kind_name(spec->kind), fi__kind_supported_names());
+    if (!fi__dtype_name(spec->q_dtype) || !fi__dtype_name(spec->kv_dtype) ||
+        !fi__dtype_name(spec->o_dtype))
+        return fi__error(FI_EINVALID, "unknown dtype in q/kv/o (%d/%d/%d; expected fp16, bf16, fp8_e4m3, fp8_e5m2)",
+                         (int)spec->q_dtype, (int)spec->kv_dtype, (int)spec->o_dtype);
+    if (!fi__mask_name(spec->mask))
+        return fi__error(FI_EINVALID, "mask %d is not valid (none, causal, window, custom)", (int)spec->mask);
     if (!fi__pos_name(spec->pos))
         return fi__error(FI_EINVALID, "pos encoding %d is not valid (supported: none, rope, alibi)",
                          (int)spec->pos);
@@ -246,7 +230,7 @@ int fi_jit_spec_check(const fi_jit_spec *spec)
         !fi__variant_name_ok(spec->variant))
         return fi__error(FI_EINVALID, "bad variant name '%.64s' (1-63 letters, digits, '_' or '-')",
                          spec->variant);
-    return 0;
+    return kind->check(spec);
 }
 
 int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec)

@@ -77,7 +77,8 @@ static void disk_hit_child(const char *dir, int write_fd)
     if (fi__nvrtc_version(&major, &minor) < 0) exit(1);
     int64_t t0 = fi__now_ns();
     fi__expand(&tu, &spec, NULL);
-    fi_key_input in = {&tu, "sm_90a", major, minor, 5, options, kind->entry, kind->merge_entry};
+    fi_key_input in = {&tu, "sm_90a", major, minor, 5, options, fi__kind_entry_count(kind),
+                       kind->entries};
     fi__key_compute(key, &in, NULL, NULL);
     int64_t t1 = fi__now_ns();
     fi_store *store = NULL;

@@ -152,8 +152,8 @@ static int key_of(uint8_t out[16], const char *text, const char *arch, const cha
     int rc = fi__expand(&tu, &spec, NULL);
     if (rc < 0) return rc;
     const fi_kind_info *kind = fi__kind_info(spec.kind);
-    fi_key_input in = {&tu, arch, 13, 0, extra_option ? 3 : 2, options, kind->entry,
-                       kind->merge_entry};
+    fi_key_input in = {&tu, arch, 13, 0, extra_option ? 3 : 2, options,
+                       fi__kind_entry_count(kind), kind->entries};
     rc = fi__key_compute(out, &in, NULL, NULL);
     fi__tu_free(&tu);
     return rc;
