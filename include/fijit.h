@@ -228,7 +228,7 @@ typedef struct fi_decode_args {
     const void *q;                 /* [num_qo_heads, hd], q_dtype */
     const void *k, *v;             /* kv_dtype */
     void *o;                       /* [num_qo_heads, hd], o_dtype */
-    float *lse;                    /* optional [num_qo_heads] log2-sum-exp (natural log); NULL: none */
+    float *lse;                    /* optional [num_qo_heads]: natural log of the softmax denominator; NULL: none */
     int num_qo_heads, num_kv_heads, kv_len;
     int64_t q_stride_h, o_stride_h;
     int64_t k_stride_n, k_stride_h, v_stride_n, v_stride_h;

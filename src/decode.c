@@ -1,0 +1,354 @@
+/*
+ * Host side of single-request decode: argument validation, the split-KV plan,
+ * the kernel parameter struct and the launches (templates/decode.cuh holds the
+ * kernels, templates/fijit_params.h the struct both sides share).
+ *
+ * Split plan. One block serves one KV head (or a slice of a large GQA group)
+ * over one chunk of keys. A single request has few KV heads, so the keys are
+ * cut into num_splits chunks until the grid holds about one wave of resident
+ * blocks; each split writes a normalised partial output and its log-sum-exp
+ * into the caller's workspace and fi_decode_merge_kernel combines them. The
+ * plan depends only on the shapes and the device's SM count, so
+ * fi_decode_workspace_size and fi_decode_run agree for the same arguments.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_drv.h"
+#include "error.h"
+#include "fijit_params.h"
+#include "kinds.h"
+
+/* Decode blocks per SM the automatic plan aims for. The kernel (48 KiB of
+ * shared memory, ~168 registers x 128 threads) fits 3 per SM on sm_80/sm_90,
+ * but a split sweep on H100 (bench_decode.py --sweep-splits, hd 128, GQA 32/8
+ * and 32/32, kv 4k..64k) was 3-5% faster at ~2 per SM than at ~3, and much
+ * slower once the grid spilled into a second wave. */
+#define DECODE_BLOCKS_PER_SM 2
+/* Fewest tiles a split gets: below this, per-block setup (q load, rotation,
+ * pipeline fill, merge) outweighs the extra parallelism. */
+#define DECODE_MIN_SPLIT_TILES 2
+
+/* A failed driver call: fi__cuda_error has already written the message. */
+#define CU_FAIL(expr)                                                          \
+    do {                                                                       \
+        rc = (expr);                                                           \
+        goto out;                                                              \
+    } while (0)
+
+typedef struct decode_plan {
+    int group_size, head_chunks, heads_per_block, head_blocks;
+    int kv_begin, kv_chunk, num_splits;
+    size_t workspace_bytes; /* needed for num_splits > 1, else 0 */
+} decode_plan;
+
+void fi__decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out)
+{
+    FI_UNUSED(spec);
+    memset(out, 0, sizeof *out);
+    out->block_dim[0] = FI_DECODE_THREADS;
+    out->block_dim[1] = out->block_dim[2] = 1;
+    out->merge_block_dim[0] = FI_MERGE_THREADS;
+    out->merge_block_dim[1] = out->merge_block_dim[2] = 1;
+    out->smem_bytes = 0; /* static shared memory only (48 KiB) */
+    out->param_bytes = (unsigned)sizeof(fi_decode_params);
+}
+
+static int check_strides(const char *name, int64_t stride, int used)
+{
+    if (!used) return 0;
+    if (stride < 0)
+        return fi__error(FI_EINVALID, "decode: %s is %lld; strides must be >= 0", name,
+                         (long long)stride);
+    if (stride % FI_DECODE_VEC != 0)
+        return fi__error(FI_EINVALID,
+                         "decode: %s is %lld elements; it must be a multiple of %d so that every "
+                         "row starts 16-byte aligned",
+                         name, (long long)stride, FI_DECODE_VEC);
+    return 0;
+}
+
+static int check_ptr(const char *name, const void *p)
+{
+    if (!p) return fi__error(FI_EINVALID, "decode: %s is NULL", name);
+    if ((uintptr_t)p % 16 != 0)
+        return fi__error(FI_EINVALID, "decode: %s (%p) is not 16-byte aligned", name, p);
+    return 0;
+}
+
+/* Everything about the arguments that does not need a GPU. */
+static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
+{
+    int rc = 0;
+    FI_TRY(fi_jit_spec_check(spec));
+    if (spec->kind != FI_KIND_DECODE)
+        FI_FAIL(FI_EINVALID, "decode: spec.kind is %d, expected FI_KIND_DECODE", (int)spec->kind);
+    if (!a) FI_FAIL(FI_EINVALID, "decode: args is NULL");
+    if (a->version != FI_DECODE_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "decode: args.version is %u, this library expects %d", a->version,
+                FI_DECODE_ARGS_VERSION);
+    if (a->num_qo_heads <= 0 || a->num_kv_heads <= 0)
+        FI_FAIL(FI_EINVALID, "decode: num_qo_heads (%d) and num_kv_heads (%d) must be > 0",
+                a->num_qo_heads, a->num_kv_heads);
+    if (a->num_qo_heads % a->num_kv_heads != 0)
+        FI_FAIL(FI_EINVALID,
+                "decode: num_qo_heads (%d) must be a multiple of num_kv_heads (%d) for GQA",
+                a->num_qo_heads, a->num_kv_heads);
+    if (a->kv_len < 0) FI_FAIL(FI_EINVALID, "decode: kv_len is %d, must be >= 0", a->kv_len);
+    if (a->num_splits < 0)
+        FI_FAIL(FI_EINVALID, "decode: num_splits is %d (0: automatic, 1: no split)",
+                a->num_splits);
+    FI_TRY(check_ptr("q", a->q));
+    FI_TRY(check_ptr("o", a->o));
+    if (a->kv_len > 0) {
+        FI_TRY(check_ptr("k", a->k));
+        FI_TRY(check_ptr("v", a->v));
+    }
+    if (a->lse && (uintptr_t)a->lse % sizeof(float) != 0)
+        FI_FAIL(FI_EINVALID, "decode: lse (%p) is not 4-byte aligned", (void *)a->lse);
+    FI_TRY(check_strides("q_stride_h", a->q_stride_h, a->num_qo_heads > 1));
+    FI_TRY(check_strides("o_stride_h", a->o_stride_h, a->num_qo_heads > 1));
+    FI_TRY(check_strides("k_stride_h", a->k_stride_h, a->num_kv_heads > 1));
+    FI_TRY(check_strides("v_stride_h", a->v_stride_h, a->num_kv_heads > 1));
+    FI_TRY(check_strides("k_stride_n", a->k_stride_n, a->kv_len > 1));
+    FI_TRY(check_strides("v_stride_n", a->v_stride_n, a->kv_len > 1));
+    if (a->num_qo_heads > 1 && a->q_stride_h < spec->head_dim)
+        FI_FAIL(FI_EINVALID, "decode: q_stride_h (%lld) is smaller than head_dim (%d)",
+                (long long)a->q_stride_h, spec->head_dim);
+    if (a->num_qo_heads > 1 && a->o_stride_h < spec->head_dim)
+        FI_FAIL(FI_EINVALID, "decode: o_stride_h (%lld) is smaller than head_dim (%d): heads "
+                "would overlap", (long long)a->o_stride_h, spec->head_dim);
+    if (!isfinite(a->sm_scale))
+        FI_FAIL(FI_EINVALID, "decode: sm_scale is not finite");
+    if (spec->soft_cap && !(a->soft_cap > 0.f && isfinite(a->soft_cap)))
+        FI_FAIL(FI_EINVALID, "decode: soft_cap is %g; the spec asks for soft-capping, which "
+                "needs a finite cap > 0", (double)a->soft_cap);
+    if (spec->pos == FI_POS_ALIBI && !a->alibi_slopes)
+        FI_FAIL(FI_EINVALID, "decode: alibi_slopes is NULL with pos=alibi");
+    if (spec->pos == FI_POS_ALIBI && (uintptr_t)a->alibi_slopes % sizeof(float) != 0)
+        FI_FAIL(FI_EINVALID, "decode: alibi_slopes is not 4-byte aligned");
+    if (spec->pos == FI_POS_ROPE_LLAMA) {
+        if (!(a->rope_scale >= 0.f && isfinite(a->rope_scale)) ||
+            !(a->rope_theta >= 0.f && isfinite(a->rope_theta)))
+            FI_FAIL(FI_EINVALID, "decode: rope_scale (%g) and rope_theta (%g) must be >= 0 "
+                    "(0: defaults 1 and 1e4)", (double)a->rope_scale, (double)a->rope_theta);
+        if ((int64_t)a->rope_offset + a->kv_len > INT32_MAX || a->rope_offset < 0)
+            FI_FAIL(FI_EINVALID, "decode: rope_offset %d must be >= 0 and rope_offset + kv_len "
+                    "must fit in an int", a->rope_offset);
+    }
+out:
+    return rc;
+}
+
+static int next_pow2(int x)
+{
+    int p = 1;
+    while (p < x) p *= 2;
+    return p;
+}
+
+/* The split plan for these arguments on a device with `sm_count` SMs. */
+static int make_plan(const fi_jit_spec *spec, const fi_decode_args *a, int sm_count,
+                     decode_plan *plan)
+{
+    int rc = 0;
+    const int hd = spec->head_dim;
+    const int tile = FI_DECODE_TILE_TOKENS(hd);
+    const int rows = FI_DECODE_ROW_GROUPS(hd);
+
+    memset(plan, 0, sizeof *plan);
+    plan->group_size = a->num_qo_heads / a->num_kv_heads;
+    /* Row groups per block that split the group's heads, HEADS_PER_THREAD
+     * each; the rest of the row groups share the tokens of each tile. */
+    int chunks = (plan->group_size + FI_DECODE_HEADS_PER_THREAD - 1) / FI_DECODE_HEADS_PER_THREAD;
+    plan->head_chunks = next_pow2(chunks) < rows ? next_pow2(chunks) : rows;
+    plan->heads_per_block = FI_DECODE_HEADS_PER_THREAD * plan->head_chunks;
+    plan->head_blocks = (plan->group_size + plan->heads_per_block - 1) / plan->heads_per_block;
+    if ((int64_t)a->num_kv_heads * plan->head_blocks > 65535)
+        FI_FAIL(FI_EINVALID, "decode: %d kv heads x %d blocks per group exceed the grid's y "
+                "limit of 65535", a->num_kv_heads, plan->head_blocks);
+
+    /* A sliding window makes the keys before its start invisible: no split
+     * reads them. */
+    if (spec->mask == FI_MASK_WINDOW && a->window_left >= 0 &&
+        (int64_t)a->kv_len - 1 - a->window_left > 0)
+        plan->kv_begin = a->kv_len - 1 - a->window_left;
+    const int keys = a->kv_len - plan->kv_begin;
+
+    int splits = a->num_splits;
+    if (splits == 0) {
+        /* At most one wave: blocks beyond the resident ones would form a
+         * second, mostly idle wave. */
+        const int base = a->num_kv_heads * plan->head_blocks;
+        splits = sm_count * DECODE_BLOCKS_PER_SM / base;
+        const int max_by_size = keys / (tile * DECODE_MIN_SPLIT_TILES);
+        if (splits > max_by_size) splits = max_by_size;
+        if (splits < 1) splits = 1;
+    }
+    if (keys <= 0) {
+        plan->num_splits = 1;
+        plan->kv_chunk = tile;
+    } else {
+        /* Chunks are whole tiles; recount so that no split is empty. */
+        int64_t chunk = ((int64_t)keys + splits - 1) / splits;
+        chunk = (chunk + tile - 1) / tile * tile;
+        plan->kv_chunk = (int)chunk;
+        plan->num_splits = (int)(((int64_t)keys + chunk - 1) / chunk);
+    }
+    if (plan->num_splits > 1)
+        plan->workspace_bytes = (size_t)plan->num_splits * (size_t)a->num_qo_heads *
+                                (size_t)(hd + 1) * sizeof(float);
+out:
+    return rc;
+}
+
+/* SM count of the current context's device; only the automatic plan needs it. */
+static int device_sm_count(int *out)
+{
+    int rc = 0;
+    const fi_cuda_api *cu = NULL;
+    CUdevice dev;
+    CUresult res;
+    FI_TRY(fi__cuda_load(&cu));
+    if ((res = cu->CtxGetDevice(&dev)) != CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetDevice (is a CUDA context current?)"));
+    if ((res = cu->DeviceGetAttribute(out, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) !=
+        CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ENODEVICE, res, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)"));
+out:
+    return rc;
+}
+
+static int plan_for(const fi_jit_spec *spec, const fi_decode_args *a, decode_plan *plan)
+{
+    int rc = 0;
+    int sm_count = 0;
+    FI_TRY(check_args(spec, a));
+    if (a->num_splits == 0) FI_TRY(device_sm_count(&sm_count));
+    FI_TRY(make_plan(spec, a, sm_count, plan));
+out:
+    return rc;
+}
+
+int fi_decode_workspace_size(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args *args,
+                             size_t *out)
+{
+    int rc = 0;
+    decode_plan plan;
+    if (!out) FI_FAIL(FI_EINVALID, "decode: out is NULL");
+    *out = 0;
+    if (!ctx) FI_FAIL(FI_EINVALID, "decode: ctx is NULL");
+    FI_TRY(plan_for(spec, args, &plan));
+    *out = plan.workspace_bytes;
+out:
+    return rc;
+}
+
+/* RoPE frequencies as documented in fijit_params.h. Computing hd/2 powers
+ * per launch would cost microseconds, so the last table is kept per thread. */
+static const float *rope_table(int hd, float scale, float theta)
+{
+    static _Thread_local struct {
+        int hd;
+        float scale, theta;
+        float freq[FI_DECODE_MAX_HEAD_DIM / 2];
+    } last;
+    if (last.hd != hd || last.scale != scale || last.theta != theta) {
+        for (int i = 0; i < hd / 2; i++)
+            last.freq[i] = (float)(pow((double)theta, -2.0 * i / hd) / (double)scale);
+        last.hd = hd;
+        last.scale = scale;
+        last.theta = theta;
+    }
+    return last.freq;
+}
+
+int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args *a,
+                  struct CUstream_st *stream)
+{
+    int rc = 0;
+    decode_plan plan;
+    const fi_jit_kernel *kernel = NULL;
+    const fi_cuda_api *cu = NULL;
+    fi_decode_params p;
+    fi_merge_params mp;
+    CUresult res;
+
+    if (!ctx) FI_FAIL(FI_EINVALID, "decode: ctx is NULL");
+    FI_TRY(plan_for(spec, a, &plan));
+    if (plan.num_splits > 1) {
+        if (!a->workspace)
+            FI_FAIL(FI_EINVALID, "decode: %d splits need a workspace of %zu bytes; workspace is "
+                    "NULL (see fi_decode_workspace_size, or set num_splits = 1)",
+                    plan.num_splits, plan.workspace_bytes);
+        if ((uintptr_t)a->workspace % 16 != 0)
+            FI_FAIL(FI_EINVALID, "decode: workspace (%p) is not 16-byte aligned", a->workspace);
+        if (a->workspace_bytes < plan.workspace_bytes)
+            FI_FAIL(FI_EINVALID, "decode: workspace has %zu bytes, %d splits need %zu (see "
+                    "fi_decode_workspace_size)", a->workspace_bytes, plan.num_splits,
+                    plan.workspace_bytes);
+    }
+    FI_TRY(fi__cuda_load(&cu));
+    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+    if (plan.num_splits > 1 && !kernel->merge_function)
+        FI_FAIL(FI_ELOAD, "decode: the loaded module has no merge kernel");
+
+    memset(&p, 0, sizeof p);
+    p.q = a->q;
+    p.k = a->k;
+    p.v = a->v;
+    p.o = a->o;
+    p.lse = a->lse;
+    p.alibi_slopes = a->alibi_slopes;
+    if (plan.num_splits > 1) {
+        p.partial_o = (float *)a->workspace;
+        /* partial_o is 16-byte aligned rows of hd floats; partial_lse follows. */
+        p.partial_lse = p.partial_o + (size_t)plan.num_splits * a->num_qo_heads * spec->head_dim;
+    }
+    p.q_stride_h = a->q_stride_h;
+    p.o_stride_h = a->o_stride_h;
+    p.k_stride_n = a->k_stride_n;
+    p.k_stride_h = a->k_stride_h;
+    p.v_stride_n = a->v_stride_n;
+    p.v_stride_h = a->v_stride_h;
+    p.num_qo_heads = a->num_qo_heads;
+    p.num_kv_heads = a->num_kv_heads;
+    p.kv_len = a->kv_len;
+    p.group_size = plan.group_size;
+    p.head_chunks = plan.head_chunks;
+    p.heads_per_block = plan.heads_per_block;
+    p.head_blocks = plan.head_blocks;
+    p.num_splits = plan.num_splits;
+    p.kv_begin = plan.kv_begin;
+    p.kv_chunk = plan.kv_chunk;
+    p.sm_scale = a->sm_scale != 0.f ? a->sm_scale : (float)(1.0 / sqrt((double)spec->head_dim));
+    p.soft_cap = spec->soft_cap ? a->soft_cap : 0.f;
+    p.rope_offset = a->rope_offset;
+    p.window_left = spec->mask == FI_MASK_WINDOW ? a->window_left : -1;
+    if (spec->pos == FI_POS_ROPE_LLAMA) {
+        const float scale = a->rope_scale != 0.f ? a->rope_scale : 1.f;
+        const float theta = a->rope_theta != 0.f ? a->rope_theta : 1e4f;
+        memcpy(p.rope_freq, rope_table(spec->head_dim, scale, theta),
+               sizeof(float) * (size_t)(spec->head_dim / 2));
+    }
+
+    void *params[] = {&p};
+    res = cu->LaunchKernel(kernel->function, (unsigned)plan.num_splits,
+                           (unsigned)(a->num_kv_heads * plan.head_blocks), 1, kernel->block_dim[0],
+                           kernel->block_dim[1], kernel->block_dim[2], kernel->smem_bytes,
+                           (CUstream)stream, params, NULL);
+    if (res != CUDA_SUCCESS) CU_FAIL(fi__cuda_error(FI_ECUDA, res, "decode: cuLaunchKernel"));
+    if (plan.num_splits > 1) {
+        mp.dec = p;
+        void *merge_params[] = {&mp};
+        res = cu->LaunchKernel(kernel->merge_function, (unsigned)a->num_qo_heads, 1, 1,
+                               kernel->merge_block_dim[0], kernel->merge_block_dim[1],
+                               kernel->merge_block_dim[2], 0, (CUstream)stream, merge_params,
+                               NULL);
+        if (res != CUDA_SUCCESS)
+            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "decode: cuLaunchKernel (merge)"));
+    }
+out:
+    return rc;
+}
