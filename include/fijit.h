@@ -202,6 +202,27 @@ FI_API int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *
 FI_API int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
                           void (*write)(void *user, const char *text), void *user);
 
+/* ---- Custom variants -------------------------------------------------------
+ * A variant is a CUDA C++ snippet that defines
+ *     struct Variant : fijit::DefaultVariant { ...hooks it overrides... };
+ * (see templates/fijit_variant.cuh for the hooks and their contracts). It may
+ * declare extra launch parameters, one per line, as
+ *     //! param float sigmoid_scale
+ *     //! param const float* sink_logits
+ * Name a registered variant in spec.variant; its text is part of the cache
+ * key, so editing it recompiles. Compile errors are reported with the
+ * snippet's own file name ("<name>.cuh") and line numbers. */
+#define FI_VARIANT_REPLACE 1u /* replace a variant registered under the same name */
+
+/* Register `source` under `name` (1-63 of [A-Za-z0-9_-], not "default").
+ * Registering a name again with the same text is a no-op; with different
+ * text it is FI_EINVALID unless FI_VARIANT_REPLACE is given. */
+FI_API int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source,
+                                   unsigned flags);
+/* The same from a file; `name` NULL: the file name up to its first '.'. */
+FI_API int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *path,
+                                        unsigned flags);
+
 /* ---- Statistics ------------------------------------------------------------ */
 typedef struct fi_jit_stats {
     int64_t memory_hits, disk_hits, misses, compiles, compile_failures;

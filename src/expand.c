@@ -14,6 +14,7 @@
 #include "kinds.h"
 #include "spec.h"
 #include "sys.h"
+#include "variant.h"
 
 /* Largest template file accepted from FIJIT_TEMPLATE_DIR. */
 #define FI_TEMPLATE_MAX_BYTES (4 << 20)
@@ -154,7 +155,7 @@ static void sort_headers(fi_translation_unit *tu)
     }
 }
 
-int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const char *variant_source)
+int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const fi_variant *variant)
 {
     int rc = 0;
     fi_text t = {0};
@@ -177,10 +178,17 @@ int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const char *va
     text_add(&t, "constexpr int kPos = %d;  // %s\n", spec->pos, fi__pos_name(spec->pos));
     text_add(&t, "constexpr bool kSoftCap = %s;\n", spec->soft_cap ? "true" : "false");
     text_add(&t, "}  // namespace fijit_cfg\n");
-    if (variant_source) {
-        /* The snippet defines fijit_cfg::Variant; #line maps NVRTC's messages to its own lines. */
+    if (variant) {
+        /* The snippet defines fijit_cfg::Variant inside the namespace we open
+         * (its brackets were checked to balance); #line maps NVRTC's messages
+         * to the snippet's own lines. */
         text_add(&t, "#define FIJIT_CUSTOM_VARIANT 1\n#include \"fijit_variant.cuh\"\n");
-        text_add(&t, "#line 1 \"%s.cuh\"\n%s\n", spec->variant, variant_source);
+        text_add(&t, "namespace fijit_cfg {\n// Extra launch parameters declared by the variant.\nstruct VariantParams {\n");
+        for (int i = 0; i < variant->param_count; i++)
+            text_add(&t, "    %s %s;  // offset %u\n", variant->params[i].c_type,
+                     variant->params[i].name, variant->params[i].offset);
+        text_add(&t, "};\n#line 1 \"%s.cuh\"\n%s\n", variant->name, variant->source);
+        text_add(&t, "#line 1 \"fijit_after_variant\"\n}  // namespace fijit_cfg\n");
     } else {
         text_add(&t, "#include \"fijit_variant.cuh\"\n");
     }

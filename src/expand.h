@@ -21,9 +21,11 @@ typedef struct fi_translation_unit {
     char *header_texts[FI_TU_MAX_HEADERS];
 } fi_translation_unit;
 
-/* Expand `spec` (already checked). `variant_source` is the user's snippet or
- * NULL for the built-in variant. */
-int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const char *variant_source);
+struct fi_variant;
+
+/* Expand `spec` (already checked). `variant` is the registered user variant
+ * the spec names, or NULL for the built-in one. */
+int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const struct fi_variant *variant);
 void fi__tu_free(fi_translation_unit *tu);
 
 /* Source of one template file: from $FIJIT_TEMPLATE_DIR when set (for

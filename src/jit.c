@@ -25,6 +25,7 @@
 #include "store.h"
 #include "sys.h"
 #include "table.h"
+#include "variant.h"
 
 #define FI_BUILD_STRIPES 64
 #define FI_COUNTER_SLOTS 16
@@ -48,6 +49,8 @@ struct fi_jit_ctx {
     atomic_int store_write_warned;
     fi_table table;
     pthread_mutex_t build_stripes[FI_BUILD_STRIPES];
+    _Atomic(fi_variant *) variants; /* newest first; records are immutable */
+    pthread_mutex_t variant_lock;   /* serialises registrations */
     counter_slot counters[FI_COUNTER_SLOTS];
 };
 
@@ -141,6 +144,7 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
                          opts->version, FI_JIT_OPTIONS_VERSION);
     if (!(ctx = fi__calloc(1, sizeof *ctx))) return fi__error(FI_ENOMEM, "out of memory");
     fi__table_init(&ctx->table);
+    pthread_mutex_init(&ctx->variant_lock, NULL);
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_init(&ctx->build_stripes[i], NULL);
 
     fi__log_set_level(opts->log_level);
@@ -202,7 +206,87 @@ void fi_jit_ctx_free(fi_jit_ctx *ctx)
     fi__table_destroy(&ctx->table, release_entry);
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_destroy(&ctx->build_stripes[i]);
     fi_store_close(ctx->store);
+    for (fi_variant *v = atomic_load(&ctx->variants), *next; v; v = next) {
+        next = v->next;
+        fi__variant_free(v);
+    }
+    pthread_mutex_destroy(&ctx->variant_lock);
     fi__free(ctx);
+}
+
+/* ---- variants -------------------------------------------------------------- */
+
+static const fi_variant *variant_find(fi_jit_ctx *ctx, const char *name)
+{
+    for (fi_variant *v = atomic_load_explicit(&ctx->variants, memory_order_acquire); v; v = v->next)
+        if (strcmp(v->name, name) == 0) return v;
+    return NULL;
+}
+
+int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source, unsigned flags)
+{
+    int rc = 0;
+    fi_variant *v = NULL;
+    if (!ctx) return fi__error(FI_EINVALID, "fi_jit_variant_register: ctx is NULL");
+    if (flags & ~FI_VARIANT_REPLACE)
+        return fi__error(FI_EINVALID, "fi_jit_variant_register: unknown flags %#x", flags);
+    if ((rc = fi__variant_new(&v, name, source)) < 0) return rc;
+    pthread_mutex_lock(&ctx->variant_lock);
+    const fi_variant *existing = variant_find(ctx, name);
+    if (existing && strcmp(existing->source, v->source) == 0) {
+        fi__variant_free(v); /* the same text again: nothing changes */
+    } else if (existing && !(flags & FI_VARIANT_REPLACE)) {
+        fi__variant_free(v);
+        rc = fi__error(FI_EINVALID,
+                       "variant '%s' is already registered with different text (pass FI_VARIANT_REPLACE to replace it)",
+                       name);
+    } else {
+        v->next = atomic_load_explicit(&ctx->variants, memory_order_relaxed);
+        atomic_store_explicit(&ctx->variants, v, memory_order_release);
+    }
+    pthread_mutex_unlock(&ctx->variant_lock);
+    return rc;
+}
+
+int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *path, unsigned flags)
+{
+    char stem[FI_VARIANT_NAME_MAX + 1];
+    void *text = NULL;
+    size_t size = 0;
+    int rc;
+    if (!path) return fi__error(FI_EINVALID, "fi_jit_variant_register_file: path is NULL");
+    if (!name) {
+        /* "dir/sigmoid.cuh" registers as "sigmoid". */
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        size_t len = strcspn(base, ".");
+        if (len == 0 || len >= sizeof stem)
+            return fi__error(FI_EINVALID, "cannot derive a variant name from '%s'", path);
+        memcpy(stem, base, len);
+        stem[len] = '\0';
+        name = stem;
+    }
+    if ((rc = fi__read_file(path, &text, &size, FI_VARIANT_MAX_SOURCE)) < 0) return rc;
+    if (memchr(text, '\0', size))
+        rc = fi__error(FI_EINVALID, "variant file %s contains a NUL byte", path);
+    else
+        rc = fi_jit_variant_register(ctx, name, text, flags);
+    fi__free(text);
+    return rc;
+}
+
+/* The registered variant `key` names (NULL for the built-in one); fills key->variant_hash. */
+static int variant_resolve(fi_jit_ctx *ctx, fi_spec_key *key, const fi_variant **out)
+{
+    *out = NULL;
+    if (!key->variant[0]) return 0;
+    const fi_variant *v = variant_find(ctx, key->variant);
+    if (!v)
+        return fi__error(FI_ENOTFOUND,
+                         "variant '%s' is not registered in this context (fi_jit_variant_register)",
+                         key->variant);
+    key->variant_hash = v->hash;
+    *out = v;
+    return 0;
 }
 
 /* ---- building objects ------------------------------------------------------ */
@@ -210,6 +294,7 @@ void fi_jit_ctx_free(fi_jit_ctx *ctx)
 typedef struct fi_build {
     fi_translation_unit tu;
     const fi_kind_info *kind;
+    const fi_variant *variant;   /* NULL: built-in */
     char arch[16];
     char arch_option[48];
     const char *options[8];
@@ -228,14 +313,13 @@ static void build_free(fi_build *b)
 }
 
 /* Expand the templates for `spec` on `arch` and compute its key. */
-static int build_prepare(fi_build *b, const fi_jit_spec *spec, const char *arch,
-                         void (*explain)(void *, const char *), void *user)
+static int build_prepare(fi_build *b, const fi_jit_spec *spec, const fi_variant *variant,
+                         const char *arch, void (*explain)(void *, const char *), void *user)
 {
     int rc = 0, major = 0, minor = 0;
     memset(b, 0, sizeof *b);
     FI_TRY(fi__arch_check(arch));
-    if (spec->variant && strcmp(spec->variant, "default") != 0)
-        FI_FAIL(FI_ENOTFOUND, "variant '%s' is not registered in this context", spec->variant);
+    b->variant = variant;
     b->kind = fi__kind_info(spec->kind);
     snprintf(b->arch, sizeof b->arch, "%s", arch);
     snprintf(b->arch_option, sizeof b->arch_option, "--gpu-architecture=%s", arch);
@@ -246,7 +330,7 @@ static int build_prepare(fi_build *b, const fi_jit_spec *spec, const char *arch,
     b->options[b->option_count++] = "--ptxas-options=--verbose"; /* registers and spills into the log */
     FI_TRY(fi_jit_spec_format(b->meta.spec, sizeof b->meta.spec, spec));
     snprintf(b->meta.arch, sizeof b->meta.arch, "%s", arch);
-    FI_TRY(fi__expand(&b->tu, spec, NULL));
+    FI_TRY(fi__expand(&b->tu, spec, variant));
     FI_TRY(fi__nvrtc_version(&major, &minor));
     fi_key_input in = {&b->tu, arch, major, minor, b->option_count, b->options,
                        fi__kind_entry_count(b->kind), b->kind->entries};
@@ -290,6 +374,14 @@ static int build_compile(fi_jit_ctx *ctx, fi_build *b)
     count(ctx, C_COMPILE_NS, b->meta.compile_ns);
     if (rc < 0) {
         count(ctx, C_COMPILE_FAILURES, 1);
+        char *annotated = NULL;
+        if (rc == FI_ECOMPILE && b->variant && result.log &&
+            fi__variant_annotate_log(b->variant, result.log, &annotated) == 0) {
+            rc = fi__error(FI_ECOMPILE, "variant '%s' does not compile for %s on %s:\n",
+                           b->variant->name, b->meta.spec, b->arch);
+            fi__error_append(annotated);
+            fi__free(annotated);
+        }
         goto out;
     }
     count(ctx, C_COMPILES, 1);
@@ -364,14 +456,16 @@ int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
     fi_spec_key key;
     char device_arch[16];
     if (!ctx) return fi__error(FI_EINVALID, "fi_jit_prewarm: ctx is NULL");
+    const fi_variant *variant = NULL;
     FI_TRY(fi__spec_key(&key, spec));
+    FI_TRY(variant_resolve(ctx, &key, &variant));
     if (!arch || !*arch) {
         arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
         if (!ctx->arch[0] && fi__cuda_current_arch(device_arch, NULL, NULL) == 0) arch = device_arch;
     }
     pthread_mutex_t *stripe = stripe_for(ctx, fi__table_hash(&key, arch));
     pthread_mutex_lock(stripe);
-    rc = build_prepare(&b, spec, arch, NULL, NULL);
+    rc = build_prepare(&b, spec, variant, arch, NULL, NULL);
     if (rc == 0) rc = build_obtain(ctx, &b, &compiled);
     pthread_mutex_unlock(stripe);
     build_free(&b);
@@ -388,13 +482,21 @@ int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
     fi_spec_key key;
     char line[400];
     if (!ctx || !write) return fi__error(FI_EINVALID, "fi_jit_explain: NULL argument");
+    const fi_variant *variant = NULL;
     FI_TRY(fi__spec_key(&key, spec));
+    FI_TRY(variant_resolve(ctx, &key, &variant));
     if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
     char text[256];
     FI_TRY(fi_jit_spec_format(text, sizeof text, spec));
     snprintf(line, sizeof line, "spec %s\narch %s\n", text, arch);
     write(user, line);
-    rc = build_prepare(&b, spec, arch, write, user);
+    if (variant) {
+        snprintf(line, sizeof line, "variant %s: %zu bytes, xxh3-64 %016llx, %d parameters\n",
+                 variant->name, strlen(variant->source), (unsigned long long)variant->hash,
+                 variant->param_count);
+        write(user, line);
+    }
+    rc = build_prepare(&b, spec, variant, arch, write, user);
     build_free(&b);
 out:
     return rc;
@@ -432,8 +534,8 @@ static int load_module(fi_table_entry *e, const fi_build *b, const fi_cuda_api *
 
 /* The slow path of fi_jit_get_kernel: build or read, load, publish. */
 static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_spec_key *key,
-                           uint64_t hash, CUcontext device_ctx, const fi_cuda_api *cu,
-                           const fi_jit_kernel **out)
+                           const fi_variant *variant, uint64_t hash, CUcontext device_ctx,
+                           const fi_cuda_api *cu, const fi_jit_kernel **out)
 {
     int rc = 0, compiled = 0;
     fi_build b;
@@ -450,7 +552,7 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
         goto out;
     }
     FI_TRY(fi__cuda_current_arch(arch, NULL, NULL));
-    FI_TRY(build_prepare(&b, spec, arch, NULL, NULL));
+    FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
     FI_TRY(build_obtain(ctx, &b, &compiled));
     if (!(e = fi__calloc(1, sizeof *e))) FI_FAIL(FI_ENOMEM, "out of memory");
     FI_TRY(load_module(e, &b, cu));
@@ -483,7 +585,9 @@ int fi_jit_get_kernel(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_jit_ker
     CUcontext device_ctx = NULL;
     CUresult res;
     if (!ctx || !out) return fi__error(FI_EINVALID, "fi_jit_get_kernel: NULL argument");
-    if ((rc = fi__spec_key(&key, spec)) < 0) return rc;
+    const fi_variant *variant = NULL;
+    if ((rc = fi__spec_key(&key, spec)) < 0 || (rc = variant_resolve(ctx, &key, &variant)) < 0)
+        return rc;
     if ((rc = fi__cuda_load(&cu)) < 0) return rc;
     if ((res = cu->CtxGetCurrent(&device_ctx)) != CUDA_SUCCESS)
         return fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetCurrent");
@@ -496,7 +600,7 @@ int fi_jit_get_kernel(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_jit_ker
         *out = &e->kernel;
         return 0;
     }
-    return get_kernel_slow(ctx, spec, &key, hash, device_ctx, cu, out);
+    return get_kernel_slow(ctx, spec, &key, variant, hash, device_ctx, cu, out);
 }
 
 int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out)

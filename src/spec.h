@@ -13,6 +13,7 @@
 typedef struct fi_spec_key {
     int32_t kind, q_dtype, kv_dtype, o_dtype, head_dim, mask, pos, soft_cap;
     char variant[FI_VARIANT_NAME_MAX + 1]; /* "" for the built-in variant */
+    uint64_t variant_hash;                 /* content of the registered snippet */
 } fi_spec_key;
 
 /* Validate `spec` (fi_jit_spec_check) and fill its key form. */

@@ -1,0 +1,201 @@
+/* Parsing and checking of user variant snippets (see variant.h). */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "error.h"
+#include "spec.h"
+#include "sys.h"
+#include "variant.h"
+
+static const struct {
+    const char *spelling; /* spaces removed */
+    const char *c_type;
+    fi_variant_param_type type;
+    unsigned size;
+} param_types[] = {
+    {"float", "float", FI_VPARAM_FLOAT, 4},
+    {"int", "int", FI_VPARAM_INT, 4},
+    {"constfloat*", "const float*", FI_VPARAM_PTR, 8},
+    {"constint*", "const int*", FI_VPARAM_PTR, 8},
+    {"float*", "float*", FI_VPARAM_PTR, 8},
+    {"int*", "int*", FI_VPARAM_PTR, 8},
+};
+
+static int identifier_ok(const char *s)
+{
+    if (!*s || strlen(s) >= 32 || !(isalpha((unsigned char)*s) || *s == '_')) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_') return 0;
+    return 1;
+}
+
+/* "//! param <type> <name>": the type may contain spaces and '*'. */
+static int parse_param(fi_variant *v, const char *text, int line)
+{
+    char type[64] = "", name[64] = "";
+    size_t n = strlen(text), end = n;
+    while (end > 0 && isspace((unsigned char)text[end - 1])) end--;
+    size_t start = end;
+    while (start > 0 && (isalnum((unsigned char)text[start - 1]) || text[start - 1] == '_')) start--;
+    if (start == end || end - start >= sizeof name)
+        return fi__error(FI_EINVALID, "%s.cuh:%d: parameter declaration needs a name", v->name, line);
+    memcpy(name, text + start, end - start);
+    for (size_t i = 0, t = 0; i < start && t + 1 < sizeof type; i++)
+        if (!isspace((unsigned char)text[i])) type[t++] = text[i];
+    if (!identifier_ok(name))
+        return fi__error(FI_EINVALID, "%s.cuh:%d: bad parameter name '%s'", v->name, line, name);
+    for (int i = 0; i < v->param_count; i++)
+        if (strcmp(v->params[i].name, name) == 0)
+            return fi__error(FI_EINVALID, "%s.cuh:%d: parameter '%s' declared twice", v->name, line, name);
+    if (v->param_count == FI_VARIANT_MAX_PARAMS)
+        return fi__error(FI_EINVALID, "%s.cuh:%d: more than %d parameters", v->name, line,
+                         FI_VARIANT_MAX_PARAMS);
+    for (size_t i = 0; i < sizeof param_types / sizeof param_types[0]; i++) {
+        if (strcmp(param_types[i].spelling, type) != 0) continue;
+        fi_variant_param *p = &v->params[v->param_count++];
+        snprintf(p->name, sizeof p->name, "%.31s", name); /* identifier_ok: < 32 */
+        snprintf(p->c_type, sizeof p->c_type, "%s", param_types[i].c_type);
+        p->type = param_types[i].type;
+        p->size = param_types[i].size;
+        p->offset = (v->params_bytes + p->size - 1) / p->size * p->size;
+        v->params_bytes = p->offset + p->size;
+        return 0;
+    }
+    return fi__error(FI_EINVALID,
+                     "%s.cuh:%d: parameter '%s' has unsupported type '%s' (float, int, const float*, const int*, float*, int*)",
+                     v->name, line, name, type);
+}
+
+/* Find "//! param" directives and check that (), [] and {} balance outside
+ * comments, string and character literals. */
+static int scan_source(fi_variant *v)
+{
+    char open_stack[256];
+    int open_line[256], depth = 0, line = 1, rc = 0;
+    const char *s = v->source;
+    for (const char *p = s; *p; p++) {
+        if (*p == '\n') {
+            line++;
+            continue;
+        }
+        if (p[0] == '/' && p[1] == '/') {
+            if (strncmp(p, "//! param ", 10) == 0) {
+                char text[128];
+                const char *eol = strchr(p, '\n');
+                size_t len = eol ? (size_t)(eol - p - 10) : strlen(p + 10);
+                if (len >= sizeof text)
+                    return fi__error(FI_EINVALID, "%s.cuh:%d: parameter declaration too long", v->name, line);
+                memcpy(text, p + 10, len);
+                text[len] = '\0';
+                if ((rc = parse_param(v, text, line)) < 0) return rc;
+            }
+            while (p[1] && p[1] != '\n') p++;
+            continue;
+        }
+        if (p[0] == '/' && p[1] == '*') {
+            for (p += 2; *p && !(p[0] == '*' && p[1] == '/'); p++)
+                if (*p == '\n') line++;
+            if (!*p) return fi__error(FI_ECOMPILE, "%s.cuh:%d: unterminated comment", v->name, line);
+            p++;
+            continue;
+        }
+        if (*p == '"' || *p == '\'') {
+            char quote = *p;
+            for (p++; *p && *p != quote && *p != '\n'; p++)
+                if (*p == '\\' && p[1]) p++;
+            if (*p != quote)
+                return fi__error(FI_ECOMPILE, "%s.cuh:%d: unterminated %s literal", v->name, line,
+                                 quote == '"' ? "string" : "character");
+            continue;
+        }
+        if (*p == '#' && strncmp(p, "#line", 5) == 0)
+            return fi__error(FI_ECOMPILE, "%s.cuh:%d: #line is not allowed in a variant", v->name, line);
+        if (*p == '(' || *p == '[' || *p == '{') {
+            if (depth == (int)sizeof open_stack)
+                return fi__error(FI_ECOMPILE, "%s.cuh:%d: nesting too deep", v->name, line);
+            open_line[depth] = line;
+            open_stack[depth++] = *p;
+        } else if (*p == ')' || *p == ']' || *p == '}') {
+            char want = *p == ')' ? '(' : *p == ']' ? '[' : '{';
+            if (depth == 0 || open_stack[depth - 1] != want)
+                return fi__error(FI_ECOMPILE, "%s.cuh:%d: unbalanced '%c' (no matching '%c' in the variant)",
+                                 v->name, line, *p, want);
+            depth--;
+        }
+    }
+    if (depth > 0)
+        return fi__error(FI_ECOMPILE, "%s.cuh:%d: unbalanced '%c' (not closed in the variant)", v->name,
+                         open_line[depth - 1], open_stack[depth - 1]);
+    return 0;
+}
+
+int fi__variant_new(fi_variant **out, const char *name, const char *source)
+{
+    int rc = 0;
+    fi_variant *v = NULL;
+    *out = NULL;
+    if (!fi__variant_name_ok(name) || strcmp(name, "default") == 0)
+        return fi__error(FI_EINVALID,
+                         "bad variant name '%.64s' (1-63 letters, digits, '_' or '-'; 'default' is built in)",
+                         name ? name : "(null)");
+    if (!source) return fi__error(FI_EINVALID, "variant '%s': source is NULL", name);
+    size_t size = strlen(source);
+    if (size > FI_VARIANT_MAX_SOURCE)
+        return fi__error(FI_EINVALID, "variant '%s' is %zu bytes (limit %d)", name, size,
+                         FI_VARIANT_MAX_SOURCE);
+    if (!(v = fi__calloc(1, sizeof *v)) || !(v->source = fi__strdup(source)))
+        FI_FAIL(FI_ENOMEM, "out of memory registering variant '%s'", name);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->hash = XXH3_64bits(source, size);
+    FI_TRY(scan_source(v));
+    *out = v;
+    v = NULL;
+out:
+    fi__variant_free(v);
+    return rc;
+}
+
+void fi__variant_free(fi_variant *v)
+{
+    if (!v) return;
+    fi__free(v->source);
+    fi__free(v);
+}
+
+int fi__variant_annotate_log(const fi_variant *v, const char *log, char **out)
+{
+    char tag[80];
+    size_t cap = strlen(log) * 2 + 256, used = 0;
+    char *text = fi__malloc(cap);
+    *out = NULL;
+    if (!text) return fi__error(FI_ENOMEM, "out of memory");
+    snprintf(tag, sizeof tag, "%s.cuh(", v->name);
+    for (const char *line = log; *line;) {
+        const char *eol = strchr(line, '\n');
+        size_t len = eol ? (size_t)(eol - line) : strlen(line);
+        int number = 0;
+        const char *at = strstr(line, tag);
+        if (used + len + 2 >= cap) break;
+        memcpy(text + used, line, len);
+        used += len;
+        text[used++] = '\n';
+        if (at && at < line + len && sscanf(at + strlen(tag), "%d", &number) == 1 && number > 0) {
+            /* Quote the snippet's own line under the message. */
+            const char *src = v->source;
+            for (int n = 1; n < number && src; n++) src = strchr(src, '\n'), src = src ? src + 1 : NULL;
+            if (src) {
+                const char *src_end = strchr(src, '\n');
+                int src_len = src_end ? (int)(src_end - src) : (int)strlen(src);
+                int wrote = snprintf(text + used, cap - used, "  %4d | %.*s\n", number,
+                                     src_len > 200 ? 200 : src_len, src);
+                if (wrote > 0 && (size_t)wrote < cap - used) used += (size_t)wrote;
+            }
+        }
+        line += len + (eol ? 1 : 0);
+    }
+    text[used] = '\0';
+    *out = text;
+    return 0;
+}

@@ -1,0 +1,61 @@
+/*
+ * User attention variants: CUDA C++ snippets registered under a name and
+ * compiled into the kernels in place of fijit::DefaultVariant.
+ *
+ * A snippet defines `struct Variant : fijit::DefaultVariant { ... };` and may
+ * declare extra launch parameters with directive lines of its own:
+ *     //! param float sigmoid_scale
+ *     //! param const float* sink_logits
+ * (types: float, int, const float*, const int*, float*, int*). fijit lays the
+ * parameters out in declaration order (natural alignment) as
+ * fijit_cfg::VariantParams and validates launch arguments against it.
+ *
+ * Registered variants are immutable records in a list that readers walk
+ * without locks; replacing a name pushes a newer record in front.
+ */
+#ifndef FI_VARIANT_H
+#define FI_VARIANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fijit.h"
+
+#define FI_VARIANT_MAX_PARAMS 16
+#define FI_VARIANT_MAX_SOURCE (256 * 1024)
+
+typedef enum fi_variant_param_type {
+    FI_VPARAM_FLOAT = 1,
+    FI_VPARAM_INT = 2,
+    FI_VPARAM_PTR = 3, /* a device pointer */
+} fi_variant_param_type;
+
+typedef struct fi_variant_param {
+    char name[32];
+    char c_type[24];  /* as written in the generated struct: "const float*" */
+    fi_variant_param_type type;
+    unsigned offset, size;
+} fi_variant_param;
+
+typedef struct fi_variant {
+    struct fi_variant *next;
+    char name[64];
+    char *source;        /* the snippet as given */
+    uint64_t hash;       /* XXH3-64 of source: part of the in-memory key */
+    int param_count;
+    fi_variant_param params[FI_VARIANT_MAX_PARAMS];
+    unsigned params_bytes;
+} fi_variant;
+
+/* Check and parse a snippet: name rules, size, directive lines, balanced
+ * braces/brackets/parentheses outside comments and literals (so a snippet
+ * cannot close the namespace it is placed in). Errors name the snippet's
+ * own file and line. */
+int fi__variant_new(fi_variant **out, const char *name, const char *source);
+void fi__variant_free(fi_variant *v);
+
+/* Rewrite an NVRTC log for a failed variant compile: lines naming
+ * "<name>.cuh(N)" are followed by the snippet's line N. `*out` is fi__free'd. */
+int fi__variant_annotate_log(const fi_variant *v, const char *log, char **out);
+
+#endif
