@@ -23,12 +23,12 @@ CLI_SRC   := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEMPLATES := $(sort $(wildcard templates/*))
 
-.PHONY: all run test test-plain test-asan test-tsan test-cli test-install bench gpu-check install clean deps
+.PHONY: all run test test-plain test-asan test-tsan test-cli test-install test-fuzz fuzz bench gpu-check install clean deps
 all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%)
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
 deps:
-	@missing=""; for p in libsqlite3-dev libxxhash-dev pkg-config; do \
+	@missing=""; for p in libsqlite3-dev libxxhash-dev pkg-config clang libclang-rt-14-dev; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
 
@@ -39,16 +39,16 @@ $(B)/gen/embedded.c: tools/embed/embed.c cache/schema.sql $(TEMPLATES)
 
 # One build flavour per directory: $(B) plain, $(B)/asan, $(B)/tsan.
 define flavour
-$(1)/obj/%.o: src/%.c include/fijit.h $(wildcard src/*.h) | $(B)/gen/embedded.c
+$(1)/obj/%.o: src/%.c $(wildcard include/*.h) $(wildcard src/*.h) $(wildcard templates/*.h) | $(B)/gen/embedded.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
 $(1)/obj/embedded.o: $(B)/gen/embedded.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
-$(1)/obj/tools/%.o: tools/%.c include/fijit.h $(wildcard src/*.h) $(wildcard tools/*.h)
+$(1)/obj/tools/%.o: tools/%.c $(wildcard include/*.h) $(wildcard src/*.h) $(wildcard tools/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
-$(1)/obj/tests/%.o: tests/%.c tests/check.h include/fijit.h $(wildcard src/*.h)
+$(1)/obj/tests/%.o: tests/%.c tests/check.h $(wildcard include/*.h) $(wildcard src/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
 $(1)/libfijit.a: $(LIB_SRC:src/%.c=$(1)/obj/%.o) $(1)/obj/embedded.o
@@ -82,7 +82,7 @@ run: deps
 	$(B)/fijit demo
 
 # The suite CI runs. FIJIT_TEST_JOBS bounds parallel compiles in the tests.
-test: test-plain test-asan test-tsan test-cli test-install
+test: test-plain test-asan test-tsan test-cli test-install test-fuzz
 	@echo "make test: all suites passed"
 
 test-plain: all
@@ -104,6 +104,13 @@ test-cli: $(B)/fijit
 $(B)/bench_jit: $(B)/obj/tests/bench_jit.o $(B)/libfijit.a
 	$(CC) -o $@ $^ $(LDLIBS)
 
+# libFuzzer targets (fuzz/): a short run in `make test`, a long one with `make fuzz`.
+test-fuzz: $(B)/gen/embedded.c
+	@bash fuzz/run.sh 15
+
+fuzz: $(B)/gen/embedded.c
+	bash fuzz/run.sh 300
+
 test-install: all
 	@echo "== install check"; bash tests/install_check.sh
 
@@ -116,7 +123,8 @@ gpu-check: all
 
 install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/fijit.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/fijit.h include/fijit_batch_decode.h include/fijit_prefill.h \
+	  $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(B)/libfijit.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# The one script run on the GPU machine: decode correctness test, then the
-# decode benchmark, then a short summary table. fijit is normally built on the
-# build host (`make`) and carried here with build/; this script only builds
-# when build/libfijit.so is missing and the -dev headers to build it exist.
+# The one script run on the GPU machine: decode and batch-decode correctness
+# tests, then the decode and batch-decode benchmarks, then a short summary
+# table. fijit is normally built on the build host (`make`) and carried here
+# with build/; this script only builds when build/libfijit.so is missing and
+# the -dev headers to build it exist.
 #
-#   bench/gpu_run.sh [--quick]      (--quick: fewer test shapes, shorter bench)
-# Raw results go to $OUT (test_decode.json, bench_decode.json, logs) when set.
+#   bench/gpu_run.sh [--quick]      (--quick: fewer test shapes, shorter benches)
+# Raw results go to $OUT (test_*.json, bench_*.json, logs) when set. Each step
+# runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
+# cannot take the others' results with it.
 set -u
 cd "$(dirname "$0")/.."
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 OUT_DIR=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
+STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 
 if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.1.0 ]; then
     if [ -e /usr/include/sqlite3.h ] && [ -e /usr/include/xxhash.h ]; then
@@ -24,32 +28,65 @@ if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.1.0 ]; then
     fi
 fi
 
-# A private cache, warmed in parallel so the test measures kernels, not NVRTC.
+# A private cache, warmed in parallel so the tests measure kernels, not NVRTC:
+# every decode tuple (16-bit and fp8 KV) and every batch-decode tuple.
 export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
 chmod 700 "$FIJIT_CACHE_DIR"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null
 if [ -x build/fijit ]; then
+    manifest="$OUT_DIR/decode_manifest.txt"
+    : > "$manifest"
+    for kind in decode batch_decode; do
+        for q in fp16 bf16; do
+            for kv in "$q" fp8_e4m3 fp8_e5m2; do
+                for hd in 64 128 256; do
+                    for mask in none window; do
+                        for pos in none rope alibi; do
+                            for sc in 0 1; do
+                                echo "$kind q=$q kv=$kv o=$q hd=$hd mask=$mask pos=$pos softcap=$sc" >> "$manifest"
+                            done
+                        done
+                    done
+                done
+            done
+        done
+    done
     t0=$SECONDS
-    build/fijit prewarm --kernel decode --dtype fp16,bf16 --head-dim 64,128,256 \
-        --mask none,window --pos none,rope,alibi --softcap 0,1 -j "$(nproc)" \
+    timeout "$STEP_TIMEOUT" build/fijit prewarm --manifest "$manifest" -j "$(nproc)" \
         > "$OUT_DIR/prewarm.log" 2>&1
     echo "prewarm: rc $? in $((SECONDS - t0)) s: $(tail -1 "$OUT_DIR/prewarm.log")"
 fi
 
 TEST_ARGS=()
 BENCH_ARGS=()
+BBENCH_ARGS=()
 if [ $QUICK = 1 ]; then
     TEST_ARGS=(--quick)
     BENCH_ARGS=(--reps 20 --lens 1024,16384,65536)
+    BBENCH_ARGS=(--reps 20 --batches 1,64 --lens 1024,16384)
 fi
-OUT=$OUT_DIR python3 tests/gpu/test_decode.py "${TEST_ARGS[@]}" 2>&1 | tee "$OUT_DIR/test_decode.log"
-test_rc=${PIPESTATUS[0]}
-OUT=$OUT_DIR python3 bench/bench_decode.py "${BENCH_ARGS[@]}" 2>&1 | tee "$OUT_DIR/bench_decode.log"
-bench_rc=${PIPESTATUS[0]}
+step() {  # step NAME CMD...: run with a time limit, log to $OUT_DIR/NAME.log, remember rc
+    local name=$1
+    shift
+    OUT=$OUT_DIR timeout "$STEP_TIMEOUT" "$@" 2>&1 | tee "$OUT_DIR/$name.log"
+    eval "rc_$name=\${PIPESTATUS[0]}"
+}
+step test_decode python3 tests/gpu/test_decode.py "${TEST_ARGS[@]}"
+step test_batch_decode python3 tests/gpu/test_batch_decode.py "${TEST_ARGS[@]}"
+step bench_decode python3 bench/bench_decode.py "${BENCH_ARGS[@]}"
+step bench_batch_decode python3 bench/bench_batch_decode.py "${BBENCH_ARGS[@]}"
+step bench_batch_decode_fp8 python3 bench/bench_batch_decode.py --dtypes bf16 --kv-dtype fp8_e4m3 \
+    --heads 32/8 --batches 1,64 --lens 4096,16384 --no-nosplit --tag _fp8
 
 echo
 echo "==== summary ===="
 sed -n '/^decode correctness/,/^test_decode:/p' "$OUT_DIR/test_decode.log"
+sed -n '/^batch decode correctness/,/^test_batch_decode:/p' "$OUT_DIR/test_batch_decode.log"
 sed -n '/^decode, batch 1/,$p' "$OUT_DIR/bench_decode.log"
-echo "test rc $test_rc, bench rc $bench_rc"
-[ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]
+sed -n '/^batch decode, paged/,$p' "$OUT_DIR/bench_batch_decode.log"
+sed -n '/^batch decode, paged/,$p' "$OUT_DIR/bench_batch_decode_fp8.log" | tail -n +3
+echo "rc: test_decode $rc_test_decode, test_batch_decode $rc_test_batch_decode," \
+     "bench_decode $rc_bench_decode, bench_batch_decode $rc_bench_batch_decode," \
+     "bench_batch_decode_fp8 $rc_bench_batch_decode_fp8"
+[ "$rc_test_decode" = 0 ] && [ "$rc_test_batch_decode" = 0 ] && [ "$rc_bench_decode" = 0 ] &&
+    [ "$rc_bench_batch_decode" = 0 ] && [ "$rc_bench_batch_decode_fp8" = 0 ]

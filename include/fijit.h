@@ -237,13 +237,14 @@ FI_API int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out);
 /* ---- Decode launch --------------------------------------------------------- */
 struct CUstream_st; /* CUstream from cuda.h */
 
-#define FI_DECODE_ARGS_VERSION 1
+#define FI_DECODE_ARGS_VERSION 2 /* 2 added k_scale, v_scale; 1 is still accepted */
 
 /* Single-request decode. Element strides (not bytes). For k and v the layout
  * is given by strides: NHD [kv_len, kv_heads, hd] has stride_n = kv_heads*hd,
  * stride_h = hd; HND [kv_heads, kv_len, hd] has stride_n = hd,
  * stride_h = kv_len*hd. The last dimension must be contiguous and 16-byte
- * aligned. */
+ * aligned. With split-KV the workspace needs no initialisation; one
+ * workspace must not serve two launches that may run at the same time. */
 typedef struct fi_decode_args {
     unsigned version;              /* FI_DECODE_ARGS_VERSION */
     const void *q;                 /* [num_qo_heads, hd], q_dtype */
@@ -262,6 +263,9 @@ typedef struct fi_decode_args {
     void *workspace;               /* device memory, fi_decode_workspace_size() bytes */
     size_t workspace_bytes;
     int num_splits;                /* 0: chosen from the device; 1: no split */
+    /* Version 2: fp8 KV (kv=fp8_e4m3/fp8_e5m2) holds k / k_scale and v / v_scale;
+     * the kernel multiplies them back. 0: 1. Ignored for 16-bit KV. */
+    float k_scale, v_scale;
 } fi_decode_args;
 
 #define FI_DECODE_ARGS_INIT { FI_DECODE_ARGS_VERSION, 0 }
@@ -276,4 +280,9 @@ FI_API int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_deco
 #ifdef __cplusplus
 }
 #endif
+
+/* The other kernel families, each with its own header. */
+#include "fijit_batch_decode.h"
+#include "fijit_prefill.h"
+
 #endif /* FIJIT_H */

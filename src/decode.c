@@ -7,18 +7,26 @@
  * over one chunk of keys. A single request has few KV heads, so the keys are
  * cut into num_splits chunks until the grid holds about one wave of resident
  * blocks; each split writes a normalised partial output and its log-sum-exp
- * into the caller's workspace and fi_decode_merge_kernel combines them. The
+ * into the caller's workspace, and the last block of each kv head to finish
+ * merges them in the same launch (templates/decode_core.cuh; the counters'
+ * epoch scheme in fijit_params.h means the workspace needs no zeroing). The
  * plan depends only on the shapes and the device's SM count, so
  * fi_decode_workspace_size and fi_decode_run agree for the same arguments.
+ *
+ * fp8 KV (kv=fp8_e4m3 / fp8_e5m2): args version 2 carries k_scale and
+ * v_scale; strides must then be multiples of 16 elements (16 bytes).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "cuda_drv.h"
+#include "decode.h"
 #include "error.h"
 #include "fijit_params.h"
 #include "kinds.h"
+#include "sys.h"
 
 /* Decode blocks per SM the automatic plan aims for. The kernel (48 KiB of
  * shared memory, ~168 registers x 128 threads) fits 3 per SM on sm_80/sm_90,
@@ -27,8 +35,11 @@
  * slower once the grid spilled into a second wave. */
 #define DECODE_BLOCKS_PER_SM 2
 /* Fewest tiles a split gets: below this, per-block setup (q load, rotation,
- * pipeline fill, merge) outweighs the extra parallelism. */
-#define DECODE_MIN_SPLIT_TILES 2
+ * pipeline fill) and the merge of one more partial state outweigh the extra
+ * parallelism. From a split sweep on H100 (bench_decode.py --sweep-splits,
+ * hd 128, GQA 32/8 and 32/32, kv 1k..32k, merge fused into the kernel): the
+ * best split was ~128 keys at kv 1k and ~256 keys from kv 4k on. */
+#define DECODE_MIN_SPLIT_TILES(keys) ((keys) < 4096 ? 4 : 8)
 
 /* A failed driver call: fi__cuda_error has already written the message. */
 #define CU_FAIL(expr)                                                          \
@@ -49,25 +60,45 @@ void fi__decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out)
     memset(out, 0, sizeof *out);
     out->block_dim[0] = FI_DECODE_THREADS;
     out->block_dim[1] = out->block_dim[2] = 1;
-    out->merge_block_dim[0] = FI_MERGE_THREADS;
-    out->merge_block_dim[1] = out->merge_block_dim[2] = 1;
     out->smem_bytes = 0; /* static shared memory only (48 KiB) */
     out->param_bytes = (unsigned)sizeof(fi_decode_params);
 }
 
-static int check_strides(const char *name, int64_t stride, int used)
+unsigned fi__decode_next_epoch(void)
+{
+    /* Starts from the clock, so that two processes sharing a workspace's
+     * memory (one after the other) do not reuse epochs; 0 is never handed out. */
+    static atomic_uint next;
+    unsigned e = 0;
+    if (atomic_load(&next) == 0) {
+        unsigned expected = 0;
+        atomic_compare_exchange_strong(&next, &expected, (unsigned)(fi__now_ns() / 1000) | 1u);
+    }
+    while (e == 0) e = atomic_fetch_add(&next, 1u);
+    return e;
+}
+
+float fi__decode_scale(float s) { return s != 0.f ? s : 1.f; }
+
+int fi__decode_kv_bytes(const fi_jit_spec *spec)
+{
+    return spec->kv_dtype == FI_DTYPE_FP8_E4M3 || spec->kv_dtype == FI_DTYPE_FP8_E5M2 ? 1 : 2;
+}
+
+static int check_strides_of(const char *name, int64_t stride, int used, int elem_bytes)
 {
     if (!used) return 0;
     if (stride < 0)
         return fi__error(FI_EINVALID, "decode: %s is %lld; strides must be >= 0", name,
                          (long long)stride);
-    if (stride % FI_DECODE_VEC != 0)
+    if (stride % (16 / elem_bytes) != 0)
         return fi__error(FI_EINVALID,
                          "decode: %s is %lld elements; it must be a multiple of %d so that every "
                          "row starts 16-byte aligned",
-                         name, (long long)stride, FI_DECODE_VEC);
+                         name, (long long)stride, 16 / elem_bytes);
     return 0;
 }
+#define check_strides(name, stride, used) check_strides_of(name, stride, used, 2)
 
 static int check_ptr(const char *name, const void *p)
 {
@@ -85,9 +116,13 @@ static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
     if (spec->kind != FI_KIND_DECODE)
         FI_FAIL(FI_EINVALID, "decode: spec.kind is %d, expected FI_KIND_DECODE", (int)spec->kind);
     if (!a) FI_FAIL(FI_EINVALID, "decode: args is NULL");
-    if (a->version != FI_DECODE_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "decode: args.version is %u, this library expects %d", a->version,
-                FI_DECODE_ARGS_VERSION);
+    if (a->version != 1 && a->version != FI_DECODE_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "decode: args.version is %u, this library expects 1 or %d",
+                a->version, FI_DECODE_ARGS_VERSION);
+    if (fi__decode_kv_bytes(spec) == 1 && a->version < 2)
+        FI_FAIL(FI_EINVALID, "decode: fp8 kv needs args.version 2 (k_scale, v_scale)");
+    if (a->version >= 2 && (!isfinite(a->k_scale) || !isfinite(a->v_scale)))
+        FI_FAIL(FI_EINVALID, "decode: k_scale and v_scale must be finite (0: 1)");
     if (a->num_qo_heads <= 0 || a->num_kv_heads <= 0)
         FI_FAIL(FI_EINVALID, "decode: num_qo_heads (%d) and num_kv_heads (%d) must be > 0",
                 a->num_qo_heads, a->num_kv_heads);
@@ -109,10 +144,13 @@ static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
         FI_FAIL(FI_EINVALID, "decode: lse (%p) is not 4-byte aligned", (void *)a->lse);
     FI_TRY(check_strides("q_stride_h", a->q_stride_h, a->num_qo_heads > 1));
     FI_TRY(check_strides("o_stride_h", a->o_stride_h, a->num_qo_heads > 1));
-    FI_TRY(check_strides("k_stride_h", a->k_stride_h, a->num_kv_heads > 1));
-    FI_TRY(check_strides("v_stride_h", a->v_stride_h, a->num_kv_heads > 1));
-    FI_TRY(check_strides("k_stride_n", a->k_stride_n, a->kv_len > 1));
-    FI_TRY(check_strides("v_stride_n", a->v_stride_n, a->kv_len > 1));
+    {
+        const int kvb = fi__decode_kv_bytes(spec);
+        FI_TRY(check_strides_of("k_stride_h", a->k_stride_h, a->num_kv_heads > 1, kvb));
+        FI_TRY(check_strides_of("v_stride_h", a->v_stride_h, a->num_kv_heads > 1, kvb));
+        FI_TRY(check_strides_of("k_stride_n", a->k_stride_n, a->kv_len > 1, kvb));
+        FI_TRY(check_strides_of("v_stride_n", a->v_stride_n, a->kv_len > 1, kvb));
+    }
     if (a->num_qo_heads > 1 && a->q_stride_h < spec->head_dim)
         FI_FAIL(FI_EINVALID, "decode: q_stride_h (%lld) is smaller than head_dim (%d)",
                 (long long)a->q_stride_h, spec->head_dim);
@@ -182,7 +220,7 @@ static int make_plan(const fi_jit_spec *spec, const fi_decode_args *a, int sm_co
          * second, mostly idle wave. */
         const int base = a->num_kv_heads * plan->head_blocks;
         splits = sm_count * DECODE_BLOCKS_PER_SM / base;
-        const int max_by_size = keys / (tile * DECODE_MIN_SPLIT_TILES);
+        const int max_by_size = keys / (tile * DECODE_MIN_SPLIT_TILES(keys));
         if (splits > max_by_size) splits = max_by_size;
         if (splits < 1) splits = 1;
     }
@@ -196,15 +234,22 @@ static int make_plan(const fi_jit_spec *spec, const fi_decode_args *a, int sm_co
         plan->kv_chunk = (int)chunk;
         plan->num_splits = (int)(((int64_t)keys + chunk - 1) / chunk);
     }
-    if (plan->num_splits > 1)
-        plan->workspace_bytes = (size_t)plan->num_splits * (size_t)a->num_qo_heads *
-                                (size_t)(hd + 1) * sizeof(float);
+    if (plan->num_splits > FI_DECODE_MAX_SPLITS)
+        FI_FAIL(FI_EINVALID, "decode: %d splits; at most %d (raise num_splits' chunk: pass a "
+                "smaller num_splits)", plan->num_splits, FI_DECODE_MAX_SPLITS);
+    if (plan->num_splits > 1) {
+        /* partial_o, partial_lse, then 8-byte aligned counters (one per block row). */
+        size_t floats = (size_t)plan->num_splits * (size_t)a->num_qo_heads * (size_t)(hd + 1);
+        floats = (floats + 1) / 2 * 2;
+        plan->workspace_bytes = floats * sizeof(float) +
+                                (size_t)a->num_kv_heads * plan->head_blocks * 8;
+    }
 out:
     return rc;
 }
 
 /* SM count of the current context's device; only the automatic plan needs it. */
-static int device_sm_count(int *out)
+int fi__decode_device_sm_count(int *out)
 {
     int rc = 0;
     const fi_cuda_api *cu = NULL;
@@ -225,7 +270,7 @@ static int plan_for(const fi_jit_spec *spec, const fi_decode_args *a, decode_pla
     int rc = 0;
     int sm_count = 0;
     FI_TRY(check_args(spec, a));
-    if (a->num_splits == 0) FI_TRY(device_sm_count(&sm_count));
+    if (a->num_splits == 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
     FI_TRY(make_plan(spec, a, sm_count, plan));
 out:
     return rc;
@@ -247,7 +292,7 @@ out:
 
 /* RoPE frequencies as documented in fijit_params.h. Computing hd/2 powers
  * per launch would cost microseconds, so the last table is kept per thread. */
-static const float *rope_table(int hd, float scale, float theta)
+const float *fi__decode_rope_table(int hd, float scale, float theta)
 {
     static _Thread_local struct {
         int hd;
@@ -272,7 +317,6 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     const fi_jit_kernel *kernel = NULL;
     const fi_cuda_api *cu = NULL;
     fi_decode_params p;
-    fi_merge_params mp;
     CUresult res;
 
     if (!ctx) FI_FAIL(FI_EINVALID, "decode: ctx is NULL");
@@ -291,8 +335,6 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     }
     FI_TRY(fi__cuda_load(&cu));
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
-    if (plan.num_splits > 1 && !kernel->merge_function)
-        FI_FAIL(FI_ELOAD, "decode: the loaded module has no merge kernel");
 
     memset(&p, 0, sizeof p);
     p.q = a->q;
@@ -305,7 +347,13 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
         p.partial_o = (float *)a->workspace;
         /* partial_o is 16-byte aligned rows of hd floats; partial_lse follows. */
         p.partial_lse = p.partial_o + (size_t)plan.num_splits * a->num_qo_heads * spec->head_dim;
+        size_t floats = (size_t)plan.num_splits * (size_t)a->num_qo_heads * (size_t)(spec->head_dim + 1);
+        floats = (floats + 1) / 2 * 2;
+        p.counters = (unsigned long long *)((char *)a->workspace + floats * sizeof(float));
+        p.epoch = fi__decode_next_epoch();
     }
+    p.k_scale = a->version >= 2 ? fi__decode_scale(a->k_scale) : 1.f;
+    p.v_scale = a->version >= 2 ? fi__decode_scale(a->v_scale) : 1.f;
     p.q_stride_h = a->q_stride_h;
     p.o_stride_h = a->o_stride_h;
     p.k_stride_n = a->k_stride_n;
@@ -329,7 +377,7 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     if (spec->pos == FI_POS_ROPE_LLAMA) {
         const float scale = a->rope_scale != 0.f ? a->rope_scale : 1.f;
         const float theta = a->rope_theta != 0.f ? a->rope_theta : 1e4f;
-        memcpy(p.rope_freq, rope_table(spec->head_dim, scale, theta),
+        memcpy(p.rope_freq, fi__decode_rope_table(spec->head_dim, scale, theta),
                sizeof(float) * (size_t)(spec->head_dim / 2));
     }
 
@@ -339,16 +387,6 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
                            kernel->block_dim[1], kernel->block_dim[2], kernel->smem_bytes,
                            (CUstream)stream, params, NULL);
     if (res != CUDA_SUCCESS) CU_FAIL(fi__cuda_error(FI_ECUDA, res, "decode: cuLaunchKernel"));
-    if (plan.num_splits > 1) {
-        mp.dec = p;
-        void *merge_params[] = {&mp};
-        res = cu->LaunchKernel(kernel->merge_function, (unsigned)a->num_qo_heads, 1, 1,
-                               kernel->merge_block_dim[0], kernel->merge_block_dim[1],
-                               kernel->merge_block_dim[2], 0, (CUstream)stream, merge_params,
-                               NULL);
-        if (res != CUDA_SUCCESS)
-            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "decode: cuLaunchKernel (merge)"));
-    }
 out:
     return rc;
 }

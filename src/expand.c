@@ -53,7 +53,12 @@ int fi__template_load(const char *name, char **out)
 
 static const char *dtype_type(int dtype)
 {
-    return dtype == FI_DTYPE_BF16 ? "fijit::bf16_t" : "fijit::half_t";
+    switch (dtype) {
+    case FI_DTYPE_BF16: return "fijit::bf16_t";
+    case FI_DTYPE_FP8_E4M3: return "fijit::fp8_e4m3_t";
+    case FI_DTYPE_FP8_E5M2: return "fijit::fp8_e5m2_t";
+    default: return "fijit::half_t";
+    }
 }
 
 /* Growable string with a sticky allocation failure. */

@@ -117,7 +117,7 @@ static int parse_size(const char *text, int64_t *out)
     char *end = NULL;
     double value = strtod(text, &end);
     int64_t unit = 1;
-    if (end == text || value < 0) return -1;
+    if (end == text || !(value >= 0)) return -1; /* also refuses "nan" */
     switch (*end) {
     case 'k': case 'K': unit = 1LL << 10; end++; break;
     case 'm': case 'M': unit = 1LL << 20; end++; break;
@@ -125,7 +125,7 @@ static int parse_size(const char *text, int64_t *out)
     case 't': case 'T': unit = 1LL << 40; end++; break;
     }
     if (*end == 'B' || *end == 'b') end++;
-    if (*end || value * (double)unit > 9e18) return -1;
+    if (*end || !(value * (double)unit <= 9e18)) return -1;
     *out = (int64_t)(value * (double)unit);
     return 0;
 }

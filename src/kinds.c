@@ -35,19 +35,49 @@ static int check_head_dim(const fi_jit_spec *spec)
     return 0;
 }
 
+/* Single and batch decode: q = o of one 16-bit type; kv the same, or fp8
+ * (e4m3, e5m2) with per-tensor scales given at launch. */
 static int check_decode(const fi_jit_spec *spec)
 {
-    int rc = check_same_16bit_dtypes(spec, "decode");
+    const char *kind = spec->kind == FI_KIND_BATCH_DECODE ? "batch_decode" : "decode";
+    int rc = 0;
+    if (spec->kv_dtype == FI_DTYPE_FP8_E4M3 || spec->kv_dtype == FI_DTYPE_FP8_E5M2) {
+        fi_jit_spec same = *spec;
+        same.kv_dtype = spec->q_dtype;
+        rc = check_same_16bit_dtypes(&same, kind);
+    } else if (spec->kv_dtype != spec->q_dtype &&
+               (spec->q_dtype == FI_DTYPE_FP16 || spec->q_dtype == FI_DTYPE_BF16)) {
+        return fi__error(FI_EUNSUPPORTED,
+                         "kv dtype '%s' is not supported with q=%s for %s (supported: kv equal to "
+                         "q, fp8_e4m3, fp8_e5m2)",
+                         fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->q_dtype), kind);
+    } else {
+        rc = check_same_16bit_dtypes(spec, kind);
+    }
     if (rc < 0 || (rc = check_head_dim(spec)) < 0) return rc;
     if (spec->mask != FI_MASK_NONE && spec->mask != FI_MASK_WINDOW)
-        return fi__error(FI_EUNSUPPORTED, "mask '%s' is not supported for decode (supported: none, window)",
-                         fi__mask_name(spec->mask));
+        return fi__error(FI_EUNSUPPORTED, "mask '%s' is not supported for %s (supported: none, window)",
+                         fi__mask_name(spec->mask), kind);
     return 0;
 }
 
 static const fi_kind_info kinds[] = {
-    {FI_KIND_DECODE, "decode", "decode.cuh", {"fi_decode_kernel", "fi_decode_merge_kernel"},
-     "fi_decode_merge_kernel", check_decode, fi__decode_launch_shape},
+    {FI_KIND_DECODE, "decode", "decode.cuh", {"fi_decode_kernel"}, NULL, check_decode,
+     fi__decode_launch_shape},
+    {FI_KIND_BATCH_DECODE, "batch_decode", "batch_decode.cuh",
+     {"fi_batch_decode_kernel", "fi_merge_states_kernel"}, NULL, check_decode,
+     fi__batch_decode_launch_shape},
+    /* Prefill: one kernel per query tile (128, 64, 16 rows; see
+     * templates/prefill_params.h), all kinds sharing templates/prefill.cuh. */
+    {FI_KIND_PREFILL, "prefill", "prefill_single.cuh",
+     {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16"}, NULL,
+     fi__prefill_check, fi__prefill_launch_shape},
+    {FI_KIND_BATCH_PREFILL_RAGGED, "batch_prefill_ragged", "prefill_ragged.cuh",
+     {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16"}, NULL,
+     fi__prefill_check, fi__prefill_launch_shape},
+    {FI_KIND_BATCH_PREFILL_PAGED, "batch_prefill_paged", "prefill_paged.cuh",
+     {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16"}, NULL,
+     fi__prefill_check, fi__prefill_launch_shape},
 };
 
 const fi_kind_info *fi__kind_info(fi_kernel_kind kind)

@@ -38,7 +38,14 @@ const char *fi__kind_supported_names(void);
 /* Number of non-NULL entries. */
 int fi__kind_entry_count(const fi_kind_info *kind);
 
-/* Provided by src/decode.c. */
+/* Provided by src/decode.c: limits of the decode kinds (single and batch:
+ * q = o fp16/bf16, kv the same or fp8; hd 64/128/256; mask none/window). */
 void fi__decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out);
+/* Provided by src/batch_decode.c. */
+void fi__batch_decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out);
+
+/* Provided by src/prefill.c (all three prefill kinds). */
+int fi__prefill_check(const fi_jit_spec *spec);
+void fi__prefill_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out);
 
 #endif

@@ -22,7 +22,10 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -44,6 +47,10 @@
 #define BUSY_TIMEOUT_MS 10000
 /* Temp files older than this belong to a writer that died. */
 #define TEMP_MAX_AGE_S 3600
+/* A temp file whose writer (the pid in its name) no longer exists on this
+ * host is removed once it is this old: a writer needs milliseconds, and the
+ * grace covers a pid seen from another host sharing the directory. */
+#define TEMP_DEAD_WRITER_AGE_S 60
 /* Upper bound on an object's payload; a cubin is well under this. */
 #define OBJ_MAX_PAYLOAD ((uint64_t)1 << 30)
 
@@ -117,6 +124,7 @@ struct fi_store {
     pthread_mutex_t mu; /* guards db and stmts */
     sqlite3 *db;
     sqlite3_stmt *stmts[S_COUNT];
+    atomic_int lock_warned; /* "building without a lock" was logged */
 };
 
 struct fi_store_lock {
@@ -299,7 +307,16 @@ int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out)
     if (snprintf(path, sizeof path, "%s/locks/%s.lock", st->dir, hex) >= (int)sizeof path)
         FI_FAIL(FI_EINVALID, "cache path too long under %s", st->dir);
     if (!(lock = fi__malloc(sizeof *lock))) FI_FAIL(FI_ENOMEM, "out of memory for a build lock");
-    FI_TRY(lock_file(path, 0, &fd));
+    if ((rc = lock_file(path, 0, &fd)) < 0) {
+        /* A full disk, a read-only locks/ or a planted symlink: the lock only
+         * saves duplicate compiles, so build without it (puts stay atomic)
+         * rather than fail the kernel. Said once per store. */
+        if (!atomic_exchange(&st->lock_warned, 1))
+            fi__log(FI_LOG_WARN, "building without a cross-process lock: %s", fi_last_error());
+        fi__error_clear();
+        fd = -1;
+        rc = 0;
+    }
     lock->fd = fd;
     *out = lock;
     lock = NULL;
@@ -311,7 +328,7 @@ out:
 void fi_store_unlock(fi_store_lock *lock)
 {
     if (!lock) return;
-    flock(lock->fd, LOCK_UN); /* closing would release it too; be explicit */
+    if (lock->fd >= 0) flock(lock->fd, LOCK_UN); /* closing would release it too; be explicit */
     fi__close(lock->fd);
     fi__free(lock);
 }
@@ -617,17 +634,32 @@ static int db_open(fi_store *st)
  * them `<final>.tmp.<pid>.<n>`), so they share the objects' filesystem and
  * the rename is atomic; tmp/ holds only the sweep marker. Remove those older
  * than the cutoff in `dir`. */
+/* 1 if the temp file `name` (`<final>.tmp.<pid>.<n>`) was written by a
+ * process that no longer exists on this host. */
+static int temp_writer_dead(const char *name)
+{
+    const char *p = strstr(name, ".tmp.");
+    char *end = NULL;
+    if (!p) return 0;
+    long pid = strtol(p + 5, &end, 10);
+    if (pid <= 0 || end == p + 5 || *end != '.') return 0;
+    return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
 static void clean_temps_in(const char *dir, time_t cutoff)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
     char path[PATH_MAX_LEN];
     struct stat sb;
+    time_t dead_cutoff = time(NULL) - TEMP_DEAD_WRITER_AGE_S;
     if (!d) return;
     while ((e = readdir(d))) {
         if (!is_temp_name(e->d_name)) continue;
         if (join_path(path, dir, e->d_name) < 0) continue;
-        if (lstat(path, &sb) == 0 && !S_ISDIR(sb.st_mode) && sb.st_mtime < cutoff)
+        if (lstat(path, &sb) == 0 && !S_ISDIR(sb.st_mode) &&
+            (sb.st_mtime < cutoff ||
+             (sb.st_mtime < dead_cutoff && temp_writer_dead(e->d_name))))
             (void)fi__unlink(path);
     }
     closedir(d);
@@ -946,7 +978,8 @@ static int drop_bad(fi_store *st, const char *hex, const obj_info *seen)
             raced = 1;
             goto out;
         }
-        if (fi__unlink(path) < 0 && errno != ENOENT)
+        /* A folder where an object belongs would block every rebuild. */
+        if ((S_ISDIR(sb.st_mode) ? rmdir(path) : fi__unlink(path)) < 0 && errno != ENOENT)
             FI_FAIL(FI_EIO, "cannot remove bad cache object %s: %s", path, strerror(errno));
     }
     sqlite3_stmt *s;
@@ -976,6 +1009,18 @@ int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_si
     *out_size = 0;
     fi_key_hex(hex, key);
     FI_TRY(object_path(st, path, hex));
+    {
+        /* O_NOFOLLOW guards only the last component: the objects/<xx>
+         * folder must not be a link either (put refuses to create one). */
+        struct stat sb;
+        char sub[PATH_MAX_LEN];
+        snprintf(sub, sizeof sub, "%.*s", (int)(strlen(path) - 36), path);
+        if (lstat(sub, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+            fi__log(FI_LOG_WARN, "cache folder %s is not a plain directory; not reading it", sub);
+            FI_FAIL(FI_ENOTFOUND, "cache folder %s is a symbolic link or not a directory; "
+                    "run 'fijit verify --repair'", sub);
+        }
+    }
 
     for (int attempt = 0;; attempt++) {
         rc = obj_read(path, key, &payload, &psize, &info, why, sizeof why);
@@ -1351,7 +1396,9 @@ static int verify_file(verify_ctx *v, const char *sub, const char *name, const c
     size_t len = strlen(name);
     if (fi__lstat(path, &sb) < 0) return 0; /* gone meanwhile */
     if (is_temp_name(name)) {
-        if (sb.st_mtime >= time(NULL) - TEMP_MAX_AGE_S) return 0; /* a writer at work */
+        if (sb.st_mtime >= time(NULL) - TEMP_MAX_AGE_S &&
+            (sb.st_mtime >= time(NULL) - TEMP_DEAD_WRITER_AGE_S || !temp_writer_dead(name)))
+            return 0; /* a writer at work */
         vreport(v, "leftover temp file %s", path);
         if (v->repair) (void)fi__unlink(path);
         return 0;

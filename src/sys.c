@@ -78,9 +78,27 @@ void fi__free(void *p) { free(p); }
         }                                                                      \
     } while (0)
 
+/* A simulated full disk: calls that need space fail with ENOSPC. */
+#define FI_FULL_FAULT(ret)                                                     \
+    do {                                                                       \
+        if (fi__fault(FI_FAULT_DISK_FULL)) {                                   \
+            errno = ENOSPC;                                                    \
+            return (ret);                                                      \
+        }                                                                      \
+    } while (0)
+
+/* Creating a name that exists needs no space: a full disk fails only new ones. */
+static int would_create(const char *path)
+{
+    if (!(atomic_load_explicit(&fault_mask, memory_order_relaxed) & FI_FAULT_DISK_FULL)) return 0;
+    struct stat sb;
+    return lstat(path, &sb) != 0;
+}
+
 int fi__open(const char *path, int flags, mode_t mode)
 {
     FI_FILE_FAULT(-1);
+    if ((flags & O_CREAT) && would_create(path)) FI_FULL_FAULT(-1);
     int fd;
     do fd = open(path, flags | O_CLOEXEC, mode);
     while (fd < 0 && errno == EINTR);
@@ -110,6 +128,7 @@ int fi__read_full(int fd, void *buf, size_t n)
 int fi__write_full(int fd, const void *buf, size_t n)
 {
     FI_FILE_FAULT(-1);
+    FI_FULL_FAULT(-1);
     const char *p = buf;
     while (n > 0) {
         ssize_t put = write(fd, p, n);
@@ -124,12 +143,14 @@ int fi__write_full(int fd, const void *buf, size_t n)
 int fi__fsync(int fd)
 {
     FI_FILE_FAULT(-1);
+    FI_FULL_FAULT(-1);
     return fsync(fd);
 }
 
 int fi__rename(const char *from, const char *to)
 {
     FI_FILE_FAULT(-1);
+    FI_FULL_FAULT(-1);
     return rename(from, to);
 }
 
@@ -142,6 +163,7 @@ int fi__unlink(const char *path)
 int fi__mkdir(const char *path, mode_t mode)
 {
     FI_FILE_FAULT(-1);
+    if (would_create(path)) FI_FULL_FAULT(-1);
     return mkdir(path, mode);
 }
 

@@ -21,7 +21,11 @@ typedef enum fi_fault_class {
     FI_FAULT_SQL = 1u << 2,
     FI_FAULT_NVRTC = 1u << 3,
     FI_FAULT_DRIVER = 1u << 4,
-    FI_FAULT_ALL = 0x1f
+    FI_FAULT_ALL = 0x1f,
+    /* A full disk: only calls that need new space fail, with ENOSPC (write,
+     * fsync, rename, mkdir, open with O_CREAT); reads keep working. Not in
+     * FI_FAULT_ALL, so the existing fault loops are unchanged. */
+    FI_FAULT_DISK_FULL = 1u << 5
 } fi_fault_class;
 
 /* Arm fault injection: the `nth` call (1-based) of a class in `mask` fails;

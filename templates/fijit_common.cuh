@@ -258,3 +258,80 @@ __device__ __forceinline__ void sincos_pos(float pos, float freq, float &s, floa
 }
 
 }  // namespace fijit
+
+// ---- fp8 storage (KV cache) ------------------------------------------------------------
+// One-byte containers for OCP fp8 e4m3 ("fn": no infinities) and e5m2. They
+// are only ever read: Traits<T>::unpack4(word, f) turns the four values of a
+// 32-bit word (lowest byte = lowest address first) into fp32 exactly (every
+// fp8 value is an fp16 value). sm_89+ has cvt.rn.f16x2.{e4m3,e5m2}x2, which
+// puts the upper byte of its 16-bit operand into the upper half; older
+// targets use the bit-level form below (same results for finite values).
+namespace fijit {
+
+struct fp8_e4m3_t {
+    unsigned char bits;
+};
+struct fp8_e5m2_t {
+    unsigned char bits;
+};
+
+// Bytes 0 and 1 of w into the low bytes of the two 16-bit halves.
+__device__ __forceinline__ unsigned int fp8_spread2(unsigned int w)
+{
+    return (w & 0xffu) | ((w & 0xff00u) << 8);
+}
+
+template <>
+struct Traits<fp8_e4m3_t> {
+    static constexpr int kBytes = 1;
+    __device__ __forceinline__ static void unpack4(unsigned int w, float (&f)[4])
+    {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        unsigned int lo, hi;
+        asm("{\n\t.reg .b16 l, h;\n\t"
+            "mov.b32 {l, h}, %2;\n\t"
+            "cvt.rn.f16x2.e4m3x2 %0, l;\n\t"
+            "cvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+            : "=r"(lo), "=r"(hi)
+            : "r"(w));
+        Traits<half_t>::unpack2(lo, f[0], f[1]);
+        Traits<half_t>::unpack2(hi, f[2], f[3]);
+#else
+        // Sign to bit 15, exponent and mantissa shifted into fp16's fields:
+        // the fp16 read is the value times 2^-8 (fp16 bias 15 vs 7), which
+        // holds for subnormals too.
+        const unsigned int a = fp8_spread2(w), b = fp8_spread2(w >> 16);
+        const unsigned int ha = ((a & 0x00800080u) << 8) | ((a & 0x007f007fu) << 7);
+        const unsigned int hb = ((b & 0x00800080u) << 8) | ((b & 0x007f007fu) << 7);
+        Traits<half_t>::unpack2(ha, f[0], f[1]);
+        Traits<half_t>::unpack2(hb, f[2], f[3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f[i] *= 256.0f;
+#endif
+    }
+};
+
+template <>
+struct Traits<fp8_e5m2_t> {
+    static constexpr int kBytes = 1;
+    __device__ __forceinline__ static void unpack4(unsigned int w, float (&f)[4])
+    {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        unsigned int lo, hi;
+        asm("{\n\t.reg .b16 l, h;\n\t"
+            "mov.b32 {l, h}, %2;\n\t"
+            "cvt.rn.f16x2.e5m2x2 %0, l;\n\t"
+            "cvt.rn.f16x2.e5m2x2 %1, h;\n\t}"
+            : "=r"(lo), "=r"(hi)
+            : "r"(w));
+        Traits<half_t>::unpack2(lo, f[0], f[1]);
+        Traits<half_t>::unpack2(hi, f[2], f[3]);
+#else
+        // e5m2 is the upper byte of an fp16.
+        Traits<half_t>::unpack2(fp8_spread2(w) << 8, f[0], f[1]);
+        Traits<half_t>::unpack2(fp8_spread2(w >> 16) << 8, f[2], f[3]);
+#endif
+    }
+};
+
+}  // namespace fijit

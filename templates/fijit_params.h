@@ -18,8 +18,11 @@
 #define FI_DECODE_THREADS 128
 #define FI_DECODE_VEC 8
 #define FI_DECODE_HEADS_PER_THREAD 4
-/* Pipeline depth: tiles in shared memory, all but one of them in flight. */
+/* Pipeline depth: tiles in shared memory, all but one of them in flight. An
+ * fp8 tile has half the bytes of a 16-bit one, so fp8 KV keeps more tiles in
+ * flight in about the same shared memory. */
 #define FI_DECODE_STAGES 3
+#define FI_DECODE_STAGES_FP8 5
 /* Tokens each row group handles per tile before its online-softmax update. */
 #define FI_DECODE_TOKENS_PER_STEP 4
 /* Row groups in a block (lanes per row = head_dim / VEC). */
@@ -31,7 +34,20 @@
 /* Largest head_dim the rope frequency table holds. */
 #define FI_DECODE_MAX_HEAD_DIM 256
 #define FI_MERGE_THREADS 128
+/* Most splits one (request, kv head) may be cut into: bounds the merge's
+ * workspace and keeps its per-thread loop short. */
+#define FI_DECODE_MAX_SPLITS 1024
 
+/* ---- split-KV merge in the decode kernels ------------------------------------------
+ * With more than one split, every block writes its normalised partial output
+ * and base-2 lse, then counts itself done on a 64-bit counter of its
+ * (request, kv-head block); the block that completes the count merges all
+ * splits and resets the counter. A counter word is (epoch << 32 | count): the
+ * host passes a new epoch with every launch, and a word whose epoch differs
+ * from the launch's counts as 0, so a workspace needs no zeroing (whatever it
+ * held before, barring a 2^-32 collision of the garbage with the epoch). A
+ * CUDA graph replays one epoch; the reset to (epoch << 32 | 0) by the last
+ * block makes that safe too. */
 /* ---- single decode ----------------------------------------------------------------
  * Grid: x = split index (num_splits), y = kv_head * head_blocks + head_block.
  * Block: FI_DECODE_THREADS threads, static shared memory only.
@@ -50,6 +66,7 @@ typedef struct fi_decode_params {
      * log-sum-exp in base 2 (-inf for a split with no visible key). */
     float *partial_o;
     float *partial_lse;
+    unsigned long long *counters; /* [num_kv_heads * head_blocks], see above */
     long long q_stride_h, o_stride_h;
     long long k_stride_n, k_stride_h, v_stride_n, v_stride_h;
     int num_qo_heads, num_kv_heads, kv_len;
@@ -64,6 +81,8 @@ typedef struct fi_decode_params {
     float soft_cap;           /* > 0 when kSoftCap */
     int rope_offset;          /* position of key 0; the query is at offset + kv_len - 1 */
     int window_left;          /* kMaskWindow: keys j >= kv_len - 1 - window_left; < 0: all */
+    unsigned epoch;           /* split counter epoch of this launch */
+    float k_scale, v_scale;   /* fp8 KV: k = k_scale * stored, v = v_scale * stored; else 1 */
     /* RoPE (Llama, rotate-half): rope_freq[i] = (1/rope_scale) * theta^(-2i/head_dim),
      * computed in double on the host and rounded once to float, i < head_dim/2.
      * A table instead of device math keeps the frequencies bit-identical to
@@ -71,11 +90,58 @@ typedef struct fi_decode_params {
     float rope_freq[FI_DECODE_MAX_HEAD_DIM / 2];
 } fi_decode_params;
 
-/* Merge of split-KV partial states. Grid: x = qo head. Block: FI_MERGE_THREADS.
- * Carries the decode launch it completes: its outputs, scratch and the values
- * the variant's output hook may read. */
-typedef struct fi_merge_params {
-    fi_decode_params dec;
-} fi_merge_params;
+/* ---- batch decode over a paged KV cache ------------------------------------------
+ * The host plan (src/batch_decode.c) cuts every request's keys into chunks;
+ * one work item is one (request, chunk). Grid: x = work item, y = kv_head *
+ * head_blocks + head_block. Items of one request are consecutive, so split s
+ * of a request is item first_item + s; partial states are indexed by item. */
+typedef struct fi_batch_decode_work {
+    int request;
+    int kv_begin, kv_end;     /* this item's keys [kv_begin, kv_end) */
+    int kv_len;               /* the request's length (query at kv_len - 1) */
+    int page_start;           /* kv_indptr[request]: its first entry in kv_indices */
+    int split, num_splits;    /* which of the request's chunks, out of how many */
+    int first_item;           /* item index of the request's split 0 */
+} fi_batch_decode_work;
+
+typedef struct fi_batch_decode_params {
+    const void *q;            /* [batch, num_qo_heads, hd] at q_stride_b, q_stride_h */
+    const void *k, *v;        /* token t of page pg, kv head h: k + pg*k_stride_page
+                                 + h*k_stride_h + t*k_stride_n (elements) */
+    const int *kv_indices;    /* page numbers; request b uses those from page_start */
+    void *o;                  /* [batch, num_qo_heads, hd] at o_stride_b, o_stride_h */
+    float *lse;               /* NULL or [batch, num_qo_heads], natural log */
+    const float *alibi_slopes; /* [num_qo_heads] */
+    const int *rope_offsets;  /* NULL or [batch]: position of key 0 of each request */
+    const fi_batch_decode_work *work; /* [num_items], in the workspace */
+    float *partial_o;         /* [num_items, num_qo_heads, hd] */
+    float *partial_lse;       /* [num_items, num_qo_heads], base 2 */
+    unsigned long long *counters; /* [batch, num_kv_heads * head_blocks] */
+    long long q_stride_b, q_stride_h, o_stride_b, o_stride_h;
+    long long k_stride_page, k_stride_h, k_stride_n;
+    long long v_stride_page, v_stride_h, v_stride_n;
+    int num_qo_heads, num_kv_heads, page_size;
+    int page_shift;           /* log2(page_size) when a power of two, else -1 */
+    int group_size, head_chunks, heads_per_block, head_blocks;
+    float sm_scale, soft_cap;
+    int window_left;          /* as in fi_decode_params */
+    unsigned epoch;
+    float k_scale, v_scale;
+    float rope_freq[FI_DECODE_MAX_HEAD_DIM / 2];
+} fi_batch_decode_params;
+
+/* Standalone merge of attention states (cascade inference): for each row
+ * (position, head) merge num_states pairs (o, lse). Grid: x = seq * heads.
+ * Block: FI_MERGE_THREADS. o and lse in natural log; o in DTypeO. */
+typedef struct fi_merge_states_params {
+    const void *v;            /* [seq, num_states, num_heads, hd] at the strides below */
+    const float *s;           /* [seq, num_states, num_heads] lse, natural log; -inf: empty */
+    void *v_out;              /* [seq, num_heads, hd] */
+    float *s_out;             /* NULL or [seq, num_heads] */
+    long long v_stride_seq, v_stride_state, v_stride_h;   /* elements */
+    long long s_stride_seq, s_stride_state;               /* elements; head stride 1 */
+    long long o_stride_seq, o_stride_h;
+    int seq_len, num_states, num_heads;
+} fi_merge_states_params;
 
 #endif /* FIJIT_PARAMS_H */

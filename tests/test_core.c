@@ -130,7 +130,7 @@ TEST(spec_check_names_unsupported_field_and_values)
     spec = parse_or_die("decode mask=causal");
     CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);
     CHECK(strstr(fi_last_error(), "mask 'causal'") && strstr(fi_last_error(), "none, window"));
-    spec = parse_or_die("prefill");
+    spec = parse_or_die("prefill q=fp8_e4m3"); /* prefill is implemented; fp8 is not yet */
     CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);
     spec = parse_or_die("decode q=fp16 kv=bf16");
     CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);
@@ -163,7 +163,7 @@ static int copy_templates(const char *to_dir)
 {
     char *text = NULL;
     static const char *const names[] = {"fijit_common.cuh", "fijit_params.h", "fijit_variant.cuh",
-                                        "decode.cuh"};
+                                        "decode_core.cuh", "decode.cuh"};
     mkdir(to_dir, 0700);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[4300];
@@ -200,7 +200,7 @@ TEST(key_is_deterministic_and_covers_every_input)
     CHECK_OK(key_of(c, base, "sm_90a", NULL));
     CHECK_MSG(memcmp(a, c, 16) == 0, "a verbatim template copy must give the same key");
     static const char *const names[] = {"fijit_common.cuh", "fijit_params.h", "fijit_variant.cuh",
-                                        "decode.cuh"};
+                                        "decode_core.cuh", "decode.cuh"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[4300];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);

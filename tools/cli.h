@@ -87,6 +87,15 @@ int cli_detect_gpu_arch(char out[16], int in_child);
  * device 0's, else sm_90a. `source` (may be NULL) says which rule applied. */
 void cli_default_arch(char out[16], int in_child, const char **source);
 
+/* Parse manifest text (cli_manifest.c): one spec per line, '#' comments,
+ * blank lines skipped; calls `fn` with each trimmed spec line (NUL-terminated)
+ * and its 1-based number. A NUL, control or non-ASCII byte, an over-long line,
+ * or `fn` returning nonzero stops it: -1 with the reason in `err` (when `fn`
+ * failed, `fn` may have written `err` itself). 0 when every line was taken. */
+int cli_manifest_parse(const char *data, size_t size,
+                       int (*fn)(void *user, int line_no, const char *spec), void *user,
+                       char *err, size_t err_size);
+
 /* Subcommands in their own files. */
 int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv);
 int cli_cmd_demo(const cli_command *cmd, int argc, char **argv);

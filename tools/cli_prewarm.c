@@ -197,31 +197,50 @@ static int product_expand(const cli_command *cmd, const product *p, job_list *li
     return -1;
 }
 
+typedef struct manifest_state {
+    job_list *list;
+    char **arches;
+    int arch_count;
+} manifest_state;
+
+static int manifest_add(void *user, int line_no, const char *spec)
+{
+    manifest_state *m = user;
+    (void)line_no;
+    return add_spec(m->list, spec, m->arches, m->arch_count) < 0 ? -1 : 0;
+}
+
+/* A manifest is a list of spec lines; anything bigger is not one. */
+#define MANIFEST_MAX_BYTES (16u << 20)
+
 static int manifest_read(const cli_command *cmd, const char *path, job_list *list, char **arches,
                          int arch_count)
 {
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "rb");
     if (!f) return cli_usage_error(cmd, "cannot read manifest %s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t line_size = 0;
-    int line_no = 0, rc = -1;
-    while (getline(&line, &line_size, f) >= 0) {
-        line_no++;
-        char *hash = strchr(line, '#');
-        if (hash) *hash = '\0';
-        char *start = line;
-        while (*start == ' ' || *start == '\t') start++;
-        size_t len = strlen(start);
-        while (len && strchr(" \t\r\n", start[len - 1])) start[--len] = '\0';
-        if (!len) continue;
-        if (add_spec(list, start, arches, arch_count) < 0) {
-            rc = cli_usage_error(cmd, "%s:%d: %s", path, line_no, fi_last_error());
-            break;
-        }
-    }
-    if (rc < 0 && ferror(f))
+    char *data = malloc(MANIFEST_MAX_BYTES + 1), err[512];
+    size_t size = data ? fread(data, 1, MANIFEST_MAX_BYTES + 1, f) : 0;
+    int rc = -1;
+    manifest_state state = {list, arches, arch_count};
+    if (!data) {
+        rc = cli_usage_error(cmd, "out of memory reading manifest %s", path);
+    } else if (ferror(f)) {
         rc = cli_usage_error(cmd, "cannot read manifest %s: %s", path, strerror(errno));
-    free(line);
+    } else if (size > MANIFEST_MAX_BYTES) {
+        rc = cli_usage_error(cmd, "manifest %s is larger than %u MiB", path,
+                             MANIFEST_MAX_BYTES >> 20);
+    } else if (cli_manifest_parse(data, size, manifest_add, &state, err, sizeof err) < 0) {
+        /* A spec the library refused: its message; else the parser's. */
+        const char *why = strncmp(err, "line ", 5) == 0 && strstr(err, ": rejected")
+                              ? fi_last_error() : err;
+        int line_no = 0;
+        sscanf(err, "line %d", &line_no);
+        if (why == err)
+            rc = cli_usage_error(cmd, "%s: %s", path, err);
+        else
+            rc = cli_usage_error(cmd, "%s:%d: %s", path, line_no, why);
+    }
+    free(data);
     fclose(f);
     return rc;
 }

@@ -215,5 +215,72 @@ rc=$?
 check demo "exit $rc: $(cat "$WORK/demo.out" "$WORK/demo.err")" \
     eval "[ $rc = 0 ] && grep -qE '^demo: (no CUDA device; skipped launch|decode fp16 hd128 .* OK$)' '$WORK/demo.out'"
 
+# ---- robustness (issue 5): repair, limits, temp files, hostile input -----------------
+R=$WORK/robust
+"$FIJIT" prewarm --dtype fp16,bf16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$R" >/dev/null 2>&1
+RKEY=$("$FIJIT" list --keys --dtype bf16 --cache-dir "$R" | cut -d' ' -f1)
+mkdir -p "$R/objects/ab"
+printf 'junk' >"$R/objects/ab/stray.txt"
+printf 'partial' >"$R/objects/ab/ab0123456789abcdef0123456789abcd.fo.tmp.999999.0"
+touch -d '2 hours ago' "$R/objects/ab/ab0123456789abcdef0123456789abcd.fo.tmp.999999.0"
+truncate -s 50 "$R/objects/${RKEY:0:2}/$RKEY.fo"
+"$FIJIT" verify --cache-dir "$R" >"$WORK/r1.out" 2>&1
+rc=$?
+check robust_verify_names_each_problem "want exit 1 naming 3 problems: $(cat "$WORK/r1.out")" \
+    eval "[ $rc = 1 ] && grep -q 'truncated' '$WORK/r1.out' && grep -q 'stray.txt' '$WORK/r1.out' \
+          && grep -q 'leftover temp file' '$WORK/r1.out'"
+"$FIJIT" verify --repair --cache-dir "$R" >"$WORK/r2.out" 2>&1
+rc=$?
+"$FIJIT" verify --cache-dir "$R" >"$WORK/r3.out" 2>&1
+rc3=$?
+check robust_verify_repair "repair did not leave a clean cache (rc $rc, then $rc3): $(cat "$WORK/r2.out" "$WORK/r3.out" | tr "\n" " "; ls "$R/objects/ab")" \
+    eval "[ $rc = 0 ] && [ $rc3 = 0 ] && [ ! -e '$R/objects/ab/stray.txt' ] \
+          && [ -z \"\$(ls '$R/objects/ab' | grep tmp)\" ] && grep -q 'all good' '$WORK/r3.out'"
+# A garbage index: rebuilt, objects re-indexed from their headers, nothing compiled.
+rm -f "$R/index.sqlite-wal" "$R/index.sqlite-shm"
+head -c 5000 /dev/urandom >"$R/index.sqlite"
+"$FIJIT" verify --repair --cache-dir "$R" >"$WORK/r4.out" 2>&1
+rc=$?
+check robust_garbage_index_repaired "want the index rebuilt with 1 entry: $(cat "$WORK/r4.out")" \
+    eval "[ $rc = 0 ] && [ \"\$(\"$FIJIT\" stats --json --cache-dir '$R' | sed -E 's/.*\"entries\":([0-9]+).*/\1/')\" = 1 ]"
+# Limits: LRU by size (fp16 used last, bf16 evicted), FIJIT_MAX_CACHE_SIZE, age.
+"$FIJIT" prewarm --dtype bf16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$R" >/dev/null 2>&1
+sleep 1
+"$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$R" >/dev/null 2>&1
+RBYTES=$("$FIJIT" stats --json --cache-dir "$R" | sed -E 's/.*"bytes":([0-9]+).*/\1/')
+"$FIJIT" gc --max-size "$((RBYTES - 1))" --cache-dir "$R" >/dev/null 2>&1
+check robust_gc_lru "gc --max-size did not evict the least recently used entry" \
+    eval "[ -n \"\$(\"$FIJIT\" list --dtype fp16 --cache-dir '$R')\" ] && [ -z \"\$(\"$FIJIT\" list --dtype bf16 --cache-dir '$R')\" ]"
+FIJIT_MAX_CACHE_SIZE=1 "$FIJIT" gc --cache-dir "$R" >"$WORK/r5.out" 2>&1
+check robust_gc_env_size "FIJIT_MAX_CACHE_SIZE=1 gc left entries: $(cat "$WORK/r5.out")" \
+    grep -q 'the cache holds 0 entries' "$WORK/r5.out"
+"$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$R" >/dev/null 2>&1
+sleep 2
+"$FIJIT" gc --older-than 1s --cache-dir "$R" >"$WORK/r6.out" 2>&1
+check robust_gc_older_than "gc --older-than 1s kept an entry unused for 2 s: $(cat "$WORK/r6.out")" \
+    grep -q 'removed 1 entry; the cache holds 0 entries' "$WORK/r6.out"
+# Hostile or malformed arguments: exit 2, a message, nothing compiled.
+printf 'decode q=fp16\0hd=64\n' >"$WORK/nul.manifest"
+printf 'decode q=fp16 variant=caf\xc3\xa9\n' >"$WORK/utf8.manifest"
+printf 'decode variant=../../etc/passwd\n' >"$WORK/path.manifest"
+BAD=$WORK/bad-cache
+i=0
+for args in "prewarm --head-dim 99999999999999999999" "prewarm --dtype ''" "prewarm --dtype fp16,,bf16" \
+            "prewarm --arch ../sm_90" "prewarm --arch sm_90a/x" "prewarm -j 99999999999" \
+            "prewarm --kernel decode/../x" "prewarm --dtype $(printf '\xff\xfe')" \
+            "prewarm --manifest $WORK/nul.manifest" "prewarm --manifest $WORK/utf8.manifest" \
+            "prewarm --manifest $WORK/path.manifest" "prewarm --manifest $WORK" \
+            "gc --max-size 99999999999T" "gc --max-size -5" "gc --older-than -5d" "gc --older-than 1x" \
+            "explain 'decode hd=64; DROP TABLE entries'"; do
+    i=$((i + 1))
+    eval "\"$FIJIT\" $args --cache-dir '$BAD'" >"$WORK/bad$i.out" 2>&1
+    rc=$?
+    check "robust_bad_args_$i" "'$args': want exit 2 with a message, got $rc: $(head -c 300 "$WORK/bad$i.out")" \
+        eval "[ $rc = 2 ] && grep -q '^fijit [a-z]*: ' '$WORK/bad$i.out'"
+done
+check robust_bad_args_wrote_nothing "a bad argument wrote objects" \
+    test -z "$(find "$BAD/objects" -type f 2>/dev/null)"
+check robust_nul_manifest_named "the NUL byte was not named" grep -q 'NUL byte' "$WORK/bad9.out"
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

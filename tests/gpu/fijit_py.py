@@ -11,7 +11,7 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FI_KIND_DECODE = 1
-DTYPES = {"fp16": 1, "bf16": 2}
+DTYPES = {"fp16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8_e5m2": 4}
 MASKS = {"none": 0, "window": 2}
 POS = {"none": 0, "rope": 1, "alibi": 2}
 
@@ -35,11 +35,13 @@ class DecodeArgs(ctypes.Structure):
                 ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
                 ("rope_offset", ctypes.c_int), ("window_left", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
-                ("workspace_bytes", ctypes.c_size_t), ("num_splits", ctypes.c_int)]
+                ("workspace_bytes", ctypes.c_size_t), ("num_splits", ctypes.c_int),
+                ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float)]
 
 
 class JitKernel(ctypes.Structure):
     _fields_ = [("function", ctypes.c_void_p), ("merge_function", ctypes.c_void_p),
+                ("functions", ctypes.c_void_p * 6),  # FI_JIT_MAX_FUNCTIONS
                 ("block_dim", ctypes.c_uint * 3), ("merge_block_dim", ctypes.c_uint * 3),
                 ("smem_bytes", ctypes.c_uint), ("param_bytes", ctypes.c_uint),
                 ("registers", ctypes.c_int), ("spill_bytes", ctypes.c_int),
@@ -86,9 +88,11 @@ class Fijit:
             self.ctx = ctypes.c_void_p()
 
     @staticmethod
-    def spec(dtype="fp16", head_dim=128, mask="none", pos="none", soft_cap=0):
+    def spec(dtype="fp16", head_dim=128, mask="none", pos="none", soft_cap=0, kv_dtype=None,
+             kind=FI_KIND_DECODE):
         d = DTYPES[dtype]
-        return Spec(1, FI_KIND_DECODE, d, d, d, head_dim, MASKS[mask], POS[pos], int(soft_cap), None)
+        kv = DTYPES[kv_dtype] if kv_dtype else d
+        return Spec(1, kind, d, kv, d, head_dim, MASKS[mask], POS[pos], int(soft_cap), None)
 
     def kernel(self, spec):
         """The loaded fi_jit_kernel for spec (a copy of the borrowed struct)."""
@@ -113,7 +117,7 @@ class Fijit:
 
 def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, soft_cap=0.0, rope_scale=0.0,
                 rope_theta=0.0, rope_offset=0, window_left=-1, alibi_slopes=None,
-                num_splits=0):
+                num_splits=0, k_scale=0.0, v_scale=0.0):
     """Args for q [H, D], o [H, D] and k/v in `layout` "NHD" [L, Hkv, D] or "HND" [Hkv, L, D]."""
     if layout == "NHD":
         kv_len, hkv = k.shape[0], k.shape[1]
@@ -122,7 +126,8 @@ def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, soft_cap=0.0, rop
         hkv, kv_len = k.shape[0], k.shape[1]
         ksh, ksn, vsh, vsn = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
     a = DecodeArgs()
-    a.version = 1
+    a.version = 2
+    a.k_scale, a.v_scale = k_scale, v_scale
     a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     a.lse = lse.data_ptr() if lse is not None else None
     a.num_qo_heads, a.num_kv_heads, a.kv_len = q.shape[0], hkv, kv_len
@@ -133,4 +138,283 @@ def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, soft_cap=0.0, rop
     a.window_left = window_left
     a.alibi_slopes = alibi_slopes.data_ptr() if alibi_slopes is not None else None
     a.num_splits = num_splits
+    return a
+
+
+# ---- prefill (include/fijit_prefill.h); appended by the prefill work -----------------
+FI_KIND_PREFILL = 3
+FI_KIND_BATCH_PREFILL_RAGGED = 4
+FI_KIND_BATCH_PREFILL_PAGED = 5
+PREFILL_KINDS = {"single": FI_KIND_PREFILL, "ragged": FI_KIND_BATCH_PREFILL_RAGGED,
+                 "paged": FI_KIND_BATCH_PREFILL_PAGED}
+PREFILL_MASKS = {"none": 0, "causal": 1, "window": 2, "custom": 3}
+
+_i64 = ctypes.c_int64
+
+
+class PrefillArgs(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
+                ("v", ctypes.c_void_p), ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p),
+                ("num_qo_heads", ctypes.c_int), ("num_kv_heads", ctypes.c_int),
+                ("qo_len", ctypes.c_int), ("kv_len", ctypes.c_int),
+                ("q_stride_n", _i64), ("q_stride_h", _i64), ("o_stride_n", _i64),
+                ("o_stride_h", _i64), ("k_stride_n", _i64), ("k_stride_h", _i64),
+                ("v_stride_n", _i64), ("v_stride_h", _i64),
+                ("sm_scale", ctypes.c_float), ("soft_cap", ctypes.c_float),
+                ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
+                ("rope_offset", ctypes.c_int), ("window_left", ctypes.c_int),
+                ("alibi_slopes", ctypes.c_void_p), ("custom_mask", ctypes.c_void_p),
+                ("cta_tile_q", ctypes.c_int)]
+
+
+class PrefillPlanArgs(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("batch_size", ctypes.c_int),
+                ("qo_indptr", ctypes.POINTER(ctypes.c_int32)),
+                ("kv_indptr", ctypes.POINTER(ctypes.c_int32)),
+                ("kv_last_page_len", ctypes.POINTER(ctypes.c_int32)),
+                ("num_qo_heads", ctypes.c_int), ("num_kv_heads", ctypes.c_int),
+                ("page_size", ctypes.c_int), ("sm_count", ctypes.c_int),
+                ("cta_tile_q", ctypes.c_int)]
+
+
+class BatchPrefillArgs(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
+                ("v", ctypes.c_void_p), ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p),
+                ("qo_indptr", ctypes.c_void_p), ("kv_indptr", ctypes.c_void_p),
+                ("kv_indices", ctypes.c_void_p), ("kv_last_page_len", ctypes.c_void_p),
+                ("q_stride_n", _i64), ("q_stride_h", _i64), ("o_stride_n", _i64),
+                ("o_stride_h", _i64), ("k_stride_n", _i64), ("k_stride_h", _i64),
+                ("v_stride_n", _i64), ("v_stride_h", _i64),
+                ("k_stride_page", _i64), ("v_stride_page", _i64),
+                ("sm_scale", ctypes.c_float), ("soft_cap", ctypes.c_float),
+                ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
+                ("rope_offset", ctypes.c_int), ("window_left", ctypes.c_int),
+                ("alibi_slopes", ctypes.c_void_p), ("custom_mask", ctypes.c_void_p),
+                ("custom_mask_offsets", ctypes.c_void_p)]
+
+
+def prefill_spec(kind="single", dtype="fp16", head_dim=128, mask="none", pos="none", soft_cap=0):
+    d = DTYPES[dtype]
+    return Spec(1, PREFILL_KINDS[kind], d, d, d, head_dim, PREFILL_MASKS[mask], POS[pos],
+                int(soft_cap), None)
+
+
+class Prefill:
+    """fi_prefill_run / fi_batch_prefill_* on a Fijit instance's library and context."""
+
+    def __init__(self, fj):
+        self.fj = fj
+        L = fj.lib
+        L.fi_prefill_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(Spec),
+                                     ctypes.POINTER(PrefillArgs), ctypes.c_void_p]
+        L.fi_batch_prefill_workspace_size.argtypes = [ctypes.POINTER(ctypes.c_size_t),
+                                                      ctypes.POINTER(Spec),
+                                                      ctypes.POINTER(PrefillPlanArgs)]
+        L.fi_batch_prefill_plan.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                                            ctypes.POINTER(Spec), ctypes.POINTER(PrefillPlanArgs),
+                                            ctypes.c_void_p, ctypes.c_size_t]
+        L.fi_prefill_plan_free.argtypes = [ctypes.c_void_p]
+        L.fi_prefill_plan_free.restype = None
+        L.fi_batch_prefill_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.POINTER(BatchPrefillArgs), ctypes.c_void_p]
+
+    def run(self, spec, args, stream=0):
+        self.fj._check(self.fj.lib.fi_prefill_run(self.fj.ctx, ctypes.byref(spec),
+                                                  ctypes.byref(args), ctypes.c_void_p(stream)),
+                       "fi_prefill_run")
+
+    def plan(self, spec, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, *,
+             kv_last_page_len=None, page_size=0, cta_tile_q=0, device="cuda"):
+        """Returns (plan handle, workspace tensor, keepalive); host lists in, as ints."""
+        import torch
+        b = len(qo_indptr) - 1
+        arr = ctypes.c_int32 * (b + 1)
+        qo = arr(*qo_indptr)
+        kv = arr(*kv_indptr)
+        last = (ctypes.c_int32 * max(b, 1))(*(kv_last_page_len or [0] * b))
+        a = PrefillPlanArgs(1, b, qo, kv, last, num_qo_heads, num_kv_heads, page_size, 0,
+                            cta_tile_q)
+        n = ctypes.c_size_t()
+        self.fj._check(self.fj.lib.fi_batch_prefill_workspace_size(ctypes.byref(n),
+                                                                   ctypes.byref(spec),
+                                                                   ctypes.byref(a)),
+                       "fi_batch_prefill_workspace_size")
+        ws = torch.empty(max(n.value, 16), dtype=torch.uint8, device=device)
+        plan = ctypes.c_void_p()
+        self.fj._check(self.fj.lib.fi_batch_prefill_plan(ctypes.byref(plan), self.fj.ctx,
+                                                         ctypes.byref(spec), ctypes.byref(a),
+                                                         ctypes.c_void_p(ws.data_ptr()), n.value),
+                       "fi_batch_prefill_plan")
+        return plan, ws
+
+    def plan_free(self, plan):
+        self.fj.lib.fi_prefill_plan_free(plan)
+
+    def batch_run(self, plan, args, stream=0):
+        self.fj._check(self.fj.lib.fi_batch_prefill_run(self.fj.ctx, plan, ctypes.byref(args),
+                                                        ctypes.c_void_p(stream)),
+                       "fi_batch_prefill_run")
+
+
+def _ptr(t):
+    return t.data_ptr() if t is not None else None
+
+
+def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, soft_cap=0.0,
+                 rope_scale=0.0, rope_theta=0.0, rope_offset=0, window_left=-1,
+                 alibi_slopes=None, custom_mask=None, cta_tile_q=0):
+    """q, o [Lq, H, D]; k, v "NHD" [Lk, Hkv, D] or "HND" [Hkv, Lk, D]."""
+    if layout == "NHD":
+        kv_len, hkv = k.shape[0], k.shape[1]
+        ksn, ksh, vsn, vsh = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
+    else:
+        hkv, kv_len = k.shape[0], k.shape[1]
+        ksh, ksn, vsh, vsn = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
+    a = PrefillArgs()
+    a.version = 1
+    a.q, a.k, a.v, a.o, a.lse = _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse)
+    a.num_qo_heads, a.num_kv_heads, a.qo_len, a.kv_len = q.shape[1], hkv, q.shape[0], kv_len
+    a.q_stride_n, a.q_stride_h, a.o_stride_n, a.o_stride_h = (q.stride(0), q.stride(1),
+                                                              o.stride(0), o.stride(1))
+    a.k_stride_n, a.k_stride_h, a.v_stride_n, a.v_stride_h = ksn, ksh, vsn, vsh
+    a.sm_scale, a.soft_cap = sm_scale, soft_cap
+    a.rope_scale, a.rope_theta, a.rope_offset = rope_scale, rope_theta, rope_offset
+    a.window_left = window_left
+    a.alibi_slopes, a.custom_mask = _ptr(alibi_slopes), _ptr(custom_mask)
+    a.cta_tile_q = cta_tile_q
+    return a
+
+
+# ---- batch decode over a paged KV cache, merge states (include/fijit_batch_decode.h) ----
+FI_KIND_BATCH_DECODE = 2
+
+
+class BatchDecodePlanInfo(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("batch", ctypes.c_int),
+                ("kv_indptr", ctypes.c_void_p), ("kv_last_page_len", ctypes.c_void_p),
+                ("num_qo_heads", ctypes.c_int), ("num_kv_heads", ctypes.c_int),
+                ("page_size", ctypes.c_int), ("window_left", ctypes.c_int),
+                ("max_splits", ctypes.c_int), ("sm_count", ctypes.c_int)]
+
+
+class BatchDecodeArgs(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
+                ("v", ctypes.c_void_p), ("kv_indices", ctypes.c_void_p), ("o", ctypes.c_void_p),
+                ("lse", ctypes.c_void_p)] + [
+        (n, ctypes.c_int64) for n in ("q_stride_b", "q_stride_h", "o_stride_b", "o_stride_h",
+                                      "k_stride_page", "k_stride_h", "k_stride_n",
+                                      "v_stride_page", "v_stride_h", "v_stride_n")] + [
+        ("sm_scale", ctypes.c_float), ("soft_cap", ctypes.c_float),
+        ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
+        ("rope_offsets", ctypes.c_void_p), ("alibi_slopes", ctypes.c_void_p),
+        ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+
+
+class MergeStatesArgs(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("v", ctypes.c_void_p), ("s", ctypes.c_void_p),
+                ("v_out", ctypes.c_void_p), ("s_out", ctypes.c_void_p),
+                ("seq_len", ctypes.c_int), ("num_states", ctypes.c_int),
+                ("num_heads", ctypes.c_int)] + [
+        (n, ctypes.c_int64) for n in ("v_stride_seq", "v_stride_state", "v_stride_h",
+                                      "s_stride_seq", "s_stride_state", "o_stride_seq",
+                                      "o_stride_h")]
+
+
+class BatchDecode:
+    """fi_batch_decode_* on torch tensors. plan() returns (plan handle, workspace tensor)."""
+
+    def __init__(self, fj):
+        self.fj = fj
+        L = fj.lib
+        L.fi_batch_decode_plan_new.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                                               ctypes.POINTER(Spec),
+                                               ctypes.POINTER(BatchDecodePlanInfo)]
+        L.fi_batch_decode_plan_workspace_size.argtypes = [ctypes.c_void_p,
+                                                          ctypes.POINTER(ctypes.c_size_t)]
+        L.fi_batch_decode_plan_describe.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
+                                                    ctypes.POINTER(ctypes.c_int)]
+        L.fi_batch_decode_plan_upload.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        L.fi_batch_decode_plan_free.argtypes = [ctypes.c_void_p]
+        L.fi_batch_decode_plan_free.restype = None
+        L.fi_batch_decode_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                          ctypes.POINTER(BatchDecodeArgs), ctypes.c_void_p]
+        L.fi_merge_states.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                      ctypes.POINTER(MergeStatesArgs), ctypes.c_void_p]
+
+    def plan(self, spec, indptr, last_page_len, num_qo_heads, num_kv_heads, page_size, *,
+             window_left=-1, max_splits=0, sm_count=0):
+        import torch
+        B = len(last_page_len)
+        ip = (ctypes.c_int32 * (B + 1))(*[int(x) for x in indptr])
+        lp = (ctypes.c_int32 * B)(*[int(x) for x in last_page_len])
+        info = BatchDecodePlanInfo(1, B, ctypes.cast(ip, ctypes.c_void_p),
+                                   ctypes.cast(lp, ctypes.c_void_p), num_qo_heads, num_kv_heads,
+                                   page_size, window_left, max_splits, sm_count)
+        plan = ctypes.c_void_p()
+        L = self.fj.lib
+        self.fj._check(L.fi_batch_decode_plan_new(ctypes.byref(plan), self.fj.ctx,
+                                                  ctypes.byref(spec), ctypes.byref(info)),
+                       "fi_batch_decode_plan_new")
+        n = ctypes.c_size_t()
+        self.fj._check(L.fi_batch_decode_plan_workspace_size(plan, ctypes.byref(n)),
+                       "fi_batch_decode_plan_workspace_size")
+        ws = torch.empty(max(n.value, 16), dtype=torch.uint8, device="cuda")
+        self.fj._check(L.fi_batch_decode_plan_upload(plan, ws.data_ptr(), ws.numel()),
+                       "fi_batch_decode_plan_upload")
+        return plan, ws
+
+    def describe(self, plan):
+        a, b = ctypes.c_int(), ctypes.c_int()
+        self.fj._check(self.fj.lib.fi_batch_decode_plan_describe(plan, ctypes.byref(a),
+                                                                 ctypes.byref(b)), "describe")
+        return a.value, b.value
+
+    def free(self, plan):
+        self.fj.lib.fi_batch_decode_plan_free(plan)
+
+    def run(self, plan, args, stream=0):
+        self.fj._check(self.fj.lib.fi_batch_decode_run(self.fj.ctx, plan, ctypes.byref(args),
+                                                       ctypes.c_void_p(stream)),
+                       "fi_batch_decode_run")
+
+    def merge_states(self, dtype, v, s, v_out, s_out=None, stream=0):
+        """v [seq, n, H, D], s [seq, n, H] float32, v_out [seq, H, D], s_out [seq, H]."""
+        a = MergeStatesArgs()
+        a.version = 1
+        a.v, a.s, a.v_out = v.data_ptr(), s.data_ptr(), v_out.data_ptr()
+        a.s_out = s_out.data_ptr() if s_out is not None else None
+        a.seq_len, a.num_states, a.num_heads = v.shape[0], v.shape[1], v.shape[2]
+        a.v_stride_seq, a.v_stride_state, a.v_stride_h = v.stride(0), v.stride(1), v.stride(2)
+        a.s_stride_seq, a.s_stride_state = s.stride(0), s.stride(1)
+        a.o_stride_seq, a.o_stride_h = v_out.stride(0), v_out.stride(1)
+        self.fj._check(self.fj.lib.fi_merge_states(self.fj.ctx, DTYPES[dtype], v.shape[3],
+                                                   ctypes.byref(a), ctypes.c_void_p(stream)),
+                       "fi_merge_states")
+
+
+def batch_decode_args(q, k_cache, v_cache, kv_indices, o, lse, workspace, *, layout,
+                      sm_scale=0.0, soft_cap=0.0, rope_scale=0.0, rope_theta=0.0,
+                      rope_offsets=None, alibi_slopes=None, k_scale=0.0, v_scale=0.0):
+    """q/o [B, H, D]; caches NHD [P, page, Hkv, D] or HND [P, Hkv, page, D] (any strides)."""
+    a = BatchDecodeArgs()
+    a.version = 1
+    a.q, a.k, a.v, a.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), o.data_ptr()
+    a.kv_indices = kv_indices.data_ptr()
+    a.lse = lse.data_ptr() if lse is not None else None
+    a.q_stride_b, a.q_stride_h = q.stride(0), q.stride(1)
+    a.o_stride_b, a.o_stride_h = o.stride(0), o.stride(1)
+    for name, c in (("k", k_cache), ("v", v_cache)):
+        if layout == "NHD":
+            sp, sn, sh = c.stride(0), c.stride(1), c.stride(2)
+        else:
+            sp, sh, sn = c.stride(0), c.stride(1), c.stride(2)
+        setattr(a, name + "_stride_page", sp)
+        setattr(a, name + "_stride_h", sh)
+        setattr(a, name + "_stride_n", sn)
+    a.sm_scale, a.soft_cap, a.rope_scale, a.rope_theta = sm_scale, soft_cap, rope_scale, rope_theta
+    a.rope_offsets = rope_offsets.data_ptr() if rope_offsets is not None else None
+    a.alibi_slopes = alibi_slopes.data_ptr() if alibi_slopes is not None else None
+    a.k_scale, a.v_scale = k_scale, v_scale
+    a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
     return a

@@ -89,7 +89,11 @@ def reference(q, k_nhd, v_nhd, *, sm_scale, soft_cap, pos, rope, window_left, sl
     return o, lse
 
 
-def run_case(fj, gen, dtype, hd, mask, pos, softcap, L, group, layout, num_splits, hkv=2):
+FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+
+
+def run_case(fj, gen, dtype, hd, mask, pos, softcap, L, group, layout, num_splits, hkv=2,
+             kv_dtype=None):
     dev = "cuda"
     tdt = TORCH_DTYPES[dtype]
     H = group * hkv
@@ -98,12 +102,27 @@ def run_case(fj, gen, dtype, hd, mask, pos, softcap, L, group, layout, num_split
         return torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32).to(tdt)
 
     q = rnd(H, hd)
-    if layout == "NHD":
-        k, v = rnd(L, hkv, hd), rnd(L, hkv, hd)
-        k_nhd, v_nhd = k, v
+    k_scale = v_scale = 0.0
+    if kv_dtype in FP8:
+        # Quantise random floats with a random per-tensor scale; the reference
+        # reads the dequantised values (exactly what the kernel multiplies back).
+        k_scale = float(torch.rand(1, generator=gen, device=dev)) * 1.5 + 0.25
+        v_scale = float(torch.rand(1, generator=gen, device=dev)) * 1.5 + 0.25
+        shape = (L, hkv, hd) if layout == "NHD" else (hkv, L, hd)
+        kf = torch.randn(*shape, generator=gen, device=dev)
+        vf = torch.randn(*shape, generator=gen, device=dev)
+        k, v = (kf / k_scale).to(FP8[kv_dtype]), (vf / v_scale).to(FP8[kv_dtype])
+        kd, vd = k.double() * k_scale, v.double() * v_scale
     else:
-        k, v = rnd(hkv, L, hd), rnd(hkv, L, hd)
-        k_nhd, v_nhd = k.permute(1, 0, 2), v.permute(1, 0, 2)
+        if layout == "NHD":
+            k, v = rnd(L, hkv, hd), rnd(L, hkv, hd)
+        else:
+            k, v = rnd(hkv, L, hd), rnd(hkv, L, hd)
+        kd, vd = k, v
+    if layout == "NHD":
+        k_nhd, v_nhd = kd, vd
+    else:
+        k_nhd, v_nhd = kd.permute(1, 0, 2), vd.permute(1, 0, 2)
     o = torch.full((H, hd), float("nan"), device=dev, dtype=tdt)
     lse = torch.full((H,), float("nan"), device=dev, dtype=torch.float32)
 
@@ -120,8 +139,9 @@ def run_case(fj, gen, dtype, hd, mask, pos, softcap, L, group, layout, num_split
         slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)], device=dev,
                               dtype=torch.float32)
 
-    spec = Fijit.spec(dtype, hd, mask, pos, softcap)
+    spec = Fijit.spec(dtype, hd, mask, pos, softcap, kv_dtype=kv_dtype)
     args = decode_args(q, k, v, o, lse, layout=layout, sm_scale=sm_scale, soft_cap=cap,
+                       k_scale=k_scale, v_scale=v_scale,
                        rope_scale=rope[0] if pos == "rope" else 0.0,
                        rope_theta=rope[1] if pos == "rope" else 0.0,
                        rope_offset=rope[2] if pos == "rope" else 0,
@@ -170,27 +190,35 @@ def main():
     lens = [0, 1, 7, 4096, 33000] if not opt.quick else [1, 7, 4096]
     groups = [1, 4, 8]
     layouts = ["NHD", "HND"]
-    tuples = list(itertools.product(["fp16", "bf16"], [64, 128, 256], ["none", "window"],
-                                    ["none", "rope", "alibi"], [0, 1]))
+    tuples = [(d, None) + t for d, t in itertools.product(
+        ["fp16", "bf16"], itertools.product([64, 128, 256], ["none", "window"],
+                                            ["none", "rope", "alibi"], [0, 1]))]
+    # fp8 KV (q = o 16-bit): every tuple, on fewer shapes (one group, layouts alternating).
+    tuples += [(d, kv) + t for d, kv, t in itertools.product(
+        ["fp16", "bf16"], ["fp8_e4m3", "fp8_e5m2"],
+        itertools.product([64, 128, 256], ["none", "window"], ["none", "rope", "alibi"], [0, 1]))]
     results = []
+    keys = ["fp16", "bf16", "fp16+fp8_e4m3", "fp16+fp8_e5m2", "bf16+fp8_e4m3", "bf16+fp8_e5m2"]
     stats = {d: {"cases": 0, "fail": 0, "max": 0.0, "mean_sum": 0.0, "lse_max": 0.0}
-             for d in TORCH_DTYPES}
+             for d in keys}
     t0 = time.time()
     n = 0
-    for (dtype, hd, mask, pos, sc) in tuples:
-        for L, group, layout in itertools.product(lens, groups, layouts):
+    for (dtype, kv, hd, mask, pos, sc) in tuples:
+        shapes = (list(itertools.product(lens, groups, layouts)) if kv is None else
+                  [(L, 4, layouts[i % 2]) for i, L in enumerate(lens)])
+        for L, group, layout in shapes:
             # Cycle split modes: automatic, none, and a forced odd count.
             num_splits = [0, 1, 0, 5][n % 4]
             n += 1
-            name = (f"{dtype} hd={hd} mask={mask} pos={pos} softcap={sc} L={L} group={group} "
-                    f"{layout} splits={num_splits}")
+            name = (f"{dtype} kv={kv or dtype} hd={hd} mask={mask} pos={pos} softcap={sc} L={L} "
+                    f"group={group} {layout} splits={num_splits}")
             try:
                 ok, emax, emean, lerr = run_case(fj, gen, dtype, hd, mask, pos, sc, L, group,
-                                                 layout, num_splits)
+                                                 layout, num_splits, kv_dtype=kv)
             except Exception as e:  # a failed call must not hide the other results
                 ok, emax, emean, lerr = False, float("inf"), float("inf"), float("inf")
                 print(f"ERROR {name}: {e}", flush=True)
-            st = stats[dtype]
+            st = stats[dtype if kv is None else f"{dtype}+{kv}"]
             st["cases"] += 1
             st["max"] = max(st["max"], emax)
             st["mean_sum"] += emean if math.isfinite(emean) else 0.0
@@ -202,12 +230,12 @@ def main():
             results.append(dict(case=name, ok=ok, max_rel=emax, mean_rel=emean, lse_err=lerr))
     dt = time.time() - t0
     print(f"\ndecode correctness vs float64 reference ({len(results)} cases, {dt:.1f} s)")
-    print(f"{'dtype':6} {'cases':>6} {'failed':>6} {'max rel err':>12} {'mean rel err':>13} "
+    print(f"{'q+kv dtype':14} {'cases':>6} {'failed':>6} {'max rel err':>12} {'mean rel err':>13} "
           f"{'max lse err':>12} {'tol':>8}")
     for d, st in stats.items():
         mean = st["mean_sum"] / max(1, st["cases"])
-        print(f"{d:6} {st['cases']:6d} {st['fail']:6d} {st['max']:12.3e} {mean:13.3e} "
-              f"{st['lse_max']:12.3e} {TOL_O[d]:8.0e}")
+        print(f"{d:14} {st['cases']:6d} {st['fail']:6d} {st['max']:12.3e} {mean:13.3e} "
+              f"{st['lse_max']:12.3e} {TOL_O[d.split('+')[0]]:8.0e}")
     print("\nkernels as loaded (registers / spill bytes per thread, from the cubin):")
     for dtype, hd in itertools.product(["fp16", "bf16"], [64, 128, 256]):
         regs = set()

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Batch decode benchmark: fijit's fi_batch_decode_run over a paged KV cache
+(page_size 16, HND pages handed out in random order) against the device copy
+ceiling and against torch SDPA's default backend on the same values gathered
+into dense [B, H, L, D] tensors (the gather is outside the timed region).
+
+Method (as bench_decode.py): CUDA events around each call, median of --reps
+after --warmup; before every timed run 256 MiB are overwritten and another
+256 MiB read (L2 holds only clean lines), then torch.cuda._sleep keeps the GPU
+busy while the host queues the timed call, so host dispatch stays out of
+short kernels' times. GB/s counts the K and V bytes read. Random data.
+The plan is made once per shape (outside the timing), as a model would per
+step. "nosplit" times the same batch planned with max_splits = 1.
+
+Raw numbers go to $OUT/bench_batch_decode.json when OUT is set; the table is
+printed last.
+"""
+import argparse
+import json
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "gpu"))
+sys.path.insert(0, HERE)
+from bench_decode import Timer, copy_ceiling  # noqa: E402
+from fijit_py import FI_KIND_BATCH_DECODE, BatchDecode, Fijit, batch_decode_args  # noqa: E402
+
+
+class QuietTimer(Timer):
+    """Timer whose flush ends with a ~50 us GPU sleep, so the host has queued
+    the timed call before the start event is reached."""
+
+    def flush_l2(self, i):
+        super().flush_l2(i)
+        torch.cuda._sleep(100000)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--batches", default="1,16,64")
+    ap.add_argument("--lens", default="1024,4096,16384,32768")
+    ap.add_argument("--heads", default="32/8,32/32")
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--kv-dtype", default="", help="fp8_e4m3 or fp8_e5m2 (no SDPA then)")
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--no-nosplit", action="store_true", help="skip the max_splits=1 timing")
+    ap.add_argument("--page-order", default="random", choices=["random", "seq"],
+                    help="pages of the cache handed out in random or in sequential order")
+    ap.add_argument("--sm-count", type=int, default=0,
+                    help="SM count the plan assumes (0: the device's; tuning experiments)")
+    ap.add_argument("--tag", default="")
+    opt = ap.parse_args()
+
+    warnings.filterwarnings("ignore", category=UserWarning)
+    torch.cuda.init()
+    dev_name = torch.cuda.get_device_name()
+    timer = QuietTimer(opt.warmup, opt.reps)
+    ceiling = copy_ceiling(timer)
+    print(f"bench_batch_decode on {dev_name}: copy ceiling {ceiling:.0f} GB/s, median of "
+          f"{opt.reps}", flush=True)
+    fj = Fijit()
+    bd = BatchDecode(fj)
+    hd, ps = opt.head_dim, opt.page_size
+    stream = torch.cuda.current_stream().cuda_stream
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+    rows = []
+    for dtype in opt.dtypes.split(","):
+        tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        kvd = opt.kv_dtype or None
+        kv_tdt = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(kvd, tdt)
+        spec = Fijit.spec(dtype, hd, kv_dtype=kvd, kind=FI_KIND_BATCH_DECODE)
+        for heads in opt.heads.split(","):
+            hq, hkv = map(int, heads.split("/"))
+            for B in map(int, opt.batches.split(",")):
+                for L in map(int, opt.lens.split(",")):
+                    npg = (L + ps - 1) // ps
+                    total = B * npg
+                    gdt = tdt if kvd is None else torch.float16
+                    kc = torch.randn(total, hkv, ps, hd, device="cuda", generator=gen,
+                                     dtype=gdt).to(kv_tdt)
+                    vc = torch.randn(total, hkv, ps, hd, device="cuda", generator=gen,
+                                     dtype=gdt).to(kv_tdt)
+                    perm = (torch.randperm(total, device="cuda", generator=gen)
+                            if opt.page_order == "random" else
+                            torch.arange(total, device="cuda")).to(torch.int32)
+                    indptr = [b * npg for b in range(B + 1)]
+                    last = [L - (npg - 1) * ps] * B
+                    q = torch.randn(B, hq, hd, device="cuda", generator=gen).to(tdt)
+                    o = torch.empty(B, hq, hd, device="cuda", dtype=tdt)
+                    kv_bytes = 2 * B * hkv * L * hd * kc.element_size()
+
+                    plan, ws = bd.plan(spec, indptr, last, hq, hkv, ps, sm_count=opt.sm_count)
+                    items, msp = bd.describe(plan)
+                    args = batch_decode_args(q, kc, vc, perm, o, None, ws, layout="HND",
+                                             k_scale=1.0, v_scale=1.0)
+                    bd.run(plan, args, stream)  # compile or load before timing
+                    fi_us, fi_min = timer.median_us(lambda: bd.run(plan, args, stream))
+                    ns_us = None
+                    if msp > 1 and not opt.no_nosplit:
+                        plan1, ws1 = bd.plan(spec, indptr, last, hq, hkv, ps, max_splits=1)
+                        a1 = batch_decode_args(q, kc, vc, perm, o, None, ws1, layout="HND",
+                                               k_scale=1.0, v_scale=1.0)
+                        bd.run(plan1, a1, stream)
+                        ns_us = timer.median_us(lambda: bd.run(plan1, a1, stream))[0]
+                        bd.free(plan1)
+                        del ws1
+                    bd.run(plan, args, stream)
+                    torch.cuda.synchronize()
+                    sdpa_us = max_diff = None
+                    if kvd is None:
+                        # Gather the pages into SDPA's dense [B, Hkv, L, D] (untimed).
+                        # One request at a time: the largest shape leaves no room for more.
+                        idx = perm.long().view(B, npg)
+                        kd = torch.empty(B, hkv, L, hd, device="cuda", dtype=tdt)
+                        vd = torch.empty_like(kd)
+                        for b in range(B):
+                            kd[b] = kc[idx[b]].permute(1, 0, 2, 3).reshape(hkv, npg * ps, hd)[:, :L]
+                            vd[b] = vc[idx[b]].permute(1, 0, 2, 3).reshape(hkv, npg * ps, hd)[:, :L]
+                        q4 = q.view(B, hq, 1, hd)
+
+                        def sdpa():
+                            return F.scaled_dot_product_attention(q4, kd, vd, enable_gqa=hq != hkv)
+                        ref = sdpa()
+                        torch.cuda.synchronize()
+                        max_diff = float((ref.view(B, hq, hd).float() - o.float()).abs().max())
+                        sdpa_us = timer.median_us(sdpa)[0]
+                        del kd, vd, ref
+                    bd.free(plan)
+                    row = dict(dtype=dtype, kv_dtype=kvd or dtype, heads=heads, batch=B,
+                               page_order=opt.page_order,
+                               kv_len=L, hd=hd, page_size=ps, kv_bytes=kv_bytes, items=items,
+                               max_request_splits=msp, fijit_us=fi_us, fijit_min_us=fi_min,
+                               fijit_nosplit_us=ns_us,
+                               fijit_gbs=kv_bytes / (fi_us * 1e-6) / 1e9, sdpa_us=sdpa_us,
+                               max_abs_diff_vs_sdpa=max_diff)
+                    row["pct_copy"] = 100.0 * row["fijit_gbs"] / ceiling
+                    rows.append(row)
+                    print(f"  {dtype} {heads:>5} B={B:3d} L={L:6d}: fijit {fi_us:8.1f} us "
+                          f"{row['fijit_gbs']:6.0f} GB/s ({row['pct_copy']:.0f}%) items {items} "
+                          f"(x{msp})" + (f" nosplit {ns_us:.1f}" if ns_us else "")
+                          + (f", sdpa {sdpa_us:.1f} us, max|diff| {max_diff:.2e}" if sdpa_us else ""),
+                          flush=True)
+                    del kc, vc, q, o, ws, perm
+                    torch.cuda.empty_cache()
+    fj.close()
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, f"bench_batch_decode{opt.tag}.json"), "w") as f:
+            json.dump(dict(device=dev_name, copy_ceiling_gbs=ceiling, reps=opt.reps, rows=rows),
+                      f, indent=1)
+    print(f"\nbatch decode, paged (page {ps}, HND, {opt.page_order} pages), hd {hd}, {dev_name}, copy ceiling "
+          f"{ceiling:.0f} GB/s; sdpa = default backend on gathered dense KV; "
+          f"ratio = sdpa time / fijit time")
+    print(f"{'dtype':9} {'heads':>5} {'batch':>5} {'kv_len':>6} {'fijit us':>9} {'GB/s':>6} "
+          f"{'%copy':>6} {'sdpa us':>8} {'ratio':>6} {'splits':>6} {'nosplit us':>10}")
+    for r in rows:
+        s_txt = f"{r['sdpa_us']:8.1f}" if r["sdpa_us"] else "     n/a"
+        x_txt = f"{r['sdpa_us'] / r['fijit_us']:5.2f}x" if r["sdpa_us"] else "   n/a"
+        n_txt = f"{r['fijit_nosplit_us']:10.1f}" if r["fijit_nosplit_us"] else "         -"
+        name = r["dtype"] if r["kv_dtype"] == r["dtype"] else f"{r['dtype']}/{r['kv_dtype'][4:]}"
+        print(f"{name:9} {r['heads']:>5} {r['batch']:5d} {r['kv_len']:6d} {r['fijit_us']:9.1f} "
+              f"{r['fijit_gbs']:6.0f} {r['pct_copy']:5.0f}% {s_txt} {x_txt} "
+              f"{r['max_request_splits']:6d} {n_txt}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Prefill on the GPU machine: prewarm every prefill tuple, the correctness test
+# (tests/gpu/test_prefill.py), then the benchmark (bench/bench_prefill.py); the
+# benchmark table is printed last. Build on the build host (`make`) and carry
+# build/ here.
+#
+#   bench/gpu_prefill.sh [--quick]    (--quick: fewer test shapes, fewer reps)
+# Raw results go to $OUT (test_prefill.json, bench_prefill.json, logs) when set.
+set -u
+cd "$(dirname "$0")/.."
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+OUT_DIR=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT_DIR"
+if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.1.0 ]; then
+    echo "gpu_prefill: build/libfijit.so is missing; run make on the build host and carry build/" >&2
+    exit 1
+fi
+
+export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
+chmod 700 "$FIJIT_CACHE_DIR"
+nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null
+if [ -x build/fijit ]; then
+    t0=$SECONDS
+    build/fijit prewarm --kernel prefill,batch_prefill_ragged,batch_prefill_paged \
+        --dtype fp16,bf16 --head-dim 64,128,256 --mask none,causal,window,custom \
+        --pos none,rope,alibi --softcap 0,1 -j "$(nproc)" > "$OUT_DIR/prewarm_prefill.log" 2>&1
+    echo "prewarm: rc $? in $((SECONDS - t0)) s: $(tail -1 "$OUT_DIR/prewarm_prefill.log")"
+fi
+
+TEST_ARGS=()
+BENCH_ARGS=()
+if [ $QUICK = 1 ]; then
+    TEST_ARGS=(--quick)
+    BENCH_ARGS=(--reps 10 --seqs 1024,4096)
+fi
+OUT=$OUT_DIR timeout "${PREFILL_TEST_TIMEOUT:-900}" python3 tests/gpu/test_prefill.py "${TEST_ARGS[@]}" 2>&1 | tee "$OUT_DIR/test_prefill.log"
+test_rc=${PIPESTATUS[0]}
+OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_prefill.py "${BENCH_ARGS[@]}" > "$OUT_DIR/bench_prefill.log" 2>&1
+bench_rc=$?
+
+echo
+echo "==== prefill summary ===="
+sed -n '/^prefill correctness/,/^test_prefill:/p' "$OUT_DIR/test_prefill.log"
+grep -v '^  ' "$OUT_DIR/bench_prefill.log" | sed -n '/^ERROR/p'
+sed -n '/^prefill, batch/,$p' "$OUT_DIR/bench_prefill.log"
+echo "test rc $test_rc, bench rc $bench_rc"
+[ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]

@@ -1,0 +1,160 @@
+/*
+ * fijit prefill: tensor-core attention of many query tokens against their
+ * keys, for a single request (FI_KIND_PREFILL) or a batch of requests with
+ * ragged (FI_KIND_BATCH_PREFILL_RAGGED) or paged (FI_KIND_BATCH_PREFILL_PAGED)
+ * keys and values. Same conventions as fijit.h: 0 or a negative fi_error,
+ * out-parameters first, args structs begin with `unsigned version` and are
+ * initialised with their *_INIT macro.
+ *
+ * Semantics, for query i (0 <= i < qo_len) and key j (0 <= j < kv_len) of one
+ * request, with off = kv_len - qo_len (causal masks are aligned bottom-right):
+ *   s_ij = (q_i . k_j) * sm_scale           after RoPE on q_i and k_j
+ *        + slope[h] * (j - (i + off))       FI_POS_ALIBI
+ *   s_ij = cap * tanh(s_ij / cap)           spec.soft_cap
+ *   visible: FI_MASK_CAUSAL  j <= i + off
+ *            FI_MASK_WINDOW  j <= i + off and, when window_left >= 0,
+ *                            j >= i + off - window_left (a sliding window is causal)
+ *            FI_MASK_CUSTOM  the request's bit (i, j) of custom_mask is 1
+ *   o_i = softmax over visible j of s_ij, applied to v; lse_i = natural log of
+ *   sum_j exp(s_ij). A query with no visible key gets o = 0 and lse = -inf.
+ *   RoPE (Llama, rotate-half): freq_d = (1/rope_scale) * rope_theta^(-2d/hd);
+ *   query i at position rope_offset + off + i, key j at rope_offset + j.
+ * GQA/MQA: num_qo_heads must be a multiple of num_kv_heads; query head h reads
+ * kv head h / (num_qo_heads / num_kv_heads).
+ *
+ * Custom mask layout: one bit per (query, key) pair of a request, row-major
+ * (bit index i * kv_len + j), starting at that request's bit offset (0 for
+ * single prefill; custom_mask_offsets[b] for a batch). Bit n of the array is
+ * bit (n % 8), counted from the least significant, of byte n / 8 -- numpy's
+ * packbits(..., bitorder="little"). 1 means visible.
+ *
+ * Tensors are device pointers; strides are in elements; the last dimension is
+ * contiguous and every row must start 16-byte aligned (strides multiples of 8
+ * elements, base pointers 16-byte aligned).
+ */
+#ifndef FIJIT_PREFILL_H
+#define FIJIT_PREFILL_H
+
+#include "fijit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st; /* CUstream from cuda.h */
+
+/* ---- single request -------------------------------------------------------- */
+#define FI_PREFILL_ARGS_VERSION 1
+
+/* q and o [qo_len, num_qo_heads, hd] (token stride q_stride_n, head stride
+ * q_stride_h); k and v [kv_len, num_kv_heads, hd] in NHD (stride_n =
+ * kv_heads*hd, stride_h = hd) or HND [num_kv_heads, kv_len, hd] (stride_n =
+ * hd, stride_h = kv_len*hd). */
+typedef struct fi_prefill_args {
+    unsigned version;              /* FI_PREFILL_ARGS_VERSION */
+    const void *q;
+    const void *k, *v;
+    void *o;
+    float *lse;                    /* optional [qo_len, num_qo_heads], natural log; NULL: none */
+    int num_qo_heads, num_kv_heads;
+    int qo_len, kv_len;            /* >= 0 each */
+    int64_t q_stride_n, q_stride_h, o_stride_n, o_stride_h;
+    int64_t k_stride_n, k_stride_h, v_stride_n, v_stride_h;
+    float sm_scale;                /* 0: 1/sqrt(hd) */
+    float soft_cap;                /* used when spec.soft_cap; > 0 */
+    float rope_scale, rope_theta;  /* FI_POS_ROPE_LLAMA; 0: 1 and 1e4 */
+    int rope_offset;               /* position of key 0 */
+    int window_left;               /* FI_MASK_WINDOW; < 0: causal only */
+    const float *alibi_slopes;     /* [num_qo_heads] with FI_POS_ALIBI */
+    const uint8_t *custom_mask;    /* FI_MASK_CUSTOM: qo_len*kv_len bits, see above */
+    int cta_tile_q;                /* 0: automatic; 128, 64 or 16 query rows per block */
+} fi_prefill_args;
+
+#define FI_PREFILL_ARGS_INIT { FI_PREFILL_ARGS_VERSION, 0 }
+
+/* Validate, get the kernel (through the cache) and launch on `stream`. Needs
+ * no workspace and no synchronisation: safe inside CUDA graph capture. */
+FI_API int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_args *args,
+                          struct CUstream_st *stream);
+
+/* ---- batch (ragged or paged K/V) -------------------------------------------
+ * Two steps, as in FlashInfer: a plan from host-side copies of the index
+ * arrays (done once per batch shape, outside graph capture: it copies the
+ * work list to the device synchronously), then any number of runs with the
+ * device arrays, each a single launch of a grid fixed by the plan (CUDA-graph
+ * friendly). The device arrays passed to a run must hold the same values as
+ * the host arrays the plan saw. */
+typedef struct fi_prefill_plan fi_prefill_plan;
+
+#define FI_BATCH_PREFILL_PLAN_ARGS_VERSION 1
+
+typedef struct fi_batch_prefill_plan_args {
+    unsigned version;                    /* FI_BATCH_PREFILL_PLAN_ARGS_VERSION */
+    int batch_size;                      /* requests, >= 1 */
+    const int32_t *qo_indptr;            /* host [batch+1]: token offsets of each request's queries */
+    const int32_t *kv_indptr;            /* host [batch+1]: ragged: key token offsets;
+                                            paged: offsets into kv_indices (page counts) */
+    const int32_t *kv_last_page_len;     /* host [batch], paged only: 1..page_size when the
+                                            request has pages (ignored when it has none) */
+    int num_qo_heads, num_kv_heads;
+    int page_size;                       /* paged only: 1..64 */
+    int sm_count;                        /* 0: from the current device */
+    int cta_tile_q;                      /* 0: automatic; 128, 64 or 16 */
+} fi_batch_prefill_plan_args;
+
+#define FI_BATCH_PREFILL_PLAN_ARGS_INIT { FI_BATCH_PREFILL_PLAN_ARGS_VERSION, 0 }
+
+/* Device workspace bytes the plan for these arguments needs (the work list). */
+FI_API int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
+                                           const fi_batch_prefill_plan_args *args);
+
+/* Make a plan for `spec` (a batch prefill kind) and write its work list into
+ * `workspace` (device memory, 16-byte aligned, at least
+ * fi_batch_prefill_workspace_size bytes), which must stay allocated and
+ * unchanged while the plan is used. Gets (and so compiles or loads) the
+ * kernel. `*out` belongs to the caller: fi_prefill_plan_free. */
+FI_API int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx,
+                                 const fi_jit_spec *spec, const fi_batch_prefill_plan_args *args,
+                                 void *workspace, size_t workspace_bytes);
+FI_API void fi_prefill_plan_free(fi_prefill_plan *plan);
+
+#define FI_BATCH_PREFILL_ARGS_VERSION 1
+
+/* q and o [total_qo_tokens, num_qo_heads, hd] packed by qo_indptr.
+ * Ragged: k and v [total_kv_tokens, num_kv_heads, hd] packed by kv_indptr
+ * (token stride k_stride_n, head stride k_stride_h).
+ * Paged: k and v caches of pages; NHD [pages, page_size, heads, hd]
+ * (stride_page = page_size*heads*hd, stride_n = heads*hd, stride_h = hd) or
+ * HND [pages, heads, page_size, hd] (stride_page = heads*page_size*hd,
+ * stride_n = hd, stride_h = page_size*hd). Key j of request b is in page
+ * kv_indices[kv_indptr[b] + j / page_size], slot j % page_size. */
+typedef struct fi_batch_prefill_args {
+    unsigned version;                    /* FI_BATCH_PREFILL_ARGS_VERSION */
+    const void *q;
+    const void *k, *v;
+    void *o;
+    float *lse;                          /* optional [total_qo_tokens, num_qo_heads] */
+    const int32_t *qo_indptr;            /* device copies of the plan's arrays */
+    const int32_t *kv_indptr;
+    const int32_t *kv_indices;           /* paged: device [kv_indptr[batch]] page ids */
+    const int32_t *kv_last_page_len;     /* paged */
+    int64_t q_stride_n, q_stride_h, o_stride_n, o_stride_h;
+    int64_t k_stride_n, k_stride_h, v_stride_n, v_stride_h;
+    int64_t k_stride_page, v_stride_page; /* paged */
+    float sm_scale, soft_cap, rope_scale, rope_theta;
+    int rope_offset, window_left;
+    const float *alibi_slopes;
+    const uint8_t *custom_mask;          /* FI_MASK_CUSTOM: see the layout above */
+    const int64_t *custom_mask_offsets;  /* device [batch]: first bit of each request */
+} fi_batch_prefill_args;
+
+#define FI_BATCH_PREFILL_ARGS_INIT { FI_BATCH_PREFILL_ARGS_VERSION, 0 }
+
+/* One launch on `stream` for the planned batch. */
+FI_API int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
+                                const fi_batch_prefill_args *args, struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FIJIT_PREFILL_H */

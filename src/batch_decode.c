@@ -1,0 +1,527 @@
+/*
+ * Host side of batch decode over a paged KV cache (include/fijit_batch_decode.h):
+ * the plan, its workspace, the launch, and fi_merge_states. The kernels are in
+ * templates/batch_decode.cuh (tile loop shared with single decode in
+ * templates/decode_core.cuh); the parameter structs in templates/fijit_params.h.
+ *
+ * The plan. One block serves one kv head (or a slice of a large GQA group,
+ * "head block") over one work item: a contiguous range of one request's keys.
+ * The chunk length (tokens per item, whole tiles) is chosen so that:
+ *  - when the batch alone does not fill one wave of resident blocks
+ *    (DECODE_BLOCKS_PER_SM per SM), it is the shortest chunk for which the
+ *    whole grid still fits in that wave, but never below BD_MIN_CHUNK_TILES;
+ *    (one wave of DECODE_BLOCKS_PER_SM = 2 per SM: the hardware holds 3, so
+ *    the third slot absorbs the merge tail);
+ *  - when it does, requests are cut into chunks of about 1/BD_WAVES of a
+ *    wave's share (at least BD_BIG_CHUNK_TILES), so that blocks are short and
+ *    even and the tail of the last wave is small.
+ * A request's chunks are then evened out (its length divided by its chunk
+ * count, rounded up to whole tiles). Items of one request are consecutive.
+ *
+ * Workspace layout (all offsets 16-byte aligned):
+ *   work   [num_items] fi_batch_decode_work
+ *   partial_o   [num_items, num_qo_heads, hd] float     (only if some request splits)
+ *   partial_lse [num_items, num_qo_heads] float
+ *   counters    [batch, num_kv_heads * head_blocks] u64
+ * Counters need no zeroing (epochs, see fijit_params.h).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_drv.h"
+#include "decode.h"
+#include "error.h"
+#include "fijit_batch_decode.h"
+#include "fijit_params.h"
+#include "kinds.h"
+#include "spec.h"
+#include "sys.h"
+
+#define DECODE_BLOCKS_PER_SM 2
+/* Shortest chunk when the batch does not fill a wave: as DECODE_MIN_SPLIT_TILES
+ * in decode.c (4 tiles below 4096 keys, else 8). */
+#define BD_MIN_CHUNK_TILES(keys) ((keys) < 4096 ? 4 : 8)
+/* Shortest chunk when it does: an H100 sweep (bench_batch_decode.py, hd 128)
+ * found batch 64 x kv 1024 faster unsplit than in chunks of 512 keys, and
+ * batches of 4k-16k keys 7-30% faster in ~1.4-2k chunks than unsplit. */
+#define BD_BIG_CHUNK_TILES 32
+#define BD_WAVES 4
+#define BD_MAX_PAGE_SIZE 64
+
+/* A failed driver call: fi__cuda_error has already written the message. */
+#define CU_FAIL(expr)                                                          \
+    do {                                                                       \
+        rc = (expr);                                                           \
+        goto out;                                                              \
+    } while (0)
+
+struct fi_batch_decode_plan {
+    fi_jit_spec spec;
+    char variant[FI_VARIANT_NAME_MAX + 1];
+    int batch, num_qo_heads, num_kv_heads, page_size, window_left;
+    int group_size, head_chunks, heads_per_block, head_blocks;
+    int num_items, max_request_splits, any_split;
+    fi_batch_decode_work *work;
+    size_t work_bytes, partial_o_off, partial_lse_off, counters_off, workspace_bytes;
+    void *uploaded;            /* workspace the work list was copied to */
+};
+
+void fi__batch_decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out)
+{
+    FI_UNUSED(spec);
+    memset(out, 0, sizeof *out);
+    out->block_dim[0] = FI_DECODE_THREADS;
+    out->block_dim[1] = out->block_dim[2] = 1;
+    out->merge_block_dim[0] = FI_MERGE_THREADS;
+    out->merge_block_dim[1] = out->merge_block_dim[2] = 1;
+    out->smem_bytes = 0;
+    out->param_bytes = (unsigned)sizeof(fi_batch_decode_params);
+}
+
+static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+
+static int next_pow2(int x)
+{
+    int p = 1;
+    while (p < x) p *= 2;
+    return p;
+}
+
+/* Blocks of the grid for chunk length `chunk` (0: no split). */
+static int64_t count_blocks(const int *keys, int batch, int64_t chunk, int y)
+{
+    int64_t n = 0;
+    for (int b = 0; b < batch; b++)
+        n += chunk > 0 && keys[b] > 0 ? (keys[b] + chunk - 1) / chunk : 1;
+    return n * y;
+}
+
+int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                             const fi_batch_decode_plan_info *info)
+{
+    int rc = 0;
+    fi_batch_decode_plan *plan = NULL;
+    int *len = NULL, *first = NULL, *keys = NULL, *splits = NULL;
+    if (!out) return fi__error(FI_EINVALID, "batch_decode: out is NULL");
+    *out = NULL;
+    if (!ctx) FI_FAIL(FI_EINVALID, "batch_decode: ctx is NULL");
+    if (!spec) FI_FAIL(FI_EINVALID, "batch_decode: spec is NULL");
+    FI_TRY(fi_jit_spec_check(spec));
+    if (spec->kind != FI_KIND_BATCH_DECODE)
+        FI_FAIL(FI_EINVALID, "batch_decode: spec.kind is %d, expected FI_KIND_BATCH_DECODE",
+                (int)spec->kind);
+    if (!info) FI_FAIL(FI_EINVALID, "batch_decode: info is NULL");
+    if (info->version != FI_BATCH_DECODE_PLAN_INFO_VERSION)
+        FI_FAIL(FI_EINVALID, "batch_decode: info.version is %u, this library expects %d",
+                info->version, FI_BATCH_DECODE_PLAN_INFO_VERSION);
+    if (info->batch < 1) FI_FAIL(FI_EINVALID, "batch_decode: batch is %d, must be >= 1", info->batch);
+    if (!info->kv_indptr || !info->kv_last_page_len)
+        FI_FAIL(FI_EINVALID, "batch_decode: kv_indptr and kv_last_page_len (host arrays) are required");
+    if (info->num_qo_heads <= 0 || info->num_kv_heads <= 0 ||
+        info->num_qo_heads % info->num_kv_heads != 0)
+        FI_FAIL(FI_EINVALID, "batch_decode: num_qo_heads (%d) must be a positive multiple of "
+                "num_kv_heads (%d)", info->num_qo_heads, info->num_kv_heads);
+    if (info->page_size < 1 || info->page_size > BD_MAX_PAGE_SIZE)
+        FI_FAIL(FI_EUNSUPPORTED, "batch_decode: page_size %d is not supported (supported: 1 to %d)",
+                info->page_size, BD_MAX_PAGE_SIZE);
+    if (info->max_splits < 0)
+        FI_FAIL(FI_EINVALID, "batch_decode: max_splits is %d (0: automatic, 1: no split)",
+                info->max_splits);
+    if (info->kv_indptr[0] != 0)
+        FI_FAIL(FI_EINVALID, "batch_decode: kv_indptr[0] is %d, must be 0", info->kv_indptr[0]);
+
+    if (!(plan = fi__calloc(1, sizeof *plan)) || !(len = fi__calloc((size_t)info->batch, sizeof *len)) ||
+        !(keys = fi__calloc((size_t)info->batch, sizeof *keys)) ||
+        !(first = fi__calloc((size_t)info->batch, sizeof *first)) ||
+        !(splits = fi__calloc((size_t)info->batch, sizeof *splits)))
+        FI_FAIL(FI_ENOMEM, "batch_decode: out of memory planning %d requests", info->batch);
+    plan->spec = *spec;
+    if (spec->variant) {
+        snprintf(plan->variant, sizeof plan->variant, "%s", spec->variant);
+        plan->spec.variant = plan->variant;
+    }
+    plan->batch = info->batch;
+    plan->num_qo_heads = info->num_qo_heads;
+    plan->num_kv_heads = info->num_kv_heads;
+    plan->page_size = info->page_size;
+    plan->window_left = spec->mask == FI_MASK_WINDOW ? info->window_left : -1;
+
+    const int hd = spec->head_dim;
+    const int tile = FI_DECODE_TILE_TOKENS(hd);
+    const int rows = FI_DECODE_ROW_GROUPS(hd);
+    plan->group_size = info->num_qo_heads / info->num_kv_heads;
+    int chunks = (plan->group_size + FI_DECODE_HEADS_PER_THREAD - 1) / FI_DECODE_HEADS_PER_THREAD;
+    plan->head_chunks = next_pow2(chunks) < rows ? next_pow2(chunks) : rows;
+    plan->heads_per_block = FI_DECODE_HEADS_PER_THREAD * plan->head_chunks;
+    plan->head_blocks = (plan->group_size + plan->heads_per_block - 1) / plan->heads_per_block;
+    const int y = info->num_kv_heads * plan->head_blocks;
+    if (y > 65535)
+        FI_FAIL(FI_EINVALID, "batch_decode: %d kv heads x %d head blocks exceed the grid's y limit "
+                "of 65535", info->num_kv_heads, plan->head_blocks);
+
+    int64_t total_keys = 0;
+    int max_keys = 0;
+    for (int b = 0; b < info->batch; b++) {
+        const int32_t p0 = info->kv_indptr[b], p1 = info->kv_indptr[b + 1];
+        const int32_t last = info->kv_last_page_len[b];
+        if (p1 < p0)
+            FI_FAIL(FI_EINVALID, "batch_decode: kv_indptr[%d] = %d < kv_indptr[%d] = %d", b + 1,
+                    p1, b, p0);
+        if (p1 > p0 && (last < 1 || last > info->page_size))
+            FI_FAIL(FI_EINVALID, "batch_decode: kv_last_page_len[%d] = %d; a request with pages "
+                    "needs 1..page_size (%d)", b, last, info->page_size);
+        const int64_t l = p1 > p0 ? (int64_t)(p1 - p0 - 1) * info->page_size + last : 0;
+        if (l > INT32_MAX / 2) FI_FAIL(FI_EINVALID, "batch_decode: request %d is too long", b);
+        len[b] = (int)l;
+        if (plan->window_left >= 0 && len[b] - 1 - plan->window_left > 0)
+            first[b] = len[b] - 1 - plan->window_left;
+        keys[b] = len[b] - first[b];
+        total_keys += keys[b];
+        if (keys[b] > max_keys) max_keys = keys[b];
+    }
+
+    /* The chunk length; 0 = no split. */
+    int64_t chunk = 0;
+    if (info->max_splits != 1 && max_keys > BD_MIN_CHUNK_TILES(max_keys) * tile) {
+        int sm_count = info->sm_count;
+        if (sm_count <= 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
+        const int64_t slots = (int64_t)sm_count * DECODE_BLOCKS_PER_SM;
+        if (count_blocks(keys, info->batch, 0, y) < slots) {
+            /* Smallest chunk (whole tiles) whose grid fits in one wave. */
+            int64_t lo = BD_MIN_CHUNK_TILES(max_keys), hi = (max_keys + tile - 1) / tile;
+            while (lo < hi) {
+                const int64_t mid = (lo + hi) / 2;
+                if (count_blocks(keys, info->batch, mid * tile, y) <= slots) hi = mid;
+                else lo = mid + 1;
+            }
+            chunk = lo * tile;
+        } else {
+            int64_t c = (total_keys * y + BD_WAVES * slots - 1) / (BD_WAVES * slots);
+            if (c < (int64_t)BD_BIG_CHUNK_TILES * tile) c = (int64_t)BD_BIG_CHUNK_TILES * tile;
+            chunk = (c + tile - 1) / tile * tile;
+        }
+        if (info->max_splits > 1) {
+            int64_t c = ((int64_t)max_keys + info->max_splits - 1) / info->max_splits;
+            c = (c + tile - 1) / tile * tile;
+            if (c > chunk) chunk = c;
+        }
+        if (chunk >= max_keys) chunk = 0;
+    }
+
+    /* Chunks per request, evened out. */
+    int64_t items = 0;
+    for (int b = 0; b < info->batch; b++) {
+        int s = 1;
+        if (chunk > 0 && keys[b] > 0) {
+            int64_t n = (keys[b] + chunk - 1) / chunk;
+            int64_t c = (keys[b] + n - 1) / n;
+            c = (c + tile - 1) / tile * tile;
+            n = (keys[b] + c - 1) / c;
+            if (n > FI_DECODE_MAX_SPLITS) n = FI_DECODE_MAX_SPLITS;
+            s = (int)n;
+        }
+        splits[b] = s;
+        items += s;
+    }
+    if (items > INT32_MAX / 2) FI_FAIL(FI_EINVALID, "batch_decode: too many work items");
+    plan->num_items = (int)items;
+    if (!(plan->work = fi__calloc((size_t)items, sizeof *plan->work)))
+        FI_FAIL(FI_ENOMEM, "batch_decode: out of memory for %lld work items", (long long)items);
+    int item = 0;
+    for (int b = 0; b < info->batch; b++) {
+        const int s = splits[b];
+        int64_t c = keys[b] > 0 ? ((int64_t)keys[b] + s - 1) / s : 0;
+        c = (c + tile - 1) / tile * tile;
+        if (s > plan->max_request_splits) plan->max_request_splits = s;
+        if (s > 1) plan->any_split = 1;
+        for (int i = 0; i < s; i++) {
+            fi_batch_decode_work *w = &plan->work[item + i];
+            w->request = b;
+            w->kv_begin = first[b] + (int)(c * i);
+            w->kv_end = i == s - 1 ? len[b] : first[b] + (int)(c * (i + 1));
+            w->kv_len = len[b];
+            w->page_start = info->kv_indptr[b];
+            w->split = i;
+            w->num_splits = s;
+            w->first_item = item;
+        }
+        item += s;
+    }
+
+    plan->work_bytes = align16((size_t)items * sizeof(fi_batch_decode_work));
+    size_t off = plan->work_bytes;
+    if (plan->any_split) {
+        plan->partial_o_off = off;
+        off += align16((size_t)items * info->num_qo_heads * hd * sizeof(float));
+        plan->partial_lse_off = off;
+        off += align16((size_t)items * info->num_qo_heads * sizeof(float));
+        plan->counters_off = off;
+        off += align16((size_t)info->batch * y * sizeof(uint64_t));
+    }
+    plan->workspace_bytes = off;
+    *out = plan;
+    plan = NULL;
+out:
+    fi_batch_decode_plan_free(plan);
+    fi__free(len);
+    fi__free(keys);
+    fi__free(first);
+    fi__free(splits);
+    return rc;
+}
+
+void fi_batch_decode_plan_free(fi_batch_decode_plan *plan)
+{
+    if (!plan) return;
+    fi__free(plan->work);
+    fi__free(plan);
+}
+
+int fi_batch_decode_plan_workspace_size(const fi_batch_decode_plan *plan, size_t *out)
+{
+    if (!plan || !out) return fi__error(FI_EINVALID, "batch_decode: NULL argument");
+    *out = plan->workspace_bytes;
+    return 0;
+}
+
+int fi_batch_decode_plan_describe(const fi_batch_decode_plan *plan, int *num_items,
+                                  int *max_request_splits)
+{
+    if (!plan) return fi__error(FI_EINVALID, "batch_decode: plan is NULL");
+    if (num_items) *num_items = plan->num_items;
+    if (max_request_splits) *max_request_splits = plan->max_request_splits;
+    return 0;
+}
+
+int fi__batch_decode_plan_work(const fi_batch_decode_plan *plan, const fi_batch_decode_work **out,
+                               int *count)
+{
+    if (!plan || !out || !count) return fi__error(FI_EINVALID, "batch_decode: NULL argument");
+    *out = plan->work;
+    *count = plan->num_items;
+    return 0;
+}
+
+int fi_batch_decode_plan_upload(fi_batch_decode_plan *plan, void *workspace, size_t workspace_bytes)
+{
+    int rc = 0;
+    const fi_cuda_api *cu = NULL;
+    CUresult res;
+    if (!plan) FI_FAIL(FI_EINVALID, "batch_decode: plan is NULL");
+    if (!workspace || (uintptr_t)workspace % 16 != 0)
+        FI_FAIL(FI_EINVALID, "batch_decode: workspace (%p) must be non-NULL and 16-byte aligned",
+                workspace);
+    if (workspace_bytes < plan->workspace_bytes)
+        FI_FAIL(FI_EINVALID, "batch_decode: workspace has %zu bytes, the plan needs %zu (see "
+                "fi_batch_decode_plan_workspace_size)", workspace_bytes, plan->workspace_bytes);
+    FI_TRY(fi__cuda_load(&cu));
+    if ((res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)workspace, plan->work,
+                              (size_t)plan->num_items * sizeof(fi_batch_decode_work))) != CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch_decode: cuMemcpyHtoD (work list)"));
+    /* The copy is ordered on the legacy stream; make it visible to all streams. */
+    if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch_decode: cuCtxSynchronize"));
+    plan->uploaded = workspace;
+out:
+    return rc;
+}
+
+static int check_ptr(const char *name, const void *p, int align)
+{
+    if (!p) return fi__error(FI_EINVALID, "batch_decode: %s is NULL", name);
+    if ((uintptr_t)p % (uintptr_t)align != 0)
+        return fi__error(FI_EINVALID, "batch_decode: %s (%p) is not %d-byte aligned", name, p, align);
+    return 0;
+}
+
+static int check_stride(const char *name, int64_t stride, int elem_bytes)
+{
+    if (stride < 0)
+        return fi__error(FI_EINVALID, "batch_decode: %s is %lld; strides must be >= 0", name,
+                         (long long)stride);
+    if (stride % (16 / elem_bytes) != 0)
+        return fi__error(FI_EINVALID, "batch_decode: %s is %lld elements; it must be a multiple "
+                         "of %d so that every row starts 16-byte aligned", name, (long long)stride,
+                         16 / elem_bytes);
+    return 0;
+}
+
+int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
+                        const fi_batch_decode_args *a, struct CUstream_st *stream)
+{
+    int rc = 0;
+    const fi_jit_kernel *kernel = NULL;
+    const fi_cuda_api *cu = NULL;
+    fi_batch_decode_params p;
+    CUresult res;
+    if (!ctx || !plan || !a) FI_FAIL(FI_EINVALID, "batch_decode: NULL argument");
+    if (a->version != FI_BATCH_DECODE_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "batch_decode: args.version is %u, this library expects %d",
+                a->version, FI_BATCH_DECODE_ARGS_VERSION);
+    const fi_jit_spec *spec = &plan->spec;
+    const int kvb = fi__decode_kv_bytes(spec);
+    FI_TRY(check_ptr("q", a->q, 16));
+    FI_TRY(check_ptr("o", a->o, 16));
+    FI_TRY(check_ptr("k", a->k, 16));
+    FI_TRY(check_ptr("v", a->v, 16));
+    FI_TRY(check_ptr("kv_indices", a->kv_indices, 4));
+    if (a->lse && (uintptr_t)a->lse % 4) FI_FAIL(FI_EINVALID, "batch_decode: lse is not 4-byte aligned");
+    FI_TRY(check_stride("q_stride_b", a->q_stride_b, 2));
+    FI_TRY(check_stride("q_stride_h", a->q_stride_h, 2));
+    FI_TRY(check_stride("o_stride_b", a->o_stride_b, 2));
+    FI_TRY(check_stride("o_stride_h", a->o_stride_h, 2));
+    FI_TRY(check_stride("k_stride_page", a->k_stride_page, kvb));
+    FI_TRY(check_stride("k_stride_h", a->k_stride_h, kvb));
+    FI_TRY(check_stride("k_stride_n", a->k_stride_n, kvb));
+    FI_TRY(check_stride("v_stride_page", a->v_stride_page, kvb));
+    FI_TRY(check_stride("v_stride_h", a->v_stride_h, kvb));
+    FI_TRY(check_stride("v_stride_n", a->v_stride_n, kvb));
+    if (plan->num_qo_heads > 1 && a->o_stride_h < spec->head_dim)
+        FI_FAIL(FI_EINVALID, "batch_decode: o_stride_h (%lld) is smaller than head_dim (%d)",
+                (long long)a->o_stride_h, spec->head_dim);
+    if (plan->batch > 1 && a->o_stride_b < (int64_t)plan->num_qo_heads * spec->head_dim &&
+        a->o_stride_b < a->o_stride_h * plan->num_qo_heads)
+        FI_FAIL(FI_EINVALID, "batch_decode: o_stride_b (%lld) makes requests overlap",
+                (long long)a->o_stride_b);
+    if (!isfinite(a->sm_scale) || !isfinite(a->k_scale) || !isfinite(a->v_scale))
+        FI_FAIL(FI_EINVALID, "batch_decode: sm_scale, k_scale and v_scale must be finite");
+    if (spec->soft_cap && !(a->soft_cap > 0.f && isfinite(a->soft_cap)))
+        FI_FAIL(FI_EINVALID, "batch_decode: soft_cap is %g; the spec asks for soft-capping, which "
+                "needs a finite cap > 0", (double)a->soft_cap);
+    if (spec->pos == FI_POS_ALIBI) FI_TRY(check_ptr("alibi_slopes", a->alibi_slopes, 4));
+    if (a->rope_offsets && (uintptr_t)a->rope_offsets % 4)
+        FI_FAIL(FI_EINVALID, "batch_decode: rope_offsets is not 4-byte aligned");
+    if (spec->pos == FI_POS_ROPE_LLAMA &&
+        (!(a->rope_scale >= 0.f && isfinite(a->rope_scale)) ||
+         !(a->rope_theta >= 0.f && isfinite(a->rope_theta))))
+        FI_FAIL(FI_EINVALID, "batch_decode: rope_scale (%g) and rope_theta (%g) must be >= 0 "
+                "(0: defaults 1 and 1e4)", (double)a->rope_scale, (double)a->rope_theta);
+    if (!a->workspace || a->workspace != plan->uploaded)
+        FI_FAIL(FI_EINVALID, "batch_decode: workspace %p is not the one this plan was uploaded to "
+                "(%p); call fi_batch_decode_plan_upload first", a->workspace, plan->uploaded);
+    if (a->workspace_bytes < plan->workspace_bytes)
+        FI_FAIL(FI_EINVALID, "batch_decode: workspace has %zu bytes, the plan needs %zu",
+                a->workspace_bytes, plan->workspace_bytes);
+    FI_TRY(fi__cuda_load(&cu));
+    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+
+    memset(&p, 0, sizeof p);
+    char *ws = (char *)a->workspace;
+    p.q = a->q;
+    p.k = a->k;
+    p.v = a->v;
+    p.kv_indices = a->kv_indices;
+    p.o = a->o;
+    p.lse = a->lse;
+    p.alibi_slopes = a->alibi_slopes;
+    p.rope_offsets = a->rope_offsets;
+    p.work = (const fi_batch_decode_work *)ws;
+    if (plan->any_split) {
+        p.partial_o = (float *)(ws + plan->partial_o_off);
+        p.partial_lse = (float *)(ws + plan->partial_lse_off);
+        p.counters = (unsigned long long *)(ws + plan->counters_off);
+    }
+    p.q_stride_b = a->q_stride_b;
+    p.q_stride_h = a->q_stride_h;
+    p.o_stride_b = a->o_stride_b;
+    p.o_stride_h = a->o_stride_h;
+    p.k_stride_page = a->k_stride_page;
+    p.k_stride_h = a->k_stride_h;
+    p.k_stride_n = a->k_stride_n;
+    p.v_stride_page = a->v_stride_page;
+    p.v_stride_h = a->v_stride_h;
+    p.v_stride_n = a->v_stride_n;
+    p.num_qo_heads = plan->num_qo_heads;
+    p.num_kv_heads = plan->num_kv_heads;
+    p.page_size = plan->page_size;
+    p.page_shift = -1;
+    for (int sh = 0; sh < 7; sh++)
+        if (plan->page_size == 1 << sh) p.page_shift = sh;
+    p.group_size = plan->group_size;
+    p.head_chunks = plan->head_chunks;
+    p.heads_per_block = plan->heads_per_block;
+    p.head_blocks = plan->head_blocks;
+    p.sm_scale = a->sm_scale != 0.f ? a->sm_scale : (float)(1.0 / sqrt((double)spec->head_dim));
+    p.soft_cap = spec->soft_cap ? a->soft_cap : 0.f;
+    p.window_left = plan->window_left;
+    p.epoch = fi__decode_next_epoch();
+    p.k_scale = fi__decode_scale(a->k_scale);
+    p.v_scale = fi__decode_scale(a->v_scale);
+    if (spec->pos == FI_POS_ROPE_LLAMA) {
+        const float scale = a->rope_scale != 0.f ? a->rope_scale : 1.f;
+        const float theta = a->rope_theta != 0.f ? a->rope_theta : 1e4f;
+        memcpy(p.rope_freq, fi__decode_rope_table(spec->head_dim, scale, theta),
+               sizeof(float) * (size_t)(spec->head_dim / 2));
+    }
+    void *params[] = {&p};
+    res = cu->LaunchKernel(kernel->function, (unsigned)plan->num_items,
+                           (unsigned)(plan->num_kv_heads * plan->head_blocks), 1,
+                           kernel->block_dim[0], kernel->block_dim[1], kernel->block_dim[2],
+                           kernel->smem_bytes, (CUstream)stream, params, NULL);
+    if (res != CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch_decode: cuLaunchKernel"));
+out:
+    return rc;
+}
+
+int fi_merge_states(fi_jit_ctx *ctx, fi_dtype dtype, int head_dim, const fi_merge_states_args *a,
+                    struct CUstream_st *stream)
+{
+    int rc = 0;
+    const fi_jit_kernel *kernel = NULL;
+    const fi_cuda_api *cu = NULL;
+    fi_merge_states_params p;
+    fi_jit_spec spec = FI_JIT_SPEC_INIT;
+    CUresult res;
+    if (!ctx || !a) FI_FAIL(FI_EINVALID, "merge_states: NULL argument");
+    if (a->version != FI_MERGE_STATES_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "merge_states: args.version is %u, this library expects %d",
+                a->version, FI_MERGE_STATES_ARGS_VERSION);
+    if (dtype != FI_DTYPE_FP16 && dtype != FI_DTYPE_BF16)
+        FI_FAIL(FI_EUNSUPPORTED, "merge_states: dtype %d is not supported (supported: fp16, bf16)",
+                (int)dtype);
+    if (a->seq_len < 0 || a->num_states < 0 || a->num_heads <= 0)
+        FI_FAIL(FI_EINVALID, "merge_states: seq_len (%d) and num_states (%d) must be >= 0, "
+                "num_heads (%d) > 0", a->seq_len, a->num_states, a->num_heads);
+    if ((int64_t)a->seq_len * a->num_heads > INT32_MAX)
+        FI_FAIL(FI_EINVALID, "merge_states: seq_len x num_heads exceeds the grid");
+    if (a->seq_len == 0) goto out;
+    if (!a->v_out || (uintptr_t)a->v_out % 8 || (a->num_states > 0 && (!a->v || !a->s)) ||
+        (a->v && (uintptr_t)a->v % 8))
+        FI_FAIL(FI_EINVALID, "merge_states: v, s, v_out must be non-NULL and v, v_out 8-byte aligned");
+    if ((a->v_stride_seq | a->v_stride_state | a->v_stride_h | a->o_stride_seq | a->o_stride_h) % 4 ||
+        a->v_stride_seq < 0 || a->v_stride_state < 0 || a->v_stride_h < 0 || a->o_stride_seq < 0 ||
+        a->o_stride_h < 0 || a->s_stride_seq < 0 || a->s_stride_state < 0)
+        FI_FAIL(FI_EINVALID, "merge_states: strides must be >= 0 and those of v and v_out multiples of 4");
+    spec.kind = FI_KIND_BATCH_DECODE;
+    spec.q_dtype = spec.kv_dtype = spec.o_dtype = dtype;
+    spec.head_dim = head_dim;
+    FI_TRY(fi_jit_spec_check(&spec));
+    FI_TRY(fi__cuda_load(&cu));
+    FI_TRY(fi_jit_get_kernel(ctx, &spec, &kernel));
+    if (!kernel->functions[1]) FI_FAIL(FI_ELOAD, "merge_states: the module has no merge kernel");
+    memset(&p, 0, sizeof p);
+    p.v = a->v;
+    p.s = a->s;
+    p.v_out = a->v_out;
+    p.s_out = a->s_out;
+    p.v_stride_seq = a->v_stride_seq;
+    p.v_stride_state = a->v_stride_state;
+    p.v_stride_h = a->v_stride_h;
+    p.s_stride_seq = a->s_stride_seq;
+    p.s_stride_state = a->s_stride_state;
+    p.o_stride_seq = a->o_stride_seq;
+    p.o_stride_h = a->o_stride_h;
+    p.seq_len = a->seq_len;
+    p.num_states = a->num_states;
+    p.num_heads = a->num_heads;
+    void *params[] = {&p};
+    res = cu->LaunchKernel(kernel->functions[1], (unsigned)(a->seq_len * a->num_heads), 1, 1,
+                           FI_MERGE_THREADS, 1, 1, 0, (CUstream)stream, params, NULL);
+    if (res != CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ECUDA, res, "merge_states: cuLaunchKernel"));
+out:
+    return rc;
+}

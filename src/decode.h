@@ -1,0 +1,25 @@
+/* Pieces of the single-decode launch code (decode.c) that batch decode
+ * (batch_decode.c) shares. */
+#ifndef FI_DECODE_H
+#define FI_DECODE_H
+
+#include "fijit.h"
+
+/* A fresh, nonzero epoch for the split counters (see fijit_params.h). */
+unsigned fi__decode_next_epoch(void);
+/* An fp8 scale as the kernel takes it: 0 means 1. */
+float fi__decode_scale(float s);
+/* Bytes per KV element of the spec: 1 for fp8, else 2. */
+int fi__decode_kv_bytes(const fi_jit_spec *spec);
+/* RoPE frequencies (fijit_params.h), cached per thread; hd/2 floats. */
+const float *fi__decode_rope_table(int hd, float scale, float theta);
+/* SM count of the current context's device. */
+int fi__decode_device_sm_count(int *out);
+
+/* The work list of a batch-decode plan (tests): `*out` points into the plan. */
+struct fi_batch_decode_plan;
+struct fi_batch_decode_work;
+int fi__batch_decode_plan_work(const struct fi_batch_decode_plan *plan,
+                               const struct fi_batch_decode_work **out, int *count);
+
+#endif

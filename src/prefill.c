@@ -1,0 +1,587 @@
+/*
+ * Host side of the prefill kinds (single, batch ragged, batch paged):
+ * argument validation, the choice of query tile, the batch plan (work list)
+ * and the launches. templates/prefill.cuh holds the kernels,
+ * templates/prefill_params.h the parameter struct both sides share, and
+ * include/fijit_prefill.h the public API.
+ *
+ * Tile choice. A module holds kernels for query tiles of 128, 64 and 16
+ * packed rows (token x GQA head). Big tiles read each K/V tile for more
+ * queries, so the largest one is used whenever its grid still fills the GPU
+ * (one CTA per SM at least); otherwise 64 rows, and 16 rows only when no
+ * request has more than 16 packed rows (decode-like batches).
+ *
+ * Batch plan. The grid is (work items, kv heads); a work item is one query
+ * tile of one request, listed request by request with each request's last
+ * (under a causal mask, longest) tile first. The list lives in the caller's
+ * workspace: work_request[n] then work_tile[n], int32 each. Its size is an
+ * upper bound that does not depend on the tile chosen (16-row tiles), so
+ * fi_batch_prefill_workspace_size needs no device.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_drv.h"
+#include "error.h"
+#include "fijit_prefill.h"
+#include "kinds.h"
+#include "prefill_params.h"
+#include "spec.h"
+#include "sys.h"
+
+/* A failed driver call: fi__cuda_error has already written the message. */
+#define CU_FAIL(expr)                                                          \
+    do {                                                                       \
+        rc = (expr);                                                           \
+        goto out;                                                              \
+    } while (0)
+
+/* ---- kind table hooks --------------------------------------------------------- */
+
+int fi__prefill_check(const fi_jit_spec *spec)
+{
+    const char *kind = fi__kind_name(spec->kind);
+    if (spec->q_dtype != FI_DTYPE_FP16 && spec->q_dtype != FI_DTYPE_BF16)
+        return fi__error(FI_EUNSUPPORTED, "q dtype '%s' is not supported for %s (supported: fp16, bf16)",
+                         fi__dtype_name(spec->q_dtype), kind);
+    if (spec->kv_dtype != spec->q_dtype)
+        return fi__error(FI_EUNSUPPORTED,
+                         "kv dtype '%s' is not supported with q=%s for %s (supported: kv equal to q)",
+                         fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->q_dtype), kind);
+    if (spec->o_dtype != spec->q_dtype)
+        return fi__error(FI_EUNSUPPORTED,
+                         "o dtype '%s' is not supported with q=%s for %s (supported: o equal to q)",
+                         fi__dtype_name(spec->o_dtype), fi__dtype_name(spec->q_dtype), kind);
+    if (spec->head_dim != 64 && spec->head_dim != 128 && spec->head_dim != 256)
+        return fi__error(FI_EUNSUPPORTED, "head_dim %d is not supported for %s (supported: 64, 128, 256)",
+                         spec->head_dim, kind);
+    /* Every mask (none, causal, window, custom), pos encoding and soft-cap is supported. */
+    return 0;
+}
+
+void fi__prefill_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out)
+{
+    /* Of functions[0] (128-row tiles); the launch code computes the others. */
+    memset(out, 0, sizeof *out);
+    out->block_dim[0] = (unsigned)FI_PREFILL_WARPS(0, spec->head_dim) * 32u;
+    out->block_dim[1] = out->block_dim[2] = 1;
+    out->smem_bytes = (unsigned)FI_PREFILL_SMEM_BYTES(0, spec->head_dim);
+    out->param_bytes = (unsigned)sizeof(fi_prefill_params);
+}
+
+/* ---- shared checks ------------------------------------------------------------- */
+
+static int check_stride(const char *who, const char *name, int64_t stride, int used)
+{
+    if (!used) return 0;
+    if (stride < 0)
+        return fi__error(FI_EINVALID, "%s: %s is %lld; strides must be >= 0", who, name,
+                         (long long)stride);
+    if (stride % 8 != 0)
+        return fi__error(FI_EINVALID,
+                         "%s: %s is %lld elements; it must be a multiple of 8 so that every row "
+                         "starts 16-byte aligned", who, name, (long long)stride);
+    return 0;
+}
+
+static int check_ptr(const char *who, const char *name, const void *p)
+{
+    if (!p) return fi__error(FI_EINVALID, "%s: %s is NULL", who, name);
+    if ((uintptr_t)p % 16 != 0)
+        return fi__error(FI_EINVALID, "%s: %s (%p) is not 16-byte aligned", who, name, p);
+    return 0;
+}
+
+static int check_heads(const char *who, int qo_heads, int kv_heads)
+{
+    if (qo_heads <= 0 || kv_heads <= 0)
+        return fi__error(FI_EINVALID, "%s: num_qo_heads (%d) and num_kv_heads (%d) must be > 0",
+                         who, qo_heads, kv_heads);
+    if (qo_heads % kv_heads != 0)
+        return fi__error(FI_EINVALID, "%s: num_qo_heads (%d) must be a multiple of num_kv_heads (%d)",
+                         who, qo_heads, kv_heads);
+    if (kv_heads > 65535)
+        return fi__error(FI_EINVALID, "%s: num_kv_heads %d exceeds the grid's y limit of 65535",
+                         who, kv_heads);
+    return 0;
+}
+
+/* The scalar arguments both launch kinds share. */
+static int check_scalars(const char *who, const fi_jit_spec *spec, float sm_scale, float soft_cap,
+                         float rope_scale, float rope_theta, int rope_offset,
+                         const float *alibi_slopes, const void *custom_mask)
+{
+    if (!isfinite(sm_scale)) return fi__error(FI_EINVALID, "%s: sm_scale is not finite", who);
+    if (spec->soft_cap && !(soft_cap > 0.f && isfinite(soft_cap)))
+        return fi__error(FI_EINVALID, "%s: soft_cap is %g; the spec asks for soft-capping, which "
+                         "needs a finite cap > 0", who, (double)soft_cap);
+    if (spec->pos == FI_POS_ALIBI && !alibi_slopes)
+        return fi__error(FI_EINVALID, "%s: alibi_slopes is NULL with pos=alibi", who);
+    if (spec->pos == FI_POS_ALIBI && (uintptr_t)alibi_slopes % sizeof(float) != 0)
+        return fi__error(FI_EINVALID, "%s: alibi_slopes is not 4-byte aligned", who);
+    if (spec->pos == FI_POS_ROPE_LLAMA) {
+        if (!(rope_scale >= 0.f && isfinite(rope_scale)) || !(rope_theta >= 0.f && isfinite(rope_theta)))
+            return fi__error(FI_EINVALID, "%s: rope_scale (%g) and rope_theta (%g) must be >= 0 "
+                             "(0: defaults 1 and 1e4)", who, (double)rope_scale, (double)rope_theta);
+        if (rope_offset < 0)
+            return fi__error(FI_EINVALID, "%s: rope_offset is %d, must be >= 0", who, rope_offset);
+    }
+    if (spec->mask == FI_MASK_CUSTOM && !custom_mask)
+        return fi__error(FI_EINVALID, "%s: custom_mask is NULL with mask=custom", who);
+    return 0;
+}
+
+static int tile_index_of(const char *who, int cta_tile_q, int *out)
+{
+    for (int i = 0; i < FI_PREFILL_NUM_TILES; i++)
+        if (FI_PREFILL_TILE_Q(i) == cta_tile_q) {
+            *out = i;
+            return 0;
+        }
+    return fi__error(FI_EINVALID, "%s: cta_tile_q is %d (0: automatic, or 128, 64, 16)", who,
+                     cta_tile_q);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The automatic tile: `tiles[i]` CTAs per kv head with tile i. */
+static int choose_tile(const int64_t tiles[FI_PREFILL_NUM_TILES], int kv_heads, int sm_count,
+                       int64_t max_rows)
+{
+    if (tiles[0] * kv_heads >= sm_count) return 0;
+    return max_rows > 16 ? 1 : 2;
+}
+
+/* SM count of the current context's device. */
+static int device_sm_count(const fi_cuda_api *cu, int *out)
+{
+    int rc = 0;
+    CUdevice dev;
+    CUresult res;
+    if ((res = cu->CtxGetDevice(&dev)) != CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetDevice (is a CUDA context current?)"));
+    if ((res = cu->DeviceGetAttribute(out, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) !=
+        CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ENODEVICE, res, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)"));
+out:
+    return rc;
+}
+
+/* RoPE frequencies as documented in prefill_params.h, the last table kept per thread. */
+static void rope_table(float *out, int hd, float scale, float theta)
+{
+    static _Thread_local struct {
+        int hd;
+        float scale, theta;
+        float freq[FI_PREFILL_MAX_HEAD_DIM / 2];
+    } last;
+    if (last.hd != hd || last.scale != scale || last.theta != theta) {
+        for (int i = 0; i < hd / 2; i++)
+            last.freq[i] = (float)(pow((double)theta, -2.0 * i / hd) / (double)scale);
+        last.hd = hd;
+        last.scale = scale;
+        last.theta = theta;
+    }
+    memcpy(out, last.freq, sizeof(float) * (size_t)(hd / 2));
+}
+
+static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm_scale,
+                         float soft_cap, float rope_scale, float rope_theta, int rope_offset,
+                         int window_left)
+{
+    p->sm_scale = sm_scale != 0.f ? sm_scale : (float)(1.0 / sqrt((double)spec->head_dim));
+    p->soft_cap = spec->soft_cap ? soft_cap : 0.f;
+    p->rope_offset = rope_offset;
+    p->window_left = spec->mask == FI_MASK_WINDOW ? window_left : -1;
+    if (spec->pos == FI_POS_ROPE_LLAMA)
+        rope_table(p->rope_freq, spec->head_dim, rope_scale != 0.f ? rope_scale : 1.f,
+                   rope_theta != 0.f ? rope_theta : 1e4f);
+}
+
+/* Launch tile kernel `idx` of `kernel` on grid (gx, gy). */
+static int launch(const fi_cuda_api *cu, const fi_jit_kernel *kernel, int idx, int hd, unsigned gx,
+                  unsigned gy, fi_prefill_params *p, CUstream stream, const char *who)
+{
+    int rc = 0;
+    CUresult res;
+    CUfunction f = kernel->functions[idx];
+    const int smem = FI_PREFILL_SMEM_BYTES(idx, hd);
+    if (!f) FI_FAIL(FI_ELOAD, "%s: the loaded module lacks tile kernel %d", who, idx);
+    if (smem > 48 * 1024) {
+        /* Above 48 KiB a kernel must opt in; cheap, and idempotent. */
+        res = cu->FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
+        if (res != CUDA_SUCCESS)
+            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "prefill: cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"));
+    }
+    void *params[] = {p};
+    res = cu->LaunchKernel(f, gx, gy, 1, (unsigned)FI_PREFILL_WARPS(idx, hd) * 32u, 1, 1,
+                           (unsigned)smem, stream, params, NULL);
+    if (res != CUDA_SUCCESS) CU_FAIL(fi__cuda_error(FI_ECUDA, res, "prefill: cuLaunchKernel"));
+out:
+    return rc;
+}
+
+/* ---- single prefill --------------------------------------------------------------- */
+
+static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
+{
+    int rc = 0;
+    const char *who = "prefill";
+    FI_TRY(fi_jit_spec_check(spec));
+    if (spec->kind != FI_KIND_PREFILL)
+        FI_FAIL(FI_EINVALID, "prefill: spec.kind is %d, expected FI_KIND_PREFILL", (int)spec->kind);
+    if (!a) FI_FAIL(FI_EINVALID, "prefill: args is NULL");
+    if (a->version != FI_PREFILL_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "prefill: args.version is %u, this library expects %d", a->version,
+                FI_PREFILL_ARGS_VERSION);
+    FI_TRY(check_heads(who, a->num_qo_heads, a->num_kv_heads));
+    if (a->qo_len < 0 || a->kv_len < 0)
+        FI_FAIL(FI_EINVALID, "prefill: qo_len (%d) and kv_len (%d) must be >= 0", a->qo_len,
+                a->kv_len);
+    if ((int64_t)a->qo_len * (a->num_qo_heads / a->num_kv_heads) > INT_MAX - 128)
+        FI_FAIL(FI_EINVALID, "prefill: qo_len %d x group size %d is too large", a->qo_len,
+                a->num_qo_heads / a->num_kv_heads);
+    if (a->cta_tile_q != 0) {
+        int idx;
+        FI_TRY(tile_index_of(who, a->cta_tile_q, &idx));
+    }
+    if (a->qo_len == 0) goto out; /* nothing to compute, nothing is read */
+    FI_TRY(check_ptr(who, "q", a->q));
+    FI_TRY(check_ptr(who, "o", a->o));
+    if (a->kv_len > 0) {
+        FI_TRY(check_ptr(who, "k", a->k));
+        FI_TRY(check_ptr(who, "v", a->v));
+    }
+    if (a->lse && (uintptr_t)a->lse % sizeof(float) != 0)
+        FI_FAIL(FI_EINVALID, "prefill: lse (%p) is not 4-byte aligned", (void *)a->lse);
+    FI_TRY(check_stride(who, "q_stride_n", a->q_stride_n, a->qo_len > 1));
+    FI_TRY(check_stride(who, "o_stride_n", a->o_stride_n, a->qo_len > 1));
+    FI_TRY(check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1));
+    FI_TRY(check_stride(who, "o_stride_h", a->o_stride_h, a->num_qo_heads > 1));
+    FI_TRY(check_stride(who, "k_stride_n", a->k_stride_n, a->kv_len > 1));
+    FI_TRY(check_stride(who, "v_stride_n", a->v_stride_n, a->kv_len > 1));
+    FI_TRY(check_stride(who, "k_stride_h", a->k_stride_h, a->num_kv_heads > 1));
+    FI_TRY(check_stride(who, "v_stride_h", a->v_stride_h, a->num_kv_heads > 1));
+    if (a->num_qo_heads > 1 && a->o_stride_h < spec->head_dim && a->o_stride_n != 0 &&
+        a->o_stride_n < spec->head_dim)
+        FI_FAIL(FI_EINVALID, "prefill: o strides (n %lld, h %lld) are smaller than head_dim (%d): "
+                "rows would overlap", (long long)a->o_stride_n, (long long)a->o_stride_h,
+                spec->head_dim);
+    FI_TRY(check_scalars(who, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta,
+                         a->rope_offset, a->alibi_slopes, a->custom_mask));
+    if (spec->pos == FI_POS_ROPE_LLAMA && (int64_t)a->rope_offset + a->kv_len + a->qo_len > INT_MAX)
+        FI_FAIL(FI_EINVALID, "prefill: rope_offset %d + lengths must fit in an int", a->rope_offset);
+out:
+    return rc;
+}
+
+int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_args *a,
+                   struct CUstream_st *stream)
+{
+    int rc = 0, idx = 0, sm_count = 0;
+    const fi_jit_kernel *kernel = NULL;
+    const fi_cuda_api *cu = NULL;
+    fi_prefill_params p;
+
+    if (!ctx) FI_FAIL(FI_EINVALID, "prefill: ctx is NULL");
+    FI_TRY(check_single(spec, a));
+    if (a->qo_len == 0) goto out;
+    FI_TRY(fi__cuda_load(&cu));
+    const int group = a->num_qo_heads / a->num_kv_heads;
+    const int64_t rows = (int64_t)a->qo_len * group;
+    int64_t tiles[FI_PREFILL_NUM_TILES];
+    for (int i = 0; i < FI_PREFILL_NUM_TILES; i++) tiles[i] = ceil_div(rows, FI_PREFILL_TILE_Q(i));
+    if (a->cta_tile_q) {
+        FI_TRY(tile_index_of("prefill", a->cta_tile_q, &idx));
+    } else {
+        FI_TRY(device_sm_count(cu, &sm_count));
+        idx = choose_tile(tiles, a->num_kv_heads, sm_count, rows);
+    }
+    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+
+    memset(&p, 0, sizeof p);
+    p.q = a->q;
+    p.k = a->k;
+    p.v = a->v;
+    p.o = a->o;
+    p.lse = a->lse;
+    p.alibi_slopes = a->alibi_slopes;
+    p.custom_mask = a->custom_mask;
+    p.q_stride_n = a->q_stride_n;
+    p.q_stride_h = a->q_stride_h;
+    p.o_stride_n = a->o_stride_n;
+    p.o_stride_h = a->o_stride_h;
+    p.k_stride_n = a->k_stride_n;
+    p.k_stride_h = a->k_stride_h;
+    p.v_stride_n = a->v_stride_n;
+    p.v_stride_h = a->v_stride_h;
+    p.num_qo_heads = a->num_qo_heads;
+    p.num_kv_heads = a->num_kv_heads;
+    p.group_size = group;
+    p.qo_len = a->qo_len;
+    p.kv_len = a->kv_len;
+    fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
+                 a->window_left);
+    FI_TRY(launch(cu, kernel, idx, spec->head_dim, (unsigned)tiles[idx], (unsigned)a->num_kv_heads,
+                  &p, (CUstream)stream, "prefill"));
+out:
+    return rc;
+}
+
+/* ---- batch prefill ------------------------------------------------------------------ */
+
+struct fi_prefill_plan {
+    fi_jit_spec spec;
+    char variant[64];
+    int batch_size, num_qo_heads, num_kv_heads, page_size;
+    int tile;          /* index of the tile kernel */
+    int num_work;      /* grid x */
+    int *work_request; /* device, in the caller's workspace */
+    int *work_tile;
+};
+
+static const char *batch_who(const fi_jit_spec *spec)
+{
+    return spec && spec->kind == FI_KIND_BATCH_PREFILL_PAGED ? "batch_prefill_paged"
+                                                             : "batch_prefill_ragged";
+}
+
+/* Check the plan arguments; `*max_rows` gets the largest request's packed rows
+ * and `bound` the work items with 16-row tiles (the workspace bound). */
+static int check_plan_args(const fi_jit_spec *spec, const fi_batch_prefill_plan_args *a,
+                           int64_t *max_rows, int64_t *bound)
+{
+    int rc = 0;
+    FI_TRY(fi_jit_spec_check(spec));
+    const char *who = batch_who(spec);
+    const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
+    if (spec->kind != FI_KIND_BATCH_PREFILL_RAGGED && !paged)
+        FI_FAIL(FI_EINVALID, "batch prefill: spec.kind is %d, expected FI_KIND_BATCH_PREFILL_RAGGED "
+                "or FI_KIND_BATCH_PREFILL_PAGED", (int)spec->kind);
+    if (!a) FI_FAIL(FI_EINVALID, "%s: plan args is NULL", who);
+    if (a->version != FI_BATCH_PREFILL_PLAN_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "%s: plan args.version is %u, this library expects %d", who,
+                a->version, FI_BATCH_PREFILL_PLAN_ARGS_VERSION);
+    if (a->batch_size <= 0)
+        FI_FAIL(FI_EINVALID, "%s: batch_size is %d, must be >= 1", who, a->batch_size);
+    FI_TRY(check_heads(who, a->num_qo_heads, a->num_kv_heads));
+    if (!a->qo_indptr || !a->kv_indptr)
+        FI_FAIL(FI_EINVALID, "%s: qo_indptr and kv_indptr (host arrays) must not be NULL", who);
+    if (paged && !a->kv_last_page_len)
+        FI_FAIL(FI_EINVALID, "%s: kv_last_page_len (host array) is NULL", who);
+    if (paged && (a->page_size < 1 || a->page_size > 64))
+        FI_FAIL(FI_EINVALID, "%s: page_size is %d (supported: 1..64)", who, a->page_size);
+    if (a->sm_count < 0) FI_FAIL(FI_EINVALID, "%s: sm_count is %d (0: from the device)", who, a->sm_count);
+    if (a->cta_tile_q != 0) {
+        int idx;
+        FI_TRY(tile_index_of(who, a->cta_tile_q, &idx));
+    }
+    if (a->qo_indptr[0] != 0 || a->kv_indptr[0] != 0)
+        FI_FAIL(FI_EINVALID, "%s: qo_indptr[0] (%d) and kv_indptr[0] (%d) must be 0", who,
+                a->qo_indptr[0], a->kv_indptr[0]);
+    const int group = a->num_qo_heads / a->num_kv_heads;
+    *max_rows = 0;
+    *bound = 0;
+    for (int b = 0; b < a->batch_size; b++) {
+        const int64_t qo = (int64_t)a->qo_indptr[b + 1] - a->qo_indptr[b];
+        const int64_t kv = (int64_t)a->kv_indptr[b + 1] - a->kv_indptr[b];
+        if (qo < 0 || kv < 0)
+            FI_FAIL(FI_EINVALID, "%s: request %d has qo_indptr %d..%d, kv_indptr %d..%d; indptr "
+                    "arrays must not decrease", who, b, a->qo_indptr[b], a->qo_indptr[b + 1],
+                    a->kv_indptr[b], a->kv_indptr[b + 1]);
+        if (paged && kv > 0) {
+            const int last = a->kv_last_page_len[b];
+            if (last < 1 || last > a->page_size)
+                FI_FAIL(FI_EINVALID, "%s: kv_last_page_len[%d] is %d, must be 1..page_size (%d) "
+                        "for a request with pages", who, b, last, a->page_size);
+            if ((kv - 1) * a->page_size + last > INT_MAX)
+                FI_FAIL(FI_EINVALID, "%s: request %d has too many keys", who, b);
+        }
+        const int64_t rows = qo * group;
+        if (rows > INT_MAX - 128) FI_FAIL(FI_EINVALID, "%s: request %d has too many queries", who, b);
+        if (rows > *max_rows) *max_rows = rows;
+        *bound += ceil_div(rows, FI_PREFILL_TILE_Q(FI_PREFILL_NUM_TILES - 1));
+    }
+    if (*bound > INT_MAX / 2) FI_FAIL(FI_EINVALID, "%s: the batch has too many query tiles", who);
+out:
+    return rc;
+}
+
+static size_t work_bytes(int64_t items) { return (size_t)((items * 2 * (int64_t)sizeof(int32_t) + 15) / 16 * 16); }
+
+int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
+                                    const fi_batch_prefill_plan_args *args)
+{
+    int rc = 0;
+    int64_t max_rows, bound;
+    if (!out) FI_FAIL(FI_EINVALID, "batch prefill: out is NULL");
+    *out = 0;
+    FI_TRY(check_plan_args(spec, args, &max_rows, &bound));
+    *out = work_bytes(bound);
+out:
+    return rc;
+}
+
+int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                          const fi_batch_prefill_plan_args *a, void *workspace,
+                          size_t workspace_bytes)
+{
+    int rc = 0, sm_count = 0;
+    int64_t max_rows = 0, bound = 0;
+    fi_prefill_plan *plan = NULL;
+    int32_t *list = NULL;
+    const fi_cuda_api *cu = NULL;
+    const fi_jit_kernel *kernel = NULL;
+    CUresult res;
+    const char *who = batch_who(spec);
+
+    if (!out) FI_FAIL(FI_EINVALID, "batch prefill: out is NULL");
+    *out = NULL;
+    if (!ctx) FI_FAIL(FI_EINVALID, "batch prefill: ctx is NULL");
+    FI_TRY(check_plan_args(spec, a, &max_rows, &bound));
+    if (workspace_bytes < work_bytes(bound))
+        FI_FAIL(FI_EINVALID, "%s: workspace has %zu bytes, this batch needs %zu (see "
+                "fi_batch_prefill_workspace_size)", who, workspace_bytes, work_bytes(bound));
+    if (bound > 0) FI_TRY(check_ptr(who, "workspace", workspace));
+    FI_TRY(fi__cuda_load(&cu));
+    if (!(plan = fi__calloc(1, sizeof *plan))) FI_FAIL(FI_ENOMEM, "out of memory");
+    plan->spec = *spec;
+    if (spec->variant) {
+        snprintf(plan->variant, sizeof plan->variant, "%s", spec->variant);
+        plan->spec.variant = plan->variant;
+    }
+    plan->batch_size = a->batch_size;
+    plan->num_qo_heads = a->num_qo_heads;
+    plan->num_kv_heads = a->num_kv_heads;
+    plan->page_size = a->page_size;
+
+    const int group = a->num_qo_heads / a->num_kv_heads;
+    int64_t tiles[FI_PREFILL_NUM_TILES] = {0};
+    for (int b = 0; b < a->batch_size; b++)
+        for (int i = 0; i < FI_PREFILL_NUM_TILES; i++)
+            tiles[i] += ceil_div((int64_t)(a->qo_indptr[b + 1] - a->qo_indptr[b]) * group,
+                                 FI_PREFILL_TILE_Q(i));
+    if (a->cta_tile_q) {
+        FI_TRY(tile_index_of(who, a->cta_tile_q, &plan->tile));
+    } else {
+        sm_count = a->sm_count;
+        if (!sm_count) FI_TRY(device_sm_count(cu, &sm_count));
+        plan->tile = choose_tile(tiles, a->num_kv_heads, sm_count, max_rows);
+    }
+    plan->num_work = (int)tiles[plan->tile];
+    /* Compile or load now, so that runs (maybe under graph capture) never do. */
+    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+    if (plan->num_work > 0) {
+        const int n = plan->num_work;
+        const int tq = FI_PREFILL_TILE_Q(plan->tile);
+        if (!(list = fi__malloc(sizeof(int32_t) * 2 * (size_t)n))) FI_FAIL(FI_ENOMEM, "out of memory");
+        int k = 0;
+        for (int b = 0; b < a->batch_size; b++) {
+            const int64_t rows = (int64_t)(a->qo_indptr[b + 1] - a->qo_indptr[b]) * group;
+            for (int t = (int)ceil_div(rows, tq) - 1; t >= 0; t--) {
+                list[k] = b;
+                list[n + k] = t;
+                k++;
+            }
+        }
+        plan->work_request = (int *)workspace;
+        plan->work_tile = (int *)workspace + n;
+        res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)workspace, list, sizeof(int32_t) * 2 * (size_t)n);
+        if (res != CUDA_SUCCESS)
+            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (work list)"));
+    }
+    *out = plan;
+    plan = NULL;
+out:
+    fi__free(list);
+    fi__free(plan);
+    return rc;
+}
+
+void fi_prefill_plan_free(fi_prefill_plan *plan) { fi__free(plan); }
+
+int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
+                         const fi_batch_prefill_args *a, struct CUstream_st *stream)
+{
+    int rc = 0;
+    const fi_jit_kernel *kernel = NULL;
+    const fi_cuda_api *cu = NULL;
+    fi_prefill_params p;
+
+    if (!ctx) FI_FAIL(FI_EINVALID, "batch prefill: ctx is NULL");
+    if (!plan) FI_FAIL(FI_EINVALID, "batch prefill: plan is NULL");
+    const fi_jit_spec *spec = &plan->spec;
+    const char *who = batch_who(spec);
+    const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
+    if (!a) FI_FAIL(FI_EINVALID, "%s: args is NULL", who);
+    if (a->version != FI_BATCH_PREFILL_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "%s: args.version is %u, this library expects %d", who, a->version,
+                FI_BATCH_PREFILL_ARGS_VERSION);
+    if (plan->num_work == 0) goto out; /* no query in the batch */
+    FI_TRY(check_ptr(who, "q", a->q));
+    FI_TRY(check_ptr(who, "o", a->o));
+    FI_TRY(check_ptr(who, "k", a->k));
+    FI_TRY(check_ptr(who, "v", a->v));
+    if (!a->qo_indptr || !a->kv_indptr)
+        FI_FAIL(FI_EINVALID, "%s: qo_indptr and kv_indptr (device arrays) must not be NULL", who);
+    if (paged && (!a->kv_indices || !a->kv_last_page_len))
+        FI_FAIL(FI_EINVALID, "%s: kv_indices and kv_last_page_len (device arrays) must not be NULL",
+                who);
+    if (a->lse && (uintptr_t)a->lse % sizeof(float) != 0)
+        FI_FAIL(FI_EINVALID, "%s: lse (%p) is not 4-byte aligned", who, (void *)a->lse);
+    FI_TRY(check_stride(who, "q_stride_n", a->q_stride_n, 1));
+    FI_TRY(check_stride(who, "o_stride_n", a->o_stride_n, 1));
+    FI_TRY(check_stride(who, "q_stride_h", a->q_stride_h, plan->num_qo_heads > 1));
+    FI_TRY(check_stride(who, "o_stride_h", a->o_stride_h, plan->num_qo_heads > 1));
+    FI_TRY(check_stride(who, "k_stride_n", a->k_stride_n, 1));
+    FI_TRY(check_stride(who, "v_stride_n", a->v_stride_n, 1));
+    FI_TRY(check_stride(who, "k_stride_h", a->k_stride_h, plan->num_kv_heads > 1));
+    FI_TRY(check_stride(who, "v_stride_h", a->v_stride_h, plan->num_kv_heads > 1));
+    if (paged) {
+        FI_TRY(check_stride(who, "k_stride_page", a->k_stride_page, 1));
+        FI_TRY(check_stride(who, "v_stride_page", a->v_stride_page, 1));
+    }
+    FI_TRY(check_scalars(who, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta,
+                         a->rope_offset, a->alibi_slopes, a->custom_mask));
+    FI_TRY(fi__cuda_load(&cu));
+    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+
+    memset(&p, 0, sizeof p);
+    p.q = a->q;
+    p.k = a->k;
+    p.v = a->v;
+    p.o = a->o;
+    p.lse = a->lse;
+    p.alibi_slopes = a->alibi_slopes;
+    p.qo_indptr = a->qo_indptr;
+    p.kv_indptr = a->kv_indptr;
+    p.kv_indices = a->kv_indices;
+    p.kv_last_page_len = a->kv_last_page_len;
+    p.work_request = plan->work_request;
+    p.work_tile = plan->work_tile;
+    p.custom_mask = a->custom_mask;
+    p.custom_offsets = (const long long *)a->custom_mask_offsets;
+    p.q_stride_n = a->q_stride_n;
+    p.q_stride_h = a->q_stride_h;
+    p.o_stride_n = a->o_stride_n;
+    p.o_stride_h = a->o_stride_h;
+    p.k_stride_n = a->k_stride_n;
+    p.k_stride_h = a->k_stride_h;
+    p.v_stride_n = a->v_stride_n;
+    p.v_stride_h = a->v_stride_h;
+    p.k_stride_page = a->k_stride_page;
+    p.v_stride_page = a->v_stride_page;
+    p.num_qo_heads = plan->num_qo_heads;
+    p.num_kv_heads = plan->num_kv_heads;
+    p.group_size = plan->num_qo_heads / plan->num_kv_heads;
+    p.page_size = paged ? plan->page_size : 1;
+    fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
+                 a->window_left);
+    FI_TRY(launch(cu, kernel, plan->tile, spec->head_dim, (unsigned)plan->num_work,
+                  (unsigned)plan->num_kv_heads, &p, (CUstream)stream, who));
+out:
+    return rc;
+}

@@ -1,0 +1,646 @@
+// The decode tile loop shared by single decode (decode.cuh) and batch decode
+// over a paged KV cache (batch_decode.cuh): one query token per head against
+// a range of keys, with GQA, RoPE/ALiBi, soft-cap, sliding window, fp8 KV and
+// the split-KV merge. The two kernels differ only in how a block finds its
+// work (a split of one request, or an item of the host's plan) and where key
+// j of a head lives (dense strides, or a page table): the latter is a small
+// "KV source" class with prefetch()/issue(), so the loop below is compiled
+// once per kernel with no run-time branching on the layout.
+//
+// Organised around memory, as decode reads every K/V byte once:
+//  * One block = one KV head (all query heads of its GQA group, or a slice of
+//    a very large group) x one contiguous range of keys.
+//  * K/V tiles stream into shared memory with cp.async through a kStages-deep
+//    ring (tiles are raw bytes: 16-byte copies carry 8 fp16/bf16 or 16 fp8
+//    values); every K/V vector read from shared memory is converted once and
+//    used by up to FI_DECODE_HEADS_PER_THREAD query heads held in registers.
+//  * Softmax is online in fp32 in the exp2 domain; row groups of a block are
+//    merged through shared memory; split ranges of one (request, kv head) are
+//    merged by the last of their blocks to finish (see fijit_params.h), so a
+//    split launch needs no second kernel.
+//  * fp8 scales cost nothing per element: k_scale multiplies q once, v_scale
+//    the normalised output once.
+//
+// Requires sm_80+ (cp.async, bf16 conversions); fp8 KV uses sm_89's cvt when
+// compiled for it.
+#pragma once
+
+namespace fijit {
+namespace decode {
+
+using DTypeQ = fijit_cfg::DTypeQ;
+using DTypeKV = fijit_cfg::DTypeKV;
+using DTypeO = fijit_cfg::DTypeO;
+using Variant = fijit_cfg::Variant;
+
+constexpr int kHeadDim = fijit_cfg::kHeadDim;
+constexpr int kVec = FI_DECODE_VEC;  // elements of a row each lane owns
+constexpr int kThreads = FI_DECODE_THREADS;
+constexpr int kLanes = kHeadDim / kVec;  // threads that hold one row
+constexpr int kRows = FI_DECODE_ROW_GROUPS(kHeadDim);
+constexpr int kSlots = FI_DECODE_HEADS_PER_THREAD;  // query heads per thread
+constexpr int kStep = FI_DECODE_TOKENS_PER_STEP;
+constexpr int kTile = FI_DECODE_TILE_TOKENS(kHeadDim);
+constexpr int kKVBytes = Traits<DTypeKV>::kBytes;
+constexpr bool kFp8 = kKVBytes == 1;
+constexpr int kStages = kFp8 ? FI_DECODE_STAGES_FP8 : FI_DECODE_STAGES;
+constexpr int kRowBytes = kHeadDim * kKVBytes;
+constexpr int kVecBytes = kVec * kKVBytes;         // one lane's part of a row
+constexpr int kChunksPerRow = kRowBytes / 16;      // 16-byte copies per row
+constexpr int kTileChunks = kTile * kChunksPerRow;
+constexpr int kLoadsPerThread = kTileChunks / kThreads;
+
+static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+              "decode supports head_dim 64, 128 and 256");
+static_assert(kLanes <= 32 && 32 % kLanes == 0, "a row group must lie within one warp");
+static_assert(kTileChunks % kThreads == 0, "every thread issues the same number of copies");
+static_assert(Traits<DTypeQ>::kBytes == 2 && Traits<DTypeO>::kBytes == 2,
+              "decode expects 16-bit q and o (8 elements per 16-byte vector)");
+static_assert(kKVBytes == 2 || kKVBytes == 1, "kv must be a 16-bit or an fp8 type");
+static_assert(kHeadDim <= FI_DECODE_MAX_HEAD_DIM, "rope_freq table too small");
+
+constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
+
+// The K/V ring while streaming; the row-group merge scratch afterwards; one
+// flag at the end. Static shared memory is capped at 48 KiB, which the
+// 16-bit ring fills exactly, so nothing lives outside this union.
+union SharedStorage {
+    struct {
+        vec16_t k[kStages][kTileChunks];
+        vec16_t v[kStages][kTileChunks];
+    } ring;
+    struct {
+        float o[kRows][kSlots][kHeadDim];
+        float m[kRows][kSlots];
+        float d[kRows][kSlots];
+    } merge;
+    int is_last;  // after both: "this block merges the splits" (store_split)
+};
+
+__device__ __forceinline__ void lds8(const void *p, unsigned int &a, unsigned int &b)
+{
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "r"(smem_addr(p)));
+}
+
+// Global loads through L2 only: partial states written by other blocks of
+// the same launch must not come from a (non-coherent) L1 line.
+__device__ __forceinline__ vec16_t ldcg16(const void *p)
+{
+    vec16_t v;
+    asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ float ldcg_f32(const float *p)
+{
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ int ldg_s32(const int *p)
+{
+    int v;
+    asm volatile("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+__device__ __forceinline__ unsigned long long atom_cas64(unsigned long long *p,
+                                                         unsigned long long cmp,
+                                                         unsigned long long val)
+{
+    unsigned long long old;
+    asm volatile("atom.global.cas.b64 %0, [%1], %2, %3;"
+                 : "=l"(old)
+                 : "l"(p), "l"(cmp), "l"(val)
+                 : "memory");
+    return old;
+}
+
+__device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_relaxed64(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// This lane's kVec elements of row `r` of a K or V tile, as fp32 (unscaled).
+// (A template so that the branch not taken is never instantiated.)
+template <class T = DTypeKV>
+__device__ __forceinline__ void load_row(const vec16_t *tile, int r, int lane, float (&f)[kVec])
+{
+    const unsigned char *p =
+        reinterpret_cast<const unsigned char *>(tile) + r * kRowBytes + lane * kVecBytes;
+    if constexpr (Traits<T>::kBytes == 2) {
+        unpack8<T>(lds16(p), f);
+    } else {
+        unsigned int a, b;
+        lds8(p, a, b);
+        float lo[4], hi[4];
+        Traits<T>::unpack4(a, lo);
+        Traits<T>::unpack4(b, hi);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            f[e] = lo[e];
+            f[e + 4] = hi[e];
+        }
+    }
+}
+
+// RoPE (Llama, rotate-half) on the kVec elements this lane holds, for the
+// token at `pos`. Element d pairs with d +- head_dim/2, which lives in lane
+// (lane ^ kLanes/2) at the same index, hence one shuffle per element:
+//   x'[d] = x[d] cos - x[d + h/2] sin   (d <  h/2)
+//   x'[d] = x[d] cos + x[d - h/2] sin   (d >= h/2)
+__device__ __forceinline__ void rope_rotate(float (&x)[kVec], const float (&freq)[kVec], float pos,
+                                            bool upper)
+{
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+        const float other = shfl_xor(x[e], kLanes / 2);
+        float s, c;
+        sincos_pos(pos, freq[e], s, c);
+        x[e] = upper ? fma_(other, s, x[e] * c) : fma_(-other, s, x[e] * c);
+    }
+}
+
+// One online-softmax state: running max (log2 units), sum and output.
+struct State {
+    float m[kSlots];
+    float d[kSlots];
+    float o[kSlots][kVec];
+};
+
+// Where this thread sits in its block: which elements, row group, heads.
+struct Place {
+    int tid, lane, row;
+    int chunk;        // which kSlots heads of the block
+    int token_lane;   // which steps of each tile
+    int token_lanes;
+    bool upper;       // lane holds the upper half of the head dim (RoPE)
+    int kv_head;
+    int block_first;  // first head (within the group) this block serves
+    int block_heads;  // heads this block serves
+    int head[kSlots]; // query head (within the request) of each slot
+    bool active[kSlots];
+};
+
+// `yblock` is blockIdx.y = kv_head * head_blocks + head_block.
+__device__ __forceinline__ Place make_place(int yblock, int group_size, int head_chunks,
+                                            int heads_per_block, int head_blocks)
+{
+    Place pl;
+    pl.tid = threadIdx.x;
+    pl.lane = pl.tid % kLanes;
+    pl.row = pl.tid / kLanes;
+    pl.chunk = pl.row & (head_chunks - 1);
+    pl.token_lane = pl.row / head_chunks;
+    pl.token_lanes = kRows / head_chunks;
+    pl.upper = pl.lane >= kLanes / 2;
+    pl.kv_head = yblock / head_blocks;
+    pl.block_first = (yblock % head_blocks) * heads_per_block;
+    const int left = group_size - pl.block_first;
+    pl.block_heads = left < heads_per_block ? left : heads_per_block;
+    const int first = pl.block_first + pl.chunk * kSlots;
+    const int qo_base = pl.kv_head * group_size;
+    // Idle slots (the group is smaller than the block's heads) compute on a
+    // copy of the group's last head and store nothing.
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+        pl.active[s] = first + s < group_size;
+        pl.head[s] = qo_base + (pl.active[s] ? first + s : group_size - 1);
+    }
+    return pl;
+}
+
+// What one block computes: keys [begin, end) of one request.
+struct Job {
+    int begin, end;
+    int qo_idx;          // the query's index on the key axis: kv_len - 1
+    int pos_offset;      // RoPE position of key 0
+    const DTypeQ *q;     // the request's q, head 0
+    long long q_stride_h;
+    float k_scale;       // fp8: folded into q
+};
+
+// Dense K/V: key j of this head at base + j * stride (bytes).
+struct DenseKV {
+    const unsigned char *k, *v;
+    long long k_stride_n, v_stride_n;  // bytes
+
+    __device__ __forceinline__ void prefetch(int, int) {}
+    __device__ __forceinline__ void issue(vec16_t *kdst, vec16_t *vdst, int t0, int end,
+                                          int tid) const
+    {
+#pragma unroll
+        for (int i = 0; i < kLoadsPerThread; ++i) {
+            const int c = i * kThreads + tid;
+            const int r = c / kChunksPerRow;
+            const int col = (c % kChunksPerRow) * 16;
+            const bool valid = t0 + r < end;
+            const long long j = valid ? t0 + r : 0;
+            cp_async16(&kdst[c], k + j * k_stride_n + col, valid);
+            cp_async16(&vdst[c], v + j * v_stride_n + col, valid);
+        }
+    }
+};
+
+// Paged K/V: key j of the request is token j % page_size of page
+// pages[j / page_size]. The page numbers of a tile are loaded one tile ahead
+// (prefetch), so that their latency hides behind a tile's compute instead of
+// stalling the copies that need them.
+struct PagedKV {
+    const unsigned char *k, *v;  // this kv head's base
+    const int *pages;            // the request's first entry of kv_indices
+    long long k_stride_page, k_stride_n, v_stride_page, v_stride_n;  // bytes
+    int page_size;
+    int page_shift;              // log2(page_size) for a power of two, else -1
+    int page[kLoadsPerThread];
+
+    __device__ __forceinline__ void prefetch(int t0, int end)
+    {
+#pragma unroll
+        for (int i = 0; i < kLoadsPerThread; ++i) {
+            const int r = (i * kThreads + (int)threadIdx.x) / kChunksPerRow;
+            const int j = t0 + r;
+            page[i] = j < end ? ldg_s32(pages + (page_shift >= 0 ? j >> page_shift : j / page_size))
+                              : 0;
+        }
+    }
+    __device__ __forceinline__ void issue(vec16_t *kdst, vec16_t *vdst, int t0, int end,
+                                          int tid) const
+    {
+#pragma unroll
+        for (int i = 0; i < kLoadsPerThread; ++i) {
+            const int c = i * kThreads + tid;
+            const int r = c / kChunksPerRow;
+            const int col = (c % kChunksPerRow) * 16;
+            const bool valid = t0 + r < end;
+            const int j = valid ? t0 + r : 0;
+            const long long in_page =
+                page_shift >= 0 ? (j & ((1 << page_shift) - 1)) : j % page_size;
+            const long long pg = page[i];
+            cp_async16(&kdst[c], k + pg * k_stride_page + in_page * k_stride_n + col, valid);
+            cp_async16(&vdst[c], v + pg * v_stride_page + in_page * v_stride_n + col, valid);
+        }
+    }
+};
+
+// The tile loop. On return, threads with token_lane 0 hold the block's state
+// for their heads (the other token lanes merged into them).
+template <class P, class KV>
+__device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, const Job &job,
+                                       const Place &pl, State &st)
+{
+    float freq[kVec];
+    if constexpr (kRope) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) freq[e] = p.rope_freq[(pl.lane * kVec + e) % (kHeadDim / 2)];
+    }
+    const int begin = job.begin, end = job.end;
+    const int num_tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
+
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+        st.m[s] = -inf_();
+        st.d[s] = 0.f;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) st.o[s][e] = 0.f;
+    }
+
+    kv.prefetch(begin, end);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < num_tiles) kv.issue(smem.ring.k[s], smem.ring.v[s], begin + s * kTile, end, pl.tid);
+        cp_async_commit();  // empty groups keep the wait count uniform
+        kv.prefetch(begin + (s + 1) * kTile, end);
+    }
+
+    // q in registers, rotated and transformed once; loaded after the first
+    // tiles were requested so that both latencies overlap.
+    float q[kSlots][kVec];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+        const DTypeQ *src = job.q + pl.head[s] * job.q_stride_h + pl.lane * kVec;
+        unpack8<DTypeQ>(ldg16(src), q[s]);
+        if constexpr (kRope)
+            rope_rotate(q[s], freq, (float)(job.pos_offset + job.qo_idx), pl.upper);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+            q[s][e] = Variant::query_transform(p, q[s][e], pl.head[s], pl.lane * kVec + e);
+            if constexpr (kFp8) q[s][e] *= job.k_scale;
+        }
+    }
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+        cp_async_wait<kStages - 2>();
+        // Makes this tile visible to all threads, and tells everyone the
+        // slot consumed in the previous iteration may be overwritten.
+        __syncthreads();
+        {
+            const int next = tile + kStages - 1;
+            if (next < num_tiles)
+                kv.issue(smem.ring.k[next % kStages], smem.ring.v[next % kStages],
+                         begin + next * kTile, end, pl.tid);
+            cp_async_commit();
+            kv.prefetch(begin + (next + 1) * kTile, end);
+        }
+        const int stage = tile % kStages;
+        const int t0 = begin + tile * kTile;
+
+        for (int step = pl.token_lane; step < kTile / kStep; step += pl.token_lanes) {
+            // Logits of kStep keys for every slot, reduced over the row's lanes.
+            float x[kStep][kSlots];
+#pragma unroll
+            for (int i = 0; i < kStep; ++i) {
+                const int r = step * kStep + i;
+                float kf[kVec];
+                load_row(smem.ring.k[stage], r, pl.lane, kf);
+                if constexpr (kRope)
+                    rope_rotate(kf, freq, (float)(job.pos_offset + t0 + r), pl.upper);
+#pragma unroll
+                for (int s = 0; s < kSlots; ++s) {
+                    float acc = 0.f;
+#pragma unroll
+                    for (int e = 0; e < kVec; ++e) acc = fma_(q[s][e], kf[e], acc);
+                    x[i][s] = acc;
+                }
+            }
+#pragma unroll
+            for (int off = kLanes / 2; off >= 1; off /= 2)
+#pragma unroll
+                for (int i = 0; i < kStep; ++i)
+#pragma unroll
+                    for (int s = 0; s < kSlots; ++s) x[i][s] += shfl_xor(x[i][s], off);
+
+            // Final logits in log2 units; hidden keys become -inf.
+#pragma unroll
+            for (int i = 0; i < kStep; ++i) {
+                const int j = t0 + step * kStep + i;
+#pragma unroll
+                for (int s = 0; s < kSlots; ++s) {
+                    const bool visible =
+                        j < end && Variant::logits_mask(p, pl.head[s], j, job.qo_idx);
+                    x[i][s] = visible ? Variant::logits_transform(p, x[i][s], pl.head[s], j,
+                                                                  job.qo_idx) *
+                                            kLog2e
+                                      : -inf_();
+                }
+            }
+
+            // Online softmax update. A state that has seen only hidden keys
+            // keeps m = -inf; `base` avoids exp2(-inf - -inf).
+            float pr[kStep][kSlots];
+#pragma unroll
+            for (int s = 0; s < kSlots; ++s) {
+                float mx = st.m[s];
+#pragma unroll
+                for (int i = 0; i < kStep; ++i) mx = fmax_(mx, x[i][s]);
+                const float base = mx == -inf_() ? 0.f : mx;
+                const float scale = exp2_fast(st.m[s] - base);
+                st.m[s] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int i = 0; i < kStep; ++i) {
+                    pr[i][s] = exp2_fast(x[i][s] - base);
+                    sum += pr[i][s];
+                }
+                st.d[s] = fma_(st.d[s], scale, sum);
+#pragma unroll
+                for (int e = 0; e < kVec; ++e) st.o[s][e] *= scale;
+            }
+
+#pragma unroll
+            for (int i = 0; i < kStep; ++i) {
+                const int r = step * kStep + i;
+                float vf[kVec];
+                load_row(smem.ring.v[stage], r, pl.lane, vf);
+#pragma unroll
+                for (int s = 0; s < kSlots; ++s)
+#pragma unroll
+                    for (int e = 0; e < kVec; ++e) st.o[s][e] = fma_(pr[i][s], vf[e], st.o[s][e]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is now free for the merge scratch
+
+    // Merge the token lanes that share a head chunk into token lane 0.
+    if (pl.token_lanes > 1) {
+        const int head_chunks = kRows / pl.token_lanes;
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) smem.merge.o[pl.row][s][pl.lane * kVec + e] = st.o[s][e];
+            if (pl.lane == 0) {
+                smem.merge.m[pl.row][s] = st.m[s];
+                smem.merge.d[pl.row][s] = st.d[s];
+            }
+        }
+        __syncthreads();
+        if (pl.token_lane == 0) {
+#pragma unroll
+            for (int s = 0; s < kSlots; ++s) {
+                float mx = st.m[s];
+                for (int l = 1; l < pl.token_lanes; ++l)
+                    mx = fmax_(mx, smem.merge.m[l * head_chunks + pl.chunk][s]);
+                const float base = mx == -inf_() ? 0.f : mx;
+                const float own = exp2_fast(st.m[s] - base);
+                st.d[s] *= own;
+#pragma unroll
+                for (int e = 0; e < kVec; ++e) st.o[s][e] *= own;
+                for (int l = 1; l < pl.token_lanes; ++l) {
+                    const int r = l * head_chunks + pl.chunk;
+                    const float w = exp2_fast(smem.merge.m[r][s] - base);
+                    st.d[s] = fma_(smem.merge.d[r][s], w, st.d[s]);
+#pragma unroll
+                    for (int e = 0; e < kVec; ++e)
+                        st.o[s][e] = fma_(smem.merge.o[r][s][pl.lane * kVec + e], w, st.o[s][e]);
+                }
+                st.m[s] = mx;
+            }
+        }
+    }
+}
+
+// Where a block's results go.
+struct Out {
+    DTypeO *o;           // the request's o, head 0
+    long long o_stride_h;
+    float *lse;          // NULL or the request's lse, head 0 (natural log)
+    float v_scale;       // fp8: applied to the normalised output
+};
+
+// Store the final output of the heads in `st` (threads of token lane 0).
+template <class P>
+__device__ __forceinline__ void store_final(const P &p, const State &st, const Place &pl,
+                                            const Out &out)
+{
+    if (pl.token_lane != 0) return;
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+        if (!pl.active[s]) continue;
+        // d == 0: no visible key (an empty request, or all masked): o = 0, lse = -inf.
+        const float inv = st.d[s] > 0.f ? rcp_fast(st.d[s]) * out.v_scale : 0.f;
+        float res[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e)
+            res[e] = Variant::output_transform(p, st.o[s][e] * inv, pl.head[s], pl.lane * kVec + e);
+        stg16(out.o + pl.head[s] * out.o_stride_h + pl.lane * kVec, pack8<DTypeO>(res));
+        if (out.lse != nullptr && pl.lane == 0)
+            out.lse[pl.head[s]] = st.d[s] > 0.f ? (st.m[s] + log2_fast(st.d[s])) * kLn2 : -inf_();
+    }
+}
+
+// Split of a (request, kv head block): where its partial states live.
+struct Splits {
+    float *partial_o;      // [item, num_qo_heads, hd]
+    float *partial_lse;    // [item, num_qo_heads], base 2
+    int num_qo_heads;
+    int first_item;        // item of split 0; split s is item first_item + s
+    int split, num_splits;
+    unsigned long long *counter;
+    unsigned epoch;
+};
+
+// Write this block's partial states, count it done, and if it is the last
+// split of its (request, kv head block) to finish, merge all splits into the
+// final output. Every thread of the block must call this.
+template <class P>
+__device__ __forceinline__ void store_split(const P &p, const State &st, const Place &pl,
+                                            const Out &out, const Splits &sp, SharedStorage &smem)
+{
+    if (pl.token_lane == 0) {
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+            if (!pl.active[s]) continue;
+            const float inv = st.d[s] > 0.f ? rcp_fast(st.d[s]) * out.v_scale : 0.f;
+            const long long idx = (long long)(sp.first_item + sp.split) * sp.num_qo_heads + pl.head[s];
+            float *dst = sp.partial_o + idx * kHeadDim + pl.lane * kVec;
+            vec16_t a, b;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                a.w[e] = float_to_bits(st.o[s][e] * inv);
+                b.w[e] = float_to_bits(st.o[s][e + 4] * inv);
+            }
+            stg16(dst, a);
+            stg16(dst + 4, b);
+            if (pl.lane == 0)
+                sp.partial_lse[idx] = st.d[s] > 0.f ? st.m[s] + log2_fast(st.d[s]) : -inf_();
+        }
+    }
+    fence_gpu();  // release: our partials before our count
+    __syncthreads();
+    if (pl.tid == 0) {
+        const unsigned long long tag = (unsigned long long)sp.epoch << 32;
+        unsigned long long old = ld_relaxed64(sp.counter), seen;
+        for (;;) {
+            const unsigned long long count = (old >> 32) == sp.epoch ? (old & 0xffffffffull) : 0;
+            seen = atom_cas64(sp.counter, old, tag | (count + 1));
+            if (seen == old) {
+                old = count + 1;
+                break;
+            }
+            old = seen;
+        }
+        const bool last = old == (unsigned long long)sp.num_splits;
+        if (last) st_relaxed64(sp.counter, tag);  // ready for the next launch (or graph replay)
+        smem.is_last = last;
+    }
+    __syncthreads();
+    if (!smem.is_last) return;
+    fence_gpu();  // acquire: the other blocks' partials
+
+    // Merge. kMLanes threads (four floats each) cover a head's row; the
+    // kMRows groups of them are spread over the block's heads and, when there
+    // are fewer heads than groups, over the splits too (`sub` groups per head,
+    // combined through shared memory). kUnroll splits' loads are in flight
+    // before any is used: a chain of dependent L2 round trips would cost
+    // ~0.5 us per split.
+    constexpr int kMLanes = kHeadDim / 4;
+    constexpr int kMRows = kThreads / kMLanes;
+    constexpr int kUnroll = 8;
+    int sub = 1;
+    while (sub * 2 <= kMRows && sub * 2 * pl.block_heads <= kMRows) sub *= 2;
+    const int heads_at_once = kMRows / sub;
+    const int lane = pl.tid % kMLanes;
+    const int group = pl.tid / kMLanes;
+    const int slot = group / sub, subrow = group % sub;
+    const int qo_base = pl.kv_head * p.group_size;
+    float *scratch = &smem.merge.o[0][0][0];  // [kThreads][6]: m, d, acc[4]
+    for (int base = 0; base < pl.block_heads; base += heads_at_once) {
+        const int i = base + slot;
+        const bool valid = i < pl.block_heads;
+        const int head = qo_base + pl.block_first + (valid ? i : 0);
+        float m = -inf_(), d = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int s0 = subrow; valid && s0 < sp.num_splits; s0 += sub * kUnroll) {
+            float l[kUnroll];
+            vec16_t v[kUnroll];
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                const int s = s0 + u * sub;
+                const long long idx =
+                    (long long)(sp.first_item + (s < sp.num_splits ? s : s0)) * sp.num_qo_heads + head;
+                l[u] = s < sp.num_splits ? ldcg_f32(sp.partial_lse + idx) : -inf_();
+                v[u] = ldcg16(sp.partial_o + idx * kHeadDim + lane * 4);
+            }
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                if (l[u] == -inf_()) continue;
+                const float mx = fmax_(m, l[u]);
+                const float scale = exp2_fast(m - mx);
+                const float w = exp2_fast(l[u] - mx);
+                d = fma_(d, scale, w);
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    acc[e] = fma_(acc[e], scale, w * bits_to_float(v[u].w[e]));
+                m = mx;
+            }
+        }
+        if (sub > 1) {
+            __syncthreads();  // the previous round's (or is_last's) readers are done
+            float *mine = scratch + pl.tid * 6;
+            mine[0] = m;
+            mine[1] = d;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) mine[2 + e] = acc[e];
+            __syncthreads();
+            if (subrow == 0) {
+                for (int r = 1; r < sub; ++r) {
+                    const float *o = scratch + (pl.tid + r * kMLanes) * 6;
+                    if (o[0] == -inf_()) continue;
+                    const float mx = fmax_(m, o[0]);
+                    const float a = exp2_fast(m - mx), b = exp2_fast(o[0] - mx);
+                    d = d * a + o[1] * b;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[e] = acc[e] * a + o[2 + e] * b;
+                    m = mx;
+                }
+            }
+        }
+        if (!valid || subrow != 0) continue;
+        const float inv = d > 0.f ? rcp_fast(d) : 0.f;
+        float res[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            res[e] = Variant::output_transform(p, acc[e] * inv, head, lane * 4 + e);
+        const unsigned int w0 = Traits<DTypeO>::pack2(res[0], res[1]);
+        const unsigned int w1 = Traits<DTypeO>::pack2(res[2], res[3]);
+        DTypeO *dst = out.o + head * out.o_stride_h + lane * 4;
+        asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst), "r"(w0), "r"(w1) : "memory");
+        if (out.lse != nullptr && lane == 0)
+            out.lse[head] = d > 0.f ? (m + log2_fast(d)) * kLn2 : -inf_();
+    }
+}
+
+}  // namespace decode
+}  // namespace fijit

@@ -1,0 +1,521 @@
+// Prefill attention on tensor cores (FlashAttention-2 style), shared by the
+// three prefill kinds: single request, batch over ragged K/V, batch over a
+// paged K/V cache. The including file (prefill_single.cuh, prefill_ragged.cuh,
+// prefill_paged.cuh) sets fijit_cfg::kKind; only the work lookup and the K/V
+// row addressing (KVAccess) depend on it.
+//
+// Organisation of one CTA (one query tile of one request x one KV head):
+//  * Rows of the query tile are packed (token, group head) pairs, so every
+//    query head of a GQA group is served by the same K/V tiles. Q is loaded
+//    once into shared memory, with RoPE and the variant's query_transform
+//    (which folds in sm_scale by default) applied on the way, and rounded
+//    back to the 16-bit input type.
+//  * K and V tiles stream in with cp.async, double-buffered: tile t + 1 is
+//    requested right after the one barrier per tile and lands while tile t is
+//    computed. With RoPE the K tile is rotated in shared memory once per CTA
+//    and tile (one more barrier).
+//  * Each warp owns 16 or 32 query rows; S = Q.K^T and O += P.V run on
+//    mma.sync m16n8k16 with fp32 accumulation, operands fed by ldmatrix
+//    from shared memory laid out in 16-byte chunks XOR-swizzled by row
+//    (chunk c of row r is stored at c ^ (r % 8)), which makes every ldmatrix
+//    phase and every cp.async write conflict-free.
+//  * Softmax is online, in registers (exp2 with log2e folded into one FFMA); P goes from the
+//    S accumulators straight into the A fragments of P.V.
+//  * Tiles of keys no query row of the CTA can see (causal, sliding window)
+//    are never loaded, and a warp skips the math of a tile none of its own
+//    rows can see. Masks are evaluated only on tiles that straddle a
+//    boundary: the causal diagonal, the window's lower edge, the end of the
+//    keys, and with kMaskCustom every tile. The variant's logits_mask hook is
+//    called on those same tiles only (fully visible tiles skip it), so a
+//    variant that hides keys elsewhere must be compiled with mask=custom.
+//  * The output is normalised, passed through output_transform, staged in the
+//    warp's own rows of the Q buffer and written with 16-byte stores.
+//
+// Requires sm_80+. Params and tile constants: prefill_params.h.
+#pragma once
+
+#include "fijit_mma.cuh"
+#include "prefill_params.h"
+
+namespace fijit {
+namespace prefill {
+
+using DTypeQ = fijit_cfg::DTypeQ;
+using DTypeKV = fijit_cfg::DTypeKV;
+using DTypeO = fijit_cfg::DTypeO;
+using Variant = fijit_cfg::Variant;
+using P = fi_prefill_params;
+
+constexpr int kKind = fijit_cfg::kKind;
+constexpr int kHeadDim = fijit_cfg::kHeadDim;
+constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+constexpr int kTileKV = FI_PREFILL_TILE_KV(kHeadDim);
+constexpr int kStages = FI_PREFILL_STAGES;
+constexpr unsigned int kRowBytes = kHeadDim * 2;
+constexpr unsigned int kKVTileBytes = kTileKV * kRowBytes;
+
+constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
+constexpr bool kWindow = fijit_cfg::kMask == fijit_cfg::kMaskWindow;
+// A sliding window is causal too (keys after the query are hidden).
+constexpr bool kCausal = fijit_cfg::kMask == fijit_cfg::kMaskCausal || kWindow;
+constexpr bool kCustom = fijit_cfg::kMask == fijit_cfg::kMaskCustom;
+
+static_assert(kKind == FI_PREFILL_KIND_SINGLE || kKind == FI_PREFILL_KIND_RAGGED ||
+                  kKind == FI_PREFILL_KIND_PAGED,
+              "prefill.cuh is included through prefill_single/ragged/paged.cuh");
+static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+              "prefill supports head_dim 64, 128 and 256");
+static_assert(kChunks >= 8, "the swizzle permutes 8 chunks within a row");
+static_assert(kStages == 2, "the pipeline below is written for double buffering");
+static_assert(Traits<DTypeQ>::kBytes == 2 && Traits<DTypeKV>::kBytes == 2 &&
+                  Traits<DTypeO>::kBytes == 2,
+              "prefill expects 16-bit q, kv and o");
+static_assert(kHeadDim <= FI_PREFILL_MAX_HEAD_DIM, "rope_freq table too small");
+
+// Byte offset of chunk `ch` of row `row` in a swizzled tile.
+__device__ __forceinline__ unsigned int swz(int row, int ch)
+{
+    return (unsigned int)row * kRowBytes + (unsigned int)((ch ^ (row & 7)) * 16);
+}
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+
+// What one CTA works on.
+struct Work {
+    int q_begin;      // first token of the request in q, o and lse
+    int qo_len, kv_len;
+    int tile;         // query tile of the request
+    int kv_begin;     // ragged: first key token; paged: first kv_indices entry
+    long long mask_offset;  // kMaskCustom: first bit of the request
+};
+
+__device__ __forceinline__ Work get_work(const P &p)
+{
+    Work w;
+    if constexpr (kKind == FI_PREFILL_KIND_SINGLE) {
+        w.q_begin = 0;
+        w.qo_len = p.qo_len;
+        w.kv_len = p.kv_len;
+        w.tile = (int)gridDim.x - 1 - (int)blockIdx.x;
+        w.kv_begin = 0;
+        w.mask_offset = 0;
+    } else {
+        const int b = p.work_request[blockIdx.x];
+        w.tile = p.work_tile[blockIdx.x];
+        w.q_begin = p.qo_indptr[b];
+        w.qo_len = p.qo_indptr[b + 1] - w.q_begin;
+        w.kv_begin = p.kv_indptr[b];
+        const int n = p.kv_indptr[b + 1] - w.kv_begin;
+        if constexpr (kKind == FI_PREFILL_KIND_RAGGED)
+            w.kv_len = n;
+        else
+            w.kv_len = n > 0 ? (n - 1) * p.page_size + p.kv_last_page_len[b] : 0;
+        w.mask_offset = 0;
+        if constexpr (kCustom)
+            if (p.custom_offsets != nullptr) w.mask_offset = p.custom_offsets[b];
+    }
+    return w;
+}
+
+// Element offsets of key j of the request in k and v (before the head offset).
+__device__ __forceinline__ void kv_row_offsets(const P &p, const Work &w, int j, long long &ko,
+                                               long long &vo)
+{
+    if constexpr (kKind == FI_PREFILL_KIND_SINGLE) {
+        ko = (long long)j * p.k_stride_n;
+        vo = (long long)j * p.v_stride_n;
+    } else if constexpr (kKind == FI_PREFILL_KIND_RAGGED) {
+        ko = (long long)(w.kv_begin + j) * p.k_stride_n;
+        vo = (long long)(w.kv_begin + j) * p.v_stride_n;
+    } else {
+        const int page = p.kv_indices[w.kv_begin + j / p.page_size];
+        const int slot = j % p.page_size;
+        ko = (long long)page * p.k_stride_page + (long long)slot * p.k_stride_n;
+        vo = (long long)page * p.v_stride_page + (long long)slot * p.v_stride_n;
+    }
+}
+
+// RoPE (rotate-half) of the pair of chunks (ch, ch + kChunks/2) at `pos`:
+// x' = x cos - y sin, y' = y cos + x sin with y the element hd/2 further.
+__device__ __forceinline__ void rope_pair(const P &p, float (&x)[8], float (&y)[8], int ch,
+                                          float pos)
+{
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        float s, c;
+        sincos_pos(pos, p.rope_freq[ch * 8 + e], s, c);
+        const float xr = fma_(-y[e], s, x[e] * c);
+        y[e] = fma_(x[e], s, y[e] * c);
+        x[e] = xr;
+    }
+}
+
+template <int kTileIdx>
+struct Cfg {
+    static constexpr int kTileQ = FI_PREFILL_TILE_Q(kTileIdx);
+    static constexpr int kWarps = FI_PREFILL_WARPS(kTileIdx, kHeadDim);
+    static constexpr int kThreads = kWarps * 32;
+    static constexpr int kMT = FI_PREFILL_ROWS_PER_WARP(kTileIdx, kHeadDim) / 16;
+    static_assert(kWarps * kMT * 16 == kTileQ, "warps must cover the query tile");
+};
+
+template <int kTileIdx>
+__device__ __forceinline__ void run(const P &p, unsigned char *smem)
+{
+    using C = Cfg<kTileIdx>;
+    constexpr int kTileQ = C::kTileQ;
+    constexpr int kThreads = C::kThreads;
+    constexpr int kMT = C::kMT;           // 16-row MMA tiles per warp
+    constexpr int kNT = kTileKV / 8;      // 8-key column tiles of S
+    constexpr int kDT = kHeadDim / 8;     // 8-wide column tiles of O
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    const int kv_head = blockIdx.y;
+    const Work w = get_work(p);
+    const int G = p.group_size;
+    const int rows = w.qo_len * G;
+    const int row0 = w.tile * kTileQ;
+    if (row0 >= rows) return;  // whole CTA: nothing to do
+    const int off = w.kv_len - w.qo_len;  // query i sits at key position i + off
+    const int tok_lo = row0 / G;
+    const int tok_hi = (imin(rows, row0 + kTileQ) - 1) / G;
+
+    // Keys any row of this CTA can see: [kv_lo, kv_hi).
+    int kv_lo = 0, kv_hi = w.kv_len;
+    if constexpr (kCausal) kv_hi = imax(0, imin(kv_hi, tok_hi + off + 1));
+    if constexpr (kWindow)
+        if (p.window_left >= 0) kv_lo = imax(0, tok_lo + off - p.window_left);
+    const int kv_start = kv_lo / kTileKV * kTileKV;
+    const int num_tiles = kv_hi > kv_start ? (kv_hi - kv_start + kTileKV - 1) / kTileKV : 0;
+
+    const unsigned int sq = smem_addr(smem);
+    const unsigned int sk = sq + kTileQ * kRowBytes;
+    const unsigned int sv = sk + kStages * kKVTileBytes;
+
+    const DTypeKV *kbase = static_cast<const DTypeKV *>(p.k) + kv_head * p.k_stride_h;
+    const DTypeKV *vbase = static_cast<const DTypeKV *>(p.v) + kv_head * p.v_stride_h;
+
+    // One cp.async group per tile (K and V); keys past the end are zero-filled.
+    // Each thread copies one 16-byte column of the tile, every kLoadRows-th row.
+    constexpr int kLoadRows = kThreads / kChunks;
+    static_assert(kThreads % kChunks == 0 && kTileKV % kLoadRows == 0, "whole rows per pass");
+    const int load_row = tid / kChunks, load_ch = tid % kChunks;
+    auto load_kv = [&](int stage, int tile) {
+        const int t0 = kv_start + tile * kTileKV;
+#pragma unroll 2
+        for (int i = 0; i < kTileKV / kLoadRows; ++i) {
+            const int r = load_row + i * kLoadRows;
+            const bool valid = t0 + r < w.kv_len;
+            long long ko = 0, vo = 0;
+            if (valid) kv_row_offsets(p, w, t0 + r, ko, vo);
+            const unsigned int dst = stage * kKVTileBytes + swz(r, load_ch);
+            cp_async16_addr(sk + dst, kbase + ko + load_ch * 8, valid);
+            cp_async16_addr(sv + dst, vbase + vo + load_ch * 8, valid);
+        }
+        cp_async_commit();
+    };
+
+    if (num_tiles > 0) load_kv(0, 0);
+
+    // Q: rotated, transformed, rounded to the MMA input type, swizzled.
+    // Rows past the request are zero and never stored.
+#pragma unroll
+    for (int c = tid; c < kTileQ * (kChunks / 2); c += kThreads) {
+        const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
+        const int pr = row0 + r;
+        float x[8], y[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] = y[e] = 0.f;
+        if (pr < rows) {
+            const int token = pr / G;
+            const int head = kv_head * G + pr % G;
+            const DTypeQ *src = static_cast<const DTypeQ *>(p.q) +
+                                (long long)(w.q_begin + token) * p.q_stride_n +
+                                (long long)head * p.q_stride_h;
+            unpack8<DTypeQ>(ldg16(src + ch * 8), x);
+            unpack8<DTypeQ>(ldg16(src + (ch + kChunks / 2) * 8), y);
+            if constexpr (kRope) rope_pair(p, x, y, ch, (float)(p.rope_offset + off + token));
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                x[e] = Variant::query_transform(p, x[e], head, ch * 8 + e);
+                y[e] = Variant::query_transform(p, y[e], head, (ch + kChunks / 2) * 8 + e);
+            }
+        }
+        sts128(sq + swz(r, ch), pack8<DTypeKV>(x));
+        sts128(sq + swz(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+    }
+    __syncthreads();
+
+    // The two rows (g and g + 8) of each MMA tile this thread holds.
+    const int g = lane / 4, t = lane % 4;
+    const int warp_row0 = warp * kMT * 16;
+    int row_head[kMT][2], row_tok[kMT][2], row_pos[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            // Rows past the request borrow the last row (never stored).
+            const int pr = imin(row0 + warp_row0 + mt * 16 + g + 8 * h, rows - 1);
+            row_tok[mt][h] = pr / G;
+            row_head[mt][h] = kv_head * G + pr % G;
+            row_pos[mt][h] = row_tok[mt][h] + off;
+        }
+
+    // Key positions of this warp's first and last row: under a causal or
+    // window mask, a tile none of its rows can see (past the diagonal, before
+    // the window) costs the warp nothing.
+    const int warp_pos_lo = imin(row0 + warp_row0, rows - 1) / G + off;
+    const int warp_pos_hi = (imin(row0 + warp_row0 + kMT * 16, rows) - 1) / G + off;
+
+    float o[kMT][kDT][4];
+    float m[kMT][2], d[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            m[mt][h] = -inf_();
+            d[mt][h] = 0.f;
+        }
+    }
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+        const int stage = tile & 1;
+        const unsigned int skt = sk + stage * kKVTileBytes;
+        const unsigned int svt = sv + stage * kKVTileBytes;
+        const int t0 = kv_start + tile * kTileKV;
+
+        // This tile's K and V have landed and are visible to all, and every
+        // warp is done with the other stage: the next tile goes there and
+        // streams in while this one is computed.
+        cp_async_wait<0>();
+        __syncthreads();
+        if (tile + 1 < num_tiles) load_kv(stage ^ 1, tile + 1);
+        if constexpr (kRope) {
+#pragma unroll
+            for (int c = tid; c < kTileKV * (kChunks / 2); c += kThreads) {
+                const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
+                float x[8], y[8];
+                unpack8<DTypeKV>(lds128(skt + swz(r, ch)), x);
+                unpack8<DTypeKV>(lds128(skt + swz(r, ch + kChunks / 2)), y);
+                rope_pair(p, x, y, ch, (float)(p.rope_offset + t0 + r));
+                sts128(skt + swz(r, ch), pack8<DTypeKV>(x));
+                sts128(skt + swz(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+            }
+            __syncthreads();
+        }
+
+        if constexpr (kCausal) {
+            bool warp_skip = t0 > warp_pos_hi;
+            if constexpr (kWindow)
+                warp_skip = warp_skip ||
+                            (p.window_left >= 0 && t0 + kTileKV - 1 < warp_pos_lo - p.window_left);
+            if (warp_skip) continue;  // its state is what the hidden keys would leave
+        }
+
+        // S = Q K^T for this warp's rows.
+        float s[kMT][kNT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+            unsigned int a[kMT][4];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+                ldmatrix_x4(a[mt], sq + swz(warp_row0 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+            for (int np = 0; np < kNT / 2; ++np) {
+                unsigned int b[4];
+                ldmatrix_x4(b, skt + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7),
+                                         kk * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    Mma<DTypeKV>::run(s[mt][2 * np], a[mt], b[0], b[1]);
+                    Mma<DTypeKV>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+
+        // Final logits (variant transform, natural units), masked on boundary tiles.
+        bool need_mask = kCustom || t0 + kTileKV > w.kv_len;
+        if constexpr (kCausal) need_mask = need_mask || t0 + kTileKV - 1 > tok_lo + off;
+        if constexpr (kWindow)
+            need_mask = need_mask || (p.window_left >= 0 && t0 < tok_hi + off - p.window_left);
+        if (need_mask) {
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int h = e >> 1;
+                        const int j = t0 + nt * 8 + 2 * t + (e & 1);
+                        const int qpos = row_pos[mt][h];
+                        bool visible = j < w.kv_len;
+                        if constexpr (kCausal) visible = visible && j <= qpos;
+                        if constexpr (kWindow)
+                            visible = visible && (p.window_left < 0 || j >= qpos - p.window_left);
+                        if constexpr (kCustom) {
+                            if (visible) {
+                                const long long bit = w.mask_offset +
+                                                      (long long)row_tok[mt][h] * w.kv_len + j;
+                                visible = (p.custom_mask[bit >> 3] >> (bit & 7)) & 1;
+                            }
+                        }
+                        visible = visible && Variant::logits_mask(p, row_head[mt][h], j, qpos);
+                        s[mt][nt][e] =
+                            visible ? Variant::logits_transform(p, s[mt][nt][e], row_head[mt][h], j,
+                                                                qpos)
+                                    : -inf_();
+                    }
+        } else {
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        s[mt][nt][e] =
+                            Variant::logits_transform(p, s[mt][nt][e], row_head[mt][e >> 1],
+                                                      t0 + nt * 8 + 2 * t + (e & 1),
+                                                      row_pos[mt][e >> 1]);
+        }
+
+        // Online softmax; m is in natural units and exp(x - m) is computed as
+        // exp2(x * log2e - m * log2e), one FFMA per element. A row that has
+        // seen only hidden keys keeps m = -inf; `base` avoids -inf - -inf. d
+        // is this thread's partial sum (its columns); the four lanes of a row
+        // add up at the end.
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = m[mt][h];
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+                    mx = fmax_(mx, fmax_(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                mx = fmax_(mx, shfl_xor(mx, 1));
+                mx = fmax_(mx, shfl_xor(mx, 2));
+                const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
+                const float scale = exp2_fast(fma_(m[mt][h], kLog2e, -base2));
+                m[mt][h] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        s[mt][nt][2 * h + e] = exp2_fast(fma_(s[mt][nt][2 * h + e], kLog2e, -base2));
+                        sum += s[mt][nt][2 * h + e];
+                    }
+                d[mt][h] = fma_(d[mt][h], scale, sum);
+#pragma unroll
+                for (int dt = 0; dt < kDT; ++dt) {
+                    o[mt][dt][2 * h] *= scale;
+                    o[mt][dt][2 * h + 1] *= scale;
+                }
+            }
+
+
+        // O += P V: the S accumulators of two 8-key tiles form one A fragment.
+#pragma unroll
+        for (int kk = 0; kk < kTileKV / 16; ++kk) {
+            unsigned int a[kMT][4];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                a[mt][0] = Traits<DTypeKV>::pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = Traits<DTypeKV>::pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = Traits<DTypeKV>::pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = Traits<DTypeKV>::pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+                unsigned int b[4];
+                ldmatrix_x4_trans(b, svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                               dp * 2 + (lane >> 4)));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    Mma<DTypeKV>::run(o[mt][2 * dp], a[mt], b[0], b[1]);
+                    Mma<DTypeKV>::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: normalise, output hook, stage in this warp's Q rows (only
+    // this warp ever read them), then 16-byte stores of whole rows.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            d[mt][h] += shfl_xor(d[mt][h], 1);
+            d[mt][h] += shfl_xor(d[mt][h], 2);
+            // d == 0: no visible key: output 0, lse -inf.
+            const float inv = d[mt][h] > 0.f ? rcp_fast(d[mt][h]) : 0.f;
+            const int r = warp_row0 + mt * 16 + g + 8 * h;
+#pragma unroll
+            for (int dt = 0; dt < kDT; ++dt) {
+                const int col = dt * 8 + 2 * t;
+                const float v0 =
+                    Variant::output_transform(p, o[mt][dt][2 * h] * inv, row_head[mt][h], col);
+                const float v1 = Variant::output_transform(p, o[mt][dt][2 * h + 1] * inv,
+                                                           row_head[mt][h], col + 1);
+                sts32(sq + swz(r, dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
+            }
+            if (p.lse != nullptr && t == 0 && row0 + r < rows)
+                p.lse[(long long)(w.q_begin + row_tok[mt][h]) * p.num_qo_heads + row_head[mt][h]] =
+                    d[mt][h] > 0.f ? fma_(log2_fast(d[mt][h]), kLn2, m[mt][h]) : -inf_();
+        }
+    __syncwarp();
+#pragma unroll
+    for (int c = lane; c < kMT * 16 * kChunks; c += 32) {
+        const int r = warp_row0 + c / kChunks, ch = c % kChunks;
+        const int pr = row0 + r;
+        if (pr < rows) {
+            const int token = pr / G;
+            const int head = kv_head * G + pr % G;
+            DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + token) * p.o_stride_n +
+                          (long long)head * p.o_stride_h + ch * 8;
+            stg16(dst, lds128(sq + swz(r, ch)));
+        }
+    }
+}
+
+}  // namespace prefill
+}  // namespace fijit
+
+// The module's kernels, one per query tile, in the order of src/kinds.c
+// (tile sizes and warps in prefill_params.h).
+extern "C" __global__ void __launch_bounds__(FI_PREFILL_WARPS(0, fijit_cfg::kHeadDim) * 32,
+                                             FI_PREFILL_MIN_BLOCKS(0, fijit_cfg::kHeadDim))
+    fi_prefill_kernel_q128(const fi_prefill_params p)
+{
+    extern __shared__ __align__(128) unsigned char smem_q128[];
+    fijit::prefill::run<0>(p, smem_q128);
+}
+
+extern "C" __global__ void __launch_bounds__(FI_PREFILL_WARPS(1, fijit_cfg::kHeadDim) * 32,
+                                             FI_PREFILL_MIN_BLOCKS(1, fijit_cfg::kHeadDim))
+    fi_prefill_kernel_q64(const fi_prefill_params p)
+{
+    extern __shared__ __align__(128) unsigned char smem_q64[];
+    fijit::prefill::run<1>(p, smem_q64);
+}
+
+extern "C" __global__ void __launch_bounds__(FI_PREFILL_WARPS(2, fijit_cfg::kHeadDim) * 32,
+                                             FI_PREFILL_MIN_BLOCKS(2, fijit_cfg::kHeadDim))
+    fi_prefill_kernel_q16(const fi_prefill_params p)
+{
+    extern __shared__ __align__(128) unsigned char smem_q16[];
+    fijit::prefill::run<2>(p, smem_q16);
+}

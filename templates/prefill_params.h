@@ -1,0 +1,92 @@
+/*
+ * Prefill kernel parameters and launch constants, shared by the host launch
+ * code (C11, src/prefill.c) and the kernels (CUDA C++ under NVRTC,
+ * templates/prefill.cuh). Builtin types only: NVRTC sees no <stdint.h>.
+ * Every prefill kernel takes exactly one fi_prefill_params by value.
+ */
+#ifndef FIJIT_PREFILL_PARAMS_H
+#define FIJIT_PREFILL_PARAMS_H
+
+/* ---- tiles ---------------------------------------------------------------------
+ * A module holds one kernel per CTA query tile, in this order (the kinds'
+ * entries in src/kinds.c follow it): rows of the tile are "packed rows",
+ * (query token, head of the GQA group) pairs, row = token * group + head, so
+ * that all query heads sharing a KV head share every K/V tile.
+ *   index 0: 128 rows; 4 warps x 32 rows (head_dim 64/128), 8 warps x 16 (256)
+ *   index 1:  64 rows; 4 warps x 16 rows
+ *   index 2:  16 rows; 1 warp
+ * Keys per K/V tile: 64 (head_dim 64, 128) or 32 (head_dim 256). K and V are
+ * double-buffered; Q stays in shared memory for the whole CTA.
+ * Measured on H100 (bench_prefill.py, batch 4, seq 4k/8k, fp16): 4 warps x 32
+ * rows with 64-key tiles (2 CTAs per SM, 255 registers) beat 8 warps x 16
+ * rows (B: up to -15% at head_dim 128), 32-key tiles at head_dim 128 (-4 to
+ * -7%), and 8 warps x 16 rows x 32 keys at 128 registers (-20%). */
+#define FI_PREFILL_NUM_TILES 3
+#define FI_PREFILL_TILE_Q(i) ((i) == 0 ? 128 : (i) == 1 ? 64 : 16)
+#define FI_PREFILL_ROWS_PER_WARP(i, hd) ((i) == 0 && (hd) <= 128 ? 32 : 16)
+#define FI_PREFILL_WARPS(i, hd) (FI_PREFILL_TILE_Q(i) / FI_PREFILL_ROWS_PER_WARP(i, hd))
+#define FI_PREFILL_TILE_KV(hd) ((hd) <= 128 ? 64 : 32)
+#define FI_PREFILL_STAGES 2
+/* CTAs per SM the compiler must leave registers for (__launch_bounds__). */
+#define FI_PREFILL_MIN_BLOCKS(i, hd) 1
+/* Dynamic shared memory of tile index i: Q tile + STAGES x (K tile + V tile), 16-bit elements. */
+#define FI_PREFILL_SMEM_BYTES(i, hd)                                                    \
+    ((FI_PREFILL_TILE_Q(i) + 2 * FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(hd)) * (hd) * 2)
+#define FI_PREFILL_MAX_HEAD_DIM 256
+
+/* Values of fijit_cfg::kKind, equal to fi_kernel_kind. */
+#define FI_PREFILL_KIND_SINGLE 3
+#define FI_PREFILL_KIND_RAGGED 4
+#define FI_PREFILL_KIND_PAGED 5
+
+/* ---- parameters ------------------------------------------------------------------
+ * Grid: x = work item (a query tile of one request), y = kv head.
+ * Single prefill: work item x is query tile (gridDim.x - 1 - x) of the one
+ * request (the longest causal tiles start first). Batch kinds: work item x is
+ * query tile work_tile[x] of request work_request[x] (the plan's list).
+ * Strides are in elements; the last dimension is contiguous. */
+typedef struct fi_prefill_params {
+    const void *q;             /* token t, head h at q + t*q_stride_n + h*q_stride_h */
+    const void *k;             /* see the kv addressing below */
+    const void *v;
+    void *o;                   /* like q, at o_stride_n / o_stride_h */
+    float *lse;                /* NULL or [tokens, num_qo_heads], natural log; -inf: no key */
+    const float *alibi_slopes; /* [num_qo_heads] with kPos == kPosAlibi */
+    /* Batch kinds: qo_indptr [batch + 1] token offsets into q/o/lse.
+     * Ragged: kv_indptr [batch + 1] token offsets into k/v.
+     * Paged: kv_indptr [batch + 1] offsets into kv_indices (page ids),
+     * kv_last_page_len [batch] (1..page_size for a request with pages). */
+    const int *qo_indptr;
+    const int *kv_indptr;
+    const int *kv_indices;
+    const int *kv_last_page_len;
+    const int *work_request;   /* batch kinds: the plan's work list */
+    const int *work_tile;
+    /* kMaskCustom: bit (custom_offsets[b] + i * kv_len_b + j) of custom_mask,
+     * byte (bit >> 3), bit (bit & 7) counted from the least significant, is 1
+     * when query i of request b sees key j. custom_offsets NULL: offset 0
+     * (single prefill). */
+    const unsigned char *custom_mask;
+    const long long *custom_offsets;
+    long long q_stride_n, q_stride_h, o_stride_n, o_stride_h;
+    /* Single and ragged: key j of kv head h at k + j*k_stride_n + h*k_stride_h.
+     * Paged: key j of the request lies in page kv_indices[kv_indptr[b] + j / page_size],
+     * at k + page*k_stride_page + (j % page_size)*k_stride_n + h*k_stride_h. */
+    long long k_stride_n, k_stride_h, v_stride_n, v_stride_h;
+    long long k_stride_page, v_stride_page;
+    int num_qo_heads, num_kv_heads;
+    int group_size;            /* num_qo_heads / num_kv_heads */
+    int qo_len, kv_len;        /* single prefill only */
+    int page_size;             /* paged only */
+    float sm_scale;            /* resolved: never 0 here */
+    float soft_cap;            /* > 0 when kSoftCap */
+    int rope_offset;           /* key j at position rope_offset + j; query i at
+                                  rope_offset + kv_len - qo_len + i */
+    int window_left;           /* kMaskWindow: keys j >= i + kv_len - qo_len - window_left
+                                  (and causal); < 0: causal only */
+    /* RoPE (Llama, rotate-half): rope_freq[i] = (1/rope_scale) * theta^(-2i/head_dim),
+     * i < head_dim/2, computed in double on the host, rounded once. */
+    float rope_freq[FI_PREFILL_MAX_HEAD_DIM / 2];
+} fi_prefill_params;
+
+#endif /* FIJIT_PREFILL_PARAMS_H */

@@ -1,0 +1,454 @@
+#!/usr/bin/env python3
+"""GPU correctness test of the prefill kinds (fi_prefill_run, fi_batch_prefill_plan/run)
+against a float64 reference computed with torch on the GPU, plus agreement with
+torch SDPA where SDPA computes the same thing.
+
+Every accepted tuple of every kind (single, batch ragged, batch paged) x fp16/bf16 x
+head_dim 64/128/256 x mask none/causal/window/custom x pos none/rope/alibi x soft-cap 0/1
+runs at several shapes: length 1, lengths that are not multiples of any tile, qo_len <
+kv_len and qo_len > kv_len (rows with no visible key under causal masks), a longer one,
+GQA groups 1-8, NHD and HND layouts, every CTA tile kernel (forced in turn), batches
+with mixed lengths including zero-length requests (qo 0 and kv 0), page sizes 1, 5 and
+16. Outputs and lse are poisoned with NaN first; inputs are fresh random data (the seed
+is printed; FIJIT_TEST_SEED replays it). Output error is relative to the reference's
+largest magnitude per case: max|o - ref| / max|ref| (and the mean ratio); lse is
+compared in absolute terms scaled by max(1, |lse|). Exit status 1 on any failure.
+
+Reference semantics (the contract in include/fijit_prefill.h), off = kv_len - qo_len:
+  s_ij = (rope(q_i) . rope(k_j)) * sm_scale + slope_h * (j - (i + off))  [ALiBi]
+  s_ij = cap * tanh(s_ij / cap)                                          [soft-cap]
+  causal: j <= i + off; window: causal and j >= i + off - window_left; custom: bit
+  o_i = softmax(s_i) @ v, lse_i = log sum exp s_ij; no visible key: o = 0, lse = -inf
+  rope: q_i at rope_offset + off + i, k_j at rope_offset + j.
+"""
+import argparse
+import itertools
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fijit_py import (BatchPrefillArgs, Fijit, Prefill, prefill_args,  # noqa: E402
+                      prefill_spec)
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# q (after sm_scale and RoPE) and P are rounded to the 16-bit input type before the
+# tensor-core products; fp32 accumulation. What remains is that rounding and the
+# output's own (fp16 2^-11, bf16 2^-8).
+TOL_O = {"fp16": 5e-3, "bf16": 2e-2}
+TOL_LSE = {"fp16": 3e-3, "bf16": 1.5e-2}
+
+
+def rope_freq(hd, scale, theta):
+    f = [(theta ** (-2.0 * i / hd)) / scale for i in range(hd // 2)]
+    return torch.tensor(f, dtype=torch.float64).float().double()
+
+
+def rope_apply(x, pos, freq):
+    """x [..., n, hd] float64, pos [n] float64."""
+    ang = pos[:, None] * freq.to(x.device)[None, :]
+    c, s = torch.cos(ang), torch.sin(ang)
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def reference(q, k, v, *, sm_scale, cap, pos, rope, mask, window_left, slopes, bits):
+    """q [Lq, H, D], k/v [Lk, Hkv, D] (logical NHD) -> o [Lq, H, D], lse [Lq, H] float64."""
+    Lq, H, D = q.shape
+    Lk, Hkv = k.shape[0], k.shape[1]
+    G = H // Hkv
+    dev = q.device
+    if Lk == 0 or Lq == 0:
+        return (torch.zeros(Lq, H, D, dtype=torch.float64, device=dev),
+                torch.full((Lq, H), -math.inf, dtype=torch.float64, device=dev))
+    off = Lk - Lq
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    if pos == "rope":
+        scale, theta, offset = rope
+        freq = rope_freq(D, scale, theta)
+        qpos = torch.arange(Lq, dtype=torch.float64, device=dev) + off + offset
+        q64 = rope_apply(q64.permute(1, 0, 2), qpos, freq).permute(1, 0, 2)
+        kpos = torch.arange(Lk, dtype=torch.float64, device=dev) + offset
+        k64 = rope_apply(k64.permute(1, 0, 2), kpos, freq).permute(1, 0, 2)
+    qg = q64.reshape(Lq, Hkv, G, D)
+    s = torch.einsum("ikgd,jkd->kgij", qg, k64) * sm_scale
+    i = torch.arange(Lq, device=dev)[:, None]
+    j = torch.arange(Lk, device=dev)[None, :]
+    qp = i + off
+    if pos == "alibi":
+        s = s + slopes.double().reshape(Hkv, G)[:, :, None, None] * (j - qp).double()
+    if cap:
+        s = cap * torch.tanh(s / cap)
+    vis = torch.ones(Lq, Lk, dtype=torch.bool, device=dev)
+    if mask in ("causal", "window"):
+        vis &= j <= qp
+    if mask == "window" and window_left >= 0:
+        vis &= j >= qp - window_left
+    if mask == "custom":
+        vis &= bits
+    s = s.masked_fill(~vis, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)  # [Hkv, G, Lq]
+    p = torch.exp(s - lse[..., None].clamp_min(-1e300))
+    p = torch.where(vis, p, torch.zeros_like(p))
+    o = torch.einsum("kgij,jkd->ikgd", p, v64).reshape(Lq, H, D)
+    return o, lse.permute(2, 0, 1).reshape(Lq, H)
+
+
+def pack_bits(flat):
+    """bool [n] -> uint8 [ceil(n/8)], bit n at byte n/8, bit n%8 (LSB first)."""
+    n = flat.numel()
+    pad = (-n) % 8
+    b = torch.cat([flat, torch.zeros(pad, dtype=torch.bool, device=flat.device)]).reshape(-1, 8)
+    w = (1 << torch.arange(8, device=flat.device, dtype=torch.int32))
+    out = (b.to(torch.int32) * w).sum(1).to(torch.uint8)
+    return out if out.numel() else torch.zeros(16, dtype=torch.uint8, device=flat.device)
+
+
+def compare(o, lse, ref_o, ref_lse, dtype):
+    o64 = o.double()
+    finite = bool(torch.isfinite(o64).all())
+    diff = (o64 - ref_o).abs()
+    if diff.numel() == 0:
+        return True, 0.0, 0.0, 0.0
+    scale_max = float(ref_o.abs().max())
+    scale_mean = float(ref_o.abs().mean())
+    err_max = float(diff.max()) / (scale_max if scale_max > 0 else 1.0)
+    err_mean = float(diff.mean()) / (scale_mean if scale_mean > 0 else 1.0)
+    l64 = lse.double()
+    empty = torch.isneginf(ref_lse)
+    lse_ok = bool(torch.isneginf(l64[empty]).all())
+    fin = ~empty
+    lse_err = 0.0
+    if bool(fin.any()):
+        d = (l64[fin] - ref_lse[fin]).abs() / ref_lse[fin].abs().clamp_min(1.0)
+        lse_err = float(d.max()) if bool(torch.isfinite(d).all()) else float("inf")
+    lse_ok = lse_ok and lse_err <= TOL_LSE[dtype]
+    ok = finite and err_max <= TOL_O[dtype] and lse_ok
+    if not finite:
+        err_max = float("inf")
+    return ok, err_max, err_mean, lse_err if lse_ok or lse_err else float("inf")
+
+
+class Case:
+    """Random inputs and scalar parameters for one tuple and shape."""
+
+    def __init__(self, gen, dtype, hd, mask, pos, softcap, H, seed_mix):
+        self.gen, self.dtype, self.hd, self.mask, self.pos, self.softcap = (
+            gen, dtype, hd, mask, pos, softcap)
+        self.tdt = TORCH_DTYPES[dtype]
+        self.sm_scale = 0.0 if seed_mix % 2 == 0 else 0.07
+        self.cap = 2.5 if softcap else 0.0
+        self.window_left = [0, 5, 40, 1000, -1][seed_mix % 5] if mask == "window" else -1
+        self.rope = [(1.0, 1e4, 0), (2.0, 5e5, 777), (1.0, 1e6, 100000)][seed_mix % 3]
+        self.slopes = None
+        if pos == "alibi":
+            self.slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)],
+                                       device="cuda", dtype=torch.float32)
+
+    def rnd(self, *shape):
+        return torch.randn(*shape, generator=self.gen, device="cuda",
+                           dtype=torch.float32).to(self.tdt)
+
+    def bits(self, lq, lk):
+        b = torch.rand(lq, lk, generator=self.gen, device="cuda") < 0.7
+        if lq > 2:
+            b[lq // 2] = False  # one query sees nothing
+        return b
+
+    def scalars(self):
+        return dict(sm_scale=self.sm_scale, soft_cap=self.cap,
+                    rope_scale=self.rope[0] if self.pos == "rope" else 0.0,
+                    rope_theta=self.rope[1] if self.pos == "rope" else 0.0,
+                    rope_offset=self.rope[2] if self.pos == "rope" else 0,
+                    window_left=self.window_left)
+
+    def ref(self, q, k, v, bits):
+        scale = self.sm_scale if self.sm_scale else 1.0 / math.sqrt(self.hd)
+        return reference(q, k, v, sm_scale=scale, cap=self.cap, pos=self.pos, rope=self.rope,
+                         mask=self.mask, window_left=self.window_left, slopes=self.slopes,
+                         bits=bits)
+
+
+def run_single(pf, gen, tup, lq, lk, group, layout, tile, hkv=2):
+    dtype, hd, mask, pos, sc = tup
+    H = group * hkv
+    c = Case(gen, dtype, hd, mask, pos, sc, H, lq + 3 * lk + group)
+    q = c.rnd(lq, H, hd)
+    if layout == "NHD":
+        k, v = c.rnd(lk, hkv, hd), c.rnd(lk, hkv, hd)
+        kn, vn = k, v
+    else:
+        k, v = c.rnd(hkv, lk, hd), c.rnd(hkv, lk, hd)
+        kn, vn = k.permute(1, 0, 2), v.permute(1, 0, 2)
+    o = torch.full((lq, H, hd), float("nan"), device="cuda", dtype=c.tdt)
+    lse = torch.full((lq, H), float("nan"), device="cuda", dtype=torch.float32)
+    bits = c.bits(lq, lk) if mask == "custom" else None
+    packed = pack_bits(bits.reshape(-1)) if bits is not None else None
+    spec = prefill_spec("single", dtype, hd, mask, pos, sc)
+    args = prefill_args(q, k, v, o, lse, layout=layout, alibi_slopes=c.slopes,
+                        custom_mask=packed, cta_tile_q=tile, **c.scalars())
+    pf.run(spec, args, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    ref_o, ref_lse = c.ref(q, kn, vn, bits)
+    return compare(o, lse, ref_o, ref_lse, dtype)
+
+
+def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, tile, hkv=2):
+    dtype, hd, mask, pos, sc = tup
+    H = group * hkv
+    dev = "cuda"
+    c = Case(gen, dtype, hd, mask, pos, sc, H, sum(qo_lens) + 3 * sum(kv_lens) + page_size)
+    B = len(qo_lens)
+    qo_indptr = [0]
+    for n in qo_lens:
+        qo_indptr.append(qo_indptr[-1] + n)
+    total_q = qo_indptr[-1]
+    q = c.rnd(max(total_q, 1), H, hd)
+    o = torch.full((max(total_q, 1), H, hd), float("nan"), device=dev, dtype=c.tdt)
+    lse = torch.full((max(total_q, 1), H), float("nan"), device=dev, dtype=torch.float32)
+    args = BatchPrefillArgs()
+    args.version = 1
+    logical = []  # per request (k, v) [Lk, Hkv, D]
+    last_page = None
+    if kind == "ragged":
+        kv_indptr = [0]
+        for n in kv_lens:
+            kv_indptr.append(kv_indptr[-1] + n)
+        total_k = max(kv_indptr[-1], 1)
+        if layout == "NHD":
+            k, v = c.rnd(total_k, hkv, hd), c.rnd(total_k, hkv, hd)
+            kn, vn = k, v
+            args.k_stride_n, args.k_stride_h = k.stride(0), k.stride(1)
+            args.v_stride_n, args.v_stride_h = v.stride(0), v.stride(1)
+        else:
+            k, v = c.rnd(hkv, total_k, hd), c.rnd(hkv, total_k, hd)
+            kn, vn = k.permute(1, 0, 2), v.permute(1, 0, 2)
+            args.k_stride_h, args.k_stride_n = k.stride(0), k.stride(1)
+            args.v_stride_h, args.v_stride_n = v.stride(0), v.stride(1)
+        for b in range(B):
+            logical.append((kn[kv_indptr[b]:kv_indptr[b + 1]], vn[kv_indptr[b]:kv_indptr[b + 1]]))
+        kv_indices_t = None
+    else:
+        npages = [(n + page_size - 1) // page_size for n in kv_lens]
+        kv_indptr = [0]
+        for n in npages:
+            kv_indptr.append(kv_indptr[-1] + n)
+        total_pages = kv_indptr[-1] + 3
+        perm = torch.randperm(total_pages, generator=gen, device=dev)[:max(kv_indptr[-1], 1)]
+        kv_indices_t = perm.to(torch.int32).contiguous()
+        last_page = [n - (p - 1) * page_size if p > 0 else 0 for n, p in zip(kv_lens, npages)]
+        if layout == "NHD":
+            k = c.rnd(total_pages, page_size, hkv, hd)
+            v = c.rnd(total_pages, page_size, hkv, hd)
+            args.k_stride_page, args.k_stride_n, args.k_stride_h = k.stride(0), k.stride(1), k.stride(2)
+            args.v_stride_page, args.v_stride_n, args.v_stride_h = v.stride(0), v.stride(1), v.stride(2)
+            knp, vnp = k, v
+        else:
+            k = c.rnd(total_pages, hkv, page_size, hd)
+            v = c.rnd(total_pages, hkv, page_size, hd)
+            args.k_stride_page, args.k_stride_h, args.k_stride_n = k.stride(0), k.stride(1), k.stride(2)
+            args.v_stride_page, args.v_stride_h, args.v_stride_n = v.stride(0), v.stride(1), v.stride(2)
+            knp, vnp = k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)
+        for b in range(B):
+            idx = kv_indices_t[kv_indptr[b]:kv_indptr[b + 1]].long()
+            kb = knp[idx].reshape(-1, hkv, hd)[:kv_lens[b]]
+            vb = vnp[idx].reshape(-1, hkv, hd)[:kv_lens[b]]
+            logical.append((kb, vb))
+    bits_list, offsets = [], []
+    if mask == "custom":
+        pos_bits = 0
+        for b in range(B):
+            bb = c.bits(qo_lens[b], kv_lens[b])
+            bits_list.append(bb)
+            offsets.append(pos_bits)
+            pos_bits += bb.numel()
+        flat = torch.cat([bb.reshape(-1) for bb in bits_list]) if pos_bits else torch.zeros(
+            0, dtype=torch.bool, device=dev)
+        packed = pack_bits(flat)
+        offs_t = torch.tensor(offsets, dtype=torch.int64, device=dev)
+    else:
+        packed, offs_t = None, None
+
+    spec = prefill_spec(kind, dtype, hd, mask, pos, sc)
+    plan, ws = pf.plan(spec, qo_indptr, kv_indptr, H, hkv, kv_last_page_len=last_page,
+                       page_size=page_size if kind == "paged" else 0, cta_tile_q=tile)
+    qo_t = torch.tensor(qo_indptr, dtype=torch.int32, device=dev)
+    kv_t = torch.tensor(kv_indptr, dtype=torch.int32, device=dev)
+    last_t = torch.tensor(last_page or [0], dtype=torch.int32, device=dev)
+    args.q, args.k, args.v, args.o, args.lse = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                                o.data_ptr(), lse.data_ptr())
+    args.qo_indptr, args.kv_indptr = qo_t.data_ptr(), kv_t.data_ptr()
+    if kind == "paged":
+        args.kv_indices, args.kv_last_page_len = kv_indices_t.data_ptr(), last_t.data_ptr()
+    args.q_stride_n, args.q_stride_h = q.stride(0), q.stride(1)
+    args.o_stride_n, args.o_stride_h = o.stride(0), o.stride(1)
+    for name, val in c.scalars().items():
+        setattr(args, name, val)
+    args.alibi_slopes = c.slopes.data_ptr() if c.slopes is not None else None
+    args.custom_mask = packed.data_ptr() if packed is not None else None
+    args.custom_mask_offsets = offs_t.data_ptr() if offs_t is not None else None
+    try:
+        pf.batch_run(plan, args, torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+    finally:
+        pf.plan_free(plan)
+    ref_o = torch.zeros(max(total_q, 1), H, hd, dtype=torch.float64, device=dev)
+    ref_lse = torch.full((max(total_q, 1), H), -math.inf, dtype=torch.float64, device=dev)
+    for b in range(B):
+        a, e = qo_indptr[b], qo_indptr[b + 1]
+        kb, vb = logical[b]
+        ro, rl = c.ref(q[a:e], kb, vb, bits_list[b] if bits_list else None)
+        ref_o[a:e], ref_lse[a:e] = ro, rl
+    if total_q == 0:
+        return True, 0.0, 0.0, 0.0
+    return compare(o[:total_q], lse[:total_q], ref_o[:total_q], ref_lse[:total_q], dtype)
+
+
+def sdpa_agreement(pf, gen):
+    """fijit vs torch SDPA (default backend) where both compute the same thing."""
+    rows = []
+    F = torch.nn.functional
+    for dtype, hd, causal, (H, Hkv) in itertools.product(["fp16", "bf16"], [64, 128, 256],
+                                                         [False, True], [(8, 8), (8, 2)]):
+        tdt = TORCH_DTYPES[dtype]
+        L = 1000
+        q = torch.randn(L, H, hd, generator=gen, device="cuda").to(tdt)
+        k = torch.randn(L, Hkv, hd, generator=gen, device="cuda").to(tdt)
+        v = torch.randn(L, Hkv, hd, generator=gen, device="cuda").to(tdt)
+        o = torch.full_like(q, float("nan"))
+        spec = prefill_spec("single", dtype, hd, "causal" if causal else "none")
+        pf.run(spec, prefill_args(q, k, v, o), torch.cuda.current_stream().cuda_stream)
+        kr = k.repeat_interleave(H // Hkv, dim=1)
+        vr = v.repeat_interleave(H // Hkv, dim=1)
+        ref = F.scaled_dot_product_attention(q.transpose(0, 1), kr.transpose(0, 1),
+                                             vr.transpose(0, 1), is_causal=causal).transpose(0, 1)
+        torch.cuda.synchronize()
+        d = (o.float() - ref.float()).abs()
+        rel = float(d.max() / ref.float().abs().max())
+        rows.append((dtype, hd, causal, H, Hkv, rel))
+    return rows
+
+
+SINGLE_SHAPES = [  # (qo_len, kv_len, group, layout)
+    (1, 1, 1, "NHD"), (1, 300, 4, "HND"), (77, 77, 2, "NHD"), (130, 333, 4, "HND"),
+    (200, 100, 2, "NHD"), (50, 70, 8, "HND"), (700, 1100, 1, "NHD")]
+SINGLE_QUICK = [(1, 300, 4, "HND"), (130, 333, 4, "NHD"), (700, 1100, 1, "NHD")]
+BATCHES = [  # (qo_lens, kv_lens, group)
+    ([0, 1, 37, 130, 3], [5, 1, 60, 200, 0], 4),
+    ([300, 17], [300, 900], 1),
+    ([5, 0, 9], [17, 33, 0], 8)]
+TILES = [0, 128, 64, 16]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    ap.add_argument("--kinds", default="single,ragged,paged")
+    ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--hds", default="64,128,256")
+    ap.add_argument("--masks", default="none,causal,window,custom")
+    ap.add_argument("--pos", default="none,rope,alibi")
+    ap.add_argument("--softcaps", default="0,1")
+    ap.add_argument("--no-sdpa", action="store_true", help="skip the SDPA comparison")
+    opt = ap.parse_args()
+
+    seed = int(os.environ.get("FIJIT_TEST_SEED", time.time_ns() % (2**31)))
+    print(f"test_prefill: seed {seed} (FIJIT_TEST_SEED={seed} replays)", flush=True)
+    torch.cuda.init()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    fj = Fijit()
+    pf = Prefill(fj)
+    tuples = list(itertools.product(opt.dtypes.split(","), [int(x) for x in opt.hds.split(",")],
+                                    opt.masks.split(","), opt.pos.split(","),
+                                    [int(x) for x in opt.softcaps.split(",")]))
+    kinds = opt.kinds.split(",")
+    stats = {}
+    results = []
+    failures = 0
+    t0 = time.time()
+    n = 0
+    for kind in kinds:
+        for tup in tuples:
+            if kind == "single":
+                shapes = [("single", s) for s in (SINGLE_QUICK if opt.quick else SINGLE_SHAPES)]
+            else:
+                batches = BATCHES[:2] if opt.quick else BATCHES
+                pages = [1, 16] if kind == "paged" else [0]
+                if kind == "paged" and not opt.quick:
+                    pages = [1, 5, 16]
+                shapes = [("batch", (b, ps)) for b in batches for ps in pages]
+            for i, (what, shape) in enumerate(shapes):
+                tile = TILES[n % len(TILES)]
+                layout = ["NHD", "HND"][(n // 4) % 2]
+                n += 1
+                if what == "single":
+                    lq, lk, group, lay = shape
+                    name = (f"single {tup} qo={lq} kv={lk} group={group} {lay} tile={tile}")
+                    fn = lambda: run_single(pf, gen, tup, lq, lk, group, lay, tile)  # noqa: E731
+                else:
+                    (qo, kv, group), ps = shape
+                    name = (f"{kind} {tup} qo={qo} kv={kv} group={group} page={ps} {layout} "
+                            f"tile={tile}")
+                    fn = lambda: run_batch(pf, gen, kind, tup, qo, kv, group, layout,  # noqa: E731
+                                           ps, tile)
+                try:
+                    ok, emax, emean, lerr = fn()
+                except Exception as e:  # a failed call must not hide the other results
+                    ok, emax, emean, lerr = False, float("inf"), float("inf"), float("inf")
+                    print(f"ERROR {name}: {e}", flush=True)
+                st = stats.setdefault((kind, tup[0]), {"cases": 0, "fail": 0, "max": 0.0,
+                                                        "mean_sum": 0.0, "lse_max": 0.0})
+                st["cases"] += 1
+                st["max"] = max(st["max"], emax)
+                st["mean_sum"] += emean if math.isfinite(emean) else 0.0
+                st["lse_max"] = max(st["lse_max"], lerr)
+                results.append({"case": name, "ok": ok, "max_rel": emax, "mean_rel": emean,
+                                "lse_err": lerr})
+                if not ok:
+                    st["fail"] += 1
+                    failures += 1
+                    if failures <= 40:
+                        print(f"FAIL {name}: max_rel {emax:.3g} mean_rel {emean:.3g} "
+                              f"lse_err {lerr:.3g}", flush=True)
+    elapsed = time.time() - t0
+    print()
+    print(f"prefill correctness vs float64 reference ({len(tuples)} tuples per kind, "
+          f"{n} cases, {elapsed:.0f} s)")
+    print(f"{'kind':8} {'dtype':5} {'cases':>6} {'fail':>5} {'max_rel':>10} {'mean_rel':>10} "
+          f"{'lse_err':>10} {'tol':>8}")
+    for (kind, dtype), st in stats.items():
+        print(f"{kind:8} {dtype:5} {st['cases']:6d} {st['fail']:5d} {st['max']:10.2e} "
+              f"{st['mean_sum'] / max(st['cases'], 1):10.2e} {st['lse_max']:10.2e} "
+              f"{TOL_O[dtype]:8.0e}")
+    sdpa = []
+    try:
+        sdpa = [] if opt.no_sdpa else sdpa_agreement(pf, gen)
+        print("agreement with torch SDPA (L=1000, max|o - sdpa| / max|sdpa|):")
+        for dtype, hd, causal, H, Hkv, rel in sdpa:
+            print(f"  {dtype} hd={hd} {'causal' if causal else 'none  '} heads {H}/{Hkv}: "
+                  f"{rel:.2e}")
+        bad = [r for r in sdpa if r[5] > 2 * TOL_O[r[0]]]
+        if bad:
+            failures += len(bad)
+            print(f"FAIL: {len(bad)} SDPA comparisons above 2x tolerance")
+    except Exception as e:
+        failures += 1
+        print(f"ERROR sdpa agreement: {e}")
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "test_prefill.json"), "w") as f:
+            json.dump({"seed": seed, "results": results,
+                       "sdpa": [list(r) for r in sdpa]}, f)
+    fj.close()
+    print(f"test_prefill: {'FAILED' if failures else 'passed'}: {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

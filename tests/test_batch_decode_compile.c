@@ -1,0 +1,285 @@
+/*
+ * CPU tests of the decode kinds' tuple space: every accepted batch-decode
+ * tuple (q=o fp16/bf16 x kv same/fp8_e4m3/fp8_e5m2 x head_dim 64/128/256 x
+ * mask none/window x pos none/rope/alibi x soft-cap 0/1, 216 in all) and
+ * every fp8 single-decode tuple (144) compiles through NVRTC for sm_90a with
+ * no failure (fi_jit_prewarm, 2 threads); the kinds refuse what they do not
+ * support with FI_EUNSUPPORTED naming the field; the batch-decode plan
+ * validates its layout and sizes its workspace without a GPU.
+ * FIJIT_TEST_QUICK=1 compiles only a handful of tuples.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "decode.h"
+#include "fijit_batch_decode.h"
+#include "fijit_params.h"
+
+#define COMPILE_THREADS 2
+
+static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
+
+static int new_ctx(fi_jit_ctx **out)
+{
+    char dir[4200];
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    opts.cache_dir = dir;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_OFF;
+    return fi_jit_ctx_new(out, &opts);
+}
+
+/* Batch decode (all kv dtypes) then single decode with fp8 kv. */
+static int decode_tuples(fi_jit_spec *out, int max)
+{
+    static const fi_dtype qs[] = {FI_DTYPE_FP16, FI_DTYPE_BF16};
+    static const fi_dtype kvs[] = {0, FI_DTYPE_FP8_E4M3, FI_DTYPE_FP8_E5M2};
+    static const int dims[] = {64, 128, 256};
+    static const fi_mask masks[] = {FI_MASK_NONE, FI_MASK_WINDOW};
+    static const fi_pos_encoding pos[] = {FI_POS_NONE, FI_POS_ROPE_LLAMA, FI_POS_ALIBI};
+    int n = 0;
+    for (int kind = 0; kind < 2; kind++)
+        for (int kv = kind; kv < 3; kv++) /* single decode: fp8 only (16-bit is test_core's) */
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 3; b++)
+                    for (int c = 0; c < 2; c++)
+                        for (int d = 0; d < 3; d++)
+                            for (int e = 0; e < 2 && n < max; e++) {
+                                fi_jit_spec s = FI_JIT_SPEC_INIT;
+                                s.kind = kind == 0 ? FI_KIND_BATCH_DECODE : FI_KIND_DECODE;
+                                s.q_dtype = s.o_dtype = qs[a];
+                                s.kv_dtype = kvs[kv] ? kvs[kv] : qs[a];
+                                s.head_dim = dims[b];
+                                s.mask = masks[c];
+                                s.pos = pos[d];
+                                s.soft_cap = e;
+                                out[n++] = s;
+                            }
+    return n;
+}
+
+typedef struct job {
+    fi_jit_ctx *ctx;
+    const fi_jit_spec *specs;
+    int count, stride, first;
+    int failures;
+    char first_error[2400];
+} job;
+
+static void *compile_some(void *arg)
+{
+    job *j = arg;
+    for (int i = j->first; i < j->count; i += j->stride) {
+        fi_build_outcome outcome;
+        if (fi_jit_prewarm(j->ctx, &j->specs[i], "sm_90a", &outcome) < 0 && !j->failures++) {
+            char spec[256];
+            fi_jit_spec_format(spec, sizeof spec, &j->specs[i]);
+            snprintf(j->first_error, sizeof j->first_error, "%s: %.1900s", spec, fi_last_error());
+        }
+    }
+    return NULL;
+}
+
+TEST(batch_decode_every_tuple_compiles)
+{
+    static fi_jit_spec specs[400];
+    fi_jit_ctx *ctx = NULL;
+    int all = decode_tuples(specs, 400);
+    CHECK_MSG(all == 216 + 144, "tuple count %d", all);
+    int count = all;
+    if (quick()) {
+        /* A handful across kinds, dtypes and head dims. */
+        static const int pick[] = {0, 37, 100, 215, 216, 300, 359};
+        fi_jit_spec few[7];
+        for (int i = 0; i < 7; i++) few[i] = specs[pick[i]];
+        memcpy(specs, few, sizeof few);
+        count = 7;
+    }
+    CHECK_OK(new_ctx(&ctx));
+    pthread_t threads[COMPILE_THREADS];
+    job jobs[COMPILE_THREADS];
+    for (int t = 0; t < COMPILE_THREADS; t++) {
+        memset(&jobs[t], 0, sizeof jobs[t]);
+        jobs[t].ctx = ctx;
+        jobs[t].specs = specs;
+        jobs[t].count = count;
+        jobs[t].stride = COMPILE_THREADS;
+        jobs[t].first = t;
+        pthread_create(&threads[t], NULL, compile_some, &jobs[t]);
+    }
+    int failures = 0;
+    const char *first = "";
+    for (int t = 0; t < COMPILE_THREADS; t++) {
+        pthread_join(threads[t], NULL);
+        if (jobs[t].failures && !failures) first = jobs[t].first_error;
+        failures += jobs[t].failures;
+    }
+    fi_jit_stats st;
+    fi_jit_stats_get(ctx, &st);
+    printf("  decode tuples: %d compiled, %d failed, mean NVRTC %.0f ms\n", count, failures,
+           st.compiles ? (double)st.compile_ns / (double)st.compiles / 1e6 : 0.0);
+    fi_jit_ctx_free(ctx);
+    CHECK_MSG(failures == 0, "%d of %d failed; first: %s", failures, count, first);
+}
+
+TEST(batch_decode_refuses_unsupported_tuples)
+{
+    fi_jit_spec s = FI_JIT_SPEC_INIT;
+    s.kind = FI_KIND_BATCH_DECODE;
+    s.mask = FI_MASK_CAUSAL;
+    CHECK_RC(fi_jit_spec_check(&s), FI_EUNSUPPORTED);
+    CHECK(strstr(fi_last_error(), "mask") && strstr(fi_last_error(), "none, window"));
+    s.mask = FI_MASK_NONE;
+    s.head_dim = 96;
+    CHECK_RC(fi_jit_spec_check(&s), FI_EUNSUPPORTED);
+    CHECK(strstr(fi_last_error(), "head_dim"));
+    s.head_dim = 128;
+    s.kv_dtype = FI_DTYPE_BF16; /* q fp16 with kv bf16 */
+    CHECK_RC(fi_jit_spec_check(&s), FI_EUNSUPPORTED);
+    CHECK(strstr(fi_last_error(), "kv dtype") && strstr(fi_last_error(), "fp8_e4m3"));
+    s.kv_dtype = FI_DTYPE_FP8_E4M3;
+    s.q_dtype = s.o_dtype = FI_DTYPE_FP8_E4M3;
+    CHECK_RC(fi_jit_spec_check(&s), FI_EUNSUPPORTED);
+    CHECK(strstr(fi_last_error(), "q dtype"));
+    s.q_dtype = FI_DTYPE_BF16;
+    s.o_dtype = FI_DTYPE_FP16;
+    CHECK_RC(fi_jit_spec_check(&s), FI_EUNSUPPORTED);
+    CHECK(strstr(fi_last_error(), "o dtype"));
+    s.o_dtype = FI_DTYPE_BF16;
+    CHECK_OK(fi_jit_spec_check(&s));
+    char text[256];
+    CHECK(fi_jit_spec_format(text, sizeof text, &s) > 0);
+    CHECK_MSG(strstr(text, "batch_decode") && strstr(text, "kv=fp8_e4m3"), "%s", text);
+}
+
+TEST(batch_decode_plan_validates_and_sizes)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_batch_decode_plan *plan = NULL;
+    fi_jit_spec s = FI_JIT_SPEC_INIT;
+    s.kind = FI_KIND_BATCH_DECODE;
+    CHECK_OK(new_ctx(&ctx));
+    /* Requests of 0, 1, 100 and 40000 tokens in pages of 16. */
+    int32_t indptr[5] = {0, 0, 1, 8, 8 + 2500};
+    int32_t last[4] = {0, 1, 4, 16};
+    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
+    info.batch = 4;
+    info.kv_indptr = indptr;
+    info.kv_last_page_len = last;
+    info.num_qo_heads = 32;
+    info.num_kv_heads = 8;
+    info.page_size = 16;
+    info.sm_count = 132; /* no GPU needed */
+    CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
+    int items = 0, max_splits = 0;
+    size_t bytes = 0;
+    CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(plan, &bytes));
+    CHECK_MSG(items > 4 && max_splits > 1 && bytes > 0, "items %d splits %d bytes %zu", items,
+              max_splits, bytes);
+    fi_batch_decode_plan_free(plan);
+    plan = NULL;
+    info.max_splits = 1;
+    CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
+    CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
+    CHECK(items == 4 && max_splits == 1);
+    fi_batch_decode_plan_free(plan);
+    plan = NULL;
+    last[2] = 17; /* more than a page */
+    CHECK_RC(fi_batch_decode_plan_new(&plan, ctx, &s, &info), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "kv_last_page_len[2]"));
+    last[2] = 4;
+    info.page_size = 128;
+    CHECK_RC(fi_batch_decode_plan_new(&plan, ctx, &s, &info), FI_EUNSUPPORTED);
+    CHECK(strstr(fi_last_error(), "page_size"));
+    info.page_size = 16;
+    s.kind = FI_KIND_DECODE;
+    CHECK_RC(fi_batch_decode_plan_new(&plan, ctx, &s, &info), FI_EINVALID);
+    CHECK(plan == NULL);
+    fi_batch_decode_plan_free(NULL);
+    fi_jit_ctx_free(ctx);
+}
+
+static unsigned rnd_next(unsigned *seed)
+{
+    *seed = *seed * 1103515245u + 12345u;
+    return (*seed >> 8) & 0xffffff;
+}
+
+/* Random layouts: the work items of every plan cover each request's visible
+ * keys exactly once, in order, in whole tiles but the last, with consistent
+ * split numbering; empty requests get one empty item. */
+TEST(batch_decode_plan_covers_every_key_once)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(new_ctx(&ctx));
+    unsigned seed = 12345;
+#define RND() rnd_next(&seed)
+    for (int round = 0; round < (quick() ? 40 : 400); round++) {
+        static int32_t indptr[65], last[64], len[64];
+        const int batch = 1 + (int)(RND() % 64);
+        const int page = 1 + (int)(RND() % 64);
+        const int hd = 64 << (RND() % 3);
+        const int kvh = 1 << (RND() % 4), group = 1 + (int)(RND() % 9);
+        const int window = RND() % 3 == 0 ? (int)(RND() % 3000) : -1;
+        const int max_splits = RND() % 4 == 0 ? (int)(RND() % 5) : 0;
+        indptr[0] = 0;
+        for (int b = 0; b < batch; b++) {
+            const int l = RND() % 5 == 0 ? 0 : (int)(RND() % (RND() % 2 ? 40000 : 300));
+            const int pages = (l + page - 1) / page;
+            indptr[b + 1] = indptr[b] + pages;
+            last[b] = pages ? l - (pages - 1) * page : 0;
+            len[b] = l;
+        }
+        fi_jit_spec s = FI_JIT_SPEC_INIT;
+        s.kind = FI_KIND_BATCH_DECODE;
+        s.head_dim = hd;
+        s.mask = window >= 0 ? FI_MASK_WINDOW : FI_MASK_NONE;
+        fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
+        info.batch = batch;
+        info.kv_indptr = indptr;
+        info.kv_last_page_len = last;
+        info.num_kv_heads = kvh;
+        info.num_qo_heads = kvh * group;
+        info.page_size = page;
+        info.window_left = window;
+        info.max_splits = max_splits;
+        info.sm_count = 132;
+        fi_batch_decode_plan *plan = NULL;
+        CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
+        const fi_batch_decode_work *w = NULL;
+        int n = 0;
+        fi__batch_decode_plan_work(plan, &w, &n);
+        const int tile = FI_DECODE_TILE_TOKENS(hd);
+        int i = 0, bad = 0;
+        for (int b = 0; b < batch && !bad; b++) {
+            const int first = window >= 0 && len[b] - 1 - window > 0 ? len[b] - 1 - window : 0;
+            int at = first;
+            const int splits = i < n ? w[i].num_splits : 0;
+            if (splits < 1 || (max_splits > 0 && splits > max_splits)) bad = 1;
+            for (int k = 0; k < splits && !bad; k++, i++) {
+                const fi_batch_decode_work *x = &w[i];
+                if (i >= n || x->request != b || x->split != k || x->num_splits != splits ||
+                    x->first_item != i - k || x->kv_len != len[b] || x->page_start != indptr[b] ||
+                    x->kv_begin != at || x->kv_end < x->kv_begin ||
+                    (k < splits - 1 && ((x->kv_end - x->kv_begin) % tile != 0 ||
+                                        x->kv_end == x->kv_begin)))
+                    bad = 1;
+                at = x->kv_end;
+            }
+            if (at != len[b] && !(len[b] == 0 && at == 0)) bad = 1;
+            CHECK_MSG(!bad, "round %d: request %d (len %d, page %d, window %d, max_splits %d) "
+                      "is not covered exactly", round, b, len[b], page, window, max_splits);
+        }
+        CHECK_MSG(i == n, "round %d: %d items, %d used", round, n, i);
+        size_t bytes = 0;
+        fi_batch_decode_plan_workspace_size(plan, &bytes);
+        CHECK(bytes >= (size_t)n * sizeof(fi_batch_decode_work));
+        fi_batch_decode_plan_free(plan);
+    }
+#undef RND
+    fi_jit_ctx_free(ctx);
+}

@@ -1,0 +1,240 @@
+/*
+ * CPU tests of the prefill kinds: every accepted tuple (3 kinds x fp16/bf16 x
+ * head_dim 64/128/256 x 4 masks x 3 pos encodings x soft-cap 0/1) compiles
+ * through NVRTC for sm_90a with no failure, and the kinds refuse what they do
+ * not support with FI_EUNSUPPORTED naming the field. FIJIT_TEST_QUICK=1
+ * compiles only a handful of tuples. Prints the mean NVRTC time per module.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fijit_prefill.h"
+
+#define COMPILE_THREADS 2
+
+static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
+
+static int new_ctx(fi_jit_ctx **out)
+{
+    char dir[4200];
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    opts.cache_dir = dir;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_OFF;
+    return fi_jit_ctx_new(out, &opts);
+}
+
+/* Every tuple the prefill kinds accept, 432 in all. */
+static int prefill_tuples(fi_jit_spec *out, int max)
+{
+    static const fi_kernel_kind kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
+                                           FI_KIND_BATCH_PREFILL_PAGED};
+    static const fi_dtype dtypes[] = {FI_DTYPE_FP16, FI_DTYPE_BF16};
+    static const int dims[] = {64, 128, 256};
+    static const fi_mask masks[] = {FI_MASK_NONE, FI_MASK_CAUSAL, FI_MASK_WINDOW, FI_MASK_CUSTOM};
+    static const fi_pos_encoding pos[] = {FI_POS_NONE, FI_POS_ROPE_LLAMA, FI_POS_ALIBI};
+    int n = 0;
+    for (int k = 0; k < 3; k++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                for (int c = 0; c < 4; c++)
+                    for (int d = 0; d < 3; d++)
+                        for (int e = 0; e < 2 && n < max; e++) {
+                            fi_jit_spec s = FI_JIT_SPEC_INIT;
+                            s.kind = kinds[k];
+                            s.q_dtype = s.kv_dtype = s.o_dtype = dtypes[a];
+                            s.head_dim = dims[b];
+                            s.mask = masks[c];
+                            s.pos = pos[d];
+                            s.soft_cap = e;
+                            out[n++] = s;
+                        }
+    return n;
+}
+
+typedef struct job {
+    fi_jit_ctx *ctx;
+    const fi_jit_spec *specs;
+    int count, stride, first;
+    int failures;
+    char first_error[2400];
+} job;
+
+static void *compile_some(void *arg)
+{
+    job *j = arg;
+    for (int i = j->first; i < j->count; i += j->stride) {
+        fi_build_outcome outcome;
+        if (fi_jit_prewarm(j->ctx, &j->specs[i], "sm_90a", &outcome) < 0) {
+            if (!j->failures++) {
+                char spec[256];
+                fi_jit_spec_format(spec, sizeof spec, &j->specs[i]);
+                snprintf(j->first_error, sizeof j->first_error, "%s: %.1900s", spec, fi_last_error());
+            }
+        }
+    }
+    return NULL;
+}
+
+TEST(prefill_every_tuple_compiles_for_sm90a)
+{
+    static fi_jit_spec all[432];
+    fi_jit_spec picked[432];
+    int total = prefill_tuples(all, 432), n = 0;
+    CHECK(total == 432);
+    if (quick()) {
+        /* One per kind, both dtypes, every head_dim, mask and pos at least once. */
+        static const int pick[] = {0, 75, 150, 225, 290, 370, 431};
+        for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) picked[n++] = all[pick[i]];
+    } else {
+        memcpy(picked, all, sizeof all);
+        n = total;
+    }
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(new_ctx(&ctx));
+    pthread_t threads[COMPILE_THREADS];
+    job jobs[COMPILE_THREADS];
+    for (int t = 0; t < COMPILE_THREADS; t++) {
+        memset(&jobs[t], 0, sizeof jobs[t]);
+        jobs[t] = (job){ctx, picked, n, COMPILE_THREADS, t, 0, ""};
+        pthread_create(&threads[t], NULL, compile_some, &jobs[t]);
+    }
+    int failures = 0;
+    for (int t = 0; t < COMPILE_THREADS; t++) {
+        pthread_join(threads[t], NULL);
+        if (jobs[t].failures) fprintf(stderr, "  first failure: %s\n", jobs[t].first_error);
+        failures += jobs[t].failures;
+    }
+    fi_jit_stats st;
+    int rc = fi_jit_stats_get(ctx, &st);
+    fi_jit_ctx_free(ctx);
+    CHECK(rc == 0);
+    if (st.compiles > 0)
+        fprintf(stderr, "  prefill: %lld modules compiled, NVRTC %.2f s per module (%d threads)\n",
+                (long long)st.compiles, (double)st.compile_ns / 1e9 / (double)st.compiles,
+                COMPILE_THREADS);
+    CHECK_MSG(failures == 0, "%d of %d prefill tuples failed to compile", failures, n);
+    CHECK(st.compiles == n);
+}
+
+TEST(prefill_refuses_unsupported_tuples)
+{
+    static const fi_kernel_kind kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
+                                           FI_KIND_BATCH_PREFILL_PAGED};
+    for (int k = 0; k < 3; k++) {
+        fi_jit_spec s = FI_JIT_SPEC_INIT;
+        s.kind = kinds[k];
+        CHECK_OK(fi_jit_spec_check(&s));
+        s.head_dim = 96;
+        CHECK(fi_jit_spec_check(&s) == FI_EUNSUPPORTED);
+        CHECK(strstr(fi_last_error(), "head_dim") && strstr(fi_last_error(), "64, 128, 256"));
+        s.head_dim = 128;
+        s.kv_dtype = FI_DTYPE_BF16;
+        CHECK(fi_jit_spec_check(&s) == FI_EUNSUPPORTED);
+        CHECK(strstr(fi_last_error(), "kv dtype"));
+        s.kv_dtype = FI_DTYPE_FP16;
+        s.q_dtype = s.kv_dtype = s.o_dtype = FI_DTYPE_FP8_E4M3;
+        CHECK(fi_jit_spec_check(&s) == FI_EUNSUPPORTED);
+        CHECK(strstr(fi_last_error(), "q dtype") && strstr(fi_last_error(), "fp16, bf16"));
+    }
+}
+
+TEST(prefill_kinds_parse_from_spec_strings)
+{
+    static const char *texts[] = {"prefill q=bf16 hd=64 mask=causal pos=rope softcap=1",
+                                  "batch_prefill_ragged q=fp16 hd=256 mask=custom pos=alibi",
+                                  "batch_prefill_paged q=fp16 hd=128 mask=window"};
+    static const fi_kernel_kind want[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
+                                          FI_KIND_BATCH_PREFILL_PAGED};
+    for (int i = 0; i < 3; i++) {
+        fi_jit_spec s;
+        char variant[64];
+        CHECK_OK(fi_jit_spec_parse(&s, variant, sizeof variant, texts[i]));
+        CHECK(s.kind == want[i]);
+        CHECK_OK(fi_jit_spec_check(&s));
+    }
+}
+
+TEST(prefill_launch_args_are_validated_without_gpu)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(new_ctx(&ctx));
+    fi_jit_spec s = FI_JIT_SPEC_INIT;
+    s.kind = FI_KIND_PREFILL;
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    a.num_qo_heads = 6;
+    a.num_kv_heads = 4;
+    a.qo_len = a.kv_len = 8;
+    int rc = fi_prefill_run(ctx, &s, &a, NULL);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "multiple of num_kv_heads"));
+    a.num_qo_heads = 8;
+    a.q = (void *)(uintptr_t)0x1008; /* not 16-byte aligned */
+    rc = fi_prefill_run(ctx, &s, &a, NULL);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "q ("));
+
+    /* Batch plan: page tables are checked on the host. */
+    s.kind = FI_KIND_BATCH_PREFILL_PAGED;
+    int32_t qo[3] = {0, 4, 4}, kv[3] = {0, 2, 3}, last[2] = {5, 17};
+    fi_batch_prefill_plan_args pa = FI_BATCH_PREFILL_PLAN_ARGS_INIT;
+    pa.batch_size = 2;
+    pa.qo_indptr = qo;
+    pa.kv_indptr = kv;
+    pa.kv_last_page_len = last;
+    pa.num_qo_heads = 8;
+    pa.num_kv_heads = 2;
+    pa.page_size = 16;
+    size_t bytes = 0;
+    rc = fi_batch_prefill_workspace_size(&bytes, &s, &pa);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "kv_last_page_len[1]"));
+    last[1] = 16;
+    CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
+    CHECK(bytes >= 2 * sizeof(int32_t) * 2); /* 4 queries x 4 heads = 16 rows: one tile at least */
+    pa.page_size = 65;
+    rc = fi_batch_prefill_workspace_size(&bytes, &s, &pa);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "page_size"));
+    pa.page_size = 16;
+    qo[2] = 3; /* decreasing */
+    rc = fi_batch_prefill_workspace_size(&bytes, &s, &pa);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "must not decrease"));
+    fi_jit_ctx_free(ctx);
+}
+
+/* A variant overriding all four hooks compiles into every prefill kind: the
+ * kernels call the hooks with fi_prefill_params, whose sm_scale, soft_cap,
+ * alibi_slopes and window_left fields carry the names the hooks use. */
+TEST(prefill_variant_hooks_compile_in_every_kind)
+{
+    static const char *const all_hooks =
+        "struct Variant : fijit::DefaultVariant {\n"
+        "    template <class P>\n"
+        "    static __device__ __forceinline__ float query_transform(const P &p, float q, int h, int d)\n"
+        "    { return q * p.sm_scale * (d < 4 ? 0.5f : 1.0f); }\n"
+        "    template <class P>\n"
+        "    static __device__ __forceinline__ float logits_transform(const P &p, float s, int h, int kv, int qo)\n"
+        "    { return s - 0.01f * (float)(qo - kv); }\n"
+        "    template <class P>\n"
+        "    static __device__ __forceinline__ bool logits_mask(const P &p, int h, int kv, int qo)\n"
+        "    { return (kv & 1) == 0 || kv == qo; }\n"
+        "    template <class P>\n"
+        "    static __device__ __forceinline__ float output_transform(const P &p, float o, int h, int d)\n"
+        "    { return 2.0f * o; }\n"
+        "};\n";
+    static const fi_kernel_kind kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
+                                           FI_KIND_BATCH_PREFILL_PAGED};
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(new_ctx(&ctx));
+    int rc = fi_jit_variant_register(ctx, "all_hooks", all_hooks, 0);
+    CHECK_MSG(rc == 0, "register: %s", fi_last_error());
+    for (int k = 0; k < (quick() ? 1 : 3); k++) {
+        fi_jit_spec s = FI_JIT_SPEC_INIT;
+        s.kind = kinds[k];
+        s.mask = FI_MASK_CUSTOM;
+        s.variant = "all_hooks";
+        rc = fi_jit_prewarm(ctx, &s, "sm_90a", NULL);
+        CHECK_MSG(rc == 0, "kind %d: %s", (int)kinds[k], fi_last_error());
+    }
+    fi_jit_ctx_free(ctx);
+}
