@@ -24,7 +24,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEMPLATES := $(sort $(wildcard templates/*))
 
 .PHONY: all run test test-plain test-asan test-tsan test-cli test-install test-fuzz fuzz bench gpu-check install clean deps
-all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%)
+all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%) $(B)/bench_jit
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
 deps:

@@ -5,14 +5,27 @@
 # with build/; this script only builds when build/libfijit.so is missing and
 # the -dev headers to build it exist.
 #
-#   bench/gpu_run.sh [--quick]      (--quick: fewer test shapes, shorter benches)
+#   bench/gpu_run.sh [--quick] [--only decode|prefill|jit]
+#     --quick: fewer test shapes, shorter benches
+#     --only:  one part (the parts fit separate device calls); default all:
+#              decode (single + batch decode tests and benches), prefill
+#              (bench/gpu_prefill.sh), jit (fijit demo + bench_jit on a GPU)
 # Raw results go to $OUT (test_*.json, bench_*.json, logs) when set. Each step
 # runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
 # cannot take the others' results with it.
 set -u
 cd "$(dirname "$0")/.."
 QUICK=0
-[ "${1:-}" = "--quick" ] && QUICK=1
+ONLY=all
+while [ $# -gt 0 ]; do
+    case $1 in
+    --quick) QUICK=1 ;;
+    --only) ONLY=$2; shift ;;
+    *) echo "usage: bench/gpu_run.sh [--quick] [--only decode|prefill|jit]" >&2; exit 2 ;;
+    esac
+    shift
+done
+run_part() { [ "$ONLY" = all ] || [ "$ONLY" = "$1" ]; }
 OUT_DIR=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
@@ -33,6 +46,22 @@ fi
 export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
 chmod 700 "$FIJIT_CACHE_DIR"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null
+
+if run_part jit; then
+    # The main job's GPU check on the default cache path, then the JIT benchmark
+    # (its disk-hit split includes cuModuleLoadData here).
+    (unset FIJIT_CACHE_DIR; build/fijit prewarm --head-dim 128 -j "$(nproc)" >/dev/null && build/fijit demo)
+    rc_demo=$?
+    if [ -x build/bench_jit ]; then build/bench_jit | tail -9; fi
+    [ "$ONLY" = jit ] && exit $rc_demo
+fi
+if run_part prefill; then
+    PREFILL_ARGS=()
+    [ $QUICK = 1 ] && PREFILL_ARGS=(--quick)
+    bash bench/gpu_prefill.sh "${PREFILL_ARGS[@]}" > "$OUT_DIR/gpu_prefill.log" 2>&1
+    rc_prefill=$?
+    [ "$ONLY" = prefill ] && { sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"; exit $rc_prefill; }
+fi
 if [ -x build/fijit ]; then
     manifest="$OUT_DIR/decode_manifest.txt"
     : > "$manifest"
@@ -80,6 +109,7 @@ step bench_batch_decode_fp8 python3 bench/bench_batch_decode.py --dtypes bf16 --
 
 echo
 echo "==== summary ===="
+[ "$ONLY" = all ] && sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"
 sed -n '/^decode correctness/,/^test_decode:/p' "$OUT_DIR/test_decode.log"
 sed -n '/^batch decode correctness/,/^test_batch_decode:/p' "$OUT_DIR/test_batch_decode.log"
 sed -n '/^decode, batch 1/,$p' "$OUT_DIR/bench_decode.log"
