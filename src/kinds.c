@@ -11,7 +11,7 @@
 #include "spec.h"
 
 /* q, kv and o of one 16-bit type: the kernels convert nothing else yet. */
-static int check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind)
+int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind)
 {
     if (spec->q_dtype != FI_DTYPE_FP16 && spec->q_dtype != FI_DTYPE_BF16)
         return fi__error(FI_EUNSUPPORTED, "q dtype '%s' is not supported for %s (supported: fp16, bf16)",
@@ -44,7 +44,7 @@ static int check_decode(const fi_jit_spec *spec)
     if (spec->kv_dtype == FI_DTYPE_FP8_E4M3 || spec->kv_dtype == FI_DTYPE_FP8_E5M2) {
         fi_jit_spec same = *spec;
         same.kv_dtype = spec->q_dtype;
-        rc = check_same_16bit_dtypes(&same, kind);
+        rc = fi__check_same_16bit_dtypes(&same, kind);
     } else if (spec->kv_dtype != spec->q_dtype &&
                (spec->q_dtype == FI_DTYPE_FP16 || spec->q_dtype == FI_DTYPE_BF16)) {
         return fi__error(FI_EUNSUPPORTED,
@@ -52,7 +52,7 @@ static int check_decode(const fi_jit_spec *spec)
                          "q, fp8_e4m3, fp8_e5m2)",
                          fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->q_dtype), kind);
     } else {
-        rc = check_same_16bit_dtypes(spec, kind);
+        rc = fi__check_same_16bit_dtypes(spec, kind);
     }
     if (rc < 0 || (rc = check_head_dim(spec)) < 0) return rc;
     if (spec->mask != FI_MASK_NONE && spec->mask != FI_MASK_WINDOW)

@@ -35,6 +35,10 @@ const fi_kind_info *fi__kind_info(fi_kernel_kind kind);
 /* "decode, prefill, ..." for messages. */
 const char *fi__kind_supported_names(void);
 
+/* q, kv and o all fp16 or all bf16; FI_EUNSUPPORTED naming the field otherwise.
+ * `kind` is the kind's name for the message. */
+int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind);
+
 /* Number of non-NULL entries. */
 int fi__kind_entry_count(const fi_kind_info *kind);
 

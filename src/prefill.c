@@ -44,17 +44,8 @@
 int fi__prefill_check(const fi_jit_spec *spec)
 {
     const char *kind = fi__kind_name(spec->kind);
-    if (spec->q_dtype != FI_DTYPE_FP16 && spec->q_dtype != FI_DTYPE_BF16)
-        return fi__error(FI_EUNSUPPORTED, "q dtype '%s' is not supported for %s (supported: fp16, bf16)",
-                         fi__dtype_name(spec->q_dtype), kind);
-    if (spec->kv_dtype != spec->q_dtype)
-        return fi__error(FI_EUNSUPPORTED,
-                         "kv dtype '%s' is not supported with q=%s for %s (supported: kv equal to q)",
-                         fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->q_dtype), kind);
-    if (spec->o_dtype != spec->q_dtype)
-        return fi__error(FI_EUNSUPPORTED,
-                         "o dtype '%s' is not supported with q=%s for %s (supported: o equal to q)",
-                         fi__dtype_name(spec->o_dtype), fi__dtype_name(spec->q_dtype), kind);
+    int rc = fi__check_same_16bit_dtypes(spec, kind);
+    if (rc < 0) return rc;
     if (spec->head_dim != 64 && spec->head_dim != 128 && spec->head_dim != 256)
         return fi__error(FI_EUNSUPPORTED, "head_dim %d is not supported for %s (supported: 64, 128, 256)",
                          spec->head_dim, kind);
