@@ -223,6 +223,26 @@ FI_API int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char
 FI_API int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *path,
                                         unsigned flags);
 
+/* Values for a variant's declared parameters, passed to a launch. Give every
+ * declared parameter exactly once, by name, with the type it was declared
+ * with (FI_VARG_PTR for any pointer type); fijit packs them into the layout
+ * it computed and refuses a launch whose arguments do not match. */
+typedef enum fi_variant_arg_type {
+    FI_VARG_FLOAT = 1,
+    FI_VARG_INT = 2,
+    FI_VARG_PTR = 3, /* a device pointer */
+} fi_variant_arg_type;
+
+typedef struct fi_variant_arg {
+    const char *name;
+    fi_variant_arg_type type;
+    union {
+        float f;
+        int i;
+        const void *ptr;
+    } value;
+} fi_variant_arg;
+
 /* ---- Statistics ------------------------------------------------------------ */
 typedef struct fi_jit_stats {
     int64_t memory_hits, disk_hits, misses, compiles, compile_failures;
@@ -237,7 +257,7 @@ FI_API int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out);
 /* ---- Decode launch --------------------------------------------------------- */
 struct CUstream_st; /* CUstream from cuda.h */
 
-#define FI_DECODE_ARGS_VERSION 2 /* 2 added k_scale, v_scale; 1 is still accepted */
+#define FI_DECODE_ARGS_VERSION 3 /* 2 added k_scale, v_scale; 3 variant_args; 1 and 2 are still accepted */
 
 /* Single-request decode. Element strides (not bytes). For k and v the layout
  * is given by strides: NHD [kv_len, kv_heads, hd] has stride_n = kv_heads*hd,
@@ -266,6 +286,9 @@ typedef struct fi_decode_args {
     /* Version 2: fp8 KV (kv=fp8_e4m3/fp8_e5m2) holds k / k_scale and v / v_scale;
      * the kernel multiplies them back. 0: 1. Ignored for 16-bit KV. */
     float k_scale, v_scale;
+    /* Version 3: values of the variant's declared parameters (none: NULL, 0). */
+    const fi_variant_arg *variant_args;
+    int num_variant_args;
 } fi_decode_args;
 
 #define FI_DECODE_ARGS_INIT { FI_DECODE_ARGS_VERSION, 0 }

@@ -76,7 +76,7 @@ FI_API int fi_batch_decode_plan_upload(fi_batch_decode_plan *plan, void *workspa
                                        size_t workspace_bytes);
 FI_API void fi_batch_decode_plan_free(fi_batch_decode_plan *plan);
 
-#define FI_BATCH_DECODE_ARGS_VERSION 1
+#define FI_BATCH_DECODE_ARGS_VERSION 2 /* 2 added variant_args; 1 is still accepted */
 
 /* Device pointers and element strides. Pages: token t of page pg, kv head h
  * at k + pg*k_stride_page + h*k_stride_h + t*k_stride_n. NHD pages
@@ -104,6 +104,9 @@ typedef struct fi_batch_decode_args {
     float k_scale, v_scale;        /* fp8 KV: stored values times these; 0: 1 */
     void *workspace;               /* the one the plan was uploaded to */
     size_t workspace_bytes;
+    /* Version 2: values of the variant's declared parameters (none: NULL, 0). */
+    const fi_variant_arg *variant_args;
+    int num_variant_args;
 } fi_batch_decode_args;
 
 #define FI_BATCH_DECODE_ARGS_INIT { FI_BATCH_DECODE_ARGS_VERSION, 0 }

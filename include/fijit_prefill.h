@@ -44,7 +44,7 @@ extern "C" {
 struct CUstream_st; /* CUstream from cuda.h */
 
 /* ---- single request -------------------------------------------------------- */
-#define FI_PREFILL_ARGS_VERSION 1
+#define FI_PREFILL_ARGS_VERSION 2 /* 2 added variant_args; 1 is still accepted */
 
 /* q and o [qo_len, num_qo_heads, hd] (token stride q_stride_n, head stride
  * q_stride_h); k and v [kv_len, num_kv_heads, hd] in NHD (stride_n =
@@ -68,6 +68,9 @@ typedef struct fi_prefill_args {
     const float *alibi_slopes;     /* [num_qo_heads] with FI_POS_ALIBI */
     const uint8_t *custom_mask;    /* FI_MASK_CUSTOM: qo_len*kv_len bits, see above */
     int cta_tile_q;                /* 0: automatic; 128, 64 or 16 query rows per block */
+    /* Version 2: values of the variant's declared parameters (none: NULL, 0). */
+    const fi_variant_arg *variant_args;
+    int num_variant_args;
 } fi_prefill_args;
 
 #define FI_PREFILL_ARGS_INIT { FI_PREFILL_ARGS_VERSION, 0 }
@@ -118,7 +121,7 @@ FI_API int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx,
                                  void *workspace, size_t workspace_bytes);
 FI_API void fi_prefill_plan_free(fi_prefill_plan *plan);
 
-#define FI_BATCH_PREFILL_ARGS_VERSION 1
+#define FI_BATCH_PREFILL_ARGS_VERSION 2 /* 2 added variant_args; 1 is still accepted */
 
 /* q and o [total_qo_tokens, num_qo_heads, hd] packed by qo_indptr.
  * Ragged: k and v [total_kv_tokens, num_kv_heads, hd] packed by kv_indptr
@@ -146,6 +149,9 @@ typedef struct fi_batch_prefill_args {
     const float *alibi_slopes;
     const uint8_t *custom_mask;          /* FI_MASK_CUSTOM: see the layout above */
     const int64_t *custom_mask_offsets;  /* device [batch]: first bit of each request */
+    /* Version 2: values of the variant's declared parameters (none: NULL, 0). */
+    const fi_variant_arg *variant_args;
+    int num_variant_args;
 } fi_batch_prefill_args;
 
 #define FI_BATCH_PREFILL_ARGS_INIT { FI_BATCH_PREFILL_ARGS_VERSION, 0 }

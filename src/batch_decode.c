@@ -33,6 +33,7 @@
 #include "cuda_drv.h"
 #include "decode.h"
 #include "error.h"
+#include "variant.h"
 #include "fijit_batch_decode.h"
 #include "fijit_params.h"
 #include "kinds.h"
@@ -355,12 +356,15 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     const fi_jit_kernel *kernel = NULL;
     const fi_cuda_api *cu = NULL;
     fi_batch_decode_params p;
+    unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
     CUresult res;
     if (!ctx || !plan || !a) FI_FAIL(FI_EINVALID, "batch_decode: NULL argument");
-    if (a->version != FI_BATCH_DECODE_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "batch_decode: args.version is %u, this library expects %d",
+    if (a->version < 1 || a->version > FI_BATCH_DECODE_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "batch_decode: args.version is %u, this library expects 1 to %d",
                 a->version, FI_BATCH_DECODE_ARGS_VERSION);
     const fi_jit_spec *spec = &plan->spec;
+    FI_TRY(fi__jit_variant_pack(ctx, spec, "batch_decode", a->version >= 2 ? a->variant_args : NULL,
+                                a->version >= 2 ? a->num_variant_args : 0, variant_params));
     const int kvb = fi__decode_kv_bytes(spec);
     FI_TRY(check_ptr("q", a->q, 16));
     FI_TRY(check_ptr("o", a->o, 16));
@@ -449,6 +453,7 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     p.epoch = fi__decode_next_epoch();
     p.k_scale = fi__decode_scale(a->k_scale);
     p.v_scale = fi__decode_scale(a->v_scale);
+    memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     if (spec->pos == FI_POS_ROPE_LLAMA) {
         const float scale = a->rope_scale != 0.f ? a->rope_scale : 1.f;
         const float theta = a->rope_theta != 0.f ? a->rope_theta : 1e4f;

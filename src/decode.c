@@ -24,6 +24,7 @@
 #include "cuda_drv.h"
 #include "decode.h"
 #include "error.h"
+#include "variant.h"
 #include "fijit_params.h"
 #include "kinds.h"
 #include "sys.h"
@@ -116,8 +117,8 @@ static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
     if (spec->kind != FI_KIND_DECODE)
         FI_FAIL(FI_EINVALID, "decode: spec.kind is %d, expected FI_KIND_DECODE", (int)spec->kind);
     if (!a) FI_FAIL(FI_EINVALID, "decode: args is NULL");
-    if (a->version != 1 && a->version != FI_DECODE_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "decode: args.version is %u, this library expects 1 or %d",
+    if (a->version < 1 || a->version > FI_DECODE_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "decode: args.version is %u, this library expects 1 to %d",
                 a->version, FI_DECODE_ARGS_VERSION);
     if (fi__decode_kv_bytes(spec) == 1 && a->version < 2)
         FI_FAIL(FI_EINVALID, "decode: fp8 kv needs args.version 2 (k_scale, v_scale)");
@@ -317,10 +318,13 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     const fi_jit_kernel *kernel = NULL;
     const fi_cuda_api *cu = NULL;
     fi_decode_params p;
+    unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
     CUresult res;
 
     if (!ctx) FI_FAIL(FI_EINVALID, "decode: ctx is NULL");
     FI_TRY(plan_for(spec, a, &plan));
+    FI_TRY(fi__jit_variant_pack(ctx, spec, "decode", a->version >= 3 ? a->variant_args : NULL,
+                                a->version >= 3 ? a->num_variant_args : 0, variant_params));
     if (plan.num_splits > 1) {
         if (!a->workspace)
             FI_FAIL(FI_EINVALID, "decode: %d splits need a workspace of %zu bytes; workspace is "
@@ -354,6 +358,7 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     }
     p.k_scale = a->version >= 2 ? fi__decode_scale(a->k_scale) : 1.f;
     p.v_scale = a->version >= 2 ? fi__decode_scale(a->v_scale) : 1.f;
+    memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     p.q_stride_h = a->q_stride_h;
     p.o_stride_h = a->o_stride_h;
     p.k_stride_n = a->k_stride_n;

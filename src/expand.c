@@ -182,17 +182,19 @@ int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const fi_varia
     text_add(&t, "constexpr int kMask = %d;  // %s\n", spec->mask, fi__mask_name(spec->mask));
     text_add(&t, "constexpr int kPos = %d;  // %s\n", spec->pos, fi__pos_name(spec->pos));
     text_add(&t, "constexpr bool kSoftCap = %s;\n", spec->soft_cap ? "true" : "false");
-    text_add(&t, "}  // namespace fijit_cfg\n");
+    /* The variant's declared launch parameters, in the layout the host packs
+     * (src/variant_args.c); empty for the built-in variant. */
+    text_add(&t, "struct VariantParams {\n");
+    for (int i = 0; variant && i < variant->param_count; i++)
+        text_add(&t, "    %s %s;  // offset %u\n", variant->params[i].c_type, variant->params[i].name,
+                 variant->params[i].offset);
+    text_add(&t, "};\n}  // namespace fijit_cfg\n");
     if (variant) {
         /* The snippet defines fijit_cfg::Variant inside the namespace we open
          * (its brackets were checked to balance); #line maps NVRTC's messages
          * to the snippet's own lines. */
         text_add(&t, "#define FIJIT_CUSTOM_VARIANT 1\n#include \"fijit_variant.cuh\"\n");
-        text_add(&t, "namespace fijit_cfg {\n// Extra launch parameters declared by the variant.\nstruct VariantParams {\n");
-        for (int i = 0; i < variant->param_count; i++)
-            text_add(&t, "    %s %s;  // offset %u\n", variant->params[i].c_type,
-                     variant->params[i].name, variant->params[i].offset);
-        text_add(&t, "};\n#line 1 \"%s.cuh\"\n%s\n", variant->name, variant->source);
+        text_add(&t, "namespace fijit_cfg {\n#line 1 \"%s.cuh\"\n%s\n", variant->name, variant->source);
         text_add(&t, "#line 1 \"fijit_after_variant\"\n}  // namespace fijit_cfg\n");
     } else {
         text_add(&t, "#include \"fijit_variant.cuh\"\n");

@@ -223,6 +223,17 @@ static const fi_variant *variant_find(fi_jit_ctx *ctx, const char *name)
     return NULL;
 }
 
+int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
+                         const fi_variant_arg *args, int count, unsigned long long *out)
+{
+    const fi_variant *v = NULL;
+    if (spec->variant && strcmp(spec->variant, "default") != 0 &&
+        !(v = variant_find(ctx, spec->variant)))
+        return fi__error(FI_ENOTFOUND, "%s: variant '%s' is not registered in this context", who,
+                         spec->variant);
+    return fi__variant_pack(v, who, args, count, out);
+}
+
 int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source, unsigned flags)
 {
     int rc = 0;

@@ -28,6 +28,7 @@
 #include "error.h"
 #include "fijit_prefill.h"
 #include "kinds.h"
+#include "variant.h"
 #include "prefill_params.h"
 #include "spec.h"
 #include "sys.h"
@@ -225,8 +226,8 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
     if (spec->kind != FI_KIND_PREFILL)
         FI_FAIL(FI_EINVALID, "prefill: spec.kind is %d, expected FI_KIND_PREFILL", (int)spec->kind);
     if (!a) FI_FAIL(FI_EINVALID, "prefill: args is NULL");
-    if (a->version != FI_PREFILL_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "prefill: args.version is %u, this library expects %d", a->version,
+    if (a->version < 1 || a->version > FI_PREFILL_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "prefill: args.version is %u, this library expects 1 to %d", a->version,
                 FI_PREFILL_ARGS_VERSION);
     FI_TRY(check_heads(who, a->num_qo_heads, a->num_kv_heads));
     if (a->qo_len < 0 || a->kv_len < 0)
@@ -276,9 +277,12 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     const fi_jit_kernel *kernel = NULL;
     const fi_cuda_api *cu = NULL;
     fi_prefill_params p;
+    unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
 
     if (!ctx) FI_FAIL(FI_EINVALID, "prefill: ctx is NULL");
     FI_TRY(check_single(spec, a));
+    FI_TRY(fi__jit_variant_pack(ctx, spec, "prefill", a->version >= 2 ? a->variant_args : NULL,
+                                a->version >= 2 ? a->num_variant_args : 0, variant_params));
     if (a->qo_len == 0) goto out;
     FI_TRY(fi__cuda_load(&cu));
     const int group = a->num_qo_heads / a->num_kv_heads;
@@ -314,6 +318,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     p.group_size = group;
     p.qo_len = a->qo_len;
     p.kv_len = a->kv_len;
+    memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
                  a->window_left);
     FI_TRY(launch(cu, kernel, idx, spec->head_dim, (unsigned)tiles[idx], (unsigned)a->num_kv_heads,
@@ -501,6 +506,7 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     const fi_jit_kernel *kernel = NULL;
     const fi_cuda_api *cu = NULL;
     fi_prefill_params p;
+    unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
 
     if (!ctx) FI_FAIL(FI_EINVALID, "batch prefill: ctx is NULL");
     if (!plan) FI_FAIL(FI_EINVALID, "batch prefill: plan is NULL");
@@ -508,9 +514,11 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     const char *who = batch_who(spec);
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     if (!a) FI_FAIL(FI_EINVALID, "%s: args is NULL", who);
-    if (a->version != FI_BATCH_PREFILL_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "%s: args.version is %u, this library expects %d", who, a->version,
+    if (a->version < 1 || a->version > FI_BATCH_PREFILL_ARGS_VERSION)
+        FI_FAIL(FI_EINVALID, "%s: args.version is %u, this library expects 1 to %d", who, a->version,
                 FI_BATCH_PREFILL_ARGS_VERSION);
+    FI_TRY(fi__jit_variant_pack(ctx, spec, who, a->version >= 2 ? a->variant_args : NULL,
+                                a->version >= 2 ? a->num_variant_args : 0, variant_params));
     if (plan->num_work == 0) goto out; /* no query in the batch */
     FI_TRY(check_ptr(who, "q", a->q));
     FI_TRY(check_ptr(who, "o", a->o));
@@ -569,6 +577,7 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     p.num_kv_heads = plan->num_kv_heads;
     p.group_size = plan->num_qo_heads / plan->num_kv_heads;
     p.page_size = paged ? plan->page_size : 1;
+    memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
                  a->window_left);
     FI_TRY(launch(cu, kernel, plan->tile, spec->head_dim, (unsigned)plan->num_work,

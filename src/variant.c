@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "error.h"
+#include "fijit_params.h"
 #include "spec.h"
 #include "sys.h"
 #include "variant.h"
@@ -162,6 +163,80 @@ void fi__variant_free(fi_variant *v)
     if (!v) return;
     fi__free(v->source);
     fi__free(v);
+}
+
+_Static_assert(FI_VARIANT_MAX_PARAMS * 8 <= FI_VARIANT_PARAM_WORDS * 8,
+               "the params structs hold every declared parameter");
+
+static const char *arg_type_name(int type)
+{
+    return type == FI_VARG_FLOAT ? "FI_VARG_FLOAT" : type == FI_VARG_INT ? "FI_VARG_INT"
+           : type == FI_VARG_PTR ? "FI_VARG_PTR" : "an unknown type";
+}
+
+/* "a (float), b (const int*)" into buf. */
+static void describe_params(const fi_variant *v, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < v->param_count && used < size; i++) {
+        int n = snprintf(buf + used, size - used, "%s%s (%s)", i ? ", " : "", v->params[i].name,
+                         v->params[i].c_type);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+}
+
+int fi__variant_pack(const fi_variant *v, const char *who, const fi_variant_arg *args, int count,
+                     unsigned long long *out)
+{
+    char declared[FI_VARIANT_MAX_PARAMS * 64];
+    unsigned char *bytes = (unsigned char *)out;
+    memset(out, 0, FI_VARIANT_PARAM_WORDS * sizeof *out);
+    if (count < 0 || (count > 0 && !args))
+        return fi__error(FI_EINVALID, "%s: variant_args is %s with num_variant_args %d", who,
+                         args ? "set" : "NULL", count);
+    if (!v) {
+        if (count == 0) return 0;
+        return fi__error(FI_EINVALID,
+                         "%s: %d variant_args given, but the spec uses the built-in variant, which declares no parameters",
+                         who, count);
+    }
+    describe_params(v, declared, sizeof declared);
+    if (count != v->param_count)
+        return fi__error(FI_EINVALID, "%s: variant '%s' declares %d parameters%s%s; %d values given", who,
+                         v->name, v->param_count, v->param_count ? ": " : "", declared, count);
+    for (int i = 0; i < count; i++) {
+        const fi_variant_arg *a = &args[i];
+        const fi_variant_param *param = NULL;
+        if (!a->name) return fi__error(FI_EINVALID, "%s: variant_args[%d].name is NULL", who, i);
+        for (int j = 0; j < v->param_count && !param; j++)
+            if (strcmp(v->params[j].name, a->name) == 0) param = &v->params[j];
+        if (!param)
+            return fi__error(FI_EINVALID, "%s: variant '%s' has no parameter '%.40s' (it declares: %s)", who,
+                             v->name, a->name, declared);
+        for (int j = 0; j < i; j++)
+            if (strcmp(args[j].name, a->name) == 0)
+                return fi__error(FI_EINVALID, "%s: variant parameter '%s' is given twice", who, a->name);
+        if ((int)a->type != (int)param->type)
+            return fi__error(FI_EINVALID, "%s: variant parameter '%s' is declared '%s' but given as %s", who,
+                             param->name, param->c_type, arg_type_name(a->type));
+        switch (param->type) {
+        case FI_VPARAM_FLOAT:
+            memcpy(bytes + param->offset, &a->value.f, sizeof a->value.f);
+            break;
+        case FI_VPARAM_INT:
+            memcpy(bytes + param->offset, &a->value.i, sizeof a->value.i);
+            break;
+        case FI_VPARAM_PTR:
+            if ((uintptr_t)a->value.ptr % 4 != 0)
+                return fi__error(FI_EINVALID, "%s: variant parameter '%s' (%s) = %p is not 4-byte aligned", who,
+                                 param->name, param->c_type, a->value.ptr);
+            memcpy(bytes + param->offset, &a->value.ptr, sizeof a->value.ptr);
+            break;
+        }
+    }
+    return 0;
 }
 
 int fi__variant_annotate_log(const fi_variant *v, const char *log, char **out)

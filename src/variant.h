@@ -25,9 +25,9 @@
 #define FI_VARIANT_MAX_SOURCE (256 * 1024)
 
 typedef enum fi_variant_param_type {
-    FI_VPARAM_FLOAT = 1,
-    FI_VPARAM_INT = 2,
-    FI_VPARAM_PTR = 3, /* a device pointer */
+    FI_VPARAM_FLOAT = FI_VARG_FLOAT, /* equal to the public fi_variant_arg_type */
+    FI_VPARAM_INT = FI_VARG_INT,
+    FI_VPARAM_PTR = FI_VARG_PTR, /* a device pointer */
 } fi_variant_param_type;
 
 typedef struct fi_variant_param {
@@ -53,6 +53,18 @@ typedef struct fi_variant {
  * own file and line. */
 int fi__variant_new(fi_variant **out, const char *name, const char *source);
 void fi__variant_free(fi_variant *v);
+
+/* Check the values a launch gives for `v`'s declared parameters (`v` NULL:
+ * the built-in variant, which declares none) and pack them in the layout of
+ * fijit_cfg::VariantParams into `out` (FI_VARIANT_PARAM_WORDS words, zeroed
+ * first). Every declared parameter exactly once, by name, with its declared
+ * type; typed pointers aligned to their element. `who` prefixes errors. */
+int fi__variant_pack(const fi_variant *v, const char *who, const fi_variant_arg *args, int count,
+                     unsigned long long *out);
+
+/* fi__variant_pack for the variant `spec` names in `ctx` (launch code). */
+int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
+                         const fi_variant_arg *args, int count, unsigned long long *out);
 
 /* Rewrite an NVRTC log for a failed variant compile: lines naming
  * "<name>.cuh(N)" are followed by the snippet's line N. `*out` is fi__free'd. */

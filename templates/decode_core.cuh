@@ -60,6 +60,10 @@ static_assert(kKVBytes == 2 || kKVBytes == 1, "kv must be a 16-bit or an fp8 typ
 static_assert(kHeadDim <= FI_DECODE_MAX_HEAD_DIM, "rope_freq table too small");
 
 constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
+// Without softmax (a variant's choice) the state's m stays 0 and the weights
+// are the transformed logits themselves; every merge below then reduces to a
+// sum, because all its exp2(m - max) factors are 1.
+constexpr bool kSoftmax = Variant::use_softmax;
 
 // The K/V ring while streaming; the row-group merge scratch afterwards; one
 // flag at the end. Static shared memory is capped at 48 KiB, which the
@@ -311,7 +315,7 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
 
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
-        st.m[s] = -inf_();
+        st.m[s] = kSoftmax ? -inf_() : 0.f;
         st.d[s] = 0.f;
 #pragma unroll
         for (int e = 0; e < kVec; ++e) st.o[s][e] = 0.f;
@@ -382,7 +386,8 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
 #pragma unroll
                     for (int s = 0; s < kSlots; ++s) x[i][s] += shfl_xor(x[i][s], off);
 
-            // Final logits in log2 units; hidden keys become -inf.
+            // Final logits in log2 units; hidden keys become -inf (without
+            // softmax: the weights, hidden keys 0).
 #pragma unroll
             for (int i = 0; i < kStep; ++i) {
                 const int j = t0 + step * kStep + i;
@@ -390,10 +395,13 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
                 for (int s = 0; s < kSlots; ++s) {
                     const bool visible =
                         j < end && Variant::logits_mask(p, pl.head[s], j, job.qo_idx);
-                    x[i][s] = visible ? Variant::logits_transform(p, x[i][s], pl.head[s], j,
-                                                                  job.qo_idx) *
-                                            kLog2e
-                                      : -inf_();
+                    const float logit =
+                        visible ? Variant::logits_transform(p, x[i][s], pl.head[s], j, job.qo_idx)
+                                : 0.f;
+                    if constexpr (kSoftmax)
+                        x[i][s] = visible ? logit * kLog2e : -inf_();
+                    else
+                        x[i][s] = logit;
                 }
             }
 
@@ -402,6 +410,14 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
             float pr[kStep][kSlots];
 #pragma unroll
             for (int s = 0; s < kSlots; ++s) {
+                if constexpr (!kSoftmax) {
+#pragma unroll
+                    for (int i = 0; i < kStep; ++i) {
+                        pr[i][s] = x[i][s];
+                        st.d[s] += x[i][s];
+                    }
+                    continue;
+                }
                 float mx = st.m[s];
 #pragma unroll
                 for (int i = 0; i < kStep; ++i) mx = fmax_(mx, x[i][s]);
@@ -480,6 +496,22 @@ struct Out {
     float v_scale;       // fp8: applied to the normalised output
 };
 
+// What multiplies a state's o to give its output: 1/d with softmax (0 when
+// no key was visible: o = 0), 1 without.
+__device__ __forceinline__ float normaliser(float d)
+{
+    if constexpr (!kSoftmax) return 1.f;
+    return d > 0.f ? rcp_fast(d) : 0.f;
+}
+
+// A state's log-sum-exp in base 2: -inf when no key was visible; 0 without
+// softmax, so that merging partial states sums them.
+__device__ __forceinline__ float lse2(float m, float d)
+{
+    if constexpr (!kSoftmax) return 0.f;
+    return d > 0.f ? m + log2_fast(d) : -inf_();
+}
+
 // Store the final output of the heads in `st` (threads of token lane 0).
 template <class P>
 __device__ __forceinline__ void store_final(const P &p, const State &st, const Place &pl,
@@ -489,15 +521,15 @@ __device__ __forceinline__ void store_final(const P &p, const State &st, const P
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
         if (!pl.active[s]) continue;
-        // d == 0: no visible key (an empty request, or all masked): o = 0, lse = -inf.
-        const float inv = st.d[s] > 0.f ? rcp_fast(st.d[s]) * out.v_scale : 0.f;
+        const float inv = normaliser(st.d[s]) * out.v_scale;
+        const float lse = lse2(st.m[s], st.d[s]) * kLn2;
         float res[kVec];
 #pragma unroll
         for (int e = 0; e < kVec; ++e)
-            res[e] = Variant::output_transform(p, st.o[s][e] * inv, pl.head[s], pl.lane * kVec + e);
+            res[e] = Variant::output_transform(p, st.o[s][e] * inv, pl.head[s], pl.lane * kVec + e,
+                                               lse);
         stg16(out.o + pl.head[s] * out.o_stride_h + pl.lane * kVec, pack8<DTypeO>(res));
-        if (out.lse != nullptr && pl.lane == 0)
-            out.lse[pl.head[s]] = st.d[s] > 0.f ? (st.m[s] + log2_fast(st.d[s])) * kLn2 : -inf_();
+        if (out.lse != nullptr && pl.lane == 0) out.lse[pl.head[s]] = lse;
     }
 }
 
@@ -523,7 +555,7 @@ __device__ __forceinline__ void store_split(const P &p, const State &st, const P
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             if (!pl.active[s]) continue;
-            const float inv = st.d[s] > 0.f ? rcp_fast(st.d[s]) * out.v_scale : 0.f;
+            const float inv = normaliser(st.d[s]) * out.v_scale;
             const long long idx = (long long)(sp.first_item + sp.split) * sp.num_qo_heads + pl.head[s];
             float *dst = sp.partial_o + idx * kHeadDim + pl.lane * kVec;
             vec16_t a, b;
@@ -534,8 +566,7 @@ __device__ __forceinline__ void store_split(const P &p, const State &st, const P
             }
             stg16(dst, a);
             stg16(dst + 4, b);
-            if (pl.lane == 0)
-                sp.partial_lse[idx] = st.d[s] > 0.f ? st.m[s] + log2_fast(st.d[s]) : -inf_();
+            if (pl.lane == 0) sp.partial_lse[idx] = lse2(st.m[s], st.d[s]);
         }
     }
     fence_gpu();  // release: our partials before our count
@@ -628,17 +659,16 @@ __device__ __forceinline__ void store_split(const P &p, const State &st, const P
             }
         }
         if (!valid || subrow != 0) continue;
-        const float inv = d > 0.f ? rcp_fast(d) : 0.f;
+        const float inv = normaliser(d);
+        const float lse = lse2(m, d) * kLn2;
         float res[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-            res[e] = Variant::output_transform(p, acc[e] * inv, head, lane * 4 + e);
+        for (int e = 0; e < 4; ++e) res[e] = Variant::output_transform(p, acc[e] * inv, head, lane * 4 + e, lse);
         const unsigned int w0 = Traits<DTypeO>::pack2(res[0], res[1]);
         const unsigned int w1 = Traits<DTypeO>::pack2(res[2], res[3]);
         DTypeO *dst = out.o + head * out.o_stride_h + lane * 4;
         asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(dst), "r"(w0), "r"(w1) : "memory");
-        if (out.lse != nullptr && lane == 0)
-            out.lse[head] = d > 0.f ? (m + log2_fast(d)) * kLn2 : -inf_();
+        if (out.lse != nullptr && lane == 0) out.lse[head] = lse;
     }
 }
 

@@ -8,6 +8,11 @@
 #ifndef FIJIT_PARAMS_H
 #define FIJIT_PARAMS_H
 
+/* Room for a user variant's declared parameters in every params struct:
+ * at most FI_VARIANT_MAX_PARAMS (16) values of at most 8 bytes, laid out by
+ * src/variant.c and read on the device through fijit::variant_params(p). */
+#define FI_VARIANT_PARAM_WORDS 16
+
 /* ---- decode launch constants ---------------------------------------------------
  * One block serves one KV head (a GQA group, or a slice of a large one) over
  * one contiguous chunk of keys (one split). Each thread owns FI_DECODE_VEC
@@ -83,6 +88,7 @@ typedef struct fi_decode_params {
     int window_left;          /* kMaskWindow: keys j >= kv_len - 1 - window_left; < 0: all */
     unsigned epoch;           /* split counter epoch of this launch */
     float k_scale, v_scale;   /* fp8 KV: k = k_scale * stored, v = v_scale * stored; else 1 */
+    unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
     /* RoPE (Llama, rotate-half): rope_freq[i] = (1/rope_scale) * theta^(-2i/head_dim),
      * computed in double on the host and rounded once to float, i < head_dim/2.
      * A table instead of device math keeps the frequencies bit-identical to
@@ -127,6 +133,7 @@ typedef struct fi_batch_decode_params {
     int window_left;          /* as in fi_decode_params */
     unsigned epoch;
     float k_scale, v_scale;
+    unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
     float rope_freq[FI_DECODE_MAX_HEAD_DIM / 2];
 } fi_batch_decode_params;
 

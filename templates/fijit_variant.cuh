@@ -1,22 +1,51 @@
-// The default attention variant: the hooks every kernel calls at fixed points.
+// The attention variant interface: the hooks every kernel calls at fixed
+// points, their contracts, and the default variant.
 //
 // A user variant (a snippet compiled in place of the default) derives from
 // fijit::DefaultVariant and redefines only the hooks it changes; the kernels
 // call them as fijit_cfg::Variant::hook(...). Hooks are static so that a
 // variant holds no state: everything it reads comes from the kernel's params
-// struct (P is fi_decode_params for decode and its merge). The tuple's
-// compile-time choices (kMask, kPos, kSoftCap) come from the generated
-// prelude's namespace fijit_cfg; `if constexpr` removes what a tuple does not
-// use, so the default costs nothing when a feature is off.
+// struct P (fi_decode_params, fi_batch_decode_params or fi_prefill_params)
+// and from the parameters the variant declared (fijit::variant_params(p)).
+//
+// The built-in behaviours (ALiBi, soft-cap, sliding window) are variants
+// too, written with these hooks alone (variant_alibi.cuh, variant_softcap.cuh,
+// variant_window.cuh), stacked on BaseVariant according to the tuple's
+// compile-time choices (fijit_cfg::kMask, kPos, kSoftCap): a tuple pays only
+// for the layers it asked for.
 #pragma once
 
 namespace fijit {
 
-struct DefaultVariant {
+// The values of the parameters a variant declared (`//! param float scale`),
+// laid out by fijit in fijit_cfg::VariantParams and packed by the host into
+// the params struct at launch.
+template <class P>
+__device__ __forceinline__ const fijit_cfg::VariantParams &variant_params(const P &p)
+{
+    return *reinterpret_cast<const fijit_cfg::VariantParams *>(p.variant_params);
+}
+
+// Plain attention: softmax(q.k * sm_scale) v over every key the kernel reads.
+struct BaseVariant {
+    // use_softmax: true: weights are exp(logit) normalised over the visible
+    // keys (online softmax; lse is their natural-log sum). false: the output
+    // is sum_j w_j v_j with w_j = logits_transform(...) as returned, hidden
+    // keys weighing 0, no normalisation; split-KV partials are summed, and
+    // lse is written as 0.
+    static constexpr bool use_softmax = true;
+
+    // mask_every_tile: prefill calls logits_mask only on K/V tiles that
+    // straddle a built-in boundary (the causal diagonal, the window's lower
+    // edge, the end of the keys; every tile with mask=custom). A variant that
+    // hides keys elsewhere (a document mask) sets this, and then logits_mask
+    // decides every key. Decode calls logits_mask on every key it reads
+    // (it skips only whole tiles before a sliding window's start).
+    static constexpr bool mask_every_tile = false;
+
     // query_transform: called once for every element `dim` of query head
-    // `qo_head`, after RoPE has been applied (kPos == kPosRopeLlama). Returns
-    // the value that enters the dot products with the keys.
-    // Default: folds sm_scale into q, so that q.k is already the scaled logit.
+    // `qo_head`, after RoPE. Returns the value that enters the dot products
+    // with the keys. Default: folds sm_scale into q, so q.k is the scaled logit.
     template <class P>
     static __device__ __forceinline__ float query_transform(const P &p, float q, int qo_head,
                                                             int dim)
@@ -26,21 +55,15 @@ struct DefaultVariant {
         return q * p.sm_scale;
     }
 
-    // logits_transform: `logit` is (transformed q) . k for key `kv_idx`;
-    // `qo_idx` is the query's position on the key axis (kv_len - 1 in
-    // decode). Returns the final logit in natural units: the kernel takes
-    // softmax over exp(logit), and lse is the natural log of its sum.
-    // Default: ALiBi bias slope[h] * (kv_idx - qo_idx), added to the scaled
-    // logit; then the soft-cap cap * tanh(logit / cap) (FlashInfer's order:
-    // the cap applies to the scaled logit, bias included).
+    // logits_transform: `logit` is (transformed q) . k for key `kv_idx` (its
+    // index within the request); `qo_idx` is the query's position on the key
+    // axis (decode: kv_len - 1; prefill: i + kv_len - qo_len). Called for
+    // visible keys only. Returns the final logit in natural units (with
+    // use_softmax false: the weight itself). Default: unchanged.
     template <class P>
     static __device__ __forceinline__ float logits_transform(const P &p, float logit, int qo_head,
                                                              int kv_idx, int qo_idx)
     {
-        if constexpr (fijit_cfg::kPos == fijit_cfg::kPosAlibi)
-            logit += p.alibi_slopes[qo_head] * (float)(kv_idx - qo_idx);
-        if constexpr (fijit_cfg::kSoftCap)
-            logit = p.soft_cap * tanh_accurate(logit * (1.0f / p.soft_cap));
         (void)p;
         (void)qo_head;
         (void)kv_idx;
@@ -49,11 +72,9 @@ struct DefaultVariant {
     }
 
     // logits_mask: true when key `kv_idx` is visible to the query of head
-    // `qo_head` at `qo_idx`. A hidden key contributes nothing, to the output
-    // or to lse. Default: everything visible, or with kMaskWindow the sliding
-    // window kv_idx >= qo_idx - window_left (window_left < 0: no window).
-    // Decode kernels also skip whole tiles before the window start, so this
-    // hook only decides the keys inside the range they read.
+    // `qo_head` at `qo_idx`, on top of the built-in causal and custom masks.
+    // A hidden key contributes nothing, to the output or to lse. Where it is
+    // called: see mask_every_tile. Default: everything visible.
     template <class P>
     static __device__ __forceinline__ bool logits_mask(const P &p, int qo_head, int kv_idx,
                                                        int qo_idx)
@@ -62,24 +83,54 @@ struct DefaultVariant {
         (void)qo_head;
         (void)kv_idx;
         (void)qo_idx;
-        if constexpr (fijit_cfg::kMask == fijit_cfg::kMaskWindow)
-            return p.window_left < 0 || kv_idx >= qo_idx - p.window_left;
         return true;
     }
 
     // output_transform: called for every element of the final, normalised
-    // output of head `qo_head` just before it is rounded to DTypeO and
-    // stored (never on split partials). Default: identity.
+    // output of head `qo_head` just before it is rounded to DTypeO and stored
+    // (never on split partials). `lse` is the natural log of the softmax
+    // denominator over the visible keys (-inf when there is none; 0 without
+    // softmax). Default: identity.
     template <class P>
     static __device__ __forceinline__ float output_transform(const P &p, float o, int qo_head,
-                                                             int dim)
+                                                             int dim, float lse)
     {
         (void)p;
         (void)qo_head;
         (void)dim;
+        (void)lse;
         return o;
     }
 };
+
+// Base<...> with Layer on top when `on`, else Base.
+template <bool on, template <class> class Layer, class Base>
+struct LayerIf {
+    using type = Base;
+};
+template <template <class> class Layer, class Base>
+struct LayerIf<true, Layer, Base> {
+    using type = Layer<Base>;
+};
+
+}  // namespace fijit
+
+#include "variant_alibi.cuh"
+#include "variant_softcap.cuh"
+#include "variant_window.cuh"
+
+namespace fijit {
+
+// The tuple's built-in behaviour: ALiBi bias, then the soft-cap (FlashInfer's
+// order: the cap applies to the scaled logit, bias included), and the
+// sliding window's mask.
+using DefaultLayers = typename LayerIf<
+    fijit_cfg::kMask == fijit_cfg::kMaskWindow, SlidingWindow,
+    typename LayerIf<fijit_cfg::kSoftCap, SoftCap,
+                     typename LayerIf<fijit_cfg::kPos == fijit_cfg::kPosAlibi, AlibiBias,
+                                      BaseVariant>::type>::type>::type;
+
+struct DefaultVariant : DefaultLayers {};
 
 }  // namespace fijit
 

@@ -25,9 +25,9 @@
 //    are never loaded, and a warp skips the math of a tile none of its own
 //    rows can see. Masks are evaluated only on tiles that straddle a
 //    boundary: the causal diagonal, the window's lower edge, the end of the
-//    keys, and with kMaskCustom every tile. The variant's logits_mask hook is
-//    called on those same tiles only (fully visible tiles skip it), so a
-//    variant that hides keys elsewhere must be compiled with mask=custom.
+//    keys, and with kMaskCustom every tile. The variant's logits_mask hook
+//    (the sliding window is one) is called on those same tiles only, unless
+//    the variant sets mask_every_tile.
 //  * The output is normalised, passed through output_transform, staged in the
 //    warp's own rows of the Q buffer and written with 16-byte stores.
 //
@@ -59,6 +59,10 @@ constexpr bool kWindow = fijit_cfg::kMask == fijit_cfg::kMaskWindow;
 // A sliding window is causal too (keys after the query are hidden).
 constexpr bool kCausal = fijit_cfg::kMask == fijit_cfg::kMaskCausal || kWindow;
 constexpr bool kCustom = fijit_cfg::kMask == fijit_cfg::kMaskCustom;
+// A variant may turn softmax off (the weights are then its transformed logits)
+// or ask for its mask on every tile.
+constexpr bool kSoftmax = Variant::use_softmax;
+constexpr bool kMaskEveryTile = Variant::mask_every_tile;
 
 static_assert(kKind == FI_PREFILL_KIND_SINGLE || kKind == FI_PREFILL_KIND_RAGGED ||
                   kKind == FI_PREFILL_KIND_PAGED,
@@ -280,7 +284,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            m[mt][h] = -inf_();
+            m[mt][h] = kSoftmax ? -inf_() : 0.f;
             d[mt][h] = 0.f;
         }
     }
@@ -347,7 +351,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         }
 
         // Final logits (variant transform, natural units), masked on boundary tiles.
-        bool need_mask = kCustom || t0 + kTileKV > w.kv_len;
+        bool need_mask = kCustom || kMaskEveryTile || t0 + kTileKV > w.kv_len;
         if constexpr (kCausal) need_mask = need_mask || t0 + kTileKV - 1 > tok_lo + off;
         if constexpr (kWindow)
             need_mask = need_mask || (p.window_left >= 0 && t0 < tok_hi + off - p.window_left);
@@ -363,8 +367,6 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                         const int qpos = row_pos[mt][h];
                         bool visible = j < w.kv_len;
                         if constexpr (kCausal) visible = visible && j <= qpos;
-                        if constexpr (kWindow)
-                            visible = visible && (p.window_left < 0 || j >= qpos - p.window_left);
                         if constexpr (kCustom) {
                             if (visible) {
                                 const long long bit = w.mask_offset +
@@ -376,7 +378,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                         s[mt][nt][e] =
                             visible ? Variant::logits_transform(p, s[mt][nt][e], row_head[mt][h], j,
                                                                 qpos)
-                                    : -inf_();
+                                    : (kSoftmax ? -inf_() : 0.f);
                     }
         } else {
 #pragma unroll
@@ -395,9 +397,9 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         // exp2(x * log2e - m * log2e), one FFMA per element. A row that has
         // seen only hidden keys keeps m = -inf; `base` avoids -inf - -inf. d
         // is this thread's partial sum (its columns); the four lanes of a row
-        // add up at the end.
+        // add up at the end. Without softmax, S already holds the weights.
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+        for (int mt = 0; mt < kMT && kSoftmax; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 float mx = m[mt][h];
@@ -460,21 +462,24 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         for (int h = 0; h < 2; ++h) {
             d[mt][h] += shfl_xor(d[mt][h], 1);
             d[mt][h] += shfl_xor(d[mt][h], 2);
-            // d == 0: no visible key: output 0, lse -inf.
-            const float inv = d[mt][h] > 0.f ? rcp_fast(d[mt][h]) : 0.f;
+            // d == 0: no visible key: output 0, lse -inf. Without softmax:
+            // the weighted sum as it is, lse 0.
+            const float inv = !kSoftmax ? 1.f : d[mt][h] > 0.f ? rcp_fast(d[mt][h]) : 0.f;
+            const float lse = !kSoftmax        ? 0.f
+                              : d[mt][h] > 0.f ? fma_(log2_fast(d[mt][h]), kLn2, m[mt][h])
+                                               : -inf_();
             const int r = warp_row0 + mt * 16 + g + 8 * h;
 #pragma unroll
             for (int dt = 0; dt < kDT; ++dt) {
                 const int col = dt * 8 + 2 * t;
                 const float v0 =
-                    Variant::output_transform(p, o[mt][dt][2 * h] * inv, row_head[mt][h], col);
+                    Variant::output_transform(p, o[mt][dt][2 * h] * inv, row_head[mt][h], col, lse);
                 const float v1 = Variant::output_transform(p, o[mt][dt][2 * h + 1] * inv,
-                                                           row_head[mt][h], col + 1);
+                                                           row_head[mt][h], col + 1, lse);
                 sts32(sq + swz(r, dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
             }
             if (p.lse != nullptr && t == 0 && row0 + r < rows)
-                p.lse[(long long)(w.q_begin + row_tok[mt][h]) * p.num_qo_heads + row_head[mt][h]] =
-                    d[mt][h] > 0.f ? fma_(log2_fast(d[mt][h]), kLn2, m[mt][h]) : -inf_();
+                p.lse[(long long)(w.q_begin + row_tok[mt][h]) * p.num_qo_heads + row_head[mt][h]] = lse;
         }
     __syncwarp();
 #pragma unroll

@@ -7,6 +7,8 @@
 #ifndef FIJIT_PREFILL_PARAMS_H
 #define FIJIT_PREFILL_PARAMS_H
 
+#include "fijit_params.h" /* FI_VARIANT_PARAM_WORDS */
+
 /* ---- tiles ---------------------------------------------------------------------
  * A module holds one kernel per CTA query tile, in this order (the kinds'
  * entries in src/kinds.c follow it): rows of the tile are "packed rows",
@@ -84,6 +86,7 @@ typedef struct fi_prefill_params {
                                   rope_offset + kv_len - qo_len + i */
     int window_left;           /* kMaskWindow: keys j >= i + kv_len - qo_len - window_left
                                   (and causal); < 0: causal only */
+    unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
     /* RoPE (Llama, rotate-half): rope_freq[i] = (1/rope_scale) * theta^(-2i/head_dim),
      * i < head_dim/2, computed in double on the host, rounded once. */
     float rope_freq[FI_PREFILL_MAX_HEAD_DIM / 2];

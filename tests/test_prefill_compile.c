@@ -219,7 +219,7 @@ TEST(prefill_variant_hooks_compile_in_every_kind)
         "    static __device__ __forceinline__ bool logits_mask(const P &p, int h, int kv, int qo)\n"
         "    { return (kv & 1) == 0 || kv == qo; }\n"
         "    template <class P>\n"
-        "    static __device__ __forceinline__ float output_transform(const P &p, float o, int h, int d)\n"
+        "    static __device__ __forceinline__ float output_transform(const P &p, float o, int h, int d, float lse)\n"
         "    { return 2.0f * o; }\n"
         "};\n";
     static const fi_kernel_kind kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,

@@ -1,18 +1,23 @@
 /*
  * CPU tests of user variants: registration rules, the key following the
- * snippet's bytes, compile errors reported in the snippet's own lines, and
- * nothing cached when a snippet does not compile.
+ * snippet's bytes, compile errors reported in the snippet's own lines,
+ * nothing cached when a snippet does not compile, every hook compiling into
+ * every kind, and the checks and layout of launch-time parameter values.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "variant.h"
+
+static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
 
 static const char *const doubled_output =
     "// Output scaled by two: a hook override that compiles in every kernel.\n"
     "struct Variant : fijit::DefaultVariant {\n"
     "    template <class P>\n"
-    "    static __device__ __forceinline__ float output_transform(const P &p, float o, int h, int d)\n"
+    "    static __device__ __forceinline__ float output_transform(const P &p, float o, int h, int d, float lse)\n"
     "    {\n"
     "        return 2.0f * o;\n"
     "    }\n"
@@ -143,7 +148,7 @@ TEST(variant_errors_point_at_the_snippet_lines)
         {"unknown identifier",
          "struct Variant : fijit::DefaultVariant {\n"
          "    template <class P>\n"
-         "    static __device__ float output_transform(const P &p, float o, int h, int d)\n"
+         "    static __device__ float output_transform(const P &p, float o, int h, int d, float lse)\n"
          "    { return o * not_declared_anywhere; }\n"
          "};\n",
          0, {"bad.cuh(4)", "not_declared_anywhere", "   4 |"}},
@@ -208,5 +213,121 @@ TEST(variant_parameters_are_declared_and_laid_out)
     CHECK_RC(fi_jit_variant_register(ctx, "dup", "//! param float a\n//! param int a\nstruct Variant : fijit::DefaultVariant {};\n", 0),
              FI_EINVALID);
     CHECK(strstr(fi_last_error(), "dup.cuh:2") && strstr(fi_last_error(), "twice"));
+    fi_jit_ctx_free(ctx);
+}
+
+/* Every hook a variant may override, declared parameters read on the device,
+ * softmax off and the mask on every tile: compiles into every kernel kind. */
+static const char *const every_hook =
+    "//! param float scale\n"
+    "//! param int shift\n"
+    "//! param const float* bias\n"
+    "struct Variant : fijit::DefaultVariant {\n"
+    "    static constexpr bool use_softmax = false;\n"
+    "    static constexpr bool mask_every_tile = true;\n"
+    "    template <class P>\n"
+    "    static __device__ __forceinline__ float query_transform(const P &p, float q, int h, int d)\n"
+    "    { return q * p.sm_scale * fijit::variant_params(p).scale; }\n"
+    "    template <class P>\n"
+    "    static __device__ __forceinline__ float logits_transform(const P &p, float s, int h, int kv, int qo)\n"
+    "    { return 1.0f / (1.0f + expf(-(s + fijit::variant_params(p).bias[h]))); }\n"
+    "    template <class P>\n"
+    "    static __device__ __forceinline__ bool logits_mask(const P &p, int h, int kv, int qo)\n"
+    "    { return ((kv + fijit::variant_params(p).shift) & 3) != 0 || kv == qo; }\n"
+    "    template <class P>\n"
+    "    static __device__ __forceinline__ float output_transform(const P &p, float o, int h, int d, float lse)\n"
+    "    { return o + 0.0f * lse; }\n"
+    "};\n";
+
+TEST(variant_hooks_compile_into_every_kind)
+{
+    static const fi_kernel_kind kinds[] = {FI_KIND_DECODE, FI_KIND_PREFILL, FI_KIND_BATCH_DECODE,
+                                           FI_KIND_BATCH_PREFILL_RAGGED, FI_KIND_BATCH_PREFILL_PAGED};
+    fi_jit_ctx *ctx = open_ctx();
+    CHECK_OK(fi_jit_variant_register(ctx, "every_hook", every_hook, 0));
+    for (size_t k = 0; k < (quick() ? 2 : sizeof kinds / sizeof kinds[0]); k++) {
+        fi_jit_spec spec = variant_spec("every_hook");
+        fi_build_outcome outcome;
+        spec.kind = kinds[k];
+        spec.head_dim = 128;
+        spec.mask = k == 1 ? FI_MASK_CAUSAL : FI_MASK_NONE;
+        int rc = fi_jit_prewarm(ctx, &spec, NULL, &outcome);
+        CHECK_MSG(rc == 0 && outcome == FI_BUILD_COMPILED, "kind %d: %d %.4000s", kinds[k], rc,
+                  fi_last_error());
+    }
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(variant_launch_arguments_are_checked)
+{
+    fi_jit_ctx *ctx = open_ctx();
+    CHECK_OK(fi_jit_variant_register(ctx, "every_hook", every_hook, 0));
+    fi_jit_spec spec = variant_spec("every_hook");
+    static const float device_floats[4] __attribute__((aligned(16)));
+    fi_variant_arg good[3] = {{"bias", FI_VARG_PTR, {.ptr = device_floats}},
+                              {"scale", FI_VARG_FLOAT, {.f = 1.5f}},
+                              {"shift", FI_VARG_INT, {.i = -7}}};
+    unsigned long long words[16];
+
+    /* The layout: scale at 0, shift at 4, bias at 8 (declaration order, natural alignment). */
+    CHECK_OK(fi__jit_variant_pack(ctx, &spec, "test", good, 3, words));
+    float scale;
+    int shift;
+    const void *bias;
+    memcpy(&scale, (char *)words + 0, 4);
+    memcpy(&shift, (char *)words + 4, 4);
+    memcpy(&bias, (char *)words + 8, 8);
+    CHECK(scale == 1.5f && shift == -7 && bias == device_floats);
+
+    struct {
+        const char *what;
+        int count;
+        fi_variant_arg args[3];
+        const char *says;
+    } bad[] = {
+        {"too few", 2, {good[0], good[1]}, "declares 3 parameters: scale (float), shift (int), bias (const float*)"},
+        {"unknown name", 3, {good[0], good[1], {"shfit", FI_VARG_INT, {.i = 1}}}, "no parameter 'shfit'"},
+        {"wrong type", 3, {good[0], good[1], {"shift", FI_VARG_FLOAT, {.f = 1}}}, "declared 'int' but given as FI_VARG_FLOAT"},
+        {"twice", 3, {good[0], good[1], good[1]}, "'scale' is given twice"},
+        {"misaligned", 3, {{"bias", FI_VARG_PTR, {.ptr = (const char *)device_floats + 2}}, good[1], good[2]},
+         "not 4-byte aligned"},
+        {"null name", 3, {good[0], good[1], {NULL, FI_VARG_INT, {.i = 1}}}, "name is NULL"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_RC(fi__jit_variant_pack(ctx, &spec, "test", bad[i].args, bad[i].count, words), FI_EINVALID);
+        CHECK_MSG(strstr(fi_last_error(), bad[i].says), "%s: %s", bad[i].what, fi_last_error());
+    }
+    CHECK_RC(fi__jit_variant_pack(ctx, &spec, "test", NULL, 3, words), FI_EINVALID);
+
+    /* The built-in variant takes none; an unregistered one is not found. */
+    fi_jit_spec plain = FI_JIT_SPEC_INIT;
+    CHECK_OK(fi__jit_variant_pack(ctx, &plain, "test", NULL, 0, words));
+    CHECK_RC(fi__jit_variant_pack(ctx, &plain, "test", good, 1, words), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "built-in variant"));
+    fi_jit_spec missing = variant_spec("nobody");
+    CHECK_RC(fi__jit_variant_pack(ctx, &missing, "test", NULL, 0, words), FI_ENOTFOUND);
+
+    /* The launch functions refuse bad arguments before touching a GPU. */
+    fi_decode_args d = FI_DECODE_ARGS_INIT;
+    d.q = d.k = d.v = d.o = (void *)(uintptr_t)0x10000;
+    d.num_qo_heads = d.num_kv_heads = 1;
+    d.kv_len = 16;
+    d.k_stride_n = d.v_stride_n = 64;
+    d.num_splits = 1; /* no device query for the split count */
+    d.variant_args = good;
+    d.num_variant_args = 2;
+    CHECK_RC(fi_decode_run(ctx, &spec, &d, NULL), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "decode: variant 'every_hook' declares 3"), "%s", fi_last_error());
+    fi_prefill_args pa = FI_PREFILL_ARGS_INIT;
+    pa.q = pa.k = pa.v = pa.o = (void *)(uintptr_t)0x10000;
+    pa.num_qo_heads = pa.num_kv_heads = 1;
+    pa.qo_len = pa.kv_len = 16;
+    pa.q_stride_n = pa.o_stride_n = pa.k_stride_n = pa.v_stride_n = 64;
+    pa.variant_args = good;
+    pa.num_variant_args = 1;
+    fi_jit_spec prefill = variant_spec("every_hook");
+    prefill.kind = FI_KIND_PREFILL;
+    CHECK_RC(fi_prefill_run(ctx, &prefill, &pa, NULL), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "prefill: variant 'every_hook' declares 3"), "%s", fi_last_error());
     fi_jit_ctx_free(ctx);
 }
