@@ -96,6 +96,36 @@ int cli_manifest_parse(const char *data, size_t size,
                        int (*fn)(void *user, int line_no, const char *spec), void *user,
                        char *err, size_t err_size);
 
+/* Variant snippets given with --variant-file (cli_variant.c). */
+typedef struct cli_variant {
+    char name[64]; /* the file name up to its first '.' */
+    char *path;    /* as given */
+    char *source;  /* the file's text, read once */
+} cli_variant;
+
+typedef struct cli_variant_set {
+    cli_variant *items; /* distinct names, in the order given */
+    int count;
+} cli_variant_set;
+
+/* Read every file of the comma list `paths` (NULL: none) and check each by
+ * registering it in a memory-only context. Returns -1 to go on, or an exit
+ * code after printing what is wrong (unreadable file, a name that cannot be
+ * derived or is taken by a file with other text, the library's message for a
+ * snippet it refuses). Free `out` with cli_variants_free. */
+int cli_variants_load(const cli_command *cmd, const char *paths, cli_variant_set *out);
+/* Register every variant of `set` in `ctx`: 0, or the fi_error code with
+ * `*failed` (may be NULL) the index of the one refused. */
+int cli_variants_register(fi_jit_ctx *ctx, const cli_variant_set *set, int *failed);
+/* Set fi_last_error() to "variant 'NAME' is not registered: give its snippet
+ * with --variant-file ..." and return FI_ENOTFOUND. */
+int cli_variant_not_registered(const char *name);
+/* The variant called `name`, or NULL. */
+const cli_variant *cli_variants_find(const cli_variant_set *set, const char *name);
+/* "a,b,c": the names of `set`, freshly allocated (NULL when out of memory). */
+char *cli_variants_names(const cli_variant_set *set);
+void cli_variants_free(cli_variant_set *set);
+
 /* Subcommands in their own files. */
 int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv);
 int cli_cmd_demo(const cli_command *cmd, int argc, char **argv);

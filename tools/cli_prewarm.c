@@ -30,11 +30,13 @@
 typedef struct prewarm_job {
     char spec[256]; /* canonical spec text */
     char arch[16];
+    int failed;     /* set when its result came back FAILED */
 } prewarm_job;
 
 typedef struct job_list {
     prewarm_job *jobs;
     int count, capacity;
+    const cli_variant_set *variants; /* registered in every worker's context */
 } job_list;
 
 typedef enum job_outcome {
@@ -99,6 +101,8 @@ static int add_spec(job_list *list, const char *text, char **arches, int arch_co
     char canonical[256];
     if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0) return -1;
     if (fi_jit_spec_check(&spec) < 0) return -1;
+    if (spec.variant && !cli_variants_find(list->variants, spec.variant))
+        return cli_variant_not_registered(spec.variant);
     if (fi_jit_spec_format(canonical, sizeof canonical, &spec) < 0) return -1;
     for (int a = 0; a < arch_count; a++) {
         int seen = 0;
@@ -119,16 +123,19 @@ static int add_spec(job_list *list, const char *text, char **arches, int arch_co
         prewarm_job *job = &list->jobs[list->count++];
         snprintf(job->spec, sizeof job->spec, "%s", canonical);
         snprintf(job->arch, sizeof job->arch, "%s", arches[a]);
+        job->failed = 0;
     }
     return 0;
 }
 
-/* The list options, in the order their values vary in the product. */
-enum { DIM_DTYPE, DIM_HEAD_DIM, DIM_MASK, DIM_POS, DIM_SOFTCAP, DIM_COUNT };
-static const char *const dim_flag[DIM_COUNT] = {"dtype", "head-dim", "mask", "pos", "softcap"};
-static const char *const dim_field[DIM_COUNT] = {"q", "hd", "mask", "pos", "softcap"};
+/* The list options, in the order their values vary in the product. The
+ * default of --variant is "default", or the variants of --variant-file. */
+enum { DIM_DTYPE, DIM_HEAD_DIM, DIM_MASK, DIM_POS, DIM_SOFTCAP, DIM_VARIANT, DIM_COUNT };
+static const char *const dim_flag[DIM_COUNT] = {"dtype", "head-dim", "mask", "pos", "softcap",
+                                                "variant"};
+static const char *const dim_field[DIM_COUNT] = {"q", "hd", "mask", "pos", "softcap", "variant"};
 static const char *const dim_default[DIM_COUNT] = {"fp16,bf16", "64,128,256", "none", "none",
-                                                   "0"};
+                                                   "0", "default"};
 
 typedef struct product {
     char **kernels;
@@ -146,7 +153,7 @@ static void product_free(product *p)
 /* Split and validate every list option on its own, so an error names the
  * option and value at fault rather than a whole combination. */
 static int product_parse(const cli_command *cmd, product *p, const char *kernels,
-                         const char *const values[DIM_COUNT])
+                         const char *const values[DIM_COUNT], const cli_variant_set *variants)
 {
     fi_jit_spec spec;
     char variant[64], text[320];
@@ -164,8 +171,11 @@ static int product_parse(const cli_command *cmd, product *p, const char *kernels
         for (int v = 0; v < p->value_count[d]; v++) {
             snprintf(text, sizeof text, "%s %s=%s", p->kernels[0], dim_field[d],
                      p->values[d][v]);
-            if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0 ||
-                fi_jit_spec_check(&spec) < 0)
+            int bad = fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0 ||
+                      fi_jit_spec_check(&spec) < 0;
+            if (!bad && spec.variant && !cli_variants_find(variants, spec.variant))
+                bad = cli_variant_not_registered(spec.variant) < 0;
+            if (bad)
                 return cli_usage_error(cmd, "--%s %s: %s", dim_flag[d], p->values[d][v],
                                        fi_last_error());
         }
@@ -180,12 +190,13 @@ static int product_expand(const cli_command *cmd, const product *p, job_list *li
     for (int k = 0; k < p->kernel_count; k++) {
         memset(index, 0, sizeof index);
         for (;;) {
-            char text[320];
-            snprintf(text, sizeof text, "%s q=%s hd=%s mask=%s pos=%s softcap=%s", p->kernels[k],
-                     p->values[DIM_DTYPE][index[DIM_DTYPE]],
+            char text[400];
+            snprintf(text, sizeof text, "%s q=%s hd=%s mask=%s pos=%s softcap=%s variant=%s",
+                     p->kernels[k], p->values[DIM_DTYPE][index[DIM_DTYPE]],
                      p->values[DIM_HEAD_DIM][index[DIM_HEAD_DIM]],
                      p->values[DIM_MASK][index[DIM_MASK]], p->values[DIM_POS][index[DIM_POS]],
-                     p->values[DIM_SOFTCAP][index[DIM_SOFTCAP]]);
+                     p->values[DIM_SOFTCAP][index[DIM_SOFTCAP]],
+                     p->values[DIM_VARIANT][index[DIM_VARIANT]]);
             if (add_spec(list, text, arches, arch_count) < 0)
                 return cli_usage_error(cmd, "spec '%s': %s", text, fi_last_error());
             /* Odometer step: the last dimension varies fastest. */
@@ -264,6 +275,21 @@ static void worker_send_result(int fd, int job, int outcome, int64_t elapsed_ns,
         _exit(1); /* the parent is gone */
 }
 
+/* A worker's context, with the variants of --variant-file registered (the
+ * same bytes the parent checked). 0, or an fi_error code and *out NULL. */
+static int worker_context(fi_jit_ctx **out, const char *arch, const cli_variant_set *variants)
+{
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    opts.cache_dir = cli_cache_dir_option;
+    opts.arch = arch;
+    int rc = fi_jit_ctx_new(out, &opts);
+    if (rc == 0 && (rc = cli_variants_register(*out, variants, NULL)) < 0) {
+        fi_jit_ctx_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 /* The body of a worker process: its own context, then jobs until the parent
  * closes the task pipe. */
 static void worker_main(int task_fd, int result_fd, const job_list *list)
@@ -276,13 +302,7 @@ static void worker_main(int task_fd, int result_fd, const job_list *list)
         int64_t start = now_ns();
         fi_build_outcome built = FI_BUILD_COMPILED;
         int rc = 0;
-        if (!ctx) {
-            fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-            opts.cache_dir = cli_cache_dir_option;
-            opts.arch = pj->arch;
-            rc = fi_jit_ctx_new(&ctx, &opts);
-            if (rc < 0) ctx = NULL;
-        }
+        if (!ctx) rc = worker_context(&ctx, pj->arch, list->variants);
         if (rc == 0) {
             fi_jit_spec spec;
             char variant[64];
@@ -367,7 +387,7 @@ static void progress_clear(const progress *p)
     }
 }
 
-static void report_result(progress *p, const prewarm_job *job, int outcome, int64_t elapsed_ns,
+static void report_result(progress *p, prewarm_job *job, int outcome, int64_t elapsed_ns,
                           const char *message)
 {
     long long ms = (long long)((elapsed_ns + 500000) / 1000000);
@@ -375,6 +395,7 @@ static void report_result(progress *p, const prewarm_job *job, int outcome, int6
     if (outcome == JOB_COMPILED) p->compiled++;
     else if (outcome == JOB_CACHED) p->cached++;
     else p->failed++;
+    job->failed = outcome == JOB_FAILED;
 
     /* On a terminal the bar says it all, except failures, which must stay visible. */
     if (!p->tty || outcome == JOB_FAILED) {
@@ -387,6 +408,16 @@ static void report_result(progress *p, const prewarm_job *job, int outcome, int6
         fflush(stdout);
     }
     if (p->tty) progress_draw(p);
+}
+
+/* After the summary: the failed tuples alone, since their FAILED lines may be
+ * far apart between long compiler logs. */
+static void report_failures(const job_list *list)
+{
+    for (int i = 0; i < list->count; i++)
+        if (list->jobs[i].failed)
+            fprintf(stderr, "fijit prewarm: failed: %s %s\n", list->jobs[i].spec,
+                    list->jobs[i].arch);
 }
 
 /* ---- the command ------------------------------------------------------------------ */
@@ -496,8 +527,8 @@ out:
 
 int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
 {
-    enum { OPT_KERNEL, OPT_DTYPE, OPT_HEAD_DIM, OPT_MASK, OPT_POS, OPT_SOFTCAP, OPT_ARCH,
-           OPT_MANIFEST, OPT_JOBS };
+    enum { OPT_KERNEL, OPT_DTYPE, OPT_HEAD_DIM, OPT_MASK, OPT_POS, OPT_SOFTCAP, OPT_VARIANT,
+           OPT_VARIANT_FILE, OPT_ARCH, OPT_MANIFEST, OPT_JOBS };
     cli_option options[] = {
         [OPT_KERNEL] = {"kernel", 0, 1, 1, NULL},
         [OPT_DTYPE] = {"dtype", 0, 1, 1, NULL},
@@ -505,13 +536,15 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
         [OPT_MASK] = {"mask", 0, 1, 1, NULL},
         [OPT_POS] = {"pos", 0, 1, 1, NULL},
         [OPT_SOFTCAP] = {"softcap", 0, 1, 1, NULL},
+        [OPT_VARIANT] = {"variant", 0, 1, 1, NULL},
+        [OPT_VARIANT_FILE] = {"variant-file", 0, 1, 1, NULL},
         [OPT_ARCH] = {"arch", 0, 1, 1, NULL},
         [OPT_MANIFEST] = {"manifest", 0, 1, 0, NULL},
         [OPT_JOBS] = {"jobs", 'j', 1, 0, NULL},
         {0},
     };
     static const int dim_option[DIM_COUNT] = {OPT_DTYPE, OPT_HEAD_DIM, OPT_MASK, OPT_POS,
-                                              OPT_SOFTCAP};
+                                              OPT_SOFTCAP, OPT_VARIANT};
     cli_args args;
     int rc = cli_parse(cmd, options, argc, argv, &args);
     if (rc >= 0) return rc;
@@ -528,7 +561,10 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     char **arches = NULL;
     int arch_count = 0;
     product prod = {0};
+    cli_variant_set variants = {0};
     job_list list = {0};
+    char *variant_names = NULL;
+    list.variants = &variants;
     if (options[OPT_ARCH].value) {
         if (cli_split_list(options[OPT_ARCH].value, &arches, &arch_count) < 0) {
             rc = cli_usage_error(cmd, "--arch '%s': expected a comma-separated list",
@@ -551,6 +587,9 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
         }
     }
 
+    /* Snippets are read and checked once, before anything is compiled. */
+    if ((rc = cli_variants_load(cmd, options[OPT_VARIANT_FILE].value, &variants)) >= 0) goto out;
+
     /* The product applies unless a manifest is the only source given. */
     int product_given = options[OPT_KERNEL].value != NULL;
     for (int d = 0; d < DIM_COUNT; d++) product_given |= options[dim_option[d]].value != NULL;
@@ -559,8 +598,15 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
         for (int d = 0; d < DIM_COUNT; d++)
             values[d] = options[dim_option[d]].value ? options[dim_option[d]].value
                                                      : dim_default[d];
+        if (!options[OPT_VARIANT].value && variants.count) {
+            if (!(variant_names = cli_variants_names(&variants))) {
+                rc = cli_usage_error(cmd, "out of memory");
+                goto out;
+            }
+            values[DIM_VARIANT] = variant_names;
+        }
         const char *kernels = options[OPT_KERNEL].value ? options[OPT_KERNEL].value : "decode";
-        if ((rc = product_parse(cmd, &prod, kernels, values)) >= 0) goto out;
+        if ((rc = product_parse(cmd, &prod, kernels, values, &variants)) >= 0) goto out;
         if ((rc = product_expand(cmd, &prod, &list, arches, arch_count)) >= 0) goto out;
     }
     if (options[OPT_MANIFEST].value &&
@@ -598,10 +644,14 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     printf("prewarm: %d spec%s, %d compiled, %d already cached, %d failed in %.1f s (-j %d)\n",
            p.total, p.total == 1 ? "" : "s", p.compiled, p.cached, p.failed,
            (double)(now_ns() - p.start_ns) / 1e9, worker_count);
+    fflush(stdout);
+    report_failures(&list);
     rc = p.failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 out:
     free(list.jobs);
+    free(variant_names);
     product_free(&prod);
+    cli_variants_free(&variants);
     cli_free_list(arches, arch_count);
     return rc;
 }

@@ -31,7 +31,17 @@ typedef struct list_filter {
     int dtypes[16], dtype_count;
     char **arches;
     int arch_count;
+    char **variants; /* "default" stands for entries without a variant */
+    int variant_count;
 } list_filter;
+
+/* 1 if `list` holds `name`. */
+static int list_has(char **list, int count, const char *name)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(list[i], name) == 0) return 1;
+    return 0;
+}
 
 typedef struct list_rows {
     fi_store_row *rows;
@@ -41,15 +51,14 @@ typedef struct list_rows {
 
 static int list_row_matches(const list_filter *f, const fi_store_row *row)
 {
-    if (f->arch_count) {
-        int ok = 0;
-        for (int i = 0; i < f->arch_count; i++) ok |= strcmp(f->arches[i], row->meta.arch) == 0;
-        if (!ok) return 0;
-    }
-    if (!f->kind_count && !f->dtype_count) return 1;
+    if (f->arch_count && !list_has(f->arches, f->arch_count, row->meta.arch)) return 0;
+    if (!f->kind_count && !f->dtype_count && !f->variant_count) return 1;
     fi_jit_spec spec;
     char variant[64];
     if (fi_jit_spec_parse(&spec, variant, sizeof variant, row->meta.spec) < 0) return 0;
+    if (f->variant_count &&
+        !list_has(f->variants, f->variant_count, spec.variant ? spec.variant : "default"))
+        return 0;
     if (f->kind_count) {
         int ok = 0;
         for (int i = 0; i < f->kind_count; i++) ok |= (int)spec.kind == f->kinds[i];
@@ -109,13 +118,26 @@ static int list_parse_filter(const cli_command *cmd, const char *flag, const cha
     return -1;
 }
 
+/* "--variant default,sigmoid": names as spec strings write them. */
+static int list_parse_variants(const cli_command *cmd, const char *values, list_filter *f)
+{
+    if (cli_split_list(values, &f->variants, &f->variant_count) < 0)
+        return cli_usage_error(cmd, "--variant '%s': expected a comma-separated list", values);
+    for (int i = 0; i < f->variant_count; i++)
+        if (!fi__variant_name_ok(f->variants[i]))
+            return cli_usage_error(cmd, "--variant %s: not a variant name (default, or 1-63 "
+                                   "letters, digits, '_' or '-')", f->variants[i]);
+    return -1;
+}
+
 static int cmd_list(const cli_command *cmd, int argc, char **argv)
 {
-    enum { OPT_KERNEL, OPT_ARCH, OPT_DTYPE, OPT_KEYS };
+    enum { OPT_KERNEL, OPT_ARCH, OPT_DTYPE, OPT_VARIANT, OPT_KEYS };
     cli_option options[] = {
         [OPT_KERNEL] = {"kernel", 0, 1, 1, NULL},
         [OPT_ARCH] = {"arch", 0, 1, 1, NULL},
         [OPT_DTYPE] = {"dtype", 0, 1, 1, NULL},
+        [OPT_VARIANT] = {"variant", 0, 1, 1, NULL},
         [OPT_KEYS] = {"keys", 0, 0, 0, NULL},
         {0},
     };
@@ -134,13 +156,17 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
         (rc = list_parse_filter(cmd, "dtype", options[OPT_DTYPE].value, filter.dtypes,
                                 &filter.dtype_count)) >= 0)
         return rc;
-    if (options[OPT_ARCH].value &&
-        cli_split_list(options[OPT_ARCH].value, &filter.arches, &filter.arch_count) < 0)
-        return cli_usage_error(cmd, "--arch '%s': expected a comma-separated list",
-                               options[OPT_ARCH].value);
-
     fi_store *st = NULL;
     list_rows rows = {NULL, 0, 0, &filter};
+    if (options[OPT_ARCH].value &&
+        cli_split_list(options[OPT_ARCH].value, &filter.arches, &filter.arch_count) < 0) {
+        rc = cli_usage_error(cmd, "--arch '%s': expected a comma-separated list",
+                             options[OPT_ARCH].value);
+        goto out;
+    }
+    if (options[OPT_VARIANT].value &&
+        (rc = list_parse_variants(cmd, options[OPT_VARIANT].value, &filter)) >= 0)
+        goto out;
     if ((rc = cli_open_store(cmd, &st)) != 0) goto out;
     if (fi_store_foreach(st, list_collect, &rows) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the cache index");
@@ -175,6 +201,7 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
 out:
     free(rows.rows);
     cli_free_list(filter.arches, filter.arch_count);
+    cli_free_list(filter.variants, filter.variant_count);
     fi_store_close(st);
     return rc;
 }
@@ -448,11 +475,29 @@ static void write_stdout(void *user, const char *text)
     fputs(text, stdout);
 }
 
+/* A context for explain, with the snippets of --variant-file registered. */
+static int explain_context(const cli_command *cmd, const char *arch,
+                           const cli_variant_set *variants, fi_jit_ctx **out)
+{
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    opts.cache_dir = cli_cache_dir_option;
+    opts.arch = arch;
+    int rc = CLI_EXIT_OK;
+    if (fi_jit_ctx_new(out, &opts) < 0) return cli_runtime_error(cmd, "cannot create a context");
+    if (cli_variants_register(*out, variants, NULL) < 0) {
+        rc = cli_runtime_error(cmd, "cannot register the variants");
+        fi_jit_ctx_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 static int cmd_explain(const cli_command *cmd, int argc, char **argv)
 {
-    enum { OPT_ARCH };
+    enum { OPT_ARCH, OPT_VARIANT_FILE };
     cli_option options[] = {
         [OPT_ARCH] = {"arch", 0, 1, 0, NULL},
+        [OPT_VARIANT_FILE] = {"variant-file", 0, 1, 1, NULL},
         {0},
     };
     cli_args args;
@@ -481,16 +526,22 @@ static int cmd_explain(const cli_command *cmd, int argc, char **argv)
         cli_default_arch(arch, 0, NULL);
     }
 
-    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    opts.cache_dir = cli_cache_dir_option;
-    opts.arch = arch;
+    /* The snippet's bytes are part of the key: without them there is no key. */
+    cli_variant_set variants;
     fi_jit_ctx *ctx = NULL;
-    if (fi_jit_ctx_new(&ctx, &opts) < 0) return cli_runtime_error(cmd, "cannot create a context");
+    if ((rc = cli_variants_load(cmd, options[OPT_VARIANT_FILE].value, &variants)) >= 0)
+        return rc;
+    if (spec.variant && !cli_variants_find(&variants, spec.variant)) {
+        cli_variant_not_registered(spec.variant);
+        rc = cli_usage_error(cmd, "%s", fi_last_error());
+        goto out;
+    }
+    if ((rc = explain_context(cmd, arch, &variants, &ctx)) != CLI_EXIT_OK) goto out;
     if (fi_jit_explain(ctx, &spec, arch, write_stdout, NULL) < 0)
         rc = cli_runtime_error(cmd, "cannot explain the key");
-    else
-        rc = CLI_EXIT_OK;
+out:
     fi_jit_ctx_free(ctx);
+    cli_variants_free(&variants);
     return rc;
 }
 
@@ -499,8 +550,9 @@ static int cmd_explain(const cli_command *cmd, int argc, char **argv)
 static const cli_command commands[] = {
     {"prewarm",
      "usage: fijit prewarm [--kernel K] [--dtype D,..] [--head-dim N,..] [--mask M,..]\n"
-     "                     [--pos P,..] [--softcap 0,1] [--arch A,..] [--manifest FILE]\n"
-     "                     [-j N] [--cache-dir DIR]\n",
+     "                     [--pos P,..] [--softcap 0,1] [--variant V,..] [--arch A,..]\n"
+     "                     [--variant-file FILE].. [--manifest FILE] [-j N]\n"
+     "                     [--cache-dir DIR]\n",
      "\n"
      "Compile specs into the cache so that later processes only load them. Needs no GPU.\n"
      "The specs are the cartesian product of the list options below, and/or the lines\n"
@@ -512,28 +564,42 @@ static const cli_command commands[] = {
      "  --mask M,..        masks: none, window (default: none)\n"
      "  --pos P,..         position encodings: none, rope, alibi (default: none)\n"
      "  --softcap S,..     logits soft-cap off/on: 0, 1 (default: 0)\n"
+     "  --variant V,..     variants: default (built in) or the name of a --variant-file\n"
+     "                     snippet (default: the variants of --variant-file if given,\n"
+     "                     else default)\n"
+     "  --variant-file FILE\n"
+     "                     register the variant snippet in FILE, named after the file\n"
+     "                     up to its first '.' (dir/sigmoid.cuh: variant=sigmoid), in\n"
+     "                     every worker; repeatable. A snippet the library refuses\n"
+     "                     (unbalanced brackets, #line) stops prewarm before anything\n"
+     "                     is compiled; one that does not compile fails its specs.\n"
      "  --arch A,..        target arches, e.g. sm_80,sm_90a (default: $FIJIT_ARCH, else\n"
      "                     the arch of CUDA device 0, else sm_90a)\n"
      "  --manifest FILE    one canonical spec per line, e.g.\n"
      "                       decode q=bf16 hd=128 mask=window pos=rope softcap=1\n"
-     "                     '#' starts a comment; blank lines are skipped. A bad line\n"
+     "                     '#' starts a comment; blank lines are skipped. A bad line,\n"
+     "                     or one naming a variant=NAME no --variant-file registers,\n"
      "                     stops prewarm before anything is compiled.\n"
      "  -j, --jobs N       worker processes (default: number of online CPUs)\n"
      CACHE_DIR_HELP
      "\n"
      "Prints one line per spec (compiled / cached / FAILED) or, on a terminal, a\n"
-     "progress bar; then a summary. Exit status: 0 all built, 1 some failed,\n"
-     "2 bad arguments or manifest.\n",
+     "progress bar; then a summary, and each failed spec again on stderr. Exit\n"
+     "status: 0 all built, 1 some failed, 2 bad arguments, manifest or variant file.\n",
      cli_cmd_prewarm},
     {"list",
-     "usage: fijit list [--kernel K,..] [--arch A,..] [--dtype D,..] [--keys] [--cache-dir DIR]\n",
+     "usage: fijit list [--kernel K,..] [--arch A,..] [--dtype D,..] [--variant V,..]\n"
+     "                  [--keys] [--cache-dir DIR]\n",
      "\n"
-     "One line per cache entry: canonical spec, arch, size, age (since it was built),\n"
-     "hits (loads from disk). A header line is added when stdout is a terminal.\n"
+     "One line per cache entry: canonical spec (ending in variant=NAME for a custom\n"
+     "variant), arch, size, age (since it was built), hits (loads from disk). A header\n"
+     "line is added when stdout is a terminal. Each edit of a variant's snippet builds\n"
+     "a new entry with the same spec; --keys tells them apart.\n"
      "\n"
      "  --kernel K,..      only these kernel kinds\n"
      "  --arch A,..        only these arches\n"
      "  --dtype D,..       only entries with one of these dtypes (q, kv or o)\n"
+     "  --variant V,..     only these variants (default: entries without a custom one)\n"
      "  --keys             start each line with the entry's key (its object file name)\n"
      CACHE_DIR_HELP,
      cmd_list},
@@ -591,13 +657,17 @@ static const cli_command commands[] = {
      CACHE_DIR_HELP,
      cmd_show_config},
     {"explain",
-     "usage: fijit explain SPEC [--arch A] [--cache-dir DIR]\n",
+     "usage: fijit explain SPEC [--arch A] [--variant-file FILE].. [--cache-dir DIR]\n",
      "\n"
      "Print what the cache key of SPEC is made of (every tagged field and the hash of\n"
      "every source text) and the key itself, to understand a surprising cache miss.\n"
      "SPEC is a canonical spec, quoted or not: \"decode q=fp16 hd=128 mask=window\".\n"
      "\n"
      "  --arch A           target arch (default as for prewarm)\n"
+     "  --variant-file FILE\n"
+     "                     the snippet of the variant=NAME that SPEC names, as for\n"
+     "                     prewarm (its bytes are part of the key, so explain needs\n"
+     "                     it; the output gives its size and xxh3-64 hash); repeatable\n"
      CACHE_DIR_HELP,
      cmd_explain},
     {"demo",

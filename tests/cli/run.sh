@@ -7,7 +7,8 @@
 #   tests/cli/run.sh build/fijit            run every case
 #   FIJIT_CLI_UPDATE=1 tests/cli/run.sh ... rewrite the expected files (review the diff!)
 #
-# Real compiles take ~0.5-1 s each on a small machine; the suite does 4.
+# Real compiles take ~0.5-1 s each on a small machine, so each case compiles
+# as few tuples as it can (the variant cases: three, and one front-end failure).
 # The last line is "N passed, N failed"; the exit status is 1 if any failed.
 set -u
 
@@ -208,6 +209,93 @@ check compile_error_reported "want exit 1, a FAILED line with the log and 1 fail
           && grep -q '^prewarm: 1 spec, 0 compiled, 0 already cached, 1 failed' '$WORK/broken.out'"
 check compile_error_counted "expected compile_failures 1" \
     eval '[ "$("$FIJIT" stats --json --cache-dir "$WORK/broken-cache" | grep -o "\"compile_failures\":[0-9]*")" = "\"compile_failures\":1" ]'
+
+# ---- custom variants: --variant-file, --variant, variant=NAME -----------------------
+# One tuple (decode fp16 hd128) per compile keeps this to three compiles and one
+# that fails in the front end. Snippets override query_transform only.
+VC=$WORK/variants
+VD=$WORK/snippets
+mkdir -p "$VD"
+vstat_is() { CACHE=$VC stat_is "$@"; }
+cat >"$VD/halfq.cuh" <<'EOF'
+// Halves every query element on top of sm_scale.
+struct Variant : fijit::DefaultVariant {
+    template <class P>
+    static __device__ __forceinline__ float query_transform(const P &p, float q, int h, int d)
+    { return 0.5f * q * p.sm_scale; }
+};
+EOF
+VSPEC=(--kernel decode --dtype fp16 --head-dim 128 --arch sm_90a -j 1 --cache-dir "$VC")
+run variant_prewarm -- prewarm --variant-file "$VD/halfq.cuh" "${VSPEC[@]}"
+check variant_prewarm_stats "expected 1 compile, 1 entry" \
+    eval 'vstat_is compiles 1 && vstat_is entries 1 && vstat_is compile_failures 0'
+run variant_prewarm_again -- prewarm --variant-file "$VD/halfq.cuh" "${VSPEC[@]}"
+check variant_prewarm_again_stats "expected no new compile and a disk hit" \
+    eval 'vstat_is compiles 1 && vstat_is disk_hits 1'
+run variant_list -- list --cache-dir "$VC"
+"$FIJIT" explain "decode q=fp16 hd=128 variant=halfq" --variant-file "$VD/halfq.cuh" --arch sm_90a \
+    --cache-dir "$VC" >"$WORK/vexplain.txt" 2>&1
+HALFQ_KEY=$("$FIJIT" list --keys --variant halfq --cache-dir "$VC" | cut -d' ' -f1)
+check variant_explain_hash "explain does not give the snippet's size and hash: $(head -4 "$WORK/vexplain.txt")" \
+    grep -qE "^variant halfq: $(wc -c <"$VD/halfq.cuh") bytes, xxh3-64 [0-9a-f]{16}, 0 parameters\$" \
+    "$WORK/vexplain.txt"
+check variant_explain_key "explain's key is not the key list shows for the variant" \
+    grep -qx "key $HALFQ_KEY" "$WORK/vexplain.txt"
+run variant_explain_unregistered -- explain "decode q=fp16 hd=128 variant=halfq" --cache-dir "$VC"
+printf '# a variant by name\ndecode q=fp16 hd=128 variant=halfq\n' >"$WORK/variant.manifest"
+run variant_manifest -- prewarm --manifest "$WORK/variant.manifest" --variant-file "$VD/halfq.cuh" \
+    --arch sm_90a --cache-dir "$VC"
+printf '# two variants\ndecode q=fp16 hd=128 variant=halfq\ndecode q=fp16 hd=128 variant=sigmoid\n' \
+    >"$WORK/variant-unknown.manifest"
+run variant_manifest_unregistered -- prewarm --manifest "$WORK/variant-unknown.manifest" \
+    --variant-file "$VD/halfq.cuh" --arch sm_90a --cache-dir "$VC"
+run variant_unregistered -- prewarm --variant sigmoid "${VSPEC[@]}"
+check variant_unregistered_stats "a refused variant compiled something" vstat_is compiles 1
+# --variant is one more dimension of the product; default is the built-in one.
+run variant_product -- prewarm --variant-file "$VD/halfq.cuh" --variant default,halfq "${VSPEC[@]}"
+check variant_product_stats "expected the default kernel compiled, 2 entries" \
+    eval 'vstat_is compiles 2 && vstat_is entries 2'
+run variant_list_halfq -- list --variant halfq --cache-dir "$VC"
+run variant_list_default -- list --variant default --cache-dir "$VC"
+# Editing the snippet changes the key: a new entry beside the old one.
+sed -i 's/0\.5f \* q/0.25f * q/' "$VD/halfq.cuh"
+run variant_edited -- prewarm --variant-file "$VD/halfq.cuh" "${VSPEC[@]}"
+NEW_KEY=$("$FIJIT" explain "decode q=fp16 hd=128 variant=halfq" --variant-file "$VD/halfq.cuh" \
+    --arch sm_90a --cache-dir "$VC" | sed -n 's/^key //p')
+HALFQ_KEYS=$("$FIJIT" list --keys --variant halfq --cache-dir "$VC" | cut -d' ' -f1 | sort | tr '\n' ' ')
+WANT_KEYS=$(printf '%s\n' "$HALFQ_KEY" "$NEW_KEY" | sort | tr '\n' ' ')
+check variant_edited_new_entry "expected a third compile, 3 entries, keys '$WANT_KEYS', got '$HALFQ_KEYS'" \
+    eval 'vstat_is compiles 3 && vstat_is entries 3 && [ -n "$NEW_KEY" ] && [ "$NEW_KEY" != "$HALFQ_KEY" ] \
+          && [ "$HALFQ_KEYS" = "$WANT_KEYS" ]'
+# A snippet that does not compile: its spec fails with NVRTC's message on the
+# snippet's own line; it is counted and nothing is stored for it.
+cat >"$VD/broken.cuh" <<'EOF'
+// Uses a name that does not exist.
+struct Variant : fijit::DefaultVariant {
+    template <class P>
+    static __device__ __forceinline__ float query_transform(const P &p, float q, int h, int d)
+    { return undefined_scale * q * p.sm_scale; }
+};
+EOF
+"$FIJIT" prewarm --variant-file "$VD/broken.cuh" "${VSPEC[@]}" >"$WORK/vbroken.out" 2>"$WORK/vbroken.err"
+rc=$?
+BROKEN_TUPLE='decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0 variant=broken sm_90a'
+check variant_compile_error "want exit 1, the tuple, broken.cuh(5) and its line quoted: $(cat "$WORK/vbroken.out" "$WORK/vbroken.err")" \
+    eval "[ $rc = 1 ] \
+          && grep -qF 'FAILED    $BROKEN_TUPLE : variant '\''broken'\'' does not compile' '$WORK/vbroken.out' \
+          && grep -q '^broken.cuh(5): error: .*undefined_scale' '$WORK/vbroken.out' \
+          && grep -qF '5 |     { return undefined_scale * q * p.sm_scale; }' '$WORK/vbroken.out' \
+          && grep -q '^prewarm: 1 spec, 0 compiled, 0 already cached, 1 failed' '$WORK/vbroken.out' \
+          && grep -qxF 'fijit prewarm: failed: $BROKEN_TUPLE' '$WORK/vbroken.err'"
+check variant_compile_error_not_cached "expected a counted failure and nothing stored for it" \
+    eval 'vstat_is compile_failures 1 && vstat_is entries 3 \
+          && [ -z "$("$FIJIT" list --variant broken --cache-dir "$VC")" ]'
+# Snippets the library refuses, or cannot read, stop prewarm before any compile.
+head -n 5 "$VD/broken.cuh" >"$VD/unbalanced.cuh"
+run variant_unbalanced -- prewarm --variant-file "$VD/unbalanced.cuh" "${VSPEC[@]}"
+run variant_file_missing -- prewarm --variant-file "$VD/none.cuh" "${VSPEC[@]}"
+check variant_refused_compiled_nothing "a refused snippet was compiled" \
+    eval 'vstat_is compiles 3 && vstat_is compile_failures 1'
 
 # ---- demo: skips without a GPU, must pass with one ----------------------------------
 "$FIJIT" demo --cache-dir "$CACHE" >"$WORK/demo.out" 2>"$WORK/demo.err"
