@@ -4,6 +4,16 @@ Loads build/libfijit.so (or $FIJIT_LIB) and runs fi_decode_run on torch
 tensors, in the CUDA context torch made current, on torch's current stream.
 Struct layouts mirror include/fijit.h field for field; ctypes applies the same
 C alignment rules.
+
+Custom variants: Fijit.register_variant(name, source) or
+Fijit.register_variant_file(path) registers a snippet; name it with
+spec(..., variant=name) / prefill_spec(..., variant=name), and pass the values
+of its declared parameters ("//! param float scale") as a dict, e.g.
+    decode_args(..., variant_args={"sigmoid_scale": 0.5, "sink_logits": tensor})
+(also prefill_args, batch_decode_args, and set_variant_args(args, dict) for any
+args struct). Python floats go as FI_VARG_FLOAT, ints as FI_VARG_INT, tensors
+(anything with data_ptr()) as FI_VARG_PTR; varg_float/varg_int/varg_ptr force a
+type.
 """
 import ctypes
 import os
@@ -14,6 +24,93 @@ FI_KIND_DECODE = 1
 DTYPES = {"fp16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8_e5m2": 4}
 MASKS = {"none": 0, "window": 2}
 POS = {"none": 0, "rope": 1, "alibi": 2}
+
+
+# fi_variant_arg_type (include/fijit.h)
+FI_VARG_FLOAT = 1
+FI_VARG_INT = 2
+FI_VARG_PTR = 3
+
+
+class _VariantArgValue(ctypes.Union):
+    _fields_ = [("f", ctypes.c_float), ("i", ctypes.c_int), ("ptr", ctypes.c_void_p)]
+
+
+class VariantArg(ctypes.Structure):
+    """fi_variant_arg: {const char *name; fi_variant_arg_type type; union {float f; int i;
+    const void *ptr;} value;}"""
+    _fields_ = [("name", ctypes.c_char_p), ("type", ctypes.c_int), ("value", _VariantArgValue)]
+
+
+def varg_float(x):
+    return (FI_VARG_FLOAT, float(x))
+
+
+def varg_int(x):
+    return (FI_VARG_INT, int(x))
+
+
+def varg_ptr(x):
+    """A device pointer: a tensor (its data_ptr()), an int address, or None (NULL)."""
+    return (FI_VARG_PTR, x)
+
+
+def _varg_value(v):
+    """(type, python value) for one entry of a variant_args dict."""
+    if isinstance(v, tuple) and len(v) == 2 and v[0] in (FI_VARG_FLOAT, FI_VARG_INT, FI_VARG_PTR):
+        return v
+    if isinstance(v, bool):
+        raise TypeError("variant argument: bool is ambiguous; use varg_int")
+    if isinstance(v, float):
+        return (FI_VARG_FLOAT, v)
+    if isinstance(v, int):
+        return (FI_VARG_INT, v)
+    if v is None or hasattr(v, "data_ptr"):
+        return (FI_VARG_PTR, v)
+    raise TypeError(f"variant argument of type {type(v).__name__}: give a float, an int, a "
+                    "tensor, or varg_float/varg_int/varg_ptr(...)")
+
+
+def make_variant_args(values):
+    """dict name -> value (see _varg_value) -> (ctypes array of VariantArg or None, count,
+    keepalive). The array and the keepalive must outlive the launch."""
+    if not values:
+        return None, 0, ()
+    items = list(values.items())
+    arr = (VariantArg * len(items))()
+    keep = [arr]
+    for i, (name, v) in enumerate(items):
+        t, x = _varg_value(v)
+        b = name.encode()
+        keep.append(b)
+        arr[i].name = b
+        arr[i].type = t
+        if t == FI_VARG_FLOAT:
+            arr[i].value.f = float(x)
+        elif t == FI_VARG_INT:
+            arr[i].value.i = int(x)
+        else:
+            keep.append(x)  # a tensor must stay allocated while the launch may run
+            arr[i].value.ptr = x.data_ptr() if hasattr(x, "data_ptr") else x
+    return arr, len(items), tuple(keep)
+
+
+# Args version that first carried variant_args, per args struct (include/*.h).
+_VARIANT_ARGS_VERSION = {}
+
+
+def set_variant_args(args, values):
+    """Point args.variant_args / num_variant_args at the values of `values` (a dict, or
+    None for none) and raise args.version to the one that carries them. The ctypes
+    array is kept alive as an attribute of `args`."""
+    arr, n, keep = make_variant_args(values)
+    args.variant_args = ctypes.addressof(arr) if arr is not None else None
+    args.num_variant_args = n
+    args._variant_keepalive = keep
+    want = _VARIANT_ARGS_VERSION[type(args).__name__]
+    if n and args.version < want:
+        args.version = want
+    return args
 
 
 class Spec(ctypes.Structure):
@@ -36,7 +133,13 @@ class DecodeArgs(ctypes.Structure):
                 ("rope_offset", ctypes.c_int), ("window_left", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
                 ("workspace_bytes", ctypes.c_size_t), ("num_splits", ctypes.c_int),
-                ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float)]
+                ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
+                # version 3
+                ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int)]
+
+
+FI_DECODE_ARGS_VERSION = 3
+_VARIANT_ARGS_VERSION["DecodeArgs"] = 3
 
 
 class JitKernel(ctypes.Structure):
@@ -74,13 +177,37 @@ class Fijit:
                                     ctypes.POINTER(DecodeArgs), ctypes.c_void_p]
         L.fi_jit_get_kernel.argtypes = [ctypes.c_void_p, ctypes.POINTER(Spec),
                                         ctypes.POINTER(ctypes.POINTER(JitKernel))]
+        L.fi_jit_variant_register.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                              ctypes.c_uint]
+        L.fi_jit_variant_register_file.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                                   ctypes.c_char_p, ctypes.c_uint]
+        L.fi_error_name.restype = ctypes.c_char_p
+        L.fi_jit_prewarm.argtypes = [ctypes.c_void_p, ctypes.POINTER(Spec), ctypes.c_char_p,
+                                     ctypes.POINTER(ctypes.c_int)]
+        L.fi_error_name.argtypes = [ctypes.c_int]
         self.ctx = ctypes.c_void_p()
         self._check(L.fi_jit_ctx_new(ctypes.byref(self.ctx), None), "fi_jit_ctx_new")
 
     def _check(self, rc, what):
         if rc != 0:
             msg = self.lib.fi_last_error().decode(errors="replace")
-            raise FijitError(f"{what} failed ({rc}): {msg}")
+            name = self.lib.fi_error_name(rc).decode(errors="replace")
+            raise FijitError(f"{what} failed ({rc} {name}): {msg}")
+
+    def register_variant(self, name, source, replace=False):
+        """fi_jit_variant_register; replace=True passes FI_VARIANT_REPLACE."""
+        self._check(self.lib.fi_jit_variant_register(self.ctx, name.encode(), source.encode(),
+                                                     1 if replace else 0),
+                    f"fi_jit_variant_register({name})")
+        return name
+
+    def register_variant_file(self, path, name=None, replace=False):
+        """fi_jit_variant_register_file; returns the variant's name (name, or the file
+        name up to its first '.')."""
+        self._check(self.lib.fi_jit_variant_register_file(
+            self.ctx, name.encode() if name else None, os.fsencode(path), 1 if replace else 0),
+            f"fi_jit_variant_register_file({path})")
+        return name or os.path.basename(path).split(".")[0]
 
     def close(self):
         if self.ctx:
@@ -89,10 +216,11 @@ class Fijit:
 
     @staticmethod
     def spec(dtype="fp16", head_dim=128, mask="none", pos="none", soft_cap=0, kv_dtype=None,
-             kind=FI_KIND_DECODE):
+             kind=FI_KIND_DECODE, variant=None):
         d = DTYPES[dtype]
         kv = DTYPES[kv_dtype] if kv_dtype else d
-        return Spec(1, kind, d, kv, d, head_dim, MASKS[mask], POS[pos], int(soft_cap), None)
+        return Spec(1, kind, d, kv, d, head_dim, MASKS[mask], POS[pos], int(soft_cap),
+                    variant.encode() if variant else None)
 
     def kernel(self, spec):
         """The loaded fi_jit_kernel for spec (a copy of the borrowed struct)."""
@@ -102,6 +230,16 @@ class Fijit:
         k = JitKernel()
         ctypes.pointer(k)[0] = out[0]
         return k
+
+    def prewarm(self, spec, arch=None):
+        """fi_jit_prewarm: compile `spec` into the cache for `arch` (None: the context's)
+        without loading it; returns "compiled" or "cached". Thread-safe (ctypes releases
+        the GIL), so a thread pool can warm many specs at once."""
+        out = ctypes.c_int(-1)
+        self._check(self.lib.fi_jit_prewarm(self.ctx, ctypes.byref(spec),
+                                            arch.encode() if arch else None, ctypes.byref(out)),
+                    "fi_jit_prewarm")
+        return "compiled" if out.value == 0 else "cached"
 
     def workspace_size(self, spec, args):
         n = ctypes.c_size_t()
@@ -117,8 +255,9 @@ class Fijit:
 
 def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, soft_cap=0.0, rope_scale=0.0,
                 rope_theta=0.0, rope_offset=0, window_left=-1, alibi_slopes=None,
-                num_splits=0, k_scale=0.0, v_scale=0.0):
-    """Args for q [H, D], o [H, D] and k/v in `layout` "NHD" [L, Hkv, D] or "HND" [Hkv, L, D]."""
+                num_splits=0, k_scale=0.0, v_scale=0.0, variant_args=None):
+    """Args for q [H, D], o [H, D] and k/v in `layout` "NHD" [L, Hkv, D] or "HND" [Hkv, L, D].
+    variant_args: dict of the variant's declared parameters (see set_variant_args)."""
     if layout == "NHD":
         kv_len, hkv = k.shape[0], k.shape[1]
         ksn, ksh, vsn, vsh = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
@@ -126,7 +265,7 @@ def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, soft_cap=0.0, rop
         hkv, kv_len = k.shape[0], k.shape[1]
         ksh, ksn, vsh, vsn = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
     a = DecodeArgs()
-    a.version = 2
+    a.version = FI_DECODE_ARGS_VERSION
     a.k_scale, a.v_scale = k_scale, v_scale
     a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     a.lse = lse.data_ptr() if lse is not None else None
@@ -138,6 +277,7 @@ def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, soft_cap=0.0, rop
     a.window_left = window_left
     a.alibi_slopes = alibi_slopes.data_ptr() if alibi_slopes is not None else None
     a.num_splits = num_splits
+    set_variant_args(a, variant_args)
     return a
 
 
@@ -164,7 +304,13 @@ class PrefillArgs(ctypes.Structure):
                 ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
                 ("rope_offset", ctypes.c_int), ("window_left", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("custom_mask", ctypes.c_void_p),
-                ("cta_tile_q", ctypes.c_int)]
+                ("cta_tile_q", ctypes.c_int),
+                # version 2
+                ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int)]
+
+
+FI_PREFILL_ARGS_VERSION = 2
+_VARIANT_ARGS_VERSION["PrefillArgs"] = 2
 
 
 class PrefillPlanArgs(ctypes.Structure):
@@ -190,13 +336,22 @@ class BatchPrefillArgs(ctypes.Structure):
                 ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
                 ("rope_offset", ctypes.c_int), ("window_left", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("custom_mask", ctypes.c_void_p),
-                ("custom_mask_offsets", ctypes.c_void_p)]
+                ("custom_mask_offsets", ctypes.c_void_p),
+                # version 2
+                ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int)]
 
 
-def prefill_spec(kind="single", dtype="fp16", head_dim=128, mask="none", pos="none", soft_cap=0):
+# Callers build BatchPrefillArgs field by field and set version themselves (1 is
+# still accepted); set_variant_args raises it to 2.
+FI_BATCH_PREFILL_ARGS_VERSION = 2
+_VARIANT_ARGS_VERSION["BatchPrefillArgs"] = 2
+
+
+def prefill_spec(kind="single", dtype="fp16", head_dim=128, mask="none", pos="none", soft_cap=0,
+                 variant=None):
     d = DTYPES[dtype]
     return Spec(1, PREFILL_KINDS[kind], d, d, d, head_dim, PREFILL_MASKS[mask], POS[pos],
-                int(soft_cap), None)
+                int(soft_cap), variant.encode() if variant else None)
 
 
 class Prefill:
@@ -262,8 +417,9 @@ def _ptr(t):
 
 def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, soft_cap=0.0,
                  rope_scale=0.0, rope_theta=0.0, rope_offset=0, window_left=-1,
-                 alibi_slopes=None, custom_mask=None, cta_tile_q=0):
-    """q, o [Lq, H, D]; k, v "NHD" [Lk, Hkv, D] or "HND" [Hkv, Lk, D]."""
+                 alibi_slopes=None, custom_mask=None, cta_tile_q=0, variant_args=None):
+    """q, o [Lq, H, D]; k, v "NHD" [Lk, Hkv, D] or "HND" [Hkv, Lk, D].
+    variant_args: dict of the variant's declared parameters (see set_variant_args)."""
     if layout == "NHD":
         kv_len, hkv = k.shape[0], k.shape[1]
         ksn, ksh, vsn, vsh = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
@@ -271,7 +427,7 @@ def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, soft_cap=0
         hkv, kv_len = k.shape[0], k.shape[1]
         ksh, ksn, vsh, vsn = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
     a = PrefillArgs()
-    a.version = 1
+    a.version = FI_PREFILL_ARGS_VERSION
     a.q, a.k, a.v, a.o, a.lse = _ptr(q), _ptr(k), _ptr(v), _ptr(o), _ptr(lse)
     a.num_qo_heads, a.num_kv_heads, a.qo_len, a.kv_len = q.shape[1], hkv, q.shape[0], kv_len
     a.q_stride_n, a.q_stride_h, a.o_stride_n, a.o_stride_h = (q.stride(0), q.stride(1),
@@ -282,6 +438,7 @@ def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, soft_cap=0
     a.window_left = window_left
     a.alibi_slopes, a.custom_mask = _ptr(alibi_slopes), _ptr(custom_mask)
     a.cta_tile_q = cta_tile_q
+    set_variant_args(a, variant_args)
     return a
 
 
@@ -308,7 +465,13 @@ class BatchDecodeArgs(ctypes.Structure):
         ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
         ("rope_offsets", ctypes.c_void_p), ("alibi_slopes", ctypes.c_void_p),
         ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
-        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+        # version 2
+        ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int)]
+
+
+FI_BATCH_DECODE_ARGS_VERSION = 2
+_VARIANT_ARGS_VERSION["BatchDecodeArgs"] = 2
 
 
 class MergeStatesArgs(ctypes.Structure):
@@ -395,10 +558,12 @@ class BatchDecode:
 
 def batch_decode_args(q, k_cache, v_cache, kv_indices, o, lse, workspace, *, layout,
                       sm_scale=0.0, soft_cap=0.0, rope_scale=0.0, rope_theta=0.0,
-                      rope_offsets=None, alibi_slopes=None, k_scale=0.0, v_scale=0.0):
-    """q/o [B, H, D]; caches NHD [P, page, Hkv, D] or HND [P, Hkv, page, D] (any strides)."""
+                      rope_offsets=None, alibi_slopes=None, k_scale=0.0, v_scale=0.0,
+                      variant_args=None):
+    """q/o [B, H, D]; caches NHD [P, page, Hkv, D] or HND [P, Hkv, page, D] (any strides).
+    variant_args: dict of the variant's declared parameters (see set_variant_args)."""
     a = BatchDecodeArgs()
-    a.version = 1
+    a.version = FI_BATCH_DECODE_ARGS_VERSION
     a.q, a.k, a.v, a.o = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), o.data_ptr()
     a.kv_indices = kv_indices.data_ptr()
     a.lse = lse.data_ptr() if lse is not None else None
@@ -417,4 +582,5 @@ def batch_decode_args(q, k_cache, v_cache, kv_indices, o, lse, workspace, *, lay
     a.alibi_slopes = alibi_slopes.data_ptr() if alibi_slopes is not None else None
     a.k_scale, a.v_scale = k_scale, v_scale
     a.workspace, a.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    set_variant_args(a, variant_args)
     return a
