@@ -5,11 +5,13 @@
 # with build/; this script only builds when build/libfijit.so is missing and
 # the -dev headers to build it exist.
 #
-#   bench/gpu_run.sh [--quick] [--only decode|prefill|jit]
+#   bench/gpu_run.sh [--quick] [--only decode|prefill|variants|jit]
 #     --quick: fewer test shapes, shorter benches
 #     --only:  one part (the parts fit separate device calls); default all:
 #              decode (single + batch decode tests and benches), prefill
-#              (bench/gpu_prefill.sh), jit (fijit demo + bench_jit on a GPU)
+#              (bench/gpu_prefill.sh), variants (tests/gpu/test_variants.py:
+#              the example variants vs float64 and the bit-identical default),
+#              jit (fijit demo + bench_jit on a GPU)
 # Raw results go to $OUT (test_*.json, bench_*.json, logs) when set. Each step
 # runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
 # cannot take the others' results with it.
@@ -21,7 +23,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --quick) QUICK=1 ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: bench/gpu_run.sh [--quick] [--only decode|prefill|jit]" >&2; exit 2 ;;
+    *) echo "usage: bench/gpu_run.sh [--quick] [--only decode|prefill|variants|jit]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -61,6 +63,14 @@ if run_part prefill; then
     bash bench/gpu_prefill.sh "${PREFILL_ARGS[@]}" > "$OUT_DIR/gpu_prefill.log" 2>&1
     rc_prefill=$?
     [ "$ONLY" = prefill ] && { sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"; exit $rc_prefill; }
+fi
+if run_part variants; then
+    VARIANT_ARGS=()
+    [ $QUICK = 1 ] && VARIANT_ARGS=(--quick)
+    OUT=$OUT_DIR timeout "$STEP_TIMEOUT" python3 tests/gpu/test_variants.py "${VARIANT_ARGS[@]}" \
+        > "$OUT_DIR/test_variants.log" 2>&1
+    rc_variants=$?
+    [ "$ONLY" = variants ] && { sed -n '/^variants vs float64/,$p' "$OUT_DIR/test_variants.log"; exit $rc_variants; }
 fi
 if [ -x build/fijit ]; then
     manifest="$OUT_DIR/decode_manifest.txt"
@@ -110,6 +120,7 @@ step bench_batch_decode_fp8 python3 bench/bench_batch_decode.py --dtypes bf16 --
 echo
 echo "==== summary ===="
 [ "$ONLY" = all ] && sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"
+[ "$ONLY" = all ] && sed -n '/^variants vs float64/,$p' "$OUT_DIR/test_variants.log"
 sed -n '/^decode correctness/,/^test_decode:/p' "$OUT_DIR/test_decode.log"
 sed -n '/^batch decode correctness/,/^test_batch_decode:/p' "$OUT_DIR/test_batch_decode.log"
 sed -n '/^decode, batch 1/,$p' "$OUT_DIR/bench_decode.log"
@@ -117,6 +128,8 @@ sed -n '/^batch decode, paged/,$p' "$OUT_DIR/bench_batch_decode.log"
 sed -n '/^batch decode, paged/,$p' "$OUT_DIR/bench_batch_decode_fp8.log" | tail -n +3
 echo "rc: test_decode $rc_test_decode, test_batch_decode $rc_test_batch_decode," \
      "bench_decode $rc_bench_decode, bench_batch_decode $rc_bench_batch_decode," \
-     "bench_batch_decode_fp8 $rc_bench_batch_decode_fp8"
+     "bench_batch_decode_fp8 $rc_bench_batch_decode_fp8, prefill ${rc_prefill:--}," \
+     "variants ${rc_variants:--}"
 [ "$rc_test_decode" = 0 ] && [ "$rc_test_batch_decode" = 0 ] && [ "$rc_bench_decode" = 0 ] &&
-    [ "$rc_bench_batch_decode" = 0 ] && [ "$rc_bench_batch_decode_fp8" = 0 ]
+    [ "$rc_bench_batch_decode" = 0 ] && [ "$rc_bench_batch_decode_fp8" = 0 ] &&
+    [ "${rc_prefill:-0}" = 0 ] && [ "${rc_variants:-0}" = 0 ]
