@@ -83,13 +83,6 @@ void fi__batch_decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out
 
 static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
-static int next_pow2(int x)
-{
-    int p = 1;
-    while (p < x) p *= 2;
-    return p;
-}
-
 /* Blocks of the grid for chunk length `chunk` (0: no split). */
 static int64_t count_blocks(const int *keys, int batch, int64_t chunk, int y)
 {
@@ -151,10 +144,8 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
 
     const int hd = spec->head_dim;
     const int tile = FI_DECODE_TILE_TOKENS(hd);
-    const int rows = FI_DECODE_ROW_GROUPS(hd);
     plan->group_size = info->num_qo_heads / info->num_kv_heads;
-    int chunks = (plan->group_size + FI_DECODE_HEADS_PER_THREAD - 1) / FI_DECODE_HEADS_PER_THREAD;
-    plan->head_chunks = next_pow2(chunks) < rows ? next_pow2(chunks) : rows;
+    plan->head_chunks = fi__decode_head_chunks(spec, plan->group_size);
     plan->heads_per_block = FI_DECODE_HEADS_PER_THREAD * plan->head_chunks;
     plan->head_blocks = (plan->group_size + plan->heads_per_block - 1) / plan->heads_per_block;
     const int y = info->num_kv_heads * plan->head_blocks;

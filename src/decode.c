@@ -29,11 +29,13 @@
 #include "kinds.h"
 #include "sys.h"
 
-/* Decode blocks per SM the automatic plan aims for. The kernel (48 KiB of
- * shared memory, ~168 registers x 128 threads) fits 3 per SM on sm_80/sm_90,
- * but a split sweep on H100 (bench_decode.py --sweep-splits, hd 128, GQA 32/8
- * and 32/32, kv 4k..64k) was 3-5% faster at ~2 per SM than at ~3, and much
- * slower once the grid spilled into a second wave. */
+/* Decode blocks per SM the automatic plan aims for. The CUDA-core kernel
+ * (48 KiB of shared memory, ~168 registers x 128 threads) fits 3 per SM on
+ * sm_80/sm_90, and a split sweep on H100 (bench_decode.py --sweep-splits, hd
+ * 128, GQA 32/8 and 32/32, kv 4k..64k) was 3-5% faster at ~2 per SM than at
+ * ~3, and much slower once the grid spilled into a second wave. The
+ * tensor-core kernel (~124 registers at hd 128) fits 4; the plan was not
+ * re-swept for it. */
 #define DECODE_BLOCKS_PER_SM 2
 /* Fewest tiles a split gets: below this, per-block setup (q load, rotation,
  * pipeline fill) and the merge of one more partial state outweigh the extra
@@ -187,6 +189,17 @@ static int next_pow2(int x)
     return p;
 }
 
+int fi__decode_head_chunks(const fi_jit_spec *spec, int group_size)
+{
+    /* The tensor-core path holds a block's heads in the 8 columns of its mma tiles. */
+    int cap = FI_DECODE_ROW_GROUPS(spec->head_dim);
+    if (FI_DECODE_USES_MMA(fi__decode_kv_bytes(spec), spec->pos == FI_POS_ROPE_LLAMA))
+        cap = FI_DECODE_MMA_HEADS / FI_DECODE_HEADS_PER_THREAD;
+    const int chunks =
+        next_pow2((group_size + FI_DECODE_HEADS_PER_THREAD - 1) / FI_DECODE_HEADS_PER_THREAD);
+    return chunks < cap ? chunks : cap;
+}
+
 /* The split plan for these arguments on a device with `sm_count` SMs. */
 static int make_plan(const fi_jit_spec *spec, const fi_decode_args *a, int sm_count,
                      decode_plan *plan)
@@ -194,14 +207,12 @@ static int make_plan(const fi_jit_spec *spec, const fi_decode_args *a, int sm_co
     int rc = 0;
     const int hd = spec->head_dim;
     const int tile = FI_DECODE_TILE_TOKENS(hd);
-    const int rows = FI_DECODE_ROW_GROUPS(hd);
 
     memset(plan, 0, sizeof *plan);
     plan->group_size = a->num_qo_heads / a->num_kv_heads;
     /* Row groups per block that split the group's heads, HEADS_PER_THREAD
      * each; the rest of the row groups share the tokens of each tile. */
-    int chunks = (plan->group_size + FI_DECODE_HEADS_PER_THREAD - 1) / FI_DECODE_HEADS_PER_THREAD;
-    plan->head_chunks = next_pow2(chunks) < rows ? next_pow2(chunks) : rows;
+    plan->head_chunks = fi__decode_head_chunks(spec, plan->group_size);
     plan->heads_per_block = FI_DECODE_HEADS_PER_THREAD * plan->head_chunks;
     plan->head_blocks = (plan->group_size + plan->heads_per_block - 1) / plan->heads_per_block;
     if ((int64_t)a->num_kv_heads * plan->head_blocks > 65535)

@@ -13,6 +13,10 @@ float fi__decode_scale(float s);
 int fi__decode_kv_bytes(const fi_jit_spec *spec);
 /* RoPE frequencies (fijit_params.h), cached per thread; hd/2 floats. */
 const float *fi__decode_rope_table(int hd, float scale, float theta);
+/* Row groups of a decode block that split a GQA group's heads (a power of
+ * two; fijit_params.h): the block serves FI_DECODE_HEADS_PER_THREAD times as
+ * many heads. */
+int fi__decode_head_chunks(const fi_jit_spec *spec, int group_size);
 /* SM count of the current context's device. */
 int fi__decode_device_sm_count(int *out);
 

@@ -12,8 +12,11 @@
 //    a very large group) x one contiguous range of keys.
 //  * K/V tiles stream into shared memory with cp.async through a kStages-deep
 //    ring (tiles are raw bytes: 16-byte copies carry 8 fp16/bf16 or 16 fp8
-//    values); every K/V vector read from shared memory is converted once and
-//    used by up to FI_DECODE_HEADS_PER_THREAD query heads held in registers.
+//    values). 16-bit K/V without RoPE go through tensor cores (attend_mma:
+//    ldmatrix + mma.sync, the heads of the block as mma columns); fp8 K/V and
+//    RoPE through CUDA cores (attend_simt: every K/V vector read from shared
+//    memory is converted once and used by up to FI_DECODE_HEADS_PER_THREAD
+//    query heads held in registers).
 //  * Softmax is online in fp32 in the exp2 domain; row groups of a block are
 //    merged through shared memory; split ranges of one (request, kv head) are
 //    merged by the last of their blocks to finish (see fijit_params.h), so a
@@ -24,6 +27,8 @@
 // Requires sm_80+ (cp.async, bf16 conversions); fp8 KV uses sm_89's cvt when
 // compiled for it.
 #pragma once
+
+#include "fijit_mma.cuh"
 
 namespace fijit {
 namespace decode {
@@ -60,6 +65,37 @@ static_assert(kKVBytes == 2 || kKVBytes == 1, "kv must be a 16-bit or an fp8 typ
 static_assert(kHeadDim <= FI_DECODE_MAX_HEAD_DIM, "rope_freq table too small");
 
 constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
+
+// Tensor-core path (attend_mma): 16-bit K/V without RoPE. Products are
+// transposed, keys being the 16 rows of mma.sync tiles and query heads the 8
+// columns (FI_DECODE_MMA_HEADS; a larger group takes several head blocks), so
+// that a GQA group wastes no rows: s^T = K q^T, o^T += V^T p^T. A tile's keys
+// are split among the warps in 16-key slices, the output dims among the
+// rest (64 dims a warp), and K/V are read from the ring with ldmatrix: a key
+// costs a few instructions per warp instead of a shuffle tree and a
+// conversion per element. fp8 KV and RoPE keep the CUDA-core path
+// (attend_simt). The host plan mirrors this choice (FI_DECODE_USES_MMA) to
+// cap a block at FI_DECODE_MMA_HEADS heads.
+constexpr bool kMma = FI_DECODE_USES_MMA(kKVBytes, kRope ? 1 : 0);
+constexpr int kWarps = kThreads / 32;
+constexpr int kMmaHeads = FI_DECODE_MMA_HEADS;
+constexpr int kTokW = kTile / kWarps >= 16 ? kTile / kWarps : 16;  // keys per warp per tile
+constexpr int kTG = kTile / kTokW;         // warps along the keys of a tile
+constexpr int kDG = kWarps / kTG;          // warps along the output dims
+constexpr int kKSteps = kHeadDim / 16;     // k-steps of q.k
+constexpr int kMT = kHeadDim / kDG / 16;   // 16-dim m-tiles of a warp's output
+constexpr int kMmaPad = 4;                 // floats of padding per merge row (banks)
+static_assert(kMmaHeads == 8 && kMmaHeads % kSlots == 0, "a block's mma heads: one column tile");
+static_assert(kTG * kDG == kWarps && kTokW == 16 && kMT >= 1, "mma decode tiling");
+static_assert(!kMma || kChunksPerRow >= 8, "the ring swizzle needs 8 chunks per row");
+
+// Where 16-byte chunk `ch` of row `r` of a K/V tile lives in the ring. The
+// tensor-core path swizzles chunks within each group of 8 rows so that
+// ldmatrix's eight row reads hit distinct banks.
+__device__ __forceinline__ int ring_index(int r, int ch)
+{
+    return r * kChunksPerRow + (kMma ? (ch ^ (r & 7)) : ch);
+}
 // Without softmax (a variant's choice) the state's m stays 0 and the weights
 // are the transformed logits themselves; every merge below then reduces to a
 // sum, because all its exp2(m - max) factors are 1.
@@ -78,6 +114,11 @@ union SharedStorage {
         float m[kRows][kSlots];
         float d[kRows][kSlots];
     } merge;
+    struct {
+        float o[kMmaHeads][kHeadDim + kMmaPad];
+        float m[kWarps][kMmaHeads];
+        float d[kWarps][kMmaHeads];
+    } mma;
     int is_last;  // after both: "this block merges the splits" (store_split)
 };
 
@@ -194,6 +235,8 @@ struct Place {
     int kv_head;
     int block_first;  // first head (within the group) this block serves
     int block_heads;  // heads this block serves
+    int block_qo;     // query head (within the request) of the block's first head
+    int group_last;   // query head (within the request) of the group's last head
     int head[kSlots]; // query head (within the request) of each slot
     bool active[kSlots];
 };
@@ -216,12 +259,14 @@ __device__ __forceinline__ Place make_place(int yblock, int group_size, int head
     pl.block_heads = left < heads_per_block ? left : heads_per_block;
     const int first = pl.block_first + pl.chunk * kSlots;
     const int qo_base = pl.kv_head * group_size;
+    pl.block_qo = qo_base + pl.block_first;
+    pl.group_last = qo_base + group_size - 1;
     // Idle slots (the group is smaller than the block's heads) compute on a
     // copy of the group's last head and store nothing.
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
         pl.active[s] = first + s < group_size;
-        pl.head[s] = qo_base + (pl.active[s] ? first + s : group_size - 1);
+        pl.head[s] = pl.active[s] ? qo_base + first + s : pl.group_last;
     }
     return pl;
 }
@@ -252,8 +297,9 @@ struct DenseKV {
             const int col = (c % kChunksPerRow) * 16;
             const bool valid = t0 + r < end;
             const long long j = valid ? t0 + r : 0;
-            cp_async16(&kdst[c], k + j * k_stride_n + col, valid);
-            cp_async16(&vdst[c], v + j * v_stride_n + col, valid);
+            const int dst = ring_index(r, c % kChunksPerRow);
+            cp_async16(&kdst[dst], k + j * k_stride_n + col, valid);
+            cp_async16(&vdst[dst], v + j * v_stride_n + col, valid);
         }
     }
 };
@@ -293,17 +339,50 @@ struct PagedKV {
             const long long in_page =
                 page_shift >= 0 ? (j & ((1 << page_shift) - 1)) : j % page_size;
             const long long pg = page[i];
-            cp_async16(&kdst[c], k + pg * k_stride_page + in_page * k_stride_n + col, valid);
-            cp_async16(&vdst[c], v + pg * v_stride_page + in_page * v_stride_n + col, valid);
+            const int dst = ring_index(r, c % kChunksPerRow);
+            cp_async16(&kdst[dst], k + pg * k_stride_page + in_page * k_stride_n + col, valid);
+            cp_async16(&vdst[dst], v + pg * v_stride_page + in_page * v_stride_n + col, valid);
         }
     }
 };
 
-// The tile loop. On return, threads with token_lane 0 hold the block's state
-// for their heads (the other token lanes merged into them).
+// The K/V ring: the first kStages - 1 tiles of [begin, end) requested.
+template <class KV>
+__device__ __forceinline__ void ring_start(KV &kv, SharedStorage &smem, int begin, int end,
+                                           int num_tiles, int tid)
+{
+    kv.prefetch(begin, end);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < num_tiles) kv.issue(smem.ring.k[s], smem.ring.v[s], begin + s * kTile, end, tid);
+        cp_async_commit();  // empty groups keep the wait count uniform
+        kv.prefetch(begin + (s + 1) * kTile, end);
+    }
+}
+
+// Wait for tile `tile` (in slot tile % kStages) and request tile + kStages - 1.
+template <class KV>
+__device__ __forceinline__ void ring_next(KV &kv, SharedStorage &smem, int tile, int begin,
+                                          int end, int num_tiles, int tid)
+{
+    cp_async_wait<kStages - 2>();
+    // Makes this tile visible to all threads, and tells everyone the slot
+    // consumed in the previous iteration may be overwritten.
+    __syncthreads();
+    const int next = tile + kStages - 1;
+    if (next < num_tiles)
+        kv.issue(smem.ring.k[next % kStages], smem.ring.v[next % kStages], begin + next * kTile,
+                 end, tid);
+    cp_async_commit();
+    kv.prefetch(begin + (next + 1) * kTile, end);
+}
+
+// The CUDA-core tile loop (fp8 KV, RoPE). On return, threads with token_lane
+// 0 hold the block's state for their heads (the other token lanes merged
+// into them).
 template <class P, class KV>
-__device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, const Job &job,
-                                       const Place &pl, State &st)
+__device__ __forceinline__ void attend_simt(const P &p, KV &kv, SharedStorage &smem,
+                                            const Job &job, const Place &pl, State &st)
 {
     float freq[kVec];
     if constexpr (kRope) {
@@ -321,13 +400,7 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
         for (int e = 0; e < kVec; ++e) st.o[s][e] = 0.f;
     }
 
-    kv.prefetch(begin, end);
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < num_tiles) kv.issue(smem.ring.k[s], smem.ring.v[s], begin + s * kTile, end, pl.tid);
-        cp_async_commit();  // empty groups keep the wait count uniform
-        kv.prefetch(begin + (s + 1) * kTile, end);
-    }
+    ring_start(kv, smem, begin, end, num_tiles, pl.tid);
 
     // q in registers, rotated and transformed once; loaded after the first
     // tiles were requested so that both latencies overlap.
@@ -346,18 +419,7 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
     }
 
     for (int tile = 0; tile < num_tiles; ++tile) {
-        cp_async_wait<kStages - 2>();
-        // Makes this tile visible to all threads, and tells everyone the
-        // slot consumed in the previous iteration may be overwritten.
-        __syncthreads();
-        {
-            const int next = tile + kStages - 1;
-            if (next < num_tiles)
-                kv.issue(smem.ring.k[next % kStages], smem.ring.v[next % kStages],
-                         begin + next * kTile, end, pl.tid);
-            cp_async_commit();
-            kv.prefetch(begin + (next + 1) * kTile, end);
-        }
+        ring_next(kv, smem, tile, begin, end, num_tiles, pl.tid);
         const int stage = tile % kStages;
         const int t0 = begin + tile * kTile;
 
@@ -486,6 +548,269 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
             }
         }
     }
+}
+
+__device__ __forceinline__ unsigned int ldg32(const void *p)
+{
+    unsigned int v;
+    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+// The transpose of an 8x8 matrix of 16-bit values held as mma fragments
+// (this lane: row g, cols 2t and 2t + 1; see fijit_mma.cuh).
+__device__ __forceinline__ unsigned int movmatrix_trans(unsigned int x)
+{
+    unsigned int y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+
+// The tensor-core tile loop (see kMma); same contract as attend_simt. Warp
+// w takes keys [tg, tg + 1) * 16 of every tile (tg = w % kTG) and output dims
+// [dg, dg + 1) * head_dim / kDG (dg = w / kTG). Lane (g, t) holds keys g and
+// g + 8 of a product's rows and heads 2t, 2t + 1 of its columns (kHT = 1
+// column tile: registers stay under 128 for head_dim <= 128, four blocks to
+// an SM). The warps' states are merged through shared memory at the end.
+template <class P, class KV>
+__device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &smem,
+                                           const Job &job, const Place &pl, State &st)
+{
+    constexpr int kHT = kMmaHeads / 8;
+    const int warp = pl.tid / 32, lane = pl.tid % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int tg = warp % kTG, dg = warp / kTG;
+    const int begin = job.begin, end = job.end;
+    const int num_tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
+
+    ring_start(kv, smem, begin, end, num_tiles, pl.tid);
+
+    // A block head's query head; idle heads compute on the group's last one.
+    auto head_of = [&](int i) { return i < pl.block_heads ? pl.block_qo + i : pl.group_last; };
+
+    // q^T as B fragments (dims 16 ks + 2t (+1) and + 8; head 8 ht + g),
+    // transformed once. The transformed q (fp32) is the sum of two 16-bit
+    // parts, both multiplied with K: one part alone would round q * sm_scale
+    // to 8 bits of mantissa with bf16, far coarser than the fp32 logits of
+    // the CUDA-core path.
+    unsigned int qb[2][kHT][kKSteps][2];
+#pragma unroll
+    for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+        for (int ks = 0; ks < kKSteps; ++ks)
+#pragma unroll
+            for (int f = 0; f < 2; ++f) {
+                const int head = head_of(8 * ht + g), dim = ks * 16 + f * 8 + 2 * t;
+                float x[2], part[2];
+                Traits<DTypeQ>::unpack2(ldg32(job.q + head * job.q_stride_h + dim), x[0], x[1]);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) x[e] = Variant::query_transform(p, x[e], head, dim + e);
+                qb[0][ht][ks][f] = Traits<DTypeKV>::pack2(x[0], x[1]);
+                Traits<DTypeKV>::unpack2(qb[0][ht][ks][f], part[0], part[1]);
+                qb[1][ht][ks][f] = Traits<DTypeKV>::pack2(x[0] - part[0], x[1] - part[1]);
+            }
+    int head[kHT][2];  // this lane's columns
+#pragma unroll
+    for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) head[ht][c] = head_of(8 * ht + 2 * t + c);
+
+    float m[kHT][2], d[kHT][2];  // running max (log2 units), this lane's part of the sum
+    float o[kHT][kMT][4];        // o^T: (dim g, heads 2t, 2t + 1), (dim g + 8, same)
+#pragma unroll
+    for (int ht = 0; ht < kHT; ++ht) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            m[ht][c] = kSoftmax ? -inf_() : 0.f;
+            d[ht][c] = 0.f;
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[ht][mt][i] = 0.f;
+    }
+
+    const unsigned int ring_k = smem_addr(&smem.ring.k[0][0]);
+    const unsigned int ring_v = smem_addr(&smem.ring.v[0][0]);
+    const int row0 = tg * kTokW;                          // this warp's first key in a tile
+    const int lrow = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of this lane
+    for (int tile = 0; tile < num_tiles; ++tile) {
+        ring_next(kv, smem, tile, begin, end, num_tiles, pl.tid);
+        const unsigned int kbase = ring_k + (tile % kStages) * kTileChunks * 16;
+        const unsigned int vbase = ring_v + (tile % kStages) * kTileChunks * 16;
+        const int j0 = begin + tile * kTile + row0;
+
+        // s^T = K q^T: (keys g, g + 8) x (heads 2t, 2t + 1) of each head tile;
+        // four independent accumulator chains (q part x k-step parity).
+        float s[kHT][4];
+        {
+            float acc[2][2][kHT][4] = {};
+#pragma unroll
+            for (int ks = 0; ks < kKSteps; ++ks) {
+                unsigned int a[4];  // keys 0-7 / 8-15 x dims 16 ks + 0-7 / 8-15
+                ldmatrix_x4(a, kbase + ring_index(lrow, 2 * ks + (lane >> 4)) * 16);
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int ht = 0; ht < kHT; ++ht)
+                        Mma<DTypeKV>::run(acc[h][ks & 1][ht], a, qb[h][ht][ks][0],
+                                          qb[h][ht][ks][1]);
+            }
+#pragma unroll
+            for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    s[ht][i] = (acc[0][0][ht][i] + acc[0][1][ht][i]) +
+                               (acc[1][0][ht][i] + acc[1][1][ht][i]);
+        }
+
+        // Final logits in log2 units; hidden keys -inf (without softmax: the
+        // weights, hidden keys 0).
+#pragma unroll
+        for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int c = i & 1, j = j0 + g + 8 * (i >> 1);
+                const bool visible = j < end && Variant::logits_mask(p, head[ht][c], j, job.qo_idx);
+                const float logit =
+                    visible ? Variant::logits_transform(p, s[ht][i], head[ht][c], j, job.qo_idx)
+                            : 0.f;
+                if constexpr (kSoftmax)
+                    s[ht][i] = visible ? logit * kLog2e : -inf_();
+                else
+                    s[ht][i] = logit;
+            }
+
+        // Online softmax per head (the eight lanes of a column share it).
+        if constexpr (kSoftmax) {
+            float scale[kHT][2];
+            bool moved = false;
+#pragma unroll
+            for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    float mx = fmax_(m[ht][c], fmax_(s[ht][c], s[ht][c + 2]));
+#pragma unroll
+                    for (int off = 4; off < 32; off *= 2) mx = fmax_(mx, shfl_xor(mx, off));
+                    const float base = mx == -inf_() ? 0.f : mx;
+                    scale[ht][c] = exp2_fast(m[ht][c] - base);
+                    moved |= scale[ht][c] != 1.f;
+                    m[ht][c] = mx;
+                    s[ht][c] = exp2_fast(s[ht][c] - base);
+                    s[ht][c + 2] = exp2_fast(s[ht][c + 2] - base);
+                    d[ht][c] = fma_(d[ht][c], scale[ht][c], s[ht][c] + s[ht][c + 2]);
+                }
+            // Rescale only when some head's max moved (rare after the first tiles).
+            if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+                for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+                    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) o[ht][mt][i] *= scale[ht][i & 1];
+            }
+        } else {
+#pragma unroll
+            for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) d[ht][c] += s[ht][c] + s[ht][c + 2];
+        }
+
+        // o^T += V^T p^T: p^T as B fragments (keys 2t, 2t + 1 and + 8; head
+        // g), transposed from s^T in registers; V^T through ldmatrix.trans.
+        unsigned int pb[kHT][2];
+#pragma unroll
+        for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                pb[ht][r] = movmatrix_trans(Traits<DTypeKV>::pack2(s[ht][2 * r], s[ht][2 * r + 1]));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+            unsigned int a[4];  // dims 16 mt + 0-7 / 8-15 x keys 0-7 / 8-15
+            const int ch = (dg * kMT + mt) * 2 + ((lane >> 3) & 1);
+            ldmatrix_x4_trans(a, vbase + ring_index(row0 + (lane & 7) + (lane >> 4) * 8, ch) * 16);
+#pragma unroll
+            for (int ht = 0; ht < kHT; ++ht) Mma<DTypeKV>::run(o[ht][mt], a, pb[ht][0], pb[ht][1]);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is now free for the merge scratch
+
+    // Merge the kTG warps along the keys in a fixed order (warps of one tg
+    // hold the same m and d; only dg 0 publishes them).
+#pragma unroll
+    for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+#pragma unroll
+            for (int off = 4; off < 32; off *= 2) d[ht][c] += shfl_xor(d[ht][c], off);
+    if (g == 0 && dg == 0) {
+#pragma unroll
+        for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                smem.mma.m[tg][8 * ht + 2 * t + c] = m[ht][c];
+                smem.mma.d[tg][8 * ht + 2 * t + c] = d[ht][c];
+            }
+    }
+    __syncthreads();
+    float w[kHT][2];
+#pragma unroll
+    for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            float mx = -inf_();
+#pragma unroll
+            for (int i = 0; i < kTG; ++i) mx = fmax_(mx, smem.mma.m[i][8 * ht + 2 * t + c]);
+            w[ht][c] = exp2_fast(m[ht][c] - (mx == -inf_() ? 0.f : mx));
+        }
+#pragma unroll
+    for (int turn = 0; turn < kTG; ++turn) {
+        if (tg == turn) {
+#pragma unroll
+            for (int ht = 0; ht < kHT; ++ht)
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        float *dst = &smem.mma.o[8 * ht + 2 * t + (i & 1)]
+                                                [(dg * kMT + mt) * 16 + g + 8 * (i >> 1)];
+                        const float v = o[ht][mt][i] * w[ht][i & 1];
+                        *dst = turn == 0 ? v : *dst + v;
+                    }
+        }
+        __syncthreads();
+    }
+
+    // Hand the merged state over in attend_simt's layout: head chunk * kSlots + s.
+#pragma unroll
+    for (int sl = 0; sl < kSlots; ++sl) {
+        const int i = pl.chunk * kSlots + sl;  // < kMmaHeads: the plan caps head_chunks
+        float mx = -inf_();
+#pragma unroll
+        for (int k = 0; k < kTG; ++k) mx = fmax_(mx, smem.mma.m[k][i]);
+        const float base = mx == -inf_() ? 0.f : mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int k = 0; k < kTG; ++k)
+            sum = fma_(smem.mma.d[k][i], exp2_fast(smem.mma.m[k][i] - base), sum);
+        st.m[sl] = mx;
+        st.d[sl] = sum;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) st.o[sl][e] = smem.mma.o[i][pl.lane * kVec + e];
+    }
+}
+
+// The tile loop: on return, threads with token_lane 0 hold the block's state
+// (m, d, unnormalised o) for their heads.
+template <class P, class KV>
+__device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, const Job &job,
+                                       const Place &pl, State &st)
+{
+    if constexpr (kMma)
+        attend_mma(p, kv, smem, job, pl, st);
+    else
+        attend_simt(p, kv, smem, job, pl, st);
 }
 
 // Where a block's results go.

@@ -28,6 +28,12 @@
  * flight in about the same shared memory. */
 #define FI_DECODE_STAGES 3
 #define FI_DECODE_STAGES_FP8 5
+/* Tensor-core path (templates/decode_core.cuh, attend_mma): taken for 16-bit
+ * K/V without RoPE; a block then serves at most FI_DECODE_MMA_HEADS query
+ * heads (the 8 columns of its mma tiles; a larger GQA group takes several
+ * head blocks). Host plan and kernel both decide with this macro. */
+#define FI_DECODE_USES_MMA(kv_bytes, rope) ((kv_bytes) == 2 && !(rope))
+#define FI_DECODE_MMA_HEADS 8
 /* Tokens each row group handles per tile before its online-softmax update. */
 #define FI_DECODE_TOKENS_PER_STEP 4
 /* Row groups in a block (lanes per row = head_dim / VEC). */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "embedded.h"
 #include "expand.h"
 #include "key.h"
 #include "kinds.h"
@@ -159,16 +160,16 @@ static int key_of(uint8_t out[16], const char *text, const char *arch, const cha
     return rc;
 }
 
+/* Every embedded template, verbatim, into `to_dir`. */
 static int copy_templates(const char *to_dir)
 {
     char *text = NULL;
-    static const char *const names[] = {"fijit_common.cuh", "fijit_params.h", "fijit_variant.cuh",
-                                        "decode_core.cuh", "decode.cuh"};
     mkdir(to_dir, 0700);
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    for (int i = 0; i < fi__template_count; i++) {
         char path[4300];
-        if (fi__template_load(names[i], &text) < 0) return -1;
-        snprintf(path, sizeof path, "%s/%s", to_dir, names[i]);
+        const char *name = fi__templates[i].name;
+        if (fi__template_load(name, &text) < 0) return -1;
+        snprintf(path, sizeof path, "%s/%s", to_dir, name);
         FILE *f = fopen(path, "w");
         if (!f) return -1;
         fputs(text, f);
@@ -199,8 +200,10 @@ TEST(key_is_deterministic_and_covers_every_input)
     setenv("FIJIT_TEMPLATE_DIR", dir, 1);
     CHECK_OK(key_of(c, base, "sm_90a", NULL));
     CHECK_MSG(memcmp(a, c, 16) == 0, "a verbatim template copy must give the same key");
+    /* Every file a decode module is built from (variant layers included). */
     static const char *const names[] = {"fijit_common.cuh", "fijit_params.h", "fijit_variant.cuh",
-                                        "decode_core.cuh", "decode.cuh"};
+                                        "variant_alibi.cuh", "variant_softcap.cuh",
+                                        "variant_window.cuh", "fijit_mma.cuh", "decode_core.cuh", "decode.cuh"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[4300];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
