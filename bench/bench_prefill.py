@@ -6,7 +6,14 @@ tensors. CUDA events around each launch, warm-up first, median of --reps runs.
 TFLOP/s counts 4 * batch * qo_heads * head_dim * (visible (query, key) pairs):
 L^2 pairs without a mask, L(L+1)/2 with causal. Default grid: seq 1k/4k/8k x hd
 64/128 x causal and not x fp16/bf16 x heads 32/32 and 32/8, batch 4.
-Raw numbers go to $OUT/bench_prefill.json when OUT is set.
+
+Before/after comparisons: --config NAME,LIB[,TEMPLATE_DIR[,VAR=VALUE;...]] (repeat it)
+times several fijit builds in the same process: each config loads its own libfijit.so
+(and, when given, reads its templates from TEMPLATE_DIR, with the environment variables
+set while it plans). The runs of every config and of SDPA are interleaved in --rounds
+rounds on the same tensors, so that clock and temperature drift hits all of them alike;
+the first config is the reference of the 'x ref' columns.
+Raw numbers go to $OUT/bench_prefill[_LABEL].json when OUT is set.
 """
 import argparse
 import json
@@ -30,29 +37,51 @@ except ImportError:  # older torch
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def time_fn(fn, reps, warmup):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s = torch.cuda.Event(enable_timing=True)
-        e = torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e-3)
-    return statistics.median(times), min(times)
+class Config:
+    """One fijit build under test: its library, template directory and environment."""
+
+    def __init__(self, text):
+        parts = text.split(",", 3)
+        self.name = parts[0]
+        self.lib = parts[1] if len(parts) > 1 and parts[1] else None
+        self.template_dir = parts[2] if len(parts) > 2 and parts[2] else None
+        self.env = dict(kv.split("=", 1) for kv in parts[3].split(";") if kv) if len(parts) > 3 else {}
+        if self.template_dir:
+            self.env["FIJIT_TEMPLATE_DIR"] = self.template_dir
+        self.fj = Fijit(self.lib)
+        self.pf = Prefill(self.fj)
+
+    def plan(self, *args, **kw):
+        """Plan (and compile or load) with this config's environment in force."""
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            return self.pf.plan(*args, **kw)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
-def bench_one(pf, dtype, hd, causal, H, Hkv, L, B, reps, warmup, tile=0, sdpa=True):
+def time_once(fn):
+    s = torch.cuda.Event(enable_timing=True)
+    e = torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) * 1e-3
+
+
+def bench_one(configs, dtype, hd, causal, H, Hkv, L, B, reps, rounds, warmup, tile=0, sdpa=True):
     tdt = TORCH_DTYPES[dtype]
     dev = "cuda"
     q = torch.randn(B * L, H, hd, device=dev, dtype=tdt)
     k = torch.randn(B * L, Hkv, hd, device=dev, dtype=tdt)
     v = torch.randn(B * L, Hkv, hd, device=dev, dtype=tdt)
-    o = torch.empty_like(q)
+    outs = [torch.empty_like(q) for _ in configs]
     pairs = L * (L + 1) // 2 if causal else L * L
     flops = 4.0 * B * H * hd * pairs
     res = {"dtype": dtype, "hd": hd, "causal": causal, "heads": f"{H}/{Hkv}", "seq": L,
@@ -60,22 +89,21 @@ def bench_one(pf, dtype, hd, causal, H, Hkv, L, B, reps, warmup, tile=0, sdpa=Tr
 
     spec = prefill_spec("ragged", dtype, hd, "causal" if causal else "none")
     indptr = [i * L for i in range(B + 1)]
-    plan, ws = pf.plan(spec, indptr, indptr, H, Hkv, cta_tile_q=tile)
     ind_t = torch.tensor(indptr, dtype=torch.int32, device=dev)
-    a = BatchPrefillArgs()
-    a.version = 1
-    a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
-    a.qo_indptr = a.kv_indptr = ind_t.data_ptr()
-    a.q_stride_n, a.q_stride_h, a.o_stride_n, a.o_stride_h = q.stride(0), q.stride(1), o.stride(0), o.stride(1)
-    a.k_stride_n, a.k_stride_h, a.v_stride_n, a.v_stride_h = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
-    a.window_left = -1
     stream = torch.cuda.current_stream().cuda_stream
-
-    def run_fijit():
-        pf.batch_run(plan, a, stream)
-
-    t, tmin = time_fn(run_fijit, reps, warmup)
-    res["fijit_s"], res["fijit_tflops"], res["fijit_tflops_best"] = t, flops / t / 1e12, flops / tmin / 1e12
+    runners = {}  # name -> callable, in timing order
+    plans = []
+    for cfg, o in zip(configs, outs):
+        plan, ws = cfg.plan(spec, indptr, indptr, H, Hkv, cta_tile_q=tile)
+        a = BatchPrefillArgs()
+        a.version = 1
+        a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+        a.qo_indptr = a.kv_indptr = ind_t.data_ptr()
+        a.q_stride_n, a.q_stride_h, a.o_stride_n, a.o_stride_h = q.stride(0), q.stride(1), o.stride(0), o.stride(1)
+        a.k_stride_n, a.k_stride_h, a.v_stride_n, a.v_stride_h = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
+        a.window_left = -1
+        plans.append((cfg, plan, ws, a))
+        runners[cfg.name] = (lambda c=cfg, p=plan, aa=a: c.pf.batch_run(p, aa, stream))
 
     # SDPA on [B, H, L, D] views of the same tensors; K/V expanded for GQA outside timing.
     qs = q.view(B, L, H, hd).transpose(1, 2)
@@ -86,64 +114,86 @@ def bench_one(pf, dtype, hd, causal, H, Hkv, L, B, reps, warmup, tile=0, sdpa=Tr
         v.view(B, L, Hkv, hd).transpose(1, 2)
     ref = None
     for name, backend in (("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION")):
+        res[f"{name}_tflops"] = None
         if sdpa_kernel is None or not sdpa:
-            res[f"{name}_tflops"] = None
             continue
         be = getattr(SDPBackend, backend, None)
+
+        def run_sdpa(be=be):
+            with sdpa_kernel(be):
+                return F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
         try:
-            def run_sdpa():
-                with sdpa_kernel(be):
-                    return F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
             out = run_sdpa()
             if ref is None:
                 ref = out
-            t, tmin = time_fn(run_sdpa, reps, warmup)
-            res[f"{name}_s"], res[f"{name}_tflops"] = t, flops / t / 1e12
-            res[f"{name}_tflops_best"] = flops / tmin / 1e12
+            runners[name] = run_sdpa
         except Exception as e:  # backend not available for this shape/dtype
-            res[f"{name}_tflops"] = None
             res[f"{name}_error"] = str(e)[:200]
-    run_fijit()
+
+    for fn in runners.values():
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize()
-    if ref is not None:
-        d = (o.view(B, L, H, hd).transpose(1, 2).float() - ref.float()).abs().max()
-        res["max_abs_diff_vs_sdpa"] = float(d)
-    pf.plan_free(plan)
+    samples = {name: [] for name in runners}
+    per_round = max(1, reps // rounds)
+    order = list(runners)
+    for r in range(rounds):  # each round starts with the next runner: no fixed neighbours
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            samples[name].extend(time_once(runners[name]) for _ in range(per_round))
+    for name, ts in samples.items():
+        t = statistics.median(ts)
+        key = "fijit" if name == configs[0].name and len(configs) == 1 else name
+        res[f"{key}_s"], res[f"{key}_tflops"] = t, flops / t / 1e12
+        res[f"{key}_tflops_best"] = flops / min(ts) / 1e12
+    torch.cuda.synchronize()
+    for cfg, o in zip(configs, outs):
+        if ref is not None:
+            d = (o.view(B, L, H, hd).transpose(1, 2).float() - ref.float()).abs().max()
+            key = "" if len(configs) == 1 else "_" + cfg.name
+            res[f"max_abs_diff_vs_sdpa{key}"] = float(d)
+    for cfg, plan, _, _ in plans:
+        cfg.pf.plan_free(plan)
     return res
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="interleave the timed runs of fijit and SDPA in this many rounds")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--seqs", default="1024,4096,8192")
     ap.add_argument("--hds", default="64,128")
     ap.add_argument("--dtypes", default="fp16,bf16")
+    ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--heads", default="32/32,32/8")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--tile", type=int, default=0, help="force the CTA query tile (128, 64, 16)")
     ap.add_argument("--no-sdpa", action="store_true", help="fijit only")
+    ap.add_argument("--config", action="append", default=[],
+                    help="NAME,LIB[,TEMPLATE_DIR[,VAR=VALUE;...]]: a fijit build to time "
+                         "(repeat to compare builds; the first is the reference)")
     ap.add_argument("--label", default="", help="tag for the raw results file")
     opt = ap.parse_args()
 
-    fj = Fijit()
-    pf = Prefill(fj)
+    configs = [Config(c) for c in opt.config] or [Config("fijit")]
+    names = [c.name for c in configs]
+    multi = len(configs) > 1
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     rows = []
     t0 = time.time()
     for dtype in opt.dtypes.split(","):
         for hd in [int(x) for x in opt.hds.split(",")]:
-            for causal in (False, True):
+            for mask in opt.masks.split(","):
                 for heads in opt.heads.split(","):
                     H, Hkv = (int(x) for x in heads.split("/"))
                     for L in [int(x) for x in opt.seqs.split(",")]:
                         try:
-                            rows.append(bench_one(pf, dtype, hd, causal, H, Hkv, L, opt.batch,
-                                                  opt.reps, opt.warmup, opt.tile,
-                                                  not opt.no_sdpa))
+                            rows.append(bench_one(configs, dtype, hd, mask == "causal", H, Hkv, L,
+                                                  opt.batch, opt.reps, opt.rounds, opt.warmup,
+                                                  opt.tile, not opt.no_sdpa))
                         except Exception as e:
-                            print(f"ERROR {dtype} hd{hd} causal={causal} {heads} L={L}: {e}",
-                                  flush=True)
+                            print(f"ERROR {dtype} hd{hd} {mask} {heads} L={L}: {e}", flush=True)
     out = os.environ.get("OUT")
     if out:
         name = f"bench_prefill{'_' + opt.label if opt.label else ''}.json"
@@ -153,18 +203,38 @@ def main():
     def fmt(x):
         return f"{x:7.1f}" if x else "    n/a"
 
+    def ratio(a, b):
+        return f"{a / b:5.2f}" if a and b else "  n/a"
+
     print()
-    print(f"prefill{' [' + opt.label + ']' if opt.label else ''}, batch {opt.batch}, TFLOP/s (median of {opt.reps}; {time.time() - t0:.0f} s)")
-    print(f"{'dtype':5} {'hd':>3} {'mask':6} {'heads':>5} {'seq':>5} | {'fijit':>7} {'flash':>7} "
-          f"{'cudnn':>7} | {'x flash':>7} {'x cudnn':>7} {'maxdiff':>8}")
+    print(f"prefill{' [' + opt.label + ']' if opt.label else ''}, batch {opt.batch}, TFLOP/s "
+          f"(median of {opt.reps} in {opt.rounds} rounds; {time.time() - t0:.0f} s)")
+    shape = f"{'dtype':5} {'hd':>3} {'mask':6} {'heads':>5} {'seq':>5} | {'flash':>7} {'cudnn':>7} |"
+    if not multi:
+        print(f"{shape} {'fijit':>7} | {'x flash':>7} {'x cudnn':>7} {'maxdiff':>8}")
+    else:
+        print(shape + "".join(f" {n:>7} {'x flash':>7} {'x cudnn':>7} {'x ref':>5} |"
+                              for n in names))
     for r in rows:
         fl, cu = r.get("flash_tflops"), r.get("cudnn_tflops")
-        print(f"{r['dtype']:5} {r['hd']:3d} {'causal' if r['causal'] else 'none':6} "
-              f"{r['heads']:>5} {r['seq']:5d} | {fmt(r['fijit_tflops'])} {fmt(fl)} {fmt(cu)} | "
-              f"{(r['fijit_tflops'] / fl) if fl else 0:7.2f} "
-              f"{(r['fijit_tflops'] / cu) if cu else 0:7.2f} "
-              f"{r.get('max_abs_diff_vs_sdpa', float('nan')):8.1e}")
-    fj.close()
+        line = (f"{r['dtype']:5} {r['hd']:3d} {'causal' if r['causal'] else 'none':6} "
+                f"{r['heads']:>5} {r['seq']:5d} | {fmt(fl)} {fmt(cu)} |")
+        if not multi:
+            t = r["fijit_tflops"]
+            print(f"{line} {fmt(t)} | {ratio(t, fl):>7} {ratio(t, cu):>7} "
+                  f"{r.get('max_abs_diff_vs_sdpa', float('nan')):8.1e}")
+            continue
+        ref = r.get(f"{names[0]}_tflops")
+        for n in names:
+            t = r.get(f"{n}_tflops")
+            line += f" {fmt(t)} {ratio(t, fl):>7} {ratio(t, cu):>7} {ratio(t, ref)} |"
+        print(line)
+    if multi:
+        diffs = {n: max((r.get(f"max_abs_diff_vs_sdpa_{n}", 0.0) for r in rows), default=0.0)
+                 for n in names}
+        print("max |o - sdpa| per config: " + ", ".join(f"{n} {d:.1e}" for n, d in diffs.items()))
+    for c in configs:
+        c.fj.close()
     return 0
 
 

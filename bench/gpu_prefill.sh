@@ -5,6 +5,9 @@
 # build/ here.
 #
 #   bench/gpu_prefill.sh [--quick]    (--quick: fewer test shapes, fewer reps)
+# PREFILL_BASELINE=LIB[,TEMPLATE_DIR] also times that build ("before": a copy of an
+# older build/libfijit.so and its templates) against this one ("after"), interleaved
+# in one process on the same tensors (bench_prefill.py --config).
 # Raw results go to $OUT (test_prefill.json, bench_prefill.json, logs) when set.
 set -u
 cd "$(dirname "$0")/.."
@@ -36,6 +39,9 @@ if [ $QUICK = 1 ]; then
 fi
 OUT=$OUT_DIR timeout "${PREFILL_TEST_TIMEOUT:-900}" python3 tests/gpu/test_prefill.py "${TEST_ARGS[@]}" 2>&1 | tee "$OUT_DIR/test_prefill.log"
 test_rc=${PIPESTATUS[0]}
+if [ -n "${PREFILL_BASELINE:-}" ]; then
+    BENCH_ARGS+=(--rounds 5 --config "before,$PREFILL_BASELINE" --config "after,")
+fi
 OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_prefill.py "${BENCH_ARGS[@]}" > "$OUT_DIR/bench_prefill.log" 2>&1
 bench_rc=$?
 

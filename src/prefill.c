@@ -11,9 +11,14 @@
  * (one CTA per SM at least); otherwise 64 rows, and 16 rows only when no
  * request has more than 16 packed rows (decode-like batches).
  *
- * Batch plan. The grid is (work items, kv heads); a work item is one query
- * tile of one request, listed request by request with each request's last
- * (under a causal mask, longest) tile first. The list lives in the caller's
+ * Block order. The grid is (work items, kv heads); a work item is one query
+ * tile of one request. Blocks start longest first (the kernel maps launch
+ * order to (item, head) through heads_per_section, see prefill_params.h):
+ * the long causal tiles begin in the first waves and short ones fill the
+ * tail, while the heads whose K/V is read at one time are few enough for L2.
+ *
+ * Batch plan. The work list holds every query tile of every request, sorted
+ * by the keys the tile reads, most first. It lives in the caller's
  * workspace: work_request[n] then work_tile[n], int32 each. Its size is an
  * upper bound that does not depend on the tile chosen (16-row tiles), so
  * fi_batch_prefill_workspace_size needs no device.
@@ -22,6 +27,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_drv.h"
@@ -138,6 +144,15 @@ static int tile_index_of(const char *who, int cta_tile_q, int *out)
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Heads per block-order section: as many kv heads as keep the K/V they read
+ * (kv_tokens keys of K and V per head, all requests) within the L2 budget. */
+static int heads_per_section(int64_t kv_tokens, int hd, int kv_heads)
+{
+    const int64_t per_head = kv_tokens * hd * 2 * 2;
+    const int64_t n = per_head > 0 ? (int64_t)FI_PREFILL_L2_BUDGET / per_head : kv_heads;
+    return (int)(n < 1 ? 1 : n > kv_heads ? kv_heads : n);
+}
 
 /* The automatic tile: `tiles[i]` CTAs per kv head with tile i. */
 static int choose_tile(const int64_t tiles[FI_PREFILL_NUM_TILES], int kv_heads, int sm_count,
@@ -316,6 +331,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     p.num_qo_heads = a->num_qo_heads;
     p.num_kv_heads = a->num_kv_heads;
     p.group_size = group;
+    p.heads_per_section = heads_per_section(a->kv_len, spec->head_dim, a->num_kv_heads);
     p.qo_len = a->qo_len;
     p.kv_len = a->kv_len;
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
@@ -335,6 +351,7 @@ struct fi_prefill_plan {
     int batch_size, num_qo_heads, num_kv_heads, page_size;
     int tile;          /* index of the tile kernel */
     int num_work;      /* grid x */
+    int heads_per_section;
     int *work_request; /* device, in the caller's workspace */
     int *work_tile;
 };
@@ -421,6 +438,39 @@ out:
     return rc;
 }
 
+/* Keys of request b (checked by check_plan_args). */
+static int request_kv_len(const fi_batch_prefill_plan_args *a, int paged, int b)
+{
+    const int n = a->kv_indptr[b + 1] - a->kv_indptr[b];
+    if (!paged) return n;
+    return n > 0 ? (n - 1) * a->page_size + a->kv_last_page_len[b] : 0;
+}
+
+/* Keys query tile t (tq packed rows) of a request reads, as the kernel
+ * bounds them (a sliding window's start is not known at plan time). */
+static int64_t work_keys(int kv_len, int qo_len, int group, int tq, int t, int causal)
+{
+    if (!causal) return kv_len;
+    const int64_t rows = (int64_t)qo_len * group;
+    const int64_t last = ((int64_t)(t + 1) * tq < rows ? (int64_t)(t + 1) * tq : rows) - 1;
+    const int64_t hi = last / group + (kv_len - qo_len) + 1;
+    return hi < 0 ? 0 : hi < kv_len ? hi : kv_len;
+}
+
+struct work_item {
+    int64_t keys;
+    int request, tile;
+};
+
+/* Most keys first; ties in request order, each request's last tile first. */
+static int work_item_cmp(const void *pa, const void *pb)
+{
+    const struct work_item *x = pa, *y = pb;
+    if (x->keys != y->keys) return x->keys > y->keys ? -1 : 1;
+    if (x->request != y->request) return x->request < y->request ? -1 : 1;
+    return (x->tile < y->tile) - (x->tile > y->tile);
+}
+
 int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_spec *spec,
                           const fi_batch_prefill_plan_args *a, void *workspace,
                           size_t workspace_bytes)
@@ -429,10 +479,12 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     int64_t max_rows = 0, bound = 0;
     fi_prefill_plan *plan = NULL;
     int32_t *list = NULL;
+    struct work_item *items = NULL;
     const fi_cuda_api *cu = NULL;
     const fi_jit_kernel *kernel = NULL;
     CUresult res;
     const char *who = batch_who(spec);
+    const int paged = spec && spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
 
     if (!out) FI_FAIL(FI_EINVALID, "batch prefill: out is NULL");
     *out = NULL;
@@ -468,20 +520,34 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
         plan->tile = choose_tile(tiles, a->num_kv_heads, sm_count, max_rows);
     }
     plan->num_work = (int)tiles[plan->tile];
+    int64_t kv_tokens = 0;
+    for (int b = 0; b < a->batch_size; b++) kv_tokens += request_kv_len(a, paged, b);
+    plan->heads_per_section = heads_per_section(kv_tokens, spec->head_dim, a->num_kv_heads);
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
     if (plan->num_work > 0) {
         const int n = plan->num_work;
         const int tq = FI_PREFILL_TILE_Q(plan->tile);
-        if (!(list = fi__malloc(sizeof(int32_t) * 2 * (size_t)n))) FI_FAIL(FI_ENOMEM, "out of memory");
+        const int causal = spec->mask == FI_MASK_CAUSAL || spec->mask == FI_MASK_WINDOW;
+        if (!(list = fi__malloc(sizeof(int32_t) * 2 * (size_t)n)) ||
+            !(items = fi__malloc(sizeof *items * (size_t)n)))
+            FI_FAIL(FI_ENOMEM, "out of memory");
         int k = 0;
         for (int b = 0; b < a->batch_size; b++) {
-            const int64_t rows = (int64_t)(a->qo_indptr[b + 1] - a->qo_indptr[b]) * group;
+            const int qo = a->qo_indptr[b + 1] - a->qo_indptr[b];
+            const int kv = request_kv_len(a, paged, b);
+            const int64_t rows = (int64_t)qo * group;
             for (int t = (int)ceil_div(rows, tq) - 1; t >= 0; t--) {
-                list[k] = b;
-                list[n + k] = t;
+                items[k].request = b;
+                items[k].tile = t;
+                items[k].keys = work_keys(kv, qo, group, tq, t, causal);
                 k++;
             }
+        }
+        qsort(items, (size_t)n, sizeof *items, work_item_cmp);
+        for (k = 0; k < n; k++) {
+            list[k] = items[k].request;
+            list[n + k] = items[k].tile;
         }
         plan->work_request = (int *)workspace;
         plan->work_tile = (int *)workspace + n;
@@ -492,6 +558,7 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     *out = plan;
     plan = NULL;
 out:
+    fi__free(items);
     fi__free(list);
     fi__free(plan);
     return rc;
@@ -576,6 +643,7 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     p.num_qo_heads = plan->num_qo_heads;
     p.num_kv_heads = plan->num_kv_heads;
     p.group_size = plan->num_qo_heads / plan->num_kv_heads;
+    p.heads_per_section = plan->heads_per_section;
     p.page_size = paged ? plan->page_size : 1;
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,

@@ -63,6 +63,18 @@ constexpr bool kCustom = fijit_cfg::kMask == fijit_cfg::kMaskCustom;
 // or ask for its mask on every tile.
 constexpr bool kSoftmax = Variant::use_softmax;
 constexpr bool kMaskEveryTile = Variant::mask_every_tile;
+// kLean: the register-lean form of the tile loop, for head_dim 128 under a
+// causal or window mask, where the plain form spills (the mask code and the
+// per-warp tile skipping need registers the 4 x 32-row warps do not have):
+// keys are computed in steps of 32 (S of one step at a time), ldmatrix
+// addresses are derived in the loop from one base per operand, the rows'
+// token and head are recomputed where needed, and O is rescaled only when a
+// row's maximum grows. The plain form (every other tuple) measured faster
+// where it does not spill.
+constexpr bool kLean = kHeadDim == 128 && (kCausal || kCustom);
+// Keys per compute step within a K/V tile.
+constexpr int kStepKV = kLean ? 32 : kTileKV;
+static_assert(kTileKV % kStepKV == 0 && kStepKV % 16 == 0, "whole steps of 16-key MMAs");
 
 static_assert(kKind == FI_PREFILL_KIND_SINGLE || kKind == FI_PREFILL_KIND_RAGGED ||
                   kKind == FI_PREFILL_KIND_PAGED,
@@ -82,6 +94,42 @@ __device__ __forceinline__ unsigned int swz(int row, int ch)
     return (unsigned int)row * kRowBytes + (unsigned int)((ch ^ (row & 7)) * 16);
 }
 
+// ldmatrix addressing. Every row a lane addresses in a fragment has the same
+// row & 7 (= lane & 7), and the chunk it reads is 2k + (a lane bit b), so its
+// address for step k is frag_base ^ (32k) with frag_base the address of
+// chunk b of its row: one register per operand and one XOR per step (16-row
+// steps are added as immediates). Exact because row bases are multiples of
+// kRowBytes (the buffers are 1024-aligned) and 32k + 16 * 7 < kRowBytes.
+__device__ __forceinline__ unsigned int frag_base(unsigned int tile, int row, int b)
+{
+    return tile + swz(row, b);
+}
+__device__ __forceinline__ unsigned int frag_at(unsigned int base, int k)
+{
+    return base ^ (unsigned int)(k * 32);
+}
+// x, opaque to the compiler: addresses derived from it inside the K/V loop
+// are computed there (one XOR each) instead of being hoisted out of it and
+// held in registers for the whole loop.
+// True on every lane when `pred` holds on some lane of the warp.
+__device__ __forceinline__ bool any_sync(bool pred)
+{
+    unsigned int r;
+    asm volatile(
+        "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n vote.sync.any.pred q, p, 0xffffffff;\n"
+        " selp.u32 %0, 1, 0, q;\n}"
+        : "=r"(r)
+        : "r"((unsigned int)pred));
+    return r != 0;
+}
+
+template <class T>
+__device__ __forceinline__ T opaque(T x)
+{
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 
@@ -90,23 +138,51 @@ struct Work {
     int q_begin;      // first token of the request in q, o and lse
     int qo_len, kv_len;
     int tile;         // query tile of the request
+    int kv_head;
     int kv_begin;     // ragged: first key token; paged: first kv_indices entry
     long long mask_offset;  // kMaskCustom: first bit of the request
 };
 
+// Block b (in launch order, b = blockIdx.y * gridDim.x + blockIdx.x) of the
+// grid (work items, kv heads) takes work item `item` of kv head `kv_head`:
+// heads are cut into sections of p.heads_per_section, and within a section
+// the items come in list order with the section's heads fastest. Item 0 is
+// the longest (single prefill: the last query tile; batch kinds: the plan
+// sorts its list longest first), so the long CTAs start first everywhere
+// and the short ones fill the tail, while the K/V of the heads in flight
+// (one section) stays small enough for L2.
+__device__ __forceinline__ void block_work(const P &p, int &item, int &kv_head)
+{
+    if constexpr (!kCausal) {  // every item costs the same: the grid's own order
+        item = (int)blockIdx.x;
+        kv_head = (int)blockIdx.y;
+        return;
+    }
+    const int n = (int)gridDim.x, heads = (int)gridDim.y;
+    const int b = (int)blockIdx.y * n + (int)blockIdx.x;
+    const int sec = imax(1, p.heads_per_section);
+    const int first = b / (sec * n) * sec;  // first head of this block's section
+    const int s = imin(sec, heads - first);
+    const int i = b - first * n;
+    item = i / s;
+    kv_head = first + (i - item * s);
+}
+
 __device__ __forceinline__ Work get_work(const P &p)
 {
     Work w;
+    int item;
+    block_work(p, item, w.kv_head);
     if constexpr (kKind == FI_PREFILL_KIND_SINGLE) {
         w.q_begin = 0;
         w.qo_len = p.qo_len;
         w.kv_len = p.kv_len;
-        w.tile = (int)gridDim.x - 1 - (int)blockIdx.x;
+        w.tile = (int)gridDim.x - 1 - item;
         w.kv_begin = 0;
         w.mask_offset = 0;
     } else {
-        const int b = p.work_request[blockIdx.x];
-        w.tile = p.work_tile[blockIdx.x];
+        const int b = p.work_request[item];
+        w.tile = p.work_tile[item];
         w.q_begin = p.qo_indptr[b];
         w.qo_len = p.qo_indptr[b + 1] - w.q_begin;
         w.kv_begin = p.kv_indptr[b];
@@ -171,14 +247,14 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     constexpr int kTileQ = C::kTileQ;
     constexpr int kThreads = C::kThreads;
     constexpr int kMT = C::kMT;           // 16-row MMA tiles per warp
-    constexpr int kNT = kTileKV / 8;      // 8-key column tiles of S
+    constexpr int kNT = kStepKV / 8;      // 8-key column tiles of S (one step)
     constexpr int kDT = kHeadDim / 8;     // 8-wide column tiles of O
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;
     const int lane = tid % 32;
-    const int kv_head = blockIdx.y;
     const Work w = get_work(p);
+    const int kv_head = w.kv_head;
     const int G = p.group_size;
     const int rows = w.qo_len * G;
     const int row0 = w.tile * kTileQ;
@@ -253,24 +329,40 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     }
     __syncthreads();
 
-    // The two rows (g and g + 8) of each MMA tile this thread holds.
+    // This thread holds rows g and g + 8 of each of its warp's MMA tiles.
+    // row_at gives the token and query head of row (mt, h); rows past the
+    // request borrow the last row (never stored). The plain form holds them
+    // in registers; the lean form recomputes them where needed (masked
+    // tiles, the epilogue, variants that read them).
     const int g = lane / 4, t = lane % 4;
     const int warp_row0 = warp * kMT * 16;
-    int row_head[kMT][2], row_tok[kMT][2], row_pos[kMT][2];
+    const int thr_row0 = row0 + warp_row0 + g;
+    int row_tok[kMT][2], row_head[kMT][2];
+    auto row_of = [&](int mt, int h, int pr, int &tok, int &head) {
+        pr = imin(pr + mt * 16 + 8 * h, rows - 1);
+        tok = pr / G;
+        head = kv_head * G + pr % G;
+    };
+    if constexpr (!kLean)
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+        for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            // Rows past the request borrow the last row (never stored).
-            const int pr = imin(row0 + warp_row0 + mt * 16 + g + 8 * h, rows - 1);
-            row_tok[mt][h] = pr / G;
-            row_head[mt][h] = kv_head * G + pr % G;
-            row_pos[mt][h] = row_tok[mt][h] + off;
+            for (int h = 0; h < 2; ++h) row_of(mt, h, thr_row0, row_tok[mt][h], row_head[mt][h]);
+    auto row_at = [&](int mt, int h, int &tok, int &head) {
+        if constexpr (kLean) {
+            row_of(mt, h, opaque(thr_row0), tok, head);
+        } else {
+            tok = row_tok[mt][h];
+            head = row_head[mt][h];
         }
+    };
 
-    // Key positions of this warp's first and last row: under a causal or
-    // window mask, a tile none of its rows can see (past the diagonal, before
-    // the window) costs the warp nothing.
+    // Fragment bases (see frag_base): Q rows of this warp, K rows (keys of
+    // B in S = Q K^T), V rows (keys of B in O += P V, transposed load).
+    const unsigned int q_frag = frag_base(sq, warp_row0 + (lane & 15), lane >> 4);
+    const unsigned int k_frag = frag_base(sk, ((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
+    const unsigned int v_frag = frag_base(sv, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+
     const int warp_pos_lo = imin(row0 + warp_row0, rows - 1) / G + off;
     const int warp_pos_hi = (imin(row0 + warp_row0 + kMT * 16, rows) - 1) / G + off;
 
@@ -292,6 +384,11 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     for (int tile = 0; tile < num_tiles; ++tile) {
         const int stage = tile & 1;
         const unsigned int skt = sk + stage * kKVTileBytes;
+        // Lean form: the fragment bases, opaque so that the per-step
+        // addresses are not hoisted out of the loop into registers.
+        const unsigned int qf = kLean ? opaque(q_frag) : 0u;
+        const unsigned int kf = kLean ? opaque(k_frag + stage * kKVTileBytes) : 0u;
+        const unsigned int vf = kLean ? opaque(v_frag + stage * kKVTileBytes) : 0u;
         const unsigned int svt = sv + stage * kKVTileBytes;
         const int t0 = kv_start + tile * kTileKV;
 
@@ -315,14 +412,19 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             __syncthreads();
         }
 
+        // The tile is computed in steps of kStepKV keys: S of one step at a
+        // time keeps the registers (O, S and the fragments) under the limit
+        // without spilling at head_dim 128.
+#pragma unroll 1
+        for (int step = 0; step < kTileKV / kStepKV; ++step) {
+        const int s0 = t0 + step * kStepKV;  // first key of the step
         if constexpr (kCausal) {
-            bool warp_skip = t0 > warp_pos_hi;
+            bool warp_skip = s0 > warp_pos_hi;
             if constexpr (kWindow)
                 warp_skip = warp_skip ||
-                            (p.window_left >= 0 && t0 + kTileKV - 1 < warp_pos_lo - p.window_left);
+                            (p.window_left >= 0 && s0 + kStepKV - 1 < warp_pos_lo - p.window_left);
             if (warp_skip) continue;  // its state is what the hidden keys would leave
         }
-
         // S = Q K^T for this warp's rows.
         float s[kMT][kNT][4];
 #pragma unroll
@@ -336,12 +438,15 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             unsigned int a[kMT][4];
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt)
-                ldmatrix_x4(a[mt], sq + swz(warp_row0 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+                ldmatrix_x4(a[mt], kLean ? frag_at(qf, kk) + mt * 16 * kRowBytes
+                                         : sq + swz(warp_row0 + mt * 16 + (lane & 15),
+                                                    kk * 2 + (lane >> 4)));
 #pragma unroll
             for (int np = 0; np < kNT / 2; ++np) {
                 unsigned int b[4];
-                ldmatrix_x4(b, skt + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7),
-                                         kk * 2 + ((lane >> 3) & 1)));
+                ldmatrix_x4(b, kLean ? frag_at(kf, kk) + (step * kStepKV + np * 16) * kRowBytes
+                                     : skt + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7),
+                                                 kk * 2 + ((lane >> 3) & 1)));
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt) {
                     Mma<DTypeKV>::run(s[mt][2 * np], a[mt], b[0], b[1]);
@@ -350,47 +455,55 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             }
         }
 
-        // Final logits (variant transform, natural units), masked on boundary tiles.
+        // Final logits (variant transform, natural units) are masked on
+        // boundary tiles only.
         bool need_mask = kCustom || kMaskEveryTile || t0 + kTileKV > w.kv_len;
         if constexpr (kCausal) need_mask = need_mask || t0 + kTileKV - 1 > tok_lo + off;
         if constexpr (kWindow)
             need_mask = need_mask || (p.window_left >= 0 && t0 < tok_hi + off - p.window_left);
+
         if (need_mask) {
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < kNT; ++nt)
+                for (int h = 0; h < 2; ++h) {
+                    int tok, head;
+                    row_at(mt, h, tok, head);
+                    const int qpos = tok + off;
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int h = e >> 1;
-                        const int j = t0 + nt * 8 + 2 * t + (e & 1);
-                        const int qpos = row_pos[mt][h];
-                        bool visible = j < w.kv_len;
-                        if constexpr (kCausal) visible = visible && j <= qpos;
-                        if constexpr (kCustom) {
-                            if (visible) {
-                                const long long bit = w.mask_offset +
-                                                      (long long)row_tok[mt][h] * w.kv_len + j;
-                                visible = (p.custom_mask[bit >> 3] >> (bit & 7)) & 1;
+                    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                            const int j = s0 + nt * 8 + 2 * t + (e & 1);
+                            bool visible = j < w.kv_len;
+                            if constexpr (kCausal) visible = visible && j <= qpos;
+                            if constexpr (kCustom) {
+                                if (visible) {
+                                    const long long bit =
+                                        w.mask_offset + (long long)tok * w.kv_len + j;
+                                    visible = (p.custom_mask[bit >> 3] >> (bit & 7)) & 1;
+                                }
                             }
+                            visible = visible && Variant::logits_mask(p, head, j, qpos);
+                            s[mt][nt][e] = visible ? Variant::logits_transform(p, s[mt][nt][e],
+                                                                               head, j, qpos)
+                                                   : (kSoftmax ? -inf_() : 0.f);
                         }
-                        visible = visible && Variant::logits_mask(p, row_head[mt][h], j, qpos);
-                        s[mt][nt][e] =
-                            visible ? Variant::logits_transform(p, s[mt][nt][e], row_head[mt][h], j,
-                                                                qpos)
-                                    : (kSoftmax ? -inf_() : 0.f);
-                    }
+                }
         } else {
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < kNT; ++nt)
+                for (int h = 0; h < 2; ++h) {
+                    int tok, head;
+                    row_at(mt, h, tok, head);
 #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        s[mt][nt][e] =
-                            Variant::logits_transform(p, s[mt][nt][e], row_head[mt][e >> 1],
-                                                      t0 + nt * 8 + 2 * t + (e & 1),
-                                                      row_pos[mt][e >> 1]);
+                    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; ++e)
+                            s[mt][nt][e] = Variant::logits_transform(
+                                p, s[mt][nt][e], head, s0 + nt * 8 + 2 * t + (e & 1), tok + off);
+                }
         }
 
         // Online softmax; m is in natural units and exp(x - m) is computed as
@@ -398,39 +511,55 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         // seen only hidden keys keeps m = -inf; `base` avoids -inf - -inf. d
         // is this thread's partial sum (its columns); the four lanes of a row
         // add up at the end. Without softmax, S already holds the weights.
+        if constexpr (kSoftmax) {
+            float scale[kMT][2];
+            bool grew = false;
 #pragma unroll
-        for (int mt = 0; mt < kMT && kSoftmax; ++mt)
+            for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float mx = m[mt][h];
+                for (int h = 0; h < 2; ++h) {
+                    float mx = m[mt][h];
 #pragma unroll
-                for (int nt = 0; nt < kNT; ++nt)
-                    mx = fmax_(mx, fmax_(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                mx = fmax_(mx, shfl_xor(mx, 1));
-                mx = fmax_(mx, shfl_xor(mx, 2));
-                const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
-                const float scale = exp2_fast(fma_(m[mt][h], kLog2e, -base2));
-                m[mt][h] = mx;
-                float sum = 0.f;
+                    for (int nt = 0; nt < kNT; ++nt)
+                        mx = fmax_(mx, fmax_(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                    mx = fmax_(mx, shfl_xor(mx, 1));
+                    mx = fmax_(mx, shfl_xor(mx, 2));
+                    const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
+                    scale[mt][h] = exp2_fast(fma_(m[mt][h], kLog2e, -base2));
+                    grew = grew || mx != m[mt][h];
+                    m[mt][h] = mx;
+                    float sum = 0.f;
 #pragma unroll
-                for (int nt = 0; nt < kNT; ++nt)
+                    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        s[mt][nt][2 * h + e] = exp2_fast(fma_(s[mt][nt][2 * h + e], kLog2e, -base2));
-                        sum += s[mt][nt][2 * h + e];
-                    }
-                d[mt][h] = fma_(d[mt][h], scale, sum);
+                        for (int e = 0; e < 2; ++e) {
+                            s[mt][nt][2 * h + e] =
+                                exp2_fast(fma_(s[mt][nt][2 * h + e], kLog2e, -base2));
+                            sum += s[mt][nt][2 * h + e];
+                        }
+                    d[mt][h] = fma_(d[mt][h], scale[mt][h], sum);
+                    if constexpr (!kLean)
 #pragma unroll
-                for (int dt = 0; dt < kDT; ++dt) {
-                    o[mt][dt][2 * h] *= scale;
-                    o[mt][dt][2 * h + 1] *= scale;
+                        for (int dt = 0; dt < kDT; ++dt) {
+                            o[mt][dt][2 * h] *= scale[mt][h];
+                            o[mt][dt][2 * h + 1] *= scale[mt][h];
+                        }
                 }
-            }
-
+            // Lean form: O is rescaled only when some row of the warp has a
+            // new maximum (its scale is 1 otherwise), rare after the first tiles.
+            if constexpr (kLean)
+                if (any_sync(grew))
+#pragma unroll
+                    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                        for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) o[mt][dt][e] *= scale[mt][e >> 1];
+        }
 
         // O += P V: the S accumulators of two 8-key tiles form one A fragment.
 #pragma unroll
-        for (int kk = 0; kk < kTileKV / 16; ++kk) {
+        for (int kk = 0; kk < kStepKV / 16; ++kk) {
             unsigned int a[kMT][4];
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt) {
@@ -442,14 +571,17 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 #pragma unroll
             for (int dp = 0; dp < kHeadDim / 16; ++dp) {
                 unsigned int b[4];
-                ldmatrix_x4_trans(b, svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                               dp * 2 + (lane >> 4)));
+                ldmatrix_x4_trans(
+                    b, kLean ? frag_at(vf, dp) + (step * kStepKV + kk * 16) * kRowBytes
+                             : svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                         dp * 2 + (lane >> 4)));
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt) {
                     Mma<DTypeKV>::run(o[mt][2 * dp], a[mt], b[0], b[1]);
                     Mma<DTypeKV>::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
                 }
             }
+        }
         }
     }
     cp_async_wait<0>();
@@ -469,17 +601,18 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                               : d[mt][h] > 0.f ? fma_(log2_fast(d[mt][h]), kLn2, m[mt][h])
                                                : -inf_();
             const int r = warp_row0 + mt * 16 + g + 8 * h;
+            int tok, head;
+            row_at(mt, h, tok, head);
 #pragma unroll
             for (int dt = 0; dt < kDT; ++dt) {
                 const int col = dt * 8 + 2 * t;
-                const float v0 =
-                    Variant::output_transform(p, o[mt][dt][2 * h] * inv, row_head[mt][h], col, lse);
-                const float v1 = Variant::output_transform(p, o[mt][dt][2 * h + 1] * inv,
-                                                           row_head[mt][h], col + 1, lse);
+                const float v0 = Variant::output_transform(p, o[mt][dt][2 * h] * inv, head, col, lse);
+                const float v1 =
+                    Variant::output_transform(p, o[mt][dt][2 * h + 1] * inv, head, col + 1, lse);
                 sts32(sq + swz(r, dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
             }
             if (p.lse != nullptr && t == 0 && row0 + r < rows)
-                p.lse[(long long)(w.q_begin + row_tok[mt][h]) * p.num_qo_heads + row_head[mt][h]] = lse;
+                p.lse[(long long)(w.q_begin + tok) * p.num_qo_heads + head] = lse;
         }
     __syncwarp();
 #pragma unroll
@@ -505,7 +638,7 @@ extern "C" __global__ void __launch_bounds__(FI_PREFILL_WARPS(0, fijit_cfg::kHea
                                              FI_PREFILL_MIN_BLOCKS(0, fijit_cfg::kHeadDim))
     fi_prefill_kernel_q128(const fi_prefill_params p)
 {
-    extern __shared__ __align__(128) unsigned char smem_q128[];
+    extern __shared__ __align__(1024) unsigned char smem_q128[];
     fijit::prefill::run<0>(p, smem_q128);
 }
 
@@ -513,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(FI_PREFILL_WARPS(1, fijit_cfg::kHea
                                              FI_PREFILL_MIN_BLOCKS(1, fijit_cfg::kHeadDim))
     fi_prefill_kernel_q64(const fi_prefill_params p)
 {
-    extern __shared__ __align__(128) unsigned char smem_q64[];
+    extern __shared__ __align__(1024) unsigned char smem_q64[];
     fijit::prefill::run<1>(p, smem_q64);
 }
 
@@ -521,6 +654,6 @@ extern "C" __global__ void __launch_bounds__(FI_PREFILL_WARPS(2, fijit_cfg::kHea
                                              FI_PREFILL_MIN_BLOCKS(2, fijit_cfg::kHeadDim))
     fi_prefill_kernel_q16(const fi_prefill_params p)
 {
-    extern __shared__ __align__(128) unsigned char smem_q16[];
+    extern __shared__ __align__(1024) unsigned char smem_q16[];
     fijit::prefill::run<2>(p, smem_q16);
 }

@@ -35,6 +35,8 @@
 #define FI_PREFILL_SMEM_BYTES(i, hd)                                                    \
     ((FI_PREFILL_TILE_Q(i) + 2 * FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(hd)) * (hd) * 2)
 #define FI_PREFILL_MAX_HEAD_DIM 256
+/* Bytes of K/V (all requests) the heads of one block-order section may span. */
+#define FI_PREFILL_L2_BUDGET (24u << 20)
 
 /* Values of fijit_cfg::kKind, equal to fi_kernel_kind. */
 #define FI_PREFILL_KIND_SINGLE 3
@@ -42,10 +44,15 @@
 #define FI_PREFILL_KIND_PAGED 5
 
 /* ---- parameters ------------------------------------------------------------------
- * Grid: x = work item (a query tile of one request), y = kv head.
- * Single prefill: work item x is query tile (gridDim.x - 1 - x) of the one
- * request (the longest causal tiles start first). Batch kinds: work item x is
- * query tile work_tile[x] of request work_request[x] (the plan's list).
+ * Grid: (work items, kv heads). Blocks are mapped to (work item, kv head) in
+ * launch order (b = blockIdx.y * gridDim.x + blockIdx.x): kv heads are cut
+ * into sections of heads_per_section; a section's blocks take work item 0 for
+ * each of its heads, then item 1, and so on; then the next section. The host
+ * sizes sections so that their K/V fits in L2 (FI_PREFILL_L2_BUDGET).
+ * Single prefill: work item i is query tile (gridDim.x - 1 - i) of the one
+ * request (the longest causal tiles start first). Batch kinds: work item i is
+ * query tile work_tile[i] of request work_request[i] (the plan's list, longest
+ * tiles first).
  * Strides are in elements; the last dimension is contiguous. */
 typedef struct fi_prefill_params {
     const void *q;             /* token t, head h at q + t*q_stride_n + h*q_stride_h */
@@ -78,6 +85,7 @@ typedef struct fi_prefill_params {
     long long k_stride_page, v_stride_page;
     int num_qo_heads, num_kv_heads;
     int group_size;            /* num_qo_heads / num_kv_heads */
+    int heads_per_section;     /* block order, see below; >= 1 */
     int qo_len, kv_len;        /* single prefill only */
     int page_size;             /* paged only */
     float sm_scale;            /* resolved: never 0 here */
