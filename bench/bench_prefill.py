@@ -11,13 +11,14 @@ Before/after comparisons: --config NAME,LIB[,TEMPLATE_DIR[,VAR=VALUE;...]] (repe
 times several fijit builds in the same process: each config loads its own libfijit.so
 (and, when given, reads its templates from TEMPLATE_DIR, with the environment variables
 set while it plans). The runs of every config and of SDPA are interleaved in --rounds
-rounds on the same tensors, so that clock and temperature drift hits all of them alike;
+rounds (a random order each round) on the same tensors, so that clock and temperature drift hits all of them alike;
 the first config is the reference of the 'x ref' columns.
 Raw numbers go to $OUT/bench_prefill[_LABEL].json when OUT is set.
 """
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -136,9 +137,14 @@ def bench_one(configs, dtype, hd, causal, H, Hkv, L, B, reps, rounds, warmup, ti
     torch.cuda.synchronize()
     samples = {name: [] for name in runners}
     per_round = max(1, reps // rounds)
+    # Each round runs the runners in a fresh (seeded) random order: the fixed
+    # rotation used before put the first config right after cuDNN, the most
+    # power-hungry kernel, in most rounds.
     order = list(runners)
-    for r in range(rounds):  # each round starts with the next runner: no fixed neighbours
-        for name in order[r % len(order):] + order[:r % len(order)]:
+    rng = random.Random(f"{dtype} {hd} {causal} {H}/{Hkv} {L}")
+    for r in range(rounds):
+        rng.shuffle(order)
+        for name in order:
             samples[name].extend(time_once(runners[name]) for _ in range(per_round))
     for name, ts in samples.items():
         t = statistics.median(ts)

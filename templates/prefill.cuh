@@ -63,18 +63,28 @@ constexpr bool kCustom = fijit_cfg::kMask == fijit_cfg::kMaskCustom;
 // or ask for its mask on every tile.
 constexpr bool kSoftmax = Variant::use_softmax;
 constexpr bool kMaskEveryTile = Variant::mask_every_tile;
-// kLean: the register-lean form of the tile loop, for head_dim 128 under a
-// causal or window mask, where the plain form spills (the mask code and the
-// per-warp tile skipping need registers the 4 x 32-row warps do not have):
-// keys are computed in steps of 32 (S of one step at a time), ldmatrix
-// addresses are derived in the loop from one base per operand, the rows'
-// token and head are recomputed where needed, and O is rescaled only when a
-// row's maximum grows. The plain form (every other tuple) measured faster
-// where it does not spill.
-constexpr bool kLean = kHeadDim == 128 && (kCausal || kCustom);
-// Keys per compute step within a K/V tile.
-constexpr int kStepKV = kLean ? 32 : kTileKV;
-static_assert(kTileKV % kStepKV == 0 && kStepKV % 16 == 0, "whole steps of 16-key MMAs");
+// Head dim 128 leaves the 4 x 32-row warps almost no registers (O takes 128
+// per thread, S of a 64-key tile 64 more, the limit is 255), and there the
+// tile loop is written to need fewer:
+//  * kXor: ldmatrix addresses come from one base register per operand, one
+//    XOR per fragment (frag_at), instead of one held address per fragment;
+//  * kRecompute (masked tuples): the rows' token and head are recomputed
+//    where needed (masked tiles, the epilogue) instead of held;
+//  * O is rescaled only when a row's maximum grew (its scale is 1 otherwise,
+//    rare after the first tiles): kLazyRow rescales the rows of each (MMA
+//    tile, half) right after their softmax when one of them in the warp grew
+//    (non-causal); kLazy rescales all of O once after the softmax when any
+//    row grew (masked tuples, where the per-row branch measured slower).
+// Measured on H100 (bench_prefill.py, interleaved, seq 4k/8k): +3-11% over
+// 32-key steps (masked) and over the plain loop (non-causal), although ptxas
+// reports 8-20 bytes of spill stores for them. Head dims 64 and 256 keep the
+// plain loop (64: XOR addressing with lazy rescale measured 4-9% slower).
+constexpr bool kTight = kHeadDim == 128;
+constexpr bool kMasked = kCausal || kCustom;
+constexpr bool kXor = kTight;
+constexpr bool kRecompute = kTight && kMasked;
+constexpr bool kLazy = kTight && kMasked;
+constexpr bool kLazyRow = kTight && !kMasked;
 
 static_assert(kKind == FI_PREFILL_KIND_SINGLE || kKind == FI_PREFILL_KIND_RAGGED ||
                   kKind == FI_PREFILL_KIND_PAGED,
@@ -108,9 +118,6 @@ __device__ __forceinline__ unsigned int frag_at(unsigned int base, int k)
 {
     return base ^ (unsigned int)(k * 32);
 }
-// x, opaque to the compiler: addresses derived from it inside the K/V loop
-// are computed there (one XOR each) instead of being hoisted out of it and
-// held in registers for the whole loop.
 // True on every lane when `pred` holds on some lane of the warp.
 __device__ __forceinline__ bool any_sync(bool pred)
 {
@@ -123,6 +130,9 @@ __device__ __forceinline__ bool any_sync(bool pred)
     return r != 0;
 }
 
+// x, opaque to the compiler: addresses derived from it inside the K/V loop
+// are computed there (one XOR each) instead of being hoisted out of it and
+// held in registers for the whole loop.
 template <class T>
 __device__ __forceinline__ T opaque(T x)
 {
@@ -247,7 +257,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     constexpr int kTileQ = C::kTileQ;
     constexpr int kThreads = C::kThreads;
     constexpr int kMT = C::kMT;           // 16-row MMA tiles per warp
-    constexpr int kNT = kStepKV / 8;      // 8-key column tiles of S (one step)
+    constexpr int kNT = kTileKV / 8;      // 8-key column tiles of S
     constexpr int kDT = kHeadDim / 8;     // 8-wide column tiles of O
 
     const int tid = threadIdx.x;
@@ -331,9 +341,9 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 
     // This thread holds rows g and g + 8 of each of its warp's MMA tiles.
     // row_at gives the token and query head of row (mt, h); rows past the
-    // request borrow the last row (never stored). The plain form holds them
-    // in registers; the lean form recomputes them where needed (masked
-    // tiles, the epilogue, variants that read them).
+    // request borrow the last row (never stored). They are held in
+    // registers, or with kRecompute recomputed where needed (masked tiles,
+    // the epilogue, variants that read them).
     const int g = lane / 4, t = lane % 4;
     const int warp_row0 = warp * kMT * 16;
     const int thr_row0 = row0 + warp_row0 + g;
@@ -343,13 +353,13 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         tok = pr / G;
         head = kv_head * G + pr % G;
     };
-    if constexpr (!kLean)
+    if constexpr (!kRecompute)
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) row_of(mt, h, thr_row0, row_tok[mt][h], row_head[mt][h]);
     auto row_at = [&](int mt, int h, int &tok, int &head) {
-        if constexpr (kLean) {
+        if constexpr (kRecompute) {
             row_of(mt, h, opaque(thr_row0), tok, head);
         } else {
             tok = row_tok[mt][h];
@@ -384,11 +394,11 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     for (int tile = 0; tile < num_tiles; ++tile) {
         const int stage = tile & 1;
         const unsigned int skt = sk + stage * kKVTileBytes;
-        // Lean form: the fragment bases, opaque so that the per-step
+        // kXor: the fragment bases, opaque so that the per-fragment
         // addresses are not hoisted out of the loop into registers.
-        const unsigned int qf = kLean ? opaque(q_frag) : 0u;
-        const unsigned int kf = kLean ? opaque(k_frag + stage * kKVTileBytes) : 0u;
-        const unsigned int vf = kLean ? opaque(v_frag + stage * kKVTileBytes) : 0u;
+        const unsigned int qf = kXor ? opaque(q_frag) : 0u;
+        const unsigned int kf = kXor ? opaque(k_frag + stage * kKVTileBytes) : 0u;
+        const unsigned int vf = kXor ? opaque(v_frag + stage * kKVTileBytes) : 0u;
         const unsigned int svt = sv + stage * kKVTileBytes;
         const int t0 = kv_start + tile * kTileKV;
 
@@ -412,17 +422,11 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             __syncthreads();
         }
 
-        // The tile is computed in steps of kStepKV keys: S of one step at a
-        // time keeps the registers (O, S and the fragments) under the limit
-        // without spilling at head_dim 128.
-#pragma unroll 1
-        for (int step = 0; step < kTileKV / kStepKV; ++step) {
-        const int s0 = t0 + step * kStepKV;  // first key of the step
         if constexpr (kCausal) {
-            bool warp_skip = s0 > warp_pos_hi;
+            bool warp_skip = t0 > warp_pos_hi;
             if constexpr (kWindow)
                 warp_skip = warp_skip ||
-                            (p.window_left >= 0 && s0 + kStepKV - 1 < warp_pos_lo - p.window_left);
+                            (p.window_left >= 0 && t0 + kTileKV - 1 < warp_pos_lo - p.window_left);
             if (warp_skip) continue;  // its state is what the hidden keys would leave
         }
         // S = Q K^T for this warp's rows.
@@ -438,13 +442,13 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             unsigned int a[kMT][4];
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt)
-                ldmatrix_x4(a[mt], kLean ? frag_at(qf, kk) + mt * 16 * kRowBytes
+                ldmatrix_x4(a[mt], kXor ? frag_at(qf, kk) + mt * 16 * kRowBytes
                                          : sq + swz(warp_row0 + mt * 16 + (lane & 15),
                                                     kk * 2 + (lane >> 4)));
 #pragma unroll
             for (int np = 0; np < kNT / 2; ++np) {
                 unsigned int b[4];
-                ldmatrix_x4(b, kLean ? frag_at(kf, kk) + (step * kStepKV + np * 16) * kRowBytes
+                ldmatrix_x4(b, kXor ? frag_at(kf, kk) + np * 16 * kRowBytes
                                      : skt + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7),
                                                  kk * 2 + ((lane >> 3) & 1)));
 #pragma unroll
@@ -474,7 +478,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                            const int j = s0 + nt * 8 + 2 * t + (e & 1);
+                            const int j = t0 + nt * 8 + 2 * t + (e & 1);
                             bool visible = j < w.kv_len;
                             if constexpr (kCausal) visible = visible && j <= qpos;
                             if constexpr (kCustom) {
@@ -502,7 +506,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; ++e)
                             s[mt][nt][e] = Variant::logits_transform(
-                                p, s[mt][nt][e], head, s0 + nt * 8 + 2 * t + (e & 1), tok + off);
+                                p, s[mt][nt][e], head, t0 + nt * 8 + 2 * t + (e & 1), tok + off);
                 }
         }
 
@@ -526,7 +530,8 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                     mx = fmax_(mx, shfl_xor(mx, 2));
                     const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
                     scale[mt][h] = exp2_fast(fma_(m[mt][h], kLog2e, -base2));
-                    grew = grew || mx != m[mt][h];
+                    const bool grew_row = mx != m[mt][h];
+                    grew = grew || grew_row;
                     m[mt][h] = mx;
                     float sum = 0.f;
 #pragma unroll
@@ -538,16 +543,19 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                             sum += s[mt][nt][2 * h + e];
                         }
                     d[mt][h] = fma_(d[mt][h], scale[mt][h], sum);
-                    if constexpr (!kLean)
+                    // kLazyRow: only when the maximum of one of these rows
+                    // (in the warp) grew.
+                    if constexpr (!kLazy)
+                        if (!kLazyRow || any_sync(grew_row))
 #pragma unroll
                         for (int dt = 0; dt < kDT; ++dt) {
                             o[mt][dt][2 * h] *= scale[mt][h];
                             o[mt][dt][2 * h + 1] *= scale[mt][h];
                         }
                 }
-            // Lean form: O is rescaled only when some row of the warp has a
-            // new maximum (its scale is 1 otherwise), rare after the first tiles.
-            if constexpr (kLean)
+            // kLazy: O is rescaled here, only when some row of the warp has
+            // a new maximum.
+            if constexpr (kLazy)
                 if (any_sync(grew))
 #pragma unroll
                     for (int mt = 0; mt < kMT; ++mt)
@@ -559,7 +567,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 
         // O += P V: the S accumulators of two 8-key tiles form one A fragment.
 #pragma unroll
-        for (int kk = 0; kk < kStepKV / 16; ++kk) {
+        for (int kk = 0; kk < kTileKV / 16; ++kk) {
             unsigned int a[kMT][4];
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt) {
@@ -572,7 +580,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             for (int dp = 0; dp < kHeadDim / 16; ++dp) {
                 unsigned int b[4];
                 ldmatrix_x4_trans(
-                    b, kLean ? frag_at(vf, dp) + (step * kStepKV + kk * 16) * kRowBytes
+                    b, kXor ? frag_at(vf, dp) + kk * 16 * kRowBytes
                              : svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
                                          dp * 2 + (lane >> 4)));
 #pragma unroll
@@ -581,7 +589,6 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                     Mma<DTypeKV>::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
                 }
             }
-        }
         }
     }
     cp_async_wait<0>();
