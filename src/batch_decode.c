@@ -9,14 +9,18 @@
  * The chunk length (tokens per item, whole tiles) is chosen so that:
  *  - when the batch alone does not fill one wave of resident blocks
  *    (DECODE_BLOCKS_PER_SM per SM), it is the shortest chunk for which the
- *    whole grid still fits in that wave, but never below BD_MIN_CHUNK_TILES;
- *    (one wave of DECODE_BLOCKS_PER_SM = 2 per SM: the hardware holds 3, so
- *    the third slot absorbs the merge tail);
+ *    whole grid still fits in a wave of BD_FIT_BLOCKS_PER_SM (3) per SM, but
+ *    never below BD_MIN_CHUNK_TILES; if that chunk is longer than the deeper
+ *    rings take (BD_DEEP_MAX_TILES), the shortest for a wave of
+ *    DECODE_BLOCKS_PER_SM (2) per SM instead;
  *  - when it does, requests are cut into chunks of about 1/BD_WAVES of a
  *    wave's share (at least BD_BIG_CHUNK_TILES), so that blocks are short and
  *    even and the tail of the last wave is small.
  * A request's chunks are then evened out (its length divided by its chunk
  * count, rounded up to whole tiles). Items of one request are consecutive.
+ * The ring depth follows from the grid (fi__decode_stages in decode.c): a 4-
+ * or 6-tile ring for at most 3 or 2 blocks per SM whose items have
+ * BD_DEEP_MIN_TILES..32 tiles, else 3 tiles (four blocks per SM).
  *
  * Workspace layout (all offsets 16-byte aligned):
  *   work   [num_items] fi_batch_decode_work
@@ -41,6 +45,18 @@
 #include "sys.h"
 
 #define DECODE_BLOCKS_PER_SM 2
+/* Blocks per SM the one-wave plan (a batch that alone does not fill a wave)
+ * aims for when its chunks stay within BD_DEEP_MAX_TILES: 3, all resident
+ * through the 4-tile ring (fi__decode_stages); longer chunks keep the plan of
+ * DECODE_BLOCKS_PER_SM (batch 16 x kv 4k-16k was 1-2% slower at 3). An
+ * H100 run (hd 128 fp16, page 16) of batch 1 x kv 16k GQA 32/8 took 37.5 us
+ * with 47 items in a 4-tile ring against 44.0 with 32 items in a 3-tile one
+ * (SDPA 33.8); batch 1 and 16 at kv 1k-16k otherwise within 2%. */
+#define BD_FIT_BLOCKS_PER_SM 3
+/* Fewest tiles an item needs for the deeper ring (up to 32, decode.c):
+ * batch 1 x kv 4k (8-tile items) was 9% slower through the 6-tile ring. */
+#define BD_DEEP_MIN_TILES 10
+#define BD_DEEP_MAX_TILES 32 /* as DECODE_DEEP_MAX_TILES in decode.c */
 /* Shortest chunk when the batch does not fill a wave: as DECODE_MIN_SPLIT_TILES
  * in decode.c (4 tiles below 4096 keys, else 8). */
 #define BD_MIN_CHUNK_TILES(keys) ((keys) < 4096 ? 4 : 8)
@@ -64,6 +80,7 @@ struct fi_batch_decode_plan {
     int batch, num_qo_heads, num_kv_heads, page_size, window_left;
     int group_size, head_chunks, heads_per_block, head_blocks;
     int num_items, max_request_splits, any_split;
+    int stages;                /* ring depth for the plan's grid (fi__decode_stages) */
     fi_batch_decode_work *work;
     size_t work_bytes, partial_o_off, partial_lse_off, counters_off, workspace_bytes;
     void *uploaded;            /* workspace the work list was copied to */
@@ -176,19 +193,26 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
 
     /* The chunk length; 0 = no split. */
     int64_t chunk = 0;
+    int sm_count = info->sm_count;
     if (info->max_splits != 1 && max_keys > BD_MIN_CHUNK_TILES(max_keys) * tile) {
-        int sm_count = info->sm_count;
         if (sm_count <= 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
         const int64_t slots = (int64_t)sm_count * DECODE_BLOCKS_PER_SM;
+        const int64_t fit_slots = (int64_t)sm_count * BD_FIT_BLOCKS_PER_SM;
         if (count_blocks(keys, info->batch, 0, y) < slots) {
-            /* Smallest chunk (whole tiles) whose grid fits in one wave. */
-            int64_t lo = BD_MIN_CHUNK_TILES(max_keys), hi = (max_keys + tile - 1) / tile;
-            while (lo < hi) {
-                const int64_t mid = (lo + hi) / 2;
-                if (count_blocks(keys, info->batch, mid * tile, y) <= slots) hi = mid;
-                else lo = mid + 1;
+            /* Smallest chunk (whole tiles) whose grid fits in one wave of
+             * BD_FIT_BLOCKS_PER_SM per SM; where that leaves chunks too long
+             * for the deeper ring, one of DECODE_BLOCKS_PER_SM. */
+            for (int pass = 0; pass < 2; pass++) {
+                const int64_t wave = pass == 0 ? fit_slots : slots;
+                int64_t lo = BD_MIN_CHUNK_TILES(max_keys), hi = (max_keys + tile - 1) / tile;
+                while (lo < hi) {
+                    const int64_t mid = (lo + hi) / 2;
+                    if (count_blocks(keys, info->batch, mid * tile, y) <= wave) hi = mid;
+                    else lo = mid + 1;
+                }
+                chunk = lo * tile;
+                if (lo <= BD_DEEP_MAX_TILES) break;
             }
-            chunk = lo * tile;
         } else {
             int64_t c = (total_keys * y + BD_WAVES * slots - 1) / (BD_WAVES * slots);
             if (c < (int64_t)BD_BIG_CHUNK_TILES * tile) c = (int64_t)BD_BIG_CHUNK_TILES * tile;
@@ -219,6 +243,15 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
     }
     if (items > INT32_MAX / 2) FI_FAIL(FI_EINVALID, "batch_decode: too many work items");
     plan->num_items = (int)items;
+    {
+        int64_t most = 0; /* tiles of the longest item */
+        for (int b = 0; b < info->batch; b++) {
+            const int64_t c = keys[b] > 0 ? ((int64_t)keys[b] + splits[b] - 1) / splits[b] : 0;
+            if ((c + tile - 1) / tile > most) most = (c + tile - 1) / tile;
+        }
+        plan->stages = fi__decode_stages(spec, (long long)items * y, most, BD_DEEP_MIN_TILES,
+                                         sm_count > 0 ? sm_count : 0);
+    }
     if (!(plan->work = fi__calloc((size_t)items, sizeof *plan->work)))
         FI_FAIL(FI_ENOMEM, "batch_decode: out of memory for %lld work items", (long long)items);
     int item = 0;
@@ -345,10 +378,8 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
 {
     int rc = 0;
     const fi_jit_kernel *kernel = NULL;
-    const fi_cuda_api *cu = NULL;
     fi_batch_decode_params p;
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
-    CUresult res;
     if (!ctx || !plan || !a) FI_FAIL(FI_EINVALID, "batch_decode: NULL argument");
     if (a->version < 1 || a->version > FI_BATCH_DECODE_ARGS_VERSION)
         FI_FAIL(FI_EINVALID, "batch_decode: args.version is %u, this library expects 1 to %d",
@@ -399,7 +430,6 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     if (a->workspace_bytes < plan->workspace_bytes)
         FI_FAIL(FI_EINVALID, "batch_decode: workspace has %zu bytes, the plan needs %zu",
                 a->workspace_bytes, plan->workspace_bytes);
-    FI_TRY(fi__cuda_load(&cu));
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
 
     memset(&p, 0, sizeof p);
@@ -438,6 +468,7 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     p.head_chunks = plan->head_chunks;
     p.heads_per_block = plan->heads_per_block;
     p.head_blocks = plan->head_blocks;
+    p.stages = plan->stages;
     p.sm_scale = a->sm_scale != 0.f ? a->sm_scale : (float)(1.0 / sqrt((double)spec->head_dim));
     p.soft_cap = spec->soft_cap ? a->soft_cap : 0.f;
     p.window_left = plan->window_left;
@@ -451,13 +482,8 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
         memcpy(p.rope_freq, fi__decode_rope_table(spec->head_dim, scale, theta),
                sizeof(float) * (size_t)(spec->head_dim / 2));
     }
-    void *params[] = {&p};
-    res = cu->LaunchKernel(kernel->function, (unsigned)plan->num_items,
-                           (unsigned)(plan->num_kv_heads * plan->head_blocks), 1,
-                           kernel->block_dim[0], kernel->block_dim[1], kernel->block_dim[2],
-                           kernel->smem_bytes, (CUstream)stream, params, NULL);
-    if (res != CUDA_SUCCESS)
-        CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch_decode: cuLaunchKernel"));
+    FI_TRY(fi__decode_launch(kernel, spec, p.stages, (unsigned)plan->num_items,
+                             (unsigned)(plan->num_kv_heads * plan->head_blocks), &p, stream, 1));
 out:
     return rc;
 }

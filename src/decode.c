@@ -34,15 +34,26 @@
  * sm_80/sm_90, and a split sweep on H100 (bench_decode.py --sweep-splits, hd
  * 128, GQA 32/8 and 32/32, kv 4k..64k) was 3-5% faster at ~2 per SM than at
  * ~3, and much slower once the grid spilled into a second wave. The
- * tensor-core kernel (~124 registers at hd 128) fits 4; the plan was not
- * re-swept for it. */
+ * tensor-core kernel (~124 registers at hd 128) fits 4 with the default
+ * 3-tile ring. Re-swept for it on H100 (hd 128 fp16, splits 8..64, ring depth
+ * 3/4/6): 2 per SM stays best; GQA 32/8 gains 13-20% at kv 4k-32k from the
+ * 6-tile ring (fi__decode_stages), 32/32 and kv 1k do not (kv 1k: 4-tile
+ * splits, all in flight anyway; 32/32 kv >= 16k: 64+ tiles a split, at the
+ * copy ceiling already). */
 #define DECODE_BLOCKS_PER_SM 2
 /* Fewest tiles a split gets: below this, per-block setup (q load, rotation,
  * pipeline fill) and the merge of one more partial state outweigh the extra
  * parallelism. From a split sweep on H100 (bench_decode.py --sweep-splits,
  * hd 128, GQA 32/8 and 32/32, kv 1k..32k, merge fused into the kernel): the
- * best split was ~128 keys at kv 1k and ~256 keys from kv 4k on. */
-#define DECODE_MIN_SPLIT_TILES(keys) ((keys) < 4096 ? 4 : 8)
+ * best split was ~128 keys at kv 1k and ~256 keys from kv 8k on; at kv 4k,
+ * 192-key splits through the 6-tile ring (18.0 us for 32/8, 16 splits of 256
+ * keys 21.8 us). */
+#define DECODE_MIN_SPLIT_TILES(keys) ((keys) < 4096 ? 4 : (keys) < 8192 ? 5 : 8)
+/* Tiles per block for which a grid of at most 2 (3) blocks per SM takes the
+ * deeper ring (fi__decode_stages): from DECODE_DEEP_MIN_TILES (single decode;
+ * batch decode passes its own) to DECODE_DEEP_MAX_TILES. */
+#define DECODE_DEEP_MIN_TILES 6
+#define DECODE_DEEP_MAX_TILES 32
 
 /* A failed driver call: fi__cuda_error has already written the message. */
 #define CU_FAIL(expr)                                                          \
@@ -59,11 +70,12 @@ typedef struct decode_plan {
 
 void fi__decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out)
 {
-    FI_UNUSED(spec);
     memset(out, 0, sizeof *out);
     out->block_dim[0] = FI_DECODE_THREADS;
     out->block_dim[1] = out->block_dim[2] = 1;
-    out->smem_bytes = 0; /* static shared memory only (48 KiB) */
+    /* Nominal: each launch passes its ring's size (fi__decode_launch). */
+    out->smem_bytes = (unsigned)FI_DECODE_SMEM_BYTES(spec->head_dim, fi__decode_kv_bytes(spec),
+                                                     FI_DECODE_STAGES);
     out->param_bytes = (unsigned)sizeof(fi_decode_params);
 }
 
@@ -277,13 +289,60 @@ out:
     return rc;
 }
 
-static int plan_for(const fi_jit_spec *spec, const fi_decode_args *a, decode_plan *plan)
+int fi__decode_stages(const fi_jit_spec *spec, long long blocks, long long tiles, int min_tiles,
+                      int sm_count)
+{
+    const int kvb = fi__decode_kv_bytes(spec);
+    int stages = kvb == 1 ? FI_DECODE_STAGES_FP8 : FI_DECODE_STAGES;
+    /* A deeper ring pays where blocks are few and their ranges of middling
+     * length: shorter ones are in flight at once anyway, longer ones are
+     * bandwidth-bound with the default depth (H100 sweep, hd 128, see
+     * DECODE_BLOCKS_PER_SM). */
+    if (kvb == 2 && sm_count > 0 && tiles >= min_tiles && tiles <= DECODE_DEEP_MAX_TILES) {
+        if (blocks <= 2LL * sm_count) stages = FI_DECODE_STAGES_DEEP2;
+        else if (blocks <= 3LL * sm_count) stages = FI_DECODE_STAGES_DEEP3;
+    }
+    return stages;
+}
+
+int fi__decode_launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int stages,
+                      unsigned grid_x, unsigned grid_y, void *params, struct CUstream_st *stream,
+                      int batch)
 {
     int rc = 0;
-    int sm_count = 0;
+    const fi_cuda_api *cu = NULL;
+    CUresult res;
+    const int smem = FI_DECODE_SMEM_BYTES(spec->head_dim, fi__decode_kv_bytes(spec), stages);
+    void *args[] = {params};
+    FI_TRY(fi__cuda_load(&cu));
+    if (smem > 48 * 1024) {
+        /* Above 48 KiB a kernel must opt in; cheap, and idempotent. */
+        res = cu->FuncSetAttribute(kernel->function,
+                                   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
+        if (res != CUDA_SUCCESS)
+            CU_FAIL(fi__cuda_error(
+                FI_ECUDA, res,
+                batch ? "batch_decode: cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"
+                      : "decode: cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"));
+    }
+    res = cu->LaunchKernel(kernel->function, grid_x, grid_y, 1, kernel->block_dim[0],
+                           kernel->block_dim[1], kernel->block_dim[2], (unsigned)smem,
+                           (CUstream)stream, args, NULL);
+    if (res != CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ECUDA, res, batch ? "batch_decode: cuLaunchKernel"
+                                                    : "decode: cuLaunchKernel"));
+out:
+    return rc;
+}
+
+static int plan_for(const fi_jit_spec *spec, const fi_decode_args *a, decode_plan *plan,
+                    int *sm_count)
+{
+    int rc = 0;
+    *sm_count = 0;
     FI_TRY(check_args(spec, a));
-    if (a->num_splits == 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
-    FI_TRY(make_plan(spec, a, sm_count, plan));
+    if (a->num_splits == 0) FI_TRY(fi__decode_device_sm_count(sm_count));
+    FI_TRY(make_plan(spec, a, *sm_count, plan));
 out:
     return rc;
 }
@@ -293,10 +352,11 @@ int fi_decode_workspace_size(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_
 {
     int rc = 0;
     decode_plan plan;
+    int sm_count;
     if (!out) FI_FAIL(FI_EINVALID, "decode: out is NULL");
     *out = 0;
     if (!ctx) FI_FAIL(FI_EINVALID, "decode: ctx is NULL");
-    FI_TRY(plan_for(spec, args, &plan));
+    FI_TRY(plan_for(spec, args, &plan, &sm_count));
     *out = plan.workspace_bytes;
 out:
     return rc;
@@ -327,13 +387,13 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     int rc = 0;
     decode_plan plan;
     const fi_jit_kernel *kernel = NULL;
-    const fi_cuda_api *cu = NULL;
     fi_decode_params p;
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
-    CUresult res;
+    int sm_count;
 
     if (!ctx) FI_FAIL(FI_EINVALID, "decode: ctx is NULL");
-    FI_TRY(plan_for(spec, a, &plan));
+    FI_TRY(plan_for(spec, a, &plan, &sm_count));
+    if (sm_count == 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
     FI_TRY(fi__jit_variant_pack(ctx, spec, "decode", a->version >= 3 ? a->variant_args : NULL,
                                 a->version >= 3 ? a->num_variant_args : 0, variant_params));
     if (plan.num_splits > 1) {
@@ -348,7 +408,6 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
                     "fi_decode_workspace_size)", a->workspace_bytes, plan.num_splits,
                     plan.workspace_bytes);
     }
-    FI_TRY(fi__cuda_load(&cu));
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
 
     memset(&p, 0, sizeof p);
@@ -386,6 +445,10 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     p.num_splits = plan.num_splits;
     p.kv_begin = plan.kv_begin;
     p.kv_chunk = plan.kv_chunk;
+    p.stages = fi__decode_stages(spec,
+                                 (long long)plan.num_splits * a->num_kv_heads * plan.head_blocks,
+                                 plan.kv_chunk / FI_DECODE_TILE_TOKENS(spec->head_dim),
+                                 DECODE_DEEP_MIN_TILES, sm_count);
     p.sm_scale = a->sm_scale != 0.f ? a->sm_scale : (float)(1.0 / sqrt((double)spec->head_dim));
     p.soft_cap = spec->soft_cap ? a->soft_cap : 0.f;
     p.rope_offset = a->rope_offset;
@@ -397,12 +460,8 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
                sizeof(float) * (size_t)(spec->head_dim / 2));
     }
 
-    void *params[] = {&p};
-    res = cu->LaunchKernel(kernel->function, (unsigned)plan.num_splits,
-                           (unsigned)(a->num_kv_heads * plan.head_blocks), 1, kernel->block_dim[0],
-                           kernel->block_dim[1], kernel->block_dim[2], kernel->smem_bytes,
-                           (CUstream)stream, params, NULL);
-    if (res != CUDA_SUCCESS) CU_FAIL(fi__cuda_error(FI_ECUDA, res, "decode: cuLaunchKernel"));
+    FI_TRY(fi__decode_launch(kernel, spec, p.stages, (unsigned)plan.num_splits,
+                             (unsigned)(a->num_kv_heads * plan.head_blocks), &p, stream, 0));
 out:
     return rc;
 }

@@ -19,6 +19,16 @@ const float *fi__decode_rope_table(int hd, float scale, float theta);
 int fi__decode_head_chunks(const fi_jit_spec *spec, int group_size);
 /* SM count of the current context's device. */
 int fi__decode_device_sm_count(int *out);
+/* Ring depth (fijit_params.h, FI_DECODE_STAGES_DEEP2) for a grid of `blocks`
+ * decode blocks of at most `tiles` tiles each on `sm_count` SMs (0: unknown,
+ * the default depth); deeper only for min_tiles <= tiles <= 32. */
+int fi__decode_stages(const fi_jit_spec *spec, long long blocks, long long tiles, int min_tiles,
+                      int sm_count);
+/* Launch a decode (batch = 0) or batch-decode (1) kernel with the dynamic
+ * shared memory of a ring of `stages` tiles. */
+int fi__decode_launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int stages,
+                      unsigned grid_x, unsigned grid_y, void *params, struct CUstream_st *stream,
+                      int batch);
 
 /* The work list of a batch-decode plan (tests): `*out` points into the plan. */
 struct fi_batch_decode_plan;

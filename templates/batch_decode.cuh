@@ -19,7 +19,7 @@ extern "C" __global__ void __launch_bounds__(FI_DECODE_THREADS)
     using namespace fijit;
     using namespace fijit::decode;
 
-    __shared__ SharedStorage smem;
+    SharedStorage &smem = shared_storage();
 
     const fi_batch_decode_work w = p.work[blockIdx.x];
     const Place pl = make_place(blockIdx.y, p.group_size, p.head_chunks, p.heads_per_block,
@@ -33,6 +33,7 @@ extern "C" __global__ void __launch_bounds__(FI_DECODE_THREADS)
     job.q = static_cast<const DTypeQ *>(p.q) + w.request * p.q_stride_b;
     job.q_stride_h = p.q_stride_h;
     job.k_scale = p.k_scale;
+    job.stages = p.stages;
 
     PagedKV kv;
     kv.k = static_cast<const unsigned char *>(p.k) + pl.kv_head * p.k_stride_h * kKVBytes;

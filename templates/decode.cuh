@@ -16,7 +16,7 @@ extern "C" __global__ void __launch_bounds__(FI_DECODE_THREADS)
     using namespace fijit;
     using namespace fijit::decode;
 
-    __shared__ SharedStorage smem;
+    SharedStorage &smem = shared_storage();
 
     const Place pl = make_place(blockIdx.y, p.group_size, p.head_chunks, p.heads_per_block,
                                 p.head_blocks);
@@ -30,6 +30,7 @@ extern "C" __global__ void __launch_bounds__(FI_DECODE_THREADS)
     job.q = static_cast<const DTypeQ *>(p.q);
     job.q_stride_h = p.q_stride_h;
     job.k_scale = p.k_scale;
+    job.stages = p.stages;
 
     DenseKV kv;
     kv.k = static_cast<const unsigned char *>(p.k) + pl.kv_head * p.k_stride_h * kKVBytes;

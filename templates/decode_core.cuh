@@ -10,13 +10,15 @@
 // Organised around memory, as decode reads every K/V byte once:
 //  * One block = one KV head (all query heads of its GQA group, or a slice of
 //    a very large group) x one contiguous range of keys.
-//  * K/V tiles stream into shared memory with cp.async through a kStages-deep
-//    ring (tiles are raw bytes: 16-byte copies carry 8 fp16/bf16 or 16 fp8
-//    values). 16-bit K/V without RoPE go through tensor cores (attend_mma:
-//    ldmatrix + mma.sync, the heads of the block as mma columns); fp8 K/V and
-//    RoPE through CUDA cores (attend_simt: every K/V vector read from shared
-//    memory is converted once and used by up to FI_DECODE_HEADS_PER_THREAD
-//    query heads held in registers).
+//  * K/V tiles stream into shared memory with cp.async through a ring of
+//    Job::stages tiles in dynamic shared memory, its depth chosen by the host
+//    per launch (a small grid takes a deeper one). Tiles are raw bytes:
+//    16-byte copies carry 8 fp16/bf16 or 16 fp8 values. 16-bit K/V without
+//    RoPE go through tensor cores (attend_mma: ldmatrix + mma.sync, the heads
+//    of the block as mma columns); fp8 K/V and RoPE through CUDA cores
+//    (attend_simt: every K/V vector read from shared memory is converted once
+//    and used by up to FI_DECODE_HEADS_PER_THREAD query heads held in
+//    registers).
 //  * Softmax is online in fp32 in the exp2 domain; row groups of a block are
 //    merged through shared memory; split ranges of one (request, kv head) are
 //    merged by the last of their blocks to finish (see fijit_params.h), so a
@@ -48,7 +50,7 @@ constexpr int kStep = FI_DECODE_TOKENS_PER_STEP;
 constexpr int kTile = FI_DECODE_TILE_TOKENS(kHeadDim);
 constexpr int kKVBytes = Traits<DTypeKV>::kBytes;
 constexpr bool kFp8 = kKVBytes == 1;
-constexpr int kStages = kFp8 ? FI_DECODE_STAGES_FP8 : FI_DECODE_STAGES;
+constexpr int kMaxStages = FI_DECODE_MAX_STAGES;  // sizes the ring's type only
 constexpr int kRowBytes = kHeadDim * kKVBytes;
 constexpr int kVecBytes = kVec * kKVBytes;         // one lane's part of a row
 constexpr int kChunksPerRow = kRowBytes / 16;      // 16-byte copies per row
@@ -101,13 +103,14 @@ __device__ __forceinline__ int ring_index(int r, int ch)
 // sum, because all its exp2(m - max) factors are 1.
 constexpr bool kSoftmax = Variant::use_softmax;
 
-// The K/V ring while streaming; the row-group merge scratch afterwards; one
-// flag at the end. Static shared memory is capped at 48 KiB, which the
-// 16-bit ring fills exactly, so nothing lives outside this union.
+// The K/V ring while streaming (stage s: K tile, then V tile; only the
+// launch's Job::stages stages are allocated, FI_DECODE_SMEM_BYTES); the
+// row-group merge scratch afterwards; one flag at the end. Dynamic shared
+// memory (fi_decode_smem below), so the ring may exceed the 48 KiB of static
+// shared memory.
 union SharedStorage {
     struct {
-        vec16_t k[kStages][kTileChunks];
-        vec16_t v[kStages][kTileChunks];
+        vec16_t kv[kMaxStages][2][kTileChunks];
     } ring;
     struct {
         float o[kRows][kSlots][kHeadDim];
@@ -121,6 +124,25 @@ union SharedStorage {
     } mma;
     int is_last;  // after both: "this block merges the splits" (store_split)
 };
+
+// The block's dynamic shared memory (the kernels' only shared memory).
+__device__ __forceinline__ SharedStorage &shared_storage()
+{
+    extern __shared__ __align__(16) unsigned char fi_decode_smem[];
+    return *reinterpret_cast<SharedStorage *>(fi_decode_smem);
+}
+
+// Wait until at most n committed cp.async groups are in flight (n: the ring's
+// depth - 2, known only at run time; wait_group takes an immediate).
+__device__ __forceinline__ void cp_async_wait_upto(int n)
+{
+    static_assert(kMaxStages - 2 <= 4, "cp_async_wait_upto covers n <= 4");
+    if (n <= 0) cp_async_wait<0>();
+    else if (n == 1) cp_async_wait<1>();
+    else if (n == 2) cp_async_wait<2>();
+    else if (n == 3) cp_async_wait<3>();
+    else cp_async_wait<4>();
+}
 
 __device__ __forceinline__ void lds8(const void *p, unsigned int &a, unsigned int &b)
 {
@@ -166,11 +188,12 @@ __device__ __forceinline__ unsigned long long atom_cas64(unsigned long long *p,
     return old;
 }
 
-__device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long long *p)
+__device__ __forceinline__ unsigned long long atom_add64(unsigned long long *p,
+                                                         unsigned long long val)
 {
-    unsigned long long v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
+    unsigned long long old;
+    asm volatile("atom.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(val) : "memory");
+    return old;
 }
 
 __device__ __forceinline__ void st_relaxed64(unsigned long long *p, unsigned long long v)
@@ -279,6 +302,7 @@ struct Job {
     const DTypeQ *q;     // the request's q, head 0
     long long q_stride_h;
     float k_scale;       // fp8: folded into q
+    int stages;          // ring depth, 2..kMaxStages
 };
 
 // Dense K/V: key j of this head at base + j * stride (bytes).
@@ -346,35 +370,37 @@ struct PagedKV {
     }
 };
 
-// The K/V ring: the first kStages - 1 tiles of [begin, end) requested.
+// The K/V ring: the first stages - 1 tiles of [begin, end) requested.
 template <class KV>
-__device__ __forceinline__ void ring_start(KV &kv, SharedStorage &smem, int begin, int end,
+__device__ __forceinline__ void ring_start(KV &kv, SharedStorage &smem, const Job &job,
                                            int num_tiles, int tid)
 {
-    kv.prefetch(begin, end);
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < num_tiles) kv.issue(smem.ring.k[s], smem.ring.v[s], begin + s * kTile, end, tid);
+    kv.prefetch(job.begin, job.end);
+    for (int s = 0; s < job.stages - 1; ++s) {
+        if (s < num_tiles)
+            kv.issue(smem.ring.kv[s][0], smem.ring.kv[s][1], job.begin + s * kTile, job.end, tid);
         cp_async_commit();  // empty groups keep the wait count uniform
-        kv.prefetch(begin + (s + 1) * kTile, end);
+        kv.prefetch(job.begin + (s + 1) * kTile, job.end);
     }
 }
 
-// Wait for tile `tile` (in slot tile % kStages) and request tile + kStages - 1.
+// Wait for tile `tile` (in slot `stage` = tile % stages) and request tile +
+// stages - 1 (into the slot before `stage`, consumed in the last iteration).
 template <class KV>
-__device__ __forceinline__ void ring_next(KV &kv, SharedStorage &smem, int tile, int begin,
-                                          int end, int num_tiles, int tid)
+__device__ __forceinline__ void ring_next(KV &kv, SharedStorage &smem, const Job &job, int tile,
+                                          int stage, int num_tiles, int tid)
 {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait_upto(job.stages - 2);
     // Makes this tile visible to all threads, and tells everyone the slot
     // consumed in the previous iteration may be overwritten.
     __syncthreads();
-    const int next = tile + kStages - 1;
+    const int next = tile + job.stages - 1;
+    const int slot = stage == 0 ? job.stages - 1 : stage - 1;
     if (next < num_tiles)
-        kv.issue(smem.ring.k[next % kStages], smem.ring.v[next % kStages], begin + next * kTile,
-                 end, tid);
+        kv.issue(smem.ring.kv[slot][0], smem.ring.kv[slot][1], job.begin + next * kTile, job.end,
+                 tid);
     cp_async_commit();
-    kv.prefetch(begin + (next + 1) * kTile, end);
+    kv.prefetch(job.begin + (next + 1) * kTile, job.end);
 }
 
 // The CUDA-core tile loop (fp8 KV, RoPE). On return, threads with token_lane
@@ -400,7 +426,7 @@ __device__ __forceinline__ void attend_simt(const P &p, KV &kv, SharedStorage &s
         for (int e = 0; e < kVec; ++e) st.o[s][e] = 0.f;
     }
 
-    ring_start(kv, smem, begin, end, num_tiles, pl.tid);
+    ring_start(kv, smem, job, num_tiles, pl.tid);
 
     // q in registers, rotated and transformed once; loaded after the first
     // tiles were requested so that both latencies overlap.
@@ -418,9 +444,9 @@ __device__ __forceinline__ void attend_simt(const P &p, KV &kv, SharedStorage &s
         }
     }
 
-    for (int tile = 0; tile < num_tiles; ++tile) {
-        ring_next(kv, smem, tile, begin, end, num_tiles, pl.tid);
-        const int stage = tile % kStages;
+    for (int tile = 0, stage = 0; tile < num_tiles;
+         ++tile, stage = stage + 1 == job.stages ? 0 : stage + 1) {
+        ring_next(kv, smem, job, tile, stage, num_tiles, pl.tid);
         const int t0 = begin + tile * kTile;
 
         for (int step = pl.token_lane; step < kTile / kStep; step += pl.token_lanes) {
@@ -430,7 +456,7 @@ __device__ __forceinline__ void attend_simt(const P &p, KV &kv, SharedStorage &s
             for (int i = 0; i < kStep; ++i) {
                 const int r = step * kStep + i;
                 float kf[kVec];
-                load_row(smem.ring.k[stage], r, pl.lane, kf);
+                load_row(smem.ring.kv[stage][0], r, pl.lane, kf);
                 if constexpr (kRope)
                     rope_rotate(kf, freq, (float)(job.pos_offset + t0 + r), pl.upper);
 #pragma unroll
@@ -501,7 +527,7 @@ __device__ __forceinline__ void attend_simt(const P &p, KV &kv, SharedStorage &s
             for (int i = 0; i < kStep; ++i) {
                 const int r = step * kStep + i;
                 float vf[kVec];
-                load_row(smem.ring.v[stage], r, pl.lane, vf);
+                load_row(smem.ring.kv[stage][1], r, pl.lane, vf);
 #pragma unroll
                 for (int s = 0; s < kSlots; ++s)
 #pragma unroll
@@ -583,7 +609,7 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
     const int begin = job.begin, end = job.end;
     const int num_tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
 
-    ring_start(kv, smem, begin, end, num_tiles, pl.tid);
+    ring_start(kv, smem, job, num_tiles, pl.tid);
 
     // A block head's query head; idle heads compute on the group's last one.
     auto head_of = [&](int i) { return i < pl.block_heads ? pl.block_qo + i : pl.group_last; };
@@ -630,14 +656,15 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
             for (int i = 0; i < 4; ++i) o[ht][mt][i] = 0.f;
     }
 
-    const unsigned int ring_k = smem_addr(&smem.ring.k[0][0]);
-    const unsigned int ring_v = smem_addr(&smem.ring.v[0][0]);
+    const unsigned int ring_k = smem_addr(&smem.ring.kv[0][0][0]);
+    constexpr unsigned int kTileBytes = kTileChunks * 16;
     const int row0 = tg * kTokW;                          // this warp's first key in a tile
     const int lrow = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of this lane
-    for (int tile = 0; tile < num_tiles; ++tile) {
-        ring_next(kv, smem, tile, begin, end, num_tiles, pl.tid);
-        const unsigned int kbase = ring_k + (tile % kStages) * kTileChunks * 16;
-        const unsigned int vbase = ring_v + (tile % kStages) * kTileChunks * 16;
+    for (int tile = 0, stage = 0; tile < num_tiles;
+         ++tile, stage = stage + 1 == job.stages ? 0 : stage + 1) {
+        ring_next(kv, smem, job, tile, stage, num_tiles, pl.tid);
+        const unsigned int kbase = ring_k + stage * 2 * kTileBytes;
+        const unsigned int vbase = kbase + kTileBytes;
         const int j0 = begin + tile * kTile + row0;
 
         // s^T = K q^T: (keys g, g + 8) x (heads 2t, 2t + 1) of each head tile;
@@ -898,8 +925,16 @@ __device__ __forceinline__ void store_split(const P &p, const State &st, const P
     __syncthreads();
     if (pl.tid == 0) {
         const unsigned long long tag = (unsigned long long)sp.epoch << 32;
-        unsigned long long old = ld_relaxed64(sp.counter), seen;
-        for (;;) {
+        // One round trip in the common case: add 1; if the word already held
+        // this launch's epoch, that add was the count. Otherwise (the first
+        // block of the launch, or garbage) the add only changed a stale word,
+        // which the compare-and-swap loop replaces by (epoch, count + 1) as
+        // before; a stale word's count never carries into its epoch, since
+        // the last block of a launch leaves (epoch, 0).
+        unsigned long long old = atom_add64(sp.counter, 1ull), seen;
+        if ((old >> 32) == sp.epoch) {
+            old = (old & 0xffffffffull) + 1;
+        } else for (;;) {
             const unsigned long long count = (old >> 32) == sp.epoch ? (old & 0xffffffffull) : 0;
             seen = atom_cas64(sp.counter, old, tag | (count + 1));
             if (seen == old) {

@@ -28,6 +28,15 @@
  * flight in about the same shared memory. */
 #define FI_DECODE_STAGES 3
 #define FI_DECODE_STAGES_FP8 5
+/* The ring lives in dynamic shared memory and its depth is a launch
+ * parameter (params.stages, 2..FI_DECODE_MAX_STAGES): a grid of at most two
+ * (three) blocks per SM streams through a deeper ring of 16-bit tiles,
+ * FI_DECODE_STAGES_DEEP2 (_DEEP3), more bytes in flight where the grid is too
+ * small to hide the memory latency; a fuller grid keeps FI_DECODE_STAGES and
+ * four blocks per SM. */
+#define FI_DECODE_MAX_STAGES 6
+#define FI_DECODE_STAGES_DEEP2 6
+#define FI_DECODE_STAGES_DEEP3 4
 /* Tensor-core path (templates/decode_core.cuh, attend_mma): taken for 16-bit
  * K/V without RoPE; a block then serves at most FI_DECODE_MMA_HEADS query
  * heads (the 8 columns of its mma tiles; a larger GQA group takes several
@@ -42,6 +51,17 @@
  * so a K (or V) tile is always THREADS * VEC * TOKENS_PER_STEP elements (8 KiB
  * at 2 bytes) whatever the head dim. */
 #define FI_DECODE_TILE_TOKENS(hd) (FI_DECODE_TOKENS_PER_STEP * FI_DECODE_ROW_GROUPS(hd))
+/* Dynamic shared memory of a decode block: the K and V rings of `stages`
+ * tiles, at least the merge scratch of the CUDA-core path (row groups x
+ * HEADS_PER_THREAD x head_dim floats, plus m and d). */
+#define FI_DECODE_RING_BYTES(hd, kv_bytes, stages)                                  \
+    (2 * (stages) * FI_DECODE_TILE_TOKENS(hd) * (hd) * (kv_bytes))
+#define FI_DECODE_MERGE_BYTES                                                       \
+    (FI_DECODE_THREADS * FI_DECODE_VEC * FI_DECODE_HEADS_PER_THREAD * 4 + 1024)
+#define FI_DECODE_SMEM_BYTES(hd, kv_bytes, stages)                                  \
+    (FI_DECODE_RING_BYTES(hd, kv_bytes, stages) > FI_DECODE_MERGE_BYTES              \
+         ? FI_DECODE_RING_BYTES(hd, kv_bytes, stages)                               \
+         : FI_DECODE_MERGE_BYTES)
 /* Largest head_dim the rope frequency table holds. */
 #define FI_DECODE_MAX_HEAD_DIM 256
 #define FI_MERGE_THREADS 128
@@ -61,7 +81,8 @@
  * block makes that safe too. */
 /* ---- single decode ----------------------------------------------------------------
  * Grid: x = split index (num_splits), y = kv_head * head_blocks + head_block.
- * Block: FI_DECODE_THREADS threads, static shared memory only.
+ * Block: FI_DECODE_THREADS threads, FI_DECODE_SMEM_BYTES(hd, kv bytes, stages)
+ * of dynamic shared memory.
  * Strides are in elements. */
 typedef struct fi_decode_params {
     const void *q;            /* [num_qo_heads, head_dim] at q_stride_h */
@@ -88,6 +109,7 @@ typedef struct fi_decode_params {
     int num_splits;           /* blocks along x */
     int kv_begin;             /* first key any split reads (window start, else 0) */
     int kv_chunk;             /* keys per split, a multiple of the tile */
+    int stages;               /* ring depth, 2..FI_DECODE_MAX_STAGES */
     float sm_scale;           /* already resolved: never 0 here */
     float soft_cap;           /* > 0 when kSoftCap */
     int rope_offset;          /* position of key 0; the query is at offset + kv_len - 1 */
@@ -135,6 +157,7 @@ typedef struct fi_batch_decode_params {
     int num_qo_heads, num_kv_heads, page_size;
     int page_shift;           /* log2(page_size) when a power of two, else -1 */
     int group_size, head_chunks, heads_per_block, head_blocks;
+    int stages;               /* as in fi_decode_params */
     float sm_scale, soft_cap;
     int window_left;          /* as in fi_decode_params */
     unsigned epoch;
