@@ -393,7 +393,6 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
 
     if (!ctx) FI_FAIL(FI_EINVALID, "decode: ctx is NULL");
     FI_TRY(plan_for(spec, a, &plan, &sm_count));
-    if (sm_count == 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
     FI_TRY(fi__jit_variant_pack(ctx, spec, "decode", a->version >= 3 ? a->variant_args : NULL,
                                 a->version >= 3 ? a->num_variant_args : 0, variant_params));
     if (plan.num_splits > 1) {
@@ -408,6 +407,8 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
                     "fi_decode_workspace_size)", a->workspace_bytes, plan.num_splits,
                     plan.workspace_bytes);
     }
+    /* Arguments are all checked: only now ask the device (the ring depth needs its SM count). */
+    if (sm_count == 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
 
     memset(&p, 0, sizeof p);
