@@ -3,6 +3,10 @@
 #include "check.h"
 
 #include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define CHECK_MAX_CASES 512
@@ -64,3 +68,72 @@ int check_main(int argc, char **argv)
 }
 
 int main(int argc, char **argv) { return check_main(argc, argv); }
+
+/* ---- parallel compile sweeps (check.h) ------------------------------------ */
+#define CHECK_MAX_THREADS 16
+
+int check_jobs(void)
+{
+    const char *s = getenv("FIJIT_TEST_JOBS");
+    int n = s ? atoi(s) : 2;
+    return n < 1 ? 1 : n > CHECK_MAX_THREADS ? CHECK_MAX_THREADS : n;
+}
+
+typedef struct job {
+    fi_jit_ctx *ctx;
+    const fi_jit_spec *specs;
+    int count, stride, first;
+    int want; /* an fi_build_outcome, or < 0: any */
+    int failures;
+    char first_error[3000];
+} job;
+
+static void *prewarm_some(void *arg)
+{
+    job *j = arg;
+    for (int i = j->first; i < j->count; i += j->stride) {
+        fi_build_outcome outcome = (fi_build_outcome)-1;
+        int rc = fi_jit_prewarm(j->ctx, &j->specs[i], "sm_90a", &outcome);
+        if (rc == 0 && (j->want < 0 || (int)outcome == j->want)) continue;
+        if (!j->failures++) {
+            char spec[256];
+            fi_jit_spec_format(spec, sizeof spec, &j->specs[i]);
+            if (rc < 0)
+                snprintf(j->first_error, sizeof j->first_error, "%s: %s: %.2500s", spec,
+                         fi_error_name(rc), fi_last_error());
+            else
+                snprintf(j->first_error, sizeof j->first_error, "%s: outcome %d, want %s", spec,
+                         (int)outcome,
+                         j->want == FI_BUILD_COMPILED ? "FI_BUILD_COMPILED" : "FI_BUILD_CACHED");
+        }
+    }
+    return NULL;
+}
+
+int check_prewarm_all(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, int want, char *err,
+                      size_t err_size)
+{
+    pthread_t threads[CHECK_MAX_THREADS];
+    int started[CHECK_MAX_THREADS];
+    job js[CHECK_MAX_THREADS];
+    int t_count = check_jobs(), failures = 0;
+    err[0] = '\0';
+    if (t_count > n) t_count = n > 0 ? n : 1;
+    for (int t = 0; t < t_count; t++) {
+        memset(&js[t], 0, sizeof js[t]);
+        js[t].ctx = ctx;
+        js[t].specs = specs;
+        js[t].count = n;
+        js[t].stride = t_count;
+        js[t].first = t;
+        js[t].want = want;
+        started[t] = pthread_create(&threads[t], NULL, prewarm_some, &js[t]) == 0;
+        if (!started[t]) prewarm_some(&js[t]);
+    }
+    for (int t = 0; t < t_count; t++) {
+        if (started[t]) pthread_join(threads[t], NULL);
+        if (js[t].failures && !failures) snprintf(err, err_size, "%s", js[t].first_error);
+        failures += js[t].failures;
+    }
+    return failures;
+}

@@ -29,6 +29,14 @@ int check_main(int argc, char **argv);
 void check_fail(const char *file, int line, const char *expr, const char *detail);
 /* A fresh, empty directory for the running test. */
 extern char check_tmpdir[];
+
+/* Threads the compile sweeps use: $FIJIT_TEST_JOBS (default 2, at most 16). */
+int check_jobs(void);
+/* Prewarm specs[0..n) for sm_90a on check_jobs() threads; each must succeed,
+ * with outcome `want` unless `want` < 0. Returns the number of failures and
+ * describes the first in `err`. */
+int check_prewarm_all(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, int want, char *err,
+                      size_t err_size);
 extern int check_current_failed;
 
 #define TEST(name)                                                             \

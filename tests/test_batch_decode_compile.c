@@ -8,7 +8,6 @@
  * validates its layout and sizes its workspace without a GPU.
  * FIJIT_TEST_QUICK=1 compiles only a handful of tuples.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +16,6 @@
 #include "fijit_batch_decode.h"
 #include "fijit_params.h"
 
-#define COMPILE_THREADS 2
 
 static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
 
@@ -61,28 +59,6 @@ static int decode_tuples(fi_jit_spec *out, int max)
     return n;
 }
 
-typedef struct job {
-    fi_jit_ctx *ctx;
-    const fi_jit_spec *specs;
-    int count, stride, first;
-    int failures;
-    char first_error[2400];
-} job;
-
-static void *compile_some(void *arg)
-{
-    job *j = arg;
-    for (int i = j->first; i < j->count; i += j->stride) {
-        fi_build_outcome outcome;
-        if (fi_jit_prewarm(j->ctx, &j->specs[i], "sm_90a", &outcome) < 0 && !j->failures++) {
-            char spec[256];
-            fi_jit_spec_format(spec, sizeof spec, &j->specs[i]);
-            snprintf(j->first_error, sizeof j->first_error, "%s: %.1900s", spec, fi_last_error());
-        }
-    }
-    return NULL;
-}
-
 TEST(batch_decode_every_tuple_compiles)
 {
     static fi_jit_spec specs[400];
@@ -99,24 +75,8 @@ TEST(batch_decode_every_tuple_compiles)
         count = 7;
     }
     CHECK_OK(new_ctx(&ctx));
-    pthread_t threads[COMPILE_THREADS];
-    job jobs[COMPILE_THREADS];
-    for (int t = 0; t < COMPILE_THREADS; t++) {
-        memset(&jobs[t], 0, sizeof jobs[t]);
-        jobs[t].ctx = ctx;
-        jobs[t].specs = specs;
-        jobs[t].count = count;
-        jobs[t].stride = COMPILE_THREADS;
-        jobs[t].first = t;
-        pthread_create(&threads[t], NULL, compile_some, &jobs[t]);
-    }
-    int failures = 0;
-    const char *first = "";
-    for (int t = 0; t < COMPILE_THREADS; t++) {
-        pthread_join(threads[t], NULL);
-        if (jobs[t].failures && !failures) first = jobs[t].first_error;
-        failures += jobs[t].failures;
-    }
+    static char first[2400];
+    const int failures = check_prewarm_all(ctx, specs, count, -1, first, sizeof first);
     fi_jit_stats st;
     fi_jit_stats_get(ctx, &st);
     printf("  decode tuples: %d compiled, %d failed, mean NVRTC %.0f ms\n", count, failures,

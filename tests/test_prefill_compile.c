@@ -5,14 +5,12 @@
  * not support with FI_EUNSUPPORTED naming the field. FIJIT_TEST_QUICK=1
  * compiles only a handful of tuples. Prints the mean NVRTC time per module.
  */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "fijit_prefill.h"
 
-#define COMPILE_THREADS 2
 
 static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
 
@@ -55,30 +53,6 @@ static int prefill_tuples(fi_jit_spec *out, int max)
     return n;
 }
 
-typedef struct job {
-    fi_jit_ctx *ctx;
-    const fi_jit_spec *specs;
-    int count, stride, first;
-    int failures;
-    char first_error[2400];
-} job;
-
-static void *compile_some(void *arg)
-{
-    job *j = arg;
-    for (int i = j->first; i < j->count; i += j->stride) {
-        fi_build_outcome outcome;
-        if (fi_jit_prewarm(j->ctx, &j->specs[i], "sm_90a", &outcome) < 0) {
-            if (!j->failures++) {
-                char spec[256];
-                fi_jit_spec_format(spec, sizeof spec, &j->specs[i]);
-                snprintf(j->first_error, sizeof j->first_error, "%s: %.1900s", spec, fi_last_error());
-            }
-        }
-    }
-    return NULL;
-}
-
 TEST(prefill_every_tuple_compiles_for_sm90a)
 {
     static fi_jit_spec all[432];
@@ -95,19 +69,9 @@ TEST(prefill_every_tuple_compiles_for_sm90a)
     }
     fi_jit_ctx *ctx = NULL;
     CHECK_OK(new_ctx(&ctx));
-    pthread_t threads[COMPILE_THREADS];
-    job jobs[COMPILE_THREADS];
-    for (int t = 0; t < COMPILE_THREADS; t++) {
-        memset(&jobs[t], 0, sizeof jobs[t]);
-        jobs[t] = (job){ctx, picked, n, COMPILE_THREADS, t, 0, ""};
-        pthread_create(&threads[t], NULL, compile_some, &jobs[t]);
-    }
-    int failures = 0;
-    for (int t = 0; t < COMPILE_THREADS; t++) {
-        pthread_join(threads[t], NULL);
-        if (jobs[t].failures) fprintf(stderr, "  first failure: %s\n", jobs[t].first_error);
-        failures += jobs[t].failures;
-    }
+    static char first[2400];
+    const int failures = check_prewarm_all(ctx, picked, n, -1, first, sizeof first);
+    if (failures) fprintf(stderr, "  first failure: %s\n", first);
     fi_jit_stats st;
     int rc = fi_jit_stats_get(ctx, &st);
     fi_jit_ctx_free(ctx);
@@ -115,7 +79,7 @@ TEST(prefill_every_tuple_compiles_for_sm90a)
     if (st.compiles > 0)
         fprintf(stderr, "  prefill: %lld modules compiled, NVRTC %.2f s per module (%d threads)\n",
                 (long long)st.compiles, (double)st.compile_ns / 1e9 / (double)st.compiles,
-                COMPILE_THREADS);
+                check_jobs());
     CHECK_MSG(failures == 0, "%d of %d prefill tuples failed to compile", failures, n);
     CHECK(st.compiles == n);
 }

@@ -14,7 +14,6 @@
  * examples. FIJIT_TEST_JOBS (default 2) bounds the compiling threads.
  */
 #include <dirent.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,16 +21,8 @@
 
 #define EXAMPLES_DIR "examples/variants"
 #define MAX_EXAMPLES 32
-#define MAX_THREADS 16
 
 static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
-
-static int jobs(void)
-{
-    const char *s = getenv("FIJIT_TEST_JOBS");
-    int n = s ? atoi(s) : 2;
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : n;
-}
 
 static int new_ctx(fi_jit_ctx **out)
 {
@@ -113,67 +104,6 @@ static fi_jit_spec tuple(int i, const char *variant)
         s.soft_cap = 1;
     }
     return s;
-}
-
-typedef struct job {
-    fi_jit_ctx *ctx;
-    const fi_jit_spec *specs;
-    int count, stride, first;
-    fi_build_outcome want;
-    int failures;
-    char first_error[3000];
-} job;
-
-static void *prewarm_some(void *arg)
-{
-    job *j = arg;
-    for (int i = j->first; i < j->count; i += j->stride) {
-        fi_build_outcome outcome = (fi_build_outcome)-1;
-        int rc = fi_jit_prewarm(j->ctx, &j->specs[i], "sm_90a", &outcome);
-        if (rc == 0 && outcome == j->want) continue;
-        if (!j->failures++) {
-            char spec[256];
-            fi_jit_spec_format(spec, sizeof spec, &j->specs[i]);
-            if (rc < 0)
-                snprintf(j->first_error, sizeof j->first_error, "%s: %s: %.2500s", spec,
-                         fi_error_name(rc), fi_last_error());
-            else
-                snprintf(j->first_error, sizeof j->first_error, "%s: outcome %d, want %s", spec,
-                         (int)outcome,
-                         j->want == FI_BUILD_COMPILED ? "FI_BUILD_COMPILED" : "FI_BUILD_CACHED");
-        }
-    }
-    return NULL;
-}
-
-/* Prewarm specs[0..n) on up to jobs() threads, expecting `want` from each;
- * returns the number of failures and describes the first in `err`. */
-static int prewarm_all(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, fi_build_outcome want,
-                       char *err, size_t err_size)
-{
-    pthread_t threads[MAX_THREADS];
-    int started[MAX_THREADS];
-    job js[MAX_THREADS];
-    int t_count = jobs(), failures = 0;
-    err[0] = '\0';
-    if (t_count > n) t_count = n > 0 ? n : 1;
-    for (int t = 0; t < t_count; t++) {
-        memset(&js[t], 0, sizeof js[t]);
-        js[t].ctx = ctx;
-        js[t].specs = specs;
-        js[t].count = n;
-        js[t].stride = t_count;
-        js[t].first = t;
-        js[t].want = want;
-        started[t] = pthread_create(&threads[t], NULL, prewarm_some, &js[t]) == 0;
-        if (!started[t]) prewarm_some(&js[t]);
-    }
-    for (int t = 0; t < t_count; t++) {
-        if (started[t]) pthread_join(threads[t], NULL);
-        if (js[t].failures && !failures) snprintf(err, err_size, "%s", js[t].first_error);
-        failures += js[t].failures;
-    }
-    return failures;
 }
 
 static void append(void *user, const char *text)
@@ -263,13 +193,13 @@ TEST(variant_examples_compile_in_every_kind_then_hit_the_cache)
     int failed_first = -1, failed_second = -1, rc_first = -1, rc_second = -1;
     char err_second[4096] = "";
     if (register_examples(ctx, ex, n_ex, err, sizeof err) == 0) {
-        failed_first = prewarm_all(ctx, specs, n, FI_BUILD_COMPILED, err, sizeof err);
+        failed_first = check_prewarm_all(ctx, specs, n, FI_BUILD_COMPILED, err, sizeof err);
         rc_first = fi_jit_stats_get(ctx, &first);
         if (rc_first == 0 && first.compiles > 0)
             fprintf(stderr, "  variant examples: %d files, %lld modules compiled, NVRTC %.2f s per "
                     "module (%d threads)\n", n_ex, (long long)first.compiles,
-                    (double)first.compile_ns / 1e9 / (double)first.compiles, jobs());
-        failed_second = prewarm_all(ctx, specs, n, FI_BUILD_CACHED, err_second, sizeof err_second);
+                    (double)first.compile_ns / 1e9 / (double)first.compiles, check_jobs());
+        failed_second = check_prewarm_all(ctx, specs, n, FI_BUILD_CACHED, err_second, sizeof err_second);
         rc_second = fi_jit_stats_get(ctx, &second);
     }
     fi_jit_ctx_free(ctx);
