@@ -30,6 +30,10 @@ void check_fail(const char *file, int line, const char *expr, const char *detail
 /* A fresh, empty directory for the running test. */
 extern char check_tmpdir[];
 
+/* FIJIT_TEST_QUICK is set (sanitizer runs): sweeps take a sample. */
+int check_quick(void);
+/* A quiet context on a cache in check_tmpdir, compiling for `arch`. */
+int check_ctx_new(fi_jit_ctx **out, const char *arch);
 /* Threads the compile sweeps use: $FIJIT_TEST_JOBS (default 2, at most 16). */
 int check_jobs(void);
 /* Prewarm specs[0..n) for sm_90a on check_jobs() threads; each must succeed,

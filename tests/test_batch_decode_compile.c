@@ -16,20 +16,6 @@
 #include "fijit_batch_decode.h"
 #include "fijit_params.h"
 
-
-static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
-
-static int new_ctx(fi_jit_ctx **out)
-{
-    char dir[4200];
-    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
-    opts.cache_dir = dir;
-    opts.arch = "sm_90a";
-    opts.log_level = FI_LOG_OFF;
-    return fi_jit_ctx_new(out, &opts);
-}
-
 /* Batch decode (all kv dtypes) then single decode with fp8 kv. */
 static int decode_tuples(fi_jit_spec *out, int max)
 {
@@ -66,7 +52,7 @@ TEST(batch_decode_every_tuple_compiles)
     int all = decode_tuples(specs, 400);
     CHECK_MSG(all == 216 + 144, "tuple count %d", all);
     int count = all;
-    if (quick()) {
+    if (check_quick()) {
         /* A handful across kinds, dtypes and head dims. */
         static const int pick[] = {0, 37, 100, 215, 216, 300, 359};
         fi_jit_spec few[7];
@@ -74,7 +60,7 @@ TEST(batch_decode_every_tuple_compiles)
         memcpy(specs, few, sizeof few);
         count = 7;
     }
-    CHECK_OK(new_ctx(&ctx));
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     static char first[2400];
     const int failures = check_prewarm_all(ctx, specs, count, -1, first, sizeof first);
     fi_jit_stats st;
@@ -121,7 +107,7 @@ TEST(batch_decode_plan_validates_and_sizes)
     fi_batch_decode_plan *plan = NULL;
     fi_jit_spec s = FI_JIT_SPEC_INIT;
     s.kind = FI_KIND_BATCH_DECODE;
-    CHECK_OK(new_ctx(&ctx));
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     /* Requests of 0, 1, 100 and 40000 tokens in pages of 16. */
     int32_t indptr[5] = {0, 0, 1, 8, 8 + 2500};
     int32_t last[4] = {0, 1, 4, 16};
@@ -175,10 +161,10 @@ static unsigned rnd_next(unsigned *seed)
 TEST(batch_decode_plan_covers_every_key_once)
 {
     fi_jit_ctx *ctx = NULL;
-    CHECK_OK(new_ctx(&ctx));
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     unsigned seed = 12345;
 #define RND() rnd_next(&seed)
-    for (int round = 0; round < (quick() ? 40 : 400); round++) {
+    for (int round = 0; round < (check_quick() ? 40 : 400); round++) {
         static int32_t indptr[65], last[64], len[64];
         const int batch = 1 + (int)(RND() % 64);
         const int page = 1 + (int)(RND() % 64);

@@ -21,19 +21,6 @@
 #include "spec.h"
 #include "sys.h"
 
-static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
-
-static int new_ctx(fi_jit_ctx **out, const char *arch)
-{
-    char dir[4200];
-    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
-    opts.cache_dir = dir;
-    opts.arch = arch;
-    opts.log_level = FI_LOG_OFF;
-    return fi_jit_ctx_new(out, &opts);
-}
-
 static fi_jit_spec parse_or_die(const char *text)
 {
     fi_jit_spec spec;
@@ -223,7 +210,7 @@ TEST(explain_lists_every_hashed_field)
     fi_jit_ctx *ctx = NULL;
     fi_jit_spec spec = parse_or_die("decode q=bf16 hd=64 pos=rope");
     char text[16384] = "";
-    CHECK_OK(new_ctx(&ctx, "sm_80"));
+    CHECK_OK(check_ctx_new(&ctx, "sm_80"));
     int rc = fi_jit_explain(ctx, &spec, NULL, (void (*)(void *, const char *))(void (*)(void))strcat, text);
     fi_jit_ctx_free(ctx);
     CHECK_OK(rc);
@@ -259,9 +246,9 @@ static void compile_all(const char *arch)
 {
     fi_jit_spec specs[128];
     int n = decode_tuples(specs, 128);
-    if (quick()) n = 4; /* sanitizer runs: NVRTC is not our code */
+    if (check_quick()) n = 4; /* sanitizer runs: NVRTC is not our code */
     fi_jit_ctx *ctx = NULL;
-    CHECK_OK(new_ctx(&ctx, arch));
+    CHECK_OK(check_ctx_new(&ctx, arch));
     compile_job jobs[2];
     pthread_t threads[2];
     for (int t = 0; t < 2; t++) {
@@ -296,7 +283,7 @@ static int prewarm_once(void *arg)
     fi_jit_ctx *ctx = NULL;
     fi_jit_spec spec = parse_or_die(arg);
     fi_build_outcome outcome = FI_BUILD_COMPILED;
-    if (new_ctx(&ctx, "sm_90a") < 0 || fi_jit_prewarm(ctx, &spec, NULL, &outcome) < 0) {
+    if (check_ctx_new(&ctx, "sm_90a") < 0 || fi_jit_prewarm(ctx, &spec, NULL, &outcome) < 0) {
         fprintf(stderr, "prewarm: %s\n", fi_last_error());
         return 50;
     }
@@ -307,7 +294,7 @@ static int prewarm_once(void *arg)
 static int read_stats(fi_jit_stats *out)
 {
     fi_jit_ctx *ctx = NULL;
-    int rc = new_ctx(&ctx, "sm_90a");
+    int rc = check_ctx_new(&ctx, "sm_90a");
     if (rc == 0) rc = fi_jit_stats_get(ctx, out);
     fi_jit_ctx_free(ctx);
     return rc;
@@ -344,7 +331,7 @@ static int eight_threads(void *text)
     fi_jit_ctx *ctx = NULL;
     flight_arg args[8];
     pthread_t threads[8];
-    if (new_ctx(&ctx, "sm_90a") < 0) return 50;
+    if (check_ctx_new(&ctx, "sm_90a") < 0) return 50;
     for (int i = 0; i < 8; i++) {
         args[i] = (flight_arg){ctx, parse_or_die(text), 0};
         pthread_create(&threads[i], NULL, prewarm_thread, &args[i]);
@@ -405,7 +392,7 @@ TEST(get_kernel_without_gpu_says_so)
     fi_jit_ctx *ctx = NULL;
     const fi_jit_kernel *kernel = NULL;
     fi_jit_spec spec = parse_or_die("decode");
-    CHECK_OK(new_ctx(&ctx, NULL));
+    CHECK_OK(check_ctx_new(&ctx, NULL));
     int rc = fi_jit_get_kernel(ctx, &spec, &kernel);
     fi_jit_ctx_free(ctx);
     if (rc == 0) return; /* a machine with a GPU: the GPU suite covers it */
@@ -465,7 +452,6 @@ TEST(options_and_environment_are_validated)
     CHECK_RC(rc, FI_EINVALID);
     CHECK(fi_version_number() == FIJIT_VERSION_NUMBER);
 }
-
 
 TEST(memory_only_context_counts_and_serves)
 {

@@ -11,20 +11,6 @@
 #include "check.h"
 #include "fijit_prefill.h"
 
-
-static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
-
-static int new_ctx(fi_jit_ctx **out)
-{
-    char dir[4200];
-    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
-    opts.cache_dir = dir;
-    opts.arch = "sm_90a";
-    opts.log_level = FI_LOG_OFF;
-    return fi_jit_ctx_new(out, &opts);
-}
-
 /* Every tuple the prefill kinds accept, 432 in all. */
 static int prefill_tuples(fi_jit_spec *out, int max)
 {
@@ -59,7 +45,7 @@ TEST(prefill_every_tuple_compiles_for_sm90a)
     fi_jit_spec picked[432];
     int total = prefill_tuples(all, 432), n = 0;
     CHECK(total == 432);
-    if (quick()) {
+    if (check_quick()) {
         /* One per kind, both dtypes, every head_dim, mask and pos at least once. */
         static const int pick[] = {0, 75, 150, 225, 290, 370, 431};
         for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) picked[n++] = all[pick[i]];
@@ -68,7 +54,7 @@ TEST(prefill_every_tuple_compiles_for_sm90a)
         n = total;
     }
     fi_jit_ctx *ctx = NULL;
-    CHECK_OK(new_ctx(&ctx));
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     static char first[2400];
     const int failures = check_prewarm_all(ctx, picked, n, -1, first, sizeof first);
     if (failures) fprintf(stderr, "  first failure: %s\n", first);
@@ -125,7 +111,7 @@ TEST(prefill_kinds_parse_from_spec_strings)
 TEST(prefill_launch_args_are_validated_without_gpu)
 {
     fi_jit_ctx *ctx = NULL;
-    CHECK_OK(new_ctx(&ctx));
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     fi_jit_spec s = FI_JIT_SPEC_INIT;
     s.kind = FI_KIND_PREFILL;
     fi_prefill_args a = FI_PREFILL_ARGS_INIT;
@@ -189,10 +175,10 @@ TEST(prefill_variant_hooks_compile_in_every_kind)
     static const fi_kernel_kind kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
                                            FI_KIND_BATCH_PREFILL_PAGED};
     fi_jit_ctx *ctx = NULL;
-    CHECK_OK(new_ctx(&ctx));
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     int rc = fi_jit_variant_register(ctx, "all_hooks", all_hooks, 0);
     CHECK_MSG(rc == 0, "register: %s", fi_last_error());
-    for (int k = 0; k < (quick() ? 1 : 3); k++) {
+    for (int k = 0; k < (check_quick() ? 1 : 3); k++) {
         fi_jit_spec s = FI_JIT_SPEC_INIT;
         s.kind = kinds[k];
         s.mask = FI_MASK_CUSTOM;

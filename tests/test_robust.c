@@ -35,7 +35,6 @@
 
 /* ---- fixtures ------------------------------------------------------------------ */
 
-static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
 static int long_run(void) { return getenv("FIJIT_TEST_LONG") != NULL; }
 
 static double now_s(void) { return (double)fi__now_ns() / 1e9; }
@@ -409,13 +408,13 @@ static int crowd_process(const char *dir, int proc, int threads, int nspecs, int
 TEST(crowd_of_processes_and_threads_compiles_each_key_once)
 {
     int procs = 16, threads = 8, nspecs = 24, requests = 6;
-    if (quick()) procs = 6, threads = 4, nspecs = 8, requests = 4;
+    if (check_quick()) procs = 6, threads = 4, nspecs = 8, requests = 4;
     if (long_run()) requests = 24;
     make_decode_specs(nspecs);
     char dir[4200];
     path_in(dir, "cache");
     pid_t pids[64];
-    double start = now_s(), limit_s = quick() ? 240 : 300;
+    double start = now_s(), limit_s = check_quick() ? 240 : 300;
     for (int p = 0; p < procs; p++) {
         pids[p] = fork();
         if (pids[p] == 0) _exit(crowd_process(dir, p, threads, nspecs, requests, (unsigned)limit_s));
@@ -489,7 +488,7 @@ static int prewarm_child(const char *dir, const char *text)
 
 TEST(builders_killed_at_random_lose_nothing)
 {
-    int trials = quick() ? 12 : long_run() ? 400 : 100;
+    int trials = check_quick() ? 12 : long_run() ? 400 : 100;
     enum { LANES = 2 };
     char dir[4200];
     path_in(dir, "cache");
@@ -616,7 +615,7 @@ static int put_forever(const char *dir, int trial)
 TEST(writers_killed_mid_write_leave_no_partial_object)
 {
     char dir[4200];
-    int trials = quick() ? 8 : long_run() ? 200 : 30, temps_seen = 0, unindexed = 0;
+    int trials = check_quick() ? 8 : long_run() ? 200 : 30, temps_seen = 0, unindexed = 0;
     unsigned seed = 99;
     path_in(dir, "cache");
     for (int t = 0; t < trials; t++) {
@@ -1071,7 +1070,7 @@ TEST(eviction_while_another_reader_loads_is_safe)
     atomic_store(&c.stop, 0);
     pthread_t reader;
     pthread_create(&reader, NULL, churn_reader, &c);
-    int rounds = quick() ? 100 : 400, failures = 0;
+    int rounds = check_quick() ? 100 : 400, failures = 0;
     for (int i = 0; i < rounds; i++) {
         if (fi_store_put(c.st, key, c.payload, c.size, NULL) < 0) failures++;
         if (fi_store_gc(c.st, 0, 0) < 0) failures++;

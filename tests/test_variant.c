@@ -11,8 +11,6 @@
 #include "check.h"
 #include "variant.h"
 
-static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
-
 static const char *const doubled_output =
     "// Output scaled by two: a hook override that compiles in every kernel.\n"
     "struct Variant : fijit::DefaultVariant {\n"
@@ -25,14 +23,8 @@ static const char *const doubled_output =
 
 static fi_jit_ctx *open_ctx(void)
 {
-    char dir[4200];
-    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     fi_jit_ctx *ctx = NULL;
-    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
-    opts.cache_dir = dir;
-    opts.arch = "sm_90a";
-    opts.log_level = FI_LOG_OFF;
-    if (fi_jit_ctx_new(&ctx, &opts) < 0) abort();
+    if (check_ctx_new(&ctx, "sm_90a") < 0) abort();
     return ctx;
 }
 
@@ -245,7 +237,7 @@ TEST(variant_hooks_compile_into_every_kind)
                                            FI_KIND_BATCH_PREFILL_RAGGED, FI_KIND_BATCH_PREFILL_PAGED};
     fi_jit_ctx *ctx = open_ctx();
     CHECK_OK(fi_jit_variant_register(ctx, "every_hook", every_hook, 0));
-    for (size_t k = 0; k < (quick() ? 2 : sizeof kinds / sizeof kinds[0]); k++) {
+    for (size_t k = 0; k < (check_quick() ? 2 : sizeof kinds / sizeof kinds[0]); k++) {
         fi_jit_spec spec = variant_spec("every_hook");
         fi_build_outcome outcome;
         spec.kind = kinds[k];

@@ -22,19 +22,6 @@
 #define EXAMPLES_DIR "examples/variants"
 #define MAX_EXAMPLES 32
 
-static int quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
-
-static int new_ctx(fi_jit_ctx **out)
-{
-    char dir[4200];
-    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
-    opts.cache_dir = dir;
-    opts.arch = "sm_90a";
-    opts.log_level = FI_LOG_OFF;
-    return fi_jit_ctx_new(out, &opts);
-}
-
 typedef struct example {
     char name[64];  /* variant name: file name up to the first '.' */
     char path[512];
@@ -157,7 +144,7 @@ TEST(variant_examples_are_present_and_register)
     for (int k = 0; k < n; k++)
         CHECK_MSG(ex[k].declared >= 0, "cannot read %s", ex[k].path);
     fi_jit_ctx *ctx = NULL;
-    CHECK_OK(new_ctx(&ctx));
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     int rc = register_examples(ctx, ex, n, err, sizeof err);
     /* Registering the same file again is a no-op (same name, same text). */
     int again = rc == 0 ? fi_jit_variant_register_file(ctx, NULL, ex[0].path, 0) : 0;
@@ -174,7 +161,7 @@ TEST(variant_examples_compile_in_every_kind_then_hit_the_cache)
     int n_ex = find_examples(ex, MAX_EXAMPLES), n = 0;
     CHECK_MSG(n_ex > 0, "no examples in %s (run the test from the repository root)", EXAMPLES_DIR);
     for (int k = 0; k < n_ex; k++) {
-        if (quick()) {
+        if (check_quick()) {
             /* One tuple per example; kinds and dtypes rotate over the examples. */
             specs[n++] = tuple((2 * k + k % 2) % 10, ex[k].name);
         } else {
@@ -189,7 +176,7 @@ TEST(variant_examples_compile_in_every_kind_then_hit_the_cache)
 
     fi_jit_ctx *ctx = NULL;
     fi_jit_stats first, second;
-    CHECK_OK(new_ctx(&ctx));
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     int failed_first = -1, failed_second = -1, rc_first = -1, rc_second = -1;
     char err_second[4096] = "";
     if (register_examples(ctx, ex, n_ex, err, sizeof err) == 0) {

@@ -62,6 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fijit_py import (FI_KIND_BATCH_DECODE, ROOT, BatchDecode, BatchPrefillArgs,  # noqa: E402
                       Fijit, FijitError, Prefill, batch_decode_args, decode_args, prefill_args,
                       prefill_spec, set_variant_args, varg_int)
+from test_decode import rope_apply, rope_freq  # noqa: E402
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # Same budget as test_decode.py / test_prefill.py: fp32 accumulation; what remains is
@@ -108,20 +109,6 @@ HKV = 2
 
 
 # ---- reference ----------------------------------------------------------------------------
-def rope_freq(hd, scale, theta):
-    f = [(theta ** (-2.0 * i / hd)) / scale for i in range(hd // 2)]
-    return torch.tensor(f, dtype=torch.float64).float().double()
-
-
-def rope_apply(x, pos, freq):
-    """x [..., n, hd] float64, pos [n] float64."""
-    ang = pos[:, None] * freq.to(x.device)[None, :]
-    c, s = torch.cos(ang), torch.sin(ang)
-    h = x.shape[-1] // 2
-    x1, x2 = x[..., :h], x[..., h:]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
-
-
 def reference(q, k, v, *, variant, vp, sm_scale, pos, rope, slopes, cap, mask, window_left):
     """q [Lq, H, D], k/v [Lk, Hkv, D] (logical NHD) -> o [Lq, H, D], lse [Lq, H] float64.
     variant: None (built-in) or an example name; vp: its parameters (python values and
