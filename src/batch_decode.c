@@ -27,7 +27,8 @@
  *   partial_o   [num_items, num_qo_heads, hd] float     (only if some request splits)
  *   partial_lse [num_items, num_qo_heads] float
  *   counters    [batch, num_kv_heads * head_blocks] u64
- * Counters need no zeroing (epochs, see fijit_params.h).
+ * Counters are zeroed by the upload and left at 0 by every launch (the last
+ * block of a count resets it; see fijit_params.h).
  */
 #include <math.h>
 #include <stdint.h>
@@ -345,7 +346,11 @@ int fi_batch_decode_plan_upload(fi_batch_decode_plan *plan, void *workspace, siz
     if ((res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)workspace, plan->work,
                               (size_t)plan->num_items * sizeof(fi_batch_decode_work))) != CUDA_SUCCESS)
         CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch_decode: cuMemcpyHtoD (work list)"));
-    /* The copy is ordered on the legacy stream; make it visible to all streams. */
+    if (plan->any_split &&
+        (res = cu->MemsetD8((CUdeviceptr)((uintptr_t)workspace + plan->counters_off), 0,
+                            plan->workspace_bytes - plan->counters_off)) != CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch_decode: cuMemsetD8 (split counters)"));
+    /* Both are ordered on the legacy stream; make them visible to all streams. */
     if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS)
         CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch_decode: cuCtxSynchronize"));
     plan->uploaded = workspace;
@@ -472,7 +477,7 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     p.sm_scale = a->sm_scale != 0.f ? a->sm_scale : (float)(1.0 / sqrt((double)spec->head_dim));
     p.soft_cap = spec->soft_cap ? a->soft_cap : 0.f;
     p.window_left = plan->window_left;
-    p.epoch = fi__decode_next_epoch();
+    p.epoch = 0; /* counters zeroed by the upload, see fijit_params.h */
     p.k_scale = fi__decode_scale(a->k_scale);
     p.v_scale = fi__decode_scale(a->v_scale);
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);

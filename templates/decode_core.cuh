@@ -196,6 +196,13 @@ __device__ __forceinline__ unsigned long long atom_add64(unsigned long long *p,
     return old;
 }
 
+__device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long long *p)
+{
+    unsigned long long v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ void st_relaxed64(unsigned long long *p, unsigned long long v)
 {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
@@ -310,6 +317,8 @@ struct DenseKV {
     const unsigned char *k, *v;
     long long k_stride_n, v_stride_n;  // bytes
 
+    __device__ __forceinline__ void start(SharedStorage &, int, int, int) {}
+    __device__ __forceinline__ void prefetch_first(int, int) {}
     __device__ __forceinline__ void prefetch(int, int) {}
     __device__ __forceinline__ void issue(vec16_t *kdst, vec16_t *vdst, int t0, int end,
                                           int tid) const
@@ -329,25 +338,55 @@ struct DenseKV {
 };
 
 // Paged K/V: key j of the request is token j % page_size of page
-// pages[j / page_size]. The page numbers of a tile are loaded one tile ahead
-// (prefetch), so that their latency hides behind a tile's compute instead of
-// stalling the copies that need them.
+// pages[j / page_size]. The page numbers of the ring's first stages - 1
+// tiles are loaded together (start: one page-table round trip before the
+// first copies, not one per tile) into the ring's last slot, which no copy
+// fills before ring_next's first barrier; later tiles' are loaded one tile
+// ahead (prefetch), so that their latency hides behind a tile's compute
+// instead of stalling the copies that need them.
 struct PagedKV {
     const unsigned char *k, *v;  // this kv head's base
     const int *pages;            // the request's first entry of kv_indices
     long long k_stride_page, k_stride_n, v_stride_page, v_stride_n;  // bytes
     int page_size;
     int page_shift;              // log2(page_size) for a power of two, else -1
+    int first_page;              // page of key `begin`: first_pages[0]
+    const int *first_pages;      // start's page numbers, in the ring's last slot
     int page[kLoadsPerThread];
 
+    __device__ __forceinline__ int page_of(int j) const
+    {
+        return page_shift >= 0 ? j >> page_shift : j / page_size;
+    }
+    // The pages of keys [begin, min(end, begin + (stages - 1) tiles)): at
+    // most one a key plus one, within a tile's kTileChunks * 16 bytes.
+    __device__ __forceinline__ void start(SharedStorage &smem, int begin, int end, int stages)
+    {
+        static_assert((kMaxStages - 1) * kTile + 1 <= kTileChunks * 4, "first pages fit a slot");
+        int *dst = reinterpret_cast<int *>(smem.ring.kv[stages - 1][0]);
+        const int ahead = begin + (stages - 1) * kTile;
+        const int stop = end < ahead ? end : ahead;
+        first_page = page_of(begin);
+        const int n = stop > begin ? page_of(stop - 1) - first_page + 1 : 0;
+        for (int i = threadIdx.x; i < n; i += kThreads) dst[i] = ldg_s32(pages + first_page + i);
+        first_pages = dst;
+        __syncthreads();
+    }
+    // As prefetch, for a tile within start's range.
+    __device__ __forceinline__ void prefetch_first(int t0, int end)
+    {
+#pragma unroll
+        for (int i = 0; i < kLoadsPerThread; ++i) {
+            const int j = t0 + (i * kThreads + (int)threadIdx.x) / kChunksPerRow;
+            page[i] = j < end ? first_pages[page_of(j) - first_page] : 0;
+        }
+    }
     __device__ __forceinline__ void prefetch(int t0, int end)
     {
 #pragma unroll
         for (int i = 0; i < kLoadsPerThread; ++i) {
-            const int r = (i * kThreads + (int)threadIdx.x) / kChunksPerRow;
-            const int j = t0 + r;
-            page[i] = j < end ? ldg_s32(pages + (page_shift >= 0 ? j >> page_shift : j / page_size))
-                              : 0;
+            const int j = t0 + (i * kThreads + (int)threadIdx.x) / kChunksPerRow;
+            page[i] = j < end ? ldg_s32(pages + page_of(j)) : 0;
         }
     }
     __device__ __forceinline__ void issue(vec16_t *kdst, vec16_t *vdst, int t0, int end,
@@ -375,13 +414,16 @@ template <class KV>
 __device__ __forceinline__ void ring_start(KV &kv, SharedStorage &smem, const Job &job,
                                            int num_tiles, int tid)
 {
-    kv.prefetch(job.begin, job.end);
+    kv.start(smem, job.begin, job.end, job.stages);
     for (int s = 0; s < job.stages - 1; ++s) {
-        if (s < num_tiles)
-            kv.issue(smem.ring.kv[s][0], smem.ring.kv[s][1], job.begin + s * kTile, job.end, tid);
+        if (s < num_tiles) {
+            const int t0 = job.begin + s * kTile;
+            kv.prefetch_first(t0, job.end);
+            kv.issue(smem.ring.kv[s][0], smem.ring.kv[s][1], t0, job.end, tid);
+        }
         cp_async_commit();  // empty groups keep the wait count uniform
-        kv.prefetch(job.begin + (s + 1) * kTile, job.end);
     }
+    kv.prefetch(job.begin + (job.stages - 1) * kTile, job.end);
 }
 
 // Wait for tile `tile` (in slot `stage` = tile % stages) and request tile +
@@ -903,6 +945,9 @@ template <class P>
 __device__ __forceinline__ void store_split(const P &p, const State &st, const Place &pl,
                                             const Out &out, const Splits &sp, SharedStorage &smem)
 {
+    // The counter as it stands, read while the partials are written (its
+    // latency hides behind theirs). With epoch 0 the word is known: a count.
+    const unsigned long long seen = sp.epoch != 0 && pl.tid == 0 ? ld_relaxed64(sp.counter) : 0;
     if (pl.token_lane == 0) {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
@@ -921,35 +966,37 @@ __device__ __forceinline__ void store_split(const P &p, const State &st, const P
             if (pl.lane == 0) sp.partial_lse[idx] = lse2(st.m[s], st.d[s]);
         }
     }
-    fence_gpu();  // release: our partials before our count
+    // Thread 0 publishes for the block (as CUTLASS's semaphores do): the
+    // barrier orders every thread's partials before its release fence, whose
+    // cumulativity carries them; the last block's thread 0 acquires the other
+    // blocks' partials before the barrier that lets its threads read them.
+    // One fence a block each way instead of one per thread.
     __syncthreads();
     if (pl.tid == 0) {
+        fence_gpu();  // release: the block's partials before its count
         const unsigned long long tag = (unsigned long long)sp.epoch << 32;
-        // One round trip in the common case: add 1; if the word already held
-        // this launch's epoch, that add was the count. Otherwise (the first
-        // block of the launch, or garbage) the add only changed a stale word,
-        // which the compare-and-swap loop replaces by (epoch, count + 1) as
-        // before; a stale word's count never carries into its epoch, since
-        // the last block of a launch leaves (epoch, 0).
-        unsigned long long old = atom_add64(sp.counter, 1ull), seen;
-        if ((old >> 32) == sp.epoch) {
-            old = (old & 0xffffffffull) + 1;
-        } else for (;;) {
-            const unsigned long long count = (old >> 32) == sp.epoch ? (old & 0xffffffffull) : 0;
-            seen = atom_cas64(sp.counter, old, tag | (count + 1));
-            if (seen == old) {
-                old = count + 1;
-                break;
-            }
-            old = seen;
+        // A stale word (another launch's epoch, or garbage) becomes (epoch,
+        // 1) by one compare-and-swap: the block that wins it counted first.
+        // A word of this epoch takes an add. A failed swap means another
+        // block made the word current (nothing else changes a stale word
+        // while this launch runs, and the count cannot complete without us),
+        // so the add follows: at most two round trips, however many splits
+        // end together. (Adding first and repairing stale words afterwards
+        // made every block that met the stale word retry against the rest.)
+        unsigned long long count;
+        if ((seen >> 32) != sp.epoch && atom_cas64(sp.counter, seen, tag | 1ull) == seen)
+            count = 1;
+        else
+            count = (atom_add64(sp.counter, 1ull) & 0xffffffffull) + 1;
+        const bool last = count == (unsigned long long)sp.num_splits;
+        if (last) {
+            st_relaxed64(sp.counter, tag);  // ready for the next launch (or graph replay)
+            fence_gpu();                    // acquire: the other blocks' partials
         }
-        const bool last = old == (unsigned long long)sp.num_splits;
-        if (last) st_relaxed64(sp.counter, tag);  // ready for the next launch (or graph replay)
         smem.is_last = last;
     }
     __syncthreads();
     if (!smem.is_last) return;
-    fence_gpu();  // acquire: the other blocks' partials
 
     // Merge. kMLanes threads (four floats each) cover a head's row; the
     // kMRows groups of them are spread over the block's heads and, when there

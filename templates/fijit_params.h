@@ -78,7 +78,11 @@
  * from the launch's counts as 0, so a workspace needs no zeroing (whatever it
  * held before, barring a 2^-32 collision of the garbage with the epoch). A
  * CUDA graph replays one epoch; the reset to (epoch << 32 | 0) by the last
- * block makes that safe too. */
+ * block makes that safe too. Single decode counts this way, as its workspace
+ * comes fresh with every call: the first block to finish turns the stale word
+ * into (epoch, 1) by compare-and-swap, the others add. Batch decode owns its
+ * counters (fi_batch_decode_plan_upload zeroes them) and passes epoch 0: a
+ * plain count from 0, one atomic add a block, reset to 0 by the last. */
 /* ---- single decode ----------------------------------------------------------------
  * Grid: x = split index (num_splits), y = kv_head * head_blocks + head_block.
  * Block: FI_DECODE_THREADS threads, FI_DECODE_SMEM_BYTES(hd, kv bytes, stages)
@@ -160,7 +164,7 @@ typedef struct fi_batch_decode_params {
     int stages;               /* as in fi_decode_params */
     float sm_scale, soft_cap;
     int window_left;          /* as in fi_decode_params */
-    unsigned epoch;
+    unsigned epoch;           /* 0: counters start at 0 (zeroed by the plan's upload) */
     float k_scale, v_scale;
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
     float rope_freq[FI_DECODE_MAX_HEAD_DIM / 2];

@@ -6,7 +6,10 @@ Every tuple (dtype fp16/bf16 x head_dim 64/128/256 x mask none/window x pos
 none/rope/alibi x soft-cap 0/1) runs at kv_len 0, 1, 7, 4096, 33000, GQA group
 1/4/8, NHD and HND layouts, automatic and forced split counts. Outputs and lse
 are poisoned with NaN first; inputs are fresh random data each run (the seed is
-printed; FIJIT_TEST_SEED replays it). Errors are relative to the reference's
+printed; FIJIT_TEST_SEED replays it). The workspace starts as random bytes and
+every case runs twice on it; the second output must equal the first bit for
+bit (split counters left by a launch, or garbage, never miscount). Errors are
+relative to the reference's
 largest magnitude per case: max|o - ref| / max|ref| and mean|o - ref| /
 mean|ref|; lse is compared in absolute terms (it is a log). Exit status 1 on
 any failure.
@@ -147,10 +150,18 @@ def run_case(fj, gen, dtype, hd, mask, pos, softcap, L, group, layout, num_split
                        rope_offset=rope[2] if pos == "rope" else 0,
                        window_left=window_left, alibi_slopes=slopes, num_splits=num_splits)
     ws_bytes = fj.workspace_size(spec, args)
-    ws = torch.empty(max(ws_bytes, 16), dtype=torch.uint8, device=dev)
+    # Random bytes: the split counters must cope with whatever a workspace held.
+    ws = torch.randint(0, 256, (max(ws_bytes, 16),), dtype=torch.uint8, device=dev, generator=gen)
     args.workspace, args.workspace_bytes = ws.data_ptr(), ws_bytes
-    fj.run(spec, args, torch.cuda.current_stream().cuda_stream)
+    stream = torch.cuda.current_stream().cuda_stream
+    fj.run(spec, args, stream)
+    # Again on the same workspace (counters as the first launch left them),
+    # into a re-poisoned output: the result must be the same bits.
+    first = o.clone()
+    o.fill_(float("nan"))
+    fj.run(spec, args, stream)
     torch.cuda.synchronize()
+    rerun_same = bool(torch.equal(o, first))
 
     scale = sm_scale if sm_scale else 1.0 / math.sqrt(hd)
     ref_o, ref_lse = reference(q, k_nhd, v_nhd, sm_scale=scale, soft_cap=cap, pos=pos, rope=rope,
@@ -170,7 +181,7 @@ def run_case(fj, gen, dtype, hd, mask, pos, softcap, L, group, layout, num_split
         lse_err = float((lse.double() - ref_lse).abs().max()) if bool(
             torch.isfinite(lse).all()) else float("inf")
         lse_ok = lse_err <= TOL_LSE * max(1.0, float(ref_lse.abs().max()))
-    ok = finite and err_max <= TOL_O[dtype] and lse_ok
+    ok = finite and err_max <= TOL_O[dtype] and lse_ok and rerun_same
     return ok, err_max, err_mean, lse_err
 
 
