@@ -9,12 +9,13 @@ after --warmup; before every timed run 256 MiB are overwritten and another
 256 MiB read (L2 holds only clean lines), then torch.cuda._sleep keeps the GPU
 busy while the host queues the timed call, so host dispatch stays out of
 short kernels' times. GB/s counts the K and V bytes read. Random data.
-The K and V caches of every shape are views of two pools allocated once up
-front, as a serving engine allocates its cache: allocations made between
-shapes could otherwise land on memory mapped in smaller pages, and a paged
-kernel reading pages in random order then pays in TLB misses what a dense
-read does not (batch 64 x kv 1k x 32/32 measured 425 us after larger shapes,
-362 us in a fresh process).
+The paged K and V caches of every shape, and SDPA's dense copies of them,
+are views of pools allocated once up front, as a serving engine allocates
+its cache. With per-shape allocations, a shape measured after larger ones
+had been allocated and freed ran slower inside the kernel (batch 64 x kv 1k
+x 32/32: 424 us traced from first block to last, 361 us in a fresh
+process; pool size, pool contents and a prior SDPA call alone did not do
+it).
 The plan is made once per shape (outside the timing), as a model would per
 step. "nosplit" times the same batch planned with max_splits = 1.
 
@@ -83,8 +84,14 @@ def main():
     pool_bytes = max(B * ((L + ps - 1) // ps) * int(h.split("/")[1]) * ps * hd * kv_esize
                      for B in map(int, opt.batches.split(",")) for L in map(int, opt.lens.split(","))
                      for h in opt.heads.split(","))
+    torch.cuda.empty_cache()  # the copy ceiling's buffers
     k_pool = torch.empty(pool_bytes, dtype=torch.uint8, device="cuda")
     v_pool = torch.empty(pool_bytes, dtype=torch.uint8, device="cuda")
+    dense_bytes = 0 if opt.kv_dtype else max(
+        B * int(h.split("/")[1]) * L * hd * 2 for B in map(int, opt.batches.split(","))
+        for L in map(int, opt.lens.split(",")) for h in opt.heads.split(","))
+    kd_pool = torch.empty(dense_bytes, dtype=torch.uint8, device="cuda")
+    vd_pool = torch.empty(dense_bytes, dtype=torch.uint8, device="cuda")
     for dtype in opt.dtypes.split(","):
         tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
         kvd = opt.kv_dtype or None
@@ -136,8 +143,9 @@ def main():
                         # Gather the pages into SDPA's dense [B, Hkv, L, D] (untimed).
                         # One request at a time: the largest shape leaves no room for more.
                         idx = perm.long().view(B, npg)
-                        kd = torch.empty(B, hkv, L, hd, device="cuda", dtype=tdt)
-                        vd = torch.empty_like(kd)
+                        nd = B * hkv * L * hd * 2
+                        kd = kd_pool[:nd].view(tdt).view(B, hkv, L, hd)
+                        vd = vd_pool[:nd].view(tdt).view(B, hkv, L, hd)
                         for b in range(B):
                             kd[b] = kc[idx[b]].permute(1, 0, 2, 3).reshape(hkv, npg * ps, hd)[:, :L]
                             vd[b] = vc[idx[b]].permute(1, 0, 2, 3).reshape(hkv, npg * ps, hd)[:, :L]

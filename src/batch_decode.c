@@ -9,7 +9,7 @@
  * The chunk length (tokens per item, whole tiles) is chosen so that:
  *  - when the batch alone does not fill one wave of resident blocks
  *    (DECODE_BLOCKS_PER_SM per SM), it is the shortest chunk for which the
- *    whole grid still fits in a wave of BD_FIT_BLOCKS_PER_SM (3) per SM, but
+ *    whole grid still fits in a wave of BD_FIT_BLOCKS_PER_SM (2) per SM, but
  *    never below BD_MIN_CHUNK_TILES; if that chunk is longer than the deeper
  *    rings take (BD_DEEP_MAX_TILES), the shortest for a wave of
  *    DECODE_BLOCKS_PER_SM (2) per SM instead;
@@ -47,13 +47,14 @@
 
 #define DECODE_BLOCKS_PER_SM 2
 /* Blocks per SM the one-wave plan (a batch that alone does not fill a wave)
- * aims for when its chunks stay within BD_DEEP_MAX_TILES: 3, all resident
- * through the 4-tile ring (fi__decode_stages); longer chunks keep the plan of
- * DECODE_BLOCKS_PER_SM (batch 16 x kv 4k-16k was 1-2% slower at 3). An
- * H100 run (hd 128 fp16, page 16) of batch 1 x kv 16k GQA 32/8 took 37.5 us
- * with 47 items in a 4-tile ring against 44.0 with 32 items in a 3-tile one
- * (SDPA 33.8); batch 1 and 16 at kv 1k-16k otherwise within 2%. */
-#define BD_FIT_BLOCKS_PER_SM 3
+ * aims for when its chunks stay within BD_DEEP_MAX_TILES. It was 3 while the
+ * split counters cost a compare-and-swap round per rival block (fewer,
+ * longer items then lost: batch 1 x kv 16k GQA 32/8 took 44.0 us with 32
+ * items against 37.5 with 47). With one atomic add a block, 2 (through the
+ * 6-tile ring) is the better one on H100 (hd 128 fp16, page 16): batch 1 x
+ * kv 16k / 32k GQA 32/8 37.6 -> 36.4 / 61.4 -> 59.2 us (32 items instead of
+ * 47 / 49), the other shapes of bench_batch_decode.py within 1.5%. */
+#define BD_FIT_BLOCKS_PER_SM 2
 /* Fewest tiles an item needs for the deeper ring (up to 32, decode.c):
  * batch 1 x kv 4k (8-tile items) was 9% slower through the 6-tile ring. */
 #define BD_DEEP_MIN_TILES 10
