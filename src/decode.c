@@ -75,6 +75,7 @@ void fi__decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out)
     out->block_dim[1] = out->block_dim[2] = 1;
     /* Nominal: each launch passes its ring's size (fi__decode_launch). */
     out->smem_bytes = (unsigned)FI_DECODE_SMEM_BYTES(spec->head_dim, fi__decode_kv_bytes(spec),
+                                                     spec->pos == FI_POS_ROPE_LLAMA,
                                                      FI_DECODE_STAGES);
     out->param_bytes = (unsigned)sizeof(fi_decode_params);
 }
@@ -317,7 +318,8 @@ int fi__decode_launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int 
     int rc = 0;
     const fi_cuda_api *cu = NULL;
     CUresult res;
-    const int smem = FI_DECODE_SMEM_BYTES(spec->head_dim, fi__decode_kv_bytes(spec), stages);
+    const int smem = FI_DECODE_SMEM_BYTES(spec->head_dim, fi__decode_kv_bytes(spec),
+                                          spec->pos == FI_POS_ROPE_LLAMA, stages);
     void *args[] = {params};
     FI_TRY(fi__cuda_load(&cu));
     if (smem > 48 * 1024) {

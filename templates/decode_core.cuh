@@ -13,12 +13,12 @@
 //  * K/V tiles stream into shared memory with cp.async through a ring of
 //    Job::stages tiles in dynamic shared memory, its depth chosen by the host
 //    per launch (a small grid takes a deeper one). Tiles are raw bytes:
-//    16-byte copies carry 8 fp16/bf16 or 16 fp8 values. 16-bit K/V without
-//    RoPE go through tensor cores (attend_mma: ldmatrix + mma.sync, the heads
-//    of the block as mma columns); fp8 K/V and RoPE through CUDA cores
-//    (attend_simt: every K/V vector read from shared memory is converted once
-//    and used by up to FI_DECODE_HEADS_PER_THREAD query heads held in
-//    registers).
+//    16-byte copies carry 8 fp16/bf16 or 16 fp8 values. K/V without RoPE go
+//    through tensor cores (attend_mma: ldmatrix + mma.sync, the heads of the
+//    block as mma columns; fp8 tiles widened to 16 bits first); RoPE through
+//    CUDA cores (attend_simt: every K/V vector read from shared memory is
+//    rotated and converted once and used by up to FI_DECODE_HEADS_PER_THREAD
+//    query heads held in registers).
 //  * Softmax is online in fp32 in the exp2 domain; row groups of a block are
 //    merged through shared memory; split ranges of one (request, kv head) are
 //    merged by the last of their blocks to finish (see fijit_params.h), so a
@@ -68,17 +68,40 @@ static_assert(kHeadDim <= FI_DECODE_MAX_HEAD_DIM, "rope_freq table too small");
 
 constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
 
-// Tensor-core path (attend_mma): 16-bit K/V without RoPE. Products are
-// transposed, keys being the 16 rows of mma.sync tiles and query heads the 8
-// columns (FI_DECODE_MMA_HEADS; a larger group takes several head blocks), so
-// that a GQA group wastes no rows: s^T = K q^T, o^T += V^T p^T. A tile's keys
-// are split among the warps in 16-key slices, the output dims among the
-// rest (64 dims a warp), and K/V are read from the ring with ldmatrix: a key
-// costs a few instructions per warp instead of a shuffle tree and a
-// conversion per element. fp8 KV and RoPE keep the CUDA-core path
-// (attend_simt). The host plan mirrors this choice (FI_DECODE_USES_MMA) to
-// cap a block at FI_DECODE_MMA_HEADS heads.
+// Tensor-core path (attend_mma): K/V without RoPE. Products are transposed,
+// keys being the 16 rows of mma.sync tiles and query heads the 8 columns
+// (FI_DECODE_MMA_HEADS; a larger group takes several head blocks), so that a
+// GQA group wastes no rows: s^T = K q^T, o^T += V^T p^T. A tile's keys are
+// split among the warps in 16-key slices, the output dims among the rest (64
+// dims a warp), and K/V are read with ldmatrix: a key costs a few
+// instructions per warp instead of a shuffle tree and a conversion per
+// element. 16-bit tiles are read from the ring itself; fp8 tiles are first
+// widened to q's type (exact: fp16 and bf16 hold every e4m3 and e5m2 value)
+// into a staging tile after the ring, each byte converted once by one
+// thread, and the products run in q's type. RoPE keeps the CUDA-core path
+// (attend_simt). The host plan mirrors
+// this choice (FI_DECODE_USES_MMA) to cap a block at FI_DECODE_MMA_HEADS
+// heads.
 constexpr bool kMma = FI_DECODE_USES_MMA(kKVBytes, kRope ? 1 : 0);
+template <bool B, class T, class F>
+struct Pick {
+    using type = T;
+};
+template <class T, class F>
+struct Pick<false, T, F> {
+    using type = F;
+};
+template <class A, class B>
+struct SameType {
+    static constexpr bool value = false;
+};
+template <class A>
+struct SameType<A, A> {
+    static constexpr bool value = true;
+};
+using DTypeMma = typename Pick<kFp8, DTypeQ, DTypeKV>::type;  // the mma's input type
+constexpr int kMmaRowChunks = kHeadDim * 2 / 16;  // 16-byte chunks of a 16-bit row
+constexpr bool kSwizzledRing = kMma && !kFp8;     // ldmatrix reads the ring itself
 constexpr int kWarps = kThreads / 32;
 constexpr int kMmaHeads = FI_DECODE_MMA_HEADS;
 constexpr int kTokW = kTile / kWarps >= 16 ? kTile / kWarps : 16;  // keys per warp per tile
@@ -89,14 +112,20 @@ constexpr int kMT = kHeadDim / kDG / 16;   // 16-dim m-tiles of a warp's output
 constexpr int kMmaPad = 4;                 // floats of padding per merge row (banks)
 static_assert(kMmaHeads == 8 && kMmaHeads % kSlots == 0, "a block's mma heads: one column tile");
 static_assert(kTG * kDG == kWarps && kTokW == 16 && kMT >= 1, "mma decode tiling");
-static_assert(!kMma || kChunksPerRow >= 8, "the ring swizzle needs 8 chunks per row");
+static_assert(kMmaRowChunks >= 8, "the mma tile swizzle needs 8 chunks per row");
 
-// Where 16-byte chunk `ch` of row `r` of a K/V tile lives in the ring. The
-// tensor-core path swizzles chunks within each group of 8 rows so that
-// ldmatrix's eight row reads hit distinct banks.
+// Where 16-byte chunk `ch` of row `r` of a 16-bit tile that ldmatrix reads
+// lives: chunks are swizzled within each group of 8 rows so that ldmatrix's
+// eight row reads hit distinct banks.
+__device__ __forceinline__ int mma_index(int r, int ch)
+{
+    return r * kMmaRowChunks + (ch ^ (r & 7));
+}
+
+// Where 16-byte chunk `ch` of row `r` of a K/V tile lives in the ring.
 __device__ __forceinline__ int ring_index(int r, int ch)
 {
-    return r * kChunksPerRow + (kMma ? (ch ^ (r & 7)) : ch);
+    return kSwizzledRing ? mma_index(r, ch) : r * kChunksPerRow + ch;
 }
 // Without softmax (a variant's choice) the state's m stays 0 and the weights
 // are the transformed logits themselves; every merge below then reduces to a
@@ -445,7 +474,7 @@ __device__ __forceinline__ void ring_next(KV &kv, SharedStorage &smem, const Job
     kv.prefetch(job.begin + (next + 1) * kTile, job.end);
 }
 
-// The CUDA-core tile loop (fp8 KV, RoPE). On return, threads with token_lane
+// The CUDA-core tile loop (RoPE). On return, threads with token_lane
 // 0 hold the block's state for their heads (the other token lanes merged
 // into them).
 template <class P, class KV>
@@ -625,6 +654,41 @@ __device__ __forceinline__ unsigned int ldg32(const void *p)
     return v;
 }
 
+// Four fp8 values (one word) as two words of DTypeMma pairs.
+template <class T = DTypeKV>
+__device__ __forceinline__ void widen4(unsigned int w, unsigned int &lo, unsigned int &hi)
+{
+    Traits<T>::to_half4(w, lo, hi);
+    if constexpr (!SameType<DTypeMma, half_t>::value) {
+        float f[4];
+        Traits<half_t>::unpack2(lo, f[0], f[1]);
+        Traits<half_t>::unpack2(hi, f[2], f[3]);
+        lo = Traits<DTypeMma>::pack2(f[0], f[1]);
+        hi = Traits<DTypeMma>::pack2(f[2], f[3]);
+    }
+}
+
+// fp8 tile -> 16-bit tile for ldmatrix: ring tile at `src` (raw rows), the
+// same keys in DTypeMma at `dst` (mma_index layout). Each thread widens the
+// chunks it copied in. (A template so that 16-bit kernels never see it.)
+template <class T = DTypeKV>
+__device__ __forceinline__ void widen_tile(unsigned int src, unsigned int dst, int tid)
+{
+#pragma unroll
+    for (int i = 0; i < kLoadsPerThread; ++i) {
+        const int c = i * kThreads + tid;
+        const int r = c / kChunksPerRow, ch = c % kChunksPerRow;
+        const vec16_t v = lds128(src + c * 16);
+        vec16_t lo, hi;
+        widen4<T>(v.w[0], lo.w[0], lo.w[1]);
+        widen4<T>(v.w[1], lo.w[2], lo.w[3]);
+        widen4<T>(v.w[2], hi.w[0], hi.w[1]);
+        widen4<T>(v.w[3], hi.w[2], hi.w[3]);
+        sts128(dst + mma_index(r, 2 * ch) * 16, lo);
+        sts128(dst + mma_index(r, 2 * ch + 1) * 16, hi);
+    }
+}
+
 // The transpose of an 8x8 matrix of 16-bit values held as mma fragments
 // (this lane: row g, cols 2t and 2t + 1; see fijit_mma.cuh).
 __device__ __forceinline__ unsigned int movmatrix_trans(unsigned int x)
@@ -672,10 +736,13 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
                 float x[2], part[2];
                 Traits<DTypeQ>::unpack2(ldg32(job.q + head * job.q_stride_h + dim), x[0], x[1]);
 #pragma unroll
-                for (int e = 0; e < 2; ++e) x[e] = Variant::query_transform(p, x[e], head, dim + e);
-                qb[0][ht][ks][f] = Traits<DTypeKV>::pack2(x[0], x[1]);
-                Traits<DTypeKV>::unpack2(qb[0][ht][ks][f], part[0], part[1]);
-                qb[1][ht][ks][f] = Traits<DTypeKV>::pack2(x[0] - part[0], x[1] - part[1]);
+                for (int e = 0; e < 2; ++e) {
+                    x[e] = Variant::query_transform(p, x[e], head, dim + e);
+                    if constexpr (kFp8) x[e] *= job.k_scale;
+                }
+                qb[0][ht][ks][f] = Traits<DTypeMma>::pack2(x[0], x[1]);
+                Traits<DTypeMma>::unpack2(qb[0][ht][ks][f], part[0], part[1]);
+                qb[1][ht][ks][f] = Traits<DTypeMma>::pack2(x[0] - part[0], x[1] - part[1]);
             }
     int head[kHT][2];  // this lane's columns
 #pragma unroll
@@ -699,14 +766,25 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
     }
 
     const unsigned int ring_k = smem_addr(&smem.ring.kv[0][0][0]);
-    constexpr unsigned int kTileBytes = kTileChunks * 16;
+    constexpr unsigned int kTileBytes = kTileChunks * 16;           // a ring tile
+    constexpr unsigned int kMmaTileBytes = kTile * kMmaRowChunks * 16;  // as 16-bit
+    const unsigned int staged = ring_k + job.stages * 2 * kTileBytes;  // fp8: K, V widened
     const int row0 = tg * kTokW;                          // this warp's first key in a tile
     const int lrow = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of this lane
     for (int tile = 0, stage = 0; tile < num_tiles;
          ++tile, stage = stage + 1 == job.stages ? 0 : stage + 1) {
         ring_next(kv, smem, job, tile, stage, num_tiles, pl.tid);
-        const unsigned int kbase = ring_k + stage * 2 * kTileBytes;
-        const unsigned int vbase = kbase + kTileBytes;
+        unsigned int kbase = ring_k + stage * 2 * kTileBytes;
+        unsigned int vbase = kbase + kTileBytes;
+        if constexpr (kFp8) {
+            // The previous tile's reads of the staging tile ended before
+            // ring_next's barrier.
+            widen_tile(kbase, staged, pl.tid);
+            widen_tile(vbase, staged + kMmaTileBytes, pl.tid);
+            __syncthreads();
+            kbase = staged;
+            vbase = staged + kMmaTileBytes;
+        }
         const int j0 = begin + tile * kTile + row0;
 
         // s^T = K q^T: (keys g, g + 8) x (heads 2t, 2t + 1) of each head tile;
@@ -717,12 +795,12 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
 #pragma unroll
             for (int ks = 0; ks < kKSteps; ++ks) {
                 unsigned int a[4];  // keys 0-7 / 8-15 x dims 16 ks + 0-7 / 8-15
-                ldmatrix_x4(a, kbase + ring_index(lrow, 2 * ks + (lane >> 4)) * 16);
+                ldmatrix_x4(a, kbase + mma_index(lrow, 2 * ks + (lane >> 4)) * 16);
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
 #pragma unroll
                     for (int ht = 0; ht < kHT; ++ht)
-                        Mma<DTypeKV>::run(acc[h][ks & 1][ht], a, qb[h][ht][ks][0],
+                        Mma<DTypeMma>::run(acc[h][ks & 1][ht], a, qb[h][ht][ks][0],
                                           qb[h][ht][ks][1]);
             }
 #pragma unroll
@@ -792,14 +870,14 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
         for (int ht = 0; ht < kHT; ++ht)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-                pb[ht][r] = movmatrix_trans(Traits<DTypeKV>::pack2(s[ht][2 * r], s[ht][2 * r + 1]));
+                pb[ht][r] = movmatrix_trans(Traits<DTypeMma>::pack2(s[ht][2 * r], s[ht][2 * r + 1]));
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
             unsigned int a[4];  // dims 16 mt + 0-7 / 8-15 x keys 0-7 / 8-15
             const int ch = (dg * kMT + mt) * 2 + ((lane >> 3) & 1);
-            ldmatrix_x4_trans(a, vbase + ring_index(row0 + (lane & 7) + (lane >> 4) * 8, ch) * 16);
+            ldmatrix_x4_trans(a, vbase + mma_index(row0 + (lane & 7) + (lane >> 4) * 8, ch) * 16);
 #pragma unroll
-            for (int ht = 0; ht < kHT; ++ht) Mma<DTypeKV>::run(o[ht][mt], a, pb[ht][0], pb[ht][1]);
+            for (int ht = 0; ht < kHT; ++ht) Mma<DTypeMma>::run(o[ht][mt], a, pb[ht][0], pb[ht][1]);
         }
     }
     cp_async_wait<0>();

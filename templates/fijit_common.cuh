@@ -281,55 +281,62 @@ __device__ __forceinline__ unsigned int fp8_spread2(unsigned int w)
     return (w & 0xffu) | ((w & 0xff00u) << 8);
 }
 
-template <>
-struct Traits<fp8_e4m3_t> {
+// cvt.rn.f16x2.<fmt>x2 of the byte pairs (0, 1) and (2, 3) of w (sm_89+).
+#define FI_CVT_FP8X4(fmt, w, lo, hi)                                               \
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\t"                            \
+        "cvt.rn.f16x2." fmt "x2 %0, l;\n\tcvt.rn.f16x2." fmt "x2 %1, h;\n\t}"        \
+        : "=r"(lo), "=r"(hi)                                                         \
+        : "r"(w))
+
+// What the two fp8 types share: four values of a word, through fp16 (which
+// holds every e4m3 and e5m2 value exactly). T::to_half4 gives the fp16x2
+// pairs of bytes (0, 1) and (2, 3).
+template <class T>
+struct Fp8Traits {
     static constexpr int kBytes = 1;
     __device__ __forceinline__ static void unpack4(unsigned int w, float (&f)[4])
     {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
         unsigned int lo, hi;
-        asm("{\n\t.reg .b16 l, h;\n\t"
-            "mov.b32 {l, h}, %2;\n\t"
-            "cvt.rn.f16x2.e4m3x2 %0, l;\n\t"
-            "cvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
-            : "=r"(lo), "=r"(hi)
-            : "r"(w));
+        T::to_half4(w, lo, hi);
         Traits<half_t>::unpack2(lo, f[0], f[1]);
         Traits<half_t>::unpack2(hi, f[2], f[3]);
+    }
+};
+
+template <>
+struct Traits<fp8_e4m3_t> : Fp8Traits<Traits<fp8_e4m3_t>> {
+    __device__ __forceinline__ static void to_half4(unsigned int w, unsigned int &lo,
+                                                    unsigned int &hi)
+    {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        FI_CVT_FP8X4("e4m3", w, lo, hi);
 #else
         // Sign to bit 15, exponent and mantissa shifted into fp16's fields:
-        // the fp16 read is the value times 2^-8 (fp16 bias 15 vs 7), which
-        // holds for subnormals too.
+        // that fp16 is the value times 2^-8 (fp16 bias 15 vs 7), subnormals
+        // included; times 256 (0x5c00) is exact.
         const unsigned int a = fp8_spread2(w), b = fp8_spread2(w >> 16);
         const unsigned int ha = ((a & 0x00800080u) << 8) | ((a & 0x007f007fu) << 7);
         const unsigned int hb = ((b & 0x00800080u) << 8) | ((b & 0x007f007fu) << 7);
-        Traits<half_t>::unpack2(ha, f[0], f[1]);
-        Traits<half_t>::unpack2(hb, f[2], f[3]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) f[i] *= 256.0f;
+        asm("mul.rn.f16x2 %0, %2, %4;\n\tmul.rn.f16x2 %1, %3, %4;"
+            : "=r"(lo), "=r"(hi)
+            : "r"(ha), "r"(hb), "r"(0x5c005c00u));
 #endif
     }
 };
 
 template <>
-struct Traits<fp8_e5m2_t> {
-    static constexpr int kBytes = 1;
-    __device__ __forceinline__ static void unpack4(unsigned int w, float (&f)[4])
+struct Traits<fp8_e5m2_t> : Fp8Traits<Traits<fp8_e5m2_t>> {
+    __device__ __forceinline__ static void to_half4(unsigned int w, unsigned int &lo,
+                                                    unsigned int &hi)
     {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-        unsigned int lo, hi;
-        asm("{\n\t.reg .b16 l, h;\n\t"
-            "mov.b32 {l, h}, %2;\n\t"
-            "cvt.rn.f16x2.e5m2x2 %0, l;\n\t"
-            "cvt.rn.f16x2.e5m2x2 %1, h;\n\t}"
+        FI_CVT_FP8X4("e5m2", w, lo, hi);
+#else
+        // e5m2 is an fp16's upper byte: bytes 0, 1 (2, 3) of w into the
+        // upper bytes of the halves.
+        asm("prmt.b32 %0, %2, 0, 0x1404;\n\tprmt.b32 %1, %2, 0, 0x3424;"
             : "=r"(lo), "=r"(hi)
             : "r"(w));
-        Traits<half_t>::unpack2(lo, f[0], f[1]);
-        Traits<half_t>::unpack2(hi, f[2], f[3]);
-#else
-        // e5m2 is the upper byte of an fp16.
-        Traits<half_t>::unpack2(fp8_spread2(w) << 8, f[0], f[1]);
-        Traits<half_t>::unpack2(fp8_spread2(w >> 16) << 8, f[2], f[3]);
 #endif
     }
 };

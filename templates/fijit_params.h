@@ -25,9 +25,11 @@
 #define FI_DECODE_HEADS_PER_THREAD 4
 /* Pipeline depth: tiles in shared memory, all but one of them in flight. An
  * fp8 tile has half the bytes of a 16-bit one, so fp8 KV keeps more tiles in
- * flight in about the same shared memory. */
+ * flight; its 4-tile ring plus the 16 KiB staging tile of the tensor-core
+ * path take the 48 KiB of a 16-bit ring (4 blocks per SM). H100, bf16 q,
+ * e4m3 KV: 1-3% faster than a 5-tile ring. */
 #define FI_DECODE_STAGES 3
-#define FI_DECODE_STAGES_FP8 5
+#define FI_DECODE_STAGES_FP8 4
 /* The ring lives in dynamic shared memory and its depth is a launch
  * parameter (params.stages, 2..FI_DECODE_MAX_STAGES): a grid of at most two
  * (three) blocks per SM streams through a deeper ring of 16-bit tiles,
@@ -37,11 +39,12 @@
 #define FI_DECODE_MAX_STAGES 6
 #define FI_DECODE_STAGES_DEEP2 6
 #define FI_DECODE_STAGES_DEEP3 4
-/* Tensor-core path (templates/decode_core.cuh, attend_mma): taken for 16-bit
- * K/V without RoPE; a block then serves at most FI_DECODE_MMA_HEADS query
- * heads (the 8 columns of its mma tiles; a larger GQA group takes several
- * head blocks). Host plan and kernel both decide with this macro. */
-#define FI_DECODE_USES_MMA(kv_bytes, rope) ((kv_bytes) == 2 && !(rope))
+/* Tensor-core path (templates/decode_core.cuh, attend_mma): taken for K/V
+ * without RoPE (16-bit, or fp8 widened to fp16 in a staging tile); a block
+ * then serves at most FI_DECODE_MMA_HEADS query heads (the 8 columns of its
+ * mma tiles; a larger GQA group takes several head blocks). Host plan and
+ * kernel both decide with this macro. */
+#define FI_DECODE_USES_MMA(kv_bytes, rope) (!(rope))
 #define FI_DECODE_MMA_HEADS 8
 /* Tokens each row group handles per tile before its online-softmax update. */
 #define FI_DECODE_TOKENS_PER_STEP 4
@@ -52,15 +55,23 @@
  * at 2 bytes) whatever the head dim. */
 #define FI_DECODE_TILE_TOKENS(hd) (FI_DECODE_TOKENS_PER_STEP * FI_DECODE_ROW_GROUPS(hd))
 /* Dynamic shared memory of a decode block: the K and V rings of `stages`
- * tiles, at least the merge scratch of the CUDA-core path (row groups x
+ * tiles, then (fp8 on the tensor-core path) the K and V tiles widened to
+ * fp16; at least the merge scratch of the CUDA-core path (row groups x
  * HEADS_PER_THREAD x head_dim floats, plus m and d). */
 #define FI_DECODE_RING_BYTES(hd, kv_bytes, stages)                                  \
     (2 * (stages) * FI_DECODE_TILE_TOKENS(hd) * (hd) * (kv_bytes))
+#define FI_DECODE_STAGING_BYTES(hd, kv_bytes, rope)                                 \
+    ((kv_bytes) == 1 && FI_DECODE_USES_MMA(kv_bytes, rope)                          \
+         ? 2 * FI_DECODE_TILE_TOKENS(hd) * (hd) * 2                                 \
+         : 0)
 #define FI_DECODE_MERGE_BYTES                                                       \
     (FI_DECODE_THREADS * FI_DECODE_VEC * FI_DECODE_HEADS_PER_THREAD * 4 + 1024)
-#define FI_DECODE_SMEM_BYTES(hd, kv_bytes, stages)                                  \
-    (FI_DECODE_RING_BYTES(hd, kv_bytes, stages) > FI_DECODE_MERGE_BYTES              \
-         ? FI_DECODE_RING_BYTES(hd, kv_bytes, stages)                               \
+#define FI_DECODE_SMEM_BYTES(hd, kv_bytes, rope, stages)                            \
+    (FI_DECODE_RING_BYTES(hd, kv_bytes, stages) +                                   \
+                 FI_DECODE_STAGING_BYTES(hd, kv_bytes, rope) >                      \
+             FI_DECODE_MERGE_BYTES                                                  \
+         ? FI_DECODE_RING_BYTES(hd, kv_bytes, stages) +                             \
+               FI_DECODE_STAGING_BYTES(hd, kv_bytes, rope)                          \
          : FI_DECODE_MERGE_BYTES)
 /* Largest head_dim the rope frequency table holds. */
 #define FI_DECODE_MAX_HEAD_DIM 256
@@ -85,7 +96,7 @@
  * plain count from 0, one atomic add a block, reset to 0 by the last. */
 /* ---- single decode ----------------------------------------------------------------
  * Grid: x = split index (num_splits), y = kv_head * head_blocks + head_block.
- * Block: FI_DECODE_THREADS threads, FI_DECODE_SMEM_BYTES(hd, kv bytes, stages)
+ * Block: FI_DECODE_THREADS threads, FI_DECODE_SMEM_BYTES(hd, kv bytes, rope, stages)
  * of dynamic shared memory.
  * Strides are in elements. */
 typedef struct fi_decode_params {
