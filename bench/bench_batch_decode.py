@@ -56,6 +56,8 @@ def main():
     ap.add_argument("--heads", default="32/8,32/32")
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--kv-dtype", default="", help="fp8_e4m3 or fp8_e5m2 (no SDPA then)")
+    ap.add_argument("--pos", default="none", choices=["none", "rope"],
+                    help="rope: RoPE on the fly (rope_theta 1e4; no SDPA then)")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--no-nosplit", action="store_true", help="skip the max_splits=1 timing")
@@ -87,7 +89,7 @@ def main():
     torch.cuda.empty_cache()  # the copy ceiling's buffers
     k_pool = torch.empty(pool_bytes, dtype=torch.uint8, device="cuda")
     v_pool = torch.empty(pool_bytes, dtype=torch.uint8, device="cuda")
-    dense_bytes = 0 if opt.kv_dtype else max(
+    dense_bytes = 0 if opt.kv_dtype or opt.pos != "none" else max(
         B * int(h.split("/")[1]) * L * hd * 2 for B in map(int, opt.batches.split(","))
         for L in map(int, opt.lens.split(",")) for h in opt.heads.split(","))
     kd_pool = torch.empty(dense_bytes, dtype=torch.uint8, device="cuda")
@@ -96,7 +98,7 @@ def main():
         tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
         kvd = opt.kv_dtype or None
         kv_tdt = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(kvd, tdt)
-        spec = Fijit.spec(dtype, hd, kv_dtype=kvd, kind=FI_KIND_BATCH_DECODE)
+        spec = Fijit.spec(dtype, hd, pos=opt.pos, kv_dtype=kvd, kind=FI_KIND_BATCH_DECODE)
         for heads in opt.heads.split(","):
             hq, hkv = map(int, heads.split("/"))
             for B in map(int, opt.batches.split(",")):
@@ -139,7 +141,7 @@ def main():
                     bd.run(plan, args, stream)
                     torch.cuda.synchronize()
                     sdpa_us = max_diff = None
-                    if kvd is None:
+                    if kvd is None and opt.pos == "none":
                         # Gather the pages into SDPA's dense [B, Hkv, L, D] (untimed).
                         # One request at a time: the largest shape leaves no room for more.
                         idx = perm.long().view(B, npg)
@@ -159,7 +161,7 @@ def main():
                         sdpa_us = timer.median_us(sdpa)[0]
                         del kd, vd, ref
                     bd.free(plan)
-                    row = dict(dtype=dtype, kv_dtype=kvd or dtype, heads=heads, batch=B,
+                    row = dict(dtype=dtype, kv_dtype=kvd or dtype, pos=opt.pos, heads=heads, batch=B,
                                page_order=opt.page_order,
                                kv_len=L, hd=hd, page_size=ps, kv_bytes=kv_bytes, items=items,
                                max_request_splits=msp, fijit_us=fi_us, fijit_min_us=fi_min,
@@ -191,6 +193,7 @@ def main():
         x_txt = f"{r['sdpa_us'] / r['fijit_us']:5.2f}x" if r["sdpa_us"] else "   n/a"
         n_txt = f"{r['fijit_nosplit_us']:10.1f}" if r["fijit_nosplit_us"] else "         -"
         name = r["dtype"] if r["kv_dtype"] == r["dtype"] else f"{r['dtype']}/{r['kv_dtype'][4:]}"
+        name += "+rope" if r["pos"] == "rope" else ""
         print(f"{name:9} {r['heads']:>5} {r['batch']:5d} {r['kv_len']:6d} {r['fijit_us']:9.1f} "
               f"{r['fijit_gbs']:6.0f} {r['pct_copy']:5.0f}% {s_txt} {x_txt} "
               f"{r['max_request_splits']:6d} {n_txt}")

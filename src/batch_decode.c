@@ -164,7 +164,7 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
     const int hd = spec->head_dim;
     const int tile = FI_DECODE_TILE_TOKENS(hd);
     plan->group_size = info->num_qo_heads / info->num_kv_heads;
-    plan->head_chunks = fi__decode_head_chunks(spec, plan->group_size);
+    plan->head_chunks = fi__decode_head_chunks(plan->group_size);
     plan->heads_per_block = FI_DECODE_HEADS_PER_THREAD * plan->head_chunks;
     plan->head_blocks = (plan->group_size + plan->heads_per_block - 1) / plan->heads_per_block;
     const int y = info->num_kv_heads * plan->head_blocks;

@@ -29,13 +29,8 @@
 #include "kinds.h"
 #include "sys.h"
 
-/* Decode blocks per SM the automatic plan aims for. The CUDA-core kernel
- * (48 KiB of shared memory, ~168 registers x 128 threads) fits 3 per SM on
- * sm_80/sm_90, and a split sweep on H100 (bench_decode.py --sweep-splits, hd
- * 128, GQA 32/8 and 32/32, kv 4k..64k) was 3-5% faster at ~2 per SM than at
- * ~3, and much slower once the grid spilled into a second wave. The
- * tensor-core kernel (~124 registers at hd 128) fits 4 with the default
- * 3-tile ring. Re-swept for it on H100 (hd 128 fp16, splits 8..64, ring depth
+/* Decode blocks per SM the automatic plan aims for. The kernel (~126
+ * registers at hd 128) fits 4 with the default 3-tile ring. Swept on H100 (hd 128 fp16, splits 8..64, ring depth
  * 3/4/6): 2 per SM stays best; GQA 32/8 gains 13-20% at kv 4k-32k from the
  * 6-tile ring (fi__decode_stages), 32/32 and kv 1k do not (kv 1k: 4-tile
  * splits, all in flight anyway; 32/32 kv >= 16k: 64+ tiles a split, at the
@@ -202,12 +197,10 @@ static int next_pow2(int x)
     return p;
 }
 
-int fi__decode_head_chunks(const fi_jit_spec *spec, int group_size)
+int fi__decode_head_chunks(int group_size)
 {
-    /* The tensor-core path holds a block's heads in the 8 columns of its mma tiles. */
-    int cap = FI_DECODE_ROW_GROUPS(spec->head_dim);
-    if (FI_DECODE_USES_MMA(fi__decode_kv_bytes(spec), spec->pos == FI_POS_ROPE_LLAMA))
-        cap = FI_DECODE_MMA_HEADS / FI_DECODE_HEADS_PER_THREAD;
+    /* A block's heads are the 8 columns of its mma tiles. */
+    const int cap = FI_DECODE_MMA_HEADS / FI_DECODE_HEADS_PER_THREAD;
     const int chunks =
         next_pow2((group_size + FI_DECODE_HEADS_PER_THREAD - 1) / FI_DECODE_HEADS_PER_THREAD);
     return chunks < cap ? chunks : cap;
@@ -225,7 +218,7 @@ static int make_plan(const fi_jit_spec *spec, const fi_decode_args *a, int sm_co
     plan->group_size = a->num_qo_heads / a->num_kv_heads;
     /* Row groups per block that split the group's heads, HEADS_PER_THREAD
      * each; the rest of the row groups share the tokens of each tile. */
-    plan->head_chunks = fi__decode_head_chunks(spec, plan->group_size);
+    plan->head_chunks = fi__decode_head_chunks(plan->group_size);
     plan->heads_per_block = FI_DECODE_HEADS_PER_THREAD * plan->head_chunks;
     plan->head_blocks = (plan->group_size + plan->heads_per_block - 1) / plan->heads_per_block;
     if ((int64_t)a->num_kv_heads * plan->head_blocks > 65535)

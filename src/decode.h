@@ -16,7 +16,7 @@ const float *fi__decode_rope_table(int hd, float scale, float theta);
 /* Row groups of a decode block that split a GQA group's heads (a power of
  * two; fijit_params.h): the block serves FI_DECODE_HEADS_PER_THREAD times as
  * many heads. */
-int fi__decode_head_chunks(const fi_jit_spec *spec, int group_size);
+int fi__decode_head_chunks(int group_size);
 /* SM count of the current context's device. */
 int fi__decode_device_sm_count(int *out);
 /* Ring depth (fijit_params.h, FI_DECODE_STAGES_DEEP2) for a grid of `blocks`

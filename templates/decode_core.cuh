@@ -13,12 +13,10 @@
 //  * K/V tiles stream into shared memory with cp.async through a ring of
 //    Job::stages tiles in dynamic shared memory, its depth chosen by the host
 //    per launch (a small grid takes a deeper one). Tiles are raw bytes:
-//    16-byte copies carry 8 fp16/bf16 or 16 fp8 values. K/V without RoPE go
-//    through tensor cores (attend_mma: ldmatrix + mma.sync, the heads of the
-//    block as mma columns; fp8 tiles widened to 16 bits first); RoPE through
-//    CUDA cores (attend_simt: every K/V vector read from shared memory is
-//    rotated and converted once and used by up to FI_DECODE_HEADS_PER_THREAD
-//    query heads held in registers).
+//    16-byte copies carry 8 fp16/bf16 or 16 fp8 values. The products run on
+//    tensor cores (attend: ldmatrix + mma.sync, the heads of the block as mma
+//    columns); a K tile that RoPE must rotate, and an fp8 tile, is first
+//    rewritten as a 16-bit tile in a staging area after the ring.
 //  * Softmax is online in fp32 in the exp2 domain; row groups of a block are
 //    merged through shared memory; split ranges of one (request, kv head) are
 //    merged by the last of their blocks to finish (see fijit_params.h), so a
@@ -46,13 +44,11 @@ constexpr int kThreads = FI_DECODE_THREADS;
 constexpr int kLanes = kHeadDim / kVec;  // threads that hold one row
 constexpr int kRows = FI_DECODE_ROW_GROUPS(kHeadDim);
 constexpr int kSlots = FI_DECODE_HEADS_PER_THREAD;  // query heads per thread
-constexpr int kStep = FI_DECODE_TOKENS_PER_STEP;
 constexpr int kTile = FI_DECODE_TILE_TOKENS(kHeadDim);
 constexpr int kKVBytes = Traits<DTypeKV>::kBytes;
 constexpr bool kFp8 = kKVBytes == 1;
 constexpr int kMaxStages = FI_DECODE_MAX_STAGES;  // sizes the ring's type only
 constexpr int kRowBytes = kHeadDim * kKVBytes;
-constexpr int kVecBytes = kVec * kKVBytes;         // one lane's part of a row
 constexpr int kChunksPerRow = kRowBytes / 16;      // 16-byte copies per row
 constexpr int kTileChunks = kTile * kChunksPerRow;
 constexpr int kLoadsPerThread = kTileChunks / kThreads;
@@ -68,21 +64,20 @@ static_assert(kHeadDim <= FI_DECODE_MAX_HEAD_DIM, "rope_freq table too small");
 
 constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
 
-// Tensor-core path (attend_mma): K/V without RoPE. Products are transposed,
-// keys being the 16 rows of mma.sync tiles and query heads the 8 columns
-// (FI_DECODE_MMA_HEADS; a larger group takes several head blocks), so that a
-// GQA group wastes no rows: s^T = K q^T, o^T += V^T p^T. A tile's keys are
-// split among the warps in 16-key slices, the output dims among the rest (64
-// dims a warp), and K/V are read with ldmatrix: a key costs a few
-// instructions per warp instead of a shuffle tree and a conversion per
-// element. 16-bit tiles are read from the ring itself; fp8 tiles are first
-// widened to q's type (exact: fp16 and bf16 hold every e4m3 and e5m2 value)
-// into a staging tile after the ring, each byte converted once by one
-// thread, and the products run in q's type. RoPE keeps the CUDA-core path
-// (attend_simt). The host plan mirrors
-// this choice (FI_DECODE_USES_MMA) to cap a block at FI_DECODE_MMA_HEADS
-// heads.
-constexpr bool kMma = FI_DECODE_USES_MMA(kKVBytes, kRope ? 1 : 0);
+// The products (attend) are transposed, keys being the 16 rows of mma.sync
+// tiles and query heads the 8 columns (FI_DECODE_MMA_HEADS; a larger group
+// takes several head blocks), so that a GQA group wastes no rows: s^T =
+// K q^T, o^T += V^T p^T. A tile's keys are split among the warps in 16-key
+// slices, the output dims among the rest (64 dims a warp), and K/V are read
+// with ldmatrix: a key costs a few instructions per warp instead of a
+// shuffle tree and a conversion per element. 16-bit tiles are read from the
+// ring itself. fp8 tiles are first widened to q's type (exact: fp16 and bf16
+// hold every e4m3 and e5m2 value), and with RoPE the K tile is rotated (in
+// fp32, rounded once to the 16-bit type, as prefill does), into a staging
+// area after the ring (FI_DECODE_STAGING_BYTES), each element converted once
+// by one thread; the products then run in q's type.
+constexpr bool kStagedK = kFp8 || kRope;  // K is read from the staging area
+constexpr bool kStagedV = kFp8;           // V too
 template <bool B, class T, class F>
 struct Pick {
     using type = T;
@@ -101,7 +96,7 @@ struct SameType<A, A> {
 };
 using DTypeMma = typename Pick<kFp8, DTypeQ, DTypeKV>::type;  // the mma's input type
 constexpr int kMmaRowChunks = kHeadDim * 2 / 16;  // 16-byte chunks of a 16-bit row
-constexpr bool kSwizzledRing = kMma && !kFp8;     // ldmatrix reads the ring itself
+constexpr bool kSwizzledRing = !kFp8;            // ldmatrix may read the ring itself
 constexpr int kWarps = kThreads / 32;
 constexpr int kMmaHeads = FI_DECODE_MMA_HEADS;
 constexpr int kTokW = kTile / kWarps >= 16 ? kTile / kWarps : 16;  // keys per warp per tile
@@ -173,11 +168,6 @@ __device__ __forceinline__ void cp_async_wait_upto(int n)
     else cp_async_wait<4>();
 }
 
-__device__ __forceinline__ void lds8(const void *p, unsigned int &a, unsigned int &b)
-{
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "r"(smem_addr(p)));
-}
-
 // Global loads through L2 only: partial states written by other blocks of
 // the same launch must not come from a (non-coherent) L1 line.
 __device__ __forceinline__ vec16_t ldcg16(const void *p)
@@ -237,46 +227,6 @@ __device__ __forceinline__ void st_relaxed64(unsigned long long *p, unsigned lon
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-// This lane's kVec elements of row `r` of a K or V tile, as fp32 (unscaled).
-// (A template so that the branch not taken is never instantiated.)
-template <class T = DTypeKV>
-__device__ __forceinline__ void load_row(const vec16_t *tile, int r, int lane, float (&f)[kVec])
-{
-    const unsigned char *p =
-        reinterpret_cast<const unsigned char *>(tile) + r * kRowBytes + lane * kVecBytes;
-    if constexpr (Traits<T>::kBytes == 2) {
-        unpack8<T>(lds16(p), f);
-    } else {
-        unsigned int a, b;
-        lds8(p, a, b);
-        float lo[4], hi[4];
-        Traits<T>::unpack4(a, lo);
-        Traits<T>::unpack4(b, hi);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            f[e] = lo[e];
-            f[e + 4] = hi[e];
-        }
-    }
-}
-
-// RoPE (Llama, rotate-half) on the kVec elements this lane holds, for the
-// token at `pos`. Element d pairs with d +- head_dim/2, which lives in lane
-// (lane ^ kLanes/2) at the same index, hence one shuffle per element:
-//   x'[d] = x[d] cos - x[d + h/2] sin   (d <  h/2)
-//   x'[d] = x[d] cos + x[d - h/2] sin   (d >= h/2)
-__device__ __forceinline__ void rope_rotate(float (&x)[kVec], const float (&freq)[kVec], float pos,
-                                            bool upper)
-{
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-        const float other = shfl_xor(x[e], kLanes / 2);
-        float s, c;
-        sincos_pos(pos, freq[e], s, c);
-        x[e] = upper ? fma_(other, s, x[e] * c) : fma_(-other, s, x[e] * c);
-    }
-}
-
 // One online-softmax state: running max (log2 units), sum and output.
 struct State {
     float m[kSlots];
@@ -290,7 +240,6 @@ struct Place {
     int chunk;        // which kSlots heads of the block
     int token_lane;   // which steps of each tile
     int token_lanes;
-    bool upper;       // lane holds the upper half of the head dim (RoPE)
     int kv_head;
     int block_first;  // first head (within the group) this block serves
     int block_heads;  // heads this block serves
@@ -311,7 +260,6 @@ __device__ __forceinline__ Place make_place(int yblock, int group_size, int head
     pl.chunk = pl.row & (head_chunks - 1);
     pl.token_lane = pl.row / head_chunks;
     pl.token_lanes = kRows / head_chunks;
-    pl.upper = pl.lane >= kLanes / 2;
     pl.kv_head = yblock / head_blocks;
     pl.block_first = (yblock % head_blocks) * heads_per_block;
     const int left = group_size - pl.block_first;
@@ -474,179 +422,6 @@ __device__ __forceinline__ void ring_next(KV &kv, SharedStorage &smem, const Job
     kv.prefetch(job.begin + (next + 1) * kTile, job.end);
 }
 
-// The CUDA-core tile loop (RoPE). On return, threads with token_lane
-// 0 hold the block's state for their heads (the other token lanes merged
-// into them).
-template <class P, class KV>
-__device__ __forceinline__ void attend_simt(const P &p, KV &kv, SharedStorage &smem,
-                                            const Job &job, const Place &pl, State &st)
-{
-    float freq[kVec];
-    if constexpr (kRope) {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) freq[e] = p.rope_freq[(pl.lane * kVec + e) % (kHeadDim / 2)];
-    }
-    const int begin = job.begin, end = job.end;
-    const int num_tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
-
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-        st.m[s] = kSoftmax ? -inf_() : 0.f;
-        st.d[s] = 0.f;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) st.o[s][e] = 0.f;
-    }
-
-    ring_start(kv, smem, job, num_tiles, pl.tid);
-
-    // q in registers, rotated and transformed once; loaded after the first
-    // tiles were requested so that both latencies overlap.
-    float q[kSlots][kVec];
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-        const DTypeQ *src = job.q + pl.head[s] * job.q_stride_h + pl.lane * kVec;
-        unpack8<DTypeQ>(ldg16(src), q[s]);
-        if constexpr (kRope)
-            rope_rotate(q[s], freq, (float)(job.pos_offset + job.qo_idx), pl.upper);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-            q[s][e] = Variant::query_transform(p, q[s][e], pl.head[s], pl.lane * kVec + e);
-            if constexpr (kFp8) q[s][e] *= job.k_scale;
-        }
-    }
-
-    for (int tile = 0, stage = 0; tile < num_tiles;
-         ++tile, stage = stage + 1 == job.stages ? 0 : stage + 1) {
-        ring_next(kv, smem, job, tile, stage, num_tiles, pl.tid);
-        const int t0 = begin + tile * kTile;
-
-        for (int step = pl.token_lane; step < kTile / kStep; step += pl.token_lanes) {
-            // Logits of kStep keys for every slot, reduced over the row's lanes.
-            float x[kStep][kSlots];
-#pragma unroll
-            for (int i = 0; i < kStep; ++i) {
-                const int r = step * kStep + i;
-                float kf[kVec];
-                load_row(smem.ring.kv[stage][0], r, pl.lane, kf);
-                if constexpr (kRope)
-                    rope_rotate(kf, freq, (float)(job.pos_offset + t0 + r), pl.upper);
-#pragma unroll
-                for (int s = 0; s < kSlots; ++s) {
-                    float acc = 0.f;
-#pragma unroll
-                    for (int e = 0; e < kVec; ++e) acc = fma_(q[s][e], kf[e], acc);
-                    x[i][s] = acc;
-                }
-            }
-#pragma unroll
-            for (int off = kLanes / 2; off >= 1; off /= 2)
-#pragma unroll
-                for (int i = 0; i < kStep; ++i)
-#pragma unroll
-                    for (int s = 0; s < kSlots; ++s) x[i][s] += shfl_xor(x[i][s], off);
-
-            // Final logits in log2 units; hidden keys become -inf (without
-            // softmax: the weights, hidden keys 0).
-#pragma unroll
-            for (int i = 0; i < kStep; ++i) {
-                const int j = t0 + step * kStep + i;
-#pragma unroll
-                for (int s = 0; s < kSlots; ++s) {
-                    const bool visible =
-                        j < end && Variant::logits_mask(p, pl.head[s], j, job.qo_idx);
-                    const float logit =
-                        visible ? Variant::logits_transform(p, x[i][s], pl.head[s], j, job.qo_idx)
-                                : 0.f;
-                    if constexpr (kSoftmax)
-                        x[i][s] = visible ? logit * kLog2e : -inf_();
-                    else
-                        x[i][s] = logit;
-                }
-            }
-
-            // Online softmax update. A state that has seen only hidden keys
-            // keeps m = -inf; `base` avoids exp2(-inf - -inf).
-            float pr[kStep][kSlots];
-#pragma unroll
-            for (int s = 0; s < kSlots; ++s) {
-                if constexpr (!kSoftmax) {
-#pragma unroll
-                    for (int i = 0; i < kStep; ++i) {
-                        pr[i][s] = x[i][s];
-                        st.d[s] += x[i][s];
-                    }
-                    continue;
-                }
-                float mx = st.m[s];
-#pragma unroll
-                for (int i = 0; i < kStep; ++i) mx = fmax_(mx, x[i][s]);
-                const float base = mx == -inf_() ? 0.f : mx;
-                const float scale = exp2_fast(st.m[s] - base);
-                st.m[s] = mx;
-                float sum = 0.f;
-#pragma unroll
-                for (int i = 0; i < kStep; ++i) {
-                    pr[i][s] = exp2_fast(x[i][s] - base);
-                    sum += pr[i][s];
-                }
-                st.d[s] = fma_(st.d[s], scale, sum);
-#pragma unroll
-                for (int e = 0; e < kVec; ++e) st.o[s][e] *= scale;
-            }
-
-#pragma unroll
-            for (int i = 0; i < kStep; ++i) {
-                const int r = step * kStep + i;
-                float vf[kVec];
-                load_row(smem.ring.kv[stage][1], r, pl.lane, vf);
-#pragma unroll
-                for (int s = 0; s < kSlots; ++s)
-#pragma unroll
-                    for (int e = 0; e < kVec; ++e) st.o[s][e] = fma_(pr[i][s], vf[e], st.o[s][e]);
-            }
-        }
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // the ring is now free for the merge scratch
-
-    // Merge the token lanes that share a head chunk into token lane 0.
-    if (pl.token_lanes > 1) {
-        const int head_chunks = kRows / pl.token_lanes;
-#pragma unroll
-        for (int s = 0; s < kSlots; ++s) {
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) smem.merge.o[pl.row][s][pl.lane * kVec + e] = st.o[s][e];
-            if (pl.lane == 0) {
-                smem.merge.m[pl.row][s] = st.m[s];
-                smem.merge.d[pl.row][s] = st.d[s];
-            }
-        }
-        __syncthreads();
-        if (pl.token_lane == 0) {
-#pragma unroll
-            for (int s = 0; s < kSlots; ++s) {
-                float mx = st.m[s];
-                for (int l = 1; l < pl.token_lanes; ++l)
-                    mx = fmax_(mx, smem.merge.m[l * head_chunks + pl.chunk][s]);
-                const float base = mx == -inf_() ? 0.f : mx;
-                const float own = exp2_fast(st.m[s] - base);
-                st.d[s] *= own;
-#pragma unroll
-                for (int e = 0; e < kVec; ++e) st.o[s][e] *= own;
-                for (int l = 1; l < pl.token_lanes; ++l) {
-                    const int r = l * head_chunks + pl.chunk;
-                    const float w = exp2_fast(smem.merge.m[r][s] - base);
-                    st.d[s] = fma_(smem.merge.d[r][s], w, st.d[s]);
-#pragma unroll
-                    for (int e = 0; e < kVec; ++e)
-                        st.o[s][e] = fma_(smem.merge.o[r][s][pl.lane * kVec + e], w, st.o[s][e]);
-                }
-                st.m[s] = mx;
-            }
-        }
-    }
-}
-
 __device__ __forceinline__ unsigned int ldg32(const void *p)
 {
     unsigned int v;
@@ -689,6 +464,57 @@ __device__ __forceinline__ void widen_tile(unsigned int src, unsigned int dst, i
     }
 }
 
+// Elements [8 group, 8 group + 8) of row `r` of the ring tile at `src`, as
+// fp32 (16-bit ring: swizzled chunks; fp8 ring: raw rows). (A template so
+// that the branch not taken is never instantiated.)
+template <class T = DTypeKV>
+__device__ __forceinline__ void ring_load8(unsigned int src, int r, int group, float (&f)[8])
+{
+    if constexpr (Traits<T>::kBytes == 1) {
+        unsigned int w0, w1, h[4];
+        asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
+                     : "=r"(w0), "=r"(w1)
+                     : "r"(src + r * kRowBytes + group * 8));
+        Traits<T>::to_half4(w0, h[0], h[1]);
+        Traits<T>::to_half4(w1, h[2], h[3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) Traits<half_t>::unpack2(h[i], f[2 * i], f[2 * i + 1]);
+    } else {
+        unpack8<T>(lds128(src + ring_index(r, group) * 16), f);
+    }
+}
+
+// K tile -> rotated 16-bit tile for ldmatrix (RoPE, rotate-half, key of row
+// r at position pos0 + r): element d of the first half pairs with d +
+// head_dim / 2. Each thread takes 8-element groups of the first half with
+// their partners; every (key, frequency) angle is computed once.
+template <class P>
+__device__ __forceinline__ void rope_tile(const P &p, unsigned int src, unsigned int dst,
+                                          float pos0, int tid)
+{
+    constexpr int kHalfGroups = kHeadDim / 16;  // 8-element groups in half a row
+    constexpr int kItems = kTile * kHalfGroups;
+    static_assert(kItems % kThreads == 0, "every thread rotates the same number of groups");
+#pragma unroll
+    for (int i = 0; i < kItems / kThreads; ++i) {
+        const int item = i * kThreads + tid;
+        const int r = item / kHalfGroups, group = item % kHalfGroups;
+        float lo[8], hi[8];
+        ring_load8(src, r, group, lo);
+        ring_load8(src, r, group + kHalfGroups, hi);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            float sn, cs;
+            sincos_pos(pos0 + (float)r, p.rope_freq[group * 8 + e], sn, cs);
+            const float a = lo[e], b = hi[e];
+            lo[e] = fma_(-b, sn, a * cs);
+            hi[e] = fma_(a, sn, b * cs);
+        }
+        sts128(dst + mma_index(r, group) * 16, pack8<DTypeMma>(lo));
+        sts128(dst + mma_index(r, group + kHalfGroups) * 16, pack8<DTypeMma>(hi));
+    }
+}
+
 // The transpose of an 8x8 matrix of 16-bit values held as mma fragments
 // (this lane: row g, cols 2t and 2t + 1; see fijit_mma.cuh).
 __device__ __forceinline__ unsigned int movmatrix_trans(unsigned int x)
@@ -698,15 +524,16 @@ __device__ __forceinline__ unsigned int movmatrix_trans(unsigned int x)
     return y;
 }
 
-// The tensor-core tile loop (see kMma); same contract as attend_simt. Warp
+// The tile loop. On return, threads with token_lane 0 hold the block's state
+// (m, d, unnormalised o) for their heads (State, in make_place's layout). Warp
 // w takes keys [tg, tg + 1) * 16 of every tile (tg = w % kTG) and output dims
 // [dg, dg + 1) * head_dim / kDG (dg = w / kTG). Lane (g, t) holds keys g and
 // g + 8 of a product's rows and heads 2t, 2t + 1 of its columns (kHT = 1
 // column tile: registers stay under 128 for head_dim <= 128, four blocks to
 // an SM). The warps' states are merged through shared memory at the end.
 template <class P, class KV>
-__device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &smem,
-                                           const Job &job, const Place &pl, State &st)
+__device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, const Job &job,
+                                       const Place &pl, State &st)
 {
     constexpr int kHT = kMmaHeads / 8;
     const int warp = pl.tid / 32, lane = pl.tid % 32;
@@ -720,30 +547,55 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
     // A block head's query head; idle heads compute on the group's last one.
     auto head_of = [&](int i) { return i < pl.block_heads ? pl.block_qo + i : pl.group_last; };
 
-    // q^T as B fragments (dims 16 ks + 2t (+1) and + 8; head 8 ht + g),
-    // transformed once. The transformed q (fp32) is the sum of two 16-bit
-    // parts, both multiplied with K: one part alone would round q * sm_scale
-    // to 8 bits of mantissa with bf16, far coarser than the fp32 logits of
-    // the CUDA-core path.
+    // q^T as B fragments (dims 16 ks + f * 8 + 2t + e; head 8 ht + g),
+    // rotated and transformed once. The result (fp32) is the sum of two
+    // 16-bit parts, both multiplied with K: one part alone would round
+    // q * sm_scale to 8 bits of mantissa with bf16, far coarser than fp32
+    // logits. RoPE pairs dim d with d + head_dim / 2: the same (f, t, e) at
+    // k-step ks + kKSteps / 2, held by the same lane.
     unsigned int qb[2][kHT][kKSteps][2];
 #pragma unroll
-    for (int ht = 0; ht < kHT; ++ht)
+    for (int ht = 0; ht < kHT; ++ht) {
+        const int head = head_of(8 * ht + g);
+        float x[kKSteps][2][2];
+#pragma unroll
+        for (int ks = 0; ks < kKSteps; ++ks)
+#pragma unroll
+            for (int f = 0; f < 2; ++f)
+                Traits<DTypeQ>::unpack2(ldg32(job.q + head * job.q_stride_h + ks * 16 + f * 8 + 2 * t),
+                                        x[ks][f][0], x[ks][f][1]);
+        if constexpr (kRope) {
+            const float pos = (float)(job.pos_offset + job.qo_idx);
+#pragma unroll
+            for (int ks = 0; ks < kKSteps / 2; ++ks)
+#pragma unroll
+                for (int f = 0; f < 2; ++f)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float sn, cs;
+                        sincos_pos(pos, p.rope_freq[ks * 16 + f * 8 + 2 * t + e], sn, cs);
+                        const float lo = x[ks][f][e], hi = x[ks + kKSteps / 2][f][e];
+                        x[ks][f][e] = fma_(-hi, sn, lo * cs);
+                        x[ks + kKSteps / 2][f][e] = fma_(lo, sn, hi * cs);
+                    }
+        }
 #pragma unroll
         for (int ks = 0; ks < kKSteps; ++ks)
 #pragma unroll
             for (int f = 0; f < 2; ++f) {
-                const int head = head_of(8 * ht + g), dim = ks * 16 + f * 8 + 2 * t;
-                float x[2], part[2];
-                Traits<DTypeQ>::unpack2(ldg32(job.q + head * job.q_stride_h + dim), x[0], x[1]);
+                const int dim = ks * 16 + f * 8 + 2 * t;
+                float part[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    x[e] = Variant::query_transform(p, x[e], head, dim + e);
-                    if constexpr (kFp8) x[e] *= job.k_scale;
+                    x[ks][f][e] = Variant::query_transform(p, x[ks][f][e], head, dim + e);
+                    if constexpr (kFp8) x[ks][f][e] *= job.k_scale;
                 }
-                qb[0][ht][ks][f] = Traits<DTypeMma>::pack2(x[0], x[1]);
+                qb[0][ht][ks][f] = Traits<DTypeMma>::pack2(x[ks][f][0], x[ks][f][1]);
                 Traits<DTypeMma>::unpack2(qb[0][ht][ks][f], part[0], part[1]);
-                qb[1][ht][ks][f] = Traits<DTypeMma>::pack2(x[0] - part[0], x[1] - part[1]);
+                qb[1][ht][ks][f] =
+                    Traits<DTypeMma>::pack2(x[ks][f][0] - part[0], x[ks][f][1] - part[1]);
             }
+    }
     int head[kHT][2];  // this lane's columns
 #pragma unroll
     for (int ht = 0; ht < kHT; ++ht)
@@ -768,7 +620,7 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
     const unsigned int ring_k = smem_addr(&smem.ring.kv[0][0][0]);
     constexpr unsigned int kTileBytes = kTileChunks * 16;           // a ring tile
     constexpr unsigned int kMmaTileBytes = kTile * kMmaRowChunks * 16;  // as 16-bit
-    const unsigned int staged = ring_k + job.stages * 2 * kTileBytes;  // fp8: K, V widened
+    const unsigned int staged = ring_k + job.stages * 2 * kTileBytes;  // K (and V) as 16-bit
     const int row0 = tg * kTokW;                          // this warp's first key in a tile
     const int lrow = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of this lane
     for (int tile = 0, stage = 0; tile < num_tiles;
@@ -776,14 +628,17 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
         ring_next(kv, smem, job, tile, stage, num_tiles, pl.tid);
         unsigned int kbase = ring_k + stage * 2 * kTileBytes;
         unsigned int vbase = kbase + kTileBytes;
-        if constexpr (kFp8) {
-            // The previous tile's reads of the staging tile ended before
+        if constexpr (kStagedK) {
+            // The previous tile's reads of the staging area ended before
             // ring_next's barrier.
-            widen_tile(kbase, staged, pl.tid);
-            widen_tile(vbase, staged + kMmaTileBytes, pl.tid);
+            if constexpr (kRope)
+                rope_tile(p, kbase, staged, (float)(job.pos_offset + begin + tile * kTile), pl.tid);
+            else
+                widen_tile(kbase, staged, pl.tid);
+            if constexpr (kStagedV) widen_tile(vbase, staged + kMmaTileBytes, pl.tid);
             __syncthreads();
             kbase = staged;
-            vbase = staged + kMmaTileBytes;
+            if constexpr (kStagedV) vbase = staged + kMmaTileBytes;
         }
         const int j0 = begin + tile * kTile + row0;
 
@@ -929,7 +784,7 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
         __syncthreads();
     }
 
-    // Hand the merged state over in attend_simt's layout: head chunk * kSlots + s.
+    // Hand the merged state over in State's layout: head chunk * kSlots + s.
 #pragma unroll
     for (int sl = 0; sl < kSlots; ++sl) {
         const int i = pl.chunk * kSlots + sl;  // < kMmaHeads: the plan caps head_chunks
@@ -946,18 +801,6 @@ __device__ __forceinline__ void attend_mma(const P &p, KV &kv, SharedStorage &sm
 #pragma unroll
         for (int e = 0; e < kVec; ++e) st.o[sl][e] = smem.mma.o[i][pl.lane * kVec + e];
     }
-}
-
-// The tile loop: on return, threads with token_lane 0 hold the block's state
-// (m, d, unnormalised o) for their heads.
-template <class P, class KV>
-__device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, const Job &job,
-                                       const Place &pl, State &st)
-{
-    if constexpr (kMma)
-        attend_mma(p, kv, smem, job, pl, st);
-    else
-        attend_simt(p, kv, smem, job, pl, st);
 }
 
 // Where a block's results go.

@@ -39,12 +39,9 @@
 #define FI_DECODE_MAX_STAGES 6
 #define FI_DECODE_STAGES_DEEP2 6
 #define FI_DECODE_STAGES_DEEP3 4
-/* Tensor-core path (templates/decode_core.cuh, attend_mma): taken for K/V
- * without RoPE (16-bit, or fp8 widened to fp16 in a staging tile); a block
- * then serves at most FI_DECODE_MMA_HEADS query heads (the 8 columns of its
- * mma tiles; a larger GQA group takes several head blocks). Host plan and
- * kernel both decide with this macro. */
-#define FI_DECODE_USES_MMA(kv_bytes, rope) (!(rope))
+/* A block serves at most FI_DECODE_MMA_HEADS query heads: the 8 columns of
+ * its mma tiles (templates/decode_core.cuh); a larger GQA group takes several
+ * head blocks. */
 #define FI_DECODE_MMA_HEADS 8
 /* Tokens each row group handles per tile before its online-softmax update. */
 #define FI_DECODE_TOKENS_PER_STEP 4
@@ -55,15 +52,14 @@
  * at 2 bytes) whatever the head dim. */
 #define FI_DECODE_TILE_TOKENS(hd) (FI_DECODE_TOKENS_PER_STEP * FI_DECODE_ROW_GROUPS(hd))
 /* Dynamic shared memory of a decode block: the K and V rings of `stages`
- * tiles, then (fp8 on the tensor-core path) the K and V tiles widened to
- * fp16; at least the merge scratch of the CUDA-core path (row groups x
- * HEADS_PER_THREAD x head_dim floats, plus m and d). */
+ * tiles, then the staging area for the tiles ldmatrix cannot read from the
+ * ring (fp8 K and V widened to 16 bits; K rotated by RoPE), each as large as
+ * a 16-bit tile; at least the merge scratch (row groups x HEADS_PER_THREAD x
+ * head_dim floats, plus m and d). */
 #define FI_DECODE_RING_BYTES(hd, kv_bytes, stages)                                  \
     (2 * (stages) * FI_DECODE_TILE_TOKENS(hd) * (hd) * (kv_bytes))
 #define FI_DECODE_STAGING_BYTES(hd, kv_bytes, rope)                                 \
-    ((kv_bytes) == 1 && FI_DECODE_USES_MMA(kv_bytes, rope)                          \
-         ? 2 * FI_DECODE_TILE_TOKENS(hd) * (hd) * 2                                 \
-         : 0)
+    (((kv_bytes) == 1 ? 2 : (rope) ? 1 : 0) * FI_DECODE_TILE_TOKENS(hd) * (hd) * 2)
 #define FI_DECODE_MERGE_BYTES                                                       \
     (FI_DECODE_THREADS * FI_DECODE_VEC * FI_DECODE_HEADS_PER_THREAD * 4 + 1024)
 #define FI_DECODE_SMEM_BYTES(hd, kv_bytes, rope, stages)                            \

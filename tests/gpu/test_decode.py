@@ -43,6 +43,14 @@ TOL_O = {"fp16": 5e-3, "bf16": 2e-2}
 TOL_LSE = 2e-3
 
 
+def lse_tol(dtype, pos):
+    """lse budget (times max(1, |lse|)). With RoPE the kernel rotates K in fp32
+    and rounds it once to the 16-bit type, as prefill does and as a cache of
+    pre-rotated keys would hold it: with bf16 (2^-9) that moves lse by a few
+    1e-3, so bf16 + RoPE gets prefill's bf16 budget."""
+    return 1.5e-2 if dtype == "bf16" and pos == "rope" else TOL_LSE
+
+
 def rope_freq(hd, scale, theta):
     f = [(theta ** (-2.0 * i / hd)) / scale for i in range(hd // 2)]
     return torch.tensor(f, dtype=torch.float64).float().double()
@@ -180,7 +188,7 @@ def run_case(fj, gen, dtype, hd, mask, pos, softcap, L, group, layout, num_split
         err_mean = float(diff.mean() / ref_o.abs().mean().clamp_min(1e-30))
         lse_err = float((lse.double() - ref_lse).abs().max()) if bool(
             torch.isfinite(lse).all()) else float("inf")
-        lse_ok = lse_err <= TOL_LSE * max(1.0, float(ref_lse.abs().max()))
+        lse_ok = lse_err <= lse_tol(dtype, pos) * max(1.0, float(ref_lse.abs().max()))
     ok = finite and err_max <= TOL_O[dtype] and lse_ok and rerun_same
     return ok, err_max, err_mean, lse_err
 
