@@ -15,11 +15,12 @@
 
 /* ---- decode launch constants ---------------------------------------------------
  * One block serves one KV head (a GQA group, or a slice of a large one) over
- * one contiguous chunk of keys (one split). Each thread owns FI_DECODE_VEC
- * consecutive elements of the head dimension (16 bytes of fp16/bf16), so a row
- * of head_dim elements is held by head_dim / FI_DECODE_VEC adjacent lanes: a
- * "row group". A row group works on FI_DECODE_HEADS_PER_THREAD query heads at
- * once, sharing every K/V vector it reads from shared memory among them. */
+ * one contiguous chunk of keys (one split). The products run on tensor cores;
+ * the block's result is then laid out for the stores: each thread owns
+ * FI_DECODE_VEC consecutive elements of the head dimension (16 bytes of
+ * fp16/bf16), so a row of head_dim elements is held by head_dim /
+ * FI_DECODE_VEC adjacent lanes, a "row group", which holds
+ * FI_DECODE_HEADS_PER_THREAD query heads. */
 #define FI_DECODE_THREADS 128
 #define FI_DECODE_VEC 8
 #define FI_DECODE_HEADS_PER_THREAD 4
@@ -43,14 +44,12 @@
  * its mma tiles (templates/decode_core.cuh); a larger GQA group takes several
  * head blocks. */
 #define FI_DECODE_MMA_HEADS 8
-/* Tokens each row group handles per tile before its online-softmax update. */
-#define FI_DECODE_TOKENS_PER_STEP 4
 /* Row groups in a block (lanes per row = head_dim / VEC). */
 #define FI_DECODE_ROW_GROUPS(hd) (FI_DECODE_THREADS * FI_DECODE_VEC / (hd))
-/* Keys per shared-memory tile: every row group takes TOKENS_PER_STEP of them,
- * so a K (or V) tile is always THREADS * VEC * TOKENS_PER_STEP elements (8 KiB
- * at 2 bytes) whatever the head dim. */
-#define FI_DECODE_TILE_TOKENS(hd) (FI_DECODE_TOKENS_PER_STEP * FI_DECODE_ROW_GROUPS(hd))
+/* Keys per shared-memory tile: 4 per row group, so that a K (or V) tile is
+ * always THREADS * VEC * 4 elements (8 KiB at 2 bytes) whatever the head dim:
+ * 16 keys at hd 256, 32 at hd 128, 64 at hd 64. */
+#define FI_DECODE_TILE_TOKENS(hd) (4 * FI_DECODE_ROW_GROUPS(hd))
 /* Dynamic shared memory of a decode block: the K and V rings of `stages`
  * tiles, then the staging area for the tiles ldmatrix cannot read from the
  * ring (fp8 K and V widened to 16 bits; K rotated by RoPE), each as large as
