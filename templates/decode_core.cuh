@@ -41,7 +41,7 @@ using Variant = fijit_cfg::Variant;
 constexpr int kHeadDim = fijit_cfg::kHeadDim;
 constexpr int kVec = FI_DECODE_VEC;  // elements of a row each lane owns
 constexpr int kThreads = FI_DECODE_THREADS;
-constexpr int kLanes = kHeadDim / kVec;  // threads that hold one row
+constexpr int kLanes = kHeadDim / kVec;  // threads that hold one row of the output
 constexpr int kRows = FI_DECODE_ROW_GROUPS(kHeadDim);
 constexpr int kSlots = FI_DECODE_HEADS_PER_THREAD;  // query heads per thread
 constexpr int kTile = FI_DECODE_TILE_TOKENS(kHeadDim);
@@ -227,18 +227,22 @@ __device__ __forceinline__ void st_relaxed64(unsigned long long *p, unsigned lon
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-// One online-softmax state: running max (log2 units), sum and output.
+// A thread's share of the block's attention state as attend hands it over:
+// for its kSlots heads, the running max (log2 units), the sum and its kVec
+// elements of the unnormalised output (the layout the stores use).
 struct State {
     float m[kSlots];
     float d[kSlots];
     float o[kSlots][kVec];
 };
 
-// Where this thread sits in its block: which elements, row group, heads.
+// Where this thread sits in its block: which elements (lane), row group and
+// heads. Row groups beyond the block's heads hold copies; only token lane 0
+// of each head chunk stores.
 struct Place {
     int tid, lane, row;
     int chunk;        // which kSlots heads of the block
-    int token_lane;   // which steps of each tile
+    int token_lane;   // which copy of its head chunk this row group is
     int token_lanes;
     int kv_head;
     int block_first;  // first head (within the group) this block serves
