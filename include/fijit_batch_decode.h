@@ -21,8 +21,9 @@
  * request are merged by the last of their blocks, in the same kernel), so a
  * run can be captured in a CUDA graph; replaying a graph with other lengths
  * needs a new plan with the same number of work items (not provided yet).
- * The workspace needs no zeroing; one workspace must not serve two runs that
- * may execute at the same time. spec.kind must be FI_KIND_BATCH_DECODE.
+ * The workspace needs no zeroing (the upload writes the work list and zeroes
+ * the split counters, which every run leaves at zero); one workspace must not
+ * serve two runs that may execute at the same time. spec.kind must be FI_KIND_BATCH_DECODE.
  */
 #ifndef FIJIT_BATCH_DECODE_H
 #define FIJIT_BATCH_DECODE_H
@@ -68,7 +69,8 @@ FI_API int fi_batch_decode_plan_workspace_size(const fi_batch_decode_plan *plan,
 FI_API int fi_batch_decode_plan_describe(const fi_batch_decode_plan *plan, int *num_items,
                                          int *max_request_splits);
 /* Copy the plan's work list into `workspace` (device memory of the current
- * context, 16-byte aligned). Synchronous: returns when the copy is done. Do
+ * context, 16-byte aligned) and zero its split counters. Synchronous: returns
+ * when both are done. Do
  * it once per plan and workspace, before the first run (outside any graph
  * capture). A workspace holds the work list of the plan last uploaded to it:
  * uploading another plan there invalidates the first plan's runs. */
