@@ -9,10 +9,7 @@
  * The chunk length (tokens per item, whole tiles) is chosen so that:
  *  - when the batch alone does not fill one wave of resident blocks
  *    (DECODE_BLOCKS_PER_SM per SM), it is the shortest chunk for which the
- *    whole grid still fits in a wave of BD_FIT_BLOCKS_PER_SM (2) per SM, but
- *    never below BD_MIN_CHUNK_TILES; if that chunk is longer than the deeper
- *    rings take (BD_DEEP_MAX_TILES), the shortest for a wave of
- *    DECODE_BLOCKS_PER_SM (2) per SM instead;
+ *    whole grid still fits in that wave, but never below BD_MIN_CHUNK_TILES;
  *  - when it does, requests are cut into chunks of about 1/BD_WAVES of a
  *    wave's share (at least BD_BIG_CHUNK_TILES), so that blocks are short and
  *    even and the tail of the last wave is small.
@@ -45,20 +42,19 @@
 #include "spec.h"
 #include "sys.h"
 
+/* Blocks per SM of a wave, also the one the plan of a batch that alone does
+ * not fill a wave aims for. That plan used to aim for 3 (through the 4-tile
+ * ring) while the split counters cost a compare-and-swap round per rival
+ * block (fewer, longer items then lost: batch 1 x kv 16k GQA 32/8 took 44.0
+ * us with 32 items against 37.5 with 47). With one atomic add a block, 2
+ * (through the 6-tile ring) is the better one on H100 (hd 128 fp16, page
+ * 16): batch 1 x kv 16k / 32k GQA 32/8 37.6 -> 36.4 / 61.4 -> 59.2 us (32
+ * items instead of 47 / 49), the other shapes of bench_batch_decode.py
+ * within 1.5%. */
 #define DECODE_BLOCKS_PER_SM 2
-/* Blocks per SM the one-wave plan (a batch that alone does not fill a wave)
- * aims for when its chunks stay within BD_DEEP_MAX_TILES. It was 3 while the
- * split counters cost a compare-and-swap round per rival block (fewer,
- * longer items then lost: batch 1 x kv 16k GQA 32/8 took 44.0 us with 32
- * items against 37.5 with 47). With one atomic add a block, 2 (through the
- * 6-tile ring) is the better one on H100 (hd 128 fp16, page 16): batch 1 x
- * kv 16k / 32k GQA 32/8 37.6 -> 36.4 / 61.4 -> 59.2 us (32 items instead of
- * 47 / 49), the other shapes of bench_batch_decode.py within 1.5%. */
-#define BD_FIT_BLOCKS_PER_SM 2
 /* Fewest tiles an item needs for the deeper ring (up to 32, decode.c):
  * batch 1 x kv 4k (8-tile items) was 9% slower through the 6-tile ring. */
 #define BD_DEEP_MIN_TILES 10
-#define BD_DEEP_MAX_TILES 32 /* as DECODE_DEEP_MAX_TILES in decode.c */
 /* Shortest chunk when the batch does not fill a wave: as DECODE_MIN_SPLIT_TILES
  * in decode.c (4 tiles below 4096 keys, else 8). */
 #define BD_MIN_CHUNK_TILES(keys) ((keys) < 4096 ? 4 : 8)
@@ -199,22 +195,15 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
     if (info->max_splits != 1 && max_keys > BD_MIN_CHUNK_TILES(max_keys) * tile) {
         if (sm_count <= 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
         const int64_t slots = (int64_t)sm_count * DECODE_BLOCKS_PER_SM;
-        const int64_t fit_slots = (int64_t)sm_count * BD_FIT_BLOCKS_PER_SM;
         if (count_blocks(keys, info->batch, 0, y) < slots) {
-            /* Smallest chunk (whole tiles) whose grid fits in one wave of
-             * BD_FIT_BLOCKS_PER_SM per SM; where that leaves chunks too long
-             * for the deeper ring, one of DECODE_BLOCKS_PER_SM. */
-            for (int pass = 0; pass < 2; pass++) {
-                const int64_t wave = pass == 0 ? fit_slots : slots;
-                int64_t lo = BD_MIN_CHUNK_TILES(max_keys), hi = (max_keys + tile - 1) / tile;
-                while (lo < hi) {
-                    const int64_t mid = (lo + hi) / 2;
-                    if (count_blocks(keys, info->batch, mid * tile, y) <= wave) hi = mid;
-                    else lo = mid + 1;
-                }
-                chunk = lo * tile;
-                if (lo <= BD_DEEP_MAX_TILES) break;
+            /* Smallest chunk (whole tiles) whose grid fits in one wave. */
+            int64_t lo = BD_MIN_CHUNK_TILES(max_keys), hi = (max_keys + tile - 1) / tile;
+            while (lo < hi) {
+                const int64_t mid = (lo + hi) / 2;
+                if (count_blocks(keys, info->batch, mid * tile, y) <= slots) hi = mid;
+                else lo = mid + 1;
             }
+            chunk = lo * tile;
         } else {
             int64_t c = (total_keys * y + BD_WAVES * slots - 1) / (BD_WAVES * slots);
             if (c < (int64_t)BD_BIG_CHUNK_TILES * tile) c = (int64_t)BD_BIG_CHUNK_TILES * tile;

@@ -42,7 +42,6 @@ constexpr int kHeadDim = fijit_cfg::kHeadDim;
 constexpr int kVec = FI_DECODE_VEC;  // elements of a row each lane owns
 constexpr int kThreads = FI_DECODE_THREADS;
 constexpr int kLanes = kHeadDim / kVec;  // threads that hold one row of the output
-constexpr int kRows = FI_DECODE_ROW_GROUPS(kHeadDim);
 constexpr int kSlots = FI_DECODE_HEADS_PER_THREAD;  // query heads per thread
 constexpr int kTile = FI_DECODE_TILE_TOKENS(kHeadDim);
 constexpr int kKVBytes = Traits<DTypeKV>::kBytes;
@@ -129,25 +128,26 @@ constexpr bool kSoftmax = Variant::use_softmax;
 
 // The K/V ring while streaming (stage s: K tile, then V tile; only the
 // launch's Job::stages stages are allocated, FI_DECODE_SMEM_BYTES); the
-// row-group merge scratch afterwards; one flag at the end. Dynamic shared
-// memory (fi_decode_smem below), so the ring may exceed the 48 KiB of static
-// shared memory.
+// warps' merge afterwards, then the split merge's scratch; one flag at the
+// end. Dynamic shared memory (fi_decode_smem below), so the ring may exceed
+// the 48 KiB of static shared memory.
 union SharedStorage {
     struct {
         vec16_t kv[kMaxStages][2][kTileChunks];
     } ring;
     struct {
-        float o[kRows][kSlots][kHeadDim];
-        float m[kRows][kSlots];
-        float d[kRows][kSlots];
-    } merge;
-    struct {
         float o[kMmaHeads][kHeadDim + kMmaPad];
         float m[kWarps][kMmaHeads];
         float d[kWarps][kMmaHeads];
     } mma;
+    float split_merge[kThreads][6];  // store_split: m, d, acc[4] of each thread
     int is_last;  // after both: "this block merges the splits" (store_split)
 };
+// What follows the ring must fit the smallest ring a launch allocates (two
+// stages), the only shared memory FI_DECODE_SMEM_BYTES is sure to cover.
+static_assert(sizeof(SharedStorage::mma) <= 2 * 2 * kTileChunks * 16 &&
+                  sizeof(SharedStorage::split_merge) <= 2 * 2 * kTileChunks * 16,
+              "the merges fit a two-stage ring");
 
 // The block's dynamic shared memory (the kernels' only shared memory).
 __device__ __forceinline__ SharedStorage &shared_storage()
@@ -243,7 +243,6 @@ struct Place {
     int tid, lane, row;
     int chunk;        // which kSlots heads of the block
     int token_lane;   // which copy of its head chunk this row group is
-    int token_lanes;
     int kv_head;
     int block_first;  // first head (within the group) this block serves
     int block_heads;  // heads this block serves
@@ -263,7 +262,6 @@ __device__ __forceinline__ Place make_place(int yblock, int group_size, int head
     pl.row = pl.tid / kLanes;
     pl.chunk = pl.row & (head_chunks - 1);
     pl.token_lane = pl.row / head_chunks;
-    pl.token_lanes = kRows / head_chunks;
     pl.kv_head = yblock / head_blocks;
     pl.block_first = (yblock % head_blocks) * heads_per_block;
     const int left = group_size - pl.block_first;
@@ -475,14 +473,18 @@ template <class T = DTypeKV>
 __device__ __forceinline__ void ring_load8(unsigned int src, int r, int group, float (&f)[8])
 {
     if constexpr (Traits<T>::kBytes == 1) {
-        unsigned int w0, w1, h[4];
+        unsigned int w0, w1;
         asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
                      : "=r"(w0), "=r"(w1)
                      : "r"(src + r * kRowBytes + group * 8));
-        Traits<T>::to_half4(w0, h[0], h[1]);
-        Traits<T>::to_half4(w1, h[2], h[3]);
+        float lo[4], hi[4];
+        Traits<T>::unpack4(w0, lo);
+        Traits<T>::unpack4(w1, hi);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) Traits<half_t>::unpack2(h[i], f[2 * i], f[2 * i + 1]);
+        for (int e = 0; e < 4; ++e) {
+            f[e] = lo[e];
+            f[e + 4] = hi[e];
+        }
     } else {
         unpack8<T>(lds128(src + ring_index(r, group) * 16), f);
     }
@@ -939,7 +941,7 @@ __device__ __forceinline__ void store_split(const P &p, const State &st, const P
     const int group = pl.tid / kMLanes;
     const int slot = group / sub, subrow = group % sub;
     const int qo_base = pl.kv_head * p.group_size;
-    float *scratch = &smem.merge.o[0][0][0];  // [kThreads][6]: m, d, acc[4]
+    float *scratch = &smem.split_merge[0][0];
     for (int base = 0; base < pl.block_heads; base += heads_at_once) {
         const int i = base + slot;
         const bool valid = i < pl.block_heads;

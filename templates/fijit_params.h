@@ -53,21 +53,14 @@
 /* Dynamic shared memory of a decode block: the K and V rings of `stages`
  * tiles, then the staging area for the tiles ldmatrix cannot read from the
  * ring (fp8 K and V widened to 16 bits; K rotated by RoPE), each as large as
- * a 16-bit tile; at least the merge scratch (row groups x HEADS_PER_THREAD x
- * head_dim floats, plus m and d). */
+ * a 16-bit tile. The merges at the end reuse the ring (decode_core.cuh checks
+ * that they fit two stages). */
 #define FI_DECODE_RING_BYTES(hd, kv_bytes, stages)                                  \
     (2 * (stages) * FI_DECODE_TILE_TOKENS(hd) * (hd) * (kv_bytes))
 #define FI_DECODE_STAGING_BYTES(hd, kv_bytes, rope)                                 \
     (((kv_bytes) == 1 ? 2 : (rope) ? 1 : 0) * FI_DECODE_TILE_TOKENS(hd) * (hd) * 2)
-#define FI_DECODE_MERGE_BYTES                                                       \
-    (FI_DECODE_THREADS * FI_DECODE_VEC * FI_DECODE_HEADS_PER_THREAD * 4 + 1024)
 #define FI_DECODE_SMEM_BYTES(hd, kv_bytes, rope, stages)                            \
-    (FI_DECODE_RING_BYTES(hd, kv_bytes, stages) +                                   \
-                 FI_DECODE_STAGING_BYTES(hd, kv_bytes, rope) >                      \
-             FI_DECODE_MERGE_BYTES                                                  \
-         ? FI_DECODE_RING_BYTES(hd, kv_bytes, stages) +                             \
-               FI_DECODE_STAGING_BYTES(hd, kv_bytes, rope)                          \
-         : FI_DECODE_MERGE_BYTES)
+    (FI_DECODE_RING_BYTES(hd, kv_bytes, stages) + FI_DECODE_STAGING_BYTES(hd, kv_bytes, rope))
 /* Largest head_dim the rope frequency table holds. */
 #define FI_DECODE_MAX_HEAD_DIM 256
 #define FI_MERGE_THREADS 128
