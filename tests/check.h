@@ -36,7 +36,7 @@ int check_quick(void);
 int check_ctx_new(fi_jit_ctx **out, const char *arch);
 /* Threads the compile sweeps use: $FIJIT_TEST_JOBS (default 2, at most 16). */
 int check_jobs(void);
-/* Prewarm specs[0..n) for sm_90a on check_jobs() threads; each must succeed,
+/* Prewarm specs[0..n) for ctx's arch on check_jobs() threads; each must succeed,
  * with outcome `want` unless `want` < 0. Returns the number of failures and
  * describes the first in `err`. */
 int check_prewarm_all(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, int want, char *err,

@@ -221,27 +221,6 @@ TEST(explain_lists_every_hashed_field)
         CHECK_MSG(strstr(text, expected[i]), "explain output lacks '%s':\n%s", expected[i], text);
 }
 
-typedef struct compile_job {
-    fi_jit_ctx *ctx;
-    const fi_jit_spec *specs;
-    int first, step, count;
-    const char *arch;
-    int failures;
-    char error[512];
-} compile_job;
-
-static void *compile_some(void *arg)
-{
-    compile_job *job = arg;
-    for (int i = job->first; i < job->count; i += job->step) {
-        fi_build_outcome outcome;
-        if (fi_jit_prewarm(job->ctx, &job->specs[i], job->arch, &outcome) < 0) {
-            if (!job->failures++) snprintf(job->error, sizeof job->error, "%s", fi_last_error());
-        }
-    }
-    return NULL;
-}
-
 static void compile_all(const char *arch)
 {
     fi_jit_spec specs[128];
@@ -249,18 +228,12 @@ static void compile_all(const char *arch)
     if (check_quick()) n = 4; /* sanitizer runs: NVRTC is not our code */
     fi_jit_ctx *ctx = NULL;
     CHECK_OK(check_ctx_new(&ctx, arch));
-    compile_job jobs[2];
-    pthread_t threads[2];
-    for (int t = 0; t < 2; t++) {
-        jobs[t] = (compile_job){ctx, specs, t, 2, n, arch, 0, ""};
-        pthread_create(&threads[t], NULL, compile_some, &jobs[t]);
-    }
-    for (int t = 0; t < 2; t++) pthread_join(threads[t], NULL);
+    char first[3000];
+    const int failures = check_prewarm_all(ctx, specs, n, -1, first, sizeof first);
     fi_jit_stats stats;
     CHECK_OK(fi_jit_stats_get(ctx, &stats));
     fi_jit_ctx_free(ctx);
-    CHECK_MSG(jobs[0].failures + jobs[1].failures == 0, "%d failures, first: %s%s",
-              jobs[0].failures + jobs[1].failures, jobs[0].error, jobs[1].error);
+    CHECK_MSG(failures == 0, "%d failures, first: %s", failures, first);
     CHECK_MSG(stats.compiles == n && stats.entries == n, "compiles %lld entries %lld, want %d",
               (long long)stats.compiles, (long long)stats.entries, n);
 }
