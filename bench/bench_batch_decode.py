@@ -61,8 +61,10 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--no-nosplit", action="store_true", help="skip the max_splits=1 timing")
-    ap.add_argument("--page-order", default="random", choices=["random", "seq"],
-                    help="pages of the cache handed out in random or in sequential order")
+    ap.add_argument("--page-order", default="random", choices=["random", "seq", "same"],
+                    help="pages of the cache handed out in random or in sequential order; "
+                         "same: every entry of the table is page 0 (K/V from L2: what the "
+                         "kernel costs with DRAM out of the way)")
     ap.add_argument("--sm-count", type=int, default=0,
                     help="SM count the plan assumes (0: the device's; tuning experiments)")
     ap.add_argument("--tag", default="")
@@ -116,7 +118,8 @@ def main():
                                                 dtype=torch.float16).to(kv_tdt))
                     perm = (torch.randperm(total, device="cuda", generator=gen)
                             if opt.page_order == "random" else
-                            torch.arange(total, device="cuda")).to(torch.int32)
+                            torch.arange(total, device="cuda") if opt.page_order == "seq" else
+                            torch.zeros(total, device="cuda", dtype=torch.int64)).to(torch.int32)
                     indptr = [b * npg for b in range(B + 1)]
                     last = [L - (npg - 1) * ps] * B
                     q = torch.randn(B, hq, hd, device="cuda", generator=gen).to(tdt)

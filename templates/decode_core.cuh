@@ -553,23 +553,35 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
     // A block head's query head; idle heads compute on the group's last one.
     auto head_of = [&](int i) { return i < pl.block_heads ? pl.block_qo + i : pl.group_last; };
 
-    // q^T as B fragments (dims 16 ks + f * 8 + 2t + e; head 8 ht + g),
-    // rotated and transformed once. The result (fp32) is the sum of two
-    // 16-bit parts, both multiplied with K: one part alone would round
-    // q * sm_scale to 8 bits of mantissa with bf16, far coarser than fp32
-    // logits. RoPE pairs dim d with d + head_dim / 2: the same (f, t, e) at
-    // k-step ks + kKSteps / 2, held by the same lane.
-    unsigned int qb[2][kHT][kKSteps][2];
+    // q^T as B fragments (dims 16 ks + f * 8 + 2t + e; head 8 ht + g). With
+    // the base query_transform and no rotation, q enters the products as it
+    // is (exact: DTypeMma is q's type) and sm_scale (fp8: times k_scale)
+    // scales the fp32 logits. Otherwise q is rotated and transformed once and
+    // held as the sum of two 16-bit parts, both multiplied with K: one part
+    // alone would round the transformed q to 8 bits of mantissa with bf16,
+    // far coarser than fp32 logits. RoPE pairs dim d with d + head_dim / 2:
+    // the same (f, t, e) at k-step ks + kKSteps / 2, held by the same lane.
+    constexpr bool kRawQ = !kRope && KeepsBaseQuery<Variant, P>::value;
+    constexpr int kQParts = kRawQ ? 1 : 2;
+    const float qk_scale = kRawQ ? p.sm_scale * (kFp8 ? job.k_scale : 1.f) : 1.f;
+    unsigned int qb[kQParts][kHT][kKSteps][2];
 #pragma unroll
     for (int ht = 0; ht < kHT; ++ht) {
         const int head = head_of(8 * ht + g);
+        const DTypeQ *qh = job.q + head * job.q_stride_h + 2 * t;
+        if constexpr (kRawQ) {
+#pragma unroll
+            for (int ks = 0; ks < kKSteps; ++ks)
+#pragma unroll
+                for (int f = 0; f < 2; ++f) qb[0][ht][ks][f] = ldg32(qh + ks * 16 + f * 8);
+            continue;
+        }
         float x[kKSteps][2][2];
 #pragma unroll
         for (int ks = 0; ks < kKSteps; ++ks)
 #pragma unroll
             for (int f = 0; f < 2; ++f)
-                Traits<DTypeQ>::unpack2(ldg32(job.q + head * job.q_stride_h + ks * 16 + f * 8 + 2 * t),
-                                        x[ks][f][0], x[ks][f][1]);
+                Traits<DTypeQ>::unpack2(ldg32(qh + ks * 16 + f * 8), x[ks][f][0], x[ks][f][1]);
         if constexpr (kRope) {
             const float pos = (float)(job.pos_offset + job.qo_idx);
 #pragma unroll
@@ -598,7 +610,7 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
                 }
                 qb[0][ht][ks][f] = Traits<DTypeMma>::pack2(x[ks][f][0], x[ks][f][1]);
                 Traits<DTypeMma>::unpack2(qb[0][ht][ks][f], part[0], part[1]);
-                qb[1][ht][ks][f] =
+                qb[kQParts - 1][ht][ks][f] =
                     Traits<DTypeMma>::pack2(x[ks][f][0] - part[0], x[ks][f][1] - part[1]);
             }
     }
@@ -649,27 +661,33 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
         const int j0 = begin + tile * kTile + row0;
 
         // s^T = K q^T: (keys g, g + 8) x (heads 2t, 2t + 1) of each head tile;
-        // four independent accumulator chains (q part x k-step parity).
+        // four independent accumulator chains (q part x k-step residue).
         float s[kHT][4];
         {
-            float acc[2][2][kHT][4] = {};
+            constexpr int kChains = 4 / kQParts;
+            float acc[kQParts][kChains][kHT][4] = {};
 #pragma unroll
             for (int ks = 0; ks < kKSteps; ++ks) {
                 unsigned int a[4];  // keys 0-7 / 8-15 x dims 16 ks + 0-7 / 8-15
                 ldmatrix_x4(a, kbase + mma_index(lrow, 2 * ks + (lane >> 4)) * 16);
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
+                for (int h = 0; h < kQParts; ++h)
 #pragma unroll
                     for (int ht = 0; ht < kHT; ++ht)
-                        Mma<DTypeMma>::run(acc[h][ks & 1][ht], a, qb[h][ht][ks][0],
+                        Mma<DTypeMma>::run(acc[h][ks % kChains][ht], a, qb[h][ht][ks][0],
                                           qb[h][ht][ks][1]);
             }
 #pragma unroll
             for (int ht = 0; ht < kHT; ++ht)
 #pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    s[ht][i] = (acc[0][0][ht][i] + acc[0][1][ht][i]) +
-                               (acc[1][0][ht][i] + acc[1][1][ht][i]);
+                for (int i = 0; i < 4; ++i) {
+                    float sum[kQParts] = {};
+#pragma unroll
+                    for (int h = 0; h < kQParts; ++h)
+#pragma unroll
+                        for (int c = 0; c < kChains; ++c) sum[h] += acc[h][c][ht][i];
+                    s[ht][i] = kQParts == 1 ? sum[0] * qk_scale : sum[0] + sum[kQParts - 1];
+                }
         }
 
         // Final logits in log2 units; hidden keys -inf (without softmax: the

@@ -103,6 +103,27 @@ struct BaseVariant {
     }
 };
 
+// KeepsBaseQuery<V, P>::value: V's query_transform is BaseVariant's (q *
+// sm_scale), so a kernel may leave q as it is in the products and scale the
+// fp32 logits instead. A variant that redefines the hook, in any form, is
+// false (the substitution fails or the addresses differ).
+template <bool C>
+struct EnableIf {};
+template <>
+struct EnableIf<true> {
+    using type = void;
+};
+template <class V, class P, class = void>
+struct KeepsBaseQuery {
+    static constexpr bool value = false;
+};
+template <class V, class P>
+struct KeepsBaseQuery<V, P,
+                      typename EnableIf<&V::template query_transform<P> ==
+                                        &BaseVariant::template query_transform<P>>::type> {
+    static constexpr bool value = true;
+};
+
 // Base<...> with Layer on top when `on`, else Base.
 template <bool on, template <class> class Layer, class Base>
 struct LayerIf {

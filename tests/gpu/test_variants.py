@@ -18,10 +18,14 @@ built-in kernel.
    example (head_dim 64 and 256, RoPE, ALiBi, the built-in soft-cap) -- see TUPLES.
    Parameters are random per case (sigmoid scale/bias, sink logits around the
    keys' log-sum-exp, document layouts contiguous or scattered, caps that bite).
-2. Default re-implemented (--equal-cases random cases): a snippet overriding all four
+2. Default re-implemented (--equal-cases random cases): a snippet overriding the
    hooks with the built-in expressions (ALiBi bias, soft-cap, sliding window, as in
    templates/variant_*.cuh) runs on the same tuple and arguments as the built-in
    kernel; o and lse must be bit-identical (torch.equal, and equal bit patterns).
+   Every prefill case and a quarter of the decode cases redefine query_transform too;
+   decode then takes its path for transformed queries (two 16-bit parts instead of
+   the untransformed q and scaled logits), so those are held to the float64
+   reference instead of to the built-in's bits.
 3. Argument checks: a launch with missing or mistyped variant arguments is refused
    with a message naming the parameter.
 
@@ -489,11 +493,14 @@ def run_batch_prefill(pf, rnd, c, spec):
 
 
 # ---- the built-in behaviour re-implemented as a user variant ------------------------------
-def reimpl_source(alibi, softcap, window):
+def reimpl_source(alibi, softcap, window, query):
     """A snippet overriding every hook with the built-in expressions (templates/
     fijit_variant.cuh, variant_alibi.cuh, variant_softcap.cuh, variant_window.cuh) for
-    the layers this tuple has. Keep it in step with those files: the comparison is
-    bit for bit."""
+    the layers this tuple has, query_transform only when `query`. Keep it in step with
+    those files: the comparison is bit for bit, except for decode with `query`: decode
+    multiplies the untransformed q with K and scales the fp32 logits when the variant
+    keeps the base query_transform, and a redefined one (even the same expression)
+    takes the two-part path of transformed queries, which rounds differently."""
     lt = []
     if alibi:
         lt.append("        logit = logit + p.alibi_slopes[qo_head] * (float)(kv_idx - qo_idx);")
@@ -504,13 +511,13 @@ def reimpl_source(alibi, softcap, window):
     return "\n".join([
         f"// The built-in variant (alibi={int(alibi)} softcap={int(softcap)} "
         f"window={int(window)}) written with the public hooks.",
-        "struct Variant : fijit::DefaultVariant {",
+        "struct Variant : fijit::DefaultVariant {"] + ([
         "    template <class P>",
         "    static __device__ __forceinline__ float query_transform(const P &p, float q,"
         " int qo_head, int dim)",
         "    {",
         "        return q * p.sm_scale;",
-        "    }",
+        "    }"] if query else []) + [
         "    template <class P>",
         "    static __device__ __forceinline__ float logits_transform(const P &p, float logit,"
         " int qo_head, int kv_idx, int qo_idx)",
@@ -533,8 +540,9 @@ def reimpl_source(alibi, softcap, window):
         ""])
 
 
-def reimpl_name(pos, softcap, mask):
-    return f"reimpl_a{int(pos == 'alibi')}_c{int(softcap)}_w{int(mask == 'window')}"
+def reimpl_name(pos, softcap, mask, query):
+    return (f"reimpl_a{int(pos == 'alibi')}_c{int(softcap)}_w{int(mask == 'window')}"
+            f"_q{int(query)}")
 
 
 def equal_cases(rnd, n):
@@ -554,7 +562,10 @@ def equal_cases(rnd, n):
             lq = rnd.choice([1, lk, max(1, lk // 3), rnd.randint(1, 1500)])
             c.update(mask=rnd.choice(["none", "causal", "window"]), lq=lq, lk=lk,
                      tile=rnd.choice(TILES))
-        c["variant"] = reimpl_name(c["pos"], c["softcap"], c["mask"])
+        # Decode with a redefined query_transform is held to the float64 reference
+        # instead (see reimpl_source); every other case must be bit-identical.
+        c["query"] = kind == "prefill" or idx % 4 == 0
+        c["variant"] = reimpl_name(c["pos"], c["softcap"], c["mask"], c["query"])
         out.append(c)
     return out
 
@@ -593,18 +604,23 @@ def run_equal(fj, pf, rnd, c, spec_builtin, spec_variant):
         outs.append((o, lse))
     (o1, l1), (o2, l2) = outs
     why = []
-    if not torch.equal(o1, o2) or not torch.equal(o1.view(torch.int16), o2.view(torch.int16)):
+    ref_o, ref_lse = reference(q, kn, vn, variant=None, vp={}, **sc.ref())
+    if decode and c["query"]:
+        ok_var, _, _, _, why_var = compare(o2, l2, ref_o, ref_lse, c["dtype"], True)
+        if not ok_var:
+            why.append("variant vs float64 reference: " + why_var)
+    elif not torch.equal(o1, o2) or not torch.equal(o1.view(torch.int16), o2.view(torch.int16)):
         diff = (o1.view(torch.int16) != o2.view(torch.int16)) | (o1 != o2)
         at = _where(diff)
         why.append(f"o differs in {int(diff.sum())} of {o1.numel()} elements, first at {at}: "
                    f"built-in {float(o1[at])!r}, variant {float(o2[at])!r}")
-    if not torch.equal(l1, l2) or not torch.equal(l1.view(torch.int32), l2.view(torch.int32)):
+    if (not (decode and c["query"]) and
+            (not torch.equal(l1, l2) or not torch.equal(l1.view(torch.int32), l2.view(torch.int32)))):
         diff = (l1.view(torch.int32) != l2.view(torch.int32)) | (l1 != l2)
         at = _where(diff)
         why.append(f"lse differs in {int(diff.sum())} of {l1.numel()}, first at {at}: "
                    f"built-in {float(l1[at])!r}, variant {float(l2[at])!r}")
     # Both equal but wrong would pass the above: hold the built-in to the reference too.
-    ref_o, ref_lse = reference(q, kn, vn, variant=None, vp={}, **sc.ref())
     ok_ref, emax, _, _, why_ref = compare(o1, l1, ref_o, ref_lse, c["dtype"], True)
     if not ok_ref:
         why.append("built-in vs float64 reference: " + why_ref)
@@ -783,7 +799,7 @@ def main():
     for c in eq_cases:
         try:
             fj.register_variant(c["variant"], reimpl_source(c["pos"] == "alibi", c["softcap"],
-                                                            c["mask"] == "window"))
+                                                            c["mask"] == "window", c["query"]))
         except FijitError as e:
             print(f"FAIL register {c['variant']}: {e}", flush=True)
             return 1
@@ -839,8 +855,9 @@ def main():
             ok, why, emax = run_equal(fj, pf, rnd, c, spec_of(c, None), spec_of(c, c["variant"]))
         except Exception as e:
             ok, why, emax = False, f"{type(e).__name__}: {e}", math.inf
-        print(f"{'ok  ' if ok else 'FAIL'} {name}: "
-              f"{'identical' if ok else clip(why, failures + eq_fail)} "
+        same = "within tolerance" if c["kind"] == "decode" and c["query"] else "identical"
+        print(f"{'ok  ' if ok else 'FAIL'} {name}{' query_transform' if c['query'] else ''}: "
+              f"{same if ok else clip(why, failures + eq_fail)} "
               f"(built-in vs float64: max_rel {emax:.2e})", flush=True)
         eq_fail += 0 if ok else 1
         results.append(dict(case="equal " + name, ok=ok, why=why, max_rel=emax))
