@@ -399,6 +399,12 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     FI_TRY(check_stride("v_stride_page", a->v_stride_page, kvb));
     FI_TRY(check_stride("v_stride_h", a->v_stride_h, kvb));
     FI_TRY(check_stride("v_stride_n", a->v_stride_n, kvb));
+    FI_TRY(fi__decode_check_offset("batch_decode", "k_stride_page", a->k_stride_page, 1, kvb));
+    FI_TRY(fi__decode_check_offset("batch_decode", "v_stride_page", a->v_stride_page, 1, kvb));
+    FI_TRY(fi__decode_check_offset("batch_decode", "k_stride_n", a->k_stride_n, plan->page_size,
+                                   kvb));
+    FI_TRY(fi__decode_check_offset("batch_decode", "v_stride_n", a->v_stride_n, plan->page_size,
+                                   kvb));
     if (plan->num_qo_heads > 1 && a->o_stride_h < spec->head_dim)
         FI_FAIL(FI_EINVALID, "batch_decode: o_stride_h (%lld) is smaller than head_dim (%d)",
                 (long long)a->o_stride_h, spec->head_dim);

@@ -111,6 +111,18 @@ static int check_strides_of(const char *name, int64_t stride, int used, int elem
 }
 #define check_strides(name, stride, used) check_strides_of(name, stride, used, 2)
 
+int fi__decode_check_offset(const char *kind, const char *name, int64_t stride, int64_t rows,
+                            int elem_bytes)
+{
+    if (stride > 0 && rows > 0 && stride > INT32_MAX / elem_bytes / rows)
+        return fi__error(FI_EINVALID,
+                         "%s: %s is %lld elements; the kernel addresses K and V with 32-bit byte "
+                         "offsets, so %s%s times %d bytes must stay below 2 GiB",
+                         kind, name, (long long)stride, name, rows > 1 ? " times page_size" : "",
+                         elem_bytes);
+    return 0;
+}
+
 static int check_ptr(const char *name, const void *p)
 {
     if (!p) return fi__error(FI_EINVALID, "decode: %s is NULL", name);
@@ -161,6 +173,8 @@ static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
         FI_TRY(check_strides_of("v_stride_h", a->v_stride_h, a->num_kv_heads > 1, kvb));
         FI_TRY(check_strides_of("k_stride_n", a->k_stride_n, a->kv_len > 1, kvb));
         FI_TRY(check_strides_of("v_stride_n", a->v_stride_n, a->kv_len > 1, kvb));
+        FI_TRY(fi__decode_check_offset("decode", "k_stride_n", a->k_stride_n, 1, kvb));
+        FI_TRY(fi__decode_check_offset("decode", "v_stride_n", a->v_stride_n, 1, kvb));
     }
     if (a->num_qo_heads > 1 && a->q_stride_h < spec->head_dim)
         FI_FAIL(FI_EINVALID, "decode: q_stride_h (%lld) is smaller than head_dim (%d)",

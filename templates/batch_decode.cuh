@@ -39,10 +39,10 @@ extern "C" __global__ void __launch_bounds__(FI_DECODE_THREADS)
     kv.k = static_cast<const unsigned char *>(p.k) + pl.kv_head * p.k_stride_h * kKVBytes;
     kv.v = static_cast<const unsigned char *>(p.v) + pl.kv_head * p.v_stride_h * kKVBytes;
     kv.pages = p.kv_indices + w.page_start;
-    kv.k_stride_page = p.k_stride_page * kKVBytes;
-    kv.v_stride_page = p.v_stride_page * kKVBytes;
-    kv.k_stride_n = p.k_stride_n * kKVBytes;
-    kv.v_stride_n = p.v_stride_n * kKVBytes;
+    kv.k_stride_page = (int)(p.k_stride_page * kKVBytes);
+    kv.v_stride_page = (int)(p.v_stride_page * kKVBytes);
+    kv.k_stride_n = (int)(p.k_stride_n * kKVBytes);
+    kv.v_stride_n = (int)(p.v_stride_n * kKVBytes);
     kv.page_size = p.page_size;
     kv.page_shift = p.page_shift;
 

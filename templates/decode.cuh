@@ -35,8 +35,8 @@ extern "C" __global__ void __launch_bounds__(FI_DECODE_THREADS)
     DenseKV kv;
     kv.k = static_cast<const unsigned char *>(p.k) + pl.kv_head * p.k_stride_h * kKVBytes;
     kv.v = static_cast<const unsigned char *>(p.v) + pl.kv_head * p.v_stride_h * kKVBytes;
-    kv.k_stride_n = p.k_stride_n * kKVBytes;
-    kv.v_stride_n = p.v_stride_n * kKVBytes;
+    kv.k_stride_n = (int)(p.k_stride_n * kKVBytes);
+    kv.v_stride_n = (int)(p.v_stride_n * kKVBytes);
 
     State st;
     attend(p, kv, smem, job, pl, st);

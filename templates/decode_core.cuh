@@ -291,10 +291,20 @@ struct Job {
     int stages;          // ring depth, 2..kMaxStages
 };
 
+// Where copy i of a tile (i < kLoadsPerThread) goes: row (key) and 16-byte
+// chunk of the row, the same for every tile.
+__device__ __forceinline__ int copy_row(int i, int tid) { return (i * kThreads + tid) / kChunksPerRow; }
+__device__ __forceinline__ int copy_chunk(int i, int tid) { return (i * kThreads + tid) % kChunksPerRow; }
+
+// Both K/V sources copy a tile with kLoadsPerThread 16-byte cp.async per
+// thread into K and into V, addressed with 32-bit strides in bytes (the host
+// refuses larger ones) so that each source address costs one wide multiply.
+// Copies past the end of the range zero-fill their chunk.
+
 // Dense K/V: key j of this head at base + j * stride (bytes).
 struct DenseKV {
     const unsigned char *k, *v;
-    long long k_stride_n, v_stride_n;  // bytes
+    int k_stride_n, v_stride_n;  // bytes
 
     __device__ __forceinline__ void start(SharedStorage &, int, int, int) {}
     __device__ __forceinline__ void prefetch_first(int, int) {}
@@ -302,16 +312,15 @@ struct DenseKV {
     __device__ __forceinline__ void issue(vec16_t *kdst, vec16_t *vdst, int t0, int end,
                                           int tid) const
     {
+        const unsigned int ks = smem_addr(kdst), vs = smem_addr(vdst);
 #pragma unroll
         for (int i = 0; i < kLoadsPerThread; ++i) {
-            const int c = i * kThreads + tid;
-            const int r = c / kChunksPerRow;
-            const int col = (c % kChunksPerRow) * 16;
+            const int r = copy_row(i, tid), ch = copy_chunk(i, tid);
             const bool valid = t0 + r < end;
-            const long long j = valid ? t0 + r : 0;
-            const int dst = ring_index(r, c % kChunksPerRow);
-            cp_async16(&kdst[dst], k + j * k_stride_n + col, valid);
-            cp_async16(&vdst[dst], v + j * v_stride_n + col, valid);
+            const int j = valid ? t0 + r : 0;
+            const unsigned int dst = ring_index(r, ch) * 16;
+            cp_async16(ks + dst, k + ((long long)j * k_stride_n + ch * 16), valid);
+            cp_async16(vs + dst, v + ((long long)j * v_stride_n + ch * 16), valid);
         }
     }
 };
@@ -322,16 +331,18 @@ struct DenseKV {
 // first copies, not one per tile) into the ring's last slot, which no copy
 // fills before ring_next's first barrier; later tiles' are loaded one tile
 // ahead (prefetch), so that their latency hides behind a tile's compute
-// instead of stalling the copies that need them.
+// instead of stalling the copies that need them. Both record, per copy, the
+// page and the token within it (-1 past the end), so that issue only adds.
 struct PagedKV {
     const unsigned char *k, *v;  // this kv head's base
     const int *pages;            // the request's first entry of kv_indices
-    long long k_stride_page, k_stride_n, v_stride_page, v_stride_n;  // bytes
+    int k_stride_page, k_stride_n, v_stride_page, v_stride_n;  // bytes
     int page_size;
     int page_shift;              // log2(page_size) for a power of two, else -1
     int first_page;              // page of key `begin`: first_pages[0]
     const int *first_pages;      // start's page numbers, in the ring's last slot
-    int page[kLoadsPerThread];
+    int page[kLoadsPerThread];   // the next tile's copies: page number,
+    int token[kLoadsPerThread];  // and token within the page (-1: none)
 
     __device__ __forceinline__ int page_of(int j) const
     {
@@ -351,39 +362,41 @@ struct PagedKV {
         first_pages = dst;
         __syncthreads();
     }
+    // Locates the copies of the tile at t0, reading page numbers with `load`
+    // (the index into the request's pages).
+    template <class Load>
+    __device__ __forceinline__ void locate(int t0, int end, Load load)
+    {
+#pragma unroll
+        for (int i = 0; i < kLoadsPerThread; ++i) {
+            const int j = t0 + copy_row(i, (int)threadIdx.x);
+            const int pg = page_of(j);
+            page[i] = j < end ? load(pg) : 0;
+            token[i] = j < end ? j - pg * page_size : -1;
+        }
+    }
     // As prefetch, for a tile within start's range.
     __device__ __forceinline__ void prefetch_first(int t0, int end)
     {
-#pragma unroll
-        for (int i = 0; i < kLoadsPerThread; ++i) {
-            const int j = t0 + (i * kThreads + (int)threadIdx.x) / kChunksPerRow;
-            page[i] = j < end ? first_pages[page_of(j) - first_page] : 0;
-        }
+        locate(t0, end, [&](int pg) { return first_pages[pg - first_page]; });
     }
     __device__ __forceinline__ void prefetch(int t0, int end)
     {
-#pragma unroll
-        for (int i = 0; i < kLoadsPerThread; ++i) {
-            const int j = t0 + (i * kThreads + (int)threadIdx.x) / kChunksPerRow;
-            page[i] = j < end ? ldg_s32(pages + page_of(j)) : 0;
-        }
+        locate(t0, end, [&](int pg) { return ldg_s32(pages + pg); });
     }
-    __device__ __forceinline__ void issue(vec16_t *kdst, vec16_t *vdst, int t0, int end,
-                                          int tid) const
+    __device__ __forceinline__ void issue(vec16_t *kdst, vec16_t *vdst, int, int, int tid) const
     {
+        const unsigned int ks = smem_addr(kdst), vs = smem_addr(vdst);
 #pragma unroll
         for (int i = 0; i < kLoadsPerThread; ++i) {
-            const int c = i * kThreads + tid;
-            const int r = c / kChunksPerRow;
-            const int col = (c % kChunksPerRow) * 16;
-            const bool valid = t0 + r < end;
-            const int j = valid ? t0 + r : 0;
-            const long long in_page =
-                page_shift >= 0 ? (j & ((1 << page_shift) - 1)) : j % page_size;
-            const long long pg = page[i];
-            const int dst = ring_index(r, c % kChunksPerRow);
-            cp_async16(&kdst[dst], k + pg * k_stride_page + in_page * k_stride_n + col, valid);
-            cp_async16(&vdst[dst], v + pg * v_stride_page + in_page * v_stride_n + col, valid);
+            const int ch = copy_chunk(i, tid);
+            const bool valid = token[i] >= 0;
+            const int n = valid ? token[i] : 0;
+            const unsigned int dst = ring_index(copy_row(i, tid), ch) * 16;
+            cp_async16(ks + dst,
+                       k + ((long long)page[i] * k_stride_page + (n * k_stride_n + ch * 16)), valid);
+            cp_async16(vs + dst,
+                       v + ((long long)page[i] * v_stride_page + (n * v_stride_n + ch * 16)), valid);
         }
     }
 };
@@ -530,6 +543,52 @@ __device__ __forceinline__ unsigned int movmatrix_trans(unsigned int x)
     return y;
 }
 
+// The B fragments of one query head's q^T (dims 16 ks + f * 8 + 2t + e, from
+// qh = the head's q + 2t) rotated by RoPE and transformed by the variant, as
+// the sum of two 16-bit parts hi + lo (attend says why).
+template <class P>
+__device__ __forceinline__ void transformed_q(const P &p, const Job &job, const DTypeQ *qh,
+                                              int head, int t, unsigned int (&hi)[kKSteps][2],
+                                              unsigned int (&lo)[kKSteps][2])
+{
+    float x[kKSteps][2][2];
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks)
+#pragma unroll
+        for (int f = 0; f < 2; ++f)
+            Traits<DTypeQ>::unpack2(ldg32(qh + ks * 16 + f * 8), x[ks][f][0], x[ks][f][1]);
+    if constexpr (kRope) {
+        const float pos = (float)(job.pos_offset + job.qo_idx);
+#pragma unroll
+        for (int ks = 0; ks < kKSteps / 2; ++ks)
+#pragma unroll
+            for (int f = 0; f < 2; ++f)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float sn, cs;
+                    sincos_pos(pos, p.rope_freq[ks * 16 + f * 8 + 2 * t + e], sn, cs);
+                    const float a = x[ks][f][e], b = x[ks + kKSteps / 2][f][e];
+                    x[ks][f][e] = fma_(-b, sn, a * cs);
+                    x[ks + kKSteps / 2][f][e] = fma_(a, sn, b * cs);
+                }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks)
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            const int dim = ks * 16 + f * 8 + 2 * t;
+            float part[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                x[ks][f][e] = Variant::query_transform(p, x[ks][f][e], head, dim + e);
+                if constexpr (kFp8) x[ks][f][e] *= job.k_scale;
+            }
+            hi[ks][f] = Traits<DTypeMma>::pack2(x[ks][f][0], x[ks][f][1]);
+            Traits<DTypeMma>::unpack2(hi[ks][f], part[0], part[1]);
+            lo[ks][f] = Traits<DTypeMma>::pack2(x[ks][f][0] - part[0], x[ks][f][1] - part[1]);
+        }
+}
+
 // The tile loop. On return, threads with token_lane 0 hold the block's state
 // (m, d, unnormalised o) for their heads (State, in make_place's layout). Warp
 // w takes keys [tg, tg + 1) * 16 of every tile (tg = w % kTG) and output dims
@@ -574,45 +633,9 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
             for (int ks = 0; ks < kKSteps; ++ks)
 #pragma unroll
                 for (int f = 0; f < 2; ++f) qb[0][ht][ks][f] = ldg32(qh + ks * 16 + f * 8);
-            continue;
+        } else {
+            transformed_q(p, job, qh, head, t, qb[0][ht], qb[kQParts - 1][ht]);
         }
-        float x[kKSteps][2][2];
-#pragma unroll
-        for (int ks = 0; ks < kKSteps; ++ks)
-#pragma unroll
-            for (int f = 0; f < 2; ++f)
-                Traits<DTypeQ>::unpack2(ldg32(qh + ks * 16 + f * 8), x[ks][f][0], x[ks][f][1]);
-        if constexpr (kRope) {
-            const float pos = (float)(job.pos_offset + job.qo_idx);
-#pragma unroll
-            for (int ks = 0; ks < kKSteps / 2; ++ks)
-#pragma unroll
-                for (int f = 0; f < 2; ++f)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float sn, cs;
-                        sincos_pos(pos, p.rope_freq[ks * 16 + f * 8 + 2 * t + e], sn, cs);
-                        const float lo = x[ks][f][e], hi = x[ks + kKSteps / 2][f][e];
-                        x[ks][f][e] = fma_(-hi, sn, lo * cs);
-                        x[ks + kKSteps / 2][f][e] = fma_(lo, sn, hi * cs);
-                    }
-        }
-#pragma unroll
-        for (int ks = 0; ks < kKSteps; ++ks)
-#pragma unroll
-            for (int f = 0; f < 2; ++f) {
-                const int dim = ks * 16 + f * 8 + 2 * t;
-                float part[2];
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    x[ks][f][e] = Variant::query_transform(p, x[ks][f][e], head, dim + e);
-                    if constexpr (kFp8) x[ks][f][e] *= job.k_scale;
-                }
-                qb[0][ht][ks][f] = Traits<DTypeMma>::pack2(x[ks][f][0], x[ks][f][1]);
-                Traits<DTypeMma>::unpack2(qb[0][ht][ks][f], part[0], part[1]);
-                qb[kQParts - 1][ht][ks][f] =
-                    Traits<DTypeMma>::pack2(x[ks][f][0] - part[0], x[ks][f][1] - part[1]);
-            }
     }
     int head[kHT][2];  // this lane's columns
 #pragma unroll

@@ -142,12 +142,16 @@ __device__ __forceinline__ vec16_t lds16(const void *p)
 // `valid` false nothing is read and the destination is zero-filled, so a
 // partial tile needs no separate clearing pass. .cg skips L1: KV data is
 // streamed once.
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+__device__ __forceinline__ void cp_async16(unsigned int smem, const void *gmem, bool valid)
 {
     const int src_bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(smem)),
-                 "l"(gmem), "r"(src_bytes)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem), "l"(gmem),
+                 "r"(src_bytes)
                  : "memory");
+}
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+{
+    cp_async16(smem_addr(smem), gmem, valid);
 }
 
 __device__ __forceinline__ void cp_async_commit()
