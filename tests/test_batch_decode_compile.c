@@ -149,6 +149,56 @@ TEST(batch_decode_plan_validates_and_sizes)
     fi_jit_ctx_free(ctx);
 }
 
+/* K/V strides whose byte offsets reach 2 GiB (the kernels' 32-bit offsets)
+ * are refused by both launch functions, naming the stride, before any GPU
+ * work; the largest accepted ones pass that check. */
+TEST(decode_refuses_strides_beyond_32_bit_offsets)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_batch_decode_plan *plan = NULL;
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+    fi_jit_spec s = FI_JIT_SPEC_INIT;
+    s.kind = FI_KIND_BATCH_DECODE;
+    int32_t indptr[2] = {0, 4}, last[1] = {16};
+    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
+    info.batch = 1;
+    info.kv_indptr = indptr;
+    info.kv_last_page_len = last;
+    info.num_qo_heads = info.num_kv_heads = 1;
+    info.page_size = 16;
+    info.sm_count = 132;
+    CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
+    fi_batch_decode_args a = FI_BATCH_DECODE_ARGS_INIT;
+    a.o = (void *)(uintptr_t)0x10000;
+    a.q = a.k = a.v = a.o;
+    a.kv_indices = (const int32_t *)(uintptr_t)0x10000;
+    a.q_stride_b = a.o_stride_b = a.q_stride_h = a.o_stride_h = 128;
+    a.k_stride_page = a.v_stride_page = 16 * 128;
+    a.k_stride_n = a.v_stride_n = 128;
+    a.k_stride_page = (int64_t)1 << 30; /* 2 GiB of fp16 */
+    CHECK_RC(fi_batch_decode_run(ctx, plan, &a, NULL), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "k_stride_page"), "%s", fi_last_error());
+    a.k_stride_page = 16 * 128;
+    a.v_stride_n = ((int64_t)1 << 30) / 16; /* times page_size: 2 GiB */
+    CHECK_RC(fi_batch_decode_run(ctx, plan, &a, NULL), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "v_stride_n"), "%s", fi_last_error());
+    fi_batch_decode_plan_free(plan);
+
+    fi_jit_spec d = FI_JIT_SPEC_INIT;
+    d.kind = FI_KIND_DECODE;
+    fi_decode_args da = FI_DECODE_ARGS_INIT;
+    da.o = (void *)(uintptr_t)0x10000;
+    da.q = da.k = da.v = da.o;
+    da.num_qo_heads = da.num_kv_heads = 1;
+    da.kv_len = 16;
+    da.num_splits = 1;
+    da.k_stride_n = (int64_t)1 << 30;
+    da.v_stride_n = 128;
+    CHECK_RC(fi_decode_run(ctx, &d, &da, NULL), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "k_stride_n"), "%s", fi_last_error());
+    fi_jit_ctx_free(ctx);
+}
+
 static unsigned rnd_next(unsigned *seed)
 {
     *seed = *seed * 1103515245u + 12345u;
