@@ -67,6 +67,9 @@ def main():
                          "kernel costs with DRAM out of the way)")
     ap.add_argument("--sm-count", type=int, default=0,
                     help="SM count the plan assumes (0: the device's; tuning experiments)")
+    ap.add_argument("--read-ceiling", default="",
+                    help="JSON written by bench/read_ceiling.cu: adds %%read, fijit's GB/s over "
+                         "the read ceiling of random 4 KiB chunks (this paged layout's reads)")
     ap.add_argument("--tag", default="")
     opt = ap.parse_args()
 
@@ -181,16 +184,25 @@ def main():
                     del kc, vc, q, o, ws, perm
                     torch.cuda.empty_cache()
     fj.close()
+    read = None
+    if opt.read_ceiling:
+        with open(opt.read_ceiling) as f:
+            read = json.load(f)
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, f"bench_batch_decode{opt.tag}.json"), "w") as f:
-            json.dump(dict(device=dev_name, copy_ceiling_gbs=ceiling, reps=opt.reps, rows=rows),
-                      f, indent=1)
+            json.dump(dict(device=dev_name, copy_ceiling_gbs=ceiling, read_ceiling=read,
+                           reps=opt.reps, rows=rows), f, indent=1)
     print(f"\nbatch decode, paged (page {ps}, HND, {opt.page_order} pages), hd {hd}, {dev_name}, copy ceiling "
           f"{ceiling:.0f} GB/s; sdpa = default backend on gathered dense KV; "
           f"ratio = sdpa time / fijit time")
+    if read:
+        print(f"read ceiling (bench/read_ceiling.cu): {read['random_4k_gbs']:.0f} GB/s in random "
+              f"4 KiB chunks (these pages; %read), {read['contiguous_gbs']:.0f} GB/s contiguous "
+              f"(SDPA's dense copy)")
     print(f"{'dtype':9} {'heads':>5} {'batch':>5} {'kv_len':>6} {'fijit us':>9} {'GB/s':>6} "
-          f"{'%copy':>6} {'sdpa us':>8} {'ratio':>6} {'splits':>6} {'nosplit us':>10}")
+          f"{'%copy':>6}" + (f" {'%read':>6}" if read else "") +
+          f" {'sdpa us':>8} {'ratio':>6} {'splits':>6} {'nosplit us':>10}")
     for r in rows:
         s_txt = f"{r['sdpa_us']:8.1f}" if r["sdpa_us"] else "     n/a"
         x_txt = f"{r['sdpa_us'] / r['fijit_us']:5.2f}x" if r["sdpa_us"] else "   n/a"
@@ -198,7 +210,9 @@ def main():
         name = r["dtype"] if r["kv_dtype"] == r["dtype"] else f"{r['dtype']}/{r['kv_dtype'][4:]}"
         name += "+rope" if r["pos"] == "rope" else ""
         print(f"{name:9} {r['heads']:>5} {r['batch']:5d} {r['kv_len']:6d} {r['fijit_us']:9.1f} "
-              f"{r['fijit_gbs']:6.0f} {r['pct_copy']:5.0f}% {s_txt} {x_txt} "
+              f"{r['fijit_gbs']:6.0f} {r['pct_copy']:5.0f}% "
+              + (f"{100 * r['fijit_gbs'] / read['random_4k_gbs']:5.0f}% " if read else "")
+              + f"{s_txt} {x_txt} "
               f"{r['max_request_splits']:6d} {n_txt}")
     return 0
 

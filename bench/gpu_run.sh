@@ -5,13 +5,14 @@
 # with build/; this script only builds when build/libfijit.so is missing and
 # the -dev headers to build it exist.
 #
-#   bench/gpu_run.sh [--quick] [--only decode|prefill|variants|jit]
+#   bench/gpu_run.sh [--quick] [--only decode|decode-tests|decode-bench|prefill|variants|jit]
 #     --quick: fewer test shapes, shorter benches
 #     --only:  one part (the parts fit separate device calls); default all:
 #              decode (single + batch decode tests and benches), prefill
 #              (bench/gpu_prefill.sh), variants (tests/gpu/test_variants.py:
 #              the example variants vs float64 and the bit-identical default),
-#              jit (fijit demo + bench_jit on a GPU)
+#              jit (fijit demo + bench_jit on a GPU); decode-tests and
+#              decode-bench: the two halves of decode
 # Raw results go to $OUT (test_*.json, bench_*.json, logs) when set. Each step
 # runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
 # cannot take the others' results with it.
@@ -23,11 +24,13 @@ while [ $# -gt 0 ]; do
     case $1 in
     --quick) QUICK=1 ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: bench/gpu_run.sh [--quick] [--only decode|prefill|variants|jit]" >&2; exit 2 ;;
+    *) echo "usage: bench/gpu_run.sh [--quick] [--only decode|decode-tests|decode-bench|prefill|variants|jit]" >&2
+       exit 2 ;;
     esac
     shift
 done
 run_part() { [ "$ONLY" = all ] || [ "$ONLY" = "$1" ]; }
+decode_part() { run_part decode || [ "$ONLY" = "decode-$1" ]; }  # decode_part tests|bench
 OUT_DIR=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
@@ -110,22 +113,39 @@ step() {  # step NAME CMD...: run with a time limit, log to $OUT_DIR/NAME.log, r
     OUT=$OUT_DIR timeout "$STEP_TIMEOUT" "$@" 2>&1 | tee "$OUT_DIR/$name.log"
     eval "rc_$name=\${PIPESTATUS[0]}"
 }
-step test_decode python3 tests/gpu/test_decode.py "${TEST_ARGS[@]}"
-step test_batch_decode python3 tests/gpu/test_batch_decode.py "${TEST_ARGS[@]}"
-step bench_decode python3 bench/bench_decode.py "${BENCH_ARGS[@]}"
-step bench_batch_decode python3 bench/bench_batch_decode.py "${BBENCH_ARGS[@]}"
-step bench_batch_decode_fp8 python3 bench/bench_batch_decode.py --dtypes bf16 --kv-dtype fp8_e4m3 \
-    --heads 32/8 --batches 1,64 --lens 4096,16384 --no-nosplit --tag _fp8
+rc_test_decode=0 rc_test_batch_decode=0 rc_bench_decode=0 rc_bench_batch_decode=0 rc_bench_batch_decode_fp8=0
+if decode_part tests; then
+    step test_decode python3 tests/gpu/test_decode.py "${TEST_ARGS[@]}"
+    step test_batch_decode python3 tests/gpu/test_batch_decode.py "${TEST_ARGS[@]}"
+fi
+if decode_part bench; then
+    step bench_decode python3 bench/bench_decode.py "${BENCH_ARGS[@]}"
+    # The read ceilings of dense and paged K/V (bench/read_ceiling.cu), when nvcc is here.
+    NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    READ_ARGS=()
+    if [ -x "$NVCC" ] && "$NVCC" -O3 -arch=sm_90 -o /tmp/fijit_read_ceiling bench/read_ceiling.cu &&
+        /tmp/fijit_read_ceiling "$OUT_DIR/read_ceiling.json"; then
+        READ_ARGS=(--read-ceiling "$OUT_DIR/read_ceiling.json")
+    fi
+    step bench_batch_decode python3 bench/bench_batch_decode.py "${BBENCH_ARGS[@]}" "${READ_ARGS[@]}"
+    step bench_batch_decode_fp8 python3 bench/bench_batch_decode.py --dtypes bf16 --kv-dtype fp8_e4m3 \
+        --heads 32/8 --batches 1,64 --lens 4096,16384 --no-nosplit --tag _fp8
+fi
 
 echo
 echo "==== summary ===="
 [ "$ONLY" = all ] && sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"
 [ "$ONLY" = all ] && sed -n '/^variants vs float64/,$p' "$OUT_DIR/test_variants.log"
-sed -n '/^decode correctness/,/^test_decode:/p' "$OUT_DIR/test_decode.log"
-sed -n '/^batch decode correctness/,/^test_batch_decode:/p' "$OUT_DIR/test_batch_decode.log"
-sed -n '/^decode, batch 1/,$p' "$OUT_DIR/bench_decode.log"
-sed -n '/^batch decode, paged/,$p' "$OUT_DIR/bench_batch_decode.log"
-sed -n '/^batch decode, paged/,$p' "$OUT_DIR/bench_batch_decode_fp8.log" | tail -n +3
+if decode_part tests; then
+    sed -n '/^decode correctness/,/^test_decode:/p' "$OUT_DIR/test_decode.log"
+    sed -n '/^batch decode correctness/,/^test_batch_decode:/p' "$OUT_DIR/test_batch_decode.log"
+fi
+if decode_part bench; then
+    [ -e "$OUT_DIR/read_ceiling.json" ] && cat "$OUT_DIR/read_ceiling.json"
+    sed -n '/^decode, batch 1/,$p' "$OUT_DIR/bench_decode.log"
+    sed -n '/^batch decode, paged/,$p' "$OUT_DIR/bench_batch_decode.log"
+    sed -n '/^batch decode, paged/,$p' "$OUT_DIR/bench_batch_decode_fp8.log" | tail -n +3
+fi
 echo "rc: test_decode $rc_test_decode, test_batch_decode $rc_test_batch_decode," \
      "bench_decode $rc_bench_decode, bench_batch_decode $rc_bench_batch_decode," \
      "bench_batch_decode_fp8 $rc_bench_batch_decode_fp8, prefill ${rc_prefill:--}," \

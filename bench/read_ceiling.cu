@@ -1,0 +1,157 @@
+// Read-bandwidth ceilings for the decode benchmarks: how fast this GPU reads
+// memory the way decode does (16 KiB tiles of four 4 KiB chunks streamed
+// through a cp.async ring in shared memory, 128 threads a block, as
+// templates/decode_core.cuh), once with each block's chunks contiguous (a
+// dense K/V cache) and once with the chunks in random order (a paged cache
+// of page_size 16, HND, hd 128: one 4 KiB chunk per page and head). The copy
+// ceiling of bench_decode.py counts a read and a write; these count reads.
+//
+// Build and run (gpu_run.sh does): nvcc -O3 -arch=sm_90 -o read_ceiling
+// bench/read_ceiling.cu && ./read_ceiling [OUT.json]
+// Prints one line per order and writes {"contiguous_gbs", "random_4k_gbs"}:
+// the best over ring depths 3..6 and 2..4 blocks per SM, median of 9 runs of
+// 4 GiB each after 3 warm-up runs (CUDA events).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#define CHECK_CUDA(x)                                                                    \
+    do {                                                                                 \
+        cudaError_t e_ = (x);                                                            \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "read_ceiling: %s: %s\n", #x, cudaGetErrorString(e_));       \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+constexpr int kChunk = 4096, kTileChunks = 4, kTile = kChunk * kTileChunks, kThreads = 128;
+
+__device__ __forceinline__ unsigned shared_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// Block b streams tiles [b * tiles, (b + 1) * tiles) of the chunk list; the
+// sum of one word per thread and tile keeps the loads alive.
+template <int kDepth>
+__global__ void __launch_bounds__(kThreads)
+    stream_tiles(const char *buf, const int *chunks, int tiles, float *sink)
+{
+    extern __shared__ __align__(128) char ring[];
+    const int *mine = chunks + (size_t)blockIdx.x * tiles * kTileChunks;
+    auto issue = [&](int t) {
+        if (t < tiles) {
+            char *dst = ring + (t % kDepth) * kTile;
+#pragma unroll
+            for (int j = 0; j < kTile / 16 / kThreads; ++j) {
+                const int i = threadIdx.x + j * kThreads;
+                const int c = i / (kChunk / 16), off = (i % (kChunk / 16)) * 16;
+                const char *src = buf + (size_t)mine[t * kTileChunks + c] * kChunk + off;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                                 shared_addr(dst + c * kChunk + off)),
+                             "l"(src)
+                             : "memory");
+            }
+        }
+        asm volatile("cp.async.commit_group;");
+    };
+    float acc = 0.f;
+    for (int t = 0; t < kDepth - 1; ++t) issue(t);
+    for (int t = 0; t < tiles; ++t) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(kDepth - 2));
+        __syncthreads();
+        acc += reinterpret_cast<const float *>(ring + (t % kDepth) * kTile)[threadIdx.x];
+        __syncthreads();
+        issue(t + kDepth - 1);
+    }
+    if (acc == 1234.5f) *sink = acc;  // never true for the data written below
+}
+
+typedef void (*Kernel)(const char *, const int *, int, float *);
+
+// GB/s of the best configuration for the chunk order now in `chunks`.
+static double best_gbs(const char *buf, const int *chunks, size_t total_chunks, float *sink,
+                       int sms)
+{
+    const struct {
+        Kernel k;
+        int depth;
+    } rings[] = {{stream_tiles<3>, 3}, {stream_tiles<4>, 4}, {stream_tiles<6>, 6}};
+    cudaEvent_t a, b;
+    CHECK_CUDA(cudaEventCreate(&a));
+    CHECK_CUDA(cudaEventCreate(&b));
+    double best = 0;
+    for (const auto &r : rings) {
+        const int smem = r.depth * kTile;
+        CHECK_CUDA(cudaFuncSetAttribute((const void *)r.k,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        for (int per_sm = 2; per_sm <= 4; ++per_sm) {
+            if ((size_t)per_sm * (smem + 1024) > 228 * 1024) continue;
+            const int blocks = sms * per_sm;
+            const int tiles = (int)(total_chunks / kTileChunks / blocks);
+            std::vector<float> ms;
+            for (int rep = 0; rep < 12; ++rep) {
+                CHECK_CUDA(cudaEventRecord(a));
+                r.k<<<blocks, kThreads, smem>>>(buf, chunks, tiles, sink);
+                CHECK_CUDA(cudaEventRecord(b));
+                CHECK_CUDA(cudaEventSynchronize(b));
+                float t;
+                CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+                if (rep >= 3) ms.push_back(t);
+            }
+            CHECK_CUDA(cudaGetLastError());
+            std::sort(ms.begin(), ms.end());
+            const double gbs = (double)blocks * tiles * kTile / (ms[ms.size() / 2] * 1e-3) / 1e9;
+            best = std::max(best, gbs);
+        }
+    }
+    CHECK_CUDA(cudaEventDestroy(a));
+    CHECK_CUDA(cudaEventDestroy(b));
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    int sms = 0;
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    const size_t total_chunks = (size_t)1 << 20;  // 4 GiB
+    char *buf = nullptr;
+    int *chunks = nullptr;
+    float *sink = nullptr;
+    CHECK_CUDA(cudaMalloc(&buf, total_chunks * kChunk));
+    CHECK_CUDA(cudaMemset(buf, 0x3c, total_chunks * kChunk));
+    CHECK_CUDA(cudaMalloc(&chunks, total_chunks * sizeof(int)));
+    CHECK_CUDA(cudaMalloc(&sink, sizeof(float)));
+    std::vector<int> order(total_chunks);
+    std::iota(order.begin(), order.end(), 0);
+    CHECK_CUDA(cudaMemcpy(chunks, order.data(), order.size() * sizeof(int),
+                          cudaMemcpyHostToDevice));
+    const double contiguous = best_gbs(buf, chunks, total_chunks, sink, sms);
+    std::shuffle(order.begin(), order.end(), std::mt19937(7));
+    CHECK_CUDA(cudaMemcpy(chunks, order.data(), order.size() * sizeof(int),
+                          cudaMemcpyHostToDevice));
+    const double random4k = best_gbs(buf, chunks, total_chunks, sink, sms);
+    printf("read ceiling on %s: contiguous %.0f GB/s, random 4 KiB chunks %.0f GB/s\n",
+           prop.name, contiguous, random4k);
+    if (argc > 1) {
+        FILE *f = fopen(argv[1], "w");
+        if (!f) {
+            perror(argv[1]);
+            return 1;
+        }
+        fprintf(f, "{\"device\": \"%s\", \"contiguous_gbs\": %.1f, \"random_4k_gbs\": %.1f}\n",
+                prop.name, contiguous, random4k);
+        fclose(f);
+    }
+    CHECK_CUDA(cudaFree(buf));
+    CHECK_CUDA(cudaFree(chunks));
+    CHECK_CUDA(cudaFree(sink));
+    return 0;
+}
