@@ -134,6 +134,30 @@ TEST(batch_decode_plan_validates_and_sizes)
     CHECK(items == 4 && max_splits == 1);
     fi_batch_decode_plan_free(plan);
     plan = NULL;
+    info.max_splits = 0;
+    {
+        /* A batch that fills the GPU with equal requests is not split; one
+         * request far longer than the rest is. */
+        static int32_t even_indptr[65], even_last[64];
+        for (int b = 0; b <= 64; b++) even_indptr[b] = b * 256;
+        for (int b = 0; b < 64; b++) even_last[b] = 16;
+        fi_batch_decode_plan_info even = info;
+        even.batch = 64;
+        even.kv_indptr = even_indptr;
+        even.kv_last_page_len = even_last;
+        CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &even));
+        CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
+        CHECK_MSG(items == 64 && max_splits == 1, "even batch: %d items, %d splits", items,
+                  max_splits);
+        fi_batch_decode_plan_free(plan);
+        for (int b = 1; b <= 64; b++) even_indptr[b] += 4096; /* request 0: 69632 keys */
+        CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &even));
+        CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
+        CHECK_MSG(max_splits > 1, "skewed batch: %d items, %d splits", items, max_splits);
+        fi_batch_decode_plan_free(plan);
+        plan = NULL;
+    }
+    info.max_splits = 1;
     last[2] = 17; /* more than a page */
     CHECK_RC(fi_batch_decode_plan_new(&plan, ctx, &s, &info), FI_EINVALID);
     CHECK(strstr(fi_last_error(), "kv_last_page_len[2]"));
