@@ -73,6 +73,15 @@ TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # the rounding of q and P (prefill) and of the output itself (fp16 2^-11, bf16 2^-8).
 TOL_O = {"fp16": 5e-3, "bf16": 2e-2}
 TOL_LSE = {"fp16": 3e-3, "bf16": 1.5e-2}
+# bf16 with RoPE: the rotated q (times sm_scale) and k are rounded to bf16 before the
+# products, and a row whose lse comes from one key (window_left 0) has no averaging:
+# simulating that rounding alone (hd 256, sm_scale 0.1, cap 4, 8800 one-key rows of
+# N(0, 1) q and k) gives a largest relative lse error of 1.7e-2.
+TOL_LSE_BF16_ROPE = 2.5e-2
+
+
+def lse_tol(dtype, pos):
+    return TOL_LSE_BF16_ROPE if dtype == "bf16" and pos == "rope" else TOL_LSE[dtype]
 EXAMPLES = ["sigmoid", "attention_sink", "document_mask", "tanh_softcap"]
 EXAMPLES_DIR = os.path.join(ROOT, "examples", "variants")
 
@@ -178,7 +187,7 @@ def _where(mask_t):
     return tuple(int(x) for x in idx[0]) if idx.numel() else None
 
 
-def compare(o, lse, ref_o, ref_lse, dtype, softmax):
+def compare(o, lse, ref_o, ref_lse, dtype, softmax, pos):
     """(ok, max_rel, mean_rel, lse_err, why): o [..., D] output, lse [...] float32."""
     why = []
     o64 = o.double()
@@ -219,8 +228,8 @@ def compare(o, lse, ref_o, ref_lse, dtype, softmax):
             d = (l64[fin] - ref_lse[fin]).abs() / ref_lse[fin].abs().clamp_min(1.0)
             e = float(d.max()) if bool(torch.isfinite(d).all()) else math.inf
             lse_err = max(lse_err, e)
-            if e > TOL_LSE[dtype]:
-                why.append(f"lse rel err {e:.3g} > tol {TOL_LSE[dtype]:.0e}")
+            if e > lse_tol(dtype, pos):
+                why.append(f"lse rel err {e:.3g} > tol {lse_tol(dtype, pos):.1e}")
     ok = not why
     if n_bad:
         err_max = err_mean = math.inf
@@ -349,7 +358,8 @@ def run_decode(fj, rnd, c, spec):
     fj.run(spec, args, stream())
     torch.cuda.synchronize()
     ref_o, ref_lse = reference(q[None], kn, vn, variant=c["example"], vp=vref, **sc.ref())
-    return compare(o, lse, ref_o[0], ref_lse[0], c["dtype"], c["example"] != "sigmoid")
+    return compare(o, lse, ref_o[0], ref_lse[0], c["dtype"], c["example"] != "sigmoid",
+                   c["pos"])
 
 
 def run_prefill(pf, rnd, c, spec):
@@ -371,7 +381,8 @@ def run_prefill(pf, rnd, c, spec):
     pf.run(spec, args, stream())
     torch.cuda.synchronize()
     ref_o, ref_lse = reference(q, kn, vn, variant=c["example"], vp=vref, **sc.ref())
-    return compare(o, lse, ref_o, ref_lse, c["dtype"], c["example"] != "sigmoid")
+    return compare(o, lse, ref_o, ref_lse, c["dtype"], c["example"] != "sigmoid",
+                   c["pos"])
 
 
 # ---- batch kinds --------------------------------------------------------------------------
@@ -423,7 +434,8 @@ def run_batch_decode(fj, bd, rnd, c, spec):
         ro, rl = reference(q[b][None], dense[b][0], dense[b][1], variant=c["example"], vp=vref,
                            **sc.ref())
         ref_o[b], ref_lse[b] = ro[0], rl[0]
-    return compare(o, lse, ref_o, ref_lse, c["dtype"], c["example"] != "sigmoid")
+    return compare(o, lse, ref_o, ref_lse, c["dtype"], c["example"] != "sigmoid",
+                   c["pos"])
 
 
 def run_batch_prefill(pf, rnd, c, spec):
@@ -489,7 +501,8 @@ def run_batch_prefill(pf, rnd, c, spec):
         ro, rl = reference(q[s:e], dense[b][0], dense[b][1], variant=c["example"], vp=vref,
                            **sc.ref())
         ref_o[s:e], ref_lse[s:e] = ro, rl
-    return compare(o, lse, ref_o, ref_lse, c["dtype"], c["example"] != "sigmoid")
+    return compare(o, lse, ref_o, ref_lse, c["dtype"], c["example"] != "sigmoid",
+                   c["pos"])
 
 
 # ---- the built-in behaviour re-implemented as a user variant ------------------------------
@@ -606,7 +619,8 @@ def run_equal(fj, pf, rnd, c, spec_builtin, spec_variant):
     why = []
     ref_o, ref_lse = reference(q, kn, vn, variant=None, vp={}, **sc.ref())
     if decode and c["query"]:
-        ok_var, _, _, _, why_var = compare(o2, l2, ref_o, ref_lse, c["dtype"], True)
+        ok_var, _, _, _, why_var = compare(o2, l2, ref_o, ref_lse, c["dtype"], True,
+                                           c["pos"])
         if not ok_var:
             why.append("variant vs float64 reference: " + why_var)
     elif not torch.equal(o1, o2) or not torch.equal(o1.view(torch.int16), o2.view(torch.int16)):
@@ -621,7 +635,7 @@ def run_equal(fj, pf, rnd, c, spec_builtin, spec_variant):
         why.append(f"lse differs in {int(diff.sum())} of {l1.numel()}, first at {at}: "
                    f"built-in {float(l1[at])!r}, variant {float(l2[at])!r}")
     # Both equal but wrong would pass the above: hold the built-in to the reference too.
-    ok_ref, emax, _, _, why_ref = compare(o1, l1, ref_o, ref_lse, c["dtype"], True)
+    ok_ref, emax, _, _, why_ref = compare(o1, l1, ref_o, ref_lse, c["dtype"], True, c["pos"])
     if not ok_ref:
         why.append("built-in vs float64 reference: " + why_ref)
     return not why, "; ".join(why), emax
