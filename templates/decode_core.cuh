@@ -293,8 +293,14 @@ struct Job {
 
 // Where copy i of a tile (i < kLoadsPerThread) goes: row (key) and 16-byte
 // chunk of the row, the same for every tile.
-__device__ __forceinline__ int copy_row(int i, int tid) { return (i * kThreads + tid) / kChunksPerRow; }
-__device__ __forceinline__ int copy_chunk(int i, int tid) { return (i * kThreads + tid) % kChunksPerRow; }
+__device__ __forceinline__ int copy_row(int i, int tid)
+{
+    return (i * kThreads + tid) / kChunksPerRow;
+}
+__device__ __forceinline__ int copy_chunk(int i, int tid)
+{
+    return (i * kThreads + tid) % kChunksPerRow;
+}
 
 // Both K/V sources copy a tile with kLoadsPerThread 16-byte cp.async per
 // thread into K and into V, addressed with 32-bit strides in bytes (the host
@@ -393,10 +399,10 @@ struct PagedKV {
             const bool valid = token[i] >= 0;
             const int n = valid ? token[i] : 0;
             const unsigned int dst = ring_index(copy_row(i, tid), ch) * 16;
-            cp_async16(ks + dst,
-                       k + ((long long)page[i] * k_stride_page + (n * k_stride_n + ch * 16)), valid);
-            cp_async16(vs + dst,
-                       v + ((long long)page[i] * v_stride_page + (n * v_stride_n + ch * 16)), valid);
+            const long long kofs = (long long)page[i] * k_stride_page + (n * k_stride_n + ch * 16);
+            const long long vofs = (long long)page[i] * v_stride_page + (n * v_stride_n + ch * 16);
+            cp_async16(ks + dst, k + kofs, valid);
+            cp_async16(vs + dst, v + vofs, valid);
         }
     }
 };
