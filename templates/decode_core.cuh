@@ -670,13 +670,20 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
     const unsigned int staged = ring_k + job.stages * 2 * kTileBytes;  // K (and V) as 16-bit
     const int row0 = tg * kTokW;                          // this warp's first key in a tile
     const int lrow = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row of this lane
-    // This lane's ldmatrix address in a K tile for k-step ks is kq[ks % 4] +
-    // (ks / 4) * 128: the swizzle permutes chunks within groups of 8, so
-    // chunk c + 8 lies 8 chunks after chunk c.
+    // This lane's ldmatrix address in a K tile for k-step ks, less the tile's
+    // base. In a ring tile (the base moves every tile) it is kq[ks % 4] +
+    // (ks / 4) * 128, computed once: the swizzle permutes chunks within groups
+    // of 8, so chunk c + 8 lies 8 chunks after chunk c. K staged (fp8, RoPE)
+    // has one base, and kernels that stage were 2% slower with kq (H100, fp8
+    // e4m3, batch 64 x kv 16k).
     static_assert(kMmaRowChunks % 8 == 0, "k-steps 4 apart are 8 chunks apart");
     unsigned int kq[4];
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) kq[ks] = mma_index(lrow, 2 * ks + (lane >> 4)) * 16;
+    auto k_address = [&](unsigned int kbase, int ks) {
+        return kStagedK ? kbase + mma_index(lrow, 2 * ks + (lane >> 4)) * 16
+                        : kbase + kq[ks % 4] + (ks / 4) * 128;
+    };
     for (int tile = 0, stage = 0; tile < num_tiles;
          ++tile, stage = stage + 1 == job.stages ? 0 : stage + 1) {
         ring_next(kv, smem, job, tile, stage, num_tiles, pl.tid);
@@ -697,17 +704,17 @@ __device__ __forceinline__ void attend(const P &p, KV &kv, SharedStorage &smem, 
         const int j0 = begin + tile * kTile + row0;
 
         // s^T = K q^T: (keys g, g + 8) x (heads 2t, 2t + 1) of each head tile;
-        // independent accumulator chains per q part and k-step parity (two
-        // chains for one part measured faster than four: H100, decode 32/8
-        // kv 4k 16.1 against 16.8 us).
+        // four independent accumulator chains (q part x k-step residue), two
+        // for one q part read from the ring (H100: decode 32/8 kv 4k 16.1
+        // against 16.8 us; fp8 was 1% slower with two).
         float s[kHT][4];
         {
-            constexpr int kChains = 2;
+            constexpr int kChains = kStagedK ? 4 / kQParts : 2;
             float acc[kQParts][kChains][kHT][4] = {};
 #pragma unroll
             for (int ks = 0; ks < kKSteps; ++ks) {
                 unsigned int a[4];  // keys 0-7 / 8-15 x dims 16 ks + 0-7 / 8-15
-                ldmatrix_x4(a, kbase + kq[ks % 4] + (ks / 4) * 128);
+                ldmatrix_x4(a, k_address(kbase, ks));
 #pragma unroll
                 for (int h = 0; h < kQParts; ++h)
 #pragma unroll
