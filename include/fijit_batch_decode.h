@@ -86,7 +86,8 @@ FI_API void fi_batch_decode_plan_free(fi_batch_decode_plan *plan);
  * stride_h = hd, stride_n = kv_heads*hd. HND pages [num_pages, kv_heads,
  * page_size, hd]: stride_page = kv_heads*page_size*hd, stride_h =
  * page_size*hd, stride_n = hd. The last dimension is contiguous; every row
- * starts 16-byte aligned. */
+ * starts 16-byte aligned. In bytes, stride_page and page_size * stride_n must
+ * stay below 2 GiB (the kernel's offsets within the caches are 32-bit). */
 typedef struct fi_batch_decode_args {
     unsigned version;              /* FI_BATCH_DECODE_ARGS_VERSION */
     const void *q;                 /* [batch, num_qo_heads, hd], q_dtype */
