@@ -263,8 +263,9 @@ struct CUstream_st; /* CUstream from cuda.h */
  * is given by strides: NHD [kv_len, kv_heads, hd] has stride_n = kv_heads*hd,
  * stride_h = hd; HND [kv_heads, kv_len, hd] has stride_n = hd,
  * stride_h = kv_len*hd. The last dimension must be contiguous and 16-byte
- * aligned; k/v stride_n in bytes below 2 GiB. With split-KV the workspace needs no initialisation; one
- * workspace must not serve two launches that may run at the same time. */
+ * aligned; k and v stride_n in bytes stay below 2 GiB. With split-KV the
+ * workspace needs no initialisation; one workspace must not serve two
+ * launches that may run at the same time. */
 typedef struct fi_decode_args {
     unsigned version;              /* FI_DECODE_ARGS_VERSION */
     const void *q;                 /* [num_qo_heads, hd], q_dtype */

@@ -173,8 +173,8 @@ static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
         FI_TRY(check_strides_of("v_stride_h", a->v_stride_h, a->num_kv_heads > 1, kvb));
         FI_TRY(check_strides_of("k_stride_n", a->k_stride_n, a->kv_len > 1, kvb));
         FI_TRY(check_strides_of("v_stride_n", a->v_stride_n, a->kv_len > 1, kvb));
-        FI_TRY(fi__decode_check_offset("decode", "k_stride_n", a->k_stride_n, 1, kvb));
-        FI_TRY(fi__decode_check_offset("decode", "v_stride_n", a->v_stride_n, 1, kvb));
+        FI_TRY(fi__decode_check_offset("decode", "k_stride_n", a->k_stride_n, a->kv_len > 1, kvb));
+        FI_TRY(fi__decode_check_offset("decode", "v_stride_n", a->v_stride_n, a->kv_len > 1, kvb));
     }
     if (a->num_qo_heads > 1 && a->q_stride_h < spec->head_dim)
         FI_FAIL(FI_EINVALID, "decode: q_stride_h (%lld) is smaller than head_dim (%d)",

@@ -19,7 +19,7 @@ const float *fi__decode_rope_table(int hd, float scale, float theta);
 int fi__decode_head_chunks(int group_size);
 /* A K/V stride whose byte offsets (stride * rows * elem_bytes) do not fit the
  * kernels' 32-bit offsets is refused with a message naming it (`kind`: the
- * caller's name for the message). */
+ * caller's name for the message; rows 0: the stride is not used). */
 int fi__decode_check_offset(const char *kind, const char *name, int64_t stride, int64_t rows,
                             int elem_bytes);
 /* SM count of the current context's device. */
