@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args_check.h"
 #include "cuda_drv.h"
 #include "decode.h"
 #include "error.h"
@@ -357,26 +358,6 @@ out:
     return rc;
 }
 
-static int check_ptr(const char *name, const void *p, int align)
-{
-    if (!p) return fi__error(FI_EINVALID, "batch_decode: %s is NULL", name);
-    if ((uintptr_t)p % (uintptr_t)align != 0)
-        return fi__error(FI_EINVALID, "batch_decode: %s (%p) is not %d-byte aligned", name, p, align);
-    return 0;
-}
-
-static int check_stride(const char *name, int64_t stride, int elem_bytes)
-{
-    if (stride < 0)
-        return fi__error(FI_EINVALID, "batch_decode: %s is %lld; strides must be >= 0", name,
-                         (long long)stride);
-    if (stride % (16 / elem_bytes) != 0)
-        return fi__error(FI_EINVALID, "batch_decode: %s is %lld elements; it must be a multiple "
-                         "of %d so that every row starts 16-byte aligned", name, (long long)stride,
-                         16 / elem_bytes);
-    return 0;
-}
-
 int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
                         const fi_batch_decode_args *a, struct CUstream_st *stream)
 {
@@ -384,6 +365,7 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     const fi_jit_kernel *kernel = NULL;
     fi_batch_decode_params p;
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
+    const char *who = "batch_decode";
     if (!ctx || !plan || !a) FI_FAIL(FI_EINVALID, "batch_decode: NULL argument");
     if (a->version < 1 || a->version > FI_BATCH_DECODE_ARGS_VERSION)
         FI_FAIL(FI_EINVALID, "batch_decode: args.version is %u, this library expects 1 to %d",
@@ -392,28 +374,28 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     FI_TRY(fi__jit_variant_pack(ctx, spec, "batch_decode", a->version >= 2 ? a->variant_args : NULL,
                                 a->version >= 2 ? a->num_variant_args : 0, variant_params));
     const int kvb = fi__decode_kv_bytes(spec);
-    FI_TRY(check_ptr("q", a->q, 16));
-    FI_TRY(check_ptr("o", a->o, 16));
-    FI_TRY(check_ptr("k", a->k, 16));
-    FI_TRY(check_ptr("v", a->v, 16));
-    FI_TRY(check_ptr("kv_indices", a->kv_indices, 4));
+    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
+    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
+    FI_TRY(fi__check_ptr(who, "k", a->k, 16));
+    FI_TRY(fi__check_ptr(who, "v", a->v, 16));
+    FI_TRY(fi__check_ptr(who, "kv_indices", a->kv_indices, 4));
     if (a->lse && (uintptr_t)a->lse % 4) FI_FAIL(FI_EINVALID, "batch_decode: lse is not 4-byte aligned");
-    FI_TRY(check_stride("q_stride_b", a->q_stride_b, 2));
-    FI_TRY(check_stride("q_stride_h", a->q_stride_h, 2));
-    FI_TRY(check_stride("o_stride_b", a->o_stride_b, 2));
-    FI_TRY(check_stride("o_stride_h", a->o_stride_h, 2));
-    FI_TRY(check_stride("k_stride_page", a->k_stride_page, kvb));
-    FI_TRY(check_stride("k_stride_h", a->k_stride_h, kvb));
-    FI_TRY(check_stride("k_stride_n", a->k_stride_n, kvb));
-    FI_TRY(check_stride("v_stride_page", a->v_stride_page, kvb));
-    FI_TRY(check_stride("v_stride_h", a->v_stride_h, kvb));
-    FI_TRY(check_stride("v_stride_n", a->v_stride_n, kvb));
-    FI_TRY(fi__decode_check_offset("batch_decode", "k_stride_page", a->k_stride_page, 1, kvb));
-    FI_TRY(fi__decode_check_offset("batch_decode", "v_stride_page", a->v_stride_page, 1, kvb));
-    FI_TRY(fi__decode_check_offset("batch_decode", "k_stride_n", a->k_stride_n, plan->page_size,
-                                   kvb));
-    FI_TRY(fi__decode_check_offset("batch_decode", "v_stride_n", a->v_stride_n, plan->page_size,
-                                   kvb));
+    /* All used: the plan's batch and head counts are not looked at here. q
+     * and o are 16-bit. */
+    FI_TRY(fi__check_stride(who, "q_stride_b", a->q_stride_b, 1, 2));
+    FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, 1, 2));
+    FI_TRY(fi__check_stride(who, "o_stride_b", a->o_stride_b, 1, 2));
+    FI_TRY(fi__check_stride(who, "o_stride_h", a->o_stride_h, 1, 2));
+    FI_TRY(fi__check_stride(who, "k_stride_page", a->k_stride_page, 1, kvb));
+    FI_TRY(fi__check_stride(who, "k_stride_h", a->k_stride_h, 1, kvb));
+    FI_TRY(fi__check_stride(who, "k_stride_n", a->k_stride_n, 1, kvb));
+    FI_TRY(fi__check_stride(who, "v_stride_page", a->v_stride_page, 1, kvb));
+    FI_TRY(fi__check_stride(who, "v_stride_h", a->v_stride_h, 1, kvb));
+    FI_TRY(fi__check_stride(who, "v_stride_n", a->v_stride_n, 1, kvb));
+    FI_TRY(fi__check_offset32(who, "k_stride_page", a->k_stride_page, 1, kvb));
+    FI_TRY(fi__check_offset32(who, "v_stride_page", a->v_stride_page, 1, kvb));
+    FI_TRY(fi__check_offset32(who, "k_stride_n", a->k_stride_n, plan->page_size, kvb));
+    FI_TRY(fi__check_offset32(who, "v_stride_n", a->v_stride_n, plan->page_size, kvb));
     if (plan->num_qo_heads > 1 && a->o_stride_h < spec->head_dim)
         FI_FAIL(FI_EINVALID, "batch_decode: o_stride_h (%lld) is smaller than head_dim (%d)",
                 (long long)a->o_stride_h, spec->head_dim);
@@ -426,7 +408,7 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     if (spec->soft_cap && !(a->soft_cap > 0.f && isfinite(a->soft_cap)))
         FI_FAIL(FI_EINVALID, "batch_decode: soft_cap is %g; the spec asks for soft-capping, which "
                 "needs a finite cap > 0", (double)a->soft_cap);
-    if (spec->pos == FI_POS_ALIBI) FI_TRY(check_ptr("alibi_slopes", a->alibi_slopes, 4));
+    if (spec->pos == FI_POS_ALIBI) FI_TRY(fi__check_ptr(who, "alibi_slopes", a->alibi_slopes, 4));
     if (a->rope_offsets && (uintptr_t)a->rope_offsets % 4)
         FI_FAIL(FI_EINVALID, "batch_decode: rope_offsets is not 4-byte aligned");
     if (spec->pos == FI_POS_ROPE_LLAMA &&

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "args_check.h"
 #include "cuda_drv.h"
 #include "decode.h"
 #include "error.h"
@@ -96,45 +97,11 @@ int fi__decode_kv_bytes(const fi_jit_spec *spec)
     return spec->kv_dtype == FI_DTYPE_FP8_E4M3 || spec->kv_dtype == FI_DTYPE_FP8_E5M2 ? 1 : 2;
 }
 
-static int check_strides_of(const char *name, int64_t stride, int used, int elem_bytes)
-{
-    if (!used) return 0;
-    if (stride < 0)
-        return fi__error(FI_EINVALID, "decode: %s is %lld; strides must be >= 0", name,
-                         (long long)stride);
-    if (stride % (16 / elem_bytes) != 0)
-        return fi__error(FI_EINVALID,
-                         "decode: %s is %lld elements; it must be a multiple of %d so that every "
-                         "row starts 16-byte aligned",
-                         name, (long long)stride, 16 / elem_bytes);
-    return 0;
-}
-#define check_strides(name, stride, used) check_strides_of(name, stride, used, 2)
-
-int fi__decode_check_offset(const char *kind, const char *name, int64_t stride, int64_t rows,
-                            int elem_bytes)
-{
-    if (stride > 0 && rows > 0 && stride > INT32_MAX / elem_bytes / rows)
-        return fi__error(FI_EINVALID,
-                         "%s: %s is %lld elements; the kernel addresses K and V with 32-bit byte "
-                         "offsets, so %s%s times %d bytes must stay below 2 GiB",
-                         kind, name, (long long)stride, name, rows > 1 ? " times page_size" : "",
-                         elem_bytes);
-    return 0;
-}
-
-static int check_ptr(const char *name, const void *p)
-{
-    if (!p) return fi__error(FI_EINVALID, "decode: %s is NULL", name);
-    if ((uintptr_t)p % 16 != 0)
-        return fi__error(FI_EINVALID, "decode: %s (%p) is not 16-byte aligned", name, p);
-    return 0;
-}
-
 /* Everything about the arguments that does not need a GPU. */
 static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
 {
     int rc = 0;
+    const char *who = "decode";
     FI_TRY(fi_jit_spec_check(spec));
     if (spec->kind != FI_KIND_DECODE)
         FI_FAIL(FI_EINVALID, "decode: spec.kind is %d, expected FI_KIND_DECODE", (int)spec->kind);
@@ -157,24 +124,27 @@ static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
     if (a->num_splits < 0)
         FI_FAIL(FI_EINVALID, "decode: num_splits is %d (0: automatic, 1: no split)",
                 a->num_splits);
-    FI_TRY(check_ptr("q", a->q));
-    FI_TRY(check_ptr("o", a->o));
+    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
+    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
     if (a->kv_len > 0) {
-        FI_TRY(check_ptr("k", a->k));
-        FI_TRY(check_ptr("v", a->v));
+        FI_TRY(fi__check_ptr(who, "k", a->k, 16));
+        FI_TRY(fi__check_ptr(who, "v", a->v, 16));
     }
     if (a->lse && (uintptr_t)a->lse % sizeof(float) != 0)
         FI_FAIL(FI_EINVALID, "decode: lse (%p) is not 4-byte aligned", (void *)a->lse);
-    FI_TRY(check_strides("q_stride_h", a->q_stride_h, a->num_qo_heads > 1));
-    FI_TRY(check_strides("o_stride_h", a->o_stride_h, a->num_qo_heads > 1));
+    /* q and o are 16-bit whatever the kv dtype. */
+    FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1, 2));
+    FI_TRY(fi__check_stride(who, "o_stride_h", a->o_stride_h, a->num_qo_heads > 1, 2));
     {
         const int kvb = fi__decode_kv_bytes(spec);
-        FI_TRY(check_strides_of("k_stride_h", a->k_stride_h, a->num_kv_heads > 1, kvb));
-        FI_TRY(check_strides_of("v_stride_h", a->v_stride_h, a->num_kv_heads > 1, kvb));
-        FI_TRY(check_strides_of("k_stride_n", a->k_stride_n, a->kv_len > 1, kvb));
-        FI_TRY(check_strides_of("v_stride_n", a->v_stride_n, a->kv_len > 1, kvb));
-        FI_TRY(fi__decode_check_offset("decode", "k_stride_n", a->k_stride_n, a->kv_len > 1, kvb));
-        FI_TRY(fi__decode_check_offset("decode", "v_stride_n", a->v_stride_n, a->kv_len > 1, kvb));
+        /* k_stride_n and v_stride_n are stepped by only past the first key. */
+        const int n_used = a->kv_len > 1;
+        FI_TRY(fi__check_stride(who, "k_stride_h", a->k_stride_h, a->num_kv_heads > 1, kvb));
+        FI_TRY(fi__check_stride(who, "v_stride_h", a->v_stride_h, a->num_kv_heads > 1, kvb));
+        FI_TRY(fi__check_stride(who, "k_stride_n", a->k_stride_n, n_used, kvb));
+        FI_TRY(fi__check_stride(who, "v_stride_n", a->v_stride_n, n_used, kvb));
+        FI_TRY(fi__check_offset32(who, "k_stride_n", a->k_stride_n, n_used, kvb));
+        FI_TRY(fi__check_offset32(who, "v_stride_n", a->v_stride_n, n_used, kvb));
     }
     if (a->num_qo_heads > 1 && a->q_stride_h < spec->head_dim)
         FI_FAIL(FI_EINVALID, "decode: q_stride_h (%lld) is smaller than head_dim (%d)",

@@ -17,11 +17,6 @@ const float *fi__decode_rope_table(int hd, float scale, float theta);
  * two; fijit_params.h): the block serves FI_DECODE_HEADS_PER_THREAD times as
  * many heads. */
 int fi__decode_head_chunks(int group_size);
-/* A K/V stride whose byte offsets (stride * rows * elem_bytes) do not fit the
- * kernels' 32-bit offsets is refused with a message naming it (`kind`: the
- * caller's name for the message; rows 0: the stride is not used). */
-int fi__decode_check_offset(const char *kind, const char *name, int64_t stride, int64_t rows,
-                            int elem_bytes);
 /* SM count of the current context's device. */
 int fi__decode_device_sm_count(int *out);
 /* Ring depth (fijit_params.h, FI_DECODE_STAGES_DEEP2) for a grid of `blocks`

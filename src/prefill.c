@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args_check.h"
 #include "cuda_drv.h"
 #include "error.h"
 #include "fijit_prefill.h"
@@ -72,26 +73,9 @@ void fi__prefill_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out)
 
 /* ---- shared checks ------------------------------------------------------------- */
 
-static int check_stride(const char *who, const char *name, int64_t stride, int used)
-{
-    if (!used) return 0;
-    if (stride < 0)
-        return fi__error(FI_EINVALID, "%s: %s is %lld; strides must be >= 0", who, name,
-                         (long long)stride);
-    if (stride % 8 != 0)
-        return fi__error(FI_EINVALID,
-                         "%s: %s is %lld elements; it must be a multiple of 8 so that every row "
-                         "starts 16-byte aligned", who, name, (long long)stride);
-    return 0;
-}
-
-static int check_ptr(const char *who, const char *name, const void *p)
-{
-    if (!p) return fi__error(FI_EINVALID, "%s: %s is NULL", who, name);
-    if ((uintptr_t)p % 16 != 0)
-        return fi__error(FI_EINVALID, "%s: %s (%p) is not 16-byte aligned", who, name, p);
-    return 0;
-}
+/* Bytes of a q, k, v or o element: the prefill kinds are 16-bit only
+ * (fi__prefill_check). */
+#define PREFILL_ELEM_BYTES 2
 
 static int check_heads(const char *who, int qo_heads, int kv_heads)
 {
@@ -256,22 +240,22 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
         FI_TRY(tile_index_of(who, a->cta_tile_q, &idx));
     }
     if (a->qo_len == 0) goto out; /* nothing to compute, nothing is read */
-    FI_TRY(check_ptr(who, "q", a->q));
-    FI_TRY(check_ptr(who, "o", a->o));
+    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
+    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
     if (a->kv_len > 0) {
-        FI_TRY(check_ptr(who, "k", a->k));
-        FI_TRY(check_ptr(who, "v", a->v));
+        FI_TRY(fi__check_ptr(who, "k", a->k, 16));
+        FI_TRY(fi__check_ptr(who, "v", a->v, 16));
     }
     if (a->lse && (uintptr_t)a->lse % sizeof(float) != 0)
         FI_FAIL(FI_EINVALID, "prefill: lse (%p) is not 4-byte aligned", (void *)a->lse);
-    FI_TRY(check_stride(who, "q_stride_n", a->q_stride_n, a->qo_len > 1));
-    FI_TRY(check_stride(who, "o_stride_n", a->o_stride_n, a->qo_len > 1));
-    FI_TRY(check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1));
-    FI_TRY(check_stride(who, "o_stride_h", a->o_stride_h, a->num_qo_heads > 1));
-    FI_TRY(check_stride(who, "k_stride_n", a->k_stride_n, a->kv_len > 1));
-    FI_TRY(check_stride(who, "v_stride_n", a->v_stride_n, a->kv_len > 1));
-    FI_TRY(check_stride(who, "k_stride_h", a->k_stride_h, a->num_kv_heads > 1));
-    FI_TRY(check_stride(who, "v_stride_h", a->v_stride_h, a->num_kv_heads > 1));
+    FI_TRY(fi__check_stride(who, "q_stride_n", a->q_stride_n, a->qo_len > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "o_stride_n", a->o_stride_n, a->qo_len > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "o_stride_h", a->o_stride_h, a->num_qo_heads > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "k_stride_n", a->k_stride_n, a->kv_len > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "v_stride_n", a->v_stride_n, a->kv_len > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "k_stride_h", a->k_stride_h, a->num_kv_heads > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "v_stride_h", a->v_stride_h, a->num_kv_heads > 1, PREFILL_ELEM_BYTES));
     if (a->num_qo_heads > 1 && a->o_stride_h < spec->head_dim && a->o_stride_n != 0 &&
         a->o_stride_n < spec->head_dim)
         FI_FAIL(FI_EINVALID, "prefill: o strides (n %lld, h %lld) are smaller than head_dim (%d): "
@@ -493,7 +477,7 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     if (workspace_bytes < work_bytes(bound))
         FI_FAIL(FI_EINVALID, "%s: workspace has %zu bytes, this batch needs %zu (see "
                 "fi_batch_prefill_workspace_size)", who, workspace_bytes, work_bytes(bound));
-    if (bound > 0) FI_TRY(check_ptr(who, "workspace", workspace));
+    if (bound > 0) FI_TRY(fi__check_ptr(who, "workspace", workspace, 16));
     FI_TRY(fi__cuda_load(&cu));
     if (!(plan = fi__calloc(1, sizeof *plan))) FI_FAIL(FI_ENOMEM, "out of memory");
     plan->spec = *spec;
@@ -587,10 +571,10 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     FI_TRY(fi__jit_variant_pack(ctx, spec, who, a->version >= 2 ? a->variant_args : NULL,
                                 a->version >= 2 ? a->num_variant_args : 0, variant_params));
     if (plan->num_work == 0) goto out; /* no query in the batch */
-    FI_TRY(check_ptr(who, "q", a->q));
-    FI_TRY(check_ptr(who, "o", a->o));
-    FI_TRY(check_ptr(who, "k", a->k));
-    FI_TRY(check_ptr(who, "v", a->v));
+    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
+    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
+    FI_TRY(fi__check_ptr(who, "k", a->k, 16));
+    FI_TRY(fi__check_ptr(who, "v", a->v, 16));
     if (!a->qo_indptr || !a->kv_indptr)
         FI_FAIL(FI_EINVALID, "%s: qo_indptr and kv_indptr (device arrays) must not be NULL", who);
     if (paged && (!a->kv_indices || !a->kv_last_page_len))
@@ -598,17 +582,17 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
                 who);
     if (a->lse && (uintptr_t)a->lse % sizeof(float) != 0)
         FI_FAIL(FI_EINVALID, "%s: lse (%p) is not 4-byte aligned", who, (void *)a->lse);
-    FI_TRY(check_stride(who, "q_stride_n", a->q_stride_n, 1));
-    FI_TRY(check_stride(who, "o_stride_n", a->o_stride_n, 1));
-    FI_TRY(check_stride(who, "q_stride_h", a->q_stride_h, plan->num_qo_heads > 1));
-    FI_TRY(check_stride(who, "o_stride_h", a->o_stride_h, plan->num_qo_heads > 1));
-    FI_TRY(check_stride(who, "k_stride_n", a->k_stride_n, 1));
-    FI_TRY(check_stride(who, "v_stride_n", a->v_stride_n, 1));
-    FI_TRY(check_stride(who, "k_stride_h", a->k_stride_h, plan->num_kv_heads > 1));
-    FI_TRY(check_stride(who, "v_stride_h", a->v_stride_h, plan->num_kv_heads > 1));
+    FI_TRY(fi__check_stride(who, "q_stride_n", a->q_stride_n, 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "o_stride_n", a->o_stride_n, 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, plan->num_qo_heads > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "o_stride_h", a->o_stride_h, plan->num_qo_heads > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "k_stride_n", a->k_stride_n, 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "v_stride_n", a->v_stride_n, 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "k_stride_h", a->k_stride_h, plan->num_kv_heads > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "v_stride_h", a->v_stride_h, plan->num_kv_heads > 1, PREFILL_ELEM_BYTES));
     if (paged) {
-        FI_TRY(check_stride(who, "k_stride_page", a->k_stride_page, 1));
-        FI_TRY(check_stride(who, "v_stride_page", a->v_stride_page, 1));
+        FI_TRY(fi__check_stride(who, "k_stride_page", a->k_stride_page, 1, PREFILL_ELEM_BYTES));
+        FI_TRY(fi__check_stride(who, "v_stride_page", a->v_stride_page, 1, PREFILL_ELEM_BYTES));
     }
     FI_TRY(check_scalars(who, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta,
                          a->rope_offset, a->alibi_slopes, a->custom_mask));
