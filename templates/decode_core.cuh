@@ -77,22 +77,6 @@ constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
 // by one thread; the products then run in q's type.
 constexpr bool kStagedK = kFp8 || kRope;  // K is read from the staging area
 constexpr bool kStagedV = kFp8;           // V too
-template <bool B, class T, class F>
-struct Pick {
-    using type = T;
-};
-template <class T, class F>
-struct Pick<false, T, F> {
-    using type = F;
-};
-template <class A, class B>
-struct SameType {
-    static constexpr bool value = false;
-};
-template <class A>
-struct SameType<A, A> {
-    static constexpr bool value = true;
-};
 using DTypeMma = typename Pick<kFp8, DTypeQ, DTypeKV>::type;  // the mma's input type
 constexpr int kMmaRowChunks = kHeadDim * 2 / 16;  // 16-byte chunks of a 16-bit row
 constexpr bool kSwizzledRing = !kFp8;            // ldmatrix may read the ring itself

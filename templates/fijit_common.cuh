@@ -11,6 +11,33 @@
 
 namespace fijit {
 
+// ---- type utilities (no <type_traits> under NVRTC) ---------------------------
+// Pick<B, T, F>::type: T when B, else F.
+template <bool B, class T, class F>
+struct Pick {
+    using type = T;
+};
+template <class T, class F>
+struct Pick<false, T, F> {
+    using type = F;
+};
+// SameType<A, B>::value: A and B are one type.
+template <class A, class B>
+struct SameType {
+    static constexpr bool value = false;
+};
+template <class A>
+struct SameType<A, A> {
+    static constexpr bool value = true;
+};
+// EnableIf<C>::type: void when C, else no member (SFINAE).
+template <bool C>
+struct EnableIf {};
+template <>
+struct EnableIf<true> {
+    using type = void;
+};
+
 // ---- storage types -----------------------------------------------------------
 // Plain 16-bit containers: arithmetic happens in fp32 after conversion.
 struct half_t {

@@ -80,14 +80,4 @@ __device__ __forceinline__ vec16_t lds128(unsigned int smem_address)
     return v;
 }
 
-// cp.async of 16 bytes to a shared-window address (see cp_async16).
-__device__ __forceinline__ void cp_async16_addr(unsigned int smem_address, const void *gmem,
-                                                bool valid)
-{
-    const int src_bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_address), "l"(gmem),
-                 "r"(src_bytes)
-                 : "memory");
-}
-
 }  // namespace fijit

@@ -107,12 +107,6 @@ struct BaseVariant {
 // sm_scale), so a kernel may leave q as it is in the products and scale the
 // fp32 logits instead. A variant that redefines the hook, in any form, is
 // false (the substitution fails or the addresses differ).
-template <bool C>
-struct EnableIf {};
-template <>
-struct EnableIf<true> {
-    using type = void;
-};
 template <class V, class P, class = void>
 struct KeepsBaseQuery {
     static constexpr bool value = false;

@@ -302,8 +302,8 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             long long ko = 0, vo = 0;
             if (valid) kv_row_offsets(p, w, t0 + r, ko, vo);
             const unsigned int dst = stage * kKVTileBytes + swz(r, load_ch);
-            cp_async16_addr(sk + dst, kbase + ko + load_ch * 8, valid);
-            cp_async16_addr(sv + dst, vbase + vo + load_ch * 8, valid);
+            cp_async16(sk + dst, kbase + ko + load_ch * 8, valid);
+            cp_async16(sv + dst, vbase + vo + load_ch * 8, valid);
         }
         cp_async_commit();
     };
