@@ -58,6 +58,12 @@ $(1)/fijit: $(CLI_SRC:tools/%.c=$(1)/obj/tools/%.o) $(1)/libfijit.a
 $(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/check.o $(1)/libfijit.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
+# The fake CUDA driver test_launch loads from its own directory (plain build:
+# it runs inside sanitized processes without being instrumented itself).
+$(1)/tests/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CPPFLAGS) $$(CFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $$@ $$< -lpthread
+$(1)/tests/test_launch: | $(1)/tests/libcuda.so.1
 endef
 
 SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer

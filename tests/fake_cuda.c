@@ -1,0 +1,326 @@
+/*
+ * A fake CUDA driver for the CPU tests (see fake_cuda.h): the entry points
+ * fijit loads from libcuda.so.1 (src/cuda_drv.c), built as a shared library
+ * with that soname. A test dlopens it by path before fijit's first driver
+ * call; fijit's dlopen("libcuda.so.1") then finds it already loaded.
+ */
+#include <elf.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_cuda.h"
+
+#define API __attribute__((visibility("default")))
+#define MAX_MODULES 64
+#define MAX_FUNCTIONS 256
+#define STATIC_SMEM_LIMIT (48 * 1024) /* dynamic shared memory without the opt-in */
+
+typedef struct fake_module {
+    int loaded;
+    const unsigned char *image;
+    size_t size;
+} fake_module;
+
+typedef struct fake_function {
+    fake_module *module;      /* NULL: slot free */
+    char name[128];
+    int max_dynamic_smem;     /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+} fake_function;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static fake_module modules[MAX_MODULES];
+static fake_function functions[MAX_FUNCTIONS];
+static fake_cuda_launch_hook launch_hook;
+static void *launch_hook_user;
+static int launches;
+static int primary_context; /* its address is the device's one context */
+static __thread CUcontext current_context;
+
+API void fake_cuda_set_launch_hook(fake_cuda_launch_hook hook, void *user)
+{
+    pthread_mutex_lock(&lock);
+    launch_hook = hook;
+    launch_hook_user = user;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Launches that passed the checks so far. */
+API int fake_cuda_launch_count(void)
+{
+    pthread_mutex_lock(&lock);
+    const int n = launches;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* ---- driver, device and context --------------------------------------------- */
+
+API CUresult cuInit(unsigned int flags) { return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+/* NVRTC opens libcuda.so.1 too when it can and asks for the driver's
+ * private tables, which a fake has none of. */
+API CUresult cuGetExportTable(const void **table, const CUuuid *id)
+{
+    (void)id;
+    *table = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+API CUresult cuDriverGetVersion(int *version)
+{
+    *version = 13000;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuGetErrorString(CUresult error, const char **text)
+{
+    switch (error) {
+    case CUDA_SUCCESS: *text = "no error"; break;
+    case CUDA_ERROR_INVALID_VALUE: *text = "invalid argument"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *text = "invalid device context"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *text = "device kernel image is invalid"; break;
+    case CUDA_ERROR_INVALID_HANDLE: *text = "invalid resource handle"; break;
+    case CUDA_ERROR_NOT_FOUND: *text = "named symbol not found"; break;
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: *text = "too many resources requested for launch"; break;
+    default: *text = "unknown error (fake driver)"; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetCount(int *count)
+{
+    *count = 1;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device)
+{
+    if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+    switch (attribute) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = FAKE_CUDA_SM_COUNT; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = FAKE_CUDA_SMEM_OPTIN_MAX; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    default: *value = 0; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device)
+{
+    if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *context = (CUcontext)(void *)&primary_context;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuDevicePrimaryCtxRelease(CUdevice device)
+{
+    return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+API CUresult cuCtxGetCurrent(CUcontext *context)
+{
+    *context = current_context;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxSetCurrent(CUcontext context)
+{
+    if (context && context != (CUcontext)(void *)&primary_context) return CUDA_ERROR_INVALID_CONTEXT;
+    current_context = context;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxGetDevice(CUdevice *device)
+{
+    if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuCtxSynchronize(void) { return current_context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+
+API CUresult cuStreamSynchronize(CUstream stream)
+{
+    (void)stream;
+    return current_context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/* ---- modules and functions ---------------------------------------------------- */
+
+/* Bytes of the ELF image at p: its section header table ends it. 0: not one. */
+static size_t elf_size(const unsigned char *p)
+{
+    const Elf64_Ehdr *h = (const Elf64_Ehdr *)(const void *)p;
+    if (memcmp(p, ELFMAG, SELFMAG) != 0 || p[EI_CLASS] != ELFCLASS64 || h->e_shnum == 0) return 0;
+    return (size_t)h->e_shoff + (size_t)h->e_shnum * h->e_shentsize;
+}
+
+API CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
+    const size_t size = image ? elf_size(image) : 0;
+    if (!size) return CUDA_ERROR_INVALID_IMAGE;
+    CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_MODULES; i++)
+        if (!modules[i].loaded) {
+            modules[i] = (fake_module){1, image, size};
+            *module = (CUmodule)(void *)&modules[i];
+            res = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+API CUresult cuModuleUnload(CUmodule module)
+{
+    fake_module *m = (fake_module *)(void *)module;
+    CUresult res = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    if (m >= modules && m < modules + MAX_MODULES && m->loaded) {
+        m->loaded = 0;
+        for (int i = 0; i < MAX_FUNCTIONS; i++)
+            if (functions[i].module == m) functions[i].module = NULL;
+        res = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+API CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
+{
+    fake_module *m = (fake_module *)(void *)module;
+    const size_t len = strlen(name);
+    CUresult res = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    if (m >= modules && m < modules + MAX_MODULES && m->loaded) {
+        /* The symbol's name, NUL included, is in the image's string table. */
+        if (len >= sizeof functions[0].name || !memmem(m->image, m->size, name, len + 1)) {
+            res = CUDA_ERROR_NOT_FOUND;
+        } else {
+            res = CUDA_ERROR_OUT_OF_MEMORY; /* unless a slot is free */
+            for (int i = 0; i < MAX_FUNCTIONS; i++)
+                if (!functions[i].module) {
+                    functions[i].module = m;
+                    memcpy(functions[i].name, name, len + 1);
+                    functions[i].max_dynamic_smem = STATIC_SMEM_LIMIT;
+                    *function = (CUfunction)(void *)&functions[i];
+                    res = CUDA_SUCCESS;
+                    break;
+                }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+/* The live function behind a handle, or NULL; called with the lock held. */
+static fake_function *function_of(CUfunction f)
+{
+    fake_function *fn = (fake_function *)(void *)f;
+    return fn >= functions && fn < functions + MAX_FUNCTIONS && fn->module ? fn : NULL;
+}
+
+API CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attribute, CUfunction f)
+{
+    pthread_mutex_lock(&lock);
+    fake_function *fn = function_of(f);
+    if (fn) {
+        switch (attribute) {
+        case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 64; break;
+        case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+        case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = fn->max_dynamic_smem; break;
+        default: *value = 0; break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return fn ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int value)
+{
+    CUresult res = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    fake_function *fn = function_of(f);
+    if (fn) {
+        res = CUDA_SUCCESS;
+        if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+            if (value < 0 || value > FAKE_CUDA_SMEM_OPTIN_MAX) res = CUDA_ERROR_INVALID_VALUE;
+            else fn->max_dynamic_smem = value;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                            unsigned by, unsigned bz, unsigned smem, CUstream stream,
+                            void **params, void **extra)
+{
+    if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    fake_function *fn = function_of(f);
+    CUresult res = CUDA_SUCCESS;
+    if (!fn) res = CUDA_ERROR_INVALID_HANDLE;
+    else if (!params || extra) res = CUDA_ERROR_INVALID_VALUE; /* fijit passes kernelParams */
+    else if (!gx || !gy || !gz || gx > INT32_MAX || gy > 65535 || gz > 65535)
+        res = CUDA_ERROR_INVALID_VALUE;
+    else if (!bx || !by || !bz || (unsigned long long)bx * by * bz > 1024 || bz > 64)
+        res = CUDA_ERROR_INVALID_VALUE;
+    else if ((int)smem > fn->max_dynamic_smem) /* the opt-in was missing or too small */
+        res = CUDA_ERROR_INVALID_VALUE;
+    fake_cuda_launch_hook hook = launch_hook;
+    void *user = launch_hook_user;
+    fake_cuda_launch launch = {fn ? fn->name : NULL, {gx, gy, gz}, {bx, by, bz}, smem, stream,
+                               params};
+    if (res == CUDA_SUCCESS) launches++;
+    pthread_mutex_unlock(&lock);
+    if (res == CUDA_SUCCESS && hook) res = hook(&launch, user);
+    return res;
+}
+
+/* ---- memory: host memory stands in for the device's ---------------------------- */
+
+API CUresult cuMemAlloc(CUdeviceptr *ptr, size_t bytes)
+{
+    void *p = bytes ? aligned_alloc(256, (bytes + 255) / 256 * 256) : NULL;
+    if (!p) return bytes ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    *ptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemFree(CUdeviceptr ptr)
+{
+    free((void *)(uintptr_t)ptr);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
+{
+    memcpy((void *)(uintptr_t)dst, src, bytes);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
+{
+    memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count)
+{
+    memset((void *)(uintptr_t)dst, value, count);
+    return CUDA_SUCCESS;
+}

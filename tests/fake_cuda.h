@@ -1,0 +1,38 @@
+/*
+ * The control interface of tests/fake_cuda.c, a stand-in for the CUDA driver
+ * (libcuda.so.1) that CPU tests load before fijit does, so that the launch
+ * paths of every kernel kind run without a GPU.
+ *
+ * Its device is an H100 as the launch code sees one: compute capability 9.0,
+ * 132 SMs, 227 KiB of opt-in shared memory per block. "Device memory" is host
+ * memory (cuMemAlloc is aligned_alloc), so a test can read what fijit copied
+ * to the device. Modules must be ELF images that contain the names of the
+ * functions asked of them. Launches are checked as the driver checks them
+ * (dynamic shared memory above 48 KiB needs the function's opt-in, block and
+ * grid limits), then handed to the test's hook; nothing is executed.
+ */
+#ifndef FI_FAKE_CUDA_H
+#define FI_FAKE_CUDA_H
+
+#include <cuda.h>
+
+#define FAKE_CUDA_SM_COUNT 132
+#define FAKE_CUDA_SMEM_OPTIN_MAX (227 * 1024)
+
+typedef struct fake_cuda_launch {
+    const char *name;         /* the kernel's entry name */
+    unsigned grid[3], block[3];
+    unsigned smem;            /* dynamic shared memory bytes */
+    CUstream stream;
+    void *const *params;      /* the launch's kernelParams (valid during the hook) */
+} fake_cuda_launch;
+
+/* Called for every launch that passes the checks; what it returns is what
+ * cuLaunchKernel returns (a test injects launch failures this way). */
+typedef CUresult (*fake_cuda_launch_hook)(const fake_cuda_launch *launch, void *user);
+
+/* Exported by the fake; look them up with dlsym on its handle. */
+typedef void (*fake_cuda_set_launch_hook_fn)(fake_cuda_launch_hook hook, void *user);
+typedef int (*fake_cuda_launch_count_fn)(void);
+
+#endif

@@ -1,0 +1,470 @@
+/*
+ * The launch paths of every kernel kind, run against the fake CUDA driver
+ * (tests/fake_cuda.c, built next to this test as libcuda.so.1): what reaches
+ * cuLaunchKernel — entry, grid, block, dynamic shared memory and the
+ * parameter block — and what the plans copy to "device" memory. The kernels
+ * are compiled for real (NVRTC, sm_90a) and checked by the fake to name the
+ * entries asked for; nothing executes. Kernel results are the GPU suites'
+ * business (tests/gpu).
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "decode.h"
+#include "fake_cuda.h"
+#include "fijit_batch_decode.h"
+#include "fijit_params.h"
+#include "fijit_prefill.h"
+#include "prefill_params.h"
+
+/* ---- the fake driver ---------------------------------------------------------- */
+
+static struct {
+    void *lib;
+    fake_cuda_set_launch_hook_fn set_launch_hook;
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, CUstream, void **, void **);
+    CUresult (*func_set_attribute)(CUfunction, CUfunction_attribute, int);
+} fake;
+
+/* Loads the fake driver (before fijit's first driver call, which then finds
+ * it by soname) and makes its device's context current. */
+static int fake_ready(void)
+{
+    if (fake.lib) return 1;
+    char path[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+    if (n <= 0) return 0;
+    path[n] = '\0';
+    char *slash = strrchr(path, '/');
+    if (!slash) return 0;
+    strcpy(slash + 1, "libcuda.so.1");
+    void *lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!lib) {
+        fprintf(stderr, "cannot load the fake driver %s: %s\n", path, dlerror());
+        return 0;
+    }
+    CUresult (*retain)(CUcontext *, CUdevice) =
+        (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");
+    *(void **)&fake.set_launch_hook = dlsym(lib, "fake_cuda_set_launch_hook");
+    *(void **)&fake.launch = dlsym(lib, "cuLaunchKernel");
+    *(void **)&fake.func_set_attribute = dlsym(lib, "cuFuncSetAttribute");
+    CUcontext context = NULL;
+    if (!retain || !set_current || !fake.set_launch_hook || !fake.launch ||
+        !fake.func_set_attribute || retain(&context, 0) != CUDA_SUCCESS ||
+        set_current(context) != CUDA_SUCCESS)
+        return 0;
+    fake.lib = lib;
+    return 1;
+}
+
+/* The last launch the hook saw, with a copy of its parameter block. */
+static struct {
+    int count;
+    char name[64];
+    unsigned grid[3], block[3], smem;
+    union {
+        fi_decode_params decode;
+        fi_batch_decode_params batch_decode;
+        fi_merge_states_params merge;
+        fi_prefill_params prefill;
+    } p;
+    CUresult result; /* what the hook makes cuLaunchKernel return */
+} seen;
+
+static CUresult record_launch(const fake_cuda_launch *l, void *user)
+{
+    (void)user;
+    seen.count++;
+    snprintf(seen.name, sizeof seen.name, "%s", l->name);
+    memcpy(seen.grid, l->grid, sizeof seen.grid);
+    memcpy(seen.block, l->block, sizeof seen.block);
+    seen.smem = l->smem;
+    size_t bytes = 0;
+    if (strcmp(l->name, "fi_decode_kernel") == 0) bytes = sizeof seen.p.decode;
+    else if (strcmp(l->name, "fi_batch_decode_kernel") == 0) bytes = sizeof seen.p.batch_decode;
+    else if (strcmp(l->name, "fi_merge_states_kernel") == 0) bytes = sizeof seen.p.merge;
+    else if (strncmp(l->name, "fi_prefill_kernel_q", 19) == 0) bytes = sizeof seen.p.prefill;
+    memcpy(&seen.p, l->params[0], bytes);
+    return seen.result;
+}
+
+/* A context on a fresh cache, the fake driver current, launches recorded. */
+static int launch_ctx(fi_jit_ctx **ctx)
+{
+    if (!fake_ready()) return -1;
+    memset(&seen, 0, sizeof seen);
+    fake.set_launch_hook(record_launch, NULL);
+    return check_ctx_new(ctx, "sm_90a");
+}
+
+/* Device addresses for tensors the launch code passes on but never reads. */
+static _Alignas(256) unsigned char device_arena[1 << 16];
+#define DEV(i) ((void *)(device_arena + 4096 * (i)))
+
+/* The frequencies fijit_params.h documents, to the float they round to. */
+static int rope_table_is(const float *freq, int hd, double scale, double theta)
+{
+    for (int i = 0; i < hd / 2; i++)
+        if (freq[i] != (float)(pow(theta, -2.0 * i / hd) / scale)) return 0;
+    return 1;
+}
+
+static fi_jit_spec spec_of(fi_kernel_kind kind, fi_mask mask, fi_pos_encoding pos)
+{
+    fi_jit_spec s = FI_JIT_SPEC_INIT;
+    s.kind = kind;
+    s.head_dim = 128;
+    s.mask = mask;
+    s.pos = pos;
+    return s;
+}
+
+/* ---- tests ---------------------------------------------------------------------- */
+
+TEST(fake_driver_refuses_shared_memory_beyond_the_opt_in)
+{
+    /* The other tests rely on this check to catch a launch that forgot its
+     * opt-in; it must be able to fail. */
+    fi_jit_ctx *ctx = NULL;
+    const fi_jit_kernel *k = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    CHECK_OK(launch_ctx(&ctx));
+    CHECK_OK(fi_jit_get_kernel(ctx, &s, &k));
+    fi_decode_params p;
+    memset(&p, 0, sizeof p);
+    void *params[] = {&p};
+    CHECK(fake.launch(k->function, 1, 1, 1, 128, 1, 1, 64 * 1024, NULL, params, NULL) ==
+          CUDA_ERROR_INVALID_VALUE);
+    CHECK(seen.count == 0);
+    CHECK(fake.func_set_attribute(k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  64 * 1024) == CUDA_SUCCESS);
+    CHECK(fake.launch(k->function, 1, 1, 1, 128, 1, 1, 64 * 1024, NULL, params, NULL) ==
+          CUDA_SUCCESS);
+    CHECK(fake.launch(k->function, 1, 1, 1, 2048, 1, 1, 0, NULL, params, NULL) ==
+          CUDA_ERROR_INVALID_VALUE);
+    CHECK(seen.count == 1 && strcmp(seen.name, "fi_decode_kernel") == 0);
+    fi_jit_ctx_free(ctx);
+}
+
+static void decode_args_for(fi_decode_args *a, int kv_len)
+{
+    a->q = DEV(0);
+    a->k = DEV(1);
+    a->v = DEV(2);
+    a->o = DEV(3);
+    a->num_qo_heads = 32;
+    a->num_kv_heads = 8;
+    a->kv_len = kv_len;
+    a->q_stride_h = a->o_stride_h = 128;
+    a->k_stride_n = a->v_stride_n = 8 * 128; /* NHD */
+    a->k_stride_h = a->v_stride_h = 128;
+}
+
+TEST(decode_launch_matches_its_plan_and_workspace)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    fi_decode_args a = FI_DECODE_ARGS_INIT;
+    decode_args_for(&a, 4096);
+    CHECK_OK(launch_ctx(&ctx));
+    size_t bytes = 0;
+    CHECK_OK(fi_decode_workspace_size(ctx, &s, &a, &bytes));
+    CHECK(bytes > 0); /* 4096 keys on 132 SMs are split */
+    void *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    CHECK(ws);
+    a.workspace = ws;
+    a.workspace_bytes = bytes;
+    const int rc = fi_decode_run(ctx, &s, &a, NULL);
+    const fi_decode_params *p = &seen.p.decode;
+    const int ok = rc == 0 && seen.count == 1 && strcmp(seen.name, "fi_decode_kernel") == 0;
+    const unsigned char *end = (const unsigned char *)ws + bytes;
+    CHECK_MSG(ok, "rc %d (%s), %d launches of %s", rc, fi_last_error(), seen.count, seen.name);
+    CHECK(seen.block[0] == (unsigned)FI_DECODE_THREADS && seen.block[1] == 1 && seen.block[2] == 1);
+    CHECK_MSG(seen.grid[0] == (unsigned)p->num_splits && p->num_splits > 1 &&
+                  seen.grid[1] == (unsigned)(8 * p->head_blocks) && seen.grid[2] == 1,
+              "grid %u x %u, %d splits, %d head blocks", seen.grid[0], seen.grid[1],
+              p->num_splits, p->head_blocks);
+    CHECK((long long)p->kv_chunk * p->num_splits >= 4096 && p->kv_chunk % 32 == 0);
+    CHECK(p->stages >= 2 && p->stages <= FI_DECODE_MAX_STAGES);
+    CHECK_MSG(seen.smem == (unsigned)FI_DECODE_SMEM_BYTES(128, 2, 0, p->stages), "smem %u, %d stages",
+              seen.smem, p->stages);
+    CHECK(p->q == a.q && p->k == a.k && p->v == a.v && p->o == a.o && p->lse == NULL);
+    CHECK(p->k_stride_n == 1024 && p->k_stride_h == 128 && p->q_stride_h == 128);
+    CHECK(p->num_qo_heads == 32 && p->num_kv_heads == 8 && p->kv_len == 4096 && p->group_size == 4);
+    CHECK(p->sm_scale == (float)(1.0 / sqrt(128.0)) && p->k_scale == 1.f && p->v_scale == 1.f);
+    /* partial_o, then partial_lse, then the counters, all inside the workspace. */
+    CHECK(p->partial_o == (float *)ws);
+    CHECK(p->partial_lse == p->partial_o + (size_t)p->num_splits * 32 * 128);
+    CHECK((const unsigned char *)(p->partial_lse + (size_t)p->num_splits * 32) <=
+          (const unsigned char *)p->counters);
+    CHECK((uintptr_t)p->counters % 8 == 0 &&
+          (const unsigned char *)(p->counters + 8 * p->head_blocks) <= end);
+    CHECK(p->epoch != 0);
+
+    /* No split: one block per kv head along y, no workspace needed. */
+    a.num_splits = 1;
+    a.workspace = NULL;
+    a.workspace_bytes = 0;
+    CHECK_OK(fi_decode_run(ctx, &s, &a, NULL));
+    CHECK(seen.count == 2 && seen.grid[0] == 1 && p->num_splits == 1);
+    CHECK(seen.smem == (unsigned)FI_DECODE_SMEM_BYTES(128, 2, 0, p->stages));
+    free(ws);
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(rope_frequencies_reach_every_kind)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    {
+        fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_ROPE_LLAMA);
+        fi_decode_args a = FI_DECODE_ARGS_INIT;
+        decode_args_for(&a, 100);
+        a.num_splits = 1;
+        a.rope_scale = 2.f;
+        a.rope_theta = 5e5f;
+        CHECK_OK(fi_decode_run(ctx, &s, &a, NULL));
+        CHECK(rope_table_is(seen.p.decode.rope_freq, 128, 2.0, 5e5));
+        a.rope_scale = a.rope_theta = 0.f; /* the defaults: 1 and 1e4 */
+        CHECK_OK(fi_decode_run(ctx, &s, &a, NULL));
+        CHECK(rope_table_is(seen.p.decode.rope_freq, 128, 1.0, 1e4));
+    }
+    {
+        fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_ROPE_LLAMA);
+        fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+        a.q = DEV(0);
+        a.k = DEV(1);
+        a.v = DEV(2);
+        a.o = DEV(3);
+        a.num_qo_heads = a.num_kv_heads = 4;
+        a.qo_len = a.kv_len = 64;
+        a.q_stride_n = a.o_stride_n = a.k_stride_n = a.v_stride_n = 4 * 128;
+        a.q_stride_h = a.o_stride_h = a.k_stride_h = a.v_stride_h = 128;
+        a.rope_scale = 4.f;
+        a.rope_theta = 1e6f;
+        CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+        CHECK(rope_table_is(seen.p.prefill.rope_freq, 128, 4.0, 1e6));
+    }
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(batch_decode_launch_reads_the_uploaded_plan)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_batch_decode_plan *plan = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_ROPE_LLAMA);
+    CHECK_OK(launch_ctx(&ctx));
+    /* Requests of 0, 1, 100 and 40000 tokens in pages of 16; the plan asks
+     * the (fake) device for its SM count. */
+    int32_t indptr[5] = {0, 0, 1, 8, 8 + 2500};
+    int32_t last[4] = {0, 1, 4, 16};
+    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
+    info.batch = 4;
+    info.kv_indptr = indptr;
+    info.kv_last_page_len = last;
+    info.num_qo_heads = 32;
+    info.num_kv_heads = 8;
+    info.page_size = 16;
+    CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
+    int items = 0, max_splits = 0;
+    size_t bytes = 0;
+    CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(plan, &bytes));
+    unsigned char *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    CHECK(ws && max_splits > 1);
+    memset(ws, 0xab, bytes); /* what a fresh allocation may hold */
+    CHECK_OK(fi_batch_decode_plan_upload(plan, ws, bytes));
+    const fi_batch_decode_work *work = NULL;
+    int n = 0;
+    CHECK_OK(fi__batch_decode_plan_work(plan, &work, &n));
+    CHECK(n == items && memcmp(ws, work, (size_t)n * sizeof *work) == 0);
+
+    fi_batch_decode_args a = FI_BATCH_DECODE_ARGS_INIT;
+    a.q = DEV(0);
+    a.k = DEV(1);
+    a.v = DEV(2);
+    a.o = DEV(3);
+    a.kv_indices = DEV(4);
+    a.q_stride_b = a.o_stride_b = 32 * 128;
+    a.q_stride_h = a.o_stride_h = 128;
+    a.k_stride_page = a.v_stride_page = 8 * 16 * 128; /* HND */
+    a.k_stride_h = a.v_stride_h = 16 * 128;
+    a.k_stride_n = a.v_stride_n = 128;
+    a.workspace = ws;
+    a.workspace_bytes = bytes;
+    CHECK_OK(fi_batch_decode_run(ctx, plan, &a, NULL));
+    const fi_batch_decode_params *p = &seen.p.batch_decode;
+    CHECK_MSG(seen.count == 1 && strcmp(seen.name, "fi_batch_decode_kernel") == 0, "%d: %s",
+              seen.count, seen.name);
+    CHECK_MSG(seen.grid[0] == (unsigned)items && seen.grid[1] == (unsigned)(8 * p->head_blocks),
+              "grid %u x %u for %d items", seen.grid[0], seen.grid[1], items);
+    CHECK(seen.block[0] == (unsigned)FI_DECODE_THREADS);
+    CHECK(p->stages >= 2 && p->stages <= FI_DECODE_MAX_STAGES);
+    CHECK_MSG(seen.smem == (unsigned)FI_DECODE_SMEM_BYTES(128, 2, 1, p->stages), "smem %u, %d stages",
+              seen.smem, p->stages);
+    CHECK((const void *)p->work == (const void *)ws);
+    /* The split scratch and the counters lie in the workspace, after the work list. */
+    CHECK((const unsigned char *)p->partial_o >= ws + (size_t)n * sizeof *work);
+    CHECK((const unsigned char *)(p->counters + 4 * 8 * p->head_blocks) <= ws + bytes);
+    for (int i = 0; i < 4 * 8 * p->head_blocks; i++) CHECK(p->counters[i] == 0);
+    CHECK(p->page_size == 16 && p->page_shift == 4 && p->k_stride_page == 8 * 16 * 128);
+    CHECK(p->epoch == 0 && rope_table_is(p->rope_freq, 128, 1.0, 1e4));
+    fi_batch_decode_plan_free(plan);
+    free(ws);
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(prefill_launch_picks_a_tile_kernel_and_its_geometry)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_NONE);
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    a.q = DEV(0);
+    a.k = DEV(1);
+    a.v = DEV(2);
+    a.o = DEV(3);
+    a.num_qo_heads = 32;
+    a.num_kv_heads = 8;
+    a.qo_len = a.kv_len = 1000;
+    a.q_stride_n = a.o_stride_n = 32 * 128;
+    a.q_stride_h = a.o_stride_h = 128;
+    a.k_stride_n = a.v_stride_n = 8 * 128;
+    a.k_stride_h = a.v_stride_h = 128;
+    CHECK_OK(launch_ctx(&ctx));
+    for (int forced = 0; forced <= 16; forced += 16) {
+        a.cta_tile_q = forced;
+        CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+        int tile = 0, idx = -1;
+        CHECK_MSG(sscanf(seen.name, "fi_prefill_kernel_q%d", &tile) == 1, "%s", seen.name);
+        for (int i = 0; i < FI_PREFILL_NUM_TILES; i++)
+            if (FI_PREFILL_TILE_Q(i) == tile) idx = i;
+        CHECK(idx >= 0 && (!forced || tile == forced));
+        /* 1000 tokens x 4 heads of a group = 4000 packed rows per kv head. */
+        CHECK_MSG(seen.grid[0] == (unsigned)((4000 + tile - 1) / tile) && seen.grid[1] == 8,
+                  "q%d: grid %u x %u", tile, seen.grid[0], seen.grid[1]);
+        CHECK(seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, 128) * 32);
+        CHECK(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, 128));
+        const fi_prefill_params *p = &seen.p.prefill;
+        CHECK(p->q == a.q && p->o == a.o && p->qo_len == 1000 && p->group_size == 4);
+        CHECK(p->sm_scale == (float)(1.0 / sqrt(128.0)) && p->heads_per_section >= 1);
+    }
+    CHECK(seen.count == 2);
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(batch_prefill_paged_launch_reads_its_work_list)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_prefill_plan *plan = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_PAGED, FI_MASK_CAUSAL, FI_POS_NONE);
+    CHECK_OK(launch_ctx(&ctx));
+    /* Three requests: 300, 0 and 17 queries over 40, 0 and 2 pages of 16. */
+    int32_t qo_indptr[4] = {0, 300, 300, 317};
+    int32_t kv_indptr[4] = {0, 40, 40, 42};
+    int32_t last[3] = {16, 1, 5};
+    fi_batch_prefill_plan_args pa = FI_BATCH_PREFILL_PLAN_ARGS_INIT;
+    pa.batch_size = 3;
+    pa.qo_indptr = qo_indptr;
+    pa.kv_indptr = kv_indptr;
+    pa.kv_last_page_len = last;
+    pa.num_qo_heads = 32;
+    pa.num_kv_heads = 8;
+    pa.page_size = 16;
+    size_t bytes = 0;
+    CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
+    int *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    CHECK(ws);
+    memset(ws, 0xab, bytes);
+    CHECK_OK(fi_batch_prefill_plan(&plan, ctx, &s, &pa, ws, bytes));
+    fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
+    a.q = DEV(0);
+    a.k = DEV(1);
+    a.v = DEV(2);
+    a.o = DEV(3);
+    a.qo_indptr = DEV(4);
+    a.kv_indptr = DEV(5);
+    a.kv_indices = DEV(6);
+    a.kv_last_page_len = DEV(7);
+    a.q_stride_n = a.o_stride_n = 32 * 128;
+    a.q_stride_h = a.o_stride_h = 128;
+    a.k_stride_page = a.v_stride_page = 16 * 8 * 128; /* NHD */
+    a.k_stride_n = a.v_stride_n = 8 * 128;
+    a.k_stride_h = a.v_stride_h = 128;
+    CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+    const fi_prefill_params *p = &seen.p.prefill;
+    int tile = 0, idx = -1;
+    CHECK_MSG(seen.count == 1 && sscanf(seen.name, "fi_prefill_kernel_q%d", &tile) == 1, "%s",
+              seen.name);
+    for (int i = 0; i < FI_PREFILL_NUM_TILES; i++)
+        if (FI_PREFILL_TILE_Q(i) == tile) idx = i;
+    CHECK(idx >= 0 && seen.grid[1] == 8 && seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, 128) * 32);
+    CHECK(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, 128));
+    /* One block per query tile of each request: ceil(rows / tile) with 4
+     * packed rows per token; the empty request has none. */
+    const unsigned want = (unsigned)((300 * 4 + tile - 1) / tile + (17 * 4 + tile - 1) / tile);
+    CHECK_MSG(seen.grid[0] == want, "grid %u, want %u (q%d)", seen.grid[0], want, tile);
+    CHECK(p->work_request == ws && p->work_tile == ws + seen.grid[0]);
+    unsigned char listed[2][1200 / 16] = {{0}}; /* each (request, tile) once */
+    for (unsigned i = 0; i < seen.grid[0]; i++) {
+        const int r = p->work_request[i], t = p->work_tile[i];
+        CHECK_MSG((r == 0 || r == 2) && t >= 0 && t * tile < (r == 0 ? 1200 : 68) &&
+                      !listed[r / 2][t]++,
+                  "work item %u: request %d tile %d", i, r, t);
+    }
+    CHECK(p->qo_indptr == a.qo_indptr && p->kv_indices == a.kv_indices && p->page_size == 16);
+    fi_prefill_plan_free(plan);
+    free(ws);
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(merge_states_launch_covers_every_row)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    fi_merge_states_args a = FI_MERGE_STATES_ARGS_INIT;
+    a.v = DEV(0);
+    a.s = DEV(1);
+    a.v_out = DEV(2);
+    a.seq_len = 3;
+    a.num_states = 4;
+    a.num_heads = 8;
+    a.v_stride_h = 128;
+    a.v_stride_state = 8 * 128;
+    a.v_stride_seq = 4 * 8 * 128;
+    a.s_stride_state = 8;
+    a.s_stride_seq = 4 * 8;
+    a.o_stride_h = 128;
+    a.o_stride_seq = 8 * 128;
+    CHECK_OK(fi_merge_states(ctx, FI_DTYPE_FP16, 128, &a, NULL));
+    const fi_merge_states_params *p = &seen.p.merge;
+    CHECK_MSG(seen.count == 1 && strcmp(seen.name, "fi_merge_states_kernel") == 0, "%s", seen.name);
+    CHECK(seen.grid[0] == 3 * 8 && seen.grid[1] == 1 && seen.block[0] == (unsigned)FI_MERGE_THREADS);
+    CHECK(p->v == a.v && p->s == a.s && p->v_out == a.v_out && p->s_out == NULL);
+    CHECK(p->seq_len == 3 && p->num_states == 4 && p->num_heads == 8 && p->v_stride_seq == 4096);
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(a_failed_launch_is_reported_with_the_driver_message)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    fi_decode_args a = FI_DECODE_ARGS_INIT;
+    decode_args_for(&a, 100);
+    a.num_splits = 1;
+    CHECK_OK(launch_ctx(&ctx));
+    seen.result = CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    CHECK_RC(fi_decode_run(ctx, &s, &a, NULL), FI_ECUDA);
+    CHECK_MSG(strstr(fi_last_error(), "decode: cuLaunchKernel") &&
+                  strstr(fi_last_error(), "too many resources"),
+              "%s", fi_last_error());
+    seen.result = CUDA_SUCCESS;
+    CHECK_OK(fi_decode_run(ctx, &s, &a, NULL)); /* nothing was left half-done */
+    CHECK(seen.count == 2);
+    fi_jit_ctx_free(ctx);
+}
