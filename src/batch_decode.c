@@ -38,6 +38,7 @@
 #include "cuda_drv.h"
 #include "decode.h"
 #include "error.h"
+#include "rope.h"
 #include "variant.h"
 #include "fijit_batch_decode.h"
 #include "fijit_params.h"
@@ -196,7 +197,7 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
     int64_t chunk = 0;
     int sm_count = info->sm_count;
     if (info->max_splits != 1 && max_keys > BD_MIN_CHUNK_TILES(max_keys) * tile) {
-        if (sm_count <= 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
+        if (sm_count <= 0) FI_TRY(fi__cuda_sm_count(&sm_count));
         const int64_t slots = (int64_t)sm_count * DECODE_BLOCKS_PER_SM;
         if (count_blocks(keys, info->batch, 0, y) < slots) {
             /* Smallest chunk (whole tiles) whose grid fits in one wave. */
@@ -468,12 +469,8 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     p.k_scale = fi__decode_scale(a->k_scale);
     p.v_scale = fi__decode_scale(a->v_scale);
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
-    if (spec->pos == FI_POS_ROPE_LLAMA) {
-        const float scale = a->rope_scale != 0.f ? a->rope_scale : 1.f;
-        const float theta = a->rope_theta != 0.f ? a->rope_theta : 1e4f;
-        memcpy(p.rope_freq, fi__decode_rope_table(spec->head_dim, scale, theta),
-               sizeof(float) * (size_t)(spec->head_dim / 2));
-    }
+    if (spec->pos == FI_POS_ROPE_LLAMA)
+        fi__rope_fill(p.rope_freq, spec->head_dim, a->rope_scale, a->rope_theta);
     FI_TRY(fi__decode_launch(kernel, spec, p.stages, (unsigned)plan->num_items,
                              (unsigned)(plan->num_kv_heads * plan->head_blocks), &p, stream, 1));
 out:
@@ -485,10 +482,8 @@ int fi_merge_states(fi_jit_ctx *ctx, fi_dtype dtype, int head_dim, const fi_merg
 {
     int rc = 0;
     const fi_jit_kernel *kernel = NULL;
-    const fi_cuda_api *cu = NULL;
     fi_merge_states_params p;
     fi_jit_spec spec = FI_JIT_SPEC_INIT;
-    CUresult res;
     if (!ctx || !a) FI_FAIL(FI_EINVALID, "merge_states: NULL argument");
     if (a->version != FI_MERGE_STATES_ARGS_VERSION)
         FI_FAIL(FI_EINVALID, "merge_states: args.version is %u, this library expects %d",
@@ -513,7 +508,6 @@ int fi_merge_states(fi_jit_ctx *ctx, fi_dtype dtype, int head_dim, const fi_merg
     spec.q_dtype = spec.kv_dtype = spec.o_dtype = dtype;
     spec.head_dim = head_dim;
     FI_TRY(fi_jit_spec_check(&spec));
-    FI_TRY(fi__cuda_load(&cu));
     FI_TRY(fi_jit_get_kernel(ctx, &spec, &kernel));
     if (!kernel->functions[1]) FI_FAIL(FI_ELOAD, "merge_states: the module has no merge kernel");
     memset(&p, 0, sizeof p);
@@ -531,11 +525,8 @@ int fi_merge_states(fi_jit_ctx *ctx, fi_dtype dtype, int head_dim, const fi_merg
     p.seq_len = a->seq_len;
     p.num_states = a->num_states;
     p.num_heads = a->num_heads;
-    void *params[] = {&p};
-    res = cu->LaunchKernel(kernel->functions[1], (unsigned)(a->seq_len * a->num_heads), 1, 1,
-                           FI_MERGE_THREADS, 1, 1, 0, (CUstream)stream, params, NULL);
-    if (res != CUDA_SUCCESS)
-        CU_FAIL(fi__cuda_error(FI_ECUDA, res, "merge_states: cuLaunchKernel"));
+    FI_TRY(fi__cuda_launch(kernel->functions[1], (unsigned)(a->seq_len * a->num_heads), 1,
+                           kernel->merge_block_dim, 0, (CUstream)stream, &p, "merge_states"));
 out:
     return rc;
 }

@@ -81,6 +81,46 @@ int fi__cuda_error(int code, CUresult res, const char *what)
                      (int)res);
 }
 
+int fi__cuda_sm_count(int *out)
+{
+    const fi_cuda_api *cu;
+    CUdevice dev;
+    CUresult res;
+    int rc;
+    if ((rc = fi__cuda_load(&cu)) < 0) return rc;
+    if ((res = cu->CtxGetDevice(&dev)) != CUDA_SUCCESS)
+        return fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetDevice (is a CUDA context current?)");
+    if ((res = cu->DeviceGetAttribute(out, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) !=
+        CUDA_SUCCESS)
+        return fi__cuda_error(FI_ENODEVICE, res, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+    return 0;
+}
+
+int fi__cuda_launch(CUfunction f, unsigned gx, unsigned gy, const unsigned block[3],
+                    unsigned smem, CUstream stream, void *params, const char *who)
+{
+    const fi_cuda_api *cu;
+    CUresult res;
+    char what[96];
+    void *args[] = {params};
+    int rc;
+    if ((rc = fi__cuda_load(&cu)) < 0) return rc;
+    if (smem > 48 * 1024) {
+        /* Cheap and idempotent, so done at every launch rather than tracked. */
+        res = cu->FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
+        if (res != CUDA_SUCCESS) {
+            snprintf(what, sizeof what, "%s: cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", who);
+            return fi__cuda_error(FI_ECUDA, res, what);
+        }
+    }
+    res = cu->LaunchKernel(f, gx, gy, 1, block[0], block[1], block[2], smem, stream, args, NULL);
+    if (res != CUDA_SUCCESS) {
+        snprintf(what, sizeof what, "%s: cuLaunchKernel", who);
+        return fi__cuda_error(FI_ECUDA, res, what);
+    }
+    return 0;
+}
+
 int fi__cuda_current_arch(char out[16], CUcontext *out_ctx, CUdevice *out_dev)
 {
     const fi_cuda_api *cu;

@@ -49,4 +49,13 @@ int fi__cuda_error(int code, CUresult res, const char *what);
  * ("sm_90a" for 9.0, "sm_80", ...). */
 int fi__cuda_current_arch(char out[16], CUcontext *out_ctx, CUdevice *out_dev);
 
+/* SM count of the current context's device. */
+int fi__cuda_sm_count(int *out);
+
+/* Launch `f` on `stream` with one parameter block: grid (gx, gy), `block`,
+ * `smem` bytes of dynamic shared memory, opted into when above the 48 KiB a
+ * kernel gets by default. Errors begin with `who` ("decode", ...). */
+int fi__cuda_launch(CUfunction f, unsigned gx, unsigned gy, const unsigned block[3],
+                    unsigned smem, CUstream stream, void *params, const char *who);
+
 #endif

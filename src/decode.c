@@ -25,6 +25,7 @@
 #include "cuda_drv.h"
 #include "decode.h"
 #include "error.h"
+#include "rope.h"
 #include "variant.h"
 #include "fijit_params.h"
 #include "kinds.h"
@@ -50,13 +51,6 @@
  * batch decode passes its own) to DECODE_DEEP_MAX_TILES. */
 #define DECODE_DEEP_MIN_TILES 6
 #define DECODE_DEEP_MAX_TILES 32
-
-/* A failed driver call: fi__cuda_error has already written the message. */
-#define CU_FAIL(expr)                                                          \
-    do {                                                                       \
-        rc = (expr);                                                           \
-        goto out;                                                              \
-    } while (0)
 
 typedef struct decode_plan {
     int group_size, head_chunks, heads_per_block, head_blocks;
@@ -255,23 +249,6 @@ out:
     return rc;
 }
 
-/* SM count of the current context's device; only the automatic plan needs it. */
-int fi__decode_device_sm_count(int *out)
-{
-    int rc = 0;
-    const fi_cuda_api *cu = NULL;
-    CUdevice dev;
-    CUresult res;
-    FI_TRY(fi__cuda_load(&cu));
-    if ((res = cu->CtxGetDevice(&dev)) != CUDA_SUCCESS)
-        CU_FAIL(fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetDevice (is a CUDA context current?)"));
-    if ((res = cu->DeviceGetAttribute(out, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) !=
-        CUDA_SUCCESS)
-        CU_FAIL(fi__cuda_error(FI_ENODEVICE, res, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)"));
-out:
-    return rc;
-}
-
 int fi__decode_stages(const fi_jit_spec *spec, long long blocks, long long tiles, int min_tiles,
                       int sm_count)
 {
@@ -292,31 +269,10 @@ int fi__decode_launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int 
                       unsigned grid_x, unsigned grid_y, void *params, struct CUstream_st *stream,
                       int batch)
 {
-    int rc = 0;
-    const fi_cuda_api *cu = NULL;
-    CUresult res;
     const int smem = FI_DECODE_SMEM_BYTES(spec->head_dim, fi__decode_kv_bytes(spec),
                                           spec->pos == FI_POS_ROPE_LLAMA, stages);
-    void *args[] = {params};
-    FI_TRY(fi__cuda_load(&cu));
-    if (smem > 48 * 1024) {
-        /* Above 48 KiB a kernel must opt in; cheap, and idempotent. */
-        res = cu->FuncSetAttribute(kernel->function,
-                                   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
-        if (res != CUDA_SUCCESS)
-            CU_FAIL(fi__cuda_error(
-                FI_ECUDA, res,
-                batch ? "batch_decode: cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"
-                      : "decode: cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"));
-    }
-    res = cu->LaunchKernel(kernel->function, grid_x, grid_y, 1, kernel->block_dim[0],
-                           kernel->block_dim[1], kernel->block_dim[2], (unsigned)smem,
-                           (CUstream)stream, args, NULL);
-    if (res != CUDA_SUCCESS)
-        CU_FAIL(fi__cuda_error(FI_ECUDA, res, batch ? "batch_decode: cuLaunchKernel"
-                                                    : "decode: cuLaunchKernel"));
-out:
-    return rc;
+    return fi__cuda_launch(kernel->function, grid_x, grid_y, kernel->block_dim, (unsigned)smem,
+                           (CUstream)stream, params, batch ? "batch_decode" : "decode");
 }
 
 static int plan_for(const fi_jit_spec *spec, const fi_decode_args *a, decode_plan *plan,
@@ -325,7 +281,7 @@ static int plan_for(const fi_jit_spec *spec, const fi_decode_args *a, decode_pla
     int rc = 0;
     *sm_count = 0;
     FI_TRY(check_args(spec, a));
-    if (a->num_splits == 0) FI_TRY(fi__decode_device_sm_count(sm_count));
+    if (a->num_splits == 0) FI_TRY(fi__cuda_sm_count(sm_count));
     FI_TRY(make_plan(spec, a, *sm_count, plan));
 out:
     return rc;
@@ -344,25 +300,6 @@ int fi_decode_workspace_size(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_
     *out = plan.workspace_bytes;
 out:
     return rc;
-}
-
-/* RoPE frequencies as documented in fijit_params.h. Computing hd/2 powers
- * per launch would cost microseconds, so the last table is kept per thread. */
-const float *fi__decode_rope_table(int hd, float scale, float theta)
-{
-    static _Thread_local struct {
-        int hd;
-        float scale, theta;
-        float freq[FI_DECODE_MAX_HEAD_DIM / 2];
-    } last;
-    if (last.hd != hd || last.scale != scale || last.theta != theta) {
-        for (int i = 0; i < hd / 2; i++)
-            last.freq[i] = (float)(pow((double)theta, -2.0 * i / hd) / (double)scale);
-        last.hd = hd;
-        last.scale = scale;
-        last.theta = theta;
-    }
-    return last.freq;
 }
 
 int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args *a,
@@ -392,7 +329,7 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
                     plan.workspace_bytes);
     }
     /* Arguments are all checked: only now ask the device (the ring depth needs its SM count). */
-    if (sm_count == 0) FI_TRY(fi__decode_device_sm_count(&sm_count));
+    if (sm_count == 0) FI_TRY(fi__cuda_sm_count(&sm_count));
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
 
     memset(&p, 0, sizeof p);
@@ -438,12 +375,8 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     p.soft_cap = spec->soft_cap ? a->soft_cap : 0.f;
     p.rope_offset = a->rope_offset;
     p.window_left = spec->mask == FI_MASK_WINDOW ? a->window_left : -1;
-    if (spec->pos == FI_POS_ROPE_LLAMA) {
-        const float scale = a->rope_scale != 0.f ? a->rope_scale : 1.f;
-        const float theta = a->rope_theta != 0.f ? a->rope_theta : 1e4f;
-        memcpy(p.rope_freq, fi__decode_rope_table(spec->head_dim, scale, theta),
-               sizeof(float) * (size_t)(spec->head_dim / 2));
-    }
+    if (spec->pos == FI_POS_ROPE_LLAMA)
+        fi__rope_fill(p.rope_freq, spec->head_dim, a->rope_scale, a->rope_theta);
 
     FI_TRY(fi__decode_launch(kernel, spec, p.stages, (unsigned)plan.num_splits,
                              (unsigned)(a->num_kv_heads * plan.head_blocks), &p, stream, 0));

@@ -11,14 +11,10 @@ unsigned fi__decode_next_epoch(void);
 float fi__decode_scale(float s);
 /* Bytes per KV element of the spec: 1 for fp8, else 2. */
 int fi__decode_kv_bytes(const fi_jit_spec *spec);
-/* RoPE frequencies (fijit_params.h), cached per thread; hd/2 floats. */
-const float *fi__decode_rope_table(int hd, float scale, float theta);
 /* Row groups of a decode block that split a GQA group's heads (a power of
  * two; fijit_params.h): the block serves FI_DECODE_HEADS_PER_THREAD times as
  * many heads. */
 int fi__decode_head_chunks(int group_size);
-/* SM count of the current context's device. */
-int fi__decode_device_sm_count(int *out);
 /* Ring depth (fijit_params.h, FI_DECODE_STAGES_DEEP2) for a grid of `blocks`
  * decode blocks of at most `tiles` tiles each on `sm_count` SMs (0: unknown,
  * the default depth); deeper only for min_tiles <= tiles <= 32. */

@@ -33,6 +33,7 @@
 #include "args_check.h"
 #include "cuda_drv.h"
 #include "error.h"
+#include "rope.h"
 #include "fijit_prefill.h"
 #include "kinds.h"
 #include "variant.h"
@@ -147,38 +148,6 @@ static int choose_tile(const int64_t tiles[FI_PREFILL_NUM_TILES], int kv_heads, 
 }
 
 /* SM count of the current context's device. */
-static int device_sm_count(const fi_cuda_api *cu, int *out)
-{
-    int rc = 0;
-    CUdevice dev;
-    CUresult res;
-    if ((res = cu->CtxGetDevice(&dev)) != CUDA_SUCCESS)
-        CU_FAIL(fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetDevice (is a CUDA context current?)"));
-    if ((res = cu->DeviceGetAttribute(out, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) !=
-        CUDA_SUCCESS)
-        CU_FAIL(fi__cuda_error(FI_ENODEVICE, res, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)"));
-out:
-    return rc;
-}
-
-/* RoPE frequencies as documented in prefill_params.h, the last table kept per thread. */
-static void rope_table(float *out, int hd, float scale, float theta)
-{
-    static _Thread_local struct {
-        int hd;
-        float scale, theta;
-        float freq[FI_PREFILL_MAX_HEAD_DIM / 2];
-    } last;
-    if (last.hd != hd || last.scale != scale || last.theta != theta) {
-        for (int i = 0; i < hd / 2; i++)
-            last.freq[i] = (float)(pow((double)theta, -2.0 * i / hd) / (double)scale);
-        last.hd = hd;
-        last.scale = scale;
-        last.theta = theta;
-    }
-    memcpy(out, last.freq, sizeof(float) * (size_t)(hd / 2));
-}
-
 static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm_scale,
                          float soft_cap, float rope_scale, float rope_theta, int rope_offset,
                          int window_left)
@@ -187,32 +156,18 @@ static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm
     p->soft_cap = spec->soft_cap ? soft_cap : 0.f;
     p->rope_offset = rope_offset;
     p->window_left = spec->mask == FI_MASK_WINDOW ? window_left : -1;
-    if (spec->pos == FI_POS_ROPE_LLAMA)
-        rope_table(p->rope_freq, spec->head_dim, rope_scale != 0.f ? rope_scale : 1.f,
-                   rope_theta != 0.f ? rope_theta : 1e4f);
+    if (spec->pos == FI_POS_ROPE_LLAMA) fi__rope_fill(p->rope_freq, spec->head_dim, rope_scale, rope_theta);
 }
 
 /* Launch tile kernel `idx` of `kernel` on grid (gx, gy). */
-static int launch(const fi_cuda_api *cu, const fi_jit_kernel *kernel, int idx, int hd, unsigned gx,
-                  unsigned gy, fi_prefill_params *p, CUstream stream, const char *who)
+static int launch(const fi_jit_kernel *kernel, int idx, int hd, unsigned gx, unsigned gy,
+                  fi_prefill_params *p, CUstream stream, const char *who)
 {
-    int rc = 0;
-    CUresult res;
     CUfunction f = kernel->functions[idx];
-    const int smem = FI_PREFILL_SMEM_BYTES(idx, hd);
-    if (!f) FI_FAIL(FI_ELOAD, "%s: the loaded module lacks tile kernel %d", who, idx);
-    if (smem > 48 * 1024) {
-        /* Above 48 KiB a kernel must opt in; cheap, and idempotent. */
-        res = cu->FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
-        if (res != CUDA_SUCCESS)
-            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "prefill: cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"));
-    }
-    void *params[] = {p};
-    res = cu->LaunchKernel(f, gx, gy, 1, (unsigned)FI_PREFILL_WARPS(idx, hd) * 32u, 1, 1,
-                           (unsigned)smem, stream, params, NULL);
-    if (res != CUDA_SUCCESS) CU_FAIL(fi__cuda_error(FI_ECUDA, res, "prefill: cuLaunchKernel"));
-out:
-    return rc;
+    const unsigned block[3] = {(unsigned)FI_PREFILL_WARPS(idx, hd) * 32u, 1, 1};
+    if (!f) return fi__error(FI_ELOAD, "%s: the loaded module lacks tile kernel %d", who, idx);
+    return fi__cuda_launch(f, gx, gy, block, (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd), stream, p,
+                           who);
 }
 
 /* ---- single prefill --------------------------------------------------------------- */
@@ -274,7 +229,6 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
 {
     int rc = 0, idx = 0, sm_count = 0;
     const fi_jit_kernel *kernel = NULL;
-    const fi_cuda_api *cu = NULL;
     fi_prefill_params p;
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
 
@@ -283,7 +237,6 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     FI_TRY(fi__jit_variant_pack(ctx, spec, "prefill", a->version >= 2 ? a->variant_args : NULL,
                                 a->version >= 2 ? a->num_variant_args : 0, variant_params));
     if (a->qo_len == 0) goto out;
-    FI_TRY(fi__cuda_load(&cu));
     const int group = a->num_qo_heads / a->num_kv_heads;
     const int64_t rows = (int64_t)a->qo_len * group;
     int64_t tiles[FI_PREFILL_NUM_TILES];
@@ -291,7 +244,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     if (a->cta_tile_q) {
         FI_TRY(tile_index_of("prefill", a->cta_tile_q, &idx));
     } else {
-        FI_TRY(device_sm_count(cu, &sm_count));
+        FI_TRY(fi__cuda_sm_count(&sm_count));
         idx = choose_tile(tiles, a->num_kv_heads, sm_count, rows);
     }
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
@@ -321,7 +274,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
                  a->window_left);
-    FI_TRY(launch(cu, kernel, idx, spec->head_dim, (unsigned)tiles[idx], (unsigned)a->num_kv_heads,
+    FI_TRY(launch(kernel, idx, spec->head_dim, (unsigned)tiles[idx], (unsigned)a->num_kv_heads,
                   &p, (CUstream)stream, "prefill"));
 out:
     return rc;
@@ -500,7 +453,7 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
         FI_TRY(tile_index_of(who, a->cta_tile_q, &plan->tile));
     } else {
         sm_count = a->sm_count;
-        if (!sm_count) FI_TRY(device_sm_count(cu, &sm_count));
+        if (!sm_count) FI_TRY(fi__cuda_sm_count(&sm_count));
         plan->tile = choose_tile(tiles, a->num_kv_heads, sm_count, max_rows);
     }
     plan->num_work = (int)tiles[plan->tile];
@@ -555,7 +508,6 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
 {
     int rc = 0;
     const fi_jit_kernel *kernel = NULL;
-    const fi_cuda_api *cu = NULL;
     fi_prefill_params p;
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
 
@@ -596,7 +548,6 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     }
     FI_TRY(check_scalars(who, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta,
                          a->rope_offset, a->alibi_slopes, a->custom_mask));
-    FI_TRY(fi__cuda_load(&cu));
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
 
     memset(&p, 0, sizeof p);
@@ -632,7 +583,7 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
                  a->window_left);
-    FI_TRY(launch(cu, kernel, plan->tile, spec->head_dim, (unsigned)plan->num_work,
+    FI_TRY(launch(kernel, plan->tile, spec->head_dim, (unsigned)plan->num_work,
                   (unsigned)plan->num_kv_heads, &p, (CUstream)stream, who));
 out:
     return rc;
