@@ -11,11 +11,12 @@ Before/after comparisons: --config NAME,LIB[,TEMPLATE_DIR[,VAR=VALUE;...]] (repe
 times several fijit builds in the same process: each config loads its own libfijit.so
 (and, when given, reads its templates from TEMPLATE_DIR, with the environment variables
 set while it plans). The runs of every config and of SDPA are interleaved in --rounds
-rounds (a random order each round) on the same tensors, so that clock and temperature drift hits all of them alike;
+rounds (orders balanced over the rounds, see bench_one) on the same tensors, so that clock and temperature drift hits all of them alike;
 the first config is the reference of the 'x ref' columns.
 Raw numbers go to $OUT/bench_prefill[_LABEL].json when OUT is set.
 """
 import argparse
+import itertools
 import json
 import os
 import random
@@ -36,6 +37,7 @@ except ImportError:  # older torch
     SDPBackend = sdpa_kernel = None
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+SWITCH_WARMUP = 3  # untimed runs of a runner each time the timing turns to it
 
 
 class Config:
@@ -137,14 +139,20 @@ def bench_one(configs, dtype, hd, causal, H, Hkv, L, B, reps, rounds, warmup, ti
     torch.cuda.synchronize()
     samples = {name: [] for name in runners}
     per_round = max(1, reps // rounds)
-    # Each round runs the runners in a fresh (seeded) random order: the fixed
-    # rotation used before put the first config right after cuDNN, the most
-    # power-hungry kernel, in most rounds.
-    order = list(runners)
+    # Rounds take the runners' orders from a (seeded) shuffle of all their
+    # permutations, so that over len(runners)! rounds each runner follows each
+    # other one equally often; and a runner's timed runs follow SWITCH_WARMUP
+    # untimed ones. The clock a kernel gets depends on the power drawn just
+    # before it (cuDNN draws the most), and with one random order per round a
+    # shape's ratio to flash moved by up to 5% between two runs (H100): the
+    # orders' luck is now the same for every runner.
     rng = random.Random(f"{dtype} {hd} {causal} {H}/{Hkv} {L}")
+    orders = list(itertools.permutations(runners))
+    rng.shuffle(orders)
     for r in range(rounds):
-        rng.shuffle(order)
-        for name in order:
+        for name in orders[r % len(orders)]:
+            for _ in range(SWITCH_WARMUP):
+                runners[name]()
             samples[name].extend(time_once(runners[name]) for _ in range(per_round))
     for name, ts in samples.items():
         t = statistics.median(ts)
@@ -165,8 +173,9 @@ def bench_one(configs, dtype, hd, causal, H, Hkv, L, B, reps, rounds, warmup, ti
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="interleave the timed runs of fijit and SDPA in this many rounds")
+    ap.add_argument("--rounds", type=int, default=6,
+                    help="interleave the timed runs of fijit and SDPA in this many rounds "
+                         "(6: every order of fijit, flash and cuDNN once)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--seqs", default="1024,4096,8192")
     ap.add_argument("--hds", default="64,128")
