@@ -34,6 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fijit_py import (BatchPrefillArgs, Fijit, Prefill, prefill_args,  # noqa: E402
                       prefill_spec)
+from test_decode import rope_apply, rope_freq  # noqa: E402
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # q (after sm_scale and RoPE) and P are rounded to the 16-bit input type before the
@@ -41,20 +42,6 @@ TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # output's own (fp16 2^-11, bf16 2^-8).
 TOL_O = {"fp16": 5e-3, "bf16": 2e-2}
 TOL_LSE = {"fp16": 3e-3, "bf16": 1.5e-2}
-
-
-def rope_freq(hd, scale, theta):
-    f = [(theta ** (-2.0 * i / hd)) / scale for i in range(hd // 2)]
-    return torch.tensor(f, dtype=torch.float64).float().double()
-
-
-def rope_apply(x, pos, freq):
-    """x [..., n, hd] float64, pos [n] float64."""
-    ang = pos[:, None] * freq.to(x.device)[None, :]
-    c, s = torch.cos(ang), torch.sin(ang)
-    h = x.shape[-1] // 2
-    x1, x2 = x[..., :h], x[..., h:]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
 def reference(q, k, v, *, sm_scale, cap, pos, rope, mask, window_left, slopes, bits):
