@@ -68,25 +68,25 @@ FI_API const char *fi_error_name(int code);
 /* ---- Spec ----------------------------------------------------------------
  * Enum values are stable and also used in the cache index; only append. */
 typedef enum fi_kernel_kind {
-    FI_KIND_DECODE = 1,            /* single-request decode (one query token) */
-    FI_KIND_BATCH_DECODE = 2,      /* reserved: paged batch decode */
-    FI_KIND_PREFILL = 3,           /* reserved */
-    FI_KIND_BATCH_PREFILL_RAGGED = 4, /* reserved */
-    FI_KIND_BATCH_PREFILL_PAGED = 5,  /* reserved */
+    FI_KIND_DECODE = 1,            /* single-request decode (one query token): fi_decode_run */
+    FI_KIND_BATCH_DECODE = 2,      /* paged batch decode: fijit_batch_decode.h */
+    FI_KIND_PREFILL = 3,           /* single-request prefill: fijit_prefill.h */
+    FI_KIND_BATCH_PREFILL_RAGGED = 4, /* batch prefill over ragged K/V: fijit_prefill.h */
+    FI_KIND_BATCH_PREFILL_PAGED = 5,  /* batch prefill over a paged K/V cache: fijit_prefill.h */
 } fi_kernel_kind;
 
 typedef enum fi_dtype {
     FI_DTYPE_FP16 = 1,
     FI_DTYPE_BF16 = 2,
-    FI_DTYPE_FP8_E4M3 = 3, /* reserved */
-    FI_DTYPE_FP8_E5M2 = 4, /* reserved */
+    FI_DTYPE_FP8_E4M3 = 3, /* kv_dtype of the decode kinds only, with a per-tensor scale */
+    FI_DTYPE_FP8_E5M2 = 4, /* likewise */
 } fi_dtype;
 
 typedef enum fi_mask {
     FI_MASK_NONE = 0,
-    FI_MASK_CAUSAL = 1, /* reserved for prefill */
+    FI_MASK_CAUSAL = 1, /* prefill kinds; aligned bottom-right when qo_len < kv_len */
     FI_MASK_WINDOW = 2, /* sliding window: keys with index >= last - window_left */
-    FI_MASK_CUSTOM = 3, /* reserved */
+    FI_MASK_CUSTOM = 3, /* prefill kinds: one bit per (query, key), see fijit_prefill.h */
 } fi_mask;
 
 typedef enum fi_pos_encoding {

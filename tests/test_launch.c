@@ -166,6 +166,38 @@ static void decode_args_for(fi_decode_args *a, int kv_len)
     a->k_stride_h = a->v_stride_h = 128;
 }
 
+/* A single prefill of len queries and keys in NHD, q heads qo_heads, kv heads kv_heads. */
+static void prefill_args_for(fi_prefill_args *a, int qo_heads, int kv_heads, int len, int hd)
+{
+    a->q = DEV(0);
+    a->k = DEV(1);
+    a->v = DEV(2);
+    a->o = DEV(3);
+    a->num_qo_heads = qo_heads;
+    a->num_kv_heads = kv_heads;
+    a->qo_len = a->kv_len = len;
+    a->q_stride_n = a->o_stride_n = qo_heads * hd;
+    a->k_stride_n = a->v_stride_n = kv_heads * hd;
+    a->q_stride_h = a->o_stride_h = a->k_stride_h = a->v_stride_h = hd;
+}
+
+/* Batch decode over HND pages of 16 tokens, 32 q heads on 8 kv heads. */
+static void batch_decode_args_for(fi_batch_decode_args *a, int hd, void *ws, size_t bytes)
+{
+    a->q = DEV(0);
+    a->k = DEV(1);
+    a->v = DEV(2);
+    a->o = DEV(3);
+    a->kv_indices = DEV(4);
+    a->q_stride_b = a->o_stride_b = 32 * hd;
+    a->q_stride_h = a->o_stride_h = hd;
+    a->k_stride_page = a->v_stride_page = 8 * 16 * hd;
+    a->k_stride_h = a->v_stride_h = 16 * hd;
+    a->k_stride_n = a->v_stride_n = hd;
+    a->workspace = ws;
+    a->workspace_bytes = bytes;
+}
+
 TEST(decode_launch_matches_its_plan_and_workspace)
 {
     fi_jit_ctx *ctx = NULL;
@@ -238,14 +270,7 @@ TEST(rope_frequencies_reach_every_kind)
     {
         fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_ROPE_LLAMA);
         fi_prefill_args a = FI_PREFILL_ARGS_INIT;
-        a.q = DEV(0);
-        a.k = DEV(1);
-        a.v = DEV(2);
-        a.o = DEV(3);
-        a.num_qo_heads = a.num_kv_heads = 4;
-        a.qo_len = a.kv_len = 64;
-        a.q_stride_n = a.o_stride_n = a.k_stride_n = a.v_stride_n = 4 * 128;
-        a.q_stride_h = a.o_stride_h = a.k_stride_h = a.v_stride_h = 128;
+        prefill_args_for(&a, 4, 4, 64, 128);
         a.rope_scale = 4.f;
         a.rope_theta = 1e6f;
         CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
@@ -286,18 +311,7 @@ TEST(batch_decode_launch_reads_the_uploaded_plan)
     CHECK(n == items && memcmp(ws, work, (size_t)n * sizeof *work) == 0);
 
     fi_batch_decode_args a = FI_BATCH_DECODE_ARGS_INIT;
-    a.q = DEV(0);
-    a.k = DEV(1);
-    a.v = DEV(2);
-    a.o = DEV(3);
-    a.kv_indices = DEV(4);
-    a.q_stride_b = a.o_stride_b = 32 * 128;
-    a.q_stride_h = a.o_stride_h = 128;
-    a.k_stride_page = a.v_stride_page = 8 * 16 * 128; /* HND */
-    a.k_stride_h = a.v_stride_h = 16 * 128;
-    a.k_stride_n = a.v_stride_n = 128;
-    a.workspace = ws;
-    a.workspace_bytes = bytes;
+    batch_decode_args_for(&a, 128, ws, bytes);
     CHECK_OK(fi_batch_decode_run(ctx, plan, &a, NULL));
     const fi_batch_decode_params *p = &seen.p.batch_decode;
     CHECK_MSG(seen.count == 1 && strcmp(seen.name, "fi_batch_decode_kernel") == 0, "%d: %s",
@@ -325,17 +339,7 @@ TEST(prefill_launch_picks_a_tile_kernel_and_its_geometry)
     fi_jit_ctx *ctx = NULL;
     fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_NONE);
     fi_prefill_args a = FI_PREFILL_ARGS_INIT;
-    a.q = DEV(0);
-    a.k = DEV(1);
-    a.v = DEV(2);
-    a.o = DEV(3);
-    a.num_qo_heads = 32;
-    a.num_kv_heads = 8;
-    a.qo_len = a.kv_len = 1000;
-    a.q_stride_n = a.o_stride_n = 32 * 128;
-    a.q_stride_h = a.o_stride_h = 128;
-    a.k_stride_n = a.v_stride_n = 8 * 128;
-    a.k_stride_h = a.v_stride_h = 128;
+    prefill_args_for(&a, 32, 8, 1000, 128);
     CHECK_OK(launch_ctx(&ctx));
     for (int forced = 0; forced <= 16; forced += 16) {
         a.cta_tile_q = forced;
@@ -466,5 +470,124 @@ TEST(a_failed_launch_is_reported_with_the_driver_message)
     seen.result = CUDA_SUCCESS;
     CHECK_OK(fi_decode_run(ctx, &s, &a, NULL)); /* nothing was left half-done */
     CHECK(seen.count == 2);
+    fi_jit_ctx_free(ctx);
+}
+
+/* ---- every shared-memory size a launch can ask for ------------------------------
+ * The fake refuses dynamic shared memory above what the function opted into,
+ * so these sweeps check each tuple's size and opt-in at the ring depths its
+ * plans choose (sanitizer runs: head_dim 128 only). */
+
+static int sweep_head_dim(int i) { return check_quick() ? (i == 0 ? 128 : 0) : 64 << i; }
+
+TEST(every_decode_tuple_launches_with_its_shared_memory)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    static unsigned char ws[16 << 20] __attribute__((aligned(256)));
+    const int lens[2] = {512, 20000}; /* a few splits and a shallow ring; many and a deep one */
+    for (int h = 0; h < 3 && sweep_head_dim(h); h++)
+        for (int fp8 = 0; fp8 < 2; fp8++)
+            for (int rope = 0; rope < 2; rope++)
+                for (int l = 0; l < 2; l++) {
+                    const int hd = sweep_head_dim(h), kvb = fp8 ? 1 : 2, len = lens[l];
+                    fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_NONE,
+                                            rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE);
+                    s.head_dim = hd;
+                    s.kv_dtype = fp8 ? FI_DTYPE_FP8_E4M3 : FI_DTYPE_FP16;
+                    fi_decode_args a = FI_DECODE_ARGS_INIT;
+                    decode_args_for(&a, len);
+                    a.q_stride_h = a.o_stride_h = a.k_stride_h = a.v_stride_h = hd;
+                    a.k_stride_n = a.v_stride_n = 8 * hd;
+                    size_t bytes = 0;
+                    CHECK_OK(fi_decode_workspace_size(ctx, &s, &a, &bytes));
+                    CHECK(bytes <= sizeof ws);
+                    a.workspace = ws;
+                    a.workspace_bytes = bytes;
+                    const int rc = fi_decode_run(ctx, &s, &a, NULL);
+                    const fi_decode_params *p = &seen.p.decode;
+                    CHECK_MSG(rc == 0, "hd %d fp8 %d rope %d len %d: %s", hd, fp8, rope, len,
+                              fi_last_error());
+                    CHECK_MSG(seen.smem == (unsigned)FI_DECODE_SMEM_BYTES(hd, kvb, rope, p->stages) &&
+                                  seen.grid[0] == (unsigned)p->num_splits,
+                              "hd %d fp8 %d rope %d len %d: smem %u, %d stages, grid %u, %d splits",
+                              hd, fp8, rope, len, seen.smem, p->stages, seen.grid[0],
+                              p->num_splits);
+                }
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(every_batch_decode_tuple_launches_with_its_shared_memory)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    static unsigned char ws[16 << 20] __attribute__((aligned(256)));
+    /* One long request (split, a deep ring) and 64 short ones (neither). */
+    static int32_t indptr[2][65], last[2][64];
+    const int batches[2] = {1, 64}, pages[2] = {1250, 20};
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < batches[c]; b++) {
+            indptr[c][b + 1] = indptr[c][b] + pages[c];
+            last[c][b] = 16;
+        }
+    for (int h = 0; h < 3 && sweep_head_dim(h); h++)
+        for (int fp8 = 0; fp8 < 2; fp8++)
+            for (int rope = 0; rope < 2; rope++)
+                for (int c = 0; c < 2; c++) {
+                    const int hd = sweep_head_dim(h), kvb = fp8 ? 1 : 2;
+                    fi_jit_spec s = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE,
+                                            rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE);
+                    s.head_dim = hd;
+                    s.kv_dtype = fp8 ? FI_DTYPE_FP8_E4M3 : FI_DTYPE_FP16;
+                    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
+                    info.batch = batches[c];
+                    info.kv_indptr = indptr[c];
+                    info.kv_last_page_len = last[c];
+                    info.num_qo_heads = 32;
+                    info.num_kv_heads = 8;
+                    fi_batch_decode_plan *plan = NULL;
+                    size_t bytes = 0;
+                    CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
+                    int items = 0, splits = 0;
+                    const int ok = fi_batch_decode_plan_describe(plan, &items, &splits) == 0 &&
+                                   fi_batch_decode_plan_workspace_size(plan, &bytes) == 0 &&
+                                   bytes <= sizeof ws &&
+                                   fi_batch_decode_plan_upload(plan, ws, bytes) == 0;
+                    fi_batch_decode_args a = FI_BATCH_DECODE_ARGS_INIT;
+                    batch_decode_args_for(&a, hd, ws, bytes);
+                    const int rc = ok ? fi_batch_decode_run(ctx, plan, &a, NULL) : -1;
+                    fi_batch_decode_plan_free(plan);
+                    const fi_batch_decode_params *p = &seen.p.batch_decode;
+                    CHECK_MSG(rc == 0, "hd %d fp8 %d rope %d batch %d: %s", hd, fp8, rope,
+                              batches[c], fi_last_error());
+                    CHECK_MSG(seen.smem == (unsigned)FI_DECODE_SMEM_BYTES(hd, kvb, rope, p->stages) &&
+                                  seen.grid[0] == (unsigned)items && (c == 1 || splits > 1),
+                              "hd %d fp8 %d rope %d batch %d: smem %u, %d stages, grid %u, %d "
+                              "items, %d splits", hd, fp8, rope, batches[c], seen.smem,
+                              p->stages, seen.grid[0], items, splits);
+                }
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(every_prefill_tile_launches_with_its_shared_memory)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    for (int h = 0; h < 3 && sweep_head_dim(h); h++)
+        for (int idx = 0; idx < FI_PREFILL_NUM_TILES; idx++) {
+            const int hd = sweep_head_dim(h);
+            fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_NONE, FI_POS_NONE);
+            s.head_dim = hd;
+            fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+            prefill_args_for(&a, 2, 2, 300, hd);
+            a.cta_tile_q = FI_PREFILL_TILE_Q(idx);
+            const int rc = fi_prefill_run(ctx, &s, &a, NULL);
+            CHECK_MSG(rc == 0, "hd %d tile %d: %s", hd, a.cta_tile_q, fi_last_error());
+            CHECK_MSG(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd) &&
+                          seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, hd) * 32 &&
+                          seen.grid[0] == (unsigned)((300 + a.cta_tile_q - 1) / a.cta_tile_q),
+                      "hd %d tile %d: smem %u block %u grid %u", hd, a.cta_tile_q, seen.smem,
+                      seen.block[0], seen.grid[0]);
+        }
     fi_jit_ctx_free(ctx);
 }
