@@ -46,6 +46,9 @@ typedef struct cli_args {
  * (0 after printing help, CLI_EXIT_USAGE after printing what is wrong). */
 int cli_parse(const cli_command *cmd, cli_option *options, int argc, char **argv,
               cli_args *out);
+/* cli_parse for a subcommand that takes options only: a positional argument
+ * is a usage error. */
+int cli_parse_options(const cli_command *cmd, cli_option *options, int argc, char **argv);
 
 /* Print "fijit CMD: <message>" and the usage to stderr; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...)

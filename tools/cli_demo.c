@@ -126,11 +126,8 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
         [OPT_KV_LEN] = {"kv-len", 0, 1, 0, NULL},
         {0},
     };
-    cli_args args;
-    int rc = cli_parse(cmd, options, argc, argv, &args);
+    int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
-    if (args.positional_count)
-        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
     int kv_len = 4096;
     if (options[OPT_KV_LEN].value && cli_parse_positive_int(options[OPT_KV_LEN].value, &kv_len) < 0)
         return cli_usage_error(cmd, "--kv-len '%s': expected a positive number",

@@ -148,6 +148,15 @@ int cli_parse(const cli_command *cmd, cli_option *options, int argc, char **argv
     return -1;
 }
 
+int cli_parse_options(const cli_command *cmd, cli_option *options, int argc, char **argv)
+{
+    cli_args args;
+    int rc = cli_parse(cmd, options, argc, argv, &args);
+    if (rc < 0 && args.positional_count)
+        rc = cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
+    return rc;
+}
+
 int cli_parse_positive_int(const char *text, int *out)
 {
     char *end;

@@ -141,11 +141,8 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
         [OPT_KEYS] = {"keys", 0, 0, 0, NULL},
         {0},
     };
-    cli_args args;
-    int rc = cli_parse(cmd, options, argc, argv, &args);
+    int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
-    if (args.positional_count)
-        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
 
     list_filter filter = {0};
     if (options[OPT_KERNEL].value &&
@@ -216,11 +213,8 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
         [OPT_ZERO] = {"zero", 'z', 0, 0, NULL},
         {0},
     };
-    cli_args args;
-    int rc = cli_parse(cmd, options, argc, argv, &args);
+    int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
-    if (args.positional_count)
-        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
 
     fi_store *st = NULL;
     fi_jit_stats s;
@@ -278,11 +272,8 @@ static int cmd_verify(const cli_command *cmd, int argc, char **argv)
         [OPT_REPAIR] = {"repair", 0, 0, 0, NULL},
         {0},
     };
-    cli_args args;
-    int rc = cli_parse(cmd, options, argc, argv, &args);
+    int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
-    if (args.positional_count)
-        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
 
     fi_store *st = NULL;
     fi_jit_stats s;
@@ -324,11 +315,8 @@ out:
 
 static int cmd_clear(const cli_command *cmd, int argc, char **argv)
 {
-    cli_args args;
-    int rc = cli_parse(cmd, NULL, argc, argv, &args);
+    int rc = cli_parse_options(cmd, NULL, argc, argv);
     if (rc >= 0) return rc;
-    if (args.positional_count)
-        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
 
     fi_store *st = NULL;
     fi_jit_stats before;
@@ -356,11 +344,8 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
         [OPT_OLDER_THAN] = {"older-than", 0, 1, 0, NULL},
         {0},
     };
-    cli_args args;
-    int rc = cli_parse(cmd, options, argc, argv, &args);
+    int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
-    if (args.positional_count)
-        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
 
     int64_t max_bytes = -1, older_than = 0;
     const char *size_text = options[OPT_MAX_SIZE].value;
@@ -404,11 +389,8 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
 
 static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
 {
-    cli_args args;
-    int rc = cli_parse(cmd, NULL, argc, argv, &args);
+    int rc = cli_parse_options(cmd, NULL, argc, argv);
     if (rc >= 0) return rc;
-    if (args.positional_count)
-        return cli_usage_error(cmd, "unexpected argument '%s'", args.positional[0]);
 
     printf("fijit version        %s (header %d.%d.%d)\n", fi_version_string(),
            FIJIT_VERSION_MAJOR, FIJIT_VERSION_MINOR, FIJIT_VERSION_PATCH);
