@@ -181,6 +181,20 @@ static void prefill_args_for(fi_prefill_args *a, int qo_heads, int kv_heads, int
     a->q_stride_h = a->o_stride_h = a->k_stride_h = a->v_stride_h = hd;
 }
 
+/* A batch of pages of 16 tokens, 32 q heads on 8 kv heads; the SM count
+ * from the (fake) device. */
+static fi_batch_decode_plan_info plan_info_for(int batch, const int32_t *indptr, const int32_t *last)
+{
+    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
+    info.batch = batch;
+    info.kv_indptr = indptr;
+    info.kv_last_page_len = last;
+    info.num_qo_heads = 32;
+    info.num_kv_heads = 8;
+    info.page_size = 16;
+    return info;
+}
+
 /* Batch decode over HND pages of 16 tokens, 32 q heads on 8 kv heads. */
 static void batch_decode_args_for(fi_batch_decode_args *a, int hd, void *ws, size_t bytes)
 {
@@ -289,13 +303,7 @@ TEST(batch_decode_launch_reads_the_uploaded_plan)
      * the (fake) device for its SM count. */
     int32_t indptr[5] = {0, 0, 1, 8, 8 + 2500};
     int32_t last[4] = {0, 1, 4, 16};
-    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
-    info.batch = 4;
-    info.kv_indptr = indptr;
-    info.kv_last_page_len = last;
-    info.num_qo_heads = 32;
-    info.num_kv_heads = 8;
-    info.page_size = 16;
+    const fi_batch_decode_plan_info info = plan_info_for(4, indptr, last);
     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
     int items = 0, max_splits = 0;
     size_t bytes = 0;
@@ -539,12 +547,8 @@ TEST(every_batch_decode_tuple_launches_with_its_shared_memory)
                                             rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE);
                     s.head_dim = hd;
                     s.kv_dtype = fp8 ? FI_DTYPE_FP8_E4M3 : FI_DTYPE_FP16;
-                    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
-                    info.batch = batches[c];
-                    info.kv_indptr = indptr[c];
-                    info.kv_last_page_len = last[c];
-                    info.num_qo_heads = 32;
-                    info.num_kv_heads = 8;
+                    const fi_batch_decode_plan_info info =
+                        plan_info_for(batches[c], indptr[c], last[c]);
                     fi_batch_decode_plan *plan = NULL;
                     size_t bytes = 0;
                     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
@@ -589,5 +593,100 @@ TEST(every_prefill_tile_launches_with_its_shared_memory)
                       "hd %d tile %d: smem %u block %u grid %u", hd, a.cta_tile_q, seen.smem,
                       seen.block[0], seen.grid[0]);
         }
+    fi_jit_ctx_free(ctx);
+}
+
+TEST(decode_scalars_reach_the_kernel)
+{
+    fi_jit_ctx *ctx = NULL;
+    static const float slopes[32];
+    CHECK_OK(launch_ctx(&ctx));
+    fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_WINDOW, FI_POS_ALIBI);
+    s.soft_cap = 1;
+    fi_decode_args a = FI_DECODE_ARGS_INIT;
+    decode_args_for(&a, 300);
+    a.num_splits = 1;
+    a.sm_scale = 0.25f;
+    a.soft_cap = 30.f;
+    a.window_left = 77;
+    a.alibi_slopes = slopes;
+    a.lse = (float *)DEV(5);
+    a.rope_offset = 9;
+    CHECK_OK(fi_decode_run(ctx, &s, &a, NULL));
+    const fi_decode_params *p = &seen.p.decode;
+    CHECK(p->sm_scale == 0.25f && p->soft_cap == 30.f && p->window_left == 77);
+    CHECK(p->alibi_slopes == slopes && p->lse == a.lse && p->rope_offset == 9);
+    /* Without the window mask or soft-cap in the spec, their arguments are ignored. */
+    s = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    CHECK_OK(fi_decode_run(ctx, &s, &a, NULL));
+    CHECK(p->window_left == -1 && p->soft_cap == 0.f);
+    fi_jit_ctx_free(ctx);
+}
+
+/* A variant's declared parameters, packed by name into the parameter block of
+ * every kind (natural alignment: the float, then the int, then the pointer). */
+TEST(variant_arguments_reach_every_kind)
+{
+    static const char *const snippet = "//! param float scale\n"
+                                       "//! param int shift\n"
+                                       "//! param const float* bias\n"
+                                       "struct Variant : fijit::DefaultVariant {};\n";
+    static const float bias[32];
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    CHECK_OK(fi_jit_variant_register(ctx, "packed", snippet, 0));
+    fi_variant_arg args[3] = {{"bias", FI_VARG_PTR, {.ptr = bias}},
+                              {"scale", FI_VARG_FLOAT, {.f = 1.5f}},
+                              {"shift", FI_VARG_INT, {.i = -3}}};
+    struct {
+        float scale;
+        int shift;
+        const float *bias;
+    } want = {1.5f, -3, bias};
+    for (int kind = 0; kind < 3; kind++) {
+        const unsigned long long *words = NULL;
+        int rc = -1;
+        if (kind == 0) {
+            fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_NONE);
+            s.variant = "packed";
+            fi_decode_args a = FI_DECODE_ARGS_INIT;
+            decode_args_for(&a, 100);
+            a.num_splits = 1;
+            a.variant_args = args;
+            a.num_variant_args = 3;
+            rc = fi_decode_run(ctx, &s, &a, NULL);
+            words = seen.p.decode.variant_params;
+        } else if (kind == 1) {
+            fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_NONE);
+            s.variant = "packed";
+            fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+            prefill_args_for(&a, 4, 4, 64, 128);
+            a.variant_args = args;
+            a.num_variant_args = 3;
+            rc = fi_prefill_run(ctx, &s, &a, NULL);
+            words = seen.p.prefill.variant_params;
+        } else {
+            fi_jit_spec s = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
+            s.variant = "packed";
+            int32_t indptr[2] = {0, 4}, last[1] = {16};
+            const fi_batch_decode_plan_info info = plan_info_for(1, indptr, last);
+            fi_batch_decode_plan *plan = NULL;
+            static unsigned char ws[1 << 20] __attribute__((aligned(256)));
+            size_t bytes = 0;
+            CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
+            rc = fi_batch_decode_plan_workspace_size(plan, &bytes);
+            if (rc == 0 && bytes <= sizeof ws) rc = fi_batch_decode_plan_upload(plan, ws, bytes);
+            fi_batch_decode_args a = FI_BATCH_DECODE_ARGS_INIT;
+            batch_decode_args_for(&a, 128, ws, bytes);
+            a.variant_args = args;
+            a.num_variant_args = 3;
+            if (rc == 0) rc = fi_batch_decode_run(ctx, plan, &a, NULL);
+            fi_batch_decode_plan_free(plan);
+            words = seen.p.batch_decode.variant_params;
+        }
+        CHECK_MSG(rc == 0, "kind %d: %s", kind, fi_last_error());
+        CHECK_MSG(memcmp(words, &want, sizeof want) == 0, "kind %d: words %llx %llx", kind,
+                  words[0], words[1]);
+    }
     fi_jit_ctx_free(ctx);
 }
