@@ -35,6 +35,7 @@ static fake_function functions[MAX_FUNCTIONS];
 static fake_cuda_launch_hook launch_hook;
 static void *launch_hook_user;
 static int launches;
+static int uncapturable; /* see fake_cuda_uncapturable_calls */
 static int primary_context; /* its address is the device's one context */
 static __thread CUcontext current_context;
 
@@ -53,6 +54,21 @@ API int fake_cuda_launch_count(void)
     const int n = launches;
     pthread_mutex_unlock(&lock);
     return n;
+}
+
+API int fake_cuda_uncapturable_calls(void)
+{
+    pthread_mutex_lock(&lock);
+    const int n = uncapturable;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+static void count_uncapturable(void)
+{
+    pthread_mutex_lock(&lock);
+    uncapturable++;
+    pthread_mutex_unlock(&lock);
 }
 
 /* ---- driver, device and context --------------------------------------------- */
@@ -148,11 +164,16 @@ API CUresult cuCtxGetDevice(CUdevice *device)
     return CUDA_SUCCESS;
 }
 
-API CUresult cuCtxSynchronize(void) { return current_context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+API CUresult cuCtxSynchronize(void)
+{
+    count_uncapturable();
+    return current_context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
 
 API CUresult cuStreamSynchronize(CUstream stream)
 {
     (void)stream;
+    count_uncapturable();
     return current_context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
@@ -169,6 +190,7 @@ static size_t elf_size(const unsigned char *p)
 API CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
     if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
+    count_uncapturable();
     const size_t size = image ? elf_size(image) : 0;
     if (!size) return CUDA_ERROR_INVALID_IMAGE;
     CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
@@ -295,6 +317,7 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 
 API CUresult cuMemAlloc(CUdeviceptr *ptr, size_t bytes)
 {
+    count_uncapturable();
     void *p = bytes ? aligned_alloc(256, (bytes + 255) / 256 * 256) : NULL;
     if (!p) return bytes ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
     *ptr = (CUdeviceptr)(uintptr_t)p;
@@ -303,24 +326,28 @@ API CUresult cuMemAlloc(CUdeviceptr *ptr, size_t bytes)
 
 API CUresult cuMemFree(CUdeviceptr ptr)
 {
+    count_uncapturable();
     free((void *)(uintptr_t)ptr);
     return CUDA_SUCCESS;
 }
 
 API CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
+    count_uncapturable();
     memcpy((void *)(uintptr_t)dst, src, bytes);
     return CUDA_SUCCESS;
 }
 
 API CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 {
+    count_uncapturable();
     memcpy(dst, (const void *)(uintptr_t)src, bytes);
     return CUDA_SUCCESS;
 }
 
 API CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count)
 {
+    count_uncapturable();
     memset((void *)(uintptr_t)dst, value, count);
     return CUDA_SUCCESS;
 }

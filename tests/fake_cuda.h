@@ -34,5 +34,8 @@ typedef CUresult (*fake_cuda_launch_hook)(const fake_cuda_launch *launch, void *
 /* Exported by the fake; look them up with dlsym on its handle. */
 typedef void (*fake_cuda_set_launch_hook_fn)(fake_cuda_launch_hook hook, void *user);
 typedef int (*fake_cuda_launch_count_fn)(void);
+/* Calls so far that a stream capture (CUDA graphs) would not allow: memory
+ * allocation and copies, memsets, synchronisation and module loads. */
+typedef int (*fake_cuda_uncapturable_calls_fn)(void);
 
 #endif

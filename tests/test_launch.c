@@ -26,6 +26,7 @@
 static struct {
     void *lib;
     fake_cuda_set_launch_hook_fn set_launch_hook;
+    fake_cuda_uncapturable_calls_fn uncapturable_calls;
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                        unsigned, CUstream, void **, void **);
     CUresult (*func_set_attribute)(CUfunction, CUfunction_attribute, int);
@@ -52,10 +53,11 @@ static int fake_ready(void)
         (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
     CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");
     *(void **)&fake.set_launch_hook = dlsym(lib, "fake_cuda_set_launch_hook");
+    *(void **)&fake.uncapturable_calls = dlsym(lib, "fake_cuda_uncapturable_calls");
     *(void **)&fake.launch = dlsym(lib, "cuLaunchKernel");
     *(void **)&fake.func_set_attribute = dlsym(lib, "cuFuncSetAttribute");
     CUcontext context = NULL;
-    if (!retain || !set_current || !fake.set_launch_hook || !fake.launch ||
+    if (!retain || !set_current || !fake.set_launch_hook || !fake.uncapturable_calls || !fake.launch ||
         !fake.func_set_attribute || retain(&context, 0) != CUDA_SUCCESS ||
         set_current(context) != CUDA_SUCCESS)
         return 0;
@@ -688,5 +690,65 @@ TEST(variant_arguments_reach_every_kind)
         CHECK_MSG(memcmp(words, &want, sizeof want) == 0, "kind %d: words %llx %llx", kind,
                   words[0], words[1]);
     }
+    fi_jit_ctx_free(ctx);
+}
+
+/* What CUDA-graph capture needs of a run once its kernel is loaded (and, for
+ * the batch kinds, its plan uploaded): one launch and no other driver call
+ * that a capture refuses (copies, memsets, synchronisation, allocation), and
+ * for a plan the same launch every time. */
+TEST(runs_are_single_launches_a_graph_can_capture)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    static unsigned char ws[4 << 20] __attribute__((aligned(256)));
+    fi_jit_spec ds = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    fi_decode_args da = FI_DECODE_ARGS_INIT;
+    decode_args_for(&da, 8000);
+    size_t bytes = 0;
+    CHECK_OK(fi_decode_workspace_size(ctx, &ds, &da, &bytes));
+    CHECK(bytes <= sizeof ws);
+    da.workspace = ws;
+    da.workspace_bytes = bytes;
+
+    int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
+    const fi_batch_decode_plan_info info = plan_info_for(2, indptr, last);
+    fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    fi_batch_decode_plan *plan = NULL;
+    CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &bs, &info));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(plan, &bytes));
+    CHECK(bytes <= sizeof ws / 2);
+    CHECK_OK(fi_batch_decode_plan_upload(plan, ws + sizeof ws / 2, bytes));
+    fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
+    batch_decode_args_for(&ba, 128, ws + sizeof ws / 2, bytes);
+
+    fi_jit_spec ps = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_NONE);
+    fi_prefill_args pa = FI_PREFILL_ARGS_INIT;
+    prefill_args_for(&pa, 32, 8, 500, 128);
+
+    for (int kind = 0; kind < 3; kind++) {
+        fi_batch_decode_params first;
+        unsigned grid0 = 0;
+        int base = 0, launched = 0;
+        for (int run = 0; run < 4; run++) {
+            int rc = kind == 0   ? fi_decode_run(ctx, &ds, &da, NULL)
+                     : kind == 1 ? fi_batch_decode_run(ctx, plan, &ba, NULL)
+                                 : fi_prefill_run(ctx, &ps, &pa, NULL);
+            CHECK_MSG(rc == 0, "kind %d run %d: %s", kind, run, fi_last_error());
+            if (run == 0) { /* the kernel is loaded now */
+                base = fake.uncapturable_calls();
+                launched = seen.count;
+                grid0 = seen.grid[0];
+                memcpy(&first, &seen.p.batch_decode, sizeof first);
+                continue;
+            }
+            CHECK_MSG(fake.uncapturable_calls() == base && seen.count == launched + run,
+                      "kind %d run %d: %d uncapturable calls, %d launches", kind, run,
+                      fake.uncapturable_calls() - base, seen.count - launched);
+            CHECK(seen.grid[0] == grid0);
+            if (kind == 1) CHECK(memcmp(&first, &seen.p.batch_decode, sizeof first) == 0);
+        }
+    }
+    fi_batch_decode_plan_free(plan);
     fi_jit_ctx_free(ctx);
 }
