@@ -36,6 +36,9 @@ static fake_cuda_launch_hook launch_hook;
 static void *launch_hook_user;
 static int launches;
 static int uncapturable; /* see fake_cuda_uncapturable_calls */
+static int fault_countdown; /* > 0: the countdown-th fallible call from now fails */
+static CUresult fault_error;
+static int fault_fired;
 static int primary_context; /* its address is the device's one context */
 static __thread CUcontext current_context;
 
@@ -64,6 +67,45 @@ API int fake_cuda_uncapturable_calls(void)
     return n;
 }
 
+API void fake_cuda_fail_call(int n, CUresult error)
+{
+    pthread_mutex_lock(&lock);
+    fault_countdown = n;
+    fault_error = error;
+    fault_fired = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+API int fake_cuda_fault_fired(void)
+{
+    pthread_mutex_lock(&lock);
+    const int fired = fault_fired;
+    pthread_mutex_unlock(&lock);
+    return fired;
+}
+
+/* The armed fault, when this call is the one it is for. Every entry point
+ * fijit can see fail counts, except cuInit (called once per process),
+ * cuGetErrorString, and the releases (cuModuleUnload, cuMemFree), whose
+ * failure the fake could only model by leaking. */
+static CUresult injected_fault(void)
+{
+    CUresult res = CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    if (fault_countdown > 0 && --fault_countdown == 0) {
+        res = fault_error;
+        fault_fired = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+#define FAULT_POINT()                                                          \
+    do {                                                                       \
+        const CUresult fault__ = injected_fault();                             \
+        if (fault__ != CUDA_SUCCESS) return fault__;                           \
+    } while (0)
+
 static void count_uncapturable(void)
 {
     pthread_mutex_lock(&lock);
@@ -86,6 +128,7 @@ API CUresult cuGetExportTable(const void **table, const CUuuid *id)
 
 API CUresult cuDriverGetVersion(int *version)
 {
+    FAULT_POINT();
     *version = 13000;
     return CUDA_SUCCESS;
 }
@@ -107,6 +150,7 @@ API CUresult cuGetErrorString(CUresult error, const char **text)
 
 API CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
+    FAULT_POINT();
     if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
     *device = 0;
     return CUDA_SUCCESS;
@@ -114,12 +158,14 @@ API CUresult cuDeviceGet(CUdevice *device, int ordinal)
 
 API CUresult cuDeviceGetCount(int *count)
 {
+    FAULT_POINT();
     *count = 1;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device)
 {
+    FAULT_POINT();
     if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
     switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
@@ -134,6 +180,7 @@ API CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUde
 
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device)
 {
+    FAULT_POINT();
     if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
     *context = (CUcontext)(void *)&primary_context;
     return CUDA_SUCCESS;
@@ -141,17 +188,20 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device)
 
 API CUresult cuDevicePrimaryCtxRelease(CUdevice device)
 {
+    FAULT_POINT();
     return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 API CUresult cuCtxGetCurrent(CUcontext *context)
 {
+    FAULT_POINT();
     *context = current_context;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuCtxSetCurrent(CUcontext context)
 {
+    FAULT_POINT();
     if (context && context != (CUcontext)(void *)&primary_context) return CUDA_ERROR_INVALID_CONTEXT;
     current_context = context;
     return CUDA_SUCCESS;
@@ -159,6 +209,7 @@ API CUresult cuCtxSetCurrent(CUcontext context)
 
 API CUresult cuCtxGetDevice(CUdevice *device)
 {
+    FAULT_POINT();
     if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
     *device = 0;
     return CUDA_SUCCESS;
@@ -166,12 +217,14 @@ API CUresult cuCtxGetDevice(CUdevice *device)
 
 API CUresult cuCtxSynchronize(void)
 {
+    FAULT_POINT();
     count_uncapturable();
     return current_context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 API CUresult cuStreamSynchronize(CUstream stream)
 {
+    FAULT_POINT();
     (void)stream;
     count_uncapturable();
     return current_context ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
@@ -189,6 +242,7 @@ static size_t elf_size(const unsigned char *p)
 
 API CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
+    FAULT_POINT();
     if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
     count_uncapturable();
     const size_t size = image ? elf_size(image) : 0;
@@ -223,6 +277,7 @@ API CUresult cuModuleUnload(CUmodule module)
 
 API CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
 {
+    FAULT_POINT();
     fake_module *m = (fake_module *)(void *)module;
     const size_t len = strlen(name);
     CUresult res = CUDA_ERROR_INVALID_HANDLE;
@@ -257,6 +312,7 @@ static fake_function *function_of(CUfunction f)
 
 API CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attribute, CUfunction f)
 {
+    FAULT_POINT();
     pthread_mutex_lock(&lock);
     fake_function *fn = function_of(f);
     if (fn) {
@@ -273,6 +329,7 @@ API CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attribute, CUfu
 
 API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int value)
 {
+    FAULT_POINT();
     CUresult res = CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_lock(&lock);
     fake_function *fn = function_of(f);
@@ -291,6 +348,7 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                             unsigned by, unsigned bz, unsigned smem, CUstream stream,
                             void **params, void **extra)
 {
+    FAULT_POINT();
     if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
     fake_function *fn = function_of(f);
@@ -317,6 +375,7 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 
 API CUresult cuMemAlloc(CUdeviceptr *ptr, size_t bytes)
 {
+    FAULT_POINT();
     count_uncapturable();
     void *p = bytes ? aligned_alloc(256, (bytes + 255) / 256 * 256) : NULL;
     if (!p) return bytes ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
@@ -333,6 +392,7 @@ API CUresult cuMemFree(CUdeviceptr ptr)
 
 API CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
+    FAULT_POINT();
     count_uncapturable();
     memcpy((void *)(uintptr_t)dst, src, bytes);
     return CUDA_SUCCESS;
@@ -340,6 +400,7 @@ API CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 
 API CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 {
+    FAULT_POINT();
     count_uncapturable();
     memcpy(dst, (const void *)(uintptr_t)src, bytes);
     return CUDA_SUCCESS;
@@ -347,6 +408,7 @@ API CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 
 API CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count)
 {
+    FAULT_POINT();
     count_uncapturable();
     memset((void *)(uintptr_t)dst, value, count);
     return CUDA_SUCCESS;

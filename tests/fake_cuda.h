@@ -37,5 +37,9 @@ typedef int (*fake_cuda_launch_count_fn)(void);
 /* Calls so far that a stream capture (CUDA graphs) would not allow: memory
  * allocation and copies, memsets, synchronisation and module loads. */
 typedef int (*fake_cuda_uncapturable_calls_fn)(void);
+/* Make the n-th fallible driver call from now (n >= 1; 0 disarms) return
+ * `error`; fake_cuda_fault_fired says whether it has happened. */
+typedef void (*fake_cuda_fail_call_fn)(int n, CUresult error);
+typedef int (*fake_cuda_fault_fired_fn)(void);
 
 #endif

@@ -27,6 +27,8 @@ static struct {
     void *lib;
     fake_cuda_set_launch_hook_fn set_launch_hook;
     fake_cuda_uncapturable_calls_fn uncapturable_calls;
+    fake_cuda_fail_call_fn fail_call;
+    fake_cuda_fault_fired_fn fault_fired;
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                        unsigned, CUstream, void **, void **);
     CUresult (*func_set_attribute)(CUfunction, CUfunction_attribute, int);
@@ -54,10 +56,13 @@ static int fake_ready(void)
     CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");
     *(void **)&fake.set_launch_hook = dlsym(lib, "fake_cuda_set_launch_hook");
     *(void **)&fake.uncapturable_calls = dlsym(lib, "fake_cuda_uncapturable_calls");
+    *(void **)&fake.fail_call = dlsym(lib, "fake_cuda_fail_call");
+    *(void **)&fake.fault_fired = dlsym(lib, "fake_cuda_fault_fired");
     *(void **)&fake.launch = dlsym(lib, "cuLaunchKernel");
     *(void **)&fake.func_set_attribute = dlsym(lib, "cuFuncSetAttribute");
     CUcontext context = NULL;
-    if (!retain || !set_current || !fake.set_launch_hook || !fake.uncapturable_calls || !fake.launch ||
+    if (!retain || !set_current || !fake.set_launch_hook || !fake.uncapturable_calls ||
+        !fake.fail_call || !fake.fault_fired || !fake.launch ||
         !fake.func_set_attribute || retain(&context, 0) != CUDA_SUCCESS ||
         set_current(context) != CUDA_SUCCESS)
         return 0;
@@ -437,24 +442,31 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
     fi_jit_ctx_free(ctx);
 }
 
-TEST(merge_states_launch_covers_every_row)
+/* Merge `states` states of `heads` heads for `seq` positions, contiguous, hd 128. */
+static fi_merge_states_args merge_args_for(int seq, int states, int heads)
 {
-    fi_jit_ctx *ctx = NULL;
-    CHECK_OK(launch_ctx(&ctx));
     fi_merge_states_args a = FI_MERGE_STATES_ARGS_INIT;
     a.v = DEV(0);
     a.s = DEV(1);
     a.v_out = DEV(2);
-    a.seq_len = 3;
-    a.num_states = 4;
-    a.num_heads = 8;
+    a.seq_len = seq;
+    a.num_states = states;
+    a.num_heads = heads;
     a.v_stride_h = 128;
-    a.v_stride_state = 8 * 128;
-    a.v_stride_seq = 4 * 8 * 128;
-    a.s_stride_state = 8;
-    a.s_stride_seq = 4 * 8;
+    a.v_stride_state = heads * 128;
+    a.v_stride_seq = states * heads * 128;
+    a.s_stride_state = heads;
+    a.s_stride_seq = states * heads;
     a.o_stride_h = 128;
-    a.o_stride_seq = 8 * 128;
+    a.o_stride_seq = heads * 128;
+    return a;
+}
+
+TEST(merge_states_launch_covers_every_row)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    const fi_merge_states_args a = merge_args_for(3, 4, 8);
     CHECK_OK(fi_merge_states(ctx, FI_DTYPE_FP16, 128, &a, NULL));
     const fi_merge_states_params *p = &seen.p.merge;
     CHECK_MSG(seen.count == 1 && strcmp(seen.name, "fi_merge_states_kernel") == 0, "%s", seen.name);
@@ -751,4 +763,90 @@ TEST(runs_are_single_launches_a_graph_can_capture)
     }
     fi_batch_decode_plan_free(plan);
     fi_jit_ctx_free(ctx);
+}
+
+/* Every kind's host path once, on `ctx`: 0 when all succeeded, else the
+ * first error (each call must return 0 or a negative fijit code). */
+static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)
+{
+    int rc, first = 0;
+#define STEP(expr)                                                             \
+    do {                                                                       \
+        rc = (expr);                                                           \
+        if (rc > 0) return 1000; /* not a fijit return code */                 \
+        if (rc < 0 && !first) first = rc;                                      \
+    } while (0)
+    fi_jit_spec ds = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_ROPE_LLAMA);
+    fi_decode_args da = FI_DECODE_ARGS_INIT;
+    decode_args_for(&da, 8000);
+    size_t bytes = 0;
+    STEP(fi_decode_workspace_size(ctx, &ds, &da, &bytes));
+    da.workspace = ws;
+    da.workspace_bytes = ws_bytes / 2;
+    if (rc == 0 && bytes <= ws_bytes / 2) STEP(fi_decode_run(ctx, &ds, &da, NULL));
+
+    int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
+    const fi_batch_decode_plan_info info = plan_info_for(2, indptr, last);
+    fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    fi_batch_decode_plan *plan = NULL;
+    STEP(fi_batch_decode_plan_new(&plan, ctx, &bs, &info));
+    if (plan) {
+        unsigned char *pws = ws + ws_bytes / 2;
+        STEP(fi_batch_decode_plan_workspace_size(plan, &bytes));
+        if (rc == 0 && bytes <= ws_bytes / 2) STEP(fi_batch_decode_plan_upload(plan, pws, bytes));
+        if (rc == 0) {
+            fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
+            batch_decode_args_for(&ba, 128, pws, bytes);
+            STEP(fi_batch_decode_run(ctx, plan, &ba, NULL));
+        }
+        fi_batch_decode_plan_free(plan);
+    }
+
+    fi_jit_spec ps = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_NONE);
+    fi_prefill_args pa = FI_PREFILL_ARGS_INIT;
+    prefill_args_for(&pa, 32, 8, 500, 128);
+    STEP(fi_prefill_run(ctx, &ps, &pa, NULL));
+
+    const fi_merge_states_args ma = merge_args_for(2, 3, 4);
+    STEP(fi_merge_states(ctx, FI_DTYPE_FP16, 128, &ma, NULL));
+#undef STEP
+    return first;
+}
+
+/* Fault loop over the driver: for n = 1, 2, ... the n-th driver call fails.
+ * Every call returns 0 or an error (no crash; the sanitizer runs see no leak
+ * or bad access), a failure that reaches a caller is a fijit error with the
+ * driver's message, and the same context then runs everything cleanly:
+ * nothing half-loaded or half-planned is left behind. */
+TEST(a_failing_driver_call_anywhere_leaves_a_usable_context)
+{
+    static unsigned char ws[8 << 20] __attribute__((aligned(256)));
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    CHECK_OK(every_kind_once(ctx, ws, sizeof ws)); /* compiles into the cache */
+    fi_jit_ctx_free(ctx);
+    int n = 1, failures = 0;
+    for (; n < 400; n++) {
+        CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+        fake.fail_call(n, CUDA_ERROR_LAUNCH_FAILED);
+        const int rc = every_kind_once(ctx, ws, sizeof ws);
+        const int fired = fake.fault_fired();
+        fake.fail_call(0, CUDA_SUCCESS);
+        CHECK_MSG(rc <= 0, "call %d: a positive return code", n);
+        if (!fired) { /* the sequence has fewer than n driver calls */
+            CHECK_OK(rc);
+            fi_jit_ctx_free(ctx);
+            break;
+        }
+        if (rc < 0) {
+            failures++;
+            CHECK_MSG(strstr(fi_last_error(), "failed") || strstr(fi_last_error(), "CUDA"),
+                      "call %d: %s", n, fi_last_error());
+        }
+        const int again = every_kind_once(ctx, ws, sizeof ws);
+        CHECK_MSG(again == 0, "call %d failed, then the context: %d %s", n, again, fi_last_error());
+        fi_jit_ctx_free(ctx);
+    }
+    CHECK_MSG(n > 20 && n < 400 && failures > 10, "%d driver calls, %d reached the caller", n - 1,
+              failures);
 }
