@@ -807,6 +807,32 @@ static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)
     prefill_args_for(&pa, 32, 8, 500, 128);
     STEP(fi_prefill_run(ctx, &ps, &pa, NULL));
 
+    fi_jit_spec rs = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_CAUSAL, FI_POS_NONE);
+    int32_t qo_indptr[3] = {0, 100, 130}, kv_indptr[3] = {0, 100, 200};
+    fi_batch_prefill_plan_args rpa = FI_BATCH_PREFILL_PLAN_ARGS_INIT;
+    rpa.batch_size = 2;
+    rpa.qo_indptr = qo_indptr;
+    rpa.kv_indptr = kv_indptr;
+    rpa.num_qo_heads = 32;
+    rpa.num_kv_heads = 8;
+    fi_prefill_plan *rplan = NULL;
+    STEP(fi_batch_prefill_workspace_size(&bytes, &rs, &rpa));
+    if (rc == 0 && bytes <= ws_bytes / 2) STEP(fi_batch_prefill_plan(&rplan, ctx, &rs, &rpa, ws, bytes));
+    if (rplan) {
+        fi_batch_prefill_args ra = FI_BATCH_PREFILL_ARGS_INIT;
+        ra.q = DEV(0);
+        ra.k = DEV(1);
+        ra.v = DEV(2);
+        ra.o = DEV(3);
+        ra.qo_indptr = DEV(4);
+        ra.kv_indptr = DEV(5);
+        ra.q_stride_n = ra.o_stride_n = 32 * 128;
+        ra.k_stride_n = ra.v_stride_n = 8 * 128;
+        ra.q_stride_h = ra.o_stride_h = ra.k_stride_h = ra.v_stride_h = 128;
+        STEP(fi_batch_prefill_run(ctx, rplan, &ra, NULL));
+        fi_prefill_plan_free(rplan);
+    }
+
     const fi_merge_states_args ma = merge_args_for(2, 3, 4);
     STEP(fi_merge_states(ctx, FI_DTYPE_FP16, 128, &ma, NULL));
 #undef STEP
