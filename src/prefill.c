@@ -147,7 +147,6 @@ static int choose_tile(const int64_t tiles[FI_PREFILL_NUM_TILES], int kv_heads, 
     return max_rows > 16 ? 1 : 2;
 }
 
-/* SM count of the current context's device. */
 static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm_scale,
                          float soft_cap, float rope_scale, float rope_theta, int rope_offset,
                          int window_left)
@@ -156,7 +155,8 @@ static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm
     p->soft_cap = spec->soft_cap ? soft_cap : 0.f;
     p->rope_offset = rope_offset;
     p->window_left = spec->mask == FI_MASK_WINDOW ? window_left : -1;
-    if (spec->pos == FI_POS_ROPE_LLAMA) fi__rope_fill(p->rope_freq, spec->head_dim, rope_scale, rope_theta);
+    if (spec->pos == FI_POS_ROPE_LLAMA)
+        fi__rope_fill(p->rope_freq, spec->head_dim, rope_scale, rope_theta);
 }
 
 /* Launch tile kernel `idx` of `kernel` on grid (gx, gy). */
