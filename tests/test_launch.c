@@ -219,6 +219,40 @@ static void batch_decode_args_for(fi_batch_decode_args *a, int hd, void *ws, siz
     a->workspace_bytes = bytes;
 }
 
+/* A batch prefill plan over `batch` requests, 32 q heads on 8 kv heads;
+ * `last` NULL: ragged K/V, else pages of 16 tokens. */
+static fi_batch_prefill_plan_args batch_prefill_plan_for(int batch, const int32_t *qo_indptr,
+                                                         const int32_t *kv_indptr,
+                                                         const int32_t *last)
+{
+    fi_batch_prefill_plan_args pa = FI_BATCH_PREFILL_PLAN_ARGS_INIT;
+    pa.batch_size = batch;
+    pa.qo_indptr = qo_indptr;
+    pa.kv_indptr = kv_indptr;
+    pa.kv_last_page_len = last;
+    pa.num_qo_heads = 32;
+    pa.num_kv_heads = 8;
+    pa.page_size = last ? 16 : 0;
+    return pa;
+}
+
+/* Its run: NHD rows (and NHD pages of 16, which the ragged kind ignores), hd 128. */
+static void batch_prefill_args_for(fi_batch_prefill_args *a)
+{
+    a->q = DEV(0);
+    a->k = DEV(1);
+    a->v = DEV(2);
+    a->o = DEV(3);
+    a->qo_indptr = DEV(4);
+    a->kv_indptr = DEV(5);
+    a->kv_indices = DEV(6);
+    a->kv_last_page_len = DEV(7);
+    a->q_stride_n = a->o_stride_n = 32 * 128;
+    a->k_stride_n = a->v_stride_n = 8 * 128;
+    a->q_stride_h = a->o_stride_h = a->k_stride_h = a->v_stride_h = 128;
+    a->k_stride_page = a->v_stride_page = 16 * 8 * 128;
+}
+
 TEST(decode_launch_matches_its_plan_and_workspace)
 {
     fi_jit_ctx *ctx = NULL;
@@ -387,14 +421,7 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
     int32_t qo_indptr[4] = {0, 300, 300, 317};
     int32_t kv_indptr[4] = {0, 40, 40, 42};
     int32_t last[3] = {16, 1, 5};
-    fi_batch_prefill_plan_args pa = FI_BATCH_PREFILL_PLAN_ARGS_INIT;
-    pa.batch_size = 3;
-    pa.qo_indptr = qo_indptr;
-    pa.kv_indptr = kv_indptr;
-    pa.kv_last_page_len = last;
-    pa.num_qo_heads = 32;
-    pa.num_kv_heads = 8;
-    pa.page_size = 16;
+    const fi_batch_prefill_plan_args pa = batch_prefill_plan_for(3, qo_indptr, kv_indptr, last);
     size_t bytes = 0;
     CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
     int *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -402,19 +429,7 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
     memset(ws, 0xab, bytes);
     CHECK_OK(fi_batch_prefill_plan(&plan, ctx, &s, &pa, ws, bytes));
     fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
-    a.q = DEV(0);
-    a.k = DEV(1);
-    a.v = DEV(2);
-    a.o = DEV(3);
-    a.qo_indptr = DEV(4);
-    a.kv_indptr = DEV(5);
-    a.kv_indices = DEV(6);
-    a.kv_last_page_len = DEV(7);
-    a.q_stride_n = a.o_stride_n = 32 * 128;
-    a.q_stride_h = a.o_stride_h = 128;
-    a.k_stride_page = a.v_stride_page = 16 * 8 * 128; /* NHD */
-    a.k_stride_n = a.v_stride_n = 8 * 128;
-    a.k_stride_h = a.v_stride_h = 128;
+    batch_prefill_args_for(&a);
     CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
     const fi_prefill_params *p = &seen.p.prefill;
     int tile = 0, idx = -1;
@@ -809,26 +824,13 @@ static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)
 
     fi_jit_spec rs = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_CAUSAL, FI_POS_NONE);
     int32_t qo_indptr[3] = {0, 100, 130}, kv_indptr[3] = {0, 100, 200};
-    fi_batch_prefill_plan_args rpa = FI_BATCH_PREFILL_PLAN_ARGS_INIT;
-    rpa.batch_size = 2;
-    rpa.qo_indptr = qo_indptr;
-    rpa.kv_indptr = kv_indptr;
-    rpa.num_qo_heads = 32;
-    rpa.num_kv_heads = 8;
+    const fi_batch_prefill_plan_args rpa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, NULL);
     fi_prefill_plan *rplan = NULL;
     STEP(fi_batch_prefill_workspace_size(&bytes, &rs, &rpa));
     if (rc == 0 && bytes <= ws_bytes / 2) STEP(fi_batch_prefill_plan(&rplan, ctx, &rs, &rpa, ws, bytes));
     if (rplan) {
         fi_batch_prefill_args ra = FI_BATCH_PREFILL_ARGS_INIT;
-        ra.q = DEV(0);
-        ra.k = DEV(1);
-        ra.v = DEV(2);
-        ra.o = DEV(3);
-        ra.qo_indptr = DEV(4);
-        ra.kv_indptr = DEV(5);
-        ra.q_stride_n = ra.o_stride_n = 32 * 128;
-        ra.k_stride_n = ra.v_stride_n = 8 * 128;
-        ra.q_stride_h = ra.o_stride_h = ra.k_stride_h = ra.v_stride_h = 128;
+        batch_prefill_args_for(&ra);
         STEP(fi_batch_prefill_run(ctx, rplan, &ra, NULL));
         fi_prefill_plan_free(rplan);
     }
