@@ -88,8 +88,10 @@ struct fi_batch_decode_plan {
     void *uploaded;            /* workspace the work list was copied to */
 };
 
-void fi__batch_decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out)
+void fi__batch_decode_launch_shape(const fi_jit_spec *spec, const char *arch,
+                                   fi_launch_shape *out)
 {
+    (void)arch; /* one shape on every arch */
     FI_UNUSED(spec);
     memset(out, 0, sizeof *out);
     out->block_dim[0] = FI_DECODE_THREADS;

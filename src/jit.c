@@ -571,7 +571,7 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
     e->spec = *key;
     e->device_ctx = device_ctx;
     fi_launch_shape shape;
-    b.kind->launch_shape(spec, &shape);
+    b.kind->launch_shape(spec, arch, &shape);
     memcpy(e->kernel.block_dim, shape.block_dim, sizeof shape.block_dim);
     memcpy(e->kernel.merge_block_dim, shape.merge_block_dim, sizeof shape.merge_block_dim);
     e->kernel.smem_bytes = shape.smem_bytes;

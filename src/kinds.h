@@ -25,8 +25,8 @@ typedef struct fi_kind_info {
     /* Limits of this kind beyond the enum checks; the message names the field
      * and the supported values. */
     int (*check)(const fi_jit_spec *spec);
-    /* Fill the launch shape a caller needs for this spec. */
-    void (*launch_shape)(const fi_jit_spec *spec, fi_launch_shape *out);
+    /* Fill the launch shape a caller needs for this spec compiled for `arch`. */
+    void (*launch_shape)(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out);
 } fi_kind_info;
 
 /* NULL when the kind is unknown or not implemented. */
@@ -44,12 +44,13 @@ int fi__kind_entry_count(const fi_kind_info *kind);
 
 /* Provided by src/decode.c: limits of the decode kinds (single and batch:
  * q = o fp16/bf16, kv the same or fp8; hd 64/128/256; mask none/window). */
-void fi__decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out);
+void fi__decode_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out);
 /* Provided by src/batch_decode.c. */
-void fi__batch_decode_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out);
+void fi__batch_decode_launch_shape(const fi_jit_spec *spec, const char *arch,
+                                   fi_launch_shape *out);
 
 /* Provided by src/prefill.c (all three prefill kinds). */
 int fi__prefill_check(const fi_jit_spec *spec);
-void fi__prefill_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out);
+void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out);
 
 #endif

@@ -62,13 +62,21 @@ int fi__prefill_check(const fi_jit_spec *spec)
     return 0;
 }
 
-void fi__prefill_launch_shape(const fi_jit_spec *spec, fi_launch_shape *out)
+/* 1 when kernels compiled for `arch` use the sm_90a tile shapes
+ * (FI_PREFILL_WGMMA in prefill_params.h). */
+static int is_sm90a(const char *arch)
+{
+    return strcmp(arch, "sm_90a") == 0;
+}
+
+void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out)
 {
     /* Of functions[0] (128-row tiles); the launch code computes the others. */
+    const int sm90a = is_sm90a(arch);
     memset(out, 0, sizeof *out);
-    out->block_dim[0] = (unsigned)FI_PREFILL_WARPS(0, spec->head_dim) * 32u;
+    out->block_dim[0] = (unsigned)FI_PREFILL_WARPS(0, spec->head_dim, sm90a) * 32u;
     out->block_dim[1] = out->block_dim[2] = 1;
-    out->smem_bytes = (unsigned)FI_PREFILL_SMEM_BYTES(0, spec->head_dim);
+    out->smem_bytes = (unsigned)FI_PREFILL_SMEM_BYTES(0, spec->head_dim, sm90a);
     out->param_bytes = (unsigned)sizeof(fi_prefill_params);
 }
 
@@ -164,10 +172,11 @@ static int launch(const fi_jit_kernel *kernel, int idx, int hd, unsigned gx, uns
                   fi_prefill_params *p, CUstream stream, const char *who)
 {
     CUfunction f = kernel->functions[idx];
-    const unsigned block[3] = {(unsigned)FI_PREFILL_WARPS(idx, hd) * 32u, 1, 1};
+    const int sm90a = is_sm90a(kernel->arch);
+    const unsigned block[3] = {(unsigned)FI_PREFILL_WARPS(idx, hd, sm90a) * 32u, 1, 1};
     if (!f) return fi__error(FI_ELOAD, "%s: the loaded module lacks tile kernel %d", who, idx);
-    return fi__cuda_launch(f, gx, gy, block, (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd), stream, p,
-                           who);
+    return fi__cuda_launch(f, gx, gy, block, (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd, sm90a),
+                           stream, p, who);
 }
 
 /* ---- single prefill --------------------------------------------------------------- */

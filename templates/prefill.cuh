@@ -19,6 +19,14 @@
 //    from shared memory laid out in 16-byte chunks XOR-swizzled by row
 //    (chunk c of row r is stored at c ^ (r % 8)), which makes every ldmatrix
 //    phase and every cp.async write conflict-free.
+//  * Hopper (sm_90a), 128-row tiles of head_dim 64 and 128: the 8 warps form
+//    two warpgroups of 64 rows, and each product is one asynchronous wgmma
+//    per 16-wide k-step (fijit_wgmma.cuh) reading Q and K/V straight from
+//    shared memory, P.V with P from registers. The tiles are then stored in
+//    64-column panels with the same XOR (the hardware's 128-byte swizzle),
+//    and each writer fences its stores for the async proxy before the
+//    barrier that publishes them. Softmax, masks and the epilogue are shared:
+//    a wgmma accumulator has the mma.sync layout, 16 rows per warp.
 //  * Softmax is online, in registers (exp2 with log2e folded into one FFMA); P goes from the
 //    S accumulators straight into the A fragments of P.V.
 //  * Tiles of keys no query row of the CTA can see (causal, sliding window)
@@ -35,6 +43,7 @@
 #pragma once
 
 #include "fijit_mma.cuh"
+#include "fijit_wgmma.cuh"
 #include "prefill_params.h"
 
 namespace fijit {
@@ -49,10 +58,14 @@ using P = fi_prefill_params;
 constexpr int kKind = fijit_cfg::kKind;
 constexpr int kHeadDim = fijit_cfg::kHeadDim;
 constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-constexpr int kTileKV = FI_PREFILL_TILE_KV(kHeadDim);
+// Compiled for sm_90a: tile 0 may run on wgmma (prefill_params.h).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr int kSm90a = 1;
+#else
+constexpr int kSm90a = 0;
+#endif
 constexpr int kStages = FI_PREFILL_STAGES;
 constexpr unsigned int kRowBytes = kHeadDim * 2;
-constexpr unsigned int kKVTileBytes = kTileKV * kRowBytes;
 
 constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
 constexpr bool kWindow = fijit_cfg::kMask == fijit_cfg::kMaskWindow;
@@ -102,6 +115,16 @@ static_assert(kHeadDim <= FI_PREFILL_MAX_HEAD_DIM, "rope_freq table too small");
 __device__ __forceinline__ unsigned int swz(int row, int ch)
 {
     return (unsigned int)row * kRowBytes + (unsigned int)((ch ^ (row & 7)) * 16);
+}
+
+// Byte offset of chunk `ch` of row `row` in a tile of kRows rows stored for
+// wgmma (fijit_wgmma.cuh): 64-column panels of kRows x 128 bytes, the same
+// XOR within each 128-byte row.
+template <int kRows>
+__device__ __forceinline__ unsigned int swz_panel(int row, int ch)
+{
+    return (unsigned int)(ch >> 3) * (kRows * 128u) + (unsigned int)row * 128u +
+           (unsigned int)(((ch & 7) ^ (row & 7)) * 16);
 }
 
 // ldmatrix addressing. Every row a lane addresses in a fragment has the same
@@ -244,10 +267,13 @@ __device__ __forceinline__ void rope_pair(const P &p, float (&x)[8], float (&y)[
 template <int kTileIdx>
 struct Cfg {
     static constexpr int kTileQ = FI_PREFILL_TILE_Q(kTileIdx);
-    static constexpr int kWarps = FI_PREFILL_WARPS(kTileIdx, kHeadDim);
+    static constexpr bool kWgmma = FI_PREFILL_WGMMA(kTileIdx, kHeadDim, kSm90a);
+    static constexpr int kWarps = FI_PREFILL_WARPS(kTileIdx, kHeadDim, kSm90a);
     static constexpr int kThreads = kWarps * 32;
-    static constexpr int kMT = FI_PREFILL_ROWS_PER_WARP(kTileIdx, kHeadDim) / 16;
+    static constexpr int kMT = FI_PREFILL_ROWS_PER_WARP(kTileIdx, kHeadDim, kSm90a) / 16;
+    static constexpr int kTileKV = FI_PREFILL_TILE_KV(kTileIdx, kHeadDim, kSm90a);
     static_assert(kWarps * kMT * 16 == kTileQ, "warps must cover the query tile");
+    static_assert(!kWgmma || (kMT == 1 && kTileQ % 64 == 0), "wgmma: warpgroups of 4 x 16 rows");
 };
 
 template <int kTileIdx>
@@ -257,6 +283,12 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     constexpr int kTileQ = C::kTileQ;
     constexpr int kThreads = C::kThreads;
     constexpr int kMT = C::kMT;           // 16-row MMA tiles per warp
+    constexpr bool kWg = C::kWgmma;       // S and P.V on wgmma, per warpgroup
+    constexpr int kTileKV = C::kTileKV;
+    constexpr unsigned int kKVTileBytes = kTileKV * kRowBytes;
+    // Width of the P.V wgmma: head_dim, spelled through C so that the name
+    // stays dependent (never instantiated for tiles without wgmma).
+    constexpr int kWgDim = C::kWgmma ? kHeadDim : 64;
     constexpr int kNT = kTileKV / 8;      // 8-key column tiles of S
     constexpr int kDT = kHeadDim / 8;     // 8-wide column tiles of O
 
@@ -284,6 +316,10 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     const unsigned int sq = smem_addr(smem);
     const unsigned int sk = sq + kTileQ * kRowBytes;
     const unsigned int sv = sk + kStages * kKVTileBytes;
+    // Where chunk ch of row r of the Q tile and of a K/V tile lives: the
+    // wgmma panel layout or the row-major one ldmatrix reads.
+    auto q_at = [](int r, int ch) { return kWg ? swz_panel<kTileQ>(r, ch) : swz(r, ch); };
+    auto kv_at = [](int r, int ch) { return kWg ? swz_panel<kTileKV>(r, ch) : swz(r, ch); };
 
     const DTypeKV *kbase = static_cast<const DTypeKV *>(p.k) + kv_head * p.k_stride_h;
     const DTypeKV *vbase = static_cast<const DTypeKV *>(p.v) + kv_head * p.v_stride_h;
@@ -301,7 +337,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             const bool valid = t0 + r < w.kv_len;
             long long ko = 0, vo = 0;
             if (valid) kv_row_offsets(p, w, t0 + r, ko, vo);
-            const unsigned int dst = stage * kKVTileBytes + swz(r, load_ch);
+            const unsigned int dst = stage * kKVTileBytes + kv_at(r, load_ch);
             cp_async16(sk + dst, kbase + ko + load_ch * 8, valid);
             cp_async16(sv + dst, vbase + vo + load_ch * 8, valid);
         }
@@ -334,9 +370,10 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                 y[e] = Variant::query_transform(p, y[e], head, (ch + kChunks / 2) * 8 + e);
             }
         }
-        sts128(sq + swz(r, ch), pack8<DTypeKV>(x));
-        sts128(sq + swz(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+        sts128(sq + q_at(r, ch), pack8<DTypeKV>(x));
+        sts128(sq + q_at(r, ch + kChunks / 2), pack8<DTypeKV>(y));
     }
+    if constexpr (kWg) wg::fence_proxy_async();  // Q is read by wgmma
     __syncthreads();
 
     // This thread holds rows g and g + 8 of each of its warp's MMA tiles.
@@ -373,8 +410,12 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     const unsigned int k_frag = frag_base(sk, ((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
     const unsigned int v_frag = frag_base(sv, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
 
-    const int warp_pos_lo = imin(row0 + warp_row0, rows - 1) / G + off;
-    const int warp_pos_hi = (imin(row0 + warp_row0 + kMT * 16, rows) - 1) / G + off;
+    // Positions of the first and last query of the rows that skip a tile
+    // together: the warp's, or with wgmma its warpgroup's (they multiply as one).
+    constexpr int kSkipRows = kWg ? 64 : kMT * 16;
+    const int skip_row0 = warp_row0 / kSkipRows * kSkipRows;
+    const int warp_pos_lo = imin(row0 + skip_row0, rows - 1) / G + off;
+    const int warp_pos_hi = (imin(row0 + skip_row0 + kSkipRows, rows) - 1) / G + off;
 
     float o[kMT][kDT][4];
     float m[kMT][2], d[kMT][2];
@@ -406,6 +447,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         // warp is done with the other stage: the next tile goes there and
         // streams in while this one is computed.
         cp_async_wait<0>();
+        if constexpr (kWg) wg::fence_proxy_async();  // the tile is read by wgmma
         __syncthreads();
         if (tile + 1 < num_tiles) load_kv(stage ^ 1, tile + 1);
         if constexpr (kRope) {
@@ -413,12 +455,13 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             for (int c = tid; c < kTileKV * (kChunks / 2); c += kThreads) {
                 const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
                 float x[8], y[8];
-                unpack8<DTypeKV>(lds128(skt + swz(r, ch)), x);
-                unpack8<DTypeKV>(lds128(skt + swz(r, ch + kChunks / 2)), y);
+                unpack8<DTypeKV>(lds128(skt + kv_at(r, ch)), x);
+                unpack8<DTypeKV>(lds128(skt + kv_at(r, ch + kChunks / 2)), y);
                 rope_pair(p, x, y, ch, (float)(p.rope_offset + t0 + r));
-                sts128(skt + swz(r, ch), pack8<DTypeKV>(x));
-                sts128(skt + swz(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+                sts128(skt + kv_at(r, ch), pack8<DTypeKV>(x));
+                sts128(skt + kv_at(r, ch + kChunks / 2), pack8<DTypeKV>(y));
             }
+            if constexpr (kWg) wg::fence_proxy_async();
             __syncthreads();
         }
 
@@ -437,24 +480,42 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+        if constexpr (kWg) {
+            // The warpgroup's 64 rows of Q times the tile's keys, one wgmma per
+            // 16 columns of head_dim: 32 bytes into the 128-byte rows of panel kk / 4.
+            const unsigned int q_wg = sq + (unsigned int)(warp / 4) * 64u * 128u;
+            wg::fence_regs(s[0]);
+            wg::fence();
 #pragma unroll
-        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-            unsigned int a[kMT][4];
+            for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+                const unsigned int at = (unsigned int)(kk & 3) * 32u;
+                const unsigned int a = q_wg + (kk >> 2) * kTileQ * 128u + at;
+                const unsigned int b = skt + (kk >> 2) * kTileKV * 128u + at;
+                wg::Mma<DTypeKV, kTileKV>::ss(s[0], wg::desc(a, 0), wg::desc(b, 0), 1);
+            }
+            wg::commit();
+            wg::wait<0>();
+            wg::fence_regs(s[0]);
+        } else {
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
-                ldmatrix_x4(a[mt], kXor ? frag_at(qf, kk) + mt * 16 * kRowBytes
-                                         : sq + swz(warp_row0 + mt * 16 + (lane & 15),
-                                                    kk * 2 + (lane >> 4)));
+            for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+                unsigned int a[kMT][4];
 #pragma unroll
-            for (int np = 0; np < kNT / 2; ++np) {
-                unsigned int b[4];
-                ldmatrix_x4(b, kXor ? frag_at(kf, kk) + np * 16 * kRowBytes
-                                     : skt + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7),
-                                                 kk * 2 + ((lane >> 3) & 1)));
+                for (int mt = 0; mt < kMT; ++mt)
+                    ldmatrix_x4(a[mt], kXor ? frag_at(qf, kk) + mt * 16 * kRowBytes
+                                             : sq + swz(warp_row0 + mt * 16 + (lane & 15),
+                                                        kk * 2 + (lane >> 4)));
 #pragma unroll
-                for (int mt = 0; mt < kMT; ++mt) {
-                    Mma<DTypeKV>::run(s[mt][2 * np], a[mt], b[0], b[1]);
-                    Mma<DTypeKV>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+                for (int np = 0; np < kNT / 2; ++np) {
+                    unsigned int b[4];
+                    ldmatrix_x4(b, kXor ? frag_at(kf, kk) + np * 16 * kRowBytes
+                                         : skt + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7),
+                                                     kk * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+                    for (int mt = 0; mt < kMT; ++mt) {
+                        Mma<DTypeKV>::run(s[mt][2 * np], a[mt], b[0], b[1]);
+                        Mma<DTypeKV>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+                    }
                 }
             }
         }
@@ -566,27 +627,49 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         }
 
         // O += P V: the S accumulators of two 8-key tiles form one A fragment.
+        if constexpr (kWg) {
+            // B = V, N-major: 16 keys per wgmma (rows kk * 16 of every panel).
+            unsigned int a[kTileKV / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < kTileKV / 16; ++kk) {
-            unsigned int a[kMT][4];
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-                a[mt][0] = Traits<DTypeKV>::pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                a[mt][1] = Traits<DTypeKV>::pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                a[mt][2] = Traits<DTypeKV>::pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                a[mt][3] = Traits<DTypeKV>::pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            for (int kk = 0; kk < kTileKV / 16; ++kk) {
+                a[kk][0] = Traits<DTypeKV>::pack2(s[0][2 * kk][0], s[0][2 * kk][1]);
+                a[kk][1] = Traits<DTypeKV>::pack2(s[0][2 * kk][2], s[0][2 * kk][3]);
+                a[kk][2] = Traits<DTypeKV>::pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+                a[kk][3] = Traits<DTypeKV>::pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
             }
+            wg::fence_regs(o[0]);
+            wg::fence();
 #pragma unroll
-            for (int dp = 0; dp < kHeadDim / 16; ++dp) {
-                unsigned int b[4];
-                ldmatrix_x4_trans(
-                    b, kXor ? frag_at(vf, dp) + kk * 16 * kRowBytes
-                             : svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                         dp * 2 + (lane >> 4)));
+            for (int kk = 0; kk < kTileKV / 16; ++kk)
+                wg::Mma<DTypeKV, kWgDim>::rs(o[0], a[kk],
+                                             wg::desc(svt + kk * 16u * 128u, kTileKV * 128u), 1);
+            wg::commit();
+            wg::wait<0>();
+            wg::fence_regs(o[0]);
+            wg::fence_regs(a);
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < kTileKV / 16; ++kk) {
+                unsigned int a[kMT][4];
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt) {
-                    Mma<DTypeKV>::run(o[mt][2 * dp], a[mt], b[0], b[1]);
-                    Mma<DTypeKV>::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                    a[mt][0] = Traits<DTypeKV>::pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    a[mt][1] = Traits<DTypeKV>::pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    a[mt][2] = Traits<DTypeKV>::pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    a[mt][3] = Traits<DTypeKV>::pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+                    unsigned int b[4];
+                    ldmatrix_x4_trans(
+                        b, kXor ? frag_at(vf, dp) + kk * 16 * kRowBytes
+                                 : svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                             dp * 2 + (lane >> 4)));
+#pragma unroll
+                    for (int mt = 0; mt < kMT; ++mt) {
+                        Mma<DTypeKV>::run(o[mt][2 * dp], a[mt], b[0], b[1]);
+                        Mma<DTypeKV>::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                    }
                 }
             }
         }
@@ -616,7 +699,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                 const float v0 = Variant::output_transform(p, o[mt][dt][2 * h] * inv, head, col, lse);
                 const float v1 =
                     Variant::output_transform(p, o[mt][dt][2 * h + 1] * inv, head, col + 1, lse);
-                sts32(sq + swz(r, dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
+                sts32(sq + q_at(r, dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
             }
             if (p.lse != nullptr && t == 0 && row0 + r < rows)
                 p.lse[(long long)(w.q_begin + tok) * p.num_qo_heads + head] = lse;
@@ -631,7 +714,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             const int head = kv_head * G + pr % G;
             DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + token) * p.o_stride_n +
                           (long long)head * p.o_stride_h + ch * 8;
-            stg16(dst, lds128(sq + swz(r, ch)));
+            stg16(dst, lds128(sq + q_at(r, ch)));
         }
     }
 }
@@ -641,25 +724,22 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 
 // The module's kernels, one per query tile, in the order of src/kinds.c
 // (tile sizes and warps in prefill_params.h).
-extern "C" __global__ void __launch_bounds__(FI_PREFILL_WARPS(0, fijit_cfg::kHeadDim) * 32,
-                                             FI_PREFILL_MIN_BLOCKS(0, fijit_cfg::kHeadDim))
-    fi_prefill_kernel_q128(const fi_prefill_params p)
+#define FI_PREFILL_BOUNDS(i)                                                                \
+    __launch_bounds__(FI_PREFILL_WARPS(i, fijit_cfg::kHeadDim, fijit::prefill::kSm90a) * 32, \
+                      FI_PREFILL_MIN_BLOCKS(i, fijit_cfg::kHeadDim, fijit::prefill::kSm90a))
+extern "C" __global__ void FI_PREFILL_BOUNDS(0) fi_prefill_kernel_q128(const fi_prefill_params p)
 {
     extern __shared__ __align__(1024) unsigned char smem_q128[];
     fijit::prefill::run<0>(p, smem_q128);
 }
 
-extern "C" __global__ void __launch_bounds__(FI_PREFILL_WARPS(1, fijit_cfg::kHeadDim) * 32,
-                                             FI_PREFILL_MIN_BLOCKS(1, fijit_cfg::kHeadDim))
-    fi_prefill_kernel_q64(const fi_prefill_params p)
+extern "C" __global__ void FI_PREFILL_BOUNDS(1) fi_prefill_kernel_q64(const fi_prefill_params p)
 {
     extern __shared__ __align__(1024) unsigned char smem_q64[];
     fijit::prefill::run<1>(p, smem_q64);
 }
 
-extern "C" __global__ void __launch_bounds__(FI_PREFILL_WARPS(2, fijit_cfg::kHeadDim) * 32,
-                                             FI_PREFILL_MIN_BLOCKS(2, fijit_cfg::kHeadDim))
-    fi_prefill_kernel_q16(const fi_prefill_params p)
+extern "C" __global__ void FI_PREFILL_BOUNDS(2) fi_prefill_kernel_q16(const fi_prefill_params p)
 {
     extern __shared__ __align__(1024) unsigned char smem_q16[];
     fijit::prefill::run<2>(p, smem_q16);

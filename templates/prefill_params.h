@@ -22,18 +22,30 @@
  * Measured on H100 (bench_prefill.py, batch 4, seq 4k/8k, fp16): 4 warps x 32
  * rows with 64-key tiles (2 CTAs per SM, 255 registers) beat 8 warps x 16
  * rows (B: up to -15% at head_dim 128), 32-key tiles at head_dim 128 (-4 to
- * -7%), and 8 warps x 16 rows x 32 keys at 128 registers (-20%). */
+ * -7%), and 8 warps x 16 rows x 32 keys at 128 registers (-20%).
+ *
+ * Hopper: in a module compiled for sm_90a (`sm90a` = 1 below; the kernels see
+ * __CUDA_ARCH_FEAT_SM90_ALL, the host the kernel's arch string), tile 0 of
+ * head_dim 64 and 128 runs on warpgroup MMA (wgmma, templates/fijit_wgmma.cuh)
+ * instead of mma.sync: 8 warps, two warpgroups of 64 rows each, with
+ * FI_PREFILL_WGMMA_KEYS keys per K/V tile. The other tiles and head_dim 256
+ * keep mma.sync. */
 #define FI_PREFILL_NUM_TILES 3
 #define FI_PREFILL_TILE_Q(i) ((i) == 0 ? 128 : (i) == 1 ? 64 : 16)
-#define FI_PREFILL_ROWS_PER_WARP(i, hd) ((i) == 0 && (hd) <= 128 ? 32 : 16)
-#define FI_PREFILL_WARPS(i, hd) (FI_PREFILL_TILE_Q(i) / FI_PREFILL_ROWS_PER_WARP(i, hd))
-#define FI_PREFILL_TILE_KV(hd) ((hd) <= 128 ? 64 : 32)
+#define FI_PREFILL_WGMMA(i, hd, sm90a) ((sm90a) && (i) == 0 && (hd) <= 128)
+#define FI_PREFILL_WGMMA_KEYS 64
+#define FI_PREFILL_ROWS_PER_WARP(i, hd, sm90a) \
+    (FI_PREFILL_WGMMA(i, hd, sm90a) ? 16 : (i) == 0 && (hd) <= 128 ? 32 : 16)
+#define FI_PREFILL_WARPS(i, hd, sm90a) \
+    (FI_PREFILL_TILE_Q(i) / FI_PREFILL_ROWS_PER_WARP(i, hd, sm90a))
+#define FI_PREFILL_TILE_KV(i, hd, sm90a) \
+    (FI_PREFILL_WGMMA(i, hd, sm90a) ? FI_PREFILL_WGMMA_KEYS : (hd) <= 128 ? 64 : 32)
 #define FI_PREFILL_STAGES 2
 /* CTAs per SM the compiler must leave registers for (__launch_bounds__). */
-#define FI_PREFILL_MIN_BLOCKS(i, hd) 1
+#define FI_PREFILL_MIN_BLOCKS(i, hd, sm90a) (FI_PREFILL_WGMMA(i, hd, sm90a) ? 2 : 1)
 /* Dynamic shared memory of tile index i: Q tile + STAGES x (K tile + V tile), 16-bit elements. */
-#define FI_PREFILL_SMEM_BYTES(i, hd)                                                    \
-    ((FI_PREFILL_TILE_Q(i) + 2 * FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(hd)) * (hd) * 2)
+#define FI_PREFILL_SMEM_BYTES(i, hd, sm90a)                                                   \
+    ((FI_PREFILL_TILE_Q(i) + 2 * FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(i, hd, sm90a)) * (hd) * 2)
 #define FI_PREFILL_MAX_HEAD_DIM 256
 /* Bytes of K/V (all requests) the heads of one block-order section may span. */
 #define FI_PREFILL_L2_BUDGET (24u << 20)

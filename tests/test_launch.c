@@ -112,6 +112,8 @@ static int launch_ctx(fi_jit_ctx **ctx)
 
 /* Device addresses for tensors the launch code passes on but never reads. */
 static _Alignas(256) unsigned char device_arena[1 << 16];
+/* The fake device is compute capability 9.0: modules are built for sm_90a. */
+#define FAKE_SM90A 1
 #define DEV(i) ((void *)(device_arena + 4096 * (i)))
 
 /* The frequencies fijit_params.h documents, to the float they round to. */
@@ -401,8 +403,8 @@ TEST(prefill_launch_picks_a_tile_kernel_and_its_geometry)
         /* 1000 tokens x 4 heads of a group = 4000 packed rows per kv head. */
         CHECK_MSG(seen.grid[0] == (unsigned)((4000 + tile - 1) / tile) && seen.grid[1] == 8,
                   "q%d: grid %u x %u", tile, seen.grid[0], seen.grid[1]);
-        CHECK(seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, 128) * 32);
-        CHECK(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, 128));
+        CHECK(seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, 128, FAKE_SM90A) * 32);
+        CHECK(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, 128, FAKE_SM90A));
         const fi_prefill_params *p = &seen.p.prefill;
         CHECK(p->q == a.q && p->o == a.o && p->qo_len == 1000 && p->group_size == 4);
         CHECK(p->sm_scale == (float)(1.0 / sqrt(128.0)) && p->heads_per_section >= 1);
@@ -437,8 +439,8 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
               seen.name);
     for (int i = 0; i < FI_PREFILL_NUM_TILES; i++)
         if (FI_PREFILL_TILE_Q(i) == tile) idx = i;
-    CHECK(idx >= 0 && seen.grid[1] == 8 && seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, 128) * 32);
-    CHECK(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, 128));
+    CHECK(idx >= 0 && seen.grid[1] == 8 && seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, 128, FAKE_SM90A) * 32);
+    CHECK(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, 128, FAKE_SM90A));
     /* One block per query tile of each request: ceil(rows / tile) with 4
      * packed rows per token; the empty request has none. */
     const unsigned want = (unsigned)((300 * 4 + tile - 1) / tile + (17 * 4 + tile - 1) / tile);
@@ -616,11 +618,14 @@ TEST(every_prefill_tile_launches_with_its_shared_memory)
             a.cta_tile_q = FI_PREFILL_TILE_Q(idx);
             const int rc = fi_prefill_run(ctx, &s, &a, NULL);
             CHECK_MSG(rc == 0, "hd %d tile %d: %s", hd, a.cta_tile_q, fi_last_error());
-            CHECK_MSG(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd) &&
-                          seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, hd) * 32 &&
+            CHECK_MSG(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd, FAKE_SM90A) &&
+                          seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, hd, FAKE_SM90A) * 32 &&
                           seen.grid[0] == (unsigned)((300 + a.cta_tile_q - 1) / a.cta_tile_q),
                       "hd %d tile %d: smem %u block %u grid %u", hd, a.cta_tile_q, seen.smem,
                       seen.block[0], seen.grid[0]);
+            /* On sm_90a the 128-row tile of head_dim 64/128 is two warpgroups
+             * (wgmma) instead of 4 warps of 32 rows. */
+            if (idx == 0 && hd <= 128) CHECK(seen.block[0] == 256u);
         }
     fi_jit_ctx_free(ctx);
 }
