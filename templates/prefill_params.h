@@ -32,7 +32,7 @@
  * keep mma.sync. */
 #define FI_PREFILL_NUM_TILES 3
 #define FI_PREFILL_TILE_Q(i) ((i) == 0 ? 128 : (i) == 1 ? 64 : 16)
-#define FI_PREFILL_WGMMA(i, hd, sm90a) ((sm90a) && (i) == 0 && (hd) <= 128)
+#define FI_PREFILL_WGMMA(i, hd, sm90a) ((sm90a) && (i) <= 1 && (hd) <= 128)
 #define FI_PREFILL_WGMMA_KEYS 64
 #define FI_PREFILL_ROWS_PER_WARP(i, hd, sm90a) \
     (FI_PREFILL_WGMMA(i, hd, sm90a) ? 16 : (i) == 0 && (hd) <= 128 ? 32 : 16)
