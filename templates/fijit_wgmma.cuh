@@ -86,7 +86,7 @@ __device__ __forceinline__ void fence_regs(unsigned int (&x)[kN][4])
 template <class T, int N>
 struct Mma;
 
-// Operand lists: the accumulator registers, 32 per 64 columns.
+// Operand lists: the accumulator registers, 32 per 64 columns (N = 64, 128, 256).
 #define FI_WG_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 #define FI_WG_D32(i)                                                                        \
     FI_WG_D4(i), FI_WG_D4(i + 1), FI_WG_D4(i + 2), FI_WG_D4(i + 3), FI_WG_D4(i + 4),        \
@@ -100,6 +100,13 @@ struct Mma;
     ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define FI_WG_N128_OPS FI_WG_D32(0), FI_WG_D32(8)
+#define FI_WG_N256_REGS \
+    FI_WG_N128_REGS \
+    ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define FI_WG_N256_OPS FI_WG_D32(0), FI_WG_D32(8), FI_WG_D32(16), FI_WG_D32(24)
 
 // TY: PTX input type; N: tile width; A0..A5: the operand numbers after the
 // accumulators (ss: a, b, acc; rs: a0..a3, b, acc).
@@ -132,8 +139,12 @@ FI_WG_DEFINE(half_t, "f16", 64, "32", "33", "34", "35", "36", "37")
 FI_WG_DEFINE(bf16_t, "bf16", 64, "32", "33", "34", "35", "36", "37")
 FI_WG_DEFINE(half_t, "f16", 128, "64", "65", "66", "67", "68", "69")
 FI_WG_DEFINE(bf16_t, "bf16", 128, "64", "65", "66", "67", "68", "69")
+FI_WG_DEFINE(half_t, "f16", 256, "128", "129", "130", "131", "132", "133")
+FI_WG_DEFINE(bf16_t, "bf16", 256, "128", "129", "130", "131", "132", "133")
 
 #undef FI_WG_DEFINE
+#undef FI_WG_N256_OPS
+#undef FI_WG_N256_REGS
 #undef FI_WG_N128_OPS
 #undef FI_WG_N128_REGS
 #undef FI_WG_N64_OPS

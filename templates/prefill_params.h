@@ -32,7 +32,7 @@
  * keep mma.sync. */
 #define FI_PREFILL_NUM_TILES 3
 #define FI_PREFILL_TILE_Q(i) ((i) == 0 ? 128 : (i) == 1 ? 64 : 16)
-#define FI_PREFILL_WGMMA(i, hd, sm90a) ((sm90a) && (i) <= 1 && (hd) <= 128)
+#define FI_PREFILL_WGMMA(i, hd, sm90a) ((sm90a) && (i) <= 1)
 #define FI_PREFILL_WGMMA_KEYS 64
 #define FI_PREFILL_ROWS_PER_WARP(i, hd, sm90a) \
     (FI_PREFILL_WGMMA(i, hd, sm90a) ? 16 : (i) == 0 && (hd) <= 128 ? 32 : 16)
@@ -42,7 +42,7 @@
     (FI_PREFILL_WGMMA(i, hd, sm90a) ? FI_PREFILL_WGMMA_KEYS : (hd) <= 128 ? 64 : 32)
 #define FI_PREFILL_STAGES 2
 /* CTAs per SM the compiler must leave registers for (__launch_bounds__). */
-#define FI_PREFILL_MIN_BLOCKS(i, hd, sm90a) (FI_PREFILL_WGMMA(i, hd, sm90a) ? 2 : 1)
+#define FI_PREFILL_MIN_BLOCKS(i, hd, sm90a) (FI_PREFILL_WGMMA(i, hd, sm90a) && (hd) <= 128 ? 2 : 1)
 /* Dynamic shared memory of tile index i: Q tile + STAGES x (K tile + V tile), 16-bit elements. */
 #define FI_PREFILL_SMEM_BYTES(i, hd, sm90a)                                                   \
     ((FI_PREFILL_TILE_Q(i) + 2 * FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(i, hd, sm90a)) * (hd) * 2)
