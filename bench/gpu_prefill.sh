@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prefill on the GPU machine: prewarm every prefill tuple, the correctness test
-# (tests/gpu/test_prefill.py), then the benchmark (bench/bench_prefill.py); the
-# benchmark table is printed last. Build on the build host (`make`) and carry
-# build/ here.
+# (tests/gpu/test_prefill.py), again --quick on the portable kernels
+# (FIJIT_ARCH=sm_90: mma.sync in every tile), then the benchmark
+# (bench/bench_prefill.py); the benchmark table is printed last. Build on the
+# build host (`make`) and carry build/ here.
 #
 #   bench/gpu_prefill.sh [--quick]    (--quick: fewer test shapes, fewer reps)
 # PREFILL_BASELINE=LIB[,TEMPLATE_DIR] also times that build ("before": a copy of an
@@ -39,6 +40,18 @@ if [ $QUICK = 1 ]; then
 fi
 OUT=$OUT_DIR timeout "${PREFILL_TEST_TIMEOUT:-900}" python3 tests/gpu/test_prefill.py "${TEST_ARGS[@]}" 2>&1 | tee "$OUT_DIR/test_prefill.log"
 test_rc=${PIPESTATUS[0]}
+# The portable kernels (mma.sync in every tile; sm_90a runs wgmma in the 128-
+# and 64-row tiles): built for sm_90, which this Hopper device also runs.
+if [ -x build/fijit ]; then
+    FIJIT_ARCH=sm_90 build/fijit prewarm --kernel prefill,batch_prefill_ragged,batch_prefill_paged \
+        --dtype fp16,bf16 --head-dim 64,128,256 --mask none,causal,window,custom \
+        --pos none,rope,alibi --softcap 0,1 -j "$(nproc)" > "$OUT_DIR/prewarm_prefill_sm90.log" 2>&1
+fi
+mkdir -p "$OUT_DIR/sm90"
+FIJIT_ARCH=sm_90 OUT=$OUT_DIR/sm90 timeout "${PREFILL_TEST_TIMEOUT:-900}" python3 tests/gpu/test_prefill.py --quick \
+    > "$OUT_DIR/test_prefill_sm90.log" 2>&1
+portable_rc=$?
+[ $test_rc = 0 ] && test_rc=$portable_rc
 if [ -n "${PREFILL_BASELINE:-}" ]; then
     BENCH_ARGS+=(--rounds 5 --config "before,$PREFILL_BASELINE" --config "after,")
 fi
@@ -48,6 +61,7 @@ bench_rc=$?
 echo
 echo "==== prefill summary ===="
 sed -n '/^prefill correctness/,/^test_prefill:/p' "$OUT_DIR/test_prefill.log"
+echo "portable kernels (FIJIT_ARCH=sm_90, --quick): $(tail -1 "$OUT_DIR/test_prefill_sm90.log")"
 grep -v '^  ' "$OUT_DIR/bench_prefill.log" | sed -n '/^ERROR/p'
 sed -n '/^prefill, batch/,$p' "$OUT_DIR/bench_prefill.log"
 echo "test rc $test_rc, bench rc $bench_rc"

@@ -139,7 +139,9 @@ typedef enum fi_log_level {
 typedef struct fi_jit_options {
     unsigned version;        /* FI_JIT_OPTIONS_VERSION */
     const char *cache_dir;   /* NULL: $FIJIT_CACHE_DIR, $XDG_CACHE_HOME/fijit, ~/.cache/fijit */
-    const char *arch;        /* NULL: from the device; "sm_90a", "sm_80", ... for compile-only */
+    const char *arch;        /* NULL: from the device; "sm_90a", "sm_80", ...: what prewarm
+                                builds, and what fi_jit_get_kernel builds where the device
+                                runs it (same major, minor <=; "a" only on its own device) */
     int jit;                 /* 1: compile on miss; 0: serve only what the cache holds */
     int use_disk_cache;      /* 1: read and write the on-disk cache; 0: memory only */
     fi_log_level log_level;  /* messages go to stderr at or above this level */

@@ -118,6 +118,25 @@ bad:
                      arch ? arch : "(null)");
 }
 
+/* Compute capability of a checked arch ("sm_90a" -> 90, "sm_100" -> 100) and
+ * whether it is the arch-specific target. */
+static int arch_number(const char *arch, int *specific)
+{
+    int n = 0;
+    const char *p = arch + 3;
+    while (isdigit((unsigned char)*p)) n = n * 10 + (*p++ - '0');
+    *specific = *p == 'a';
+    return n;
+}
+
+int fi__arch_runs_on(const char *arch, const char *device)
+{
+    int arch_specific, device_specific;
+    const int a = arch_number(arch, &arch_specific), d = arch_number(device, &device_specific);
+    if (arch_specific) return a == d && device_specific;
+    return a / 10 == d / 10 && a % 10 <= d % 10;
+}
+
 /* Fields of a spec string, in canonical order; `seen` bits catch repeats. */
 enum { F_Q = 1, F_KV = 2, F_O = 4, F_HD = 8, F_MASK = 16, F_POS = 32, F_SOFTCAP = 64, F_VARIANT = 128 };
 

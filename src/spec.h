@@ -30,5 +30,9 @@ int fi__variant_name_ok(const char *name);
 
 /* Check an arch name: "sm_" + 2 or 3 digits + optional 'a' (e.g. sm_90a). */
 int fi__arch_check(const char *arch);
+/* 1 when a cubin built for `arch` loads on a device whose own arch is
+ * `device` (both checked): the same major version, a minor no higher, and an
+ * arch-specific target ("sm_90a") only on its own device. */
+int fi__arch_runs_on(const char *arch, const char *device);
 
 #endif

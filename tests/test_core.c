@@ -131,6 +131,22 @@ TEST(spec_check_names_unsupported_field_and_values)
     CHECK_OK(fi__arch_check("sm_100"));
 }
 
+TEST(an_arch_runs_on_devices_of_its_major_version_and_a_higher_minor)
+{
+    static const struct {
+        const char *arch, *device;
+        int runs;
+    } cases[] = {
+        {"sm_90", "sm_90a", 1},   {"sm_90a", "sm_90a", 1}, {"sm_80", "sm_86", 1},
+        {"sm_86", "sm_80", 0},    {"sm_80", "sm_90a", 0},  {"sm_90a", "sm_90", 0},
+        {"sm_90a", "sm_100a", 0}, {"sm_100", "sm_103", 1}, {"sm_100a", "sm_103a", 0},
+        {"sm_89", "sm_89", 1},    {"sm_120", "sm_100", 0}, {"sm_100", "sm_90a", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK_MSG(fi__arch_runs_on(cases[i].arch, cases[i].device) == cases[i].runs,
+                  "%s on %s: want %d", cases[i].arch, cases[i].device, cases[i].runs);
+}
+
 /* Key of `spec` on `arch` with the templates in effect now. */
 static int key_of(uint8_t out[16], const char *text, const char *arch, const char *extra_option)
 {

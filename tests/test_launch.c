@@ -112,7 +112,8 @@ static int launch_ctx(fi_jit_ctx **ctx)
 
 /* Device addresses for tensors the launch code passes on but never reads. */
 static _Alignas(256) unsigned char device_arena[1 << 16];
-/* The fake device is compute capability 9.0: modules are built for sm_90a. */
+/* The fake device is compute capability 9.0: modules are built for sm_90a
+ * unless a test asks for sm_90. */
 #define FAKE_SM90A 1
 #define DEV(i) ((void *)(device_arena + 4096 * (i)))
 
@@ -604,30 +605,45 @@ TEST(every_batch_decode_tuple_launches_with_its_shared_memory)
     fi_jit_ctx_free(ctx);
 }
 
+/* The fake device is compute capability 9.0: a context for sm_90a gets the
+ * wgmma tile shapes, one for sm_90 (which the device also runs) the portable
+ * mma.sync ones. */
 TEST(every_prefill_tile_launches_with_its_shared_memory)
 {
-    fi_jit_ctx *ctx = NULL;
-    CHECK_OK(launch_ctx(&ctx));
-    for (int h = 0; h < 3 && sweep_head_dim(h); h++)
-        for (int idx = 0; idx < FI_PREFILL_NUM_TILES; idx++) {
-            const int hd = sweep_head_dim(h);
-            fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_NONE, FI_POS_NONE);
-            s.head_dim = hd;
-            fi_prefill_args a = FI_PREFILL_ARGS_INIT;
-            prefill_args_for(&a, 2, 2, 300, hd);
-            a.cta_tile_q = FI_PREFILL_TILE_Q(idx);
-            const int rc = fi_prefill_run(ctx, &s, &a, NULL);
-            CHECK_MSG(rc == 0, "hd %d tile %d: %s", hd, a.cta_tile_q, fi_last_error());
-            CHECK_MSG(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd, FAKE_SM90A) &&
-                          seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, hd, FAKE_SM90A) * 32 &&
-                          seen.grid[0] == (unsigned)((300 + a.cta_tile_q - 1) / a.cta_tile_q),
-                      "hd %d tile %d: smem %u block %u grid %u", hd, a.cta_tile_q, seen.smem,
-                      seen.block[0], seen.grid[0]);
-            /* On sm_90a the 128-row tile of head_dim 64/128 is two warpgroups
-             * (wgmma) instead of 4 warps of 32 rows. */
-            if (idx == 0 && hd <= 128) CHECK(seen.block[0] == 256u);
-        }
-    fi_jit_ctx_free(ctx);
+    static const struct {
+        const char *arch;
+        int sm90a;
+    } targets[] = {{"sm_90a", 1}, {"sm_90", 0}};
+    for (int g = 0; g < 2; g++) {
+        fi_jit_ctx *ctx = NULL;
+        CHECK_OK(launch_ctx(&ctx));
+        fi_jit_ctx_free(ctx);
+        CHECK_OK(check_ctx_new(&ctx, targets[g].arch));
+        const int sm90a = targets[g].sm90a;
+        for (int h = 0; h < 3 && sweep_head_dim(h); h++)
+            for (int idx = 0; idx < FI_PREFILL_NUM_TILES; idx++) {
+                const int hd = sweep_head_dim(h);
+                fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_NONE, FI_POS_NONE);
+                s.head_dim = hd;
+                const fi_jit_kernel *k = NULL;
+                CHECK_OK(fi_jit_get_kernel(ctx, &s, &k));
+                CHECK_MSG(strcmp(k->arch, targets[g].arch) == 0, "built for %s", k->arch);
+                fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+                prefill_args_for(&a, 2, 2, 300, hd);
+                a.cta_tile_q = FI_PREFILL_TILE_Q(idx);
+                const int rc = fi_prefill_run(ctx, &s, &a, NULL);
+                CHECK_MSG(rc == 0, "hd %d tile %d: %s", hd, a.cta_tile_q, fi_last_error());
+                CHECK_MSG(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd, sm90a) &&
+                              seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, hd, sm90a) * 32 &&
+                              seen.grid[0] == (unsigned)((300 + a.cta_tile_q - 1) / a.cta_tile_q),
+                          "%s hd %d tile %d: smem %u block %u grid %u", targets[g].arch, hd,
+                          a.cta_tile_q, seen.smem, seen.block[0], seen.grid[0]);
+                /* The 128-row tile of head_dim 64/128: two warpgroups (wgmma)
+                 * on sm_90a, 4 warps of 32 rows elsewhere. */
+                if (idx == 0 && hd <= 128) CHECK(seen.block[0] == (sm90a ? 256u : 128u));
+            }
+        fi_jit_ctx_free(ctx);
+    }
 }
 
 TEST(decode_scalars_reach_the_kernel)

@@ -39,6 +39,10 @@ static int prefill_tuples(fi_jit_spec *out, int max)
     return n;
 }
 
+/* Indices into prefill_tuples(): one per kind, both dtypes, every head_dim,
+ * mask and pos at least once. */
+static const int spread[] = {0, 75, 150, 225, 290, 370, 431};
+
 TEST(prefill_every_tuple_compiles_for_sm90a)
 {
     static fi_jit_spec all[432];
@@ -46,9 +50,7 @@ TEST(prefill_every_tuple_compiles_for_sm90a)
     int total = prefill_tuples(all, 432), n = 0;
     CHECK(total == 432);
     if (check_quick()) {
-        /* One per kind, both dtypes, every head_dim, mask and pos at least once. */
-        static const int pick[] = {0, 75, 150, 225, 290, 370, 431};
-        for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++) picked[n++] = all[pick[i]];
+        for (size_t i = 0; i < sizeof spread / sizeof spread[0]; i++) picked[n++] = all[spread[i]];
     } else {
         memcpy(picked, all, sizeof all);
         n = total;
@@ -68,6 +70,29 @@ TEST(prefill_every_tuple_compiles_for_sm90a)
                 check_jobs());
     CHECK_MSG(failures == 0, "%d of %d prefill tuples failed to compile", failures, n);
     CHECK(st.compiles == n);
+}
+
+/* Off Hopper every tile takes the mma.sync path (sm_90a's 128- and 64-row
+ * tiles use wgmma): a spread of tuples must compile there too. */
+TEST(prefill_tuples_compile_for_sm80_and_sm89)
+{
+    static fi_jit_spec all[432];
+    int total = prefill_tuples(all, 432);
+    CHECK(total == 432);
+    const int n = check_quick() ? 2 : (int)(sizeof spread / sizeof spread[0]);
+    fi_jit_spec picked[sizeof spread / sizeof spread[0]];
+    for (int i = 0; i < n; i++) picked[i] = all[spread[i]];
+    static const char *const archs[] = {"sm_80", "sm_89"};
+    for (int a = 0; a < 2; a++) {
+        fi_jit_ctx *ctx = NULL;
+        CHECK_OK(check_ctx_new(&ctx, archs[a]));
+        static char first[2400];
+        const int failures = check_prewarm_all(ctx, picked, n, -1, first, sizeof first);
+        if (failures) fprintf(stderr, "  %s, first failure: %s\n", archs[a], first);
+        fi_jit_ctx_free(ctx);
+        CHECK_MSG(failures == 0, "%s: %d of %d prefill tuples failed to compile", archs[a],
+                  failures, n);
+    }
 }
 
 TEST(prefill_refuses_unsupported_tuples)
