@@ -249,6 +249,18 @@ __device__ __forceinline__ void kv_row_offsets(const P &p, const Work &w, int j,
     }
 }
 
+// The A fragment of P for keys 16kk..16kk+15 (mma.sync and register-A wgmma
+// share its layout): the S accumulators of 8-key tiles 2kk and 2kk+1,
+// rounded to the input type.
+template <int kN>
+__device__ __forceinline__ void p_fragment(const float (&s)[kN][4], int kk, unsigned int (&a)[4])
+{
+    a[0] = Traits<DTypeKV>::pack2(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = Traits<DTypeKV>::pack2(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = Traits<DTypeKV>::pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = Traits<DTypeKV>::pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
 // RoPE (rotate-half) of the pair of chunks (ch, ch + kChunks/2) at `pos`:
 // x' = x cos - y sin, y' = y cos + x sin with y the element hd/2 further.
 __device__ __forceinline__ void rope_pair(const P &p, float (&x)[8], float (&y)[8], int ch,
@@ -632,10 +644,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             unsigned int a[kTileKV / 16][4];
 #pragma unroll
             for (int kk = 0; kk < kTileKV / 16; ++kk) {
-                a[kk][0] = Traits<DTypeKV>::pack2(s[0][2 * kk][0], s[0][2 * kk][1]);
-                a[kk][1] = Traits<DTypeKV>::pack2(s[0][2 * kk][2], s[0][2 * kk][3]);
-                a[kk][2] = Traits<DTypeKV>::pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-                a[kk][3] = Traits<DTypeKV>::pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+                p_fragment(s[0], kk, a[kk]);
             }
             wg::fence_regs(o[0]);
             wg::fence();
@@ -652,12 +661,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             for (int kk = 0; kk < kTileKV / 16; ++kk) {
                 unsigned int a[kMT][4];
 #pragma unroll
-                for (int mt = 0; mt < kMT; ++mt) {
-                    a[mt][0] = Traits<DTypeKV>::pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    a[mt][1] = Traits<DTypeKV>::pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    a[mt][2] = Traits<DTypeKV>::pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    a[mt][3] = Traits<DTypeKV>::pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-                }
+                for (int mt = 0; mt < kMT; ++mt) p_fragment(s[mt], kk, a[mt]);
 #pragma unroll
                 for (int dp = 0; dp < kHeadDim / 16; ++dp) {
                     unsigned int b[4];
