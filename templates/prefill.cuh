@@ -19,8 +19,8 @@
 //    from shared memory laid out in 16-byte chunks XOR-swizzled by row
 //    (chunk c of row r is stored at c ^ (r % 8)), which makes every ldmatrix
 //    phase and every cp.async write conflict-free.
-//  * Hopper (sm_90a), 128-row tiles of head_dim 64 and 128: the 8 warps form
-//    two warpgroups of 64 rows, and each product is one asynchronous wgmma
+//  * Hopper (sm_90a), 128- and 64-row tiles: the warps form warpgroups of
+//    64 rows (two and one), and each product is one asynchronous wgmma
 //    per 16-wide k-step (fijit_wgmma.cuh) reading Q and K/V straight from
 //    shared memory, P.V with P from registers. The tiles are then stored in
 //    64-column panels with the same XOR (the hardware's 128-byte swizzle),
@@ -58,7 +58,7 @@ using P = fi_prefill_params;
 constexpr int kKind = fijit_cfg::kKind;
 constexpr int kHeadDim = fijit_cfg::kHeadDim;
 constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-// Compiled for sm_90a: tile 0 may run on wgmma (prefill_params.h).
+// Compiled for sm_90a: tiles 0 and 1 run on wgmma (prefill_params.h).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr int kSm90a = 1;
 #else
@@ -279,7 +279,7 @@ __device__ __forceinline__ void rope_pair(const P &p, float (&x)[8], float (&y)[
 template <int kTileIdx>
 struct Cfg {
     static constexpr int kTileQ = FI_PREFILL_TILE_Q(kTileIdx);
-    static constexpr bool kWgmma = FI_PREFILL_WGMMA(kTileIdx, kHeadDim, kSm90a);
+    static constexpr bool kWgmma = FI_PREFILL_WGMMA(kTileIdx, kSm90a);
     static constexpr int kWarps = FI_PREFILL_WARPS(kTileIdx, kHeadDim, kSm90a);
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kMT = FI_PREFILL_ROWS_PER_WARP(kTileIdx, kHeadDim, kSm90a) / 16;
@@ -296,6 +296,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     constexpr int kThreads = C::kThreads;
     constexpr int kMT = C::kMT;           // 16-row MMA tiles per warp
     constexpr bool kWg = C::kWgmma;       // S and P.V on wgmma, per warpgroup
+    constexpr bool kLdmXor = kXor && !kWg;  // kXor applies to ldmatrix addressing
     constexpr int kTileKV = C::kTileKV;
     constexpr unsigned int kKVTileBytes = kTileKV * kRowBytes;
     // Width of the P.V wgmma: head_dim, spelled through C so that the name
@@ -449,9 +450,10 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         const unsigned int skt = sk + stage * kKVTileBytes;
         // kXor: the fragment bases, opaque so that the per-fragment
         // addresses are not hoisted out of the loop into registers.
-        const unsigned int qf = kXor ? opaque(q_frag) : 0u;
-        const unsigned int kf = kXor ? opaque(k_frag + stage * kKVTileBytes) : 0u;
-        const unsigned int vf = kXor ? opaque(v_frag + stage * kKVTileBytes) : 0u;
+        // (wgmma reads shared memory through descriptors: none there.)
+        const unsigned int qf = kLdmXor ? opaque(q_frag) : 0u;
+        const unsigned int kf = kLdmXor ? opaque(k_frag + stage * kKVTileBytes) : 0u;
+        const unsigned int vf = kLdmXor ? opaque(v_frag + stage * kKVTileBytes) : 0u;
         const unsigned int svt = sv + stage * kKVTileBytes;
         const int t0 = kv_start + tile * kTileKV;
 
@@ -514,13 +516,13 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                 unsigned int a[kMT][4];
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt)
-                    ldmatrix_x4(a[mt], kXor ? frag_at(qf, kk) + mt * 16 * kRowBytes
+                    ldmatrix_x4(a[mt], kLdmXor ? frag_at(qf, kk) + mt * 16 * kRowBytes
                                              : sq + swz(warp_row0 + mt * 16 + (lane & 15),
                                                         kk * 2 + (lane >> 4)));
 #pragma unroll
                 for (int np = 0; np < kNT / 2; ++np) {
                     unsigned int b[4];
-                    ldmatrix_x4(b, kXor ? frag_at(kf, kk) + np * 16 * kRowBytes
+                    ldmatrix_x4(b, kLdmXor ? frag_at(kf, kk) + np * 16 * kRowBytes
                                          : skt + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7),
                                                      kk * 2 + ((lane >> 3) & 1)));
 #pragma unroll
@@ -666,7 +668,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                 for (int dp = 0; dp < kHeadDim / 16; ++dp) {
                     unsigned int b[4];
                     ldmatrix_x4_trans(
-                        b, kXor ? frag_at(vf, dp) + kk * 16 * kRowBytes
+                        b, kLdmXor ? frag_at(vf, dp) + kk * 16 * kRowBytes
                                  : svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
                                              dp * 2 + (lane >> 4)));
 #pragma unroll

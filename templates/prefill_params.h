@@ -13,7 +13,8 @@
  * A module holds one kernel per CTA query tile, in this order (the kinds'
  * entries in src/kinds.c follow it): rows of the tile are "packed rows",
  * (query token, head of the GQA group) pairs, row = token * group + head, so
- * that all query heads sharing a KV head share every K/V tile.
+ * that all query heads sharing a KV head share every K/V tile. On mma.sync
+ * (every arch but sm_90a, below):
  *   index 0: 128 rows; 4 warps x 32 rows (head_dim 64/128), 8 warps x 16 (256)
  *   index 1:  64 rows; 4 warps x 16 rows
  *   index 2:  16 rows; 1 warp
@@ -36,17 +37,17 @@
  * 1 CTA per SM (147 registers, causal) measured 1.02-1.13x. */
 #define FI_PREFILL_NUM_TILES 3
 #define FI_PREFILL_TILE_Q(i) ((i) == 0 ? 128 : (i) == 1 ? 64 : 16)
-#define FI_PREFILL_WGMMA(i, hd, sm90a) ((sm90a) && (i) <= 1)
+#define FI_PREFILL_WGMMA(i, sm90a) ((sm90a) && (i) <= 1)
 #define FI_PREFILL_WGMMA_KEYS 64
 #define FI_PREFILL_ROWS_PER_WARP(i, hd, sm90a) \
-    (FI_PREFILL_WGMMA(i, hd, sm90a) ? 16 : (i) == 0 && (hd) <= 128 ? 32 : 16)
+    (FI_PREFILL_WGMMA(i, sm90a) ? 16 : (i) == 0 && (hd) <= 128 ? 32 : 16)
 #define FI_PREFILL_WARPS(i, hd, sm90a) \
     (FI_PREFILL_TILE_Q(i) / FI_PREFILL_ROWS_PER_WARP(i, hd, sm90a))
 #define FI_PREFILL_TILE_KV(i, hd, sm90a) \
-    (FI_PREFILL_WGMMA(i, hd, sm90a) ? FI_PREFILL_WGMMA_KEYS : (hd) <= 128 ? 64 : 32)
+    (FI_PREFILL_WGMMA(i, sm90a) ? FI_PREFILL_WGMMA_KEYS : (hd) <= 128 ? 64 : 32)
 #define FI_PREFILL_STAGES 2
 /* CTAs per SM the compiler must leave registers for (__launch_bounds__). */
-#define FI_PREFILL_MIN_BLOCKS(i, hd, sm90a) (FI_PREFILL_WGMMA(i, hd, sm90a) && (hd) <= 128 ? 2 : 1)
+#define FI_PREFILL_MIN_BLOCKS(i, hd, sm90a) (FI_PREFILL_WGMMA(i, sm90a) && (hd) <= 128 ? 2 : 1)
 /* Dynamic shared memory of tile index i: Q tile + STAGES x (K tile + V tile), 16-bit elements. */
 #define FI_PREFILL_SMEM_BYTES(i, hd, sm90a)                                                   \
     ((FI_PREFILL_TILE_Q(i) + 2 * FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(i, hd, sm90a)) * (hd) * 2)
