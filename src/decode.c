@@ -60,7 +60,7 @@ typedef struct decode_plan {
 
 void fi__decode_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out)
 {
-    (void)arch; /* one shape on every arch */
+    FI_UNUSED(arch); /* one shape on every arch */
     memset(out, 0, sizeof *out);
     out->block_dim[0] = FI_DECODE_THREADS;
     out->block_dim[1] = out->block_dim[2] = 1;

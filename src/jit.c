@@ -565,7 +565,8 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
     FI_TRY(fi__cuda_current_arch(arch, NULL, NULL));
     /* The context's arch where this device runs it (e.g. sm_90 on an sm_90a
      * device: the portable kernels), else the device's own. */
-    if (ctx->arch[0] && fi__arch_runs_on(ctx->arch, arch)) snprintf(arch, sizeof arch, "%s", ctx->arch);
+    if (ctx->arch[0] && fi__arch_runs_on(ctx->arch, arch))
+        snprintf(arch, sizeof arch, "%s", ctx->arch);
     FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
     FI_TRY(build_obtain(ctx, &b, &compiled));
     if (!(e = fi__calloc(1, sizeof *e))) FI_FAIL(FI_ENOMEM, "out of memory");

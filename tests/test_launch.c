@@ -101,20 +101,27 @@ static CUresult record_launch(const fake_cuda_launch *l, void *user)
     return seen.result;
 }
 
-/* A context on a fresh cache, the fake driver current, launches recorded. */
-static int launch_ctx(fi_jit_ctx **ctx)
+/* The fake device is compute capability 9.0: modules are built for sm_90a
+ * unless a test asks for sm_90. */
+#define FAKE_SM90A 1
+
+/* A context for `arch` on a fresh cache, the fake driver current, launches
+ * recorded. */
+static int launch_ctx_for(fi_jit_ctx **ctx, const char *arch)
 {
     if (!fake_ready()) return -1;
     memset(&seen, 0, sizeof seen);
     fake.set_launch_hook(record_launch, NULL);
-    return check_ctx_new(ctx, "sm_90a");
+    return check_ctx_new(ctx, arch);
+}
+
+static int launch_ctx(fi_jit_ctx **ctx)
+{
+    return launch_ctx_for(ctx, "sm_90a");
 }
 
 /* Device addresses for tensors the launch code passes on but never reads. */
 static _Alignas(256) unsigned char device_arena[1 << 16];
-/* The fake device is compute capability 9.0: modules are built for sm_90a
- * unless a test asks for sm_90. */
-#define FAKE_SM90A 1
 #define DEV(i) ((void *)(device_arena + 4096 * (i)))
 
 /* The frequencies fijit_params.h documents, to the float they round to. */
@@ -440,7 +447,8 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
               seen.name);
     for (int i = 0; i < FI_PREFILL_NUM_TILES; i++)
         if (FI_PREFILL_TILE_Q(i) == tile) idx = i;
-    CHECK(idx >= 0 && seen.grid[1] == 8 && seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, 128, FAKE_SM90A) * 32);
+    CHECK(idx >= 0 && seen.grid[1] == 8 &&
+          seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, 128, FAKE_SM90A) * 32);
     CHECK(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, 128, FAKE_SM90A));
     /* One block per query tile of each request: ceil(rows / tile) with 4
      * packed rows per token; the empty request has none. */
@@ -616,9 +624,7 @@ TEST(every_prefill_tile_launches_with_its_shared_memory)
     } targets[] = {{"sm_90a", 1}, {"sm_90", 0}};
     for (int g = 0; g < 2; g++) {
         fi_jit_ctx *ctx = NULL;
-        CHECK_OK(launch_ctx(&ctx));
-        fi_jit_ctx_free(ctx);
-        CHECK_OK(check_ctx_new(&ctx, targets[g].arch));
+        CHECK_OK(launch_ctx_for(&ctx, targets[g].arch));
         const int sm90a = targets[g].sm90a;
         for (int h = 0; h < 3 && sweep_head_dim(h); h++)
             for (int idx = 0; idx < FI_PREFILL_NUM_TILES; idx++) {
@@ -848,7 +854,8 @@ static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)
     const fi_batch_prefill_plan_args rpa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, NULL);
     fi_prefill_plan *rplan = NULL;
     STEP(fi_batch_prefill_workspace_size(&bytes, &rs, &rpa));
-    if (rc == 0 && bytes <= ws_bytes / 2) STEP(fi_batch_prefill_plan(&rplan, ctx, &rs, &rpa, ws, bytes));
+    if (rc == 0 && bytes <= ws_bytes / 2)
+        STEP(fi_batch_prefill_plan(&rplan, ctx, &rs, &rpa, ws, bytes));
     if (rplan) {
         fi_batch_prefill_args ra = FI_BATCH_PREFILL_ARGS_INIT;
         batch_prefill_args_for(&ra);
