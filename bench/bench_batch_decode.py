@@ -19,12 +19,19 @@ it).
 The plan is made once per shape (outside the timing), as a model would per
 step. "nosplit" times the same batch planned with max_splits = 1.
 
+Before/after comparisons: --config NAME,LIB[,TEMPLATE_DIR[,VAR=VALUE;...]] (repeat
+it; as bench_prefill.py) times several fijit builds on the same tensors, each with
+its own plan; with --rounds R the configs and SDPA are timed in R rounds, the order
+rotated each round, and each gets the median of its rounds' medians. The first
+config is the reference of the 'x ref' columns.
+
 Raw numbers go to $OUT/bench_batch_decode.json when OUT is set; the table is
 printed last.
 """
 import argparse
 import json
 import os
+import statistics
 import sys
 import warnings
 
@@ -35,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "gpu"))
 sys.path.insert(0, HERE)
 from bench_decode import Timer, copy_ceiling  # noqa: E402
+from bench_prefill import Config  # noqa: E402
 from fijit_py import FI_KIND_BATCH_DECODE, BatchDecode, Fijit, batch_decode_args  # noqa: E402
 
 
@@ -70,6 +78,11 @@ def main():
     ap.add_argument("--read-ceiling", default="",
                     help="JSON written by bench/read_ceiling.cu: adds %%read, fijit's GB/s over "
                          "the read ceiling of random 4 KiB chunks (this paged layout's reads)")
+    ap.add_argument("--config", action="append", default=[],
+                    help="NAME,LIB[,TEMPLATE_DIR[,VAR=VALUE;...]]: a fijit build to time "
+                         "(repeat to compare builds; the first is the reference)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds of interleaved timings of the configs and SDPA")
     ap.add_argument("--tag", default="")
     opt = ap.parse_args()
 
@@ -80,8 +93,10 @@ def main():
     ceiling = copy_ceiling(timer)
     print(f"bench_batch_decode on {dev_name}: copy ceiling {ceiling:.0f} GB/s, median of "
           f"{opt.reps}", flush=True)
-    fj = Fijit()
-    bd = BatchDecode(fj)
+    configs = [Config(c) for c in opt.config] or [Config("fijit")]
+    for cfg in configs:
+        cfg.bd = BatchDecode(cfg.fj)
+    multi = len(configs) > 1
     hd, ps = opt.head_dim, opt.page_size
     stream = torch.cuda.current_stream().cuda_stream
     gen = torch.Generator(device="cuda")
@@ -126,27 +141,37 @@ def main():
                     indptr = [b * npg for b in range(B + 1)]
                     last = [L - (npg - 1) * ps] * B
                     q = torch.randn(B, hq, hd, device="cuda", generator=gen).to(tdt)
-                    o = torch.empty(B, hq, hd, device="cuda", dtype=tdt)
                     kv_bytes = 2 * B * hkv * L * hd * kc.element_size()
 
-                    plan, ws = bd.plan(spec, indptr, last, hq, hkv, ps, sm_count=opt.sm_count)
-                    items, msp = bd.describe(plan)
-                    args = batch_decode_args(q, kc, vc, perm, o, None, ws, layout="HND",
-                                             k_scale=1.0, v_scale=1.0)
-                    bd.run(plan, args, stream)  # compile or load before timing
-                    fi_us, fi_min = timer.median_us(lambda: bd.run(plan, args, stream))
+                    plans, runners, outs = [], {}, {}
+                    for cfg in configs:
+                        o = outs[cfg.name] = torch.empty(B, hq, hd, device="cuda", dtype=tdt)
+                        with cfg.applied():
+                            plan, ws = cfg.bd.plan(spec, indptr, last, hq, hkv, ps,
+                                                   sm_count=opt.sm_count)
+                        args = batch_decode_args(q, kc, vc, perm, o, None, ws, layout="HND",
+                                                 k_scale=1.0, v_scale=1.0)
+                        with cfg.applied():
+                            cfg.bd.run(plan, args, stream)  # compile or load before timing
+                        plans.append((cfg, plan, ws))
+                        runners[cfg.name] = (lambda c=cfg, pl=plan, a=args:
+                                             c.bd.run(pl, a, stream))
+                    items, msp = configs[0].bd.describe(plans[0][1])
                     ns_us = None
                     if msp > 1 and not opt.no_nosplit:
-                        plan1, ws1 = bd.plan(spec, indptr, last, hq, hkv, ps, max_splits=1)
-                        a1 = batch_decode_args(q, kc, vc, perm, o, None, ws1, layout="HND",
-                                               k_scale=1.0, v_scale=1.0)
-                        bd.run(plan1, a1, stream)
-                        ns_us = timer.median_us(lambda: bd.run(plan1, a1, stream))[0]
-                        bd.free(plan1)
+                        cfg = configs[0]
+                        with cfg.applied():
+                            plan1, ws1 = cfg.bd.plan(spec, indptr, last, hq, hkv, ps, max_splits=1)
+                        a1 = batch_decode_args(q, kc, vc, perm, outs[cfg.name], None, ws1,
+                                               layout="HND", k_scale=1.0, v_scale=1.0)
+                        cfg.bd.run(plan1, a1, stream)
+                        ns_us = timer.median_us(lambda: cfg.bd.run(plan1, a1, stream))[0]
+                        cfg.bd.free(plan1)
                         del ws1
-                    bd.run(plan, args, stream)
+                    for fn in runners.values():
+                        fn()  # the outputs compared below are the plans' own
                     torch.cuda.synchronize()
-                    sdpa_us = max_diff = None
+                    max_diff = {}
                     if kvd is None and opt.pos == "none":
                         # Gather the pages into SDPA's dense [B, Hkv, L, D] (untimed).
                         # One request at a time: the largest shape leaves no room for more.
@@ -163,27 +188,48 @@ def main():
                             return F.scaled_dot_product_attention(q4, kd, vd, enable_gqa=hq != hkv)
                         ref = sdpa()
                         torch.cuda.synchronize()
-                        max_diff = float((ref.view(B, hq, hd).float() - o.float()).abs().max())
-                        sdpa_us = timer.median_us(sdpa)[0]
-                        del kd, vd, ref
-                    bd.free(plan)
+                        for name, o in outs.items():
+                            max_diff[name] = float((ref.view(B, hq, hd).float() - o.float()).abs().max())
+                        runners["sdpa"] = sdpa
+                        del ref
+                    medians = {name: [] for name in runners}
+                    mins = {name: [] for name in runners}
+                    names = list(runners)
+                    for r in range(opt.rounds):
+                        for name in names[r % len(names):] + names[:r % len(names)]:
+                            med, mn = timer.median_us(runners[name])
+                            medians[name].append(med)
+                            mins[name].append(mn)
+                    us = {name: statistics.median(v) for name, v in medians.items()}
+                    fi_us, fi_min = us[configs[0].name], min(mins[configs[0].name])
+                    sdpa_us = us.get("sdpa")
+                    for cfg, plan, _ in plans:
+                        cfg.bd.free(plan)
+                    if "sdpa" in runners:
+                        del kd, vd
                     row = dict(dtype=dtype, kv_dtype=kvd or dtype, pos=opt.pos, heads=heads, batch=B,
                                page_order=opt.page_order,
                                kv_len=L, hd=hd, page_size=ps, kv_bytes=kv_bytes, items=items,
                                max_request_splits=msp, fijit_us=fi_us, fijit_min_us=fi_min,
                                fijit_nosplit_us=ns_us,
                                fijit_gbs=kv_bytes / (fi_us * 1e-6) / 1e9, sdpa_us=sdpa_us,
-                               max_abs_diff_vs_sdpa=max_diff)
+                               max_abs_diff_vs_sdpa=max_diff.get(configs[0].name))
+                    if multi:
+                        row["configs_us"] = {c.name: us[c.name] for c in configs}
+                        row["configs_max_abs_diff_vs_sdpa"] = max_diff
                     row["pct_copy"] = 100.0 * row["fijit_gbs"] / ceiling
                     rows.append(row)
                     print(f"  {dtype} {heads:>5} B={B:3d} L={L:6d}: fijit {fi_us:8.1f} us "
                           f"{row['fijit_gbs']:6.0f} GB/s ({row['pct_copy']:.0f}%) items {items} "
                           f"(x{msp})" + (f" nosplit {ns_us:.1f}" if ns_us else "")
-                          + (f", sdpa {sdpa_us:.1f} us, max|diff| {max_diff:.2e}" if sdpa_us else ""),
+                          + (f", sdpa {sdpa_us:.1f} us, max|diff| {max(max_diff.values()):.2e}"
+                             if sdpa_us else "")
+                          + "".join(f", {c.name} {us[c.name]:.1f}" for c in configs[1:]),
                           flush=True)
-                    del kc, vc, q, o, ws, perm
+                    del kc, vc, q, outs, plans, runners, perm
                     torch.cuda.empty_cache()
-    fj.close()
+    for cfg in configs:
+        cfg.fj.close()
     read = None
     if opt.read_ceiling:
         with open(opt.read_ceiling) as f:
@@ -202,7 +248,8 @@ def main():
               f"(SDPA's dense copy)")
     print(f"{'dtype':9} {'heads':>5} {'batch':>5} {'kv_len':>6} {'fijit us':>9} {'GB/s':>6} "
           f"{'%copy':>6}" + (f" {'%read':>6}" if read else "") +
-          f" {'sdpa us':>8} {'ratio':>6} {'splits':>6} {'nosplit us':>10}")
+          f" {'sdpa us':>8} {'ratio':>6} {'splits':>6} {'nosplit us':>10}"
+          + "".join(f" {c.name[:9]:>9} {'x ref':>6}" for c in configs[1:]))
     for r in rows:
         s_txt = f"{r['sdpa_us']:8.1f}" if r["sdpa_us"] else "     n/a"
         x_txt = f"{r['sdpa_us'] / r['fijit_us']:5.2f}x" if r["sdpa_us"] else "   n/a"
@@ -213,7 +260,9 @@ def main():
               f"{r['fijit_gbs']:6.0f} {r['pct_copy']:5.0f}% "
               + (f"{100 * r['fijit_gbs'] / read['random_4k_gbs']:5.0f}% " if read else "")
               + f"{s_txt} {x_txt} "
-              f"{r['max_request_splits']:6d} {n_txt}")
+              f"{r['max_request_splits']:6d} {n_txt}"
+              + "".join(f" {r['configs_us'][c.name]:9.1f} {r['fijit_us'] / r['configs_us'][c.name]:5.3f}x"
+                        for c in configs[1:]))
     return 0
 
 

@@ -16,6 +16,7 @@ the first config is the reference of the 'x ref' columns.
 Raw numbers go to $OUT/bench_prefill[_LABEL].json when OUT is set.
 """
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -54,18 +55,24 @@ class Config:
         self.fj = Fijit(self.lib)
         self.pf = Prefill(self.fj)
 
-    def plan(self, *args, **kw):
-        """Plan (and compile or load) with this config's environment in force."""
+    @contextlib.contextmanager
+    def applied(self):
+        """This config's environment in force (plans read it, and compile or load)."""
         saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
         try:
-            return self.pf.plan(*args, **kw)
+            yield self
         finally:
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+    def plan(self, *args, **kw):
+        """Plan (and compile or load) with this config's environment in force."""
+        with self.applied():
+            return self.pf.plan(*args, **kw)
 
 
 def time_once(fn):

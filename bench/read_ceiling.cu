@@ -3,12 +3,17 @@
 // through a cp.async ring in shared memory, 128 threads a block, as
 // templates/decode_core.cuh), once with each block's chunks contiguous (a
 // dense K/V cache) and once with the chunks in random order (a paged cache
-// of page_size 16, HND, hd 128: one 4 KiB chunk per page and head). The copy
-// ceiling of bench_decode.py counts a read and a write; these count reads.
+// of page_size 16, HND, hd 128: one 4 KiB chunk per page and head). Then
+// paged with 8 heads to a page, 32 KiB (GQA 32/8): each block reads one head's
+// 4 KiB slice of a list of random pages, the 8 blocks of a page list either
+// neighbours in launch order (batch decode's grid) or a launch-wide stride
+// apart (a grid with the head as its slow index). The copy ceiling of
+// bench_decode.py counts a read and a write; these count reads.
 //
 // Build and run (gpu_run.sh does): nvcc -O3 -arch=sm_90 -o read_ceiling
 // bench/read_ceiling.cu && ./read_ceiling [OUT.json]
-// Prints one line per order and writes {"contiguous_gbs", "random_4k_gbs"}:
+// Prints one line and writes {"contiguous_gbs", "random_4k_gbs",
+// "paged_heads_adjacent_gbs", "paged_heads_strided_gbs"}, each
 // the best over ring depths 3..6 and 2..4 blocks per SM, median of 9 runs of
 // 4 GiB each after 3 warm-up runs (CUDA events).
 #include <cuda_runtime.h>
@@ -74,9 +79,12 @@ __global__ void __launch_bounds__(kThreads)
 
 typedef void (*Kernel)(const char *, const int *, int, float *);
 
-// GB/s of the best configuration for the chunk order now in `chunks`.
-static double best_gbs(const char *buf, const int *chunks, size_t total_chunks, float *sink,
-                       int sms)
+// Block b's chunk list for a launch of `blocks` blocks of `tiles` tiles.
+typedef std::vector<int> (*Order)(int blocks, int tiles);
+
+// GB/s of the best configuration for the chunk order `order` makes.
+static double best_gbs(const char *buf, int *chunks, size_t total_chunks, float *sink, int sms,
+                       Order order)
 {
     const struct {
         Kernel k;
@@ -94,6 +102,10 @@ static double best_gbs(const char *buf, const int *chunks, size_t total_chunks, 
             if ((size_t)per_sm * (smem + 1024) > 228 * 1024) continue;
             const int blocks = sms * per_sm;
             const int tiles = (int)(total_chunks / kTileChunks / blocks);
+            const std::vector<int> list = order(blocks, tiles);
+            if (list.empty()) continue;  // the order does not fit this grid
+            CHECK_CUDA(cudaMemcpy(chunks, list.data(), list.size() * sizeof(int),
+                                  cudaMemcpyHostToDevice));
             std::vector<float> ms;
             for (int rep = 0; rep < 12; ++rep) {
                 CHECK_CUDA(cudaEventRecord(a));
@@ -115,6 +127,28 @@ static double best_gbs(const char *buf, const int *chunks, size_t total_chunks, 
     return best;
 }
 
+// Pages of kHeads 4 KiB chunks in random order; the blocks of one page list
+// (one head each) are neighbours (b = list * kHeads + head) or a launch-wide
+// stride apart (b = head * lists + list). Only for grids of whole pages.
+template <bool kAdjacent>
+std::vector<int> paged(int blocks, int tiles)
+{
+    constexpr int kHeads = 8;
+    if (blocks % kHeads != 0) return {};
+    const int lists = blocks / kHeads, per_list = tiles * kTileChunks;
+    std::vector<int> pages((size_t)lists * per_list);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
+    std::vector<int> list((size_t)blocks * per_list);
+    for (int l = 0; l < lists; ++l)
+        for (int h = 0; h < kHeads; ++h) {
+            const int b = kAdjacent ? l * kHeads + h : h * lists + l;
+            for (int i = 0; i < per_list; ++i)
+                list[(size_t)b * per_list + i] = pages[(size_t)l * per_list + i] * kHeads + h;
+        }
+    return list;
+}
+
 int main(int argc, char **argv)
 {
     int sms = 0;
@@ -129,25 +163,33 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaMemset(buf, 0x3c, total_chunks * kChunk));
     CHECK_CUDA(cudaMalloc(&chunks, total_chunks * sizeof(int)));
     CHECK_CUDA(cudaMalloc(&sink, sizeof(float)));
-    std::vector<int> order(total_chunks);
-    std::iota(order.begin(), order.end(), 0);
-    CHECK_CUDA(cudaMemcpy(chunks, order.data(), order.size() * sizeof(int),
-                          cudaMemcpyHostToDevice));
-    const double contiguous = best_gbs(buf, chunks, total_chunks, sink, sms);
-    std::shuffle(order.begin(), order.end(), std::mt19937(7));
-    CHECK_CUDA(cudaMemcpy(chunks, order.data(), order.size() * sizeof(int),
-                          cudaMemcpyHostToDevice));
-    const double random4k = best_gbs(buf, chunks, total_chunks, sink, sms);
-    printf("read ceiling on %s: contiguous %.0f GB/s, random 4 KiB chunks %.0f GB/s\n",
-           prop.name, contiguous, random4k);
+    const double contiguous = best_gbs(buf, chunks, total_chunks, sink, sms, [](int b, int t) {
+        std::vector<int> list((size_t)b * t * kTileChunks);
+        std::iota(list.begin(), list.end(), 0);
+        return list;
+    });
+    const double random4k = best_gbs(buf, chunks, total_chunks, sink, sms, [](int b, int t) {
+        std::vector<int> list((size_t)b * t * kTileChunks);
+        std::iota(list.begin(), list.end(), 0);
+        std::shuffle(list.begin(), list.end(), std::mt19937(7));
+        return list;
+    });
+    const double adjacent = best_gbs(buf, chunks, total_chunks, sink, sms, paged<true>);
+    const double strided = best_gbs(buf, chunks, total_chunks, sink, sms, paged<false>);
+    printf("read ceiling on %s: contiguous %.0f GB/s, random 4 KiB chunks %.0f GB/s, "
+           "32 KiB pages of 8 heads: heads adjacent in launch order %.0f GB/s, strided %.0f "
+           "GB/s\n",
+           prop.name, contiguous, random4k, adjacent, strided);
     if (argc > 1) {
         FILE *f = fopen(argv[1], "w");
         if (!f) {
             perror(argv[1]);
             return 1;
         }
-        fprintf(f, "{\"device\": \"%s\", \"contiguous_gbs\": %.1f, \"random_4k_gbs\": %.1f}\n",
-                prop.name, contiguous, random4k);
+        fprintf(f,
+                "{\"device\": \"%s\", \"contiguous_gbs\": %.1f, \"random_4k_gbs\": %.1f, "
+                "\"paged_heads_adjacent_gbs\": %.1f, \"paged_heads_strided_gbs\": %.1f}\n",
+                prop.name, contiguous, random4k, adjacent, strided);
         fclose(f);
     }
     CHECK_CUDA(cudaFree(buf));
