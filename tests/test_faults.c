@@ -8,6 +8,8 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "store.h"
@@ -91,34 +93,82 @@ static int cache_is_healthy(const char *dir, char *why, size_t why_size)
     return rc;
 }
 
+/* Fault points first, first + stride, ... in a fresh copy of `base` each,
+ * until one runs past the workload's last fault point (*last); returns 0, or
+ * -1 with the failure in `why`. */
+static int fault_points(unsigned mask, int persistent, long first, long stride, long max_n,
+                        const char *base, const char *work, long *last, char *why,
+                        size_t why_size)
+{
+    char cmd[13000];
+    for (long n = first; n < max_n; n += stride) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", work, base, work);
+        if (system(cmd) != 0) {
+            snprintf(why, why_size, "fault %ld: cannot copy the base cache", n);
+            return -1;
+        }
+        fi__fault_arm(mask, n, persistent);
+        char step[1024] = "";
+        int rc = workload(work, step, sizeof step);
+        long fired = fi__fault_count();
+        fi__fault_arm(0, 0, 0);
+        if (rc == 0 && cache_is_healthy(work, step, sizeof step) != 0) rc = -1;
+        if (rc != 0) {
+            snprintf(why, why_size, "fault %ld%s: %s", n, persistent ? " (persistent)" : "", step);
+            return -1;
+        }
+        *last = n;
+        if (fired == 0) return 0; /* the workload ran past its last fault point */
+    }
+    snprintf(why, why_size, "fault loop did not finish within %ld faults", max_n);
+    return -1;
+}
+
+/* The fault points are independent (each starts from a copy of the base
+ * cache), so check_jobs() forked workers share them out, interleaved: most
+ * points cost an NVRTC compile, and the loops were most of `make test`. A
+ * worker reports its failure on stderr and in its exit status (and leaks, in
+ * sanitizer runs, at its exit). */
 static void fault_loop(unsigned mask, int persistent)
 {
     /* Sanitizer runs take the single-fault loops only: each point compiles a kernel. */
     if (persistent && getenv("FIJIT_TEST_QUICK")) return;
-    char base[4200], work[4200], cmd[13000], why[1024] = "";
+    char base[4200];
     snprintf(base, sizeof base, "%.4000s/base", check_tmpdir);
-    snprintf(work, sizeof work, "%.4000s/work", check_tmpdir);
     fi_jit_ctx *ctx = NULL;
     fi_jit_spec a = spec_of(cached_spec);
     CHECK_OK(open_ctx(&ctx, base));
     CHECK_OK(fi_jit_prewarm(ctx, &a, NULL, NULL));
     fi_jit_ctx_free(ctx);
-    long n = 1, max_n = getenv("FIJIT_TEST_QUICK") ? 400 : 4000;
-    for (; n < max_n; n++) {
-        snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", work, base, work);
-        CHECK(system(cmd) == 0);
-        fi__fault_arm(mask, n, persistent);
-        int rc = workload(work, why, sizeof why);
-        long fired = fi__fault_count();
-        fi__fault_arm(0, 0, 0);
-        CHECK_MSG(rc == 0, "fault %ld%s: %s", n, persistent ? " (persistent)" : "", why);
-        CHECK_MSG(cache_is_healthy(work, why, sizeof why) == 0, "fault %ld%s: %s", n,
-                  persistent ? " (persistent)" : "", why);
-        if (fired == 0) break; /* the workload ran past its last fault point */
+    const long max_n = getenv("FIJIT_TEST_QUICK") ? 400 : 4000;
+    const int workers = check_jobs();
+    pid_t pids[16];
+    int started = 0;
+    fflush(NULL);
+    for (int k = 0; k < workers; k++, started++) {
+        if ((pids[k] = fork()) < 0) break;
+        if (pids[k] == 0) {
+            char work[4200], why[1400] = "";
+            long last = 0;
+            snprintf(work, sizeof work, "%.4000s/work%d", check_tmpdir, k);
+            const int rc = fault_points(mask, persistent, 1 + k, workers, max_n, base, work,
+                                        &last, why, sizeof why);
+            if (rc != 0) fprintf(stderr, "  worker %d of %d: %s\n", k + 1, workers, why);
+            else printf("  worker %d of %d: faults survived up to point %ld, where none fires "
+                        "(mask %#x%s)\n", k + 1, workers, last, mask,
+                        persistent ? ", persistent" : "");
+            exit(rc != 0);
+        }
     }
-    printf("  %ld fault points survived (mask %#x%s)\n", n - 1, mask,
-           persistent ? ", persistent" : "");
-    CHECK_MSG(n < max_n, "fault loop did not finish within %ld faults", max_n);
+    int failed = workers - started; /* those that could not be forked */
+    for (int k = 0; k < started; k++) {
+        int status = 0;
+        if (waitpid(pids[k], &status, 0) != pids[k] || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0)
+            failed++;
+    }
+    CHECK_MSG(failed == 0, "%d of %d fault workers failed (mask %#x%s; their errors above)",
+              failed, workers, mask, persistent ? ", persistent" : "");
 }
 
 TEST(faults_in_allocations_once) { fault_loop(FI_FAULT_ALLOC, 0); }
