@@ -48,7 +48,8 @@ $(1)/obj/embedded.o: $(B)/gen/embedded.c
 $(1)/obj/tools/%.o: tools/%.c $(wildcard include/*.h) $(wildcard src/*.h) $(wildcard tools/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
-$(1)/obj/tests/%.o: tests/%.c tests/check.h $(wildcard include/*.h) $(wildcard src/*.h)
+$(1)/obj/tests/%.o: tests/%.c tests/check.h $(wildcard include/*.h) $(wildcard src/*.h) \
+                   $(wildcard templates/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
 $(1)/libfijit.a: $(LIB_SRC:src/%.c=$(1)/obj/%.o) $(1)/obj/embedded.o
