@@ -149,9 +149,8 @@ def main():
                         with cfg.applied():
                             plan, ws = cfg.bd.plan(spec, indptr, last, hq, hkv, ps,
                                                    sm_count=opt.sm_count)
-                        args = batch_decode_args(q, kc, vc, perm, o, None, ws, layout="HND",
-                                                 k_scale=1.0, v_scale=1.0)
-                        with cfg.applied():
+                            args = batch_decode_args(q, kc, vc, perm, o, None, ws, layout="HND",
+                                                     k_scale=1.0, v_scale=1.0)
                             cfg.bd.run(plan, args, stream)  # compile or load before timing
                         plans.append((cfg, plan, ws))
                         runners[cfg.name] = (lambda c=cfg, pl=plan, a=args:
