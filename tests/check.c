@@ -84,13 +84,12 @@ int check_ctx_new(fi_jit_ctx **out, const char *arch)
 }
 
 /* ---- parallel compile sweeps (check.h) ------------------------------------ */
-#define CHECK_MAX_THREADS 16
 
 int check_jobs(void)
 {
     const char *s = getenv("FIJIT_TEST_JOBS");
     int n = s ? atoi(s) : 2;
-    return n < 1 ? 1 : n > CHECK_MAX_THREADS ? CHECK_MAX_THREADS : n;
+    return n < 1 ? 1 : n > CHECK_MAX_JOBS ? CHECK_MAX_JOBS : n;
 }
 
 typedef struct job {
@@ -127,9 +126,9 @@ static void *prewarm_some(void *arg)
 int check_prewarm_all(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, int want, char *err,
                       size_t err_size)
 {
-    pthread_t threads[CHECK_MAX_THREADS];
-    int started[CHECK_MAX_THREADS];
-    job js[CHECK_MAX_THREADS];
+    pthread_t threads[CHECK_MAX_JOBS];
+    int started[CHECK_MAX_JOBS];
+    job js[CHECK_MAX_JOBS];
     int t_count = check_jobs(), failures = 0;
     err[0] = '\0';
     if (t_count > n) t_count = n > 0 ? n : 1;

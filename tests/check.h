@@ -34,7 +34,9 @@ extern char check_tmpdir[];
 int check_quick(void);
 /* A quiet context on a cache in check_tmpdir, compiling for `arch`. */
 int check_ctx_new(fi_jit_ctx **out, const char *arch);
-/* Threads the compile sweeps use: $FIJIT_TEST_JOBS (default 2, at most 16). */
+/* Threads (or processes) the compile sweeps and fault loops use:
+ * $FIJIT_TEST_JOBS, default 2, at most CHECK_MAX_JOBS. */
+#define CHECK_MAX_JOBS 16
 int check_jobs(void);
 /* Prewarm specs[0..n) for ctx's arch on check_jobs() threads; each must succeed,
  * with outcome `want` unless `want` < 0. Returns the number of failures and

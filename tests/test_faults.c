@@ -142,7 +142,7 @@ static void fault_loop(unsigned mask, int persistent)
     fi_jit_ctx_free(ctx);
     const long max_n = getenv("FIJIT_TEST_QUICK") ? 400 : 4000;
     const int workers = check_jobs();
-    pid_t pids[16];
+    pid_t pids[CHECK_MAX_JOBS];
     int started = 0;
     fflush(NULL);
     for (int k = 0; k < workers; k++, started++) {
