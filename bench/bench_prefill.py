@@ -4,8 +4,12 @@ torch SDPA's flash and cuDNN backends, side by side in one process on the same
 tensors. CUDA events around each launch, warm-up first, median of --reps runs.
 
 TFLOP/s counts 4 * batch * qo_heads * head_dim * (visible (query, key) pairs):
-L^2 pairs without a mask, L(L+1)/2 with causal. Default grid: seq 1k/4k/8k x hd
-64/128 x causal and not x fp16/bf16 x heads 32/32 and 32/8, batch 4.
+L^2 pairs without a mask, L(L+1)/2 with causal, the causal pairs within
+--window keys with window; custom (random bits, half of them set) counts L^2,
+the pairs its tiles compute. Default grid: seq 1k/4k/8k x hd 64/128 x causal
+and not x fp16/bf16 x heads 32/32 and 32/8, batch 4. --pos rope|alibi and
+--softcap C time the heavier tuples (fijit only: SDPA has no equivalent, nor
+for window and custom masks).
 
 Before/after comparisons: --config NAME,LIB[,TEMPLATE_DIR[,VAR=VALUE;...]] (repeat it)
 times several fijit builds in the same process: each config loads its own libfijit.so
@@ -85,19 +89,39 @@ def time_once(fn):
     return s.elapsed_time(e) * 1e-3
 
 
-def bench_one(configs, dtype, hd, causal, H, Hkv, L, B, reps, rounds, warmup, tile=0, sdpa=True):
+def visible_pairs(mask, L, window):
+    if mask == "causal":
+        return L * (L + 1) // 2
+    if mask == "window":  # query i sees keys max(0, i - window)..i
+        w = min(window, L - 1)
+        return (w + 1) * (w + 2) // 2 + (L - w - 1) * (w + 1)
+    return L * L  # none; custom: every tile is computed
+
+
+def bench_one(configs, dtype, hd, mask, H, Hkv, L, B, reps, rounds, warmup, tile=0, sdpa=True,
+              pos="none", softcap=0.0, window=1024):
     tdt = TORCH_DTYPES[dtype]
     dev = "cuda"
+    causal = mask == "causal"
     q = torch.randn(B * L, H, hd, device=dev, dtype=tdt)
     k = torch.randn(B * L, Hkv, hd, device=dev, dtype=tdt)
     v = torch.randn(B * L, Hkv, hd, device=dev, dtype=tdt)
     outs = [torch.empty_like(q) for _ in configs]
-    pairs = L * (L + 1) // 2 if causal else L * L
-    flops = 4.0 * B * H * hd * pairs
-    res = {"dtype": dtype, "hd": hd, "causal": causal, "heads": f"{H}/{Hkv}", "seq": L,
-           "batch": B, "flops": flops}
+    flops = 4.0 * B * H * hd * visible_pairs(mask, L, window)
+    res = {"dtype": dtype, "hd": hd, "causal": causal, "mask": mask, "pos": pos,
+           "softcap": softcap, "heads": f"{H}/{Hkv}", "seq": L, "batch": B, "flops": flops}
+    sdpa = sdpa and mask in ("none", "causal") and pos == "none" and not softcap
+    slopes = (torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], device=dev)
+              if pos == "alibi" else None)
+    bits = offsets = None
+    if mask == "custom":  # per request L x L bits, LSB first, requests back to back
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(L)
+        bits = torch.randint(0, 256, (B * L * L // 8,), device=dev, dtype=torch.uint8,
+                             generator=gen)
+        offsets = torch.tensor([b * L * L for b in range(B)], device=dev, dtype=torch.int64)
 
-    spec = prefill_spec("ragged", dtype, hd, "causal" if causal else "none")
+    spec = prefill_spec("ragged", dtype, hd, mask, pos, softcap > 0)
     indptr = [i * L for i in range(B + 1)]
     ind_t = torch.tensor(indptr, dtype=torch.int32, device=dev)
     stream = torch.cuda.current_stream().cuda_stream
@@ -111,7 +135,14 @@ def bench_one(configs, dtype, hd, causal, H, Hkv, L, B, reps, rounds, warmup, ti
         a.qo_indptr = a.kv_indptr = ind_t.data_ptr()
         a.q_stride_n, a.q_stride_h, a.o_stride_n, a.o_stride_h = q.stride(0), q.stride(1), o.stride(0), o.stride(1)
         a.k_stride_n, a.k_stride_h, a.v_stride_n, a.v_stride_h = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
-        a.window_left = -1
+        a.window_left = window if mask == "window" else -1
+        a.sm_scale = 1.0 / hd ** 0.5
+        a.soft_cap = softcap
+        if pos == "rope":
+            a.rope_scale, a.rope_theta = 1.0, 1e4
+        a.alibi_slopes = slopes.data_ptr() if slopes is not None else None
+        a.custom_mask = bits.data_ptr() if bits is not None else None
+        a.custom_mask_offsets = offsets.data_ptr() if offsets is not None else None
         plans.append((cfg, plan, ws, a))
         runners[cfg.name] = (lambda c=cfg, p=plan, aa=a: c.pf.batch_run(p, aa, stream))
 
@@ -187,7 +218,10 @@ def main():
     ap.add_argument("--seqs", default="1024,4096,8192")
     ap.add_argument("--hds", default="64,128")
     ap.add_argument("--dtypes", default="fp16,bf16")
-    ap.add_argument("--masks", default="none,causal")
+    ap.add_argument("--masks", default="none,causal", help="none, causal, window, custom")
+    ap.add_argument("--window", type=int, default=1024, help="window_left of mask window")
+    ap.add_argument("--pos", default="none", choices=["none", "rope", "alibi"])
+    ap.add_argument("--softcap", type=float, default=0.0, help="logits soft-cap (0: off)")
     ap.add_argument("--heads", default="32/32,32/8")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--tile", type=int, default=0, help="force the CTA query tile (128, 64, 16)")
@@ -211,9 +245,10 @@ def main():
                     H, Hkv = (int(x) for x in heads.split("/"))
                     for L in [int(x) for x in opt.seqs.split(",")]:
                         try:
-                            rows.append(bench_one(configs, dtype, hd, mask == "causal", H, Hkv, L,
+                            rows.append(bench_one(configs, dtype, hd, mask, H, Hkv, L,
                                                   opt.batch, opt.reps, opt.rounds, opt.warmup,
-                                                  opt.tile, not opt.no_sdpa))
+                                                  opt.tile, not opt.no_sdpa, opt.pos,
+                                                  opt.softcap, opt.window))
                         except Exception as e:
                             print(f"ERROR {dtype} hd{hd} {mask} {heads} L={L}: {e}", flush=True)
     out = os.environ.get("OUT")
@@ -229,7 +264,10 @@ def main():
         return f"{a / b:5.2f}" if a and b else "  n/a"
 
     print()
-    print(f"prefill{' [' + opt.label + ']' if opt.label else ''}, batch {opt.batch}, TFLOP/s "
+    tuple_txt = "".join([f", pos {opt.pos}" if opt.pos != "none" else "",
+                         f", soft-cap {opt.softcap:g}" if opt.softcap else "",
+                         f", window {opt.window}" if "window" in opt.masks else ""])
+    print(f"prefill{' [' + opt.label + ']' if opt.label else ''}, batch {opt.batch}{tuple_txt}, TFLOP/s "
           f"(median of {opt.reps} in {opt.rounds} rounds; {time.time() - t0:.0f} s)")
     shape = f"{'dtype':5} {'hd':>3} {'mask':6} {'heads':>5} {'seq':>5} | {'flash':>7} {'cudnn':>7} |"
     if not multi:
@@ -239,7 +277,7 @@ def main():
                               for n in names))
     for r in rows:
         fl, cu = r.get("flash_tflops"), r.get("cudnn_tflops")
-        line = (f"{r['dtype']:5} {r['hd']:3d} {'causal' if r['causal'] else 'none':6} "
+        line = (f"{r['dtype']:5} {r['hd']:3d} {r['mask']:6} "
                 f"{r['heads']:>5} {r['seq']:5d} | {fmt(fl)} {fmt(cu)} |")
         if not multi:
             t = r["fijit_tflops"]

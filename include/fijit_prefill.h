@@ -107,14 +107,19 @@ typedef struct fi_batch_prefill_plan_args {
 
 #define FI_BATCH_PREFILL_PLAN_ARGS_INIT { FI_BATCH_PREFILL_PLAN_ARGS_VERSION, 0 }
 
-/* Device workspace bytes the plan for these arguments needs (the work list). */
+/* Device workspace bytes the plan for these arguments needs: the work list;
+ * with pos = RoPE also the keys rotated once per run (kv tokens x
+ * num_kv_heads x head_dim x 2 bytes, ragged: kv tokens as kv_indptr counts
+ * them) and, paged, one int per request. */
 FI_API int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
                                            const fi_batch_prefill_plan_args *args);
 
 /* Make a plan for `spec` (a batch prefill kind) and write its work list into
  * `workspace` (device memory, 16-byte aligned, at least
  * fi_batch_prefill_workspace_size bytes), which must stay allocated and
- * unchanged while the plan is used. Gets (and so compiles or loads) the
+ * unchanged while the plan is used (RoPE: runs write the rotated keys there,
+ * so runs of one plan must not overlap in time; give each stream its own
+ * plan and workspace). Gets (and so compiles or loads) the
  * kernel. `*out` belongs to the caller: fi_prefill_plan_free. */
 FI_API int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx,
                                  const fi_jit_spec *spec, const fi_batch_prefill_plan_args *args,
@@ -156,7 +161,8 @@ typedef struct fi_batch_prefill_args {
 
 #define FI_BATCH_PREFILL_ARGS_INIT { FI_BATCH_PREFILL_ARGS_VERSION, 0 }
 
-/* One launch on `stream` for the planned batch. */
+/* One launch on `stream` for the planned batch (with RoPE two: the keys'
+ * rotation into the workspace, then the attention kernel). */
 FI_API int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
                                 const fi_batch_prefill_args *args, struct CUstream_st *stream);
 

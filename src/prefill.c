@@ -22,6 +22,12 @@
  * workspace: work_request[n] then work_tile[n], int32 each. Its size is an
  * upper bound that does not depend on the tile chosen (16-row tiles), so
  * fi_batch_prefill_workspace_size needs no device.
+ *
+ * RoPE (batch kinds). Every CTA that reads a K tile would rotate it again;
+ * instead a pre-pass (fi_prefill_rope_k_kernel) rotates each key once into
+ * the workspace, after the work list, and the tile kernels read it there
+ * (prefill_params.h: rot_k). Paged requests' first rows in it follow.
+ * Single prefill has no workspace and rotates K tiles in the tile loop.
  */
 #include <limits.h>
 #include <math.h>
@@ -85,6 +91,8 @@ void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_laun
 /* Bytes of a q, k, v or o element: the prefill kinds are 16-bit only
  * (fi__prefill_check). */
 #define PREFILL_ELEM_BYTES 2
+/* Grid x bound of the RoPE pre-pass: a few waves of blocks per kv head. */
+#define ROPE_MAX_BLOCKS 1024
 
 static int check_heads(const char *who, int qo_heads, int kv_heads)
 {
@@ -300,6 +308,9 @@ struct fi_prefill_plan {
     int heads_per_section;
     int *work_request; /* device, in the caller's workspace */
     int *work_tile;
+    void *rot_k;         /* RoPE: the rotated keys, in the workspace; else NULL */
+    int *kv_token_start; /* paged RoPE: requests' first rows of rot_k; else NULL */
+    int kv_rows;         /* rows of rot_k */
 };
 
 static const char *batch_who(const fi_jit_spec *spec)
@@ -371,25 +382,61 @@ out:
 
 static size_t work_bytes(int64_t items) { return (size_t)((items * 2 * (int64_t)sizeof(int32_t) + 15) / 16 * 16); }
 
-int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
-                                    const fi_batch_prefill_plan_args *args)
-{
-    int rc = 0;
-    int64_t max_rows, bound;
-    if (!out) FI_FAIL(FI_EINVALID, "batch prefill: out is NULL");
-    *out = 0;
-    FI_TRY(check_plan_args(spec, args, &max_rows, &bound));
-    *out = work_bytes(bound);
-out:
-    return rc;
-}
-
 /* Keys of request b (checked by check_plan_args). */
 static int request_kv_len(const fi_batch_prefill_plan_args *a, int paged, int b)
 {
     const int n = a->kv_indptr[b + 1] - a->kv_indptr[b];
     if (!paged) return n;
     return n > 0 ? (n - 1) * a->page_size + a->kv_last_page_len[b] : 0;
+}
+
+/* The plan's parts of the workspace, each 16-byte aligned: the work list
+ * (`bound` items), then with RoPE the rotated keys [kv_rows, kv heads,
+ * head_dim] (ragged: rows as kv_indptr counts them) and, paged, the
+ * requests' first rows [batch + 1]. */
+typedef struct workspace_layout {
+    size_t rot_k_off, starts_off, total;
+    int64_t kv_rows;
+} workspace_layout;
+
+static int layout_workspace(const fi_jit_spec *spec, const fi_batch_prefill_plan_args *a,
+                            int64_t bound, workspace_layout *l)
+{
+    const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
+    memset(l, 0, sizeof *l);
+    l->total = work_bytes(bound);
+    if (spec->pos != FI_POS_ROPE_LLAMA) return 0;
+    int64_t rows = a->kv_indptr[a->batch_size];
+    if (paged) {
+        rows = 0;
+        for (int b = 0; b < a->batch_size; b++) rows += request_kv_len(a, 1, b);
+    }
+    if (rows > INT_MAX)
+        return fi__error(FI_EINVALID, "%s: the batch has %lld keys; with RoPE at most %d (the "
+                         "rotated keys' rows are int)", batch_who(spec), (long long)rows, INT_MAX);
+    l->kv_rows = rows;
+    l->rot_k_off = l->total;
+    l->total += (size_t)((rows * a->num_kv_heads * spec->head_dim * PREFILL_ELEM_BYTES + 15) / 16 * 16);
+    if (paged) {
+        l->starts_off = l->total;
+        l->total += (size_t)(((int64_t)a->batch_size + 1) * (int64_t)sizeof(int32_t) + 15) / 16 * 16;
+    }
+    return 0;
+}
+
+int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
+                                    const fi_batch_prefill_plan_args *args)
+{
+    int rc = 0;
+    int64_t max_rows, bound;
+    workspace_layout layout;
+    if (!out) FI_FAIL(FI_EINVALID, "batch prefill: out is NULL");
+    *out = 0;
+    FI_TRY(check_plan_args(spec, args, &max_rows, &bound));
+    FI_TRY(layout_workspace(spec, args, bound, &layout));
+    *out = layout.total;
+out:
+    return rc;
 }
 
 /* Keys query tile t (tq packed rows) of a request reads, as the kernel
@@ -424,8 +471,9 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     int rc = 0, sm_count = 0;
     int64_t max_rows = 0, bound = 0;
     fi_prefill_plan *plan = NULL;
-    int32_t *list = NULL;
+    int32_t *list = NULL, *starts = NULL;
     struct work_item *items = NULL;
+    workspace_layout layout;
     const fi_cuda_api *cu = NULL;
     const fi_jit_kernel *kernel = NULL;
     CUresult res;
@@ -436,10 +484,11 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     *out = NULL;
     if (!ctx) FI_FAIL(FI_EINVALID, "batch prefill: ctx is NULL");
     FI_TRY(check_plan_args(spec, a, &max_rows, &bound));
-    if (workspace_bytes < work_bytes(bound))
+    FI_TRY(layout_workspace(spec, a, bound, &layout));
+    if (workspace_bytes < layout.total)
         FI_FAIL(FI_EINVALID, "%s: workspace has %zu bytes, this batch needs %zu (see "
-                "fi_batch_prefill_workspace_size)", who, workspace_bytes, work_bytes(bound));
-    if (bound > 0) FI_TRY(fi__check_ptr(who, "workspace", workspace, 16));
+                "fi_batch_prefill_workspace_size)", who, workspace_bytes, layout.total);
+    if (layout.total > 0) FI_TRY(fi__check_ptr(who, "workspace", workspace, 16));
     FI_TRY(fi__cuda_load(&cu));
     if (!(plan = fi__calloc(1, sizeof *plan))) FI_FAIL(FI_ENOMEM, "out of memory");
     plan->spec = *spec;
@@ -500,10 +549,26 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
         res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)workspace, list, sizeof(int32_t) * 2 * (size_t)n);
         if (res != CUDA_SUCCESS)
             CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (work list)"));
+        if (spec->pos == FI_POS_ROPE_LLAMA) {
+            plan->rot_k = (char *)workspace + layout.rot_k_off;
+            plan->kv_rows = (int)layout.kv_rows;
+        }
+        if (spec->pos == FI_POS_ROPE_LLAMA && paged) {
+            if (!(starts = fi__malloc(sizeof(int32_t) * ((size_t)a->batch_size + 1))))
+                FI_FAIL(FI_ENOMEM, "out of memory");
+            starts[0] = 0;
+            for (int b = 0; b < a->batch_size; b++) starts[b + 1] = starts[b] + request_kv_len(a, 1, b);
+            plan->kv_token_start = (int *)((char *)workspace + layout.starts_off);
+            res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)plan->kv_token_start, starts,
+                                 sizeof(int32_t) * ((size_t)a->batch_size + 1));
+            if (res != CUDA_SUCCESS)
+                CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (key rows)"));
+        }
     }
     *out = plan;
     plan = NULL;
 out:
+    fi__free(starts);
     fi__free(items);
     fi__free(list);
     fi__free(plan);
@@ -511,6 +576,35 @@ out:
 }
 
 void fi_prefill_plan_free(fi_prefill_plan *plan) { fi__free(plan); }
+
+/* Launch the RoPE pre-pass (its module entry follows the tile kernels),
+ * then point p's keys at the rotated ones for the tile kernel. */
+static int rotate_keys(const fi_jit_kernel *kernel, const fi_prefill_plan *plan,
+                       const fi_batch_prefill_args *a, fi_prefill_params *p, CUstream stream,
+                       const char *who)
+{
+    int rc = 0;
+    const int hd = plan->spec.head_dim;
+    CUfunction f = kernel->functions[FI_PREFILL_NUM_TILES];
+    if (!f) FI_FAIL(FI_ELOAD, "%s: the loaded module lacks the RoPE pre-pass kernel", who);
+    p->rot_k = plan->rot_k;
+    p->kv_token_start = plan->kv_token_start ? plan->kv_token_start : a->kv_indptr;
+    p->kv_tokens = plan->kv_rows;
+    p->batch_size = plan->batch_size;
+    if (plan->kv_rows > 0) {
+        /* A thread per pair of 16-byte chunks of a row; the kernel loops over any
+         * rows beyond the grid. */
+        const int64_t blocks = ceil_div((int64_t)plan->kv_rows * (hd / 16), FI_PREFILL_ROPE_THREADS);
+        const unsigned block[3] = {FI_PREFILL_ROPE_THREADS, 1, 1};
+        FI_TRY(fi__cuda_launch(f, (unsigned)(blocks < ROPE_MAX_BLOCKS ? blocks : ROPE_MAX_BLOCKS),
+                               (unsigned)plan->num_kv_heads, block, 0, stream, p, who));
+    }
+    p->k = plan->rot_k;
+    p->k_stride_n = (long long)plan->num_kv_heads * hd;
+    p->k_stride_h = hd;
+out:
+    return rc;
+}
 
 int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
                          const fi_batch_prefill_args *a, struct CUstream_st *stream)
@@ -592,6 +686,7 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
                  a->window_left);
+    if (plan->rot_k) FI_TRY(rotate_keys(kernel, plan, a, &p, (CUstream)stream, who));
     FI_TRY(launch(kernel, plan->tile, spec->head_dim, (unsigned)plan->num_work,
                   (unsigned)plan->num_kv_heads, &p, (CUstream)stream, who));
 out:

@@ -68,6 +68,11 @@ constexpr int kStages = FI_PREFILL_STAGES;
 constexpr unsigned int kRowBytes = kHeadDim * 2;
 
 constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
+// Batch kinds with RoPE read keys rotated once, by fi_prefill_rope_k_kernel
+// (rotate_keys below), from the workspace: rotating each K tile in every CTA
+// that reads it (as single prefill, which has no workspace, still does) cost
+// 35-43% of the kernel's time (H100, hd 128, seq 4k/8k, 32/8 heads).
+constexpr bool kRotatedK = kRope && kKind != FI_PREFILL_KIND_SINGLE;
 constexpr bool kWindow = fijit_cfg::kMask == fijit_cfg::kMaskWindow;
 // A sliding window is causal too (keys after the query are hidden).
 constexpr bool kCausal = fijit_cfg::kMask == fijit_cfg::kMaskCausal || kWindow;
@@ -173,6 +178,7 @@ struct Work {
     int tile;         // query tile of the request
     int kv_head;
     int kv_begin;     // ragged: first key token; paged: first kv_indices entry
+    int k_row0;       // kRotatedK: the request's first row of the rotated keys
     long long mask_offset;  // kMaskCustom: first bit of the request
 };
 
@@ -212,6 +218,7 @@ __device__ __forceinline__ Work get_work(const P &p)
         w.kv_len = p.kv_len;
         w.tile = (int)gridDim.x - 1 - item;
         w.kv_begin = 0;
+        w.k_row0 = 0;
         w.mask_offset = 0;
     } else {
         const int b = p.work_request[item];
@@ -219,6 +226,7 @@ __device__ __forceinline__ Work get_work(const P &p)
         w.q_begin = p.qo_indptr[b];
         w.qo_len = p.qo_indptr[b + 1] - w.q_begin;
         w.kv_begin = p.kv_indptr[b];
+        w.k_row0 = kRotatedK ? p.kv_token_start[b] : 0;
         const int n = p.kv_indptr[b + 1] - w.kv_begin;
         if constexpr (kKind == FI_PREFILL_KIND_RAGGED)
             w.kv_len = n;
@@ -273,6 +281,44 @@ __device__ __forceinline__ void rope_pair(const P &p, float (&x)[8], float (&y)[
         const float xr = fma_(-y[e], s, x[e] * c);
         y[e] = fma_(x[e], s, y[e] * c);
         x[e] = xr;
+    }
+}
+
+// The RoPE pre-pass of the batch kinds: key j of request b, kv head
+// blockIdx.y, rotated at position rope_offset + j in fp32 and rounded once
+// (as the tile loop rotates a K tile: the same bits), to row
+// kv_token_start[b] + j of rot_k [kv_tokens, num_kv_heads, head_dim]. A
+// thread takes one pair of 16-byte chunks (ch, ch + kChunks / 2) of a row.
+__device__ __forceinline__ void rotate_keys(const P &p)
+{
+    if constexpr (kRotatedK) {
+        constexpr int kPairs = kChunks / 2;
+        const int h = (int)blockIdx.y;
+        const long long n = (long long)p.kv_tokens * kPairs;
+        for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < n;
+             c += (long long)gridDim.x * blockDim.x) {
+            const int t = (int)(c / kPairs), ch = (int)(c % kPairs);
+            int b = 0, hi = p.batch_size - 1;  // the last request starting at or before t
+            while (b < hi) {
+                const int mid = (b + hi + 1) / 2;
+                if (p.kv_token_start[mid] <= t) b = mid;
+                else hi = mid - 1;
+            }
+            const int j = t - p.kv_token_start[b];
+            Work w = {};
+            w.kv_begin = p.kv_indptr[b];
+            long long ko, vo;
+            kv_row_offsets(p, w, j, ko, vo);
+            const DTypeKV *src = static_cast<const DTypeKV *>(p.k) + h * p.k_stride_h + ko;
+            float x[8], y[8];
+            unpack8<DTypeKV>(ldg16(src + ch * 8), x);
+            unpack8<DTypeKV>(ldg16(src + (ch + kPairs) * 8), y);
+            rope_pair(p, x, y, ch, (float)(p.rope_offset + j));
+            DTypeKV *dst = static_cast<DTypeKV *>(p.rot_k) +
+                           ((long long)t * p.num_kv_heads + h) * kHeadDim;
+            stg16(dst + ch * 8, pack8<DTypeKV>(x));
+            stg16(dst + (ch + kPairs) * 8, pack8<DTypeKV>(y));
+        }
     }
 }
 
@@ -350,6 +396,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             const bool valid = t0 + r < w.kv_len;
             long long ko = 0, vo = 0;
             if (valid) kv_row_offsets(p, w, t0 + r, ko, vo);
+            if constexpr (kRotatedK) ko = (long long)(w.k_row0 + t0 + r) * p.k_stride_n;
             const unsigned int dst = stage * kKVTileBytes + kv_at(r, load_ch);
             cp_async16(sk + dst, kbase + ko + load_ch * 8, valid);
             cp_async16(sv + dst, vbase + vo + load_ch * 8, valid);
@@ -464,7 +511,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         if constexpr (kWg) wg::fence_proxy_async();  // the tile is read by wgmma
         __syncthreads();
         if (tile + 1 < num_tiles) load_kv(stage ^ 1, tile + 1);
-        if constexpr (kRope) {
+        if constexpr (kRope && !kRotatedK) {
 #pragma unroll
             for (int c = tid; c < kTileKV * (kChunks / 2); c += kThreads) {
                 const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
@@ -749,4 +796,12 @@ extern "C" __global__ void FI_PREFILL_BOUNDS(2) fi_prefill_kernel_q16(const fi_p
 {
     extern __shared__ __align__(1024) unsigned char smem_q16[];
     fijit::prefill::run<2>(p, smem_q16);
+}
+
+// The batch kinds' RoPE pre-pass (empty without RoPE; single prefill's module
+// does not load it).
+extern "C" __global__ void __launch_bounds__(FI_PREFILL_ROPE_THREADS)
+    fi_prefill_rope_k_kernel(const fi_prefill_params p)
+{
+    fijit::prefill::rotate_keys(p);
 }

@@ -46,7 +46,13 @@
 #define FI_PREFILL_TILE_KV(i, hd, sm90a) \
     (FI_PREFILL_WGMMA(i, sm90a) ? FI_PREFILL_WGMMA_KEYS : (hd) <= 128 ? 64 : 32)
 #define FI_PREFILL_STAGES 2
-/* CTAs per SM the compiler must leave registers for (__launch_bounds__). */
+/* Threads of a block of the RoPE pre-pass (fi_prefill_rope_k_kernel). */
+#define FI_PREFILL_ROPE_THREADS 256
+/* CTAs per SM the compiler must leave registers for (__launch_bounds__).
+ * Tile 0 of a heavy tuple (window + ALiBi, RoPE + soft-cap, custom mask)
+ * spills 40-100 bytes under 128 registers; with 1 CTA per SM instead (no
+ * spills, 155-189 registers) it ran 0.59-0.81x as fast (H100, hd 128,
+ * seq 4k/8k): the spills are the cheaper side. */
 #define FI_PREFILL_MIN_BLOCKS(i, hd, sm90a) (FI_PREFILL_WGMMA(i, sm90a) && (hd) <= 128 ? 2 : 1)
 /* Dynamic shared memory of tile index i: Q tile + STAGES x (K tile + V tile), 16-bit elements. */
 #define FI_PREFILL_SMEM_BYTES(i, hd, sm90a)                                                   \
@@ -115,6 +121,15 @@ typedef struct fi_prefill_params {
     /* RoPE (Llama, rotate-half): rope_freq[i] = (1/rope_scale) * theta^(-2i/head_dim),
      * i < head_dim/2, computed in double on the host, rounded once. */
     float rope_freq[FI_PREFILL_MAX_HEAD_DIM / 2];
+    /* Batch kinds with RoPE: the keys rotated once into the workspace, rot_k
+     * [kv_tokens, num_kv_heads, head_dim], request b from row kv_token_start[b]
+     * (ragged: kv_indptr itself). The pre-pass reads k as above and writes
+     * rot_k; the tile kernels then get k = rot_k, k_stride_n = num_kv_heads *
+     * head_dim, k_stride_h = head_dim. */
+    void *rot_k;
+    const int *kv_token_start;
+    int kv_tokens;
+    int batch_size;
 } fi_prefill_params;
 
 #endif /* FIJIT_PREFILL_PARAMS_H */

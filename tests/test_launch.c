@@ -82,12 +82,22 @@ static struct {
         fi_prefill_params prefill;
     } p;
     CUresult result; /* what the hook makes cuLaunchKernel return */
+    /* The last batch prefill RoPE pre-pass. */
+    int rope_count;
+    unsigned rope_grid[3], rope_block[3];
+    fi_prefill_params rope;
 } seen;
 
 static CUresult record_launch(const fake_cuda_launch *l, void *user)
 {
     (void)user;
     seen.count++;
+    if (strcmp(l->name, "fi_prefill_rope_k_kernel") == 0) {
+        seen.rope_count++;
+        memcpy(seen.rope_grid, l->grid, sizeof seen.rope_grid);
+        memcpy(seen.rope_block, l->block, sizeof seen.rope_block);
+        memcpy(&seen.rope, l->params[0], sizeof seen.rope);
+    }
     snprintf(seen.name, sizeof seen.name, "%s", l->name);
     memcpy(seen.grid, l->grid, sizeof seen.grid);
     memcpy(seen.block, l->block, sizeof seen.block);
@@ -465,6 +475,73 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
     CHECK(p->qo_indptr == a.qo_indptr && p->kv_indices == a.kv_indices && p->page_size == 16);
     fi_prefill_plan_free(plan);
     free(ws);
+    fi_jit_ctx_free(ctx);
+}
+
+/* Batch prefill with RoPE: the workspace grows by the rotated keys (and, paged,
+ * the requests' first rows); a run launches the pre-pass over every key of
+ * every kv head, then the tile kernel on the rotated keys, V untouched; a
+ * workspace sized for no RoPE is refused; later runs stay capturable. */
+TEST(batch_prefill_rope_rotates_keys_once_into_the_workspace)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    /* 300, 0, 17 queries over 640, 0, 21 keys (paged: 40, 0, 2 pages of 16). */
+    int32_t qo_indptr[4] = {0, 300, 300, 317};
+    int32_t paged_indptr[4] = {0, 40, 40, 42}, last[3] = {16, 1, 5};
+    int32_t ragged_indptr[4] = {0, 640, 640, 661};
+    for (int paged = 0; paged < 2; paged++) {
+        const fi_kernel_kind kind = paged ? FI_KIND_BATCH_PREFILL_PAGED : FI_KIND_BATCH_PREFILL_RAGGED;
+        fi_jit_spec plain = spec_of(kind, FI_MASK_CAUSAL, FI_POS_NONE);
+        fi_jit_spec rope = spec_of(kind, FI_MASK_CAUSAL, FI_POS_ROPE_LLAMA);
+        const fi_batch_prefill_plan_args pa = batch_prefill_plan_for(
+            3, qo_indptr, paged ? paged_indptr : ragged_indptr, paged ? last : NULL);
+        size_t plain_bytes = 0, bytes = 0;
+        CHECK_OK(fi_batch_prefill_workspace_size(&plain_bytes, &plain, &pa));
+        CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &rope, &pa));
+        const size_t rot_bytes = 661 * 8 * 128 * 2;
+        CHECK_MSG(bytes == plain_bytes + rot_bytes + (paged ? 16 : 0), "paged %d: %zu bytes, "
+                  "plain %zu", paged, bytes, plain_bytes);
+        unsigned char *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+        CHECK(ws);
+        memset(ws, 0xab, bytes);
+        fi_prefill_plan *plan = NULL;
+        CHECK_RC(fi_batch_prefill_plan(&plan, ctx, &rope, &pa, ws, plain_bytes), FI_EINVALID);
+        CHECK(plan == NULL && strstr(fi_last_error(), "fi_batch_prefill_workspace_size"));
+        CHECK_OK(fi_batch_prefill_plan(&plan, ctx, &rope, &pa, ws, bytes));
+        fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
+        batch_prefill_args_for(&a);
+        a.rope_theta = 1e4f;
+        memset(&seen, 0, sizeof seen);
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        const fi_prefill_params *r = &seen.rope, *p = &seen.p.prefill;
+        CHECK_MSG(seen.count == 2 && seen.rope_count == 1 &&
+                      strncmp(seen.name, "fi_prefill_kernel_q", 19) == 0,
+                  "paged %d: %d launches, last %s", paged, seen.count, seen.name);
+        /* A thread per pair of 16-byte chunks: 661 keys x 8 pairs, per kv head. */
+        CHECK(seen.rope_grid[1] == 8 && seen.rope_block[0] == FI_PREFILL_ROPE_THREADS &&
+              seen.rope_grid[0] * FI_PREFILL_ROPE_THREADS >= 661 * 8);
+        CHECK(r->k == a.k && r->k_stride_n == a.k_stride_n && r->k_stride_h == a.k_stride_h &&
+              r->k_stride_page == a.k_stride_page && r->kv_indptr == a.kv_indptr);
+        CHECK(r->rot_k == ws + plain_bytes && r->kv_tokens == 661 && r->batch_size == 3);
+        CHECK(rope_table_is(r->rope_freq, 128, 1.0, 1e4));
+        if (paged) {
+            const int *starts = r->kv_token_start;
+            CHECK(starts == (const int *)(ws + plain_bytes + rot_bytes));
+            CHECK_MSG(starts[0] == 0 && starts[1] == 640 && starts[2] == 640 && starts[3] == 661,
+                      "first rows %d %d %d %d", starts[0], starts[1], starts[2], starts[3]);
+        } else {
+            CHECK(r->kv_token_start == a.kv_indptr);
+        }
+        CHECK(p->k == r->rot_k && p->k_stride_n == 8 * 128 && p->k_stride_h == 128 &&
+              p->kv_token_start == r->kv_token_start);
+        CHECK(p->v == a.v && p->v_stride_n == a.v_stride_n && p->v_stride_h == a.v_stride_h);
+        const int base = fake.uncapturable_calls();
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        CHECK(fake.uncapturable_calls() == base && seen.count == 4 && seen.rope_count == 2);
+        fi_prefill_plan_free(plan);
+        free(ws);
+    }
     fi_jit_ctx_free(ctx);
 }
 
@@ -849,18 +926,27 @@ static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)
     prefill_args_for(&pa, 32, 8, 500, 128);
     STEP(fi_prefill_run(ctx, &ps, &pa, NULL));
 
-    fi_jit_spec rs = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_CAUSAL, FI_POS_NONE);
+    /* Batch prefill: ragged, and paged with RoPE (a second upload, the
+     * pre-pass launch). */
     int32_t qo_indptr[3] = {0, 100, 130}, kv_indptr[3] = {0, 100, 200};
-    const fi_batch_prefill_plan_args rpa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, NULL);
-    fi_prefill_plan *rplan = NULL;
-    STEP(fi_batch_prefill_workspace_size(&bytes, &rs, &rpa));
-    if (rc == 0 && bytes <= ws_bytes / 2)
-        STEP(fi_batch_prefill_plan(&rplan, ctx, &rs, &rpa, ws, bytes));
-    if (rplan) {
-        fi_batch_prefill_args ra = FI_BATCH_PREFILL_ARGS_INIT;
-        batch_prefill_args_for(&ra);
-        STEP(fi_batch_prefill_run(ctx, rplan, &ra, NULL));
-        fi_prefill_plan_free(rplan);
+    int32_t page_indptr[3] = {0, 7, 9}, page_last[2] = {4, 16};
+    const fi_jit_spec batch_specs[2] = {
+        spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_CAUSAL, FI_POS_NONE),
+        spec_of(FI_KIND_BATCH_PREFILL_PAGED, FI_MASK_CAUSAL, FI_POS_ROPE_LLAMA)};
+    const fi_batch_prefill_plan_args batch_plans[2] = {
+        batch_prefill_plan_for(2, qo_indptr, kv_indptr, NULL),
+        batch_prefill_plan_for(2, qo_indptr, page_indptr, page_last)};
+    for (int i = 0; i < 2; i++) {
+        fi_prefill_plan *pplan = NULL;
+        STEP(fi_batch_prefill_workspace_size(&bytes, &batch_specs[i], &batch_plans[i]));
+        if (rc == 0 && bytes <= ws_bytes / 2)
+            STEP(fi_batch_prefill_plan(&pplan, ctx, &batch_specs[i], &batch_plans[i], ws, bytes));
+        if (pplan) {
+            fi_batch_prefill_args ba = FI_BATCH_PREFILL_ARGS_INIT;
+            batch_prefill_args_for(&ba);
+            STEP(fi_batch_prefill_run(ctx, pplan, &ba, NULL));
+            fi_prefill_plan_free(pplan);
+        }
     }
 
     const fi_merge_states_args ma = merge_args_for(2, 3, 4);
