@@ -284,6 +284,26 @@ __device__ __forceinline__ void rope_pair(const P &p, float (&x)[8], float (&y)[
     }
 }
 
+// Bits [bit, bit + n) of the custom mask (n <= 64), bit bit + i at bit i of
+// the result, the rest 0: from the aligned 32-bit words that hold them (no
+// word past the last bit is read, so the mask may end anywhere).
+__device__ __forceinline__ unsigned long long custom_bits(const P &p, long long bit, int n)
+{
+    const unsigned long long addr = reinterpret_cast<unsigned long long>(p.custom_mask);
+    bit += (long long)(addr & 3) * 8;
+    const unsigned int *words = reinterpret_cast<const unsigned int *>(addr & ~3ull) + (bit >> 5);
+    const int sh = (int)(bit & 31);
+    const int last = (sh + n - 1) >> 5;  // words[0..last] hold the bits
+    unsigned int w[3] = {0u, 0u, 0u};
+#pragma unroll
+    for (int i = 0; i < 3; ++i)
+        if (i <= last) w[i] = __ldg(words + i);
+    const unsigned int lo = __funnelshift_r(w[0], w[1], sh);
+    const unsigned int hi = __funnelshift_r(w[1], w[2], sh);
+    const unsigned long long bits = ((unsigned long long)hi << 32) | lo;
+    return n >= 64 ? bits : bits & ((1ull << n) - 1);
+}
+
 // The RoPE pre-pass of the batch kinds: key j of request b, kv head
 // blockIdx.y, rotated at position rope_offset + j in fp32 and rounded once
 // (as the tile loop rotates a K tile: the same bits), to row
@@ -330,6 +350,7 @@ struct Cfg {
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kMT = FI_PREFILL_ROWS_PER_WARP(kTileIdx, kHeadDim, kSm90a) / 16;
     static constexpr int kTileKV = FI_PREFILL_TILE_KV(kTileIdx, kHeadDim, kSm90a);
+    static_assert(kTileKV <= 64, "a row's custom-mask bits of a K tile fit 64 bits");
     static_assert(kWarps * kMT * 16 == kTileQ, "warps must cover the query tile");
     static_assert(!kWgmma || (kMT == 1 && kTileQ % 64 == 0), "wgmma: warpgroups of 4 x 16 rows");
 };
@@ -533,6 +554,19 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                             (p.window_left >= 0 && t0 + kTileKV - 1 < warp_pos_lo - p.window_left);
             if (warp_skip) continue;  // its state is what the hidden keys would leave
         }
+        // kCustom: the bits of this thread's rows for the tile's keys, bit j - t0
+        // for key j, requested before S so that their latency hides behind it.
+        unsigned long long mask_bits[kMT][2];
+        if constexpr (kCustom)
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    int tok, head;
+                    row_at(mt, h, tok, head);
+                    mask_bits[mt][h] = custom_bits(p, w.mask_offset + (long long)tok * w.kv_len + t0,
+                                                   imin(kTileKV, w.kv_len - t0));
+                }
         // S = Q K^T for this warp's rows.
         float s[kMT][kNT][4];
 #pragma unroll
@@ -603,13 +637,8 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
                             const int j = t0 + nt * 8 + 2 * t + (e & 1);
                             bool visible = j < w.kv_len;
                             if constexpr (kCausal) visible = visible && j <= qpos;
-                            if constexpr (kCustom) {
-                                if (visible) {
-                                    const long long bit =
-                                        w.mask_offset + (long long)tok * w.kv_len + j;
-                                    visible = (p.custom_mask[bit >> 3] >> (bit & 7)) & 1;
-                                }
-                            }
+                            if constexpr (kCustom)
+                                visible = visible && ((mask_bits[mt][h] >> (j - t0)) & 1);
                             visible = visible && Variant::logits_mask(p, head, j, qpos);
                             s[mt][nt][e] = visible ? Variant::logits_transform(p, s[mt][nt][e],
                                                                                head, j, qpos)

@@ -86,14 +86,20 @@ def reference(q, k, v, *, sm_scale, cap, pos, rope, mask, window_left, slopes, b
     return o, lse.permute(2, 0, 1).reshape(Lq, H)
 
 
-def pack_bits(flat):
-    """bool [n] -> uint8 [ceil(n/8)], bit n at byte n/8, bit n%8 (LSB first)."""
+def pack_bits(flat, shift=0):
+    """bool [n] -> uint8 [ceil(n/8)], bit n at byte n/8, bit n%8 (LSB first), as a
+    view `shift` bytes into its buffer: the kernels read the mask in aligned
+    words and must find it at any address."""
     n = flat.numel()
     pad = (-n) % 8
     b = torch.cat([flat, torch.zeros(pad, dtype=torch.bool, device=flat.device)]).reshape(-1, 8)
     w = (1 << torch.arange(8, device=flat.device, dtype=torch.int32))
     out = (b.to(torch.int32) * w).sum(1).to(torch.uint8)
-    return out if out.numel() else torch.zeros(16, dtype=torch.uint8, device=flat.device)
+    if not out.numel():
+        out = torch.zeros(16, dtype=torch.uint8, device=flat.device)
+    buf = torch.zeros(out.numel() + shift, dtype=torch.uint8, device=flat.device)
+    buf[shift:] = out
+    return buf[shift:]
 
 
 def compare(o, lse, ref_o, ref_lse, dtype):
@@ -131,6 +137,7 @@ class Case:
         self.sm_scale = 0.0 if seed_mix % 2 == 0 else 0.07
         self.cap = 2.5 if softcap else 0.0
         self.window_left = [0, 5, 40, 1000, -1][seed_mix % 5] if mask == "window" else -1
+        self.mask_shift = seed_mix % 4  # custom mask's address, bytes past an aligned one
         self.rope = [(1.0, 1e4, 0), (2.0, 5e5, 777), (1.0, 1e6, 100000)][seed_mix % 3]
         self.slopes = None
         if pos == "alibi":
@@ -175,7 +182,7 @@ def run_single(pf, gen, tup, lq, lk, group, layout, tile, hkv=2):
     o = torch.full((lq, H, hd), float("nan"), device="cuda", dtype=c.tdt)
     lse = torch.full((lq, H), float("nan"), device="cuda", dtype=torch.float32)
     bits = c.bits(lq, lk) if mask == "custom" else None
-    packed = pack_bits(bits.reshape(-1)) if bits is not None else None
+    packed = pack_bits(bits.reshape(-1), c.mask_shift) if bits is not None else None
     spec = prefill_spec("single", dtype, hd, mask, pos, sc)
     args = prefill_args(q, k, v, o, lse, layout=layout, alibi_slopes=c.slopes,
                         custom_mask=packed, cta_tile_q=tile, **c.scalars())
@@ -256,7 +263,7 @@ def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, ti
             pos_bits += bb.numel()
         flat = torch.cat([bb.reshape(-1) for bb in bits_list]) if pos_bits else torch.zeros(
             0, dtype=torch.bool, device=dev)
-        packed = pack_bits(flat)
+        packed = pack_bits(flat, c.mask_shift)
         offs_t = torch.tensor(offsets, dtype=torch.int64, device=dev)
     else:
         packed, offs_t = None, None
