@@ -484,6 +484,17 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             head = row_head[mt][h];
         }
     };
+    // fn(mt, h, tok, head) for each row this thread holds.
+    auto for_each_row = [&](auto fn) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                int tok, head;
+                row_at(mt, h, tok, head);
+                fn(mt, h, tok, head);
+            }
+    };
 
     // Fragment bases (see frag_base): Q rows of this warp, K rows (keys of
     // B in S = Q K^T), V rows (keys of B in O += P V, transposed load).
@@ -558,15 +569,10 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         // for key j, requested before S so that their latency hides behind it.
         unsigned long long mask_bits[kMT][2];
         if constexpr (kCustom)
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    int tok, head;
-                    row_at(mt, h, tok, head);
-                    mask_bits[mt][h] = custom_bits(p, w.mask_offset + (long long)tok * w.kv_len + t0,
-                                                   imin(kTileKV, w.kv_len - t0));
-                }
+            for_each_row([&](int mt, int h, int tok, int) {
+                mask_bits[mt][h] = custom_bits(p, w.mask_offset + (long long)tok * w.kv_len + t0,
+                                               imin(kTileKV, w.kv_len - t0));
+            });
         // S = Q K^T for this warp's rows.
         float s[kMT][kNT][4];
 #pragma unroll
@@ -623,42 +629,32 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             need_mask = need_mask || (p.window_left >= 0 && t0 < tok_hi + off - p.window_left);
 
         if (need_mask) {
+            for_each_row([&](int mt, int h, int tok, int head) {
+                const int qpos = tok + off;
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
+                for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    int tok, head;
-                    row_at(mt, h, tok, head);
-                    const int qpos = tok + off;
-#pragma unroll
-                    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                            const int j = t0 + nt * 8 + 2 * t + (e & 1);
-                            bool visible = j < w.kv_len;
-                            if constexpr (kCausal) visible = visible && j <= qpos;
-                            if constexpr (kCustom)
-                                visible = visible && ((mask_bits[mt][h] >> (j - t0)) & 1);
-                            visible = visible && Variant::logits_mask(p, head, j, qpos);
-                            s[mt][nt][e] = visible ? Variant::logits_transform(p, s[mt][nt][e],
-                                                                               head, j, qpos)
-                                                   : (kSoftmax ? -inf_() : 0.f);
-                        }
-                }
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        const int j = t0 + nt * 8 + 2 * t + (e & 1);
+                        bool visible = j < w.kv_len;
+                        if constexpr (kCausal) visible = visible && j <= qpos;
+                        if constexpr (kCustom)
+                            visible = visible && ((mask_bits[mt][h] >> (j - t0)) & 1);
+                        visible = visible && Variant::logits_mask(p, head, j, qpos);
+                        s[mt][nt][e] = visible
+                                           ? Variant::logits_transform(p, s[mt][nt][e], head, j, qpos)
+                                           : (kSoftmax ? -inf_() : 0.f);
+                    }
+            });
         } else {
+            for_each_row([&](int mt, int h, int tok, int head) {
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
+                for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    int tok, head;
-                    row_at(mt, h, tok, head);
-#pragma unroll
-                    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                        for (int e = 2 * h; e < 2 * h + 2; ++e)
-                            s[mt][nt][e] = Variant::logits_transform(
-                                p, s[mt][nt][e], head, t0 + nt * 8 + 2 * t + (e & 1), tok + off);
-                }
+                    for (int e = 2 * h; e < 2 * h + 2; ++e)
+                        s[mt][nt][e] = Variant::logits_transform(
+                            p, s[mt][nt][e], head, t0 + nt * 8 + 2 * t + (e & 1), tok + off);
+            });
         }
 
         // Online softmax; m is in natural units and exp(x - m) is computed as
