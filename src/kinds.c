@@ -68,10 +68,12 @@ static const fi_kind_info kinds[] = {
      {"fi_batch_decode_kernel", "fi_merge_states_kernel"}, NULL, check_decode,
      fi__batch_decode_launch_shape},
     /* Prefill: one kernel per query tile (128, 64, 16 rows; see
-     * templates/prefill_params.h), all kinds sharing templates/prefill.cuh;
-     * the batch kinds add their RoPE pre-pass (src/prefill.c). */
+     * templates/prefill_params.h), all kinds sharing templates/prefill.cuh,
+     * then the RoPE pre-pass (src/prefill.c). */
     {FI_KIND_PREFILL, "prefill", "prefill_single.cuh",
-     {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16"}, NULL,
+     {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
+      "fi_prefill_rope_k_kernel"},
+     NULL,
      fi__prefill_check, fi__prefill_launch_shape},
     {FI_KIND_BATCH_PREFILL_RAGGED, "batch_prefill_ragged", "prefill_ragged.cuh",
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",

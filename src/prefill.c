@@ -23,11 +23,12 @@
  * upper bound that does not depend on the tile chosen (16-row tiles), so
  * fi_batch_prefill_workspace_size needs no device.
  *
- * RoPE (batch kinds). Every CTA that reads a K tile would rotate it again;
- * instead a pre-pass (fi_prefill_rope_k_kernel) rotates each key once into
- * the workspace, after the work list, and the tile kernels read it there
- * (prefill_params.h: rot_k). Paged requests' first rows in it follow.
- * Single prefill has no workspace and rotates K tiles in the tile loop.
+ * RoPE. Every CTA that reads a K tile would rotate it again; instead a
+ * pre-pass (fi_prefill_rope_k_kernel) rotates each key once into a
+ * workspace and the tile kernels read it there (prefill_params.h: rot_k).
+ * Batch kinds: after the work list (paged: then the requests' first rows).
+ * Single prefill: the caller's optional workspace; without one, the tile
+ * loop rotates K tiles.
  */
 #include <limits.h>
 #include <math.h>
@@ -187,7 +188,51 @@ static int launch(const fi_jit_kernel *kernel, int idx, int hd, unsigned gx, uns
                            stream, p, who);
 }
 
+/* Launch the RoPE pre-pass (the module entry after the tile kernels) that
+ * writes the kv_rows keys rotated into rot_k (prefill_params.h), then point
+ * p's keys at them for the tile kernel. kv_token_start: the requests' first
+ * rows (device), NULL for single prefill. */
+static int rotate_keys(const fi_jit_kernel *kernel, int hd, void *rot_k, const int *kv_token_start,
+                       int kv_rows, int batch_size, fi_prefill_params *p, CUstream stream,
+                       const char *who)
+{
+    int rc = 0;
+    CUfunction f = kernel->functions[FI_PREFILL_NUM_TILES];
+    if (!f) FI_FAIL(FI_ELOAD, "%s: the loaded module lacks the RoPE pre-pass kernel", who);
+    p->rot_k = rot_k;
+    p->kv_token_start = kv_token_start;
+    p->kv_tokens = kv_rows;
+    p->batch_size = batch_size;
+    if (kv_rows > 0) {
+        /* A thread per pair of 16-byte chunks of a row; the kernel loops over any
+         * rows beyond the grid. */
+        const int64_t blocks = ceil_div((int64_t)kv_rows * (hd / 16), FI_PREFILL_ROPE_THREADS);
+        const unsigned block[3] = {FI_PREFILL_ROPE_THREADS, 1, 1};
+        FI_TRY(fi__cuda_launch(f, (unsigned)(blocks < ROPE_MAX_BLOCKS ? blocks : ROPE_MAX_BLOCKS),
+                               (unsigned)p->num_kv_heads, block, 0, stream, p, who));
+    }
+    p->k = rot_k;
+    p->k_stride_n = (long long)p->num_kv_heads * hd;
+    p->k_stride_h = hd;
+out:
+    return rc;
+}
+
+/* Bytes of rows x kv heads rotated keys, whole 16-byte units. */
+static size_t rotated_keys_bytes(int64_t rows, int kv_heads, int hd)
+{
+    return (size_t)((rows * kv_heads * hd * PREFILL_ELEM_BYTES + 15) / 16 * 16);
+}
+
 /* ---- single prefill --------------------------------------------------------------- */
+
+/* 1 when a single prefill rotates its keys once into the caller's workspace
+ * (RoPE, args version 3 with a workspace, queries and keys to compute). */
+static int single_rotates_keys(const fi_jit_spec *spec, const fi_prefill_args *a)
+{
+    return spec->pos == FI_POS_ROPE_LLAMA && a->version >= 3 && a->workspace != NULL &&
+           a->qo_len > 0 && a->kv_len > 0;
+}
 
 static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
 {
@@ -237,6 +282,30 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
                          a->rope_offset, a->alibi_slopes, a->custom_mask));
     if (spec->pos == FI_POS_ROPE_LLAMA && (int64_t)a->rope_offset + a->kv_len + a->qo_len > INT_MAX)
         FI_FAIL(FI_EINVALID, "prefill: rope_offset %d + lengths must fit in an int", a->rope_offset);
+    if (single_rotates_keys(spec, a)) {
+        const size_t need = rotated_keys_bytes(a->kv_len, a->num_kv_heads, spec->head_dim);
+        if (a->workspace_bytes < need)
+            FI_FAIL(FI_EINVALID, "prefill: workspace has %zu bytes, RoPE's rotated keys need %zu "
+                    "(see fi_prefill_workspace_size; or pass no workspace)", a->workspace_bytes, need);
+        FI_TRY(fi__check_ptr(who, "workspace", a->workspace, 16));
+    }
+out:
+    return rc;
+}
+
+int fi_prefill_workspace_size(size_t *out, const fi_jit_spec *spec, const fi_prefill_args *a)
+{
+    int rc = 0;
+    if (!out) FI_FAIL(FI_EINVALID, "prefill: out is NULL");
+    *out = 0;
+    FI_TRY(fi_jit_spec_check(spec));
+    if (spec->kind != FI_KIND_PREFILL)
+        FI_FAIL(FI_EINVALID, "prefill: spec.kind is %d, expected FI_KIND_PREFILL", (int)spec->kind);
+    if (!a) FI_FAIL(FI_EINVALID, "prefill: args is NULL");
+    FI_TRY(check_heads("prefill", a->num_qo_heads, a->num_kv_heads));
+    if (a->kv_len < 0) FI_FAIL(FI_EINVALID, "prefill: kv_len is %d, must be >= 0", a->kv_len);
+    if (spec->pos == FI_POS_ROPE_LLAMA)
+        *out = rotated_keys_bytes(a->kv_len, a->num_kv_heads, spec->head_dim);
 out:
     return rc;
 }
@@ -291,6 +360,9 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
                  a->window_left);
+    if (single_rotates_keys(spec, a))
+        FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
+                           (CUstream)stream, "prefill"));
     FI_TRY(launch(kernel, idx, spec->head_dim, (unsigned)tiles[idx], (unsigned)a->num_kv_heads,
                   &p, (CUstream)stream, "prefill"));
 out:
@@ -416,7 +488,7 @@ static int layout_workspace(const fi_jit_spec *spec, const fi_batch_prefill_plan
                          "rotated keys' rows are int)", batch_who(spec), (long long)rows, INT_MAX);
     l->kv_rows = rows;
     l->rot_k_off = l->total;
-    l->total += (size_t)((rows * a->num_kv_heads * spec->head_dim * PREFILL_ELEM_BYTES + 15) / 16 * 16);
+    l->total += rotated_keys_bytes(rows, a->num_kv_heads, spec->head_dim);
     if (paged) {
         l->starts_off = l->total;
         l->total += (size_t)(((int64_t)a->batch_size + 1) * (int64_t)sizeof(int32_t) + 15) / 16 * 16;
@@ -577,35 +649,6 @@ out:
 
 void fi_prefill_plan_free(fi_prefill_plan *plan) { fi__free(plan); }
 
-/* Launch the RoPE pre-pass (its module entry follows the tile kernels),
- * then point p's keys at the rotated ones for the tile kernel. */
-static int rotate_keys(const fi_jit_kernel *kernel, const fi_prefill_plan *plan,
-                       const fi_batch_prefill_args *a, fi_prefill_params *p, CUstream stream,
-                       const char *who)
-{
-    int rc = 0;
-    const int hd = plan->spec.head_dim;
-    CUfunction f = kernel->functions[FI_PREFILL_NUM_TILES];
-    if (!f) FI_FAIL(FI_ELOAD, "%s: the loaded module lacks the RoPE pre-pass kernel", who);
-    p->rot_k = plan->rot_k;
-    p->kv_token_start = plan->kv_token_start ? plan->kv_token_start : a->kv_indptr;
-    p->kv_tokens = plan->kv_rows;
-    p->batch_size = plan->batch_size;
-    if (plan->kv_rows > 0) {
-        /* A thread per pair of 16-byte chunks of a row; the kernel loops over any
-         * rows beyond the grid. */
-        const int64_t blocks = ceil_div((int64_t)plan->kv_rows * (hd / 16), FI_PREFILL_ROPE_THREADS);
-        const unsigned block[3] = {FI_PREFILL_ROPE_THREADS, 1, 1};
-        FI_TRY(fi__cuda_launch(f, (unsigned)(blocks < ROPE_MAX_BLOCKS ? blocks : ROPE_MAX_BLOCKS),
-                               (unsigned)plan->num_kv_heads, block, 0, stream, p, who));
-    }
-    p->k = plan->rot_k;
-    p->k_stride_n = (long long)plan->num_kv_heads * hd;
-    p->k_stride_h = hd;
-out:
-    return rc;
-}
-
 int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
                          const fi_batch_prefill_args *a, struct CUstream_st *stream)
 {
@@ -686,7 +729,10 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
                  a->window_left);
-    if (plan->rot_k) FI_TRY(rotate_keys(kernel, plan, a, &p, (CUstream)stream, who));
+    if (plan->rot_k)
+        FI_TRY(rotate_keys(kernel, spec->head_dim, plan->rot_k,
+                           plan->kv_token_start ? plan->kv_token_start : a->kv_indptr,
+                           plan->kv_rows, plan->batch_size, &p, (CUstream)stream, who));
     FI_TRY(launch(kernel, plan->tile, spec->head_dim, (unsigned)plan->num_work,
                   (unsigned)plan->num_kv_heads, &p, (CUstream)stream, who));
 out:

@@ -68,10 +68,11 @@ constexpr int kStages = FI_PREFILL_STAGES;
 constexpr unsigned int kRowBytes = kHeadDim * 2;
 
 constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
-// Batch kinds with RoPE read keys rotated once, by fi_prefill_rope_k_kernel
-// (rotate_keys below), from the workspace: rotating each K tile in every CTA
-// that reads it (as single prefill, which has no workspace, still does) cost
-// 35-43% of the kernel's time (H100, hd 128, seq 4k/8k, 32/8 heads).
+// With RoPE, keys are read rotated once, by fi_prefill_rope_k_kernel
+// (rotate_keys below), from a workspace: rotating each K tile in every CTA
+// that reads it cost 35-43% of the kernel's time (H100, hd 128, seq 4k/8k,
+// 32/8 heads). The batch kinds always have a workspace (kRotatedK); single
+// prefill when its caller gives one (p.rot_k set), else it rotates K tiles.
 constexpr bool kRotatedK = kRope && kKind != FI_PREFILL_KIND_SINGLE;
 constexpr bool kWindow = fijit_cfg::kMask == fijit_cfg::kMaskWindow;
 // A sliding window is causal too (keys after the query are hidden).
@@ -304,29 +305,30 @@ __device__ __forceinline__ unsigned long long custom_bits(const P &p, long long 
     return n >= 64 ? bits : bits & ((1ull << n) - 1);
 }
 
-// The RoPE pre-pass of the batch kinds: key j of request b, kv head
+// The RoPE pre-pass: key j of request b (single prefill: the one), kv head
 // blockIdx.y, rotated at position rope_offset + j in fp32 and rounded once
 // (as the tile loop rotates a K tile: the same bits), to row
 // kv_token_start[b] + j of rot_k [kv_tokens, num_kv_heads, head_dim]. A
 // thread takes one pair of 16-byte chunks (ch, ch + kChunks / 2) of a row.
 __device__ __forceinline__ void rotate_keys(const P &p)
 {
-    if constexpr (kRotatedK) {
+    if constexpr (kRope) {
+        constexpr bool kSingle = kKind == FI_PREFILL_KIND_SINGLE;
         constexpr int kPairs = kChunks / 2;
         const int h = (int)blockIdx.y;
         const long long n = (long long)p.kv_tokens * kPairs;
         for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < n;
              c += (long long)gridDim.x * blockDim.x) {
             const int t = (int)(c / kPairs), ch = (int)(c % kPairs);
-            int b = 0, hi = p.batch_size - 1;  // the last request starting at or before t
+            int b = 0, hi = kSingle ? 0 : p.batch_size - 1;  // the last request starting at or before t
             while (b < hi) {
                 const int mid = (b + hi + 1) / 2;
                 if (p.kv_token_start[mid] <= t) b = mid;
                 else hi = mid - 1;
             }
-            const int j = t - p.kv_token_start[b];
+            const int j = kSingle ? t : t - p.kv_token_start[b];
             Work w = {};
-            w.kv_begin = p.kv_indptr[b];
+            w.kv_begin = kSingle ? 0 : p.kv_indptr[b];
             long long ko, vo;
             kv_row_offsets(p, w, j, ko, vo);
             const DTypeKV *src = static_cast<const DTypeKV *>(p.k) + h * p.k_stride_h + ko;
@@ -544,18 +546,20 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         __syncthreads();
         if (tile + 1 < num_tiles) load_kv(stage ^ 1, tile + 1);
         if constexpr (kRope && !kRotatedK) {
+            if (p.rot_k == nullptr) {  // block-uniform
 #pragma unroll
-            for (int c = tid; c < kTileKV * (kChunks / 2); c += kThreads) {
-                const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
-                float x[8], y[8];
-                unpack8<DTypeKV>(lds128(skt + kv_at(r, ch)), x);
-                unpack8<DTypeKV>(lds128(skt + kv_at(r, ch + kChunks / 2)), y);
-                rope_pair(p, x, y, ch, (float)(p.rope_offset + t0 + r));
-                sts128(skt + kv_at(r, ch), pack8<DTypeKV>(x));
-                sts128(skt + kv_at(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+                for (int c = tid; c < kTileKV * (kChunks / 2); c += kThreads) {
+                    const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
+                    float x[8], y[8];
+                    unpack8<DTypeKV>(lds128(skt + kv_at(r, ch)), x);
+                    unpack8<DTypeKV>(lds128(skt + kv_at(r, ch + kChunks / 2)), y);
+                    rope_pair(p, x, y, ch, (float)(p.rope_offset + t0 + r));
+                    sts128(skt + kv_at(r, ch), pack8<DTypeKV>(x));
+                    sts128(skt + kv_at(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+                }
+                if constexpr (kWg) wg::fence_proxy_async();
+                __syncthreads();
             }
-            if constexpr (kWg) wg::fence_proxy_async();
-            __syncthreads();
         }
 
         if constexpr (kCausal) {
@@ -823,8 +827,7 @@ extern "C" __global__ void FI_PREFILL_BOUNDS(2) fi_prefill_kernel_q16(const fi_p
     fijit::prefill::run<2>(p, smem_q16);
 }
 
-// The batch kinds' RoPE pre-pass (empty without RoPE; single prefill's module
-// does not load it).
+// The RoPE pre-pass (empty without RoPE).
 extern "C" __global__ void __launch_bounds__(FI_PREFILL_ROPE_THREADS)
     fi_prefill_rope_k_kernel(const fi_prefill_params p)
 {

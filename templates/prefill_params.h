@@ -121,11 +121,13 @@ typedef struct fi_prefill_params {
     /* RoPE (Llama, rotate-half): rope_freq[i] = (1/rope_scale) * theta^(-2i/head_dim),
      * i < head_dim/2, computed in double on the host, rounded once. */
     float rope_freq[FI_PREFILL_MAX_HEAD_DIM / 2];
-    /* Batch kinds with RoPE: the keys rotated once into the workspace, rot_k
-     * [kv_tokens, num_kv_heads, head_dim], request b from row kv_token_start[b]
-     * (ragged: kv_indptr itself). The pre-pass reads k as above and writes
-     * rot_k; the tile kernels then get k = rot_k, k_stride_n = num_kv_heads *
-     * head_dim, k_stride_h = head_dim. */
+    /* RoPE with a workspace (batch kinds always; single prefill when its caller
+     * gives one, else rot_k is NULL and K tiles are rotated in the tile loop):
+     * the keys rotated once, rot_k [kv_tokens, num_kv_heads, head_dim],
+     * request b from row kv_token_start[b] (ragged: kv_indptr itself; single:
+     * row j is key j, kv_token_start unused). The pre-pass reads k as above
+     * and writes rot_k; the tile kernels then get k = rot_k, k_stride_n =
+     * num_kv_heads * head_dim, k_stride_h = head_dim. */
     void *rot_k;
     const int *kv_token_start;
     int kv_tokens;

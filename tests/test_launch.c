@@ -545,6 +545,50 @@ TEST(batch_prefill_rope_rotates_keys_once_into_the_workspace)
     fi_jit_ctx_free(ctx);
 }
 
+/* Single prefill with RoPE: with a workspace (args version 3) the keys are
+ * rotated into it by a pre-pass and the tile kernel reads them there; without
+ * one (or with version 2 args) one launch rotates K tiles itself; a workspace
+ * too small is refused before anything is launched. */
+TEST(single_prefill_rope_uses_an_optional_workspace)
+{
+    static _Alignas(256) unsigned char ws[500 * 8 * 64 * 2];
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    fi_jit_spec rope = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_ROPE_LLAMA);
+    fi_jit_spec plain = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_NONE);
+    rope.head_dim = plain.head_dim = 64;
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    prefill_args_for(&a, 32, 8, 500, 64);
+    size_t bytes = 1;
+    CHECK_OK(fi_prefill_workspace_size(&bytes, &plain, &a));
+    CHECK(bytes == 0);
+    CHECK_OK(fi_prefill_workspace_size(&bytes, &rope, &a));
+    CHECK(bytes == sizeof ws);
+
+    a.workspace = ws;
+    a.workspace_bytes = bytes - 16;
+    CHECK_RC(fi_prefill_run(ctx, &rope, &a, NULL), FI_EINVALID);
+    CHECK(seen.count == 0 && strstr(fi_last_error(), "fi_prefill_workspace_size"));
+
+    a.workspace_bytes = bytes;
+    CHECK_OK(fi_prefill_run(ctx, &rope, &a, NULL));
+    const fi_prefill_params *r = &seen.rope, *p = &seen.p.prefill;
+    CHECK_MSG(seen.count == 2 && seen.rope_count == 1, "%d launches", seen.count);
+    CHECK(seen.rope_grid[1] == 8 && seen.rope_grid[0] * FI_PREFILL_ROPE_THREADS >= 500 * 4);
+    CHECK(r->k == a.k && r->k_stride_n == a.k_stride_n && r->rot_k == ws && r->kv_tokens == 500);
+    CHECK(p->k == ws && p->rot_k == ws && p->k_stride_n == 8 * 64 && p->k_stride_h == 64 &&
+          p->v == a.v && p->v_stride_n == a.v_stride_n);
+
+    for (int version = 2; version <= 3; version++) {
+        a.version = (unsigned)version;
+        a.workspace = version == 2 ? ws : NULL; /* version 2 has no workspace field */
+        CHECK_OK(fi_prefill_run(ctx, &rope, &a, NULL));
+        CHECK_MSG(seen.count == 3 + (version - 2) && seen.rope_count == 1, "version %d", version);
+        CHECK(p->k == a.k && p->rot_k == NULL && p->k_stride_n == a.k_stride_n);
+    }
+    fi_jit_ctx_free(ctx);
+}
+
 /* Merge `states` states of `heads` heads for `seq` positions, contiguous, hd 128. */
 static fi_merge_states_args merge_args_for(int seq, int states, int heads)
 {
@@ -921,9 +965,11 @@ static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)
         fi_batch_decode_plan_free(plan);
     }
 
-    fi_jit_spec ps = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_NONE);
+    fi_jit_spec ps = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_ROPE_LLAMA);
     fi_prefill_args pa = FI_PREFILL_ARGS_INIT;
     prefill_args_for(&pa, 32, 8, 500, 128);
+    pa.workspace = ws; /* the keys' rotation: a second launch */
+    pa.workspace_bytes = ws_bytes / 2;
     STEP(fi_prefill_run(ctx, &ps, &pa, NULL));
 
     /* Batch prefill: ragged, and paged with RoPE (a second upload, the

@@ -306,10 +306,12 @@ class PrefillArgs(ctypes.Structure):
                 ("alibi_slopes", ctypes.c_void_p), ("custom_mask", ctypes.c_void_p),
                 ("cta_tile_q", ctypes.c_int),
                 # version 2
-                ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int)]
+                ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int),
+                # version 3
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
 
 
-FI_PREFILL_ARGS_VERSION = 2
+FI_PREFILL_ARGS_VERSION = 3
 _VARIANT_ARGS_VERSION["PrefillArgs"] = 2
 
 
@@ -362,6 +364,8 @@ class Prefill:
         L = fj.lib
         L.fi_prefill_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(Spec),
                                      ctypes.POINTER(PrefillArgs), ctypes.c_void_p]
+        L.fi_prefill_workspace_size.argtypes = [ctypes.POINTER(ctypes.c_size_t),
+                                                ctypes.POINTER(Spec), ctypes.POINTER(PrefillArgs)]
         L.fi_batch_prefill_workspace_size.argtypes = [ctypes.POINTER(ctypes.c_size_t),
                                                       ctypes.POINTER(Spec),
                                                       ctypes.POINTER(PrefillPlanArgs)]
@@ -377,6 +381,20 @@ class Prefill:
         self.fj._check(self.fj.lib.fi_prefill_run(self.fj.ctx, ctypes.byref(spec),
                                                   ctypes.byref(args), ctypes.c_void_p(stream)),
                        "fi_prefill_run")
+
+    def workspace(self, spec, args, device="cuda"):
+        """A workspace of fi_prefill_workspace_size bytes set into args (None when 0);
+        keep the returned tensor alive while args are used."""
+        import torch
+        n = ctypes.c_size_t()
+        self.fj._check(self.fj.lib.fi_prefill_workspace_size(ctypes.byref(n), ctypes.byref(spec),
+                                                             ctypes.byref(args)),
+                       "fi_prefill_workspace_size")
+        if not n.value:
+            return None
+        ws = torch.empty(n.value, dtype=torch.uint8, device=device)
+        args.workspace, args.workspace_bytes = ws.data_ptr(), n.value
+        return ws
 
     def plan(self, spec, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, *,
              kv_last_page_len=None, page_size=0, cta_tile_q=0, device="cuda"):
