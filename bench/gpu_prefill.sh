@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Prefill on the GPU machine: prewarm every prefill tuple, the correctness test
 # (tests/gpu/test_prefill.py), again --quick on the portable kernels
-# (FIJIT_ARCH=sm_90: mma.sync in every tile), then the benchmark
-# (bench/bench_prefill.py); the benchmark table is printed last. Build on the
-# build host (`make`) and carry build/ here.
+# (FIJIT_ARCH=sm_90: mma.sync in every tile), then the benchmarks
+# (bench/bench_prefill.py, bench/bench_single_rope.py); the prefill table is
+# printed last. Build on the build host (`make`) and carry build/ here.
 #
 #   bench/gpu_prefill.sh [--quick]    (--quick: fewer test shapes, fewer reps)
 # PREFILL_BASELINE=LIB[,TEMPLATE_DIR] also times that build ("before": a copy of an
@@ -57,12 +57,17 @@ if [ -n "${PREFILL_BASELINE:-}" ]; then
 fi
 OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_prefill.py "${BENCH_ARGS[@]}" > "$OUT_DIR/bench_prefill.log" 2>&1
 bench_rc=$?
+# Single prefill with RoPE, with and without its optional workspace (outputs must match).
+OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_single_rope.py > "$OUT_DIR/bench_single_rope.log" 2>&1
+rope_rc=$?
+[ $bench_rc = 0 ] && bench_rc=$rope_rc
 
 echo
 echo "==== prefill summary ===="
 sed -n '/^prefill correctness/,/^test_prefill:/p' "$OUT_DIR/test_prefill.log"
 echo "portable kernels (FIJIT_ARCH=sm_90, --quick): $(tail -1 "$OUT_DIR/test_prefill_sm90.log")"
 grep -v '^  ' "$OUT_DIR/bench_prefill.log" | sed -n '/^ERROR/p'
+cat "$OUT_DIR/bench_single_rope.log"
 sed -n '/^prefill, batch/,$p' "$OUT_DIR/bench_prefill.log"
 echo "test rc $test_rc, bench rc $bench_rc"
 [ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]
