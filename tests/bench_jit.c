@@ -1,7 +1,9 @@
 /*
  * JIT-side benchmark (`make bench`): cold compile time per tuple, disk-hit
- * latency in a fresh process (split into expand+key and index+read+verify),
- * and hot-lookup cost with 1 and 8 threads. Medians; CUDA_CACHE_DISABLE=1 so
+ * latency in a fresh process (split into expand+key and index+read+verify;
+ * each sample a new exec of this program, so that nothing the parent loaded
+ * or initialised, the CUDA driver included, is inherited), and hot-lookup
+ * cost with 1 and 8 threads. Medians; CUDA_CACHE_DISABLE=1 so
  * NVRTC's own cache does not hide cold compiles. Prewarm -j1 vs -jN is timed
  * by bench/bench_prewarm.sh through the CLI.
  */
@@ -69,19 +71,30 @@ static int64_t time_module_load(const void *object)
     CUdevice dev;
     CUcontext ctx;
     CUmodule module;
-    if (fi__cuda_load(&cu) < 0 || cu->DeviceGet(&dev, 0) || cu->DevicePrimaryCtxRetain(&ctx, dev) ||
-        cu->CtxSetCurrent(ctx))
+    CUresult res = CUDA_SUCCESS;
+    if (fi__cuda_load(&cu) < 0) {
+        fprintf(stderr, "bench_jit: no CUDA driver: %s\n", fi_last_error());
         return -1;
+    }
+    if ((res = cu->DeviceGet(&dev, 0)) || (res = cu->DevicePrimaryCtxRetain(&ctx, dev)) ||
+        (res = cu->CtxSetCurrent(ctx))) {
+        fprintf(stderr, "bench_jit: no device context: CUresult %d\n", (int)res);
+        return -1;
+    }
     int64_t start = fi__now_ns();
-    if (cu->ModuleLoadData(&module, object)) return -1;
+    if ((res = cu->ModuleLoadData(&module, object))) {
+        fprintf(stderr, "bench_jit: cuModuleLoadData: CUresult %d\n", (int)res);
+        return -1;
+    }
     int64_t elapsed = fi__now_ns() - start;
     cu->ModuleUnload(module);
     return elapsed;
 }
 
-/* Disk hit in a fresh process. Reports ns for: opening a context (index
- * open), expand + key, index lookup + read + verify (fi_store_get on a warm
- * connection), the whole fi_jit_prewarm disk hit, and cuModuleLoadData. */
+/* Disk hit in a fresh process (main's --disk-hit). Reports ns for: opening a
+ * context (index open), expand + key, index lookup + read + verify
+ * (fi_store_get on a warm connection), the whole fi_jit_prewarm disk hit, and
+ * cuModuleLoadData. */
 enum { R_OPEN, R_EXPAND, R_READ, R_CALL, R_LOAD, R_RC, R_COUNT };
 
 static void disk_hit_child(const char *dir, int write_fd)
@@ -182,8 +195,9 @@ static double hot_ns_per_op(int threads)
     return wall * busy / (2000000.0 * threads);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--disk-hit") == 0) disk_hit_child(argv[2], atoi(argv[3]));
     char dir[] = "/tmp/fijit-bench-XXXXXX";
     int64_t compile_ms[TUPLES];
     setenv("CUDA_CACHE_DISABLE", "1", 1);
@@ -209,7 +223,13 @@ int main(void)
         int fds[2];
         int64_t r[R_COUNT] = {0};
         if (pipe(fds) < 0) return 1;
-        if (fork() == 0) disk_hit_child(cache, fds[1]);
+        if (fork() == 0) {
+            char fd[16];
+            snprintf(fd, sizeof fd, "%d", fds[1]);
+            close(fds[0]);
+            execl("/proc/self/exe", argv[0], "--disk-hit", cache, fd, (char *)NULL);
+            _exit(127);
+        }
         close(fds[1]);
         if (read(fds[0], r, sizeof r) != sizeof r || r[R_RC] != 0) {
             fprintf(stderr, "disk-hit child failed\n");
