@@ -50,9 +50,10 @@
 #define FI_PREFILL_ROPE_THREADS 256
 /* CTAs per SM the compiler must leave registers for (__launch_bounds__).
  * Tile 0 of a heavy tuple (window + ALiBi, RoPE + soft-cap, custom mask)
- * spills 40-100 bytes under 128 registers; with 1 CTA per SM instead (no
- * spills, 155-189 registers) it ran 0.59-0.81x as fast (H100, hd 128,
- * seq 4k/8k): the spills are the cheaper side. */
+ * spills under 128 registers (32-144 bytes); at 1 CTA per SM instead (no
+ * spills, 155-189 registers) those tuples ran 0.59-0.81x as fast (H100,
+ * hd 128, seq 4k/8k, measured when they spilled 40-100 bytes): the spills
+ * are the cheaper side. */
 #define FI_PREFILL_MIN_BLOCKS(i, hd, sm90a) (FI_PREFILL_WGMMA(i, sm90a) && (hd) <= 128 ? 2 : 1)
 /* Dynamic shared memory of tile index i: Q tile + STAGES x (K tile + V tile), 16-bit elements. */
 #define FI_PREFILL_SMEM_BYTES(i, hd, sm90a)                                                   \
