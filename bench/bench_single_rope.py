@@ -12,21 +12,14 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tests", "gpu"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "gpu"))
+sys.path.insert(0, HERE)
+from bench_prefill import time_once  # noqa: E402
 from fijit_py import Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
 
 SHAPES = [(128, 4096, 32, 8, "causal"), (128, 8192, 32, 8, "causal"),
           (128, 8192, 32, 32, "none"), (64, 8192, 32, 8, "causal")]
-
-
-def time_ms(fn):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e)
 
 
 def main():
@@ -53,11 +46,11 @@ def main():
         for fn in runs.values():
             for _ in range(5):
                 fn()
-        ms = {name: [] for name in runs}
+        secs = {name: [] for name in runs}
         for _ in range(opt.reps):
             for name, fn in runs.items():
-                ms[name].append(time_ms(fn))
-        t_tile, t_ws = (statistics.median(ms[n]) * 1e3 for n in ("tile", "workspace"))
+                secs[name].append(time_once(fn))
+        t_tile, t_ws = (statistics.median(secs[n]) * 1e6 for n in ("tile", "workspace"))
         same = torch.equal(o_tile, o_ws)
         failed += not same
         print(f"{hd:3d} {mask:6} {H:>2}/{Hkv:<2} {L:5d} | {t_tile:11.0f} {t_ws:12.0f} | "

@@ -218,10 +218,14 @@ out:
     return rc;
 }
 
-/* Bytes of rows x kv heads rotated keys, whole 16-byte units. */
+/* `bytes` rounded up to whole 16-byte units: every part of a workspace
+ * starts 16-byte aligned. */
+static size_t align16(int64_t bytes) { return (size_t)((bytes + 15) / 16 * 16); }
+
+/* Bytes of rows x kv heads rotated keys. */
 static size_t rotated_keys_bytes(int64_t rows, int kv_heads, int hd)
 {
-    return (size_t)((rows * kv_heads * hd * PREFILL_ELEM_BYTES + 15) / 16 * 16);
+    return align16(rows * kv_heads * hd * PREFILL_ELEM_BYTES);
 }
 
 /* ---- single prefill --------------------------------------------------------------- */
@@ -452,7 +456,7 @@ out:
     return rc;
 }
 
-static size_t work_bytes(int64_t items) { return (size_t)((items * 2 * (int64_t)sizeof(int32_t) + 15) / 16 * 16); }
+static size_t work_bytes(int64_t items) { return align16(items * 2 * (int64_t)sizeof(int32_t)); }
 
 /* Keys of request b (checked by check_plan_args). */
 static int request_kv_len(const fi_batch_prefill_plan_args *a, int paged, int b)
@@ -491,7 +495,7 @@ static int layout_workspace(const fi_jit_spec *spec, const fi_batch_prefill_plan
     l->total += rotated_keys_bytes(rows, a->num_kv_heads, spec->head_dim);
     if (paged) {
         l->starts_off = l->total;
-        l->total += (size_t)(((int64_t)a->batch_size + 1) * (int64_t)sizeof(int32_t) + 15) / 16 * 16;
+        l->total += align16(((int64_t)a->batch_size + 1) * (int64_t)sizeof(int32_t));
     }
     return 0;
 }
@@ -624,17 +628,18 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
         if (spec->pos == FI_POS_ROPE_LLAMA) {
             plan->rot_k = (char *)workspace + layout.rot_k_off;
             plan->kv_rows = (int)layout.kv_rows;
-        }
-        if (spec->pos == FI_POS_ROPE_LLAMA && paged) {
-            if (!(starts = fi__malloc(sizeof(int32_t) * ((size_t)a->batch_size + 1))))
-                FI_FAIL(FI_ENOMEM, "out of memory");
-            starts[0] = 0;
-            for (int b = 0; b < a->batch_size; b++) starts[b + 1] = starts[b] + request_kv_len(a, 1, b);
-            plan->kv_token_start = (int *)((char *)workspace + layout.starts_off);
-            res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)plan->kv_token_start, starts,
-                                 sizeof(int32_t) * ((size_t)a->batch_size + 1));
-            if (res != CUDA_SUCCESS)
-                CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (key rows)"));
+            if (paged) {
+                if (!(starts = fi__malloc(sizeof(int32_t) * ((size_t)a->batch_size + 1))))
+                    FI_FAIL(FI_ENOMEM, "out of memory");
+                starts[0] = 0;
+                for (int b = 0; b < a->batch_size; b++)
+                    starts[b + 1] = starts[b] + request_kv_len(a, 1, b);
+                plan->kv_token_start = (int *)((char *)workspace + layout.starts_off);
+                res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)plan->kv_token_start, starts,
+                                     sizeof(int32_t) * ((size_t)a->batch_size + 1));
+                if (res != CUDA_SUCCESS)
+                    CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (key rows)"));
+            }
         }
     }
     *out = plan;
