@@ -227,7 +227,10 @@ __device__ __forceinline__ Work get_work(const P &p)
         w.q_begin = p.qo_indptr[b];
         w.qo_len = p.qo_indptr[b + 1] - w.q_begin;
         w.kv_begin = p.kv_indptr[b];
-        w.k_row0 = kRotatedK ? p.kv_token_start[b] : 0;
+        // Ragged: the rotated keys keep the rows of k, so kv_begin is the first.
+        w.k_row0 = !kRotatedK                        ? 0
+                   : kKind == FI_PREFILL_KIND_RAGGED ? w.kv_begin
+                                                     : p.kv_token_start[b];
         const int n = p.kv_indptr[b + 1] - w.kv_begin;
         if constexpr (kKind == FI_PREFILL_KIND_RAGGED)
             w.kv_len = n;
@@ -285,6 +288,18 @@ __device__ __forceinline__ void rope_pair(const P &p, float (&x)[8], float (&y)[
     }
 }
 
+// rope_pair on the 16-byte chunks ch and ch + kChunks / 2 of a key row,
+// rounded back to DTypeKV once.
+__device__ __forceinline__ void rope_chunks(const P &p, vec16_t &lo, vec16_t &hi, int ch, float pos)
+{
+    float x[8], y[8];
+    unpack8<DTypeKV>(lo, x);
+    unpack8<DTypeKV>(hi, y);
+    rope_pair(p, x, y, ch, pos);
+    lo = pack8<DTypeKV>(x);
+    hi = pack8<DTypeKV>(y);
+}
+
 // Bits [bit, bit + n) of the custom mask (n <= 64), bit bit + i at bit i of
 // the result, the rest 0: from the aligned 32-bit words that hold them (no
 // word past the last bit is read, so the mask may end anywhere).
@@ -320,11 +335,11 @@ __device__ __forceinline__ void rotate_keys(const P &p)
         for (long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x; c < n;
              c += (long long)gridDim.x * blockDim.x) {
             const int t = (int)(c / kPairs), ch = (int)(c % kPairs);
-            int b = 0, hi = kSingle ? 0 : p.batch_size - 1;  // the last request starting at or before t
-            while (b < hi) {
-                const int mid = (b + hi + 1) / 2;
+            int b = 0, top = kSingle ? 0 : p.batch_size - 1;  // the last request starting at or before t
+            while (b < top) {
+                const int mid = (b + top + 1) / 2;
                 if (p.kv_token_start[mid] <= t) b = mid;
-                else hi = mid - 1;
+                else top = mid - 1;
             }
             const int j = kSingle ? t : t - p.kv_token_start[b];
             Work w = {};
@@ -332,14 +347,12 @@ __device__ __forceinline__ void rotate_keys(const P &p)
             long long ko, vo;
             kv_row_offsets(p, w, j, ko, vo);
             const DTypeKV *src = static_cast<const DTypeKV *>(p.k) + h * p.k_stride_h + ko;
-            float x[8], y[8];
-            unpack8<DTypeKV>(ldg16(src + ch * 8), x);
-            unpack8<DTypeKV>(ldg16(src + (ch + kPairs) * 8), y);
-            rope_pair(p, x, y, ch, (float)(p.rope_offset + j));
+            vec16_t lo = ldg16(src + ch * 8), hi = ldg16(src + (ch + kPairs) * 8);
+            rope_chunks(p, lo, hi, ch, (float)(p.rope_offset + j));
             DTypeKV *dst = static_cast<DTypeKV *>(p.rot_k) +
                            ((long long)t * p.num_kv_heads + h) * kHeadDim;
-            stg16(dst + ch * 8, pack8<DTypeKV>(x));
-            stg16(dst + (ch + kPairs) * 8, pack8<DTypeKV>(y));
+            stg16(dst + ch * 8, lo);
+            stg16(dst + (ch + kPairs) * 8, hi);
         }
     }
 }
@@ -550,12 +563,11 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 #pragma unroll
                 for (int c = tid; c < kTileKV * (kChunks / 2); c += kThreads) {
                     const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
-                    float x[8], y[8];
-                    unpack8<DTypeKV>(lds128(skt + kv_at(r, ch)), x);
-                    unpack8<DTypeKV>(lds128(skt + kv_at(r, ch + kChunks / 2)), y);
-                    rope_pair(p, x, y, ch, (float)(p.rope_offset + t0 + r));
-                    sts128(skt + kv_at(r, ch), pack8<DTypeKV>(x));
-                    sts128(skt + kv_at(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+                    vec16_t lo = lds128(skt + kv_at(r, ch));
+                    vec16_t hi = lds128(skt + kv_at(r, ch + kChunks / 2));
+                    rope_chunks(p, lo, hi, ch, (float)(p.rope_offset + t0 + r));
+                    sts128(skt + kv_at(r, ch), lo);
+                    sts128(skt + kv_at(r, ch + kChunks / 2), hi);
                 }
                 if constexpr (kWg) wg::fence_proxy_async();
                 __syncthreads();
