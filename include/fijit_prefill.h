@@ -26,7 +26,11 @@
  * (bit index i * kv_len + j), starting at that request's bit offset (0 for
  * single prefill; custom_mask_offsets[b] for a batch). Bit n of the array is
  * bit (n % 8), counted from the least significant, of byte n / 8 -- numpy's
- * packbits(..., bitorder="little"). 1 means visible.
+ * packbits(..., bitorder="little"). 1 means visible. The buffer needs only
+ * the bytes that hold the requests' bits: ceil(qo_len * kv_len / 8) for single
+ * prefill, ceil((offset_b + qo_len_b * kv_len_b) / 8) for the batch's last
+ * request; it may start at any byte address, and no byte outside a
+ * request's bits is read.
  *
  * Tensors are device pointers; strides are in elements; the last dimension is
  * contiguous and every row must start 16-byte aligned (strides multiples of 8
@@ -96,7 +100,8 @@ FI_API int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_pre
 /* ---- batch (ragged or paged K/V) -------------------------------------------
  * Two steps, as in FlashInfer: a plan from host-side copies of the index
  * arrays (done once per batch shape, outside graph capture: it copies the
- * work list to the device synchronously), then any number of runs with the
+ * work list to the device and waits for the copy to land, cuCtxSynchronize,
+ * so a run on any stream, non-blocking ones included, reads it), then any number of runs with the
  * device arrays, each a single launch of a grid fixed by the plan (with RoPE
  * two: the keys' rotation into the workspace first; CUDA-graph friendly). The device arrays passed to a run must hold the same values as
  * the host arrays the plan saw. */

@@ -3,6 +3,7 @@
  * until a GPU is needed, so compile-only hosts never touch libcuda.
  */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -54,6 +55,7 @@ static void load_api(void)
     LOAD(StreamSynchronize, "cuStreamSynchronize");
     LOAD(CtxSynchronize, "cuCtxSynchronize");
 #undef LOAD
+    *(void **)&api.TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
     CUresult res = api.Init(0);
     if (res != CUDA_SUCCESS) {
         const char *text = NULL;
@@ -99,10 +101,42 @@ int fi__cuda_sm_count(int *out)
 int fi__cuda_launch(CUfunction f, unsigned gx, unsigned gy, const unsigned block[3],
                     unsigned smem, CUstream stream, void *params, const char *who)
 {
+    void *args[] = {params};
+    return fi__cuda_launch_args(f, gx, gy, block, smem, stream, args, who);
+}
+
+int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int rows,
+                        long long stride_h, long long stride_n, int box_rows)
+{
+    const fi_cuda_api *cu;
+    int rc;
+    if ((rc = fi__cuda_load(&cu)) < 0) return rc;
+    if (!cu->TensorMapEncodeTiled)
+        return fi__error(FI_EUNSUPPORTED, "the CUDA driver has no cuTensorMapEncodeTiled");
+    /* A single head or row needs no stride; TMA still wants one. */
+    if (heads <= 1) stride_h = cols;
+    if (rows <= 1) stride_n = (long long)cols * heads;
+    if ((uintptr_t)base % 16 != 0 || stride_h * 2 % 16 != 0 || stride_n * 2 % 16 != 0 ||
+        stride_h <= 0 || stride_n <= 0 || rows <= 0)
+        return fi__error(FI_EUNSUPPORTED, "TMA needs 16-byte aligned rows and strides");
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)rows};
+    const cuuint64_t strides[2] = {(cuuint64_t)stride_h * 2, (cuuint64_t)stride_n * 2};
+    const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows};
+    const cuuint32_t unit[3] = {1, 1, 1};
+    CUresult res = cu->TensorMapEncodeTiled(
+        (CUtensorMap *)out, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, (void *)base, dims, strides, box,
+        unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (res != CUDA_SUCCESS) return fi__cuda_error(FI_EUNSUPPORTED, res, "cuTensorMapEncodeTiled");
+    return 0;
+}
+
+int fi__cuda_launch_args(CUfunction f, unsigned gx, unsigned gy, const unsigned block[3],
+                         unsigned smem, CUstream stream, void **args, const char *who)
+{
     const fi_cuda_api *cu;
     CUresult res;
     char what[96];
-    void *args[] = {params};
     int rc;
     if ((rc = fi__cuda_load(&cu)) < 0) return rc;
     if (smem > 48 * 1024) {

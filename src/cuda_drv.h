@@ -35,6 +35,11 @@ typedef struct fi_cuda_api {
     CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
     CUresult (*StreamSynchronize)(CUstream);
     CUresult (*CtxSynchronize)(void);
+    /* Optional (NULL on drivers without it, before CUDA 12): TMA descriptors. */
+    CUresult (*TensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                     const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                     const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 } fi_cuda_api;
 
 /* Load the driver once (thread-safe). FI_ENODEVICE with a message when
@@ -57,5 +62,17 @@ int fi__cuda_sm_count(int *out);
  * kernel gets by default. Errors begin with `who` ("decode", ...). */
 int fi__cuda_launch(CUfunction f, unsigned gx, unsigned gy, const unsigned block[3],
                     unsigned smem, CUstream stream, void *params, const char *who);
+/* The same with the kernel's parameter list `args` (cuLaunchKernel's kernelParams). */
+int fi__cuda_launch_args(CUfunction f, unsigned gx, unsigned gy, const unsigned block[3],
+                         unsigned smem, CUstream stream, void **args, const char *who);
+
+/* Encode a TMA descriptor (`out`, 128 bytes, 64-byte aligned) of the 3-D
+ * tensor of 16-bit elements {cols, heads, rows} at `base` (innermost first;
+ * strides in elements), read in boxes of {64, 1, box_rows} with the 128-byte
+ * swizzle; elements past the tensor read as zero. FI_EUNSUPPORTED (with a
+ * message) when the driver lacks TMA or the tensor does not suit it (base
+ * not 16-byte aligned, a stride not a multiple of 16 bytes). */
+int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int rows,
+                        long long stride_h, long long stride_n, int box_rows);
 
 #endif

@@ -396,6 +396,8 @@ static int build_compile(fi_jit_ctx *ctx, fi_build *b)
         goto out;
     }
     count(ctx, C_COMPILES, 1);
+    /* Every entry's registers and spills, for kernel developers (FIJIT_LOG=4). */
+    if (result.log) fi__log(FI_LOG_DEBUG, "%s on %s, ptxas:\n%s", b->meta.spec, b->arch, result.log);
     parse_resource_usage(result.log, b->kind->entries[0], &b->meta);
     b->object = result.cubin;
     b->object_size = result.cubin_size;

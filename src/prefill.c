@@ -176,10 +176,55 @@ static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm
         fi__rope_fill(p->rope_freq, spec->head_dim, rope_scale, rope_theta);
 }
 
-/* Launch tile kernel `idx` of `kernel` on grid (gx, gy). */
-static int launch(const fi_jit_kernel *kernel, int idx, int hd, unsigned gx, unsigned gy,
-                  fi_prefill_params *p, CUstream stream, const char *who)
+/* Index of the Hopper main loop among the module's entries (src/kinds.c). */
+#define WS_ENTRY (FI_PREFILL_NUM_TILES + 1)
+
+/* 1 when the Hopper main loop (templates/prefill_sm90.cuh) takes this launch
+ * of tile kernel `idx`: a module for sm_90a of a tuple it serves, keys read
+ * as they are or rotated once into a workspace (p->rot_k), and not turned off
+ * with FIJIT_PREFILL_WS=0 (A/B measurements). Batch kinds decide once, in
+ * the plan. */
+static int wants_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx, int rot_k)
 {
+    const char *env = getenv("FIJIT_PREFILL_WS");
+    const int kind = spec->kind == FI_KIND_PREFILL ? FI_PREFILL_KIND_SINGLE
+                     : spec->kind == FI_KIND_BATCH_PREFILL_RAGGED ? FI_PREFILL_KIND_RAGGED
+                                                                  : FI_PREFILL_KIND_PAGED;
+    return idx == 0 && is_sm90a(kernel->arch) && kernel->functions[WS_ENTRY] &&
+           FI_PREFILL_WS_TUPLE(kind, spec->mask == FI_MASK_CUSTOM) &&
+           (spec->pos != FI_POS_ROPE_LLAMA || rot_k) && !(env && strcmp(env, "0") == 0);
+}
+
+/* Launch the Hopper main loop on grid (gx, gy) with TMA maps of p's K and V
+ * (k_rows and v_rows rows: the keys of the tensors p points at). 1: launched;
+ * 0: the tensors do not suit TMA, nothing was launched. */
+static int launch_ws(const fi_jit_kernel *kernel, int hd, unsigned gx, unsigned gy,
+                     fi_prefill_params *p, int k_rows, int v_rows, CUstream stream, const char *who)
+{
+    fi_prefill_tma maps;
+    const int box = FI_PREFILL_WS_TILE_KV(hd);
+    if (fi__cuda_tma_map_3d(&maps.k, p->k, hd, p->num_kv_heads, k_rows, p->k_stride_h,
+                            p->k_stride_n, box) < 0 ||
+        fi__cuda_tma_map_3d(&maps.v, p->v, hd, p->num_kv_heads, v_rows, p->v_stride_h,
+                            p->v_stride_n, box) < 0)
+        return 0;
+    void *args[] = {p, &maps};
+    const unsigned block[3] = {FI_PREFILL_WS_THREADS, 1, 1};
+    int rc = fi__cuda_launch_args(kernel->functions[WS_ENTRY], gx, gy, block,
+                                  (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd), stream, args, who);
+    return rc < 0 ? rc : 1;
+}
+
+/* Launch tile kernel `idx` of `kernel` on grid (gx, gy), or with `ws` the
+ * Hopper main loop in its place (wants_ws); k_rows, v_rows as launch_ws
+ * takes them. */
+static int launch(const fi_jit_kernel *kernel, int hd, int idx, int ws, unsigned gx, unsigned gy,
+                  fi_prefill_params *p, int k_rows, int v_rows, CUstream stream, const char *who)
+{
+    if (ws) {
+        int rc = launch_ws(kernel, hd, gx, gy, p, k_rows, v_rows, stream, who);
+        if (rc != 0) return rc < 0 ? rc : 0;
+    }
     CUfunction f = kernel->functions[idx];
     const int sm90a = is_sm90a(kernel->arch);
     const unsigned block[3] = {(unsigned)FI_PREFILL_WARPS(idx, hd, sm90a) * 32u, 1, 1};
@@ -367,8 +412,9 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
-    FI_TRY(launch(kernel, idx, spec->head_dim, (unsigned)tiles[idx], (unsigned)a->num_kv_heads,
-                  &p, (CUstream)stream, "prefill"));
+    FI_TRY(launch(kernel, spec->head_dim, idx, wants_ws(kernel, spec, idx, p.rot_k != NULL),
+                  (unsigned)tiles[idx], (unsigned)a->num_kv_heads, &p, a->kv_len, a->kv_len,
+                  (CUstream)stream, "prefill"));
 out:
     return rc;
 }
@@ -387,6 +433,8 @@ struct fi_prefill_plan {
     void *rot_k;         /* RoPE: the rotated keys, in the workspace; else NULL */
     int *kv_token_start; /* paged RoPE: requests' first rows of rot_k; else NULL */
     int kv_rows;         /* rows of rot_k */
+    int kv_tokens;       /* ragged: rows of k and v (kv_indptr[batch]) */
+    int ws;              /* runs take the Hopper main loop (wants_ws) */
 };
 
 static const char *batch_who(const fi_jit_spec *spec)
@@ -594,8 +642,10 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     int64_t kv_tokens = 0;
     for (int b = 0; b < a->batch_size; b++) kv_tokens += request_kv_len(a, paged, b);
     plan->heads_per_section = heads_per_section(kv_tokens, spec->head_dim, a->num_kv_heads);
+    plan->kv_tokens = paged ? 0 : a->kv_indptr[a->batch_size];
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+    plan->ws = wants_ws(kernel, spec, plan->tile, 1);
     if (plan->num_work > 0) {
         const int n = plan->num_work;
         const int tq = FI_PREFILL_TILE_Q(plan->tile);
@@ -641,6 +691,12 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
                     CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (key rows)"));
             }
         }
+        /* cuMemcpyHtoD from pageable memory may return before the DMA lands,
+         * and a run on a non-blocking stream is not ordered after it: wait
+         * here, as batch decode's plan does, so a run right after the plan
+         * reads the list it wrote. */
+        if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS)
+            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuCtxSynchronize (work list)"));
     }
     *out = plan;
     plan = NULL;
@@ -738,8 +794,9 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
         FI_TRY(rotate_keys(kernel, spec->head_dim, plan->rot_k,
                            plan->kv_token_start ? plan->kv_token_start : a->kv_indptr,
                            plan->kv_rows, plan->batch_size, &p, (CUstream)stream, who));
-    FI_TRY(launch(kernel, plan->tile, spec->head_dim, (unsigned)plan->num_work,
-                  (unsigned)plan->num_kv_heads, &p, (CUstream)stream, who));
+    FI_TRY(launch(kernel, spec->head_dim, plan->tile, plan->ws, (unsigned)plan->num_work,
+                  (unsigned)plan->num_kv_heads, &p, plan->kv_tokens, plan->kv_tokens,
+                  (CUstream)stream, who));
 out:
     return rc;
 }

@@ -300,22 +300,43 @@ __device__ __forceinline__ void rope_chunks(const P &p, vec16_t &lo, vec16_t &hi
     hi = pack8<DTypeKV>(y);
 }
 
-// Bits [bit, bit + n) of the custom mask (n <= 64), bit bit + i at bit i of
-// the result, the rest 0: from the aligned 32-bit words that hold them (no
-// word past the last bit is read, so the mask may end anywhere).
-__device__ __forceinline__ unsigned long long custom_bits(const P &p, long long bit, int n)
+// The 32-bit word of the custom mask at the aligned address `a`, from the
+// bytes in [lo, hi) only (the others read as 0): a request's mask may begin
+// and end at any byte, and no byte outside it is read.
+__device__ __forceinline__ unsigned int mask_word(unsigned long long a, unsigned long long lo,
+                                                  unsigned long long hi)
 {
-    const unsigned long long addr = reinterpret_cast<unsigned long long>(p.custom_mask);
-    bit += (long long)(addr & 3) * 8;
-    const unsigned int *words = reinterpret_cast<const unsigned int *>(addr & ~3ull) + (bit >> 5);
+    if (a >= lo && a + 4 <= hi) return __ldg(reinterpret_cast<const unsigned int *>(a));
+    unsigned int word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+        if (a + b >= lo && a + b < hi)
+            word |= (unsigned int)__ldg(reinterpret_cast<const unsigned char *>(a + b)) << (8 * b);
+    return word;
+}
+
+// Bits [bit, bit + n) of the custom mask (n <= 64), bit bit + i at bit i of
+// the result, the rest 0, for request w (bits [w.mask_offset, w.mask_offset +
+// qo_len * kv_len)): from the aligned 32-bit words that hold them, reading no
+// byte outside the request's bits (so the buffer may end at its last bit's
+// byte, ceil(bits / 8) bytes, and begin anywhere).
+__device__ __forceinline__ unsigned long long custom_bits(const P &p, const Work &w, long long bit,
+                                                          int n)
+{
+    const unsigned long long base = reinterpret_cast<unsigned long long>(p.custom_mask);
+    const unsigned long long begin = base + (unsigned long long)(w.mask_offset >> 3);
+    const unsigned long long end =
+        base + (unsigned long long)((w.mask_offset + (long long)w.qo_len * w.kv_len + 7) >> 3);
+    bit += (long long)(base & 3) * 8;
+    const unsigned long long first = (base & ~3ull) + (unsigned long long)(bit >> 5) * 4;
     const int sh = (int)(bit & 31);
-    const int last = (sh + n - 1) >> 5;  // words[0..last] hold the bits
-    unsigned int w[3] = {0u, 0u, 0u};
+    const int last = (sh + n - 1) >> 5;  // words 0..last hold the bits
+    unsigned int word[3] = {0u, 0u, 0u};
 #pragma unroll
     for (int i = 0; i < 3; ++i)
-        if (i <= last) w[i] = __ldg(words + i);
-    const unsigned int lo = __funnelshift_r(w[0], w[1], sh);
-    const unsigned int hi = __funnelshift_r(w[1], w[2], sh);
+        if (i <= last) word[i] = mask_word(first + 4 * i, begin, end);
+    const unsigned int lo = __funnelshift_r(word[0], word[1], sh);
+    const unsigned int hi = __funnelshift_r(word[1], word[2], sh);
     const unsigned long long bits = ((unsigned long long)hi << 32) | lo;
     return n >= 64 ? bits : bits & ((1ull << n) - 1);
 }
@@ -586,7 +607,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         unsigned long long mask_bits[kMT][2];
         if constexpr (kCustom)
             for_each_row([&](int mt, int h, int tok, int) {
-                mask_bits[mt][h] = custom_bits(p, w.mask_offset + (long long)tok * w.kv_len + t0,
+                mask_bits[mt][h] = custom_bits(p, w, w.mask_offset + (long long)tok * w.kv_len + t0,
                                                imin(kTileKV, w.kv_len - t0));
             });
         // S = Q K^T for this warp's rows.
@@ -816,6 +837,8 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 }  // namespace prefill
 }  // namespace fijit
 
+#include "prefill_sm90.cuh"
+
 // The module's kernels, one per query tile, in the order of src/kinds.c
 // (tile sizes and warps in prefill_params.h).
 #define FI_PREFILL_BOUNDS(i)                                                                \
@@ -844,4 +867,31 @@ extern "C" __global__ void __launch_bounds__(FI_PREFILL_ROPE_THREADS)
     fi_prefill_rope_k_kernel(const fi_prefill_params p)
 {
     fijit::prefill::rotate_keys(p);
+}
+
+// The Hopper main loop for 128-row tiles (prefill_sm90.cuh), in modules for
+// sm_90a of the tuples FI_PREFILL_WS_TUPLE accepts; empty elsewhere.
+namespace fijit {
+namespace prefill {
+constexpr bool kWsTuple = kSm90a && FI_PREFILL_WS_TUPLE(kKind, kCustom);
+template <bool kOn, int kUnused = 0>
+struct WsEntry {
+    static __device__ __forceinline__ void run(const P &, const fi_prefill_tma &, unsigned char *) {}
+};
+template <int kUnused>
+struct WsEntry<true, kUnused> {
+    static __device__ __forceinline__ void run(const P &p, const fi_prefill_tma &maps,
+                                               unsigned char *smem)
+    {
+        ws::run(p, maps, smem);
+    }
+};
+}  // namespace prefill
+}  // namespace fijit
+
+extern "C" __global__ void __launch_bounds__(FI_PREFILL_WS_THREADS, 1)
+    fi_prefill_kernel_ws(const fi_prefill_params p, const __grid_constant__ fi_prefill_tma maps)
+{
+    extern __shared__ __align__(1024) unsigned char smem_ws[];
+    fijit::prefill::WsEntry<fijit::prefill::kWsTuple>::run(p, maps, smem_ws);
 }

@@ -62,6 +62,43 @@
 /* Bytes of K/V (all requests) the heads of one block-order section may span. */
 #define FI_PREFILL_L2_BUDGET (24u << 20)
 
+/* ---- the Hopper main loop (templates/prefill_sm90.cuh) ------------------------
+ * In a module compiled for sm_90a, single and ragged prefill without a custom
+ * mask also hold fi_prefill_kernel_ws: the 128-row tiles of tile kernel 0
+ * (same grid, work list and block order) computed by a producer warpgroup
+ * issuing TMA loads and two consumer warpgroups of 64 rows, with kTileKV keys
+ * per K/V tile in STAGES-deep rings. The host launches it instead of tile
+ * kernel 0 when the tensors suit TMA (16-byte strides) and, with RoPE, the
+ * keys were rotated into a workspace. Everywhere else the entry is empty. */
+#define FI_PREFILL_WS_TUPLE(kind, custom_mask) \
+    (((kind) == FI_PREFILL_KIND_SINGLE || (kind) == FI_PREFILL_KIND_RAGGED) && !(custom_mask))
+#define FI_PREFILL_WS_THREADS 384
+#define FI_PREFILL_WS_TILE_Q 128
+#define FI_PREFILL_WS_TILE_KV(hd) ((hd) <= 128 ? 128 : 64)
+#define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
+#define FI_PREFILL_WS_PINGPONG 1
+/* Q + the K and V rings + 4 x STAGES mbarriers (8 bytes each). */
+#define FI_PREFILL_WS_SMEM_BYTES(hd) \
+    ((FI_PREFILL_WS_TILE_Q + 2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd)) * (hd) * 2 + 256)
+
+/* A CUtensorMap (cuda.h), which NVRTC does not see: 128 opaque bytes,
+ * 64-byte aligned. The kernel takes the K and V maps by value
+ * (__grid_constant__), after fi_prefill_params. Each describes a 3-D tensor
+ * {head_dim, num_kv_heads, tokens} (innermost first) of 16-bit elements, box
+ * {64, 1, FI_PREFILL_WS_TILE_KV}, 128-byte swizzle. Tokens: single prefill
+ * the keys (k: or the rotated keys), ragged every token of the batch. */
+#ifdef __cplusplus
+#define FI_ALIGN64 alignas(64)
+#else
+#define FI_ALIGN64 _Alignas(64)
+#endif
+typedef struct fi_tma_map {
+    FI_ALIGN64 unsigned long long words[16];
+} fi_tma_map;
+typedef struct fi_prefill_tma {
+    fi_tma_map k, v;
+} fi_prefill_tma;
+
 /* Values of fijit_cfg::kKind, equal to fi_kernel_kind. */
 #define FI_PREFILL_KIND_SINGLE 3
 #define FI_PREFILL_KIND_RAGGED 4

@@ -1,0 +1,479 @@
+// Hopper main loop of prefill (sm_90a): warp-specialised, TMA-fed, with the
+// softmax overlapped with the tensor cores. It computes the same 128-row
+// query tiles as tile kernel 0 of prefill.cuh (same work list, same block
+// order, same variant hooks, masks and epilogue rules) and is launched in
+// its place for the tuples FI_PREFILL_WS_TUPLE accepts (prefill_params.h).
+//
+// One CTA = three warpgroups:
+//  * the producer (warpgroup 0) gives its registers away (setmaxnreg) and
+//    one thread issues the K and V tile loads: cp.async.bulk.tensor (TMA)
+//    through tensor maps the host encodes per launch, into a ring of
+//    kStages slots per operand, each slot with a "full" mbarrier (TMA
+//    transaction bytes) and an "empty" one (consumer warps arrive when
+//    their wgmma has finished reading it). K and V have separate rings so
+//    that K of the next tile can land while V of this one is still read.
+//    TMA writes the 128-byte swizzle that the wgmma descriptors read, one
+//    box of 64 columns x kTileKV keys per panel; keys past the tensor's end
+//    arrive as zeros.
+//  * two consumers (warpgroups 1, 2), 64 query rows each, load and
+//    transform their rows of Q themselves (RoPE, query_transform), then run
+//    the tile loop with the next tile's S = Q K^T issued before this tile's
+//    softmax (FlashAttention-3's intra-warpgroup overlap):
+//        issue S(i) ; issue O += P(i-1) V(i-1) ; wait S(i) ; softmax S(i)
+//        wait P V ; rescale O ; P(i-1) <- P(i)
+//    and the two consumers take turns issuing their MMAs (named barriers,
+//    "ping-pong"), so that one's softmax runs while the other's MMAs do.
+//
+// Registers: consumers 240, producer 24 (128 x 24 + 256 x 240 <= 64K).
+#pragma once
+
+namespace fijit {
+namespace prefill {
+namespace ws {
+
+constexpr int kTileQ = FI_PREFILL_WS_TILE_Q;
+constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim);
+constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim);
+constexpr int kPanels = kHeadDim / 64;
+constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
+constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
+constexpr unsigned int kQBytes = kTileQ * kRowBytes;
+constexpr unsigned int kKVBytes = kTileKV * kRowBytes;
+// Named barriers (0 is __syncthreads): the consumers' turns, then one per
+// consumer for its own 128 threads.
+constexpr int kBarTurn = 1;
+constexpr int kBarWg = 3;
+// The consumers alternate their MMA issue (see above).
+constexpr bool kPingPong = FI_PREFILL_WS_PINGPONG;
+
+static_assert(kTileQ == FI_PREFILL_TILE_Q(0), "the Hopper loop replaces tile kernel 0");
+static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 64 rows");
+static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim) >=
+                  kQBytes + 2u * kStages * kKVBytes + 4u * kStages * 8u,
+              "shared memory: Q, the K and V rings, their barriers");
+
+// ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ----
+__device__ __forceinline__ void bar_init(unsigned int bar, unsigned int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_expect(unsigned int bar, unsigned int bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bar_arrive(unsigned int bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Wait for the completion of the barrier's phase of parity `parity`.
+__device__ __forceinline__ void bar_wait(unsigned int bar, unsigned int parity)
+{
+    unsigned int done;
+    do {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            " selp.u32 %0, 1, 0, p;\n}"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+// Box {64 columns, 1 head, kTileKV keys} at (col, head, key) of `map` into
+// `dst`, completing `bar`'s transaction bytes.
+__device__ __forceinline__ void tma_load(unsigned int dst, const fi_tma_map *map, int col, int head,
+                                         int key, unsigned int bar)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(head), "r"(key), "r"(bar)
+        : "memory");
+}
+template <int kCount>
+__device__ __forceinline__ void set_max_regs_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kCount));
+}
+template <int kCount>
+__device__ __forceinline__ void set_max_regs_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kCount));
+}
+__device__ __forceinline__ void named_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Shared memory: Q (kTileQ rows), the K ring, the V ring (panel layout,
+// swz_panel), then the barriers: full K, full V, empty K, empty V, one per slot.
+struct Smem {
+    unsigned int q, k, v, bars;
+    __device__ __forceinline__ unsigned int k_slot(int s) const { return k + s * kKVBytes; }
+    __device__ __forceinline__ unsigned int v_slot(int s) const { return v + s * kKVBytes; }
+    __device__ __forceinline__ unsigned int full_k(int s) const { return bars + 8u * s; }
+    __device__ __forceinline__ unsigned int full_v(int s) const { return bars + 8u * (kStages + s); }
+    __device__ __forceinline__ unsigned int empty_k(int s) const { return bars + 8u * (2 * kStages + s); }
+    __device__ __forceinline__ unsigned int empty_v(int s) const { return bars + 8u * (3 * kStages + s); }
+};
+
+// The keys the whole CTA reads: tiles [0, n) from key kv_start (as tile
+// kernel 0 computes them).
+struct KeyRange {
+    int kv_start, n;
+};
+__device__ __forceinline__ KeyRange key_range(const P &p, const Work &w, int row0)
+{
+    const int G = p.group_size;
+    const int rows = w.qo_len * G;
+    const int off = w.kv_len - w.qo_len;
+    const int tok_lo = row0 / G;
+    const int tok_hi = (imin(rows, row0 + kTileQ) - 1) / G;
+    int kv_lo = 0, kv_hi = w.kv_len;
+    if constexpr (kCausal) kv_hi = imax(0, imin(kv_hi, tok_hi + off + 1));
+    if constexpr (kWindow)
+        if (p.window_left >= 0) kv_lo = imax(0, tok_lo + off - p.window_left);
+    KeyRange r;
+    r.kv_start = kv_lo / kTileKV * kTileKV;
+    r.n = kv_hi > r.kv_start ? (kv_hi - r.kv_start + kTileKV - 1) / kTileKV : 0;
+    return r;
+}
+
+// The producer's one thread: K and V of every tile into the rings.
+__device__ __forceinline__ void produce(const P &p, const fi_prefill_tma &maps, const Work &w,
+                                        const KeyRange &kr, const Smem &sm)
+{
+    // Row of key 0 of the request in the tensors the maps describe.
+    const int k_row = kRotatedK || kKind == FI_PREFILL_KIND_SINGLE ? w.k_row0 : w.kv_begin;
+    const int v_row = kKind == FI_PREFILL_KIND_SINGLE ? 0 : w.kv_begin;
+    for (int i = 0; i < kr.n; ++i) {
+        const int s = i % kStages;
+        const unsigned int free_parity = ((i / kStages) & 1) ^ 1;
+        const int t0 = kr.kv_start + i * kTileKV;
+        bar_wait(sm.empty_k(s), free_parity);
+        bar_expect(sm.full_k(s), kKVBytes);
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c)
+            tma_load(sm.k_slot(s) + c * kTileKV * 128u, &maps.k, c * 64, w.kv_head, k_row + t0,
+                     sm.full_k(s));
+        bar_wait(sm.empty_v(s), free_parity);
+        bar_expect(sm.full_v(s), kKVBytes);
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c)
+            tma_load(sm.v_slot(s) + c * kTileKV * 128u, &maps.v, c * 64, w.kv_head, v_row + t0,
+                     sm.full_v(s));
+    }
+}
+
+// One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile.
+__device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRange &kr,
+                                        const Smem &sm, int row0, int wg)
+{
+    const int wtid = (int)threadIdx.x % 128;
+    const int warp = wtid / 32, lane = wtid % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int G = p.group_size;
+    const int kv_head = w.kv_head;
+    const int rows = w.qo_len * G;
+    const int off = w.kv_len - w.qo_len;
+    const int wg_row0 = wg * 64;  // in the tile
+
+    // Q rows of this warpgroup: rotated, transformed, rounded, swizzled.
+#pragma unroll 2
+    for (int c = wtid; c < 64 * (kChunks / 2); c += 128) {
+        const int r = wg_row0 + c / (kChunks / 2), ch = c % (kChunks / 2);
+        const int pr = row0 + r;
+        float x[8], y[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] = y[e] = 0.f;
+        if (pr < rows) {
+            const int token = pr / G;
+            const int head = kv_head * G + pr % G;
+            const DTypeQ *src = static_cast<const DTypeQ *>(p.q) +
+                                (long long)(w.q_begin + token) * p.q_stride_n +
+                                (long long)head * p.q_stride_h;
+            unpack8<DTypeQ>(ldg16(src + ch * 8), x);
+            unpack8<DTypeQ>(ldg16(src + (ch + kChunks / 2) * 8), y);
+            if constexpr (kRope) rope_pair(p, x, y, ch, (float)(p.rope_offset + off + token));
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                x[e] = Variant::query_transform(p, x[e], head, ch * 8 + e);
+                y[e] = Variant::query_transform(p, y[e], head, (ch + kChunks / 2) * 8 + e);
+            }
+        }
+        sts128(sm.q + swz_panel<kTileQ>(r, ch), pack8<DTypeKV>(x));
+        sts128(sm.q + swz_panel<kTileQ>(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+    }
+    wg::fence_proxy_async();  // Q is read by wgmma
+    named_sync(kBarWg + wg, 128);
+
+    // This thread's rows: g and g + 8 of its warp's 16; rows past the
+    // request borrow the last one (never stored).
+    int row_tok[2], row_head[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int pr = imin(row0 + wg_row0 + warp * 16 + g + 8 * h, rows - 1);
+        row_tok[h] = pr / G;
+        row_head[h] = kv_head * G + pr % G;
+    }
+    // Tokens of the warpgroup's first and last rows: tiles that need masks.
+    const int wg_tok_lo = imin(row0 + wg_row0, rows - 1) / G;
+    const int wg_tok_hi = imin(row0 + wg_row0 + 63, rows - 1) / G;
+
+    float o[kDT][4];
+    float s[kNT][4];
+    unsigned int pa[kTileKV / 16][4];  // P of the previous tile, A fragments of P.V
+    float m[2], d[2];
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dt][e] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        m[h] = kSoftmax ? -inf_() : 0.f;
+        d[h] = 0.f;
+    }
+    const unsigned int q_wg = sm.q + (unsigned int)wg_row0 * 128u;
+
+    // S = Q K^T of slot s, issued (not waited for).
+    auto issue_s = [&](int slot) {
+        const unsigned int kt = sm.k_slot(slot);
+#pragma unroll
+        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+            const unsigned int at = (unsigned int)(kk & 3) * 32u;
+            wg::Mma<DTypeKV, kTileKV>::ss(s, wg::desc(q_wg + (kk >> 2) * kTileQ * 128u + at, 0),
+                                          wg::desc(kt + (kk >> 2) * kTileKV * 128u + at, 0),
+                                          kk != 0);
+        }
+        wg::commit();
+    };
+    // O += P V of slot s, issued.
+    auto issue_pv = [&](int slot) {
+        const unsigned int vt = sm.v_slot(slot);
+#pragma unroll
+        for (int kk = 0; kk < kTileKV / 16; ++kk)
+            wg::Mma<DTypeKV, kHeadDim>::rs(o, pa[kk], wg::desc(vt + kk * 16u * 128u, kTileKV * 128u),
+                                           1);
+        wg::commit();
+    };
+    auto release = [&](unsigned int bar) {
+        if (lane == 0) bar_arrive(bar);
+    };
+    // Masks and the variant's logits hooks on S of the tile at key t0.
+    auto transform = [&](int t0) {
+        bool need_mask = kMaskEveryTile || t0 + kTileKV > w.kv_len;
+        if constexpr (kCausal) need_mask = need_mask || t0 + kTileKV - 1 > wg_tok_lo + off;
+        if constexpr (kWindow)
+            need_mask = need_mask || (p.window_left >= 0 && t0 < wg_tok_hi + off - p.window_left);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int qpos = row_tok[h] + off, head = row_head[h];
+            if (need_mask) {
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        const int j = t0 + nt * 8 + 2 * t + (e & 1);
+                        bool visible = j < w.kv_len;
+                        if constexpr (kCausal) visible = visible && j <= qpos;
+                        visible = visible && Variant::logits_mask(p, head, j, qpos);
+                        s[nt][e] = visible ? Variant::logits_transform(p, s[nt][e], head, j, qpos)
+                                           : (kSoftmax ? -inf_() : 0.f);
+                    }
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e)
+                        s[nt][e] = Variant::logits_transform(p, s[nt][e], head,
+                                                             t0 + nt * 8 + 2 * t + (e & 1), qpos);
+            }
+        }
+    };
+    // Online softmax of S into the new maximum and sums; returns the factor
+    // O must be rescaled by, per row half (1 without softmax).
+    auto softmax = [&](float (&scale)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if constexpr (!kSoftmax) {
+                scale[h] = 1.f;
+                continue;
+            }
+            float mx = m[h];
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) mx = fmax_(mx, fmax_(s[nt][2 * h], s[nt][2 * h + 1]));
+            mx = fmax_(mx, shfl_xor(mx, 1));
+            mx = fmax_(mx, shfl_xor(mx, 2));
+            const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
+            scale[h] = exp2_fast(fma_(m[h], kLog2e, -base2));
+            m[h] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    s[nt][2 * h + e] = exp2_fast(fma_(s[nt][2 * h + e], kLog2e, -base2));
+                    sum += s[nt][2 * h + e];
+                }
+            d[h] = fma_(d[h], scale[h], sum);
+        }
+    };
+    auto rescale = [&](const float (&scale)[2]) {
+        if constexpr (kSoftmax)
+#pragma unroll
+            for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[dt][e] *= scale[e >> 1];
+    };
+    auto take_p = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < kTileKV / 16; ++kk) p_fragment(s, kk, pa[kk]);
+    };
+    // The turn of this consumer to issue MMAs, and handing it to the other.
+    auto turn_begin = [&]() {
+        if constexpr (kPingPong) named_sync(kBarTurn + wg, 256);
+    };
+    auto turn_end = [&]() {
+        if constexpr (kPingPong) named_arrive(kBarTurn + (wg ^ 1), 256);
+    };
+
+    const int n = kr.n;
+    if (n > 0) {
+        // Consumer 1 lets consumer 0 go first; each then takes n + 1 turns
+        // (S of tile 0, S + P.V of tiles 1..n-1, P.V of the last), and
+        // consumer 1 skips its last hand-over, so every turn barrier sees as
+        // many arrivals as waits.
+        if (kPingPong && wg == 1) named_arrive(kBarTurn + 0, 256);
+        float scale[2];
+
+        bar_wait(sm.full_k(0), 0);
+        turn_begin();
+        wg::fence_regs(s);
+        wg::fence();
+        issue_s(0);
+        turn_end();
+        wg::wait<0>();
+        wg::fence_regs(s);
+        release(sm.empty_k(0));
+        transform(kr.kv_start);
+        softmax(scale);
+        take_p();
+
+        for (int i = 1; i < n; ++i) {
+            const int sc = i % kStages, sp = (i - 1) % kStages;
+            bar_wait(sm.full_k(sc), (i / kStages) & 1);
+            turn_begin();
+            wg::fence_regs(s);
+            wg::fence_regs(o);
+            wg::fence();
+            issue_s(sc);
+            bar_wait(sm.full_v(sp), ((i - 1) / kStages) & 1);
+            issue_pv(sp);
+            turn_end();
+            wg::wait<1>();  // S of tile i
+            wg::fence_regs(s);
+            release(sm.empty_k(sc));
+            transform(kr.kv_start + i * kTileKV);
+            softmax(scale);
+            wg::wait<0>();  // P.V of tile i - 1
+            wg::fence_regs(o);
+            wg::fence_regs(pa);
+            release(sm.empty_v(sp));
+            rescale(scale);
+            take_p();
+        }
+
+        const int sl = (n - 1) % kStages;
+        bar_wait(sm.full_v(sl), ((n - 1) / kStages) & 1);
+        turn_begin();
+        wg::fence_regs(o);
+        wg::fence();
+        issue_pv(sl);
+        if (wg == 0) turn_end();
+        wg::wait<0>();
+        wg::fence_regs(o);
+        wg::fence_regs(pa);
+        release(sm.empty_v(sl));
+    }
+
+    // Epilogue (as tile kernel 0): normalise, output hook, stage in this
+    // warpgroup's own Q rows, then 16-byte stores of whole rows.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        d[h] += shfl_xor(d[h], 1);
+        d[h] += shfl_xor(d[h], 2);
+        const float inv = !kSoftmax ? 1.f : d[h] > 0.f ? rcp_fast(d[h]) : 0.f;
+        const float lse = !kSoftmax   ? 0.f
+                          : d[h] > 0.f ? fma_(log2_fast(d[h]), kLn2, m[h])
+                                       : -inf_();
+        const int r = wg_row0 + warp * 16 + g + 8 * h;
+        const int tok = row_tok[h], head = row_head[h];
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+            const int col = dt * 8 + 2 * t;
+            const float v0 = Variant::output_transform(p, o[dt][2 * h] * inv, head, col, lse);
+            const float v1 = Variant::output_transform(p, o[dt][2 * h + 1] * inv, head, col + 1, lse);
+            sts32(sm.q + swz_panel<kTileQ>(r, dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
+        }
+        if (p.lse != nullptr && t == 0 && row0 + r < rows)
+            p.lse[(long long)(w.q_begin + tok) * p.num_qo_heads + head] = lse;
+    }
+    named_sync(kBarWg + wg, 128);
+#pragma unroll 4
+    for (int c = wtid; c < 64 * kChunks; c += 128) {
+        const int r = wg_row0 + c / kChunks, ch = c % kChunks;
+        const int pr = row0 + r;
+        if (pr < rows) {
+            const int token = pr / G;
+            const int head = kv_head * G + pr % G;
+            DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + token) * p.o_stride_n +
+                          (long long)head * p.o_stride_h + ch * 8;
+            stg16(dst, lds128(sm.q + swz_panel<kTileQ>(r, ch)));
+        }
+    }
+}
+
+__device__ __forceinline__ void run(const P &p, const fi_prefill_tma &maps, unsigned char *smem)
+{
+    const Work w = get_work(p);
+    const int row0 = w.tile * kTileQ;
+    if (row0 >= w.qo_len * p.group_size) return;  // whole CTA
+    const KeyRange kr = key_range(p, w, row0);
+
+    Smem sm;
+    sm.q = smem_addr(smem);
+    sm.k = sm.q + kQBytes;
+    sm.v = sm.k + kStages * kKVBytes;
+    sm.bars = sm.v + kStages * kKVBytes;
+    const int tid = (int)threadIdx.x;
+    if (tid == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            bar_init(sm.full_k(s), 1);
+            bar_init(sm.full_v(s), 1);
+            bar_init(sm.empty_k(s), 8);  // lane 0 of each consumer warp
+            bar_init(sm.empty_v(s), 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (tid < 128) {
+        set_max_regs_dec<24>();
+        if (tid == 0) produce(p, maps, w, kr, sm);
+    } else {
+        set_max_regs_inc<240>();
+        consume(p, w, kr, sm, row0, tid / 128 - 1);
+    }
+}
+
+}  // namespace ws
+}  // namespace prefill
+}  // namespace fijit
