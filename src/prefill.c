@@ -178,51 +178,76 @@ static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm
 
 /* Index of the Hopper main loop among the module's entries (src/kinds.c). */
 #define WS_ENTRY (FI_PREFILL_NUM_TILES + 1)
+/* Measured on H100 (bench_prefill.py, batch 4): see README. */
+#define WS_DEFAULT WS_GRID
 
-/* 1 when the Hopper main loop (templates/prefill_sm90.cuh) takes this launch
- * of tile kernel `idx`: a module for sm_90a of a tuple it serves, keys read
- * as they are or rotated once into a workspace (p->rot_k), and not turned off
- * with FIJIT_PREFILL_WS=0 (A/B measurements). Batch kinds decide once, in
- * the plan. */
-static int wants_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx, int rot_k)
+/* How tile kernel 0's blocks are launched on sm_90a. */
+enum ws_mode {
+    WS_OFF = 0,        /* the tile kernel */
+    WS_GRID = 1,       /* the Hopper main loop, a CTA per block */
+    WS_PERSISTENT = 2, /* the Hopper main loop, a CTA per SM walking the blocks */
+};
+
+/* The Hopper main loop (templates/prefill_sm90.cuh) takes a launch of tile
+ * kernel `idx` when the module was compiled for sm_90a for a tuple it serves
+ * and the keys are read as they are or rotated once into a workspace
+ * (`rot_k`); FIJIT_PREFILL_WS=0|grid|persistent chooses for A/B
+ * measurements. Batch kinds decide once, in the plan. */
+static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
+                                int rot_k)
 {
     const char *env = getenv("FIJIT_PREFILL_WS");
     const int kind = spec->kind == FI_KIND_PREFILL ? FI_PREFILL_KIND_SINGLE
                      : spec->kind == FI_KIND_BATCH_PREFILL_RAGGED ? FI_PREFILL_KIND_RAGGED
                                                                   : FI_PREFILL_KIND_PAGED;
-    return idx == 0 && is_sm90a(kernel->arch) && kernel->functions[WS_ENTRY] &&
-           FI_PREFILL_WS_TUPLE(kind, spec->mask == FI_MASK_CUSTOM) &&
-           (spec->pos != FI_POS_ROPE_LLAMA || rot_k) && !(env && strcmp(env, "0") == 0);
+    if (idx != 0 || !is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
+        !FI_PREFILL_WS_TUPLE(kind, spec->mask == FI_MASK_CUSTOM) ||
+        (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
+        return WS_OFF;
+    if (env && strcmp(env, "grid") == 0) return WS_GRID;
+    if (env && strcmp(env, "persistent") == 0) return WS_PERSISTENT;
+    return WS_DEFAULT;
 }
 
-/* Launch the Hopper main loop on grid (gx, gy) with TMA maps of p's K and V
- * (k_rows and v_rows rows: the keys of the tensors p points at). 1: launched;
- * 0: the tensors do not suit TMA, nothing was launched. */
-static int launch_ws(const fi_jit_kernel *kernel, int hd, unsigned gx, unsigned gy,
-                     fi_prefill_params *p, int k_rows, int v_rows, CUstream stream, const char *who)
+/* Launch the Hopper main loop over `items` x `heads` blocks, with TMA maps of
+ * p's K and V (k_rows and v_rows rows: the keys of the tensors p points at);
+ * WS_PERSISTENT: on at most sm_count CTAs. 1: launched; 0: the tensors do
+ * not suit TMA, nothing was launched. */
+static int launch_ws(const fi_jit_kernel *kernel, int hd, int causal, enum ws_mode mode, int sm_count,
+                     int items, int heads, fi_prefill_params *p, int k_rows, int v_rows,
+                     CUstream stream, const char *who)
 {
-    fi_prefill_tma maps;
-    const int box = FI_PREFILL_WS_TILE_KV(hd);
-    if (fi__cuda_tma_map_3d(&maps.k, p->k, hd, p->num_kv_heads, k_rows, p->k_stride_h,
+    fi_prefill_ws ws;
+    FI_UNUSED(causal); /* when the tile sizes do not depend on it */
+    const int box = FI_PREFILL_WS_TILE_KV(hd, causal);
+    if (fi__cuda_tma_map_3d(&ws.k, p->k, hd, p->num_kv_heads, k_rows, p->k_stride_h,
                             p->k_stride_n, box) < 0 ||
-        fi__cuda_tma_map_3d(&maps.v, p->v, hd, p->num_kv_heads, v_rows, p->v_stride_h,
+        fi__cuda_tma_map_3d(&ws.v, p->v, hd, p->num_kv_heads, v_rows, p->v_stride_h,
                             p->v_stride_n, box) < 0)
         return 0;
-    void *args[] = {p, &maps};
+    ws.work_items = items;
+    ws.kv_heads = heads;
+    const int64_t blocks = (int64_t)items * heads;
+    const int64_t ctas = mode == WS_PERSISTENT && sm_count > 0 && blocks > sm_count ? sm_count : blocks;
+    void *args[] = {p, &ws};
     const unsigned block[3] = {FI_PREFILL_WS_THREADS, 1, 1};
-    int rc = fi__cuda_launch_args(kernel->functions[WS_ENTRY], gx, gy, block,
-                                  (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd), stream, args, who);
+    int rc = fi__cuda_launch_args(kernel->functions[WS_ENTRY], (unsigned)ctas, 1, block,
+                                  (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, causal), stream, args, who);
     return rc < 0 ? rc : 1;
 }
 
-/* Launch tile kernel `idx` of `kernel` on grid (gx, gy), or with `ws` the
- * Hopper main loop in its place (wants_ws); k_rows, v_rows as launch_ws
- * takes them. */
-static int launch(const fi_jit_kernel *kernel, int hd, int idx, int ws, unsigned gx, unsigned gy,
-                  fi_prefill_params *p, int k_rows, int v_rows, CUstream stream, const char *who)
+/* Launch tile kernel `idx` of `kernel` on grid (gx, gy), or the Hopper main
+ * loop in its place (`ws`, see ws_mode_for); sm_count, k_rows, v_rows as
+ * launch_ws takes them. */
+static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx, enum ws_mode ws,
+                  int sm_count, unsigned gx, unsigned gy, fi_prefill_params *p, int k_rows,
+                  int v_rows, CUstream stream, const char *who)
 {
-    if (ws) {
-        int rc = launch_ws(kernel, hd, gx, gy, p, k_rows, v_rows, stream, who);
+    const int hd = spec->head_dim;
+    if (ws != WS_OFF) {
+        const int causal = spec->mask == FI_MASK_CAUSAL || spec->mask == FI_MASK_WINDOW;
+        int rc = launch_ws(kernel, hd, causal, ws, sm_count, (int)gx, (int)gy, p, k_rows, v_rows,
+                           stream, who);
         if (rc != 0) return rc < 0 ? rc : 0;
     }
     CUfunction f = kernel->functions[idx];
@@ -412,9 +437,11 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
-    FI_TRY(launch(kernel, spec->head_dim, idx, wants_ws(kernel, spec, idx, p.rot_k != NULL),
-                  (unsigned)tiles[idx], (unsigned)a->num_kv_heads, &p, a->kv_len, a->kv_len,
-                  (CUstream)stream, "prefill"));
+    const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL);
+    if (ws == WS_PERSISTENT && !sm_count) FI_TRY(fi__cuda_sm_count(&sm_count));
+    FI_TRY(launch(kernel, spec, idx, ws, sm_count, (unsigned)tiles[idx],
+                  (unsigned)a->num_kv_heads, &p, a->kv_len, a->kv_len, (CUstream)stream,
+                  "prefill"));
 out:
     return rc;
 }
@@ -434,7 +461,8 @@ struct fi_prefill_plan {
     int *kv_token_start; /* paged RoPE: requests' first rows of rot_k; else NULL */
     int kv_rows;         /* rows of rot_k */
     int kv_tokens;       /* ragged: rows of k and v (kv_indptr[batch]) */
-    int ws;              /* runs take the Hopper main loop (wants_ws) */
+    int ws;              /* enum ws_mode: how runs launch tile kernel 0 */
+    int sm_count;        /* 0: the plan did not need it */
 };
 
 static const char *batch_who(const fi_jit_spec *spec)
@@ -645,7 +673,12 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     plan->kv_tokens = paged ? 0 : a->kv_indptr[a->batch_size];
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
-    plan->ws = wants_ws(kernel, spec, plan->tile, 1);
+    plan->ws = (int)ws_mode_for(kernel, spec, plan->tile, 1);
+    if (plan->ws == WS_PERSISTENT && !sm_count) {
+        sm_count = a->sm_count;
+        if (!sm_count) FI_TRY(fi__cuda_sm_count(&sm_count));
+    }
+    plan->sm_count = sm_count;
     if (plan->num_work > 0) {
         const int n = plan->num_work;
         const int tq = FI_PREFILL_TILE_Q(plan->tile);
@@ -794,9 +827,9 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
         FI_TRY(rotate_keys(kernel, spec->head_dim, plan->rot_k,
                            plan->kv_token_start ? plan->kv_token_start : a->kv_indptr,
                            plan->kv_rows, plan->batch_size, &p, (CUstream)stream, who));
-    FI_TRY(launch(kernel, spec->head_dim, plan->tile, plan->ws, (unsigned)plan->num_work,
-                  (unsigned)plan->num_kv_heads, &p, plan->kv_tokens, plan->kv_tokens,
-                  (CUstream)stream, who));
+    FI_TRY(launch(kernel, spec, plan->tile, (enum ws_mode)plan->ws, plan->sm_count,
+                  (unsigned)plan->num_work, (unsigned)plan->num_kv_heads, &p, plan->kv_tokens,
+                  plan->kv_tokens, (CUstream)stream, who));
 out:
     return rc;
 }

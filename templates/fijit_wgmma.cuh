@@ -86,7 +86,7 @@ __device__ __forceinline__ void fence_regs(unsigned int (&x)[kN][4])
 template <class T, int N>
 struct Mma;
 
-// Operand lists: the accumulator registers, 32 per 64 columns (N = 64, 128, 256).
+// Operand lists: the accumulator registers, 4 per 8 columns (N = 64, 80, 128, 176, 192, 256).
 #define FI_WG_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 #define FI_WG_D32(i)                                                                        \
     FI_WG_D4(i), FI_WG_D4(i + 1), FI_WG_D4(i + 2), FI_WG_D4(i + 3), FI_WG_D4(i + 4),        \
@@ -95,11 +95,19 @@ struct Mma;
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define FI_WG_N64_OPS FI_WG_D32(0)
+#define FI_WG_N80_REGS \
+    FI_WG_N64_REGS ", %32, %33, %34, %35, %36, %37, %38, %39"
+#define FI_WG_N80_OPS FI_WG_D32(0), FI_WG_D4(8), FI_WG_D4(9)
 #define FI_WG_N128_REGS \
     FI_WG_N64_REGS \
     ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define FI_WG_N128_OPS FI_WG_D32(0), FI_WG_D32(8)
+#define FI_WG_N176_REGS FI_WG_N128_REGS ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
+#define FI_WG_N176_OPS FI_WG_N128_OPS, FI_WG_D4(16), FI_WG_D4(17), FI_WG_D4(18), FI_WG_D4(19), \
+    FI_WG_D4(20), FI_WG_D4(21)
+#define FI_WG_N192_REGS FI_WG_N128_REGS ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define FI_WG_N192_OPS FI_WG_N128_OPS, FI_WG_D32(16)
 #define FI_WG_N256_REGS \
     FI_WG_N128_REGS \
     ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
@@ -137,8 +145,14 @@ struct Mma;
 
 FI_WG_DEFINE(half_t, "f16", 64, "32", "33", "34", "35", "36", "37")
 FI_WG_DEFINE(bf16_t, "bf16", 64, "32", "33", "34", "35", "36", "37")
+FI_WG_DEFINE(half_t, "f16", 80, "40", "41", "42", "43", "44", "45")
+FI_WG_DEFINE(bf16_t, "bf16", 80, "40", "41", "42", "43", "44", "45")
 FI_WG_DEFINE(half_t, "f16", 128, "64", "65", "66", "67", "68", "69")
 FI_WG_DEFINE(bf16_t, "bf16", 128, "64", "65", "66", "67", "68", "69")
+FI_WG_DEFINE(half_t, "f16", 176, "88", "89", "90", "91", "92", "93")
+FI_WG_DEFINE(bf16_t, "bf16", 176, "88", "89", "90", "91", "92", "93")
+FI_WG_DEFINE(half_t, "f16", 192, "96", "97", "98", "99", "100", "101")
+FI_WG_DEFINE(bf16_t, "bf16", 192, "96", "97", "98", "99", "100", "101")
 FI_WG_DEFINE(half_t, "f16", 256, "128", "129", "130", "131", "132", "133")
 FI_WG_DEFINE(bf16_t, "bf16", 256, "128", "129", "130", "131", "132", "133")
 
@@ -147,6 +161,12 @@ FI_WG_DEFINE(bf16_t, "bf16", 256, "128", "129", "130", "131", "132", "133")
 #undef FI_WG_N256_REGS
 #undef FI_WG_N128_OPS
 #undef FI_WG_N128_REGS
+#undef FI_WG_N192_OPS
+#undef FI_WG_N192_REGS
+#undef FI_WG_N176_OPS
+#undef FI_WG_N176_REGS
+#undef FI_WG_N80_OPS
+#undef FI_WG_N80_REGS
 #undef FI_WG_N64_OPS
 #undef FI_WG_N64_REGS
 #undef FI_WG_D32

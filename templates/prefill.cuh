@@ -191,15 +191,14 @@ struct Work {
 // sorts its list longest first), so the long CTAs start first everywhere
 // and the short ones fill the tail, while the K/V of the heads in flight
 // (one section) stays small enough for L2.
-__device__ __forceinline__ void block_work(const P &p, int &item, int &kv_head)
+__device__ __forceinline__ void block_work(const P &p, int b, int n, int heads, int &item,
+                                           int &kv_head)
 {
     if constexpr (!kCausal) {  // every item costs the same: the grid's own order
-        item = (int)blockIdx.x;
-        kv_head = (int)blockIdx.y;
+        item = b % n;
+        kv_head = b / n;
         return;
     }
-    const int n = (int)gridDim.x, heads = (int)gridDim.y;
-    const int b = (int)blockIdx.y * n + (int)blockIdx.x;
     const int sec = imax(1, p.heads_per_section);
     const int first = b / (sec * n) * sec;  // first head of this block's section
     const int s = imin(sec, heads - first);
@@ -208,16 +207,19 @@ __device__ __forceinline__ void block_work(const P &p, int &item, int &kv_head)
     kv_head = first + (i - item * s);
 }
 
-__device__ __forceinline__ Work get_work(const P &p)
+// The work of block b in launch order of a grid of n work items x `heads`
+// kv heads (the tile kernels: this block's own; the persistent Hopper loop
+// walks several).
+__device__ __forceinline__ Work get_work(const P &p, int b, int n, int heads)
 {
     Work w;
     int item;
-    block_work(p, item, w.kv_head);
+    block_work(p, b, n, heads, item, w.kv_head);
     if constexpr (kKind == FI_PREFILL_KIND_SINGLE) {
         w.q_begin = 0;
         w.qo_len = p.qo_len;
         w.kv_len = p.kv_len;
-        w.tile = (int)gridDim.x - 1 - item;
+        w.tile = n - 1 - item;
         w.kv_begin = 0;
         w.k_row0 = 0;
         w.mask_offset = 0;
@@ -411,7 +413,8 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     const int tid = threadIdx.x;
     const int warp = tid / 32;
     const int lane = tid % 32;
-    const Work w = get_work(p);
+    const Work w = get_work(p, (int)blockIdx.y * (int)gridDim.x + (int)blockIdx.x, (int)gridDim.x,
+                            (int)gridDim.y);
     const int kv_head = w.kv_head;
     const int G = p.group_size;
     const int rows = w.qo_len * G;
@@ -876,11 +879,11 @@ namespace prefill {
 constexpr bool kWsTuple = kSm90a && FI_PREFILL_WS_TUPLE(kKind, kCustom);
 template <bool kOn, int kUnused = 0>
 struct WsEntry {
-    static __device__ __forceinline__ void run(const P &, const fi_prefill_tma &, unsigned char *) {}
+    static __device__ __forceinline__ void run(const P &, const fi_prefill_ws &, unsigned char *) {}
 };
 template <int kUnused>
 struct WsEntry<true, kUnused> {
-    static __device__ __forceinline__ void run(const P &p, const fi_prefill_tma &maps,
+    static __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &maps,
                                                unsigned char *smem)
     {
         ws::run(p, maps, smem);
@@ -890,7 +893,7 @@ struct WsEntry<true, kUnused> {
 }  // namespace fijit
 
 extern "C" __global__ void __launch_bounds__(FI_PREFILL_WS_THREADS, 1)
-    fi_prefill_kernel_ws(const fi_prefill_params p, const __grid_constant__ fi_prefill_tma maps)
+    fi_prefill_kernel_ws(const fi_prefill_params p, const __grid_constant__ fi_prefill_ws maps)
 {
     extern __shared__ __align__(1024) unsigned char smem_ws[];
     fijit::prefill::WsEntry<fijit::prefill::kWsTuple>::run(p, maps, smem_ws);

@@ -74,12 +74,22 @@
     (((kind) == FI_PREFILL_KIND_SINGLE || (kind) == FI_PREFILL_KIND_RAGGED) && !(custom_mask))
 #define FI_PREFILL_WS_THREADS 384
 #define FI_PREFILL_WS_TILE_Q 128
-#define FI_PREFILL_WS_TILE_KV(hd) ((hd) <= 128 ? 128 : 64)
+/* Keys per K/V tile (causal: sliding windows too): 128, or 80 at head_dim
+ * 256 (the most that two stages of K and V fit beside Q: 64 + 4 x 40 KiB).
+ * Measured on H100 at head_dim 256: 64 keys 0.86-0.96x cuDNN, 80 keys
+ * 1.02-1.03x (batch 4, seq 4k-16k, 32/8, non-causal). */
+#ifndef FI_PREFILL_WS_TILE_KV
+#define FI_PREFILL_WS_TILE_KV(hd, causal) ((hd) <= 128 ? 128 : 80)
+#endif
+#ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
+#endif
 #define FI_PREFILL_WS_PINGPONG 1
 /* Q + the K and V rings + 4 x STAGES mbarriers (8 bytes each). */
-#define FI_PREFILL_WS_SMEM_BYTES(hd) \
-    ((FI_PREFILL_WS_TILE_Q + 2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd)) * (hd) * 2 + 256)
+#define FI_PREFILL_WS_SMEM_BYTES(hd, causal)                                                 \
+    ((FI_PREFILL_WS_TILE_Q + 2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, causal)) * \
+         (hd) * 2 +                                                                            \
+     256)
 
 /* A CUtensorMap (cuda.h), which NVRTC does not see: 128 opaque bytes,
  * 64-byte aligned. The kernel takes the K and V maps by value
@@ -95,9 +105,14 @@
 typedef struct fi_tma_map {
     FI_ALIGN64 unsigned long long words[16];
 } fi_tma_map;
-typedef struct fi_prefill_tma {
+/* The Hopper kernel's second parameter: the maps, and the grid of blocks it
+ * walks (work items x kv heads, in the launch order the tile kernels use);
+ * a persistent launch has fewer CTAs than blocks, and CTA c takes blocks c,
+ * c + gridDim.x, ... */
+typedef struct fi_prefill_ws {
     fi_tma_map k, v;
-} fi_prefill_tma;
+    int work_items, kv_heads;
+} fi_prefill_ws;
 
 /* Values of fijit_cfg::kKind, equal to fi_kernel_kind. */
 #define FI_PREFILL_KIND_SINGLE 3

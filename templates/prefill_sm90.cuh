@@ -32,7 +32,7 @@ namespace prefill {
 namespace ws {
 
 constexpr int kTileQ = FI_PREFILL_WS_TILE_Q;
-constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim);
+constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kCausal);
 constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim);
 constexpr int kPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
@@ -48,7 +48,7 @@ constexpr bool kPingPong = FI_PREFILL_WS_PINGPONG;
 
 static_assert(kTileQ == FI_PREFILL_TILE_Q(0), "the Hopper loop replaces tile kernel 0");
 static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 64 rows");
-static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim) >=
+static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kCausal) >=
                   kQBytes + 2u * kStages * kKVBytes + 4u * kStages * 8u,
               "shared memory: Q, the K and V rings, their barriers");
 
@@ -143,16 +143,18 @@ __device__ __forceinline__ KeyRange key_range(const P &p, const Work &w, int row
     return r;
 }
 
-// The producer's one thread: K and V of every tile into the rings.
-__device__ __forceinline__ void produce(const P &p, const fi_prefill_tma &maps, const Work &w,
-                                        const KeyRange &kr, const Smem &sm)
+// The producer's one thread: K and V of every tile of one block into the
+// rings, whose tiles so far number `it` (the ring position runs on across
+// the blocks of a persistent CTA).
+__device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w, const KeyRange &kr,
+                                        const Smem &sm, int it)
 {
     // Row of key 0 of the request in the tensors the maps describe.
     const int k_row = kRotatedK || kKind == FI_PREFILL_KIND_SINGLE ? w.k_row0 : w.kv_begin;
     const int v_row = kKind == FI_PREFILL_KIND_SINGLE ? 0 : w.kv_begin;
-    for (int i = 0; i < kr.n; ++i) {
-        const int s = i % kStages;
-        const unsigned int free_parity = ((i / kStages) & 1) ^ 1;
+    for (int i = 0; i < kr.n; ++i, ++it) {
+        const int s = it % kStages;
+        const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
         const int t0 = kr.kv_start + i * kTileKV;
         bar_wait(sm.empty_k(s), free_parity);
         bar_expect(sm.full_k(s), kKVBytes);
@@ -169,9 +171,10 @@ __device__ __forceinline__ void produce(const P &p, const fi_prefill_tma &maps, 
     }
 }
 
-// One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile.
+// One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile of
+// one block; the rings hold `it` tiles before its first (see produce).
 __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRange &kr,
-                                        const Smem &sm, int row0, int wg)
+                                        const Smem &sm, int row0, int wg, int it)
 {
     const int wtid = (int)threadIdx.x % 128;
     const int warp = wtid / 32, lane = wtid % 32;
@@ -182,7 +185,9 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
     const int off = w.kv_len - w.qo_len;
     const int wg_row0 = wg * 64;  // in the tile
 
-    // Q rows of this warpgroup: rotated, transformed, rounded, swizzled.
+    // Q rows of this warpgroup: rotated, transformed, rounded, swizzled (the
+    // previous block's epilogue has read them out: the sync before this
+    // function's last loop).
 #pragma unroll 2
     for (int c = wtid; c < 64 * (kChunks / 2); c += 128) {
         const int r = wg_row0 + c / (kChunks / 2), ch = c % (kChunks / 2);
@@ -299,8 +304,10 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         }
     };
     // Online softmax of S into the new maximum and sums; returns the factor
-    // O must be rescaled by, per row half (1 without softmax).
-    auto softmax = [&](float (&scale)[2]) {
+    // O must be rescaled by, per row half (1 without softmax), and sets
+    // `grew` when a maximum changed (else the factor is 1).
+    auto softmax = [&](float (&scale)[2], bool &grew) {
+        grew = false;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             if constexpr (!kSoftmax) {
@@ -314,6 +321,7 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
             mx = fmax_(mx, shfl_xor(mx, 2));
             const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
             scale[h] = exp2_fast(fma_(m[h], kLog2e, -base2));
+            grew = grew || mx != m[h];
             m[h] = mx;
             float sum = 0.f;
 #pragma unroll
@@ -326,8 +334,10 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
             d[h] = fma_(d[h], scale[h], sum);
         }
     };
-    auto rescale = [&](const float (&scale)[2]) {
-        if constexpr (kSoftmax)
+    // O *= scale, skipped when no row of the warp has a new maximum (most
+    // tiles after the first few): a warp-uniform branch.
+    auto rescale = [&](const float (&scale)[2], bool grew) {
+        if (kSoftmax && any_sync(grew))
 #pragma unroll
             for (int dt = 0; dt < kDT; ++dt)
 #pragma unroll
@@ -353,46 +363,50 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         // many arrivals as waits.
         if (kPingPong && wg == 1) named_arrive(kBarTurn + 0, 256);
         float scale[2];
+        bool grew;
 
-        bar_wait(sm.full_k(0), 0);
+        const int s0 = it % kStages;
+        bar_wait(sm.full_k(s0), (it / kStages) & 1);
         turn_begin();
         wg::fence_regs(s);
         wg::fence();
-        issue_s(0);
+        issue_s(s0);
         turn_end();
         wg::wait<0>();
         wg::fence_regs(s);
-        release(sm.empty_k(0));
+        release(sm.empty_k(s0));
         transform(kr.kv_start);
-        softmax(scale);
+        softmax(scale, grew);
         take_p();
 
         for (int i = 1; i < n; ++i) {
-            const int sc = i % kStages, sp = (i - 1) % kStages;
-            bar_wait(sm.full_k(sc), (i / kStages) & 1);
+            const int ic = it + i, ip = ic - 1;  // ring positions of tiles i, i - 1
+            const int sc = ic % kStages, sp = ip % kStages;
+            bar_wait(sm.full_k(sc), (ic / kStages) & 1);
             turn_begin();
             wg::fence_regs(s);
             wg::fence_regs(o);
             wg::fence();
             issue_s(sc);
-            bar_wait(sm.full_v(sp), ((i - 1) / kStages) & 1);
+            bar_wait(sm.full_v(sp), (ip / kStages) & 1);
             issue_pv(sp);
             turn_end();
             wg::wait<1>();  // S of tile i
             wg::fence_regs(s);
             release(sm.empty_k(sc));
             transform(kr.kv_start + i * kTileKV);
-            softmax(scale);
+            softmax(scale, grew);
             wg::wait<0>();  // P.V of tile i - 1
             wg::fence_regs(o);
             wg::fence_regs(pa);
             release(sm.empty_v(sp));
-            rescale(scale);
+            rescale(scale, grew);
             take_p();
         }
 
-        const int sl = (n - 1) % kStages;
-        bar_wait(sm.full_v(sl), ((n - 1) / kStages) & 1);
+        const int il = it + n - 1;
+        const int sl = il % kStages;
+        bar_wait(sm.full_v(sl), (il / kStages) & 1);
         turn_begin();
         wg::fence_regs(o);
         wg::fence();
@@ -439,15 +453,11 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
             stg16(dst, lds128(sm.q + swz_panel<kTileQ>(r, ch)));
         }
     }
+    named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
 }
 
-__device__ __forceinline__ void run(const P &p, const fi_prefill_tma &maps, unsigned char *smem)
+__device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigned char *smem)
 {
-    const Work w = get_work(p);
-    const int row0 = w.tile * kTileQ;
-    if (row0 >= w.qo_len * p.group_size) return;  // whole CTA
-    const KeyRange kr = key_range(p, w, row0);
-
     Smem sm;
     sm.q = smem_addr(smem);
     sm.k = sm.q + kQBytes;
@@ -465,12 +475,29 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_tma &maps, unsi
     }
     __syncthreads();
 
+    // Every role walks the same blocks; `it` counts the tiles through the rings.
+    const int blocks = ws.work_items * ws.kv_heads;
     if (tid < 128) {
         set_max_regs_dec<24>();
-        if (tid == 0) produce(p, maps, w, kr, sm);
+        if (tid != 0) return;
+        for (int b = (int)blockIdx.x, it = 0; b < blocks; b += (int)gridDim.x) {
+            const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
+            const int row0 = w.tile * kTileQ;
+            if (row0 >= w.qo_len * p.group_size) continue;
+            const KeyRange kr = key_range(p, w, row0);
+            produce(ws, w, kr, sm, it);
+            it += kr.n;
+        }
     } else {
         set_max_regs_inc<240>();
-        consume(p, w, kr, sm, row0, tid / 128 - 1);
+        for (int b = (int)blockIdx.x, it = 0; b < blocks; b += (int)gridDim.x) {
+            const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
+            const int row0 = w.tile * kTileQ;
+            if (row0 >= w.qo_len * p.group_size) continue;
+            const KeyRange kr = key_range(p, w, row0);
+            consume(p, w, kr, sm, row0, tid / 128 - 1, it);
+            it += kr.n;
+        }
     }
 }
 
