@@ -795,7 +795,10 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     cp_async_wait<0>();
 
     // Epilogue: normalise, output hook, stage in this warp's Q rows (only
-    // this warp ever read them), then 16-byte stores of whole rows.
+    // this warp ever read them), then 16-byte stores of whole rows. The
+    // __syncwarp orders every lane's last ldmatrix of Q before any lane's
+    // staging store (compute-sanitizer racecheck reported the pair).
+    __syncwarp();
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -876,7 +879,7 @@ extern "C" __global__ void __launch_bounds__(FI_PREFILL_ROPE_THREADS)
 // sm_90a of the tuples FI_PREFILL_WS_TUPLE accepts; empty elsewhere.
 namespace fijit {
 namespace prefill {
-constexpr bool kWsTuple = kSm90a && FI_PREFILL_WS_TUPLE(kKind, kCustom);
+constexpr bool kWsTuple = kSm90a && FI_PREFILL_WS_TUPLE(kCustom);
 template <bool kOn, int kUnused = 0>
 struct WsEntry {
     static __device__ __forceinline__ void run(const P &, const fi_prefill_ws &, unsigned char *) {}

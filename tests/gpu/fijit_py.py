@@ -397,8 +397,9 @@ class Prefill:
         return ws
 
     def plan(self, spec, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, *,
-             kv_last_page_len=None, page_size=0, cta_tile_q=0, device="cuda"):
-        """Returns (plan handle, workspace tensor, keepalive); host lists in, as ints."""
+             kv_last_page_len=None, page_size=0, cta_tile_q=0, device="cuda", workspace=None):
+        """Returns (plan handle, workspace tensor); host lists in, as ints. `workspace`: a
+        uint8 tensor to reuse when it is large enough (else a new one is made)."""
         import torch
         b = len(qo_indptr) - 1
         arr = ctypes.c_int32 * (b + 1)
@@ -412,7 +413,9 @@ class Prefill:
                                                                    ctypes.byref(spec),
                                                                    ctypes.byref(a)),
                        "fi_batch_prefill_workspace_size")
-        ws = torch.empty(max(n.value, 16), dtype=torch.uint8, device=device)
+        ws = workspace
+        if ws is None or ws.numel() < n.value:
+            ws = torch.empty(max(n.value, 16), dtype=torch.uint8, device=device)
         plan = ctypes.c_void_p()
         self.fj._check(self.fj.lib.fi_batch_prefill_plan(ctypes.byref(plan), self.fj.ctx,
                                                          ctypes.byref(spec), ctypes.byref(a),

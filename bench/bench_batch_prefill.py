@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Batch prefill against single prefill on the same work: a batch of requests of mixed
+lengths (qo = kv, drawn in --lens, seeded) run as one ragged and one paged (page 16)
+batch prefill, and single prefill of the length whose L^2 equals the batch's sum of
+L_i^2, the same pairs of (query, key). CUDA events around each launch, warm-up first,
+median of --reps runs in --rounds interleaved rounds; TFLOP/s counts 4 * heads * hd *
+visible pairs. The batch kinds should run within 10% of single prefill.
+Raw numbers go to $OUT/bench_batch_prefill.json when OUT is set.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "gpu"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_prefill import TORCH_DTYPES, time_once  # noqa: E402
+from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
+
+
+def pairs(L, causal):
+    return L * (L + 1) // 2 if causal else L * L
+
+
+def batch_runner(pf, kind, spec, lens, H, Hkv, hd, tdt, page):
+    """A closure running one batch prefill of `lens` (qo = kv) of `kind`."""
+    dev = "cuda"
+    n = sum(lens)
+    q = torch.randn(n, H, hd, device=dev, dtype=tdt)
+    o = torch.empty_like(q)
+    indptr = [0]
+    for L in lens:
+        indptr.append(indptr[-1] + L)
+    args = BatchPrefillArgs()
+    args.version = 1
+    keep = [q, o]
+    if kind == "ragged":
+        k = torch.randn(n, Hkv, hd, device=dev, dtype=tdt)
+        v = torch.randn(n, Hkv, hd, device=dev, dtype=tdt)
+        kv_indptr, last = indptr, None
+        args.k_stride_n, args.k_stride_h = k.stride(0), k.stride(1)
+        args.v_stride_n, args.v_stride_h = v.stride(0), v.stride(1)
+    else:
+        npages = [(L + page - 1) // page for L in lens]
+        kv_indptr = [0]
+        for p in npages:
+            kv_indptr.append(kv_indptr[-1] + p)
+        total = kv_indptr[-1]
+        k = torch.randn(total, page, Hkv, hd, device=dev, dtype=tdt)
+        v = torch.randn(total, page, Hkv, hd, device=dev, dtype=tdt)
+        idx = torch.randperm(total, device=dev).to(torch.int32)
+        last = [L - (p - 1) * page for L, p in zip(lens, npages)]
+        last_t = torch.tensor(last, dtype=torch.int32, device=dev)
+        keep += [idx, last_t]
+        args.kv_indices, args.kv_last_page_len = idx.data_ptr(), last_t.data_ptr()
+        args.k_stride_page, args.k_stride_n, args.k_stride_h = k.stride(0), k.stride(1), k.stride(2)
+        args.v_stride_page, args.v_stride_n, args.v_stride_h = v.stride(0), v.stride(1), v.stride(2)
+    plan, ws = pf.plan(spec, indptr, kv_indptr, H, Hkv, kv_last_page_len=last,
+                       page_size=page if kind == "paged" else 0)
+    qo_t = torch.tensor(indptr, dtype=torch.int32, device=dev)
+    kv_t = torch.tensor(kv_indptr, dtype=torch.int32, device=dev)
+    keep += [k, v, ws, qo_t, kv_t]
+    args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    args.qo_indptr, args.kv_indptr = qo_t.data_ptr(), kv_t.data_ptr()
+    args.q_stride_n, args.q_stride_h = q.stride(0), q.stride(1)
+    args.o_stride_n, args.o_stride_h = o.stride(0), o.stride(1)
+    args.window_left = -1
+    stream = torch.cuda.current_stream().cuda_stream
+    return (lambda: pf.batch_run(plan, args, stream)), keep, plan
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lens", default="100,8000", help="min,max request length")
+    ap.add_argument("--hds", default="128")
+    ap.add_argument("--dtypes", default="fp16")
+    ap.add_argument("--heads", default="32/8")
+    ap.add_argument("--masks", default="none,causal")
+    ap.add_argument("--page", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=1)
+    opt = ap.parse_args()
+    lo, hi = (int(x) for x in opt.lens.split(","))
+    lens = [random.Random(opt.seed + i).randint(lo, hi) for i in range(opt.batch)]
+    fj = Fijit()
+    pf = Prefill(fj)
+    dev = torch.cuda.get_device_name()
+    print(f"device: {dev}; batch {opt.batch}, lengths {min(lens)}-{max(lens)} "
+          f"(sum {sum(lens)}), page {opt.page}")
+    print(f"{'dtype':5} {'hd':>3} {'mask':6} {'heads':>6} | {'single':>7} (L) | "
+          f"{'ragged':>7} {'x single':>8} | {'paged':>7} {'x single':>8}")
+    rows = []
+    for dtype in opt.dtypes.split(","):
+        tdt = TORCH_DTYPES[dtype]
+        for hd in (int(x) for x in opt.hds.split(",")):
+            for mask in opt.masks.split(","):
+                causal = mask == "causal"
+                for heads in opt.heads.split(","):
+                    H, Hkv = (int(x) for x in heads.split("/"))
+                    work = sum(pairs(L, causal) for L in lens)
+                    Ls = int(round(math.sqrt(sum(L * L for L in lens))))
+                    q = torch.randn(Ls, H, hd, device="cuda", dtype=tdt)
+                    k = torch.randn(Ls, Hkv, hd, device="cuda", dtype=tdt)
+                    v = torch.randn(Ls, Hkv, hd, device="cuda", dtype=tdt)
+                    o = torch.empty_like(q)
+                    sargs = prefill_args(q, k, v, o)
+                    sspec = prefill_spec("single", dtype, hd, mask)
+                    stream = torch.cuda.current_stream().cuda_stream
+                    runners = {"single": lambda: pf.run(sspec, sargs, stream)}
+                    plans, keep = [], []
+                    for kind in ("ragged", "paged"):
+                        fn, kp, plan = batch_runner(pf, kind, prefill_spec(kind, dtype, hd, mask),
+                                                    lens, H, Hkv, hd, tdt, opt.page)
+                        runners[kind] = fn
+                        plans.append(plan)
+                        keep.append(kp)
+                    times = {n: [] for n in runners}
+                    for fn in runners.values():
+                        for _ in range(3):
+                            fn()
+                    torch.cuda.synchronize()
+                    for r in range(opt.rounds):
+                        order = list(runners) if r % 2 == 0 else list(reversed(runners))
+                        for n in order:
+                            for _ in range(opt.reps):
+                                times[n].append(time_once(runners[n]))
+                    flops = {"single": 4.0 * H * hd * pairs(Ls, causal)}
+                    flops["ragged"] = flops["paged"] = 4.0 * H * hd * work
+                    tf = {n: flops[n] / statistics.median(t) / 1e12 for n, t in times.items()}
+                    print(f"{dtype:5} {hd:3d} {mask:6} {heads:>6} | {tf['single']:7.1f} ({Ls}) | "
+                          f"{tf['ragged']:7.1f} {tf['ragged'] / tf['single']:8.2f} | "
+                          f"{tf['paged']:7.1f} {tf['paged'] / tf['single']:8.2f}", flush=True)
+                    rows.append({"dtype": dtype, "hd": hd, "mask": mask, "heads": heads,
+                                 "lens": lens, "single_len": Ls, "tflops": tf})
+                    for plan in plans:
+                        pf.plan_free(plan)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "bench_batch_prefill.json"), "w") as f:
+            json.dump({"device": dev, "rows": rows}, f)
+    fj.close()
+
+
+if __name__ == "__main__":
+    main()
