@@ -197,8 +197,11 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
                                 int rot_k)
 {
     const char *env = getenv("FIJIT_PREFILL_WS");
+    const int kind = spec->kind == FI_KIND_PREFILL ? FI_PREFILL_KIND_SINGLE
+                     : spec->kind == FI_KIND_BATCH_PREFILL_RAGGED ? FI_PREFILL_KIND_RAGGED
+                                                                  : FI_PREFILL_KIND_PAGED;
     if (idx != 0 || !is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
-        !FI_PREFILL_WS_TUPLE(spec->mask == FI_MASK_CUSTOM) ||
+        !FI_PREFILL_WS_TUPLE(kind, spec->mask == FI_MASK_CUSTOM) ||
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
         return WS_OFF;
     if (env && strcmp(env, "grid") == 0) return WS_GRID;
@@ -218,7 +221,7 @@ static int launch_ws(const fi_jit_kernel *kernel, int hd, int causal, enum ws_mo
     memset(&ws, 0, sizeof ws);
     FI_UNUSED(causal); /* when the tile sizes do not depend on it */
     const int box = FI_PREFILL_WS_TILE_KV(hd, causal);
-    /* k_rows 0: paged, gathered without TMA. */
+    /* No rows (every request without keys): no map is read. */
     if (k_rows > 0 && (fi__cuda_tma_map_3d(&ws.k, p->k, hd, p->num_kv_heads, k_rows,
                                            p->k_stride_h, p->k_stride_n, box) < 0 ||
                        fi__cuda_tma_map_3d(&ws.v, p->v, hd, p->num_kv_heads, v_rows,

@@ -63,15 +63,18 @@
 #define FI_PREFILL_L2_BUDGET (24u << 20)
 
 /* ---- the Hopper main loop (templates/prefill_sm90.cuh) ------------------------
- * In a module compiled for sm_90a, every prefill kind without a custom mask
- * also holds fi_prefill_kernel_ws: the 128-row tiles of tile kernel 0
+ * In a module compiled for sm_90a, single and ragged prefill without a custom
+ * mask also hold fi_prefill_kernel_ws: the 128-row tiles of tile kernel 0
  * (same grid, work list and block order) computed by a producer warpgroup
  * issuing TMA loads and two consumer warpgroups of 64 rows, with kTileKV keys
- * per K/V tile in STAGES-deep rings (paged K/V: gathered with cp.async). The
- * host launches it instead of tile kernel 0 when the tensors suit TMA
- * (16-byte strides; paged needs no TMA) and, with RoPE, the keys were rotated
- * into a workspace. Everywhere else the entry is empty. */
-#define FI_PREFILL_WS_TUPLE(custom_mask) (!(custom_mask))
+ * per K/V tile in STAGES-deep rings. The host launches it instead of tile
+ * kernel 0 when the tensors suit TMA (16-byte strides) and, with RoPE, the
+ * keys were rotated into a workspace. Everywhere else the entry is empty.
+ * Paged K/V stays on the tile kernels: a producer warpgroup gathering pages
+ * with cp.async measured 0.40-0.42x single prefill on a mixed batch (page 16,
+ * H100), the tile kernels 0.72-0.75x (commit 6b7f8f1 has that version). */
+#define FI_PREFILL_WS_TUPLE(kind, custom_mask) \
+    (((kind) == FI_PREFILL_KIND_SINGLE || (kind) == FI_PREFILL_KIND_RAGGED) && !(custom_mask))
 #define FI_PREFILL_WS_THREADS 384
 #define FI_PREFILL_WS_TILE_Q 128
 /* Keys per K/V tile (causal: sliding windows too): 128, or 80 at head_dim
@@ -85,12 +88,11 @@
 #define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
 #endif
 #define FI_PREFILL_WS_PINGPONG 1
-/* Q + the K and V rings + 4 x STAGES mbarriers (8 bytes each) + paged: the page
- * of each row of a tile (4 bytes each). */
+/* Q + the K and V rings + 4 x STAGES mbarriers (8 bytes each). */
 #define FI_PREFILL_WS_SMEM_BYTES(hd, causal)                                                 \
     ((FI_PREFILL_WS_TILE_Q + 2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, causal)) * \
          (hd) * 2 +                                                                            \
-     768)
+     256)
 
 /* A CUtensorMap (cuda.h), which NVRTC does not see: 128 opaque bytes,
  * 64-byte aligned. The kernel takes the K and V maps by value

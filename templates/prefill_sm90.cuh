@@ -14,8 +14,7 @@
 //    that K of the next tile can land while V of this one is still read.
 //    TMA writes the 128-byte swizzle that the wgmma descriptors read, one
 //    box of 64 columns x kTileKV keys per panel; keys past the tensor's end
-//    arrive as zeros. Paged K/V is gathered by the whole producer
-//    warpgroup with cp.async instead (gather_tile).
+//    arrive as zeros.
 //  * two consumers (warpgroups 1, 2), 64 query rows each, load and
 //    transform their rows of Q themselves (RoPE, query_transform), then run
 //    the tile loop with the next tile's S = Q K^T issued before this tile's
@@ -44,27 +43,14 @@ constexpr unsigned int kKVBytes = kTileKV * kRowBytes;
 // consumer for its own 128 threads.
 constexpr int kBarTurn = 1;
 constexpr int kBarWg = 3;
-constexpr int kBarProducer = 5;  // the producer warpgroup (paged)
 // The consumers alternate their MMA issue (see above).
 constexpr bool kPingPong = FI_PREFILL_WS_PINGPONG;
-// Paged K/V: the whole producer warpgroup gathers rows with cp.async
-// instead (a page is a run of rows, and TMA would read the unused slots of
-// a request's last page, which may hold anything); it needs a few more
-// registers for the addressing.
-constexpr bool kGather = kKind == FI_PREFILL_KIND_PAGED;
-// Paged: the producer spills 44-48 bytes at 40 registers (ptxas, sm_90a),
-// cheap in a loop that waits on memory anyway; at 56, leaving the consumers
-// 224, the heavy tuples (soft-cap, ALiBi) spilled 116-220 bytes in the
-// consumers instead.
-constexpr int kProducerRegs = kGather ? 40 : 24;
-constexpr int kConsumerRegs = kGather ? 232 : 240;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file");
 
 static_assert(kTileQ == FI_PREFILL_TILE_Q(0), "the Hopper loop replaces tile kernel 0");
 static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 64 rows");
 static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kCausal) >=
-                  kQBytes + 2u * kStages * kKVBytes + 4u * kStages * 8u + 4u * kTileKV,
-              "shared memory: Q, the K and V rings, their barriers, the pages of a tile");
+                  kQBytes + 2u * kStages * kKVBytes + 4u * kStages * 8u,
+              "shared memory: Q, the K and V rings, their barriers");
 
 // ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ----
 __device__ __forceinline__ void bar_init(unsigned int bar, unsigned int count)
@@ -92,12 +78,6 @@ __device__ __forceinline__ void bar_wait(unsigned int bar, unsigned int parity)
             : "r"(bar), "r"(parity)
             : "memory");
     } while (!done);
-}
-// Arrive on `bar` once this thread's earlier cp.async copies have landed
-// (the barrier counts the arrival as expected: init with the threads).
-__device__ __forceinline__ void bar_arrive_copies(unsigned int bar)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 // Box {64 columns, 1 head, kTileKV keys} at (col, head, key) of `map` into
 // `dst`, completing `bar`'s transaction bytes.
@@ -133,7 +113,6 @@ __device__ __forceinline__ void named_arrive(int id, int threads)
 // swz_panel), then the barriers: full K, full V, empty K, empty V, one per slot.
 struct Smem {
     unsigned int q, k, v, bars;
-    unsigned char *pages_ptr;  // paged: the tile's page per row, kTileKV ints
     __device__ __forceinline__ unsigned int k_slot(int s) const { return k + s * kKVBytes; }
     __device__ __forceinline__ unsigned int v_slot(int s) const { return v + s * kKVBytes; }
     __device__ __forceinline__ unsigned int full_k(int s) const { return bars + 8u * s; }
@@ -189,53 +168,6 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
         for (int c = 0; c < kPanels; ++c)
             tma_load(sm.v_slot(s) + c * kTileKV * 128u, &maps.v, c * 64, w.kv_head, v_row + t0,
                      sm.full_v(s));
-    }
-}
-
-// Paged: the producer warpgroup's thread ptid (of 128) copies its share of
-// K (or V) of the tile whose rows lie at page_row[r] (page id, -1 past the
-// request's end: zero-filled, never read) into `slot`, with cp.async.
-// Thread ptid always copies 16-byte column ptid % kChunks.
-__device__ __forceinline__ void gather_tile(const P &p, const Work &w, int t0, unsigned int slot,
-                                            const int *page_row, bool v, int ptid)
-{
-    constexpr int kRowStep = 128 / kChunks;
-    const int ch = ptid % kChunks;
-    const DTypeKV *base = static_cast<const DTypeKV *>(v ? p.v : p.k) +
-                          w.kv_head * (v ? p.v_stride_h : p.k_stride_h) + ch * 8;
-    const long long stride_page = v ? p.v_stride_page : p.k_stride_page;
-    const long long stride_n = v ? p.v_stride_n : p.k_stride_n;
-#pragma unroll 4
-    for (int r = ptid / kChunks; r < kTileKV; r += kRowStep) {
-        const int j = t0 + r, page = page_row[r];
-        long long off = (long long)page * stride_page + (long long)(j % p.page_size) * stride_n;
-        if (kRotatedK && !v) off = (long long)(w.k_row0 + j) * stride_n;  // rows in order
-        cp_async16(slot + swz_panel<kTileKV>(r, ch), base + (page >= 0 ? off : 0), page >= 0);
-    }
-}
-
-// Paged: the whole producer warpgroup fills the rings (see gather_tile),
-// first looking up the page of each row of the tile, once for K and V.
-__device__ __forceinline__ void produce_gathered(const P &p, const Work &w, const KeyRange &kr,
-                                                 const Smem &sm, int it, int ptid)
-{
-    int *page_row = reinterpret_cast<int *>(sm.pages_ptr);
-    for (int i = 0; i < kr.n; ++i, ++it) {
-        const int s = it % kStages;
-        const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
-        const int t0 = kr.kv_start + i * kTileKV;
-        if (ptid < kTileKV)
-            page_row[ptid] = t0 + ptid < w.kv_len
-                                 ? __ldg(p.kv_indices + w.kv_begin + (t0 + ptid) / p.page_size)
-                                 : -1;
-        named_sync(kBarProducer, 128);
-        bar_wait(sm.empty_k(s), free_parity);
-        gather_tile(p, w, t0, sm.k_slot(s), page_row, false, ptid);
-        bar_arrive_copies(sm.full_k(s));
-        bar_wait(sm.empty_v(s), free_parity);
-        gather_tile(p, w, t0, sm.v_slot(s), page_row, true, ptid);
-        bar_arrive_copies(sm.full_v(s));
-        named_sync(kBarProducer, 128);  // page_row is read by all before the next tile's
     }
 }
 
@@ -340,12 +272,6 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
     auto release = [&](unsigned int bar) {
         if (lane == 0) bar_arrive(bar);
     };
-    // Wait for a full slot; rows written by cp.async (the generic proxy)
-    // are then made visible to wgmma (the async proxy).
-    auto wait_full = [&](unsigned int bar, unsigned int parity) {
-        bar_wait(bar, parity);
-        if constexpr (kGather) wg::fence_proxy_async();
-    };
     // Masks and the variant's logits hooks on S of the tile at key t0.
     auto transform = [&](int t0) {
         bool need_mask = kMaskEveryTile || t0 + kTileKV > w.kv_len;
@@ -440,7 +366,7 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         bool grew;
 
         const int s0 = it % kStages;
-        wait_full(sm.full_k(s0), (it / kStages) & 1);
+        bar_wait(sm.full_k(s0), (it / kStages) & 1);
         turn_begin();
         wg::fence_regs(s);
         wg::fence();
@@ -456,13 +382,13 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         for (int i = 1; i < n; ++i) {
             const int ic = it + i, ip = ic - 1;  // ring positions of tiles i, i - 1
             const int sc = ic % kStages, sp = ip % kStages;
-            wait_full(sm.full_k(sc), (ic / kStages) & 1);
+            bar_wait(sm.full_k(sc), (ic / kStages) & 1);
             turn_begin();
             wg::fence_regs(s);
             wg::fence_regs(o);
             wg::fence();
             issue_s(sc);
-            wait_full(sm.full_v(sp), (ip / kStages) & 1);
+            bar_wait(sm.full_v(sp), (ip / kStages) & 1);
             issue_pv(sp);
             turn_end();
             wg::wait<1>();  // S of tile i
@@ -480,7 +406,7 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
 
         const int il = it + n - 1;
         const int sl = il % kStages;
-        wait_full(sm.full_v(sl), (il / kStages) & 1);
+        bar_wait(sm.full_v(sl), (il / kStages) & 1);
         turn_begin();
         wg::fence_regs(o);
         wg::fence();
@@ -537,12 +463,11 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     sm.k = sm.q + kQBytes;
     sm.v = sm.k + kStages * kKVBytes;
     sm.bars = sm.v + kStages * kKVBytes;
-    sm.pages_ptr = smem + (sm.bars - sm.q) + 4 * kStages * 8;
     const int tid = (int)threadIdx.x;
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            bar_init(sm.full_k(s), kGather ? 128 : 1);  // gathering: every producer thread
-            bar_init(sm.full_v(s), kGather ? 128 : 1);
+            bar_init(sm.full_k(s), 1);
+            bar_init(sm.full_v(s), 1);
             bar_init(sm.empty_k(s), 8);  // lane 0 of each consumer warp
             bar_init(sm.empty_v(s), 8);
         }
@@ -553,21 +478,18 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     // Every role walks the same blocks; `it` counts the tiles through the rings.
     const int blocks = ws.work_items * ws.kv_heads;
     if (tid < 128) {
-        set_max_regs_dec<kProducerRegs>();
-        if (!kGather && tid != 0) return;  // TMA: one thread issues the copies
+        set_max_regs_dec<24>();
+        if (tid != 0) return;
         for (int b = (int)blockIdx.x, it = 0; b < blocks; b += (int)gridDim.x) {
             const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
             const int row0 = w.tile * kTileQ;
             if (row0 >= w.qo_len * p.group_size) continue;
             const KeyRange kr = key_range(p, w, row0);
-            if constexpr (kGather)
-                produce_gathered(p, w, kr, sm, it, tid);
-            else
-                produce(ws, w, kr, sm, it);
+            produce(ws, w, kr, sm, it);
             it += kr.n;
         }
     } else {
-        set_max_regs_inc<kConsumerRegs>();
+        set_max_regs_inc<240>();
         for (int b = (int)blockIdx.x, it = 0; b < blocks; b += (int)gridDim.x) {
             const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
             const int row0 = w.tile * kTileQ;
