@@ -195,7 +195,11 @@ typedef enum fi_build_outcome {
 } fi_build_outcome;
 
 /* Make sure the cache holds `spec` for `arch` (NULL: the context's arch).
- * `out` (may be NULL) says what happened. Needs no GPU. */
+ * `out` (may be NULL) says what happened. Needs no GPU. Returns FI_EIO when
+ * the kernel compiled but could not be stored (full disk, read-only cache, a
+ * disk cache that could not be opened): prewarm's job is to store, so 0
+ * means the disk cache holds the entry. A memory-only context
+ * (use_disk_cache 0) compiles and returns FI_BUILD_COMPILED. */
 FI_API int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
                           fi_build_outcome *out);
 

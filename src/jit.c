@@ -44,6 +44,7 @@ struct fi_jit_ctx {
     char cache_dir[4096];
     char arch[16];          /* override for compile-only use; "" = from the device */
     int jit;
+    int disk_wanted;        /* use_disk_cache: a NULL store then means it failed to open */
     int64_t max_bytes;
     fi_store *store;        /* NULL: memory only */
     atomic_int store_write_warned;
@@ -94,8 +95,14 @@ static void flush_counts(fi_jit_ctx *ctx)
     fi_jit_stats delta;
     if (!ctx->store) return; /* memory only: the counters are all there is */
     sum_counts(ctx, &delta, 1);
-    if (fi_store_stats_add(ctx->store, &delta) < 0)
-        fi__log(FI_LOG_WARN, "could not save statistics: %s", fi_last_error());
+    if (fi_store_stats_add(ctx->store, &delta) == 0) return;
+    fi__log(FI_LOG_WARN, "could not save statistics: %s", fi_last_error());
+    /* Keep what was taken for the next flush (a full disk may free up). */
+    const long long back[C_COUNT] = {delta.memory_hits, delta.disk_hits, delta.misses,
+                                     delta.compiles, delta.compile_failures, delta.compile_ns,
+                                     delta.bytes_written};
+    for (int c = 0; c < C_COUNT; c++)
+        if (back[c]) count(ctx, c, back[c]);
 }
 
 static int default_cache_dir(char *out, size_t size)
@@ -150,6 +157,7 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
     fi__log_set_level(opts->log_level);
     if ((env = getenv("FIJIT_LOG")) && *env) fi__log_set_level(atoi(env));
     ctx->jit = opts->jit;
+    ctx->disk_wanted = opts->use_disk_cache;
     if ((env = getenv("FIJIT_JIT")) && strcmp(env, "0") == 0) ctx->jit = 0; /* a safety switch */
     const char *arch = opts->arch ? opts->arch : getenv("FIJIT_ARCH");
     if (arch && *arch) {
@@ -405,22 +413,28 @@ out:
     return rc;
 }
 
-static void store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
+/* 0 stored, or the store's error code with fi_last_error() saying why. */
+static int store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
 {
-    if (fi_store_put(ctx->store, b->key, b->object, b->object_size, &b->meta) == 0)
-        return; /* the store counts bytes_written itself */
+    int rc = fi_store_put(ctx->store, b->key, b->object, b->object_size, &b->meta);
+    if (rc == 0) return 0; /* the store counts bytes_written itself */
     /* Full disk or read-only dir: serve from memory and say so once. */
     if (!atomic_exchange(&ctx->store_write_warned, 1))
         fi__log(FI_LOG_WARN, "cannot write to the cache (kernels are still served): %s",
                 fi_last_error());
+    return rc;
 }
 
-/* Fill b->object from the disk cache or by compiling; *compiled says which. */
-static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled)
+/* Fill b->object from the disk cache or by compiling; *compiled says which.
+ * `not_stored` (may be NULL; FI_NOT_STORED_MAX bytes) receives why a compiled
+ * object could not be written to the disk cache; it stays "" when it was. */
+#define FI_NOT_STORED_MAX 1024
+static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled, char *not_stored)
 {
     int rc = 0;
     fi_store_lock *lock = NULL;
     *compiled = 0;
+    if (not_stored) not_stored[0] = '\0';
     if (ctx->store) {
         rc = fi_store_get(ctx->store, b->key, &b->object, &b->object_size, &b->meta);
         if (rc == 0) {
@@ -447,7 +461,11 @@ static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled)
     }
     FI_TRY(build_compile(ctx, b));
     *compiled = 1;
-    if (ctx->store) store_put_or_warn(ctx, b);
+    if (ctx->store && store_put_or_warn(ctx, b) < 0 && not_stored)
+        snprintf(not_stored, FI_NOT_STORED_MAX, "%s", fi_last_error());
+    if (!ctx->store && ctx->disk_wanted && not_stored)
+        snprintf(not_stored, FI_NOT_STORED_MAX,
+                 "the disk cache is disabled (it could not be opened at %.900s)", ctx->cache_dir);
 out:
     fi_store_unlock(lock);
     flush_counts(ctx);
@@ -463,6 +481,7 @@ int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
                    fi_build_outcome *out)
 {
     int rc = 0, compiled = 0;
+    char not_stored[FI_NOT_STORED_MAX] = "";
     fi_build b;
     fi_spec_key key;
     char device_arch[16];
@@ -477,8 +496,11 @@ int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
     pthread_mutex_t *stripe = stripe_for(ctx, fi__table_hash(&key, arch));
     pthread_mutex_lock(stripe);
     rc = build_prepare(&b, spec, variant, arch, NULL, NULL);
-    if (rc == 0) rc = build_obtain(ctx, &b, &compiled);
+    if (rc == 0) rc = build_obtain(ctx, &b, &compiled, not_stored);
     pthread_mutex_unlock(stripe);
+    if (rc == 0 && not_stored[0]) /* prewarm's job is to store: say what was lost, and why */
+        rc = fi__error(FI_EIO, "%s for %s compiled but not stored in the cache: %s", b.meta.spec,
+                       b.arch, not_stored);
     build_free(&b);
     if (rc == 0 && out) *out = compiled ? FI_BUILD_COMPILED : FI_BUILD_CACHED;
 out:
@@ -568,7 +590,7 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
     if (ctx->arch[0] && fi__arch_runs_on(ctx->arch, arch))
         snprintf(arch, sizeof arch, "%s", ctx->arch);
     FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
-    FI_TRY(build_obtain(ctx, &b, &compiled));
+    FI_TRY(build_obtain(ctx, &b, &compiled, NULL));
     if (!(e = fi__calloc(1, sizeof *e))) FI_FAIL(FI_ENOMEM, "out of memory");
     FI_TRY(load_module(e, &b, cu));
     e->hash = hash;

@@ -464,3 +464,62 @@ TEST(memory_only_context_counts_and_serves)
     struct stat st;
     CHECK_MSG(stat(dir, &st) != 0, "a memory-only context created %s", dir);
 }
+
+/* Prewarm's job is to store: a kernel that compiled but could not be written
+ * (a full disk) is an error, not FI_BUILD_COMPILED, and the compile counts. */
+TEST(prewarm_fails_when_the_cache_cannot_store_the_kernel)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_stats stats;
+    fi_build_outcome outcome = FI_BUILD_CACHED;
+    fi_jit_spec a = parse_or_die("decode q=fp16 hd=64"), b = parse_or_die("decode q=bf16 hd=64");
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+    int rc_a = fi_jit_prewarm(ctx, &a, NULL, NULL); /* loads NVRTC, opens the index */
+    fi__fault_arm(FI_FAULT_DISK_FULL, 1, 1);
+    int rc_b = fi_jit_prewarm(ctx, &b, NULL, &outcome);
+    char message[2048];
+    snprintf(message, sizeof message, "%s", fi_last_error());
+    fi__fault_arm(0, 0, 0);
+    int rc_s = fi_jit_stats_get(ctx, &stats);
+    fi_jit_ctx_free(ctx);
+    CHECK_OK(rc_a);
+    CHECK_MSG(rc_b == FI_EIO, "prewarm on a full disk gave %d (outcome %d): %s", rc_b, outcome,
+              message);
+    CHECK_MSG(strstr(message, "decode q=bf16") && strstr(message, "not stored"), "%s", message);
+    CHECK_OK(rc_s);
+    CHECK_MSG(stats.compiles == 2 && stats.entries == 1, "compiles %lld entries %lld",
+              (long long)stats.compiles, (long long)stats.entries);
+}
+
+/* Counts a context could not write to the index (its statistics write failed)
+ * are kept and written by a later flush, not dropped: find the first SQLite
+ * fault point after the compile, fail every SQLite call from there on, then
+ * read the statistics with faults off. */
+TEST(compiles_are_counted_when_a_statistics_write_fails)
+{
+    fi_jit_spec a = parse_or_die("decode q=fp16 hd=64"), b = parse_or_die("decode q=bf16 hd=64");
+    for (long n = 1; n < 200; n++) {
+        fi_jit_ctx *ctx = NULL;
+        fi_jit_stats stats;
+        CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+        int rc = fi_jit_prewarm(ctx, &a, NULL, NULL); /* cached after the first round */
+        if (rc < 0) fi_jit_ctx_free(ctx);
+        CHECK_OK(rc);
+        fi__fault_arm(FI_FAULT_SQL, n, 1);
+        rc = fi_jit_prewarm(ctx, &b, NULL, NULL);
+        int compiled = rc == 0 || strstr(fi_last_error(), "not stored") != NULL;
+        long fired = fi__fault_count();
+        fi__fault_arm(0, 0, 0);
+        int rc_s = compiled ? fi_jit_stats_get(ctx, &stats) : 0;
+        fi_jit_ctx_free(ctx);
+        if (!compiled) continue; /* the fault came before the compile */
+        CHECK_MSG(fired > 0, "fault point %ld: the compile ran past every SQLite call", n);
+        CHECK_OK(rc_s);
+        CHECK_MSG(stats.compiles == 2 && stats.entries == 1,
+                  "fault point %ld: compiles %lld entries %lld", n, (long long)stats.compiles,
+                  (long long)stats.entries);
+        CHECK_MSG(rc == FI_EIO, "fault point %ld: prewarm gave %d", n, rc);
+        return;
+    }
+    CHECK_MSG(0, "no SQLite fault point reached the compile");
+}

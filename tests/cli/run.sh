@@ -195,6 +195,25 @@ rc=$?
 check unsafe_dir_refused "want exit 1 with a message, got $rc: $(cat "$WORK/open.err")" \
     eval "[ $rc = 1 ] && grep -q 'fijit prewarm: ' '$WORK/open.err'"
 
+# ---- a kernel that compiles but cannot be stored: FAILED, counted, exit 1 ----------
+# objects/ is made read-only; root ignores permissions, so root runs as nobody.
+AS_USER=()
+[ "$(id -u)" = 0 ] && AS_USER=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+chmod 711 "$WORK"
+mkdir -m 755 "$WORK/ro"
+[ "$(id -u)" = 0 ] && chown 65534:65534 "$WORK/ro"
+"${AS_USER[@]}" "$FIJIT" gc --cache-dir "$WORK/ro/cache" >/dev/null 2>&1
+chmod 0500 "$WORK/ro/cache/objects"
+"${AS_USER[@]}" "$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 \
+    --cache-dir "$WORK/ro/cache" >"$WORK/ro.out" 2>"$WORK/ro.err"
+rc=$?
+RO_COMPILES=$("${AS_USER[@]}" "$FIJIT" stats --json --cache-dir "$WORK/ro/cache" |
+              sed -E 's/.*"compiles":([0-9]+).*"entries":([0-9]+).*/\1 \2/')
+check prewarm_not_stored_fails "want exit 1, a FAILED line, 1 failed, compiles 1 entries 0 (got $RO_COMPILES): $(cat "$WORK/ro.out" "$WORK/ro.err")" \
+    eval "[ $rc = 1 ] && grep -q '^FAILED    decode q=fp16 .* sm_90a : .*compiled but not stored in the cache: .*Permission denied' '$WORK/ro.out' \
+          && grep -q '^prewarm: 1 spec, 0 compiled, 0 already cached, 1 failed' '$WORK/ro.out' \
+          && [ '$RO_COMPILES' = '1 0' ]"
+
 # ---- a compile error: FAILED line with the NVRTC log, exit 1, counted --------------
 # A broken copy of the templates (FIJIT_TEMPLATE_DIR) fails in the front end, fast.
 mkdir -p "$WORK/broken"
