@@ -216,8 +216,12 @@ FI_API int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *
  *     //! param float sigmoid_scale
  *     //! param const float* sink_logits
  * Name a registered variant in spec.variant; its text is part of the cache
- * key, so editing it recompiles. Compile errors are reported with the
- * snippet's own file name ("<name>.cuh") and line numbers. */
+ * key, so editing it recompiles. A snippet is self-contained: #include and
+ * every other way of reaching a file (#include_next, #embed, __has_include,
+ * _Pragma, #pragma other than unroll/nounroll/nv_diag_*) is refused at
+ * registration (FI_ECOMPILE), as is a snippet that defines no Variant.
+ * Errors are reported with the snippet's own line numbers and file name: the
+ * path given to fi_jit_variant_register_file, else "<name>.cuh". */
 #define FI_VARIANT_REPLACE 1u /* replace a variant registered under the same name */
 
 /* Register `source` under `name` (1-63 of [A-Za-z0-9_-], not "default").

@@ -244,12 +244,18 @@ int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *w
 
 int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source, unsigned flags)
 {
+    return fi__jit_variant_register_as(ctx, name, source, flags, NULL);
+}
+
+int fi__jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
+                                unsigned flags, const char *origin)
+{
     int rc = 0;
     fi_variant *v = NULL;
     if (!ctx) return fi__error(FI_EINVALID, "fi_jit_variant_register: ctx is NULL");
     if (flags & ~FI_VARIANT_REPLACE)
         return fi__error(FI_EINVALID, "fi_jit_variant_register: unknown flags %#x", flags);
-    if ((rc = fi__variant_new(&v, name, source)) < 0) return rc;
+    if ((rc = fi__variant_new_as(&v, name, source, origin)) < 0) return rc;
     pthread_mutex_lock(&ctx->variant_lock);
     const fi_variant *existing = variant_find(ctx, name);
     if (existing && strcmp(existing->source, v->source) == 0) {
@@ -288,7 +294,7 @@ int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *
     if (memchr(text, '\0', size))
         rc = fi__error(FI_EINVALID, "variant file %s contains a NUL byte", path);
     else
-        rc = fi_jit_variant_register(ctx, name, text, flags);
+        rc = fi__jit_variant_register_as(ctx, name, text, flags, path);
     fi__free(text);
     return rc;
 }

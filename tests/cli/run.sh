@@ -299,10 +299,10 @@ EOF
 "$FIJIT" prewarm --variant-file "$VD/broken.cuh" "${VSPEC[@]}" >"$WORK/vbroken.out" 2>"$WORK/vbroken.err"
 rc=$?
 BROKEN_TUPLE='decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0 variant=broken sm_90a'
-check variant_compile_error "want exit 1, the tuple, broken.cuh(5) and its line quoted: $(cat "$WORK/vbroken.out" "$WORK/vbroken.err")" \
+check variant_compile_error "want exit 1, the tuple, $VD/broken.cuh(5) and its line quoted: $(cat "$WORK/vbroken.out" "$WORK/vbroken.err")" \
     eval "[ $rc = 1 ] \
           && grep -qF 'FAILED    $BROKEN_TUPLE : variant '\''broken'\'' does not compile' '$WORK/vbroken.out' \
-          && grep -q '^broken.cuh(5): error: .*undefined_scale' '$WORK/vbroken.out' \
+          && grep -qF '$VD/broken.cuh(5): error: identifier \"undefined_scale\"' '$WORK/vbroken.out' \
           && grep -qF '5 |     { return undefined_scale * q * p.sm_scale; }' '$WORK/vbroken.out' \
           && grep -q '^prewarm: 1 spec, 0 compiled, 0 already cached, 1 failed' '$WORK/vbroken.out' \
           && grep -qxF 'fijit prewarm: failed: $BROKEN_TUPLE' '$WORK/vbroken.err'"
@@ -313,8 +313,29 @@ check variant_compile_error_not_cached "expected a counted failure and nothing s
 head -n 5 "$VD/broken.cuh" >"$VD/unbalanced.cuh"
 run variant_unbalanced -- prewarm --variant-file "$VD/unbalanced.cuh" "${VSPEC[@]}"
 run variant_file_missing -- prewarm --variant-file "$VD/none.cuh" "${VSPEC[@]}"
+# A snippet may not reach other files (#include and kin): refused, naming its line.
+printf '// reads another file\n#include "/etc/hostname"\nstruct Variant : fijit::DefaultVariant {};\n' \
+    >"$VD/include.cuh"
+run variant_include -- prewarm --variant-file "$VD/include.cuh" "${VSPEC[@]}"
+printf '// defines something else\nstruct Varient : fijit::DefaultVariant {};\n' >"$VD/novariant.cuh"
+run variant_no_struct -- prewarm --variant-file "$VD/novariant.cuh" "${VSPEC[@]}"
 check variant_refused_compiled_nothing "a refused snippet was compiled" \
     eval 'vstat_is compiles 3 && vstat_is compile_failures 1'
+
+# Errors name the snippet's file as given (not "my.cuh"), with its own line numbers.
+mkdir -p "$VD/dir"
+cat >"$VD/dir/my.bad.cuh" <<'EOF'
+// Line 3 does not compile.
+struct Variant : fijit::DefaultVariant {
+    template <class P> static __device__ float output_transform(const P &p, float o, int h, int d, float lse) { return o * nope; }
+};
+EOF
+"$FIJIT" prewarm --variant-file "$VD/dir/my.bad.cuh" --kernel decode --dtype fp16 --head-dim 128 \
+    --arch sm_90a -j 1 --cache-dir "$WORK/vfile-cache" >"$WORK/vfile.out" 2>"$WORK/vfile.err"
+rc=$?
+check variant_error_names_the_file "want exit 1 and $VD/dir/my.bad.cuh(3) with the line quoted: $(cat "$WORK/vfile.out")" \
+    eval "[ $rc = 1 ] && grep -qF '$VD/dir/my.bad.cuh(3): error: identifier \"nope\" is undefined' '$WORK/vfile.out' \
+          && grep -qF '   3 |     template <class P>' '$WORK/vfile.out' && ! grep -qF 'my.cuh(' '$WORK/vfile.out'"
 
 # ---- demo: skips without a GPU, must pass with one ----------------------------------
 "$FIJIT" demo --cache-dir "$CACHE" >"$WORK/demo.out" 2>"$WORK/demo.err"
