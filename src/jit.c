@@ -105,20 +105,6 @@ static void flush_counts(fi_jit_ctx *ctx)
         if (back[c]) count(ctx, c, back[c]);
 }
 
-static int default_cache_dir(char *out, size_t size)
-{
-    const char *env = getenv("FIJIT_CACHE_DIR");
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    int n;
-    if (env && *env) n = snprintf(out, size, "%s", env);
-    else if (xdg && *xdg) n = snprintf(out, size, "%s/fijit", xdg);
-    else if (home && *home) n = snprintf(out, size, "%s/.cache/fijit", home);
-    else return fi__error(FI_EINVALID, "no cache dir: set FIJIT_CACHE_DIR, XDG_CACHE_HOME or HOME");
-    if (n < 0 || (size_t)n >= size) return fi__error(FI_EINVALID, "cache dir path is too long");
-    return 0;
-}
-
 static int parse_size(const char *text, int64_t *out)
 {
     char *end = NULL;
@@ -155,7 +141,14 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_init(&ctx->build_stripes[i], NULL);
 
     fi__log_set_level(opts->log_level);
-    if ((env = getenv("FIJIT_LOG")) && *env) fi__log_set_level(atoi(env));
+    if ((env = getenv("FIJIT_LOG")) && *env) {
+        int level = fi__parse_log_level(env);
+        if (level >= 0)
+            fi__log_set_level(level);
+        else /* a typo must not silence the warnings it was meant to show */
+            fi__log(FI_LOG_WARN, "FIJIT_LOG='%.32s' is not a log level (" FI_LOG_LEVEL_HELP
+                    "); keeping %d", env, (int)opts->log_level);
+    }
     ctx->jit = opts->jit;
     ctx->disk_wanted = opts->use_disk_cache;
     if ((env = getenv("FIJIT_JIT")) && strcmp(env, "0") == 0) ctx->jit = 0; /* a safety switch */
@@ -173,7 +166,7 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
             FI_FAIL(FI_EINVALID, "cache dir is empty or too long");
         strcpy(ctx->cache_dir, opts->cache_dir);
     } else {
-        FI_TRY(default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir - 64));
+        FI_TRY(fi__default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir - 64));
     }
     if (opts->use_disk_cache) {
         unsigned flags = opts->allow_unsafe_dir ? FI_STORE_ALLOW_UNSAFE_DIR : 0;

@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "embedded.h"
+#include "error.h"
 #include "expand.h"
 #include "key.h"
 #include "kinds.h"
@@ -522,4 +523,66 @@ TEST(compiles_are_counted_when_a_statistics_write_fails)
         return;
     }
     CHECK_MSG(0, "no SQLite fault point reached the compile");
+}
+
+/* Configuration from the environment: a relative XDG_CACHE_HOME is ignored
+ * (XDG base-directory spec), and a FIJIT_LOG that is not a level warns and
+ * keeps the level the options ask for instead of silencing the library. */
+TEST(environment_cache_dir_and_log_level_rules)
+{
+    char dir[4200], log[4300];
+    const char *home = getenv("HOME");
+    char saved_home[4096];
+    snprintf(saved_home, sizeof saved_home, "%s", home ? home : "");
+    unsetenv("FIJIT_CACHE_DIR");
+    setenv("HOME", "/home/someone", 1);
+    setenv("XDG_CACHE_HOME", "relative/cache", 1);
+    int rc_rel = fi__default_cache_dir(dir, sizeof dir);
+    char rel[4200];
+    snprintf(rel, sizeof rel, "%s", dir);
+    setenv("XDG_CACHE_HOME", "/var/cache/me", 1);
+    int rc_abs = fi__default_cache_dir(dir, sizeof dir);
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", saved_home, 1);
+    CHECK_OK(rc_rel);
+    CHECK_MSG(strcmp(rel, "/home/someone/.cache/fijit") == 0, "relative XDG_CACHE_HOME gave %s", rel);
+    CHECK_OK(rc_abs);
+    CHECK_MSG(strcmp(dir, "/var/cache/me/fijit") == 0, "%s", dir);
+
+    CHECK(fi__parse_log_level("3") == FI_LOG_INFO && fi__parse_log_level("debug") == FI_LOG_DEBUG &&
+          fi__parse_log_level("OFF") == FI_LOG_OFF && fi__parse_log_level("Warn") == FI_LOG_WARN);
+    CHECK(fi__parse_log_level("abc") < 0 && fi__parse_log_level("5") < 0 &&
+          fi__parse_log_level("") < 0 && fi__parse_log_level("33") < 0);
+
+    /* FIJIT_LOG=abc: one warning naming it, and warnings still shown. */
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    snprintf(log, sizeof log, "%s/stderr.txt", check_tmpdir);
+    opts.cache_dir = dir;
+    opts.use_disk_cache = 0;
+    fflush(stderr);
+    int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    setenv("FIJIT_LOG", "abc", 1);
+    int rc = fi_jit_ctx_new(&ctx, &opts);
+    unsetenv("FIJIT_LOG");
+    fi__log(FI_LOG_WARN, "a later warning");
+    fi__log(FI_LOG_INFO, "an info line");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fi_jit_ctx_free(ctx);
+    fi__log_set_level(FI_LOG_WARN);
+    CHECK_OK(rc);
+    char text[4096] = "";
+    FILE *f = fopen(log, "r");
+    CHECK(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    CHECK_MSG(strstr(text, "FIJIT_LOG='abc' is not a log level") && strstr(text, "a later warning") &&
+              !strstr(text, "an info line"), "stderr was: %s", text);
 }

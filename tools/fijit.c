@@ -164,8 +164,9 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
     if (options[OPT_VARIANT].value &&
         (rc = list_parse_variants(cmd, options[OPT_VARIANT].value, &filter)) >= 0)
         goto out;
-    if ((rc = cli_open_store(cmd, &st)) != 0) goto out;
-    if (fi_store_foreach(st, list_collect, &rows) < 0) {
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) goto out;
+    if (st && fi_store_foreach(st, list_collect, &rows) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the cache index");
         goto out;
     }
@@ -217,13 +218,14 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     if (rc >= 0) return rc;
 
     fi_store *st = NULL;
-    fi_jit_stats s;
-    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
-    if (options[OPT_ZERO].value && fi_store_stats_zero(st) < 0) {
+    fi_jit_stats s = {0}; /* no cache yet: all zero */
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
+    if (st && options[OPT_ZERO].value && fi_store_stats_zero(st) < 0) {
         rc = cli_runtime_error(cmd, "cannot zero the statistics");
         goto out;
     }
-    if (fi_store_stats_get(st, &s) < 0) {
+    if (st && fi_store_stats_get(st, &s) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
         goto out;
     }
@@ -239,7 +241,7 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
         cli_format_size(written, sizeof written, s.bytes_written);
         cli_format_size(size, sizeof size, s.bytes);
         if (options[OPT_ZERO].value) printf("statistics zeroed\n");
-        printf("cache dir            %s\n", fi_store_dir(st));
+        printf("cache dir            %s%s\n", dir, st ? "" : " (does not exist yet)");
         printf("memory hits          %" PRId64 "\n", s.memory_hits);
         printf("disk hits            %" PRId64 "\n", s.disk_hits);
         printf("misses               %" PRId64 "\n", s.misses);
@@ -278,7 +280,12 @@ static int cmd_verify(const cli_command *cmd, int argc, char **argv)
     fi_store *st = NULL;
     fi_jit_stats s;
     int repair = options[OPT_REPAIR].value != NULL;
-    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
+    if (!st) {
+        printf("verify: no cache at %s yet, nothing to check\n", dir);
+        return CLI_EXIT_OK;
+    }
     int problems = fi_store_verify(st, repair, verify_report, NULL);
     if (problems < 0) {
         rc = cli_runtime_error(cmd, "cannot check the cache");
@@ -319,11 +326,12 @@ static int cmd_clear(const cli_command *cmd, int argc, char **argv)
     if (rc >= 0) return rc;
 
     fi_store *st = NULL;
-    fi_jit_stats before;
-    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
-    if (fi_store_stats_get(st, &before) < 0) {
+    fi_jit_stats before = {0};
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
+    if (st && fi_store_stats_get(st, &before) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
-    } else if (fi_store_clear(st) < 0) {
+    } else if (st && fi_store_clear(st) < 0) {
         rc = cli_runtime_error(cmd, "cannot clear the cache");
     } else {
         char size[32];
@@ -366,12 +374,13 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
     }
 
     fi_store *st = NULL;
-    fi_jit_stats after;
-    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
-    int removed = fi_store_gc(st, max_bytes, older_than);
+    fi_jit_stats after = {0};
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
+    int removed = st ? fi_store_gc(st, max_bytes, older_than) : 0;
     if (removed < 0) {
         rc = cli_runtime_error(cmd, "cannot collect the cache");
-    } else if (fi_store_stats_get(st, &after) < 0) {
+    } else if (st && fi_store_stats_get(st, &after) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
     } else {
         char size[32];
@@ -464,6 +473,7 @@ static int explain_context(const cli_command *cmd, const char *arch,
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     opts.cache_dir = cli_cache_dir_option;
     opts.arch = arch;
+    opts.use_disk_cache = 0; /* the key needs no cache: explaining creates nothing */
     int rc = CLI_EXIT_OK;
     if (fi_jit_ctx_new(out, &opts) < 0) return cli_runtime_error(cmd, "cannot create a context");
     if (cli_variants_register(*out, variants, NULL) < 0) {
@@ -491,7 +501,10 @@ static int cmd_explain(const cli_command *cmd, int argc, char **argv)
     char text[512] = "";
     for (int i = 0; i < args.positional_count; i++) {
         size_t used = strlen(text);
-        snprintf(text + used, sizeof text - used, "%s%s", i ? " " : "", args.positional[i]);
+        if ((size_t)snprintf(text + used, sizeof text - used, "%s%s", i ? " " : "",
+                             args.positional[i]) >= sizeof text - used)
+            return cli_usage_error(cmd, "the spec is longer than %zu bytes (a spec is a few "
+                                   "words, e.g. \"decode q=fp16 hd=128\")", sizeof text - 1);
     }
     fi_jit_spec spec;
     char variant[64];
@@ -500,9 +513,10 @@ static int cmd_explain(const cli_command *cmd, int argc, char **argv)
 
     char arch[16];
     const char *arch_text = options[OPT_ARCH].value;
+    if ((rc = cli_check_env(cmd, CLI_ENV_LOG | CLI_ENV_SIZE | (arch_text ? 0 : CLI_ENV_ARCH))) >= 0)
+        return rc;
     if (arch_text) {
-        if (fi__arch_check(arch_text) < 0)
-            return cli_usage_error(cmd, "--arch %s: %s", arch_text, fi_last_error());
+        if ((rc = cli_check_arch(cmd, "--arch", arch_text)) >= 0) return rc;
         snprintf(arch, sizeof arch, "%s", arch_text);
     } else {
         cli_default_arch(arch, 0, NULL);

@@ -51,15 +51,17 @@ normalise() {
         -e 's/\b[0-9]+\.[0-9]+\.[0-9]+\b/<version>/g'
 }
 
-# run NAME [--sort] -- ARGS...: run fijit and compare with expected/NAME.txt.
-# --sort sorts stdout first (parallel workers finish in any order).
+# run NAME [--sort] [--env VAR=VALUE].. -- ARGS...: run fijit and compare with
+# expected/NAME.txt. --sort sorts stdout first (parallel workers finish in any
+# order); --env sets a variable for that run only.
 run() {
-    local name=$1 sort=0
+    local name=$1 sort=0 envs=()
     shift
     if [ "$1" = --sort ]; then sort=1; shift; fi
+    while [ "$1" = --env ]; do envs+=("$2"); shift 2; done
     [ "$1" = -- ] && shift
     local out=$WORK/$name.out err=$WORK/$name.err actual=$WORK/$name.actual
-    "$FIJIT" "$@" >"$out" 2>"$err"
+    env "${envs[@]}" "$FIJIT" "$@" >"$out" 2>"$err"
     local rc=$?
     {
         echo "exit $rc"
@@ -161,6 +163,50 @@ FP16_KEY=$("$FIJIT" list --keys --dtype fp16 --cache-dir "$CACHE" | cut -d' ' -f
 check explain_key_matches_list "explain's key is not the key list shows for the spec" \
     grep -qx "key $FP16_KEY" "$WORK/explain.txt"
 
+# ---- environment, arches and limits (issue 15) ------------------------------------------
+# Bad environment values are usage errors (exit 2) wherever they are used...
+run env_bad_log --env FIJIT_LOG=abc -- prewarm "${SPECS[@]}" --cache-dir "$CACHE"
+run env_bad_size_prewarm --env FIJIT_MAX_CACHE_SIZE=lots -- prewarm "${SPECS[@]}" --cache-dir "$CACHE"
+run env_bad_size_explain --env FIJIT_MAX_CACHE_SIZE=lots -- explain "decode hd=64" --arch sm_90a
+run env_bad_arch_explain --env FIJIT_ARCH=sm_xx -- explain "decode hd=64" --cache-dir "$CACHE"
+run env_bad_arch_prewarm --env FIJIT_ARCH=sm_xx -- prewarm --dtype fp16 --cache-dir "$CACHE"
+run env_bad_arch_demo --env FIJIT_ARCH=sm_xx -- demo --cache-dir "$CACHE"
+# ...and only there: stats needs no arch.
+FIJIT_ARCH=sm_xx "$FIJIT" stats --json --cache-dir "$CACHE" >"$WORK/astats.out" 2>&1
+rc=$?
+check env_bad_arch_stats "want exit 0 and the statistics: $(cat "$WORK/astats.out")" \
+    eval "[ $rc = 0 ] && grep -q '\"entries\":2,' '$WORK/astats.out'"
+run env_bad_log_list --env FIJIT_LOG=abc -- list --dtype bf16 --cache-dir "$CACHE"
+# An arch NVRTC does not compile for is a usage error, before any compile.
+"$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a,sm_999 --cache-dir "$CACHE" >"$WORK/a999.out" 2>&1
+rc=$?
+check arch_unknown_to_nvrtc "want exit 2 naming NVRTC's arches: $(cat "$WORK/a999.out")" \
+    eval "[ $rc = 2 ] && grep -qE '^fijit prewarm: --arch sm_999: NVRTC [0-9]+\.[0-9]+ does not compile for it \(it compiles for .*sm_90' '$WORK/a999.out'"
+run arch_specific_too_old -- explain "decode hd=64" --arch sm_80a --cache-dir "$CACHE"
+check arch_checks_compiled_nothing "a refused arch compiled something" stat_is compiles 2
+# explain refuses a spec it would have to cut, rather than explain another tuple.
+run explain_long_spec -- explain "decode q=fp16 hd=64$(printf '%*s' 500 '')mask=window" --arch sm_90a
+# -j is capped at twice the CPUs, and says so.
+"$FIJIT" prewarm "${SPECS[@]}" -j 100000 --cache-dir "$CACHE" >"$WORK/j.out" 2>"$WORK/j.err"
+rc=$?
+check jobs_capped "want exit 0 and the cap on stderr: $(cat "$WORK/j.out" "$WORK/j.err")" \
+    eval "[ $rc = 0 ] && grep -qxE 'fijit prewarm: -j 100000 is more than twice the [0-9]+ online CPUs; using [0-9]+ workers' '$WORK/j.err'"
+# A relative XDG_CACHE_HOME is ignored (XDG spec): ~/.cache/fijit.
+(cd "$WORK" && env XDG_CACHE_HOME=relative "$FIJIT" show-config) >"$WORK/xdg.out" 2>&1
+check xdg_relative_ignored "want $HOME/.cache/fijit: $(grep 'cache dir' "$WORK/xdg.out")" \
+    grep -qxF "cache dir            $HOME/.cache/fijit" "$WORK/xdg.out"
+# Looking at a cache that does not exist creates nothing.
+NONE=$WORK/no-such-cache
+run stats_missing_cache -- stats --json --cache-dir "$NONE"
+run list_missing_cache -- list --cache-dir "$NONE"
+run verify_missing_cache -- verify --cache-dir "$NONE"
+"$FIJIT" stats --cache-dir "$NONE" >/dev/null 2>&1
+"$FIJIT" explain "decode hd=64" --arch sm_90a --cache-dir "$NONE" >/dev/null 2>&1
+(cd "$WORK" && env XDG_CACHE_HOME="$WORK/xdg" "$FIJIT" stats && env XDG_CACHE_HOME="$WORK/xdg" \
+    "$FIJIT" explain "decode hd=64" --arch sm_90a && "$FIJIT" show-config) >/dev/null 2>&1
+check read_only_commands_create_nothing "a read-only command created a cache dir" \
+    eval "[ ! -e '$NONE' ] && [ ! -e '$WORK/xdg' ] && [ ! -e '$HOME/.cache' ]"
+
 # ---- a corrupt object: reported, then rebuilt ----------------------------------------
 FP16_OBJECT=$CACHE/objects/${FP16_KEY:0:2}/$FP16_KEY.fo
 check corrupt_object_exists "no object file for key '$FP16_KEY'" test -f "$FP16_OBJECT"
@@ -202,7 +248,9 @@ AS_USER=()
 chmod 711 "$WORK"
 mkdir -m 755 "$WORK/ro"
 [ "$(id -u)" = 0 ] && chown 65534:65534 "$WORK/ro"
-"${AS_USER[@]}" "$FIJIT" gc --cache-dir "$WORK/ro/cache" >/dev/null 2>&1
+printf '# nothing: creates the cache only\n' >"$WORK/ro/empty.manifest"
+"${AS_USER[@]}" "$FIJIT" prewarm --manifest "$WORK/ro/empty.manifest" --arch sm_90a \
+    --cache-dir "$WORK/ro/cache" >/dev/null 2>&1
 chmod 0500 "$WORK/ro/cache/objects"
 "${AS_USER[@]}" "$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 \
     --cache-dir "$WORK/ro/cache" >"$WORK/ro.out" 2>"$WORK/ro.err"
