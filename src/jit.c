@@ -375,31 +375,40 @@ static void parse_resource_usage(const char *log, const char *entry, fi_object_m
     if (used) sscanf(used, "Used %d registers", &meta->registers);
 }
 
-static int build_compile(fi_jit_ctx *ctx, fi_build *b)
+/* NVRTC on b's unit with `options` (cubin, or PTX with `ptx`); a variant's
+ * errors are mapped to the snippet's file and lines. */
+static int nvrtc_run(const fi_build *b, const char *const *options, int option_count, int ptx,
+                     fi_compile_output *result)
 {
-    int rc = 0;
-    fi_compile_output result = {0};
     const char *names[FI_TU_MAX_HEADERS], *texts[FI_TU_MAX_HEADERS];
     for (int i = 0; i < b->tu.header_count; i++) {
         names[i] = b->tu.header_names[i];
         texts[i] = b->tu.header_texts[i];
     }
     fi_compile_input in = {b->tu.text, b->tu.name, b->tu.header_count, names, texts,
-                           b->option_count, b->options};
+                           option_count, options, ptx};
+    int rc = fi__nvrtc_compile(&in, result);
+    char *annotated = NULL;
+    if (rc == FI_ECOMPILE && b->variant && result->log &&
+        fi__variant_annotate_log(b->variant, result->log, &annotated) == 0) {
+        rc = fi__error(FI_ECOMPILE, "variant '%s' does not compile for %s on %s:\n",
+                       b->variant->name, b->meta.spec, b->arch);
+        fi__error_append(annotated);
+        fi__free(annotated);
+    }
+    return rc;
+}
+
+static int build_compile(fi_jit_ctx *ctx, fi_build *b)
+{
+    int rc = 0;
+    fi_compile_output result = {0};
     int64_t start = fi__now_ns();
-    rc = fi__nvrtc_compile(&in, &result);
+    rc = nvrtc_run(b, b->options, b->option_count, 0, &result);
     b->meta.compile_ns = fi__now_ns() - start;
     count(ctx, C_COMPILE_NS, b->meta.compile_ns);
     if (rc < 0) {
         count(ctx, C_COMPILE_FAILURES, 1);
-        char *annotated = NULL;
-        if (rc == FI_ECOMPILE && b->variant && result.log &&
-            fi__variant_annotate_log(b->variant, result.log, &annotated) == 0) {
-            rc = fi__error(FI_ECOMPILE, "variant '%s' does not compile for %s on %s:\n",
-                           b->variant->name, b->meta.spec, b->arch);
-            fi__error_append(annotated);
-            fi__free(annotated);
-        }
         goto out;
     }
     count(ctx, C_COMPILES, 1);
@@ -531,6 +540,49 @@ int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
     rc = build_prepare(&b, spec, variant, arch, write, user);
     build_free(&b);
 out:
+    return rc;
+}
+
+int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int ptx, char **out,
+                 size_t *out_size)
+{
+    int rc = 0;
+    fi_build b;
+    fi_spec_key key;
+    fi_compile_output result = {0};
+    const fi_variant *variant = NULL;
+    char virtual_arch[48];
+    const char *options[8];
+    int option_count = 0;
+    memset(&b, 0, sizeof b);
+    *out = NULL;
+    *out_size = 0;
+    FI_TRY(fi__spec_key(&key, spec));
+    FI_TRY(variant_resolve(ctx, &key, &variant));
+    if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
+    /* The unit and options the cache key is computed from, as a build makes them. */
+    FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
+    if (!ptx) {
+        *out_size = strlen(b.tu.text);
+        *out = b.tu.text;
+        b.tu.text = NULL;
+        goto out;
+    }
+    /* PTX: the same options, for the virtual arch (compute_90a for sm_90a);
+     * ptxas does not run, so its options go. */
+    snprintf(virtual_arch, sizeof virtual_arch, "--gpu-architecture=compute_%s", arch + 3);
+    for (int i = 0; i < b.option_count; i++) {
+        if (b.options[i] == b.arch_option) options[option_count++] = virtual_arch;
+        else if (strncmp(b.options[i], "--ptxas-options", 15) != 0) options[option_count++] = b.options[i];
+    }
+    rc = nvrtc_run(&b, options, option_count, 1, &result);
+    if (rc < 0) goto out;
+    *out = result.cubin;
+    *out_size = strnlen(result.cubin, result.cubin_size); /* NVRTC counts the NUL */
+    result.cubin = NULL;
+out:
+    fi__compile_output_free(&result);
+    build_free(&b);
     return rc;
 }
 

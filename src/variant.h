@@ -71,6 +71,14 @@ void fi__variant_free(fi_variant *v);
 int fi__variant_pack(const fi_variant *v, const char *who, const fi_variant_arg *args, int count,
                      unsigned long long *out);
 
+/* The translation unit `spec` expands to on `arch` (NULL: the context's),
+ * byte for byte what the key hashes and NVRTC compiles (ptx 0), or the PTX
+ * NVRTC makes of it for the virtual arch (ptx 1, compiled now, not cached).
+ * `*out` (fi__free) is NUL-terminated; `*out_size` excludes the NUL. For
+ * `fijit explain --source / --ptx`. */
+int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int ptx, char **out,
+                 size_t *out_size);
+
 /* fi__variant_pack for the variant `spec` names in `ctx` (launch code). */
 int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
                          const fi_variant_arg *args, int count, unsigned long long *out);

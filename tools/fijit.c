@@ -19,9 +19,11 @@
 #include "nvrtc.h"
 #include "spec.h"
 #include "store.h"
+#include "sys.h"
+#include "variant.h"
 
 #define CACHE_DIR_HELP "  --cache-dir DIR    cache directory (default: $FIJIT_CACHE_DIR,\n" \
-                       "                     $XDG_CACHE_HOME/fijit, ~/.cache/fijit)\n"
+                       "                     $XDG_CACHE_HOME/fijit if absolute, ~/.cache/fijit)\n"
 
 /* ---- list ------------------------------------------------------------------ */
 
@@ -486,16 +488,20 @@ static int explain_context(const cli_command *cmd, const char *arch,
 
 static int cmd_explain(const cli_command *cmd, int argc, char **argv)
 {
-    enum { OPT_ARCH, OPT_VARIANT_FILE };
+    enum { OPT_ARCH, OPT_VARIANT_FILE, OPT_SOURCE, OPT_PTX };
     cli_option options[] = {
         [OPT_ARCH] = {"arch", 0, 1, 0, NULL},
         [OPT_VARIANT_FILE] = {"variant-file", 0, 1, 1, NULL},
+        [OPT_SOURCE] = {"source", 0, 0, 0, NULL},
+        [OPT_PTX] = {"ptx", 0, 0, 0, NULL},
         {0},
     };
     cli_args args;
     int rc = cli_parse(cmd, options, argc, argv, &args);
     if (rc >= 0) return rc;
     if (!args.positional_count) return cli_usage_error(cmd, "missing the spec to explain");
+    if (options[OPT_SOURCE].value && options[OPT_PTX].value)
+        return cli_usage_error(cmd, "--source and --ptx: give one of them");
 
     /* `fijit explain decode hd=64` works unquoted too: the words are joined. */
     char text[512] = "";
@@ -533,8 +539,19 @@ static int cmd_explain(const cli_command *cmd, int argc, char **argv)
         goto out;
     }
     if ((rc = explain_context(cmd, arch, &variants, &ctx)) != CLI_EXIT_OK) goto out;
-    if (fi_jit_explain(ctx, &spec, arch, write_stdout, NULL) < 0)
+    if (options[OPT_SOURCE].value || options[OPT_PTX].value) {
+        /* Exactly the bytes, so that they can be saved, diffed or fed to other tools. */
+        int ptx = options[OPT_PTX].value != NULL;
+        char *unit = NULL;
+        size_t size = 0;
+        if (fi__jit_unit(ctx, &spec, arch, ptx, &unit, &size) < 0)
+            rc = cli_runtime_error(cmd, ptx ? "cannot compile to PTX" : "cannot expand the spec");
+        else if (fwrite(unit, 1, size, stdout) != size || fflush(stdout) != 0)
+            rc = cli_runtime_error(cmd, "cannot write the output");
+        fi__free(unit);
+    } else if (fi_jit_explain(ctx, &spec, arch, write_stdout, NULL) < 0) {
         rc = cli_runtime_error(cmd, "cannot explain the key");
+    }
 out:
     fi_jit_ctx_free(ctx);
     cli_variants_free(&variants);
@@ -577,7 +594,8 @@ static const cli_command commands[] = {
      "                     '#' starts a comment; blank lines are skipped. A bad line,\n"
      "                     or one naming a variant=NAME no --variant-file registers,\n"
      "                     stops prewarm before anything is compiled.\n"
-     "  -j, --jobs N       worker processes (default: number of online CPUs)\n"
+     "  -j, --jobs N       worker processes (default: number of online CPUs; at most\n"
+     "                     twice that)\n"
      CACHE_DIR_HELP
      "\n"
      "Prints one line per spec (compiled / cached / FAILED) or, on a terminal, a\n"
@@ -654,13 +672,21 @@ static const cli_command commands[] = {
      CACHE_DIR_HELP,
      cmd_show_config},
     {"explain",
-     "usage: fijit explain SPEC [--arch A] [--variant-file FILE].. [--cache-dir DIR]\n",
+     "usage: fijit explain SPEC [--arch A] [--variant-file FILE].. [--source | --ptx]\n"
+     "                     [--cache-dir DIR]\n",
      "\n"
      "Print what the cache key of SPEC is made of (every tagged field and the hash of\n"
      "every source text) and the key itself, to understand a surprising cache miss.\n"
      "SPEC is a canonical spec, quoted or not: \"decode q=fp16 hd=128 mask=window\".\n"
+     "Needs no GPU, and creates no cache directory.\n"
      "\n"
      "  --arch A           target arch (default as for prewarm)\n"
+     "  --source           print instead the translation unit NVRTC compiles for SPEC,\n"
+     "                     byte for byte (the 'source' the key hashes; the headers it\n"
+     "                     includes are fijit's templates, hashed as 'header:NAME')\n"
+     "  --ptx              print instead the PTX NVRTC makes of that unit for the\n"
+     "                     virtual arch (compute_90a for sm_90a): compiled now, never\n"
+     "                     cached (the cache holds cubins)\n"
      "  --variant-file FILE\n"
      "                     the snippet of the variant=NAME that SPEC names, as for\n"
      "                     prewarm (its bytes are part of the key, so explain needs\n"

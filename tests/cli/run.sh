@@ -207,6 +207,23 @@ run verify_missing_cache -- verify --cache-dir "$NONE"
 check read_only_commands_create_nothing "a read-only command created a cache dir" \
     eval "[ ! -e '$NONE' ] && [ ! -e '$WORK/xdg' ] && [ ! -e '$HOME/.cache' ]"
 
+# explain --source prints the unit the key hashes as "source", byte for byte;
+# --ptx compiles it to PTX now (the cache holds cubins). Neither needs a cache.
+"$FIJIT" explain "decode q=fp16 hd=64" --arch sm_90a --cache-dir "$NONE" >"$WORK/ex.txt"
+"$FIJIT" explain "decode q=fp16 hd=64" --arch sm_90a --source --cache-dir "$NONE" >"$WORK/ex.cu"
+rc=$?
+SOURCE_BYTES=$(sed -nE 's/^source +([0-9]+) bytes .*/\1/p' "$WORK/ex.txt")
+check explain_source "want exit 0 and the $SOURCE_BYTES bytes the key hashes: $(head -c 300 "$WORK/ex.cu")" \
+    eval "[ $rc = 0 ] && [ -n '$SOURCE_BYTES' ] && [ \$(wc -c <'$WORK/ex.cu') = '$SOURCE_BYTES' ] \
+          && grep -qx 'constexpr int kHeadDim = 64;' '$WORK/ex.cu' && grep -qx '#include \"decode.cuh\"' '$WORK/ex.cu' \
+          && [ \"\$(tail -c 1 '$WORK/ex.cu' | od -An -c | tr -d ' ')\" = '\\n' ]"
+"$FIJIT" explain "decode q=fp16 hd=64" --arch sm_90a --ptx --cache-dir "$NONE" >"$WORK/ex.ptx" 2>&1
+rc=$?
+check explain_ptx "want exit 0 and PTX for sm_90a with the decode entry: $(head -c 300 "$WORK/ex.ptx")" \
+    eval "[ $rc = 0 ] && grep -qx '.target sm_90a' '$WORK/ex.ptx' && grep -q '^.visible .entry fi_decode_kernel(' '$WORK/ex.ptx' \
+          && [ ! -e '$NONE' ]"
+run explain_source_and_ptx -- explain "decode hd=64" --source --ptx --cache-dir "$NONE"
+
 # ---- a corrupt object: reported, then rebuilt ----------------------------------------
 FP16_OBJECT=$CACHE/objects/${FP16_KEY:0:2}/$FP16_KEY.fo
 check corrupt_object_exists "no object file for key '$FP16_KEY'" test -f "$FP16_OBJECT"
@@ -308,6 +325,10 @@ check variant_explain_hash "explain does not give the snippet's size and hash: $
     "$WORK/vexplain.txt"
 check variant_explain_key "explain's key is not the key list shows for the variant" \
     grep -qx "key $HALFQ_KEY" "$WORK/vexplain.txt"
+"$FIJIT" explain "decode q=fp16 hd=128 variant=halfq" --variant-file "$VD/halfq.cuh" --arch sm_90a \
+    --source --cache-dir "$VC" >"$WORK/vsource.cu" 2>&1
+check variant_explain_source "the unit does not hold the snippet verbatim after its #line: $(cat "$WORK/vsource.cu")" \
+    eval "grep -A\$(wc -l <'$VD/halfq.cuh') -x '#line 1 \"halfq.cuh\"' '$WORK/vsource.cu' | tail -n +2 | cmp -s - '$VD/halfq.cuh'"
 run variant_explain_unregistered -- explain "decode q=fp16 hd=128 variant=halfq" --cache-dir "$VC"
 printf '# a variant by name\ndecode q=fp16 hd=128 variant=halfq\n' >"$WORK/variant.manifest"
 run variant_manifest -- prewarm --manifest "$WORK/variant.manifest" --variant-file "$VD/halfq.cuh" \
