@@ -218,7 +218,8 @@ FI_API int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *
  * Name a registered variant in spec.variant; its text is part of the cache
  * key, so editing it recompiles. A snippet is self-contained: #include and
  * every other way of reaching a file (#include_next, #embed, __has_include,
- * _Pragma, #pragma other than unroll/nounroll/nv_diag_*) is refused at
+ * token pasting that could spell it, _Pragma, #pragma other than
+ * unroll/nounroll/nv_diag_*) is refused at
  * registration (FI_ECOMPILE), as is a snippet that defines no Variant.
  * Errors are reported with the snippet's own line numbers and file name: the
  * path given to fi_jit_variant_register_file, else "<name>.cuh". */

@@ -223,6 +223,13 @@ static int scan_source(fi_variant *v)
             p++;
             continue;
         }
+        /* Token pasting could assemble __has_include (or a pragma's words)
+         * out of pieces no check can see. */
+        const char *next = p + 1;
+        while (splice_at(next)) next += splice_at(next);
+        if ((*p == '#' && *next == '#') || (strncmp(p, "%:", 2) == 0 && strncmp(p + 2, "%:", 2) == 0))
+            return fi__error(FI_ECOMPILE, "%s:%d: token pasting (##) is not allowed in a variant",
+                             origin_of(v), line);
         /* The length of '#', its digraph '%:' or its trigraph, first on a line. */
         int directive = !line_start ? 0 : *p == '#' ? 1 : strncmp(p, "%:", 2) == 0 ? 2
                       : strncmp(p, "?" "?=", 3) == 0 ? 3 : 0;

@@ -355,6 +355,9 @@ TEST(variant_may_not_reach_other_files)
         {"_Pragma", "_Pragma(\"GCC dependency \\\"%s\\\"\")\n", "_Pragma is not allowed", 2},
         {"pragma dependency", "#pragma GCC dependency \"%s\"\n", "#pragma GCC is not allowed", 2},
         {"unknown directive", "#ident \"%s\"\n", "#ident is not allowed", 2},
+        {"pasted __has_include", "#define CAT(a, b) a##b\n#if CAT(__has_, include)(\"%s\")\n#endif\n",
+         "token pasting (##) is not allowed", 2},
+        {"spliced paste", "#define CAT(a, b) a#\\\n#b\n// %s\n", "token pasting (##) is not allowed", 2},
     };
     fi_jit_ctx *ctx = open_ctx();
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
