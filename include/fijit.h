@@ -195,7 +195,11 @@ typedef enum fi_build_outcome {
 } fi_build_outcome;
 
 /* Make sure the cache holds `spec` for `arch` (NULL: the context's arch).
- * `out` (may be NULL) says what happened. Needs no GPU. */
+ * `out` (may be NULL) says what happened. Needs no GPU. Returns FI_EIO when
+ * the kernel compiled but could not be stored (full disk, read-only cache, a
+ * disk cache that could not be opened): prewarm's job is to store, so 0
+ * means the disk cache holds the entry. A memory-only context
+ * (use_disk_cache 0) compiles and returns FI_BUILD_COMPILED. */
 FI_API int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
                           fi_build_outcome *out);
 
@@ -212,8 +216,13 @@ FI_API int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *
  *     //! param float sigmoid_scale
  *     //! param const float* sink_logits
  * Name a registered variant in spec.variant; its text is part of the cache
- * key, so editing it recompiles. Compile errors are reported with the
- * snippet's own file name ("<name>.cuh") and line numbers. */
+ * key, so editing it recompiles. A snippet is self-contained: #include and
+ * every other way of reaching a file (#include_next, #embed, __has_include,
+ * token pasting that could spell it, _Pragma, #pragma other than
+ * unroll/nounroll/nv_diag_*) is refused at
+ * registration (FI_ECOMPILE), as is a snippet that defines no Variant.
+ * Errors are reported with the snippet's own line numbers and file name: the
+ * path given to fi_jit_variant_register_file, else "<name>.cuh". */
 #define FI_VARIANT_REPLACE 1u /* replace a variant registered under the same name */
 
 /* Register `source` under `name` (1-63 of [A-Za-z0-9_-], not "default").

@@ -44,6 +44,7 @@ struct fi_jit_ctx {
     char cache_dir[4096];
     char arch[16];          /* override for compile-only use; "" = from the device */
     int jit;
+    int disk_wanted;        /* use_disk_cache: a NULL store then means it failed to open */
     int64_t max_bytes;
     fi_store *store;        /* NULL: memory only */
     atomic_int store_write_warned;
@@ -94,22 +95,14 @@ static void flush_counts(fi_jit_ctx *ctx)
     fi_jit_stats delta;
     if (!ctx->store) return; /* memory only: the counters are all there is */
     sum_counts(ctx, &delta, 1);
-    if (fi_store_stats_add(ctx->store, &delta) < 0)
-        fi__log(FI_LOG_WARN, "could not save statistics: %s", fi_last_error());
-}
-
-static int default_cache_dir(char *out, size_t size)
-{
-    const char *env = getenv("FIJIT_CACHE_DIR");
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    int n;
-    if (env && *env) n = snprintf(out, size, "%s", env);
-    else if (xdg && *xdg) n = snprintf(out, size, "%s/fijit", xdg);
-    else if (home && *home) n = snprintf(out, size, "%s/.cache/fijit", home);
-    else return fi__error(FI_EINVALID, "no cache dir: set FIJIT_CACHE_DIR, XDG_CACHE_HOME or HOME");
-    if (n < 0 || (size_t)n >= size) return fi__error(FI_EINVALID, "cache dir path is too long");
-    return 0;
+    if (fi_store_stats_add(ctx->store, &delta) == 0) return;
+    fi__log(FI_LOG_WARN, "could not save statistics: %s", fi_last_error());
+    /* Keep what was taken for the next flush (a full disk may free up). */
+    const long long back[C_COUNT] = {delta.memory_hits, delta.disk_hits, delta.misses,
+                                     delta.compiles, delta.compile_failures, delta.compile_ns,
+                                     delta.bytes_written};
+    for (int c = 0; c < C_COUNT; c++)
+        if (back[c]) count(ctx, c, back[c]);
 }
 
 static int parse_size(const char *text, int64_t *out)
@@ -148,8 +141,16 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_init(&ctx->build_stripes[i], NULL);
 
     fi__log_set_level(opts->log_level);
-    if ((env = getenv("FIJIT_LOG")) && *env) fi__log_set_level(atoi(env));
+    if ((env = getenv("FIJIT_LOG")) && *env) {
+        int level = fi__parse_log_level(env);
+        if (level >= 0)
+            fi__log_set_level(level);
+        else /* a typo must not silence the warnings it was meant to show */
+            fi__log(FI_LOG_WARN, "FIJIT_LOG='%.32s' is not a log level (" FI_LOG_LEVEL_HELP
+                    "); keeping %d", env, (int)opts->log_level);
+    }
     ctx->jit = opts->jit;
+    ctx->disk_wanted = opts->use_disk_cache;
     if ((env = getenv("FIJIT_JIT")) && strcmp(env, "0") == 0) ctx->jit = 0; /* a safety switch */
     const char *arch = opts->arch ? opts->arch : getenv("FIJIT_ARCH");
     if (arch && *arch) {
@@ -165,7 +166,7 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
             FI_FAIL(FI_EINVALID, "cache dir is empty or too long");
         strcpy(ctx->cache_dir, opts->cache_dir);
     } else {
-        FI_TRY(default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir - 64));
+        FI_TRY(fi__default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir - 64));
     }
     if (opts->use_disk_cache) {
         unsigned flags = opts->allow_unsafe_dir ? FI_STORE_ALLOW_UNSAFE_DIR : 0;
@@ -236,12 +237,18 @@ int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *w
 
 int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source, unsigned flags)
 {
+    return fi__jit_variant_register_as(ctx, name, source, flags, NULL);
+}
+
+int fi__jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
+                                unsigned flags, const char *origin)
+{
     int rc = 0;
     fi_variant *v = NULL;
     if (!ctx) return fi__error(FI_EINVALID, "fi_jit_variant_register: ctx is NULL");
     if (flags & ~FI_VARIANT_REPLACE)
         return fi__error(FI_EINVALID, "fi_jit_variant_register: unknown flags %#x", flags);
-    if ((rc = fi__variant_new(&v, name, source)) < 0) return rc;
+    if ((rc = fi__variant_new_as(&v, name, source, origin)) < 0) return rc;
     pthread_mutex_lock(&ctx->variant_lock);
     const fi_variant *existing = variant_find(ctx, name);
     if (existing && strcmp(existing->source, v->source) == 0) {
@@ -280,7 +287,7 @@ int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *
     if (memchr(text, '\0', size))
         rc = fi__error(FI_EINVALID, "variant file %s contains a NUL byte", path);
     else
-        rc = fi_jit_variant_register(ctx, name, text, flags);
+        rc = fi__jit_variant_register_as(ctx, name, text, flags, path);
     fi__free(text);
     return rc;
 }
@@ -368,31 +375,40 @@ static void parse_resource_usage(const char *log, const char *entry, fi_object_m
     if (used) sscanf(used, "Used %d registers", &meta->registers);
 }
 
-static int build_compile(fi_jit_ctx *ctx, fi_build *b)
+/* NVRTC on b's unit with `options` (cubin, or PTX with `ptx`); a variant's
+ * errors are mapped to the snippet's file and lines. */
+static int nvrtc_run(const fi_build *b, const char *const *options, int option_count, int ptx,
+                     fi_compile_output *result)
 {
-    int rc = 0;
-    fi_compile_output result = {0};
     const char *names[FI_TU_MAX_HEADERS], *texts[FI_TU_MAX_HEADERS];
     for (int i = 0; i < b->tu.header_count; i++) {
         names[i] = b->tu.header_names[i];
         texts[i] = b->tu.header_texts[i];
     }
     fi_compile_input in = {b->tu.text, b->tu.name, b->tu.header_count, names, texts,
-                           b->option_count, b->options};
+                           option_count, options, ptx};
+    int rc = fi__nvrtc_compile(&in, result);
+    char *annotated = NULL;
+    if (rc == FI_ECOMPILE && b->variant && result->log &&
+        fi__variant_annotate_log(b->variant, result->log, &annotated) == 0) {
+        rc = fi__error(FI_ECOMPILE, "variant '%s' does not compile for %s on %s:\n",
+                       b->variant->name, b->meta.spec, b->arch);
+        fi__error_append(annotated);
+        fi__free(annotated);
+    }
+    return rc;
+}
+
+static int build_compile(fi_jit_ctx *ctx, fi_build *b)
+{
+    int rc = 0;
+    fi_compile_output result = {0};
     int64_t start = fi__now_ns();
-    rc = fi__nvrtc_compile(&in, &result);
+    rc = nvrtc_run(b, b->options, b->option_count, 0, &result);
     b->meta.compile_ns = fi__now_ns() - start;
     count(ctx, C_COMPILE_NS, b->meta.compile_ns);
     if (rc < 0) {
         count(ctx, C_COMPILE_FAILURES, 1);
-        char *annotated = NULL;
-        if (rc == FI_ECOMPILE && b->variant && result.log &&
-            fi__variant_annotate_log(b->variant, result.log, &annotated) == 0) {
-            rc = fi__error(FI_ECOMPILE, "variant '%s' does not compile for %s on %s:\n",
-                           b->variant->name, b->meta.spec, b->arch);
-            fi__error_append(annotated);
-            fi__free(annotated);
-        }
         goto out;
     }
     count(ctx, C_COMPILES, 1);
@@ -407,22 +423,28 @@ out:
     return rc;
 }
 
-static void store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
+/* 0 stored, or the store's error code with fi_last_error() saying why. */
+static int store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
 {
-    if (fi_store_put(ctx->store, b->key, b->object, b->object_size, &b->meta) == 0)
-        return; /* the store counts bytes_written itself */
+    int rc = fi_store_put(ctx->store, b->key, b->object, b->object_size, &b->meta);
+    if (rc == 0) return 0; /* the store counts bytes_written itself */
     /* Full disk or read-only dir: serve from memory and say so once. */
     if (!atomic_exchange(&ctx->store_write_warned, 1))
         fi__log(FI_LOG_WARN, "cannot write to the cache (kernels are still served): %s",
                 fi_last_error());
+    return rc;
 }
 
-/* Fill b->object from the disk cache or by compiling; *compiled says which. */
-static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled)
+/* Fill b->object from the disk cache or by compiling; *compiled says which.
+ * `not_stored` (may be NULL; FI_NOT_STORED_MAX bytes) receives why a compiled
+ * object could not be written to the disk cache; it stays "" when it was. */
+#define FI_NOT_STORED_MAX 1024
+static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled, char *not_stored)
 {
     int rc = 0;
     fi_store_lock *lock = NULL;
     *compiled = 0;
+    if (not_stored) not_stored[0] = '\0';
     if (ctx->store) {
         rc = fi_store_get(ctx->store, b->key, &b->object, &b->object_size, &b->meta);
         if (rc == 0) {
@@ -449,7 +471,11 @@ static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled)
     }
     FI_TRY(build_compile(ctx, b));
     *compiled = 1;
-    if (ctx->store) store_put_or_warn(ctx, b);
+    if (ctx->store && store_put_or_warn(ctx, b) < 0 && not_stored)
+        snprintf(not_stored, FI_NOT_STORED_MAX, "%s", fi_last_error());
+    if (!ctx->store && ctx->disk_wanted && not_stored)
+        snprintf(not_stored, FI_NOT_STORED_MAX,
+                 "the disk cache is disabled (it could not be opened at %.900s)", ctx->cache_dir);
 out:
     fi_store_unlock(lock);
     flush_counts(ctx);
@@ -465,6 +491,7 @@ int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
                    fi_build_outcome *out)
 {
     int rc = 0, compiled = 0;
+    char not_stored[FI_NOT_STORED_MAX] = "";
     fi_build b;
     fi_spec_key key;
     char device_arch[16];
@@ -479,8 +506,11 @@ int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
     pthread_mutex_t *stripe = stripe_for(ctx, fi__table_hash(&key, arch));
     pthread_mutex_lock(stripe);
     rc = build_prepare(&b, spec, variant, arch, NULL, NULL);
-    if (rc == 0) rc = build_obtain(ctx, &b, &compiled);
+    if (rc == 0) rc = build_obtain(ctx, &b, &compiled, not_stored);
     pthread_mutex_unlock(stripe);
+    if (rc == 0 && not_stored[0]) /* prewarm's job is to store: say what was lost, and why */
+        rc = fi__error(FI_EIO, "%s for %s compiled but not stored in the cache: %s", b.meta.spec,
+                       b.arch, not_stored);
     build_free(&b);
     if (rc == 0 && out) *out = compiled ? FI_BUILD_COMPILED : FI_BUILD_CACHED;
 out:
@@ -512,6 +542,49 @@ int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
     rc = build_prepare(&b, spec, variant, arch, write, user);
     build_free(&b);
 out:
+    return rc;
+}
+
+int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int ptx, char **out,
+                 size_t *out_size)
+{
+    int rc = 0;
+    fi_build b;
+    fi_spec_key key;
+    fi_compile_output result = {0};
+    const fi_variant *variant = NULL;
+    char virtual_arch[48];
+    const char *options[8];
+    int option_count = 0;
+    memset(&b, 0, sizeof b);
+    *out = NULL;
+    *out_size = 0;
+    FI_TRY(fi__spec_key(&key, spec));
+    FI_TRY(variant_resolve(ctx, &key, &variant));
+    if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
+    /* The unit and options the cache key is computed from, as a build makes them. */
+    FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
+    if (!ptx) {
+        *out_size = strlen(b.tu.text);
+        *out = b.tu.text;
+        b.tu.text = NULL;
+        goto out;
+    }
+    /* PTX: the same options, for the virtual arch (compute_90a for sm_90a);
+     * ptxas does not run, so its options go. */
+    snprintf(virtual_arch, sizeof virtual_arch, "--gpu-architecture=compute_%s", arch + 3);
+    for (int i = 0; i < b.option_count; i++) {
+        if (b.options[i] == b.arch_option) options[option_count++] = virtual_arch;
+        else if (strncmp(b.options[i], "--ptxas-options", 15) != 0) options[option_count++] = b.options[i];
+    }
+    rc = nvrtc_run(&b, options, option_count, 1, &result);
+    if (rc < 0) goto out;
+    *out = result.cubin;
+    *out_size = strnlen(result.cubin, result.cubin_size); /* NVRTC counts the NUL */
+    result.cubin = NULL;
+out:
+    fi__compile_output_free(&result);
+    build_free(&b);
     return rc;
 }
 
@@ -570,7 +643,7 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
     if (ctx->arch[0] && fi__arch_runs_on(ctx->arch, arch))
         snprintf(arch, sizeof arch, "%s", ctx->arch);
     FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
-    FI_TRY(build_obtain(ctx, &b, &compiled));
+    FI_TRY(build_obtain(ctx, &b, &compiled, NULL));
     if (!(e = fi__calloc(1, sizeof *e))) FI_FAIL(FI_ENOMEM, "out of memory");
     FI_TRY(load_module(e, &b, cu));
     e->hash = hash;

@@ -29,6 +29,11 @@ typedef struct nvrtc_api {
     nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
     nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
     nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+    nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetPTX)(nvrtcProgram, char *);
+    /* Optional (NVRTC 11.2+): NULL when the library lacks them. */
+    nvrtcResult (*GetNumSupportedArchs)(int *);
+    nvrtcResult (*GetSupportedArchs)(int *);
 } nvrtc_api;
 
 static nvrtc_api api;
@@ -63,7 +68,11 @@ static void load_api(void)
     LOAD(GetCUBIN, "nvrtcGetCUBIN");
     LOAD(GetProgramLogSize, "nvrtcGetProgramLogSize");
     LOAD(GetProgramLog, "nvrtcGetProgramLog");
+    LOAD(GetPTXSize, "nvrtcGetPTXSize");
+    LOAD(GetPTX, "nvrtcGetPTX");
 #undef LOAD
+    *(void **)&api.GetNumSupportedArchs = dlsym(lib, "nvrtcGetNumSupportedArchs");
+    *(void **)&api.GetSupportedArchs = dlsym(lib, "nvrtcGetSupportedArchs");
     api_status = 0;
 }
 
@@ -80,6 +89,21 @@ int fi__nvrtc_version(int *major, int *minor)
     if (rc < 0) return rc;
     if (api.Version(major, minor) != NVRTC_SUCCESS)
         return fi__error(FI_ENOTFOUND, "nvrtcVersion failed");
+    return 0;
+}
+
+int fi__nvrtc_supported_archs(int *out, int max, int *count)
+{
+    int rc = nvrtc_load(), n = 0;
+    if (rc < 0) return rc;
+    *count = 0;
+    if (!api.GetNumSupportedArchs || !api.GetSupportedArchs)
+        return fi__error(FI_EUNSUPPORTED, "this NVRTC cannot list its architectures");
+    if (api.GetNumSupportedArchs(&n) != NVRTC_SUCCESS || n < 0 || n > max)
+        return fi__error(FI_EUNSUPPORTED, "nvrtcGetNumSupportedArchs failed");
+    if (n && api.GetSupportedArchs(out) != NVRTC_SUCCESS)
+        return fi__error(FI_EUNSUPPORTED, "nvrtcGetSupportedArchs failed");
+    *count = n;
     return 0;
 }
 
@@ -115,9 +139,15 @@ int fi__nvrtc_compile(const fi_compile_input *in, fi_compile_output *out)
         if (out->log) fi__error_append(out->log);
         goto out;
     }
-    NVRTC_CALL(api.GetCUBINSize(prog, &size), "nvrtcGetCUBINSize");
-    if (!(out->cubin = fi__malloc(size))) FI_FAIL(FI_ENOMEM, "out of memory for a %zu-byte cubin", size);
-    NVRTC_CALL(api.GetCUBIN(prog, out->cubin), "nvrtcGetCUBIN");
+    if (in->ptx) { /* compiled for a virtual arch (compute_XX): PTX text, no cubin */
+        NVRTC_CALL(api.GetPTXSize(prog, &size), "nvrtcGetPTXSize");
+        if (!(out->cubin = fi__malloc(size))) FI_FAIL(FI_ENOMEM, "out of memory for %zu bytes of PTX", size);
+        NVRTC_CALL(api.GetPTX(prog, out->cubin), "nvrtcGetPTX");
+    } else {
+        NVRTC_CALL(api.GetCUBINSize(prog, &size), "nvrtcGetCUBINSize");
+        if (!(out->cubin = fi__malloc(size))) FI_FAIL(FI_ENOMEM, "out of memory for a %zu-byte cubin", size);
+        NVRTC_CALL(api.GetCUBIN(prog, out->cubin), "nvrtcGetCUBIN");
+    }
     out->cubin_size = size;
 out:
     if (prog) api.DestroyProgram(&prog);

@@ -20,6 +20,8 @@ typedef struct fi_compile_input {
     const char *const *header_sources;
     int option_count;
     const char *const *options;  /* must include --gpu-architecture */
+    int ptx;                     /* 1: return PTX (NUL-terminated) in `cubin`; the
+                                    architecture option then names compute_XX */
 } fi_compile_input;
 
 typedef struct fi_compile_output {
@@ -32,5 +34,9 @@ typedef struct fi_compile_output {
  * `out->log` is filled in both cases. */
 int fi__nvrtc_compile(const fi_compile_input *in, fi_compile_output *out);
 void fi__compile_output_free(fi_compile_output *out);
+
+/* The compute capabilities this NVRTC compiles for (75, 80, ..., 90, 100, ...)
+ * into out[0..*count); FI_EUNSUPPORTED when it cannot say (NVRTC < 11.2). */
+int fi__nvrtc_supported_archs(int *out, int max, int *count);
 
 #endif

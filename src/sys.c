@@ -1,6 +1,7 @@
 /*
  * System-call wrappers with a fault-injection seam (see sys.h). In normal use
- * fi__fault() is one relaxed atomic load.
+ * fi__fault() is one relaxed atomic load. Also the environment rules the
+ * library and the CLI share (cache dir, log level).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -261,4 +263,33 @@ int64_t fi__now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- configuration from the environment ------------------------------------ */
+
+int fi__default_cache_dir(char *out, size_t size)
+{
+    const char *env = getenv("FIJIT_CACHE_DIR");
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    int n;
+    /* The XDG base-directory spec: a relative XDG_CACHE_HOME is invalid and ignored. */
+    if (xdg && xdg[0] != '/') xdg = NULL;
+    if (env && *env) n = snprintf(out, size, "%s", env);
+    else if (xdg) n = snprintf(out, size, "%s/fijit", xdg);
+    else if (home && *home) n = snprintf(out, size, "%s/.cache/fijit", home);
+    else return fi__error(FI_EINVALID, "no cache dir: set FIJIT_CACHE_DIR, XDG_CACHE_HOME (absolute) or HOME");
+    if (n < 0 || (size_t)n >= size) return fi__error(FI_EINVALID, "cache dir path is too long");
+    return 0;
+}
+
+int fi__parse_log_level(const char *text)
+{
+    static const char *const names[] = {"off", "error", "warn", "info", "debug"};
+    if (!text) return -1;
+    if (text[0] >= '0' && text[0] <= '4' && !text[1]) return text[0] - '0';
+    for (int i = 0; i < 5; i++)
+        if (strcasecmp(text, names[i]) == 0) return i;
+    if (strcasecmp(text, "warning") == 0) return FI_LOG_WARN;
+    return -1;
 }

@@ -79,4 +79,13 @@ void fi__atomic_abort(fi_atomic_file *f);
 /* Monotonic clock in nanoseconds. */
 int64_t fi__now_ns(void);
 
+/* The cache dir when none is given: $FIJIT_CACHE_DIR, $XDG_CACHE_HOME/fijit
+ * (absolute only, as the XDG spec says; a relative one is ignored),
+ * $HOME/.cache/fijit. fi_error code. */
+int fi__default_cache_dir(char *out, size_t size);
+/* A log level as FIJIT_LOG writes it: 0-4, or off, error, warn(ing), info,
+ * debug (any case). The level, or -1 if `text` is none of these. */
+int fi__parse_log_level(const char *text);
+#define FI_LOG_LEVEL_HELP "0-4, or off, error, warn, info, debug"
+
 #endif

@@ -24,6 +24,9 @@ static const struct {
     {"int*", "int*", FI_VPARAM_PTR, 8},
 };
 
+/* Where a snippet's messages point: the file as the user gave it, else "<name>.cuh". */
+static const char *origin_of(const fi_variant *v) { return v->origin; }
+
 static int identifier_ok(const char *s)
 {
     if (!*s || strlen(s) >= 32 || !(isalpha((unsigned char)*s) || *s == '_')) return 0;
@@ -41,17 +44,17 @@ static int parse_param(fi_variant *v, const char *text, int line)
     size_t start = end;
     while (start > 0 && (isalnum((unsigned char)text[start - 1]) || text[start - 1] == '_')) start--;
     if (start == end || end - start >= sizeof name)
-        return fi__error(FI_EINVALID, "%s.cuh:%d: parameter declaration needs a name", v->name, line);
+        return fi__error(FI_EINVALID, "%s:%d: parameter declaration needs a name", origin_of(v), line);
     memcpy(name, text + start, end - start);
     for (size_t i = 0, t = 0; i < start && t + 1 < sizeof type; i++)
         if (!isspace((unsigned char)text[i])) type[t++] = text[i];
     if (!identifier_ok(name))
-        return fi__error(FI_EINVALID, "%s.cuh:%d: bad parameter name '%s'", v->name, line, name);
+        return fi__error(FI_EINVALID, "%s:%d: bad parameter name '%s'", origin_of(v), line, name);
     for (int i = 0; i < v->param_count; i++)
         if (strcmp(v->params[i].name, name) == 0)
-            return fi__error(FI_EINVALID, "%s.cuh:%d: parameter '%s' declared twice", v->name, line, name);
+            return fi__error(FI_EINVALID, "%s:%d: parameter '%s' declared twice", origin_of(v), line, name);
     if (v->param_count == FI_VARIANT_MAX_PARAMS)
-        return fi__error(FI_EINVALID, "%s.cuh:%d: more than %d parameters", v->name, line,
+        return fi__error(FI_EINVALID, "%s:%d: more than %d parameters", origin_of(v), line,
                          FI_VARIANT_MAX_PARAMS);
     for (size_t i = 0; i < sizeof param_types / sizeof param_types[0]; i++) {
         if (strcmp(param_types[i].spelling, type) != 0) continue;
@@ -65,29 +68,147 @@ static int parse_param(fi_variant *v, const char *text, int line)
         return 0;
     }
     return fi__error(FI_EINVALID,
-                     "%s.cuh:%d: parameter '%s' has unsupported type '%s' (float, int, const float*, const int*, float*, int*)",
-                     v->name, line, name, type);
+                     "%s:%d: parameter '%s' has unsupported type '%s' (float, int, const float*, const int*, float*, int*)",
+                     origin_of(v), line, name, type);
 }
 
-/* Find "//! param" directives and check that (), [] and {} balance outside
- * comments, string and character literals. */
+/* Directives a snippet may use. Everything else is refused: #include and its
+ * kin (#include_next, #import, #embed) would compile a file whose bytes are
+ * not in the key (an edit would reuse a stale cubin) and could copy its text
+ * into error messages; #line would misplace messages. */
+static const char *const allowed_directives[] = {
+    "define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif",
+    "error", "warning", "pragma",
+};
+
+/* Pragmas that only steer code generation or diagnostics. */
+static int pragma_allowed(const char *name)
+{
+    return strcmp(name, "unroll") == 0 || strcmp(name, "nounroll") == 0 ||
+           strncmp(name, "nv_diag_", 8) == 0 || strncmp(name, "diag_", 5) == 0;
+}
+
+/* Identifiers that reach files from inside an expression. */
+static int identifier_refused(const char *id)
+{
+    return strcmp(id, "__has_include") == 0 || strcmp(id, "__has_include_next") == 0 ||
+           strcmp(id, "__has_embed") == 0 || strcmp(id, "_Pragma") == 0 ||
+           strcmp(id, "__pragma") == 0;
+}
+
+/* A backslash-newline (line splice) at p: its length, else 0. */
+static int splice_at(const char *p)
+{
+    if (p[0] != '\\') return 0;
+    if (p[1] == '\n') return 2;
+    if (p[1] == '\r' && p[2] == '\n') return 3;
+    return 0;
+}
+
+/* Skip spaces, tabs, block comments and line splices inside a directive line. */
+static const char *skip_directive_space(const char *p, int *line)
+{
+    for (;;) {
+        int n = splice_at(p);
+        if (n) {
+            p += n;
+            ++*line;
+        } else if (*p == ' ' || *p == '\t' || *p == '\f' || *p == '\v' || *p == '\r') {
+            p++;
+        } else if (p[0] == '/' && p[1] == '*') {
+            for (p += 2; *p && !(p[0] == '*' && p[1] == '/'); p++)
+                if (*p == '\n') ++*line;
+            if (*p) p += 2;
+        } else {
+            return p;
+        }
+    }
+}
+
+/* Read an identifier at p (line splices inside it are part of it, as for
+ * the compiler) into out (truncated to size-1). Returns the end. */
+static const char *read_identifier(const char *p, char *out, size_t size, int *line)
+{
+    size_t n = 0;
+    for (;;) {
+        int sp = splice_at(p);
+        if (sp) {
+            p += sp;
+            ++*line;
+            continue;
+        }
+        if (!isalnum((unsigned char)*p) && *p != '_') break;
+        if (n + 1 < size) out[n++] = *p;
+        p++;
+    }
+    out[n] = '\0';
+    return p;
+}
+
+/* A directive starts at p (after its '#', '%:' or '??='): refuse what a
+ * snippet may not use. */
+static int check_directive(const fi_variant *v, const char *p, int line)
+{
+    char name[64], sub[64] = "";
+    int at = line;
+    p = skip_directive_space(p, &at);
+    if (!isalpha((unsigned char)*p) && *p != '_') return 0; /* the null directive, or a number */
+    p = read_identifier(p, name, sizeof name, &at);
+    if (strcmp(name, "line") == 0)
+        return fi__error(FI_ECOMPILE, "%s:%d: #line is not allowed in a variant", origin_of(v), line);
+    if (strcmp(name, "pragma") == 0) {
+        p = skip_directive_space(p, &at);
+        read_identifier(p, sub, sizeof sub, &at);
+        if (sub[0] && !pragma_allowed(sub))
+            return fi__error(FI_ECOMPILE,
+                             "%s:%d: #pragma %s is not allowed in a variant (allowed: unroll, "
+                             "nounroll, nv_diag_*)", origin_of(v), line, sub);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof allowed_directives / sizeof *allowed_directives; i++)
+        if (strcmp(name, allowed_directives[i]) == 0) return 0;
+    if (strncmp(name, "include", 7) == 0 || strcmp(name, "import") == 0 ||
+        strcmp(name, "embed") == 0)
+        return fi__error(FI_ECOMPILE,
+                         "%s:%d: #%s is not allowed in a variant: a snippet is one self-contained "
+                         "text (fijit's headers are already included; the bytes of any other "
+                         "file would not be part of the cache key)", origin_of(v), line, name);
+    return fi__error(FI_ECOMPILE, "%s:%d: #%s is not allowed in a variant", origin_of(v), line,
+                     name);
+}
+
+/* Find "//! param" directives; check that (), [] and {} balance outside
+ * comments, string and character literals; refuse preprocessor access to
+ * files; and find the definition of Variant. */
 static int scan_source(fi_variant *v)
 {
     char open_stack[256];
-    int open_line[256], depth = 0, line = 1, rc = 0;
+    int open_line[256], depth = 0, braces = 0, line = 1, rc = 0;
+    int line_start = 1;      /* only spaces and comments so far on this (logical) line */
+    int defines_variant = 0; /* `struct|class|using Variant`, or a typedef naming it, at file scope */
+    int typedef_open = 0;    /* a file-scope typedef whose ';' has not come yet */
+    char previous[64] = "";  /* the last identifier */
     const char *s = v->source;
     for (const char *p = s; *p; p++) {
-        if (*p == '\n') {
+        int splice = splice_at(p);
+        if (splice) {
+            p += splice - 1;
             line++;
             continue;
         }
+        if (*p == '\n') {
+            line++;
+            line_start = 1;
+            continue;
+        }
+        if (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\f' || *p == '\v') continue;
         if (p[0] == '/' && p[1] == '/') {
             if (strncmp(p, "//! param ", 10) == 0) {
                 char text[128];
                 const char *eol = strchr(p, '\n');
                 size_t len = eol ? (size_t)(eol - p - 10) : strlen(p + 10);
                 if (len >= sizeof text)
-                    return fi__error(FI_EINVALID, "%s.cuh:%d: parameter declaration too long", v->name, line);
+                    return fi__error(FI_EINVALID, "%s:%d: parameter declaration too long", origin_of(v), line);
                 memcpy(text, p + 10, len);
                 text[len] = '\0';
                 if ((rc = parse_param(v, text, line)) < 0) return rc;
@@ -98,41 +219,90 @@ static int scan_source(fi_variant *v)
         if (p[0] == '/' && p[1] == '*') {
             for (p += 2; *p && !(p[0] == '*' && p[1] == '/'); p++)
                 if (*p == '\n') line++;
-            if (!*p) return fi__error(FI_ECOMPILE, "%s.cuh:%d: unterminated comment", v->name, line);
+            if (!*p) return fi__error(FI_ECOMPILE, "%s:%d: unterminated comment", origin_of(v), line);
             p++;
+            continue;
+        }
+        /* Token pasting could assemble __has_include (or a pragma's words)
+         * out of pieces no check can see. */
+        const char *next = p + 1;
+        while (splice_at(next)) next += splice_at(next);
+        if ((*p == '#' && *next == '#') || (strncmp(p, "%:", 2) == 0 && strncmp(p + 2, "%:", 2) == 0))
+            return fi__error(FI_ECOMPILE, "%s:%d: token pasting (##) is not allowed in a variant",
+                             origin_of(v), line);
+        /* The length of '#', its digraph '%:' or its trigraph, first on a line. */
+        int directive = !line_start ? 0 : *p == '#' ? 1 : strncmp(p, "%:", 2) == 0 ? 2
+                      : strncmp(p, "?" "?=", 3) == 0 ? 3 : 0;
+        line_start = 0;
+        if (directive) {
+            if ((rc = check_directive(v, p + directive, line)) < 0) return rc;
+            p += directive - 1;
             continue;
         }
         if (*p == '"' || *p == '\'') {
             char quote = *p;
             for (p++; *p && *p != quote && *p != '\n'; p++)
-                if (*p == '\\' && p[1]) p++;
+                if (*p == '\\' && p[1]) {
+                    if (p[1] == '\n') line++;
+                    p++;
+                }
             if (*p != quote)
-                return fi__error(FI_ECOMPILE, "%s.cuh:%d: unterminated %s literal", v->name, line,
+                return fi__error(FI_ECOMPILE, "%s:%d: unterminated %s literal", origin_of(v), line,
                                  quote == '"' ? "string" : "character");
             continue;
         }
-        if (*p == '#' && strncmp(p, "#line", 5) == 0)
-            return fi__error(FI_ECOMPILE, "%s.cuh:%d: #line is not allowed in a variant", v->name, line);
+        if (isalpha((unsigned char)*p) || *p == '_') {
+            char id[64];
+            int at = line;
+            const char *end = read_identifier(p, id, sizeof id, &line);
+            if (identifier_refused(id))
+                return fi__error(FI_ECOMPILE, "%s:%d: %s is not allowed in a variant (a snippet may "
+                                 "not reach other files)", origin_of(v), at, id);
+            if (braces == 0) {
+                if (strcmp(id, "typedef") == 0) typedef_open = 1;
+                if (strcmp(id, "Variant") == 0 &&
+                    (strcmp(previous, "struct") == 0 || strcmp(previous, "class") == 0 ||
+                     strcmp(previous, "using") == 0 || typedef_open))
+                    defines_variant = 1;
+            }
+            snprintf(previous, sizeof previous, "%s", id);
+            p = end - 1;
+            continue;
+        }
+        previous[0] = '\0';
+        if (*p == ';' && braces == 0) typedef_open = 0;
         if (*p == '(' || *p == '[' || *p == '{') {
             if (depth == (int)sizeof open_stack)
-                return fi__error(FI_ECOMPILE, "%s.cuh:%d: nesting too deep", v->name, line);
+                return fi__error(FI_ECOMPILE, "%s:%d: nesting too deep", origin_of(v), line);
             open_line[depth] = line;
             open_stack[depth++] = *p;
+            braces += *p == '{';
         } else if (*p == ')' || *p == ']' || *p == '}') {
             char want = *p == ')' ? '(' : *p == ']' ? '[' : '{';
             if (depth == 0 || open_stack[depth - 1] != want)
-                return fi__error(FI_ECOMPILE, "%s.cuh:%d: unbalanced '%c' (no matching '%c' in the variant)",
-                                 v->name, line, *p, want);
+                return fi__error(FI_ECOMPILE, "%s:%d: unbalanced '%c' (no matching '%c' in the variant)",
+                                 origin_of(v), line, *p, want);
             depth--;
+            braces -= *p == '}';
         }
     }
     if (depth > 0)
-        return fi__error(FI_ECOMPILE, "%s.cuh:%d: unbalanced '%c' (not closed in the variant)", v->name,
+        return fi__error(FI_ECOMPILE, "%s:%d: unbalanced '%c' (not closed in the variant)", origin_of(v),
                          open_line[depth - 1], open_stack[depth - 1]);
+    if (!defines_variant)
+        return fi__error(FI_ECOMPILE,
+                         "%s: the snippet defines no struct Variant (a variant defines "
+                         "`struct Variant : fijit::DefaultVariant { ... };` and overrides the hooks "
+                         "it needs)", origin_of(v));
     return 0;
 }
 
 int fi__variant_new(fi_variant **out, const char *name, const char *source)
+{
+    return fi__variant_new_as(out, name, source, NULL);
+}
+
+int fi__variant_new_as(fi_variant **out, const char *name, const char *source, const char *origin)
 {
     int rc = 0;
     fi_variant *v = NULL;
@@ -149,6 +319,12 @@ int fi__variant_new(fi_variant **out, const char *name, const char *source)
     if (!(v = fi__calloc(1, sizeof *v)) || !(v->source = fi__strdup(source)))
         FI_FAIL(FI_ENOMEM, "out of memory registering variant '%s'", name);
     snprintf(v->name, sizeof v->name, "%s", name);
+    if (origin && *origin) {
+        v->origin = fi__strdup(origin);
+    } else if ((v->origin = fi__malloc(strlen(name) + 5))) {
+        snprintf(v->origin, strlen(name) + 5, "%s.cuh", name);
+    }
+    if (!v->origin) FI_FAIL(FI_ENOMEM, "out of memory registering variant '%s'", name);
     v->hash = XXH3_64bits(source, size);
     FI_TRY(scan_source(v));
     *out = v;
@@ -162,6 +338,7 @@ void fi__variant_free(fi_variant *v)
 {
     if (!v) return;
     fi__free(v->source);
+    fi__free(v->origin);
     fi__free(v);
 }
 
@@ -242,21 +419,34 @@ int fi__variant_pack(const fi_variant *v, const char *who, const fi_variant_arg 
 int fi__variant_annotate_log(const fi_variant *v, const char *log, char **out)
 {
     char tag[80];
-    size_t cap = strlen(log) * 2 + 256, used = 0;
+    snprintf(tag, sizeof tag, "%s.cuh(", v->name);
+    size_t tags = 0, tag_len = strlen(tag), origin_len = strlen(v->origin);
+    for (const char *t = strstr(log, tag); t; t = strstr(t + 1, tag)) tags++;
+    /* Room for the log, a quoted line under each, and the origin for each tag. */
+    size_t cap = strlen(log) * 2 + 256 + tags * (origin_len + 1), used = 0;
     char *text = fi__malloc(cap);
     *out = NULL;
     if (!text) return fi__error(FI_ENOMEM, "out of memory");
-    snprintf(tag, sizeof tag, "%s.cuh(", v->name);
     for (const char *line = log; *line;) {
         const char *eol = strchr(line, '\n');
         size_t len = eol ? (size_t)(eol - line) : strlen(line);
         int number = 0;
         const char *at = strstr(line, tag);
-        if (used + len + 2 >= cap) break;
-        memcpy(text + used, line, len);
-        used += len;
+        if (at && at >= line + len) at = NULL;
+        if (used + len + origin_len + 2 >= cap) break;
+        if (at) {
+            /* "name.cuh(N)" becomes "<the file as given>(N)". */
+            size_t before = (size_t)(at - line), after = len - before - (tag_len - 1);
+            memcpy(text + used, line, before);
+            memcpy(text + used + before, v->origin, origin_len);
+            memcpy(text + used + before + origin_len, at + tag_len - 1, after);
+            used += before + origin_len + after;
+        } else {
+            memcpy(text + used, line, len);
+            used += len;
+        }
         text[used++] = '\n';
-        if (at && at < line + len && sscanf(at + strlen(tag), "%d", &number) == 1 && number > 0) {
+        if (at && sscanf(at + tag_len, "%d", &number) == 1 && number > 0) {
             /* Quote the snippet's own line under the message. */
             const char *src = v->source;
             for (int n = 1; n < number && src; n++) src = strchr(src, '\n'), src = src ? src + 1 : NULL;

@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "embedded.h"
+#include "error.h"
 #include "expand.h"
 #include "key.h"
 #include "kinds.h"
@@ -463,4 +464,125 @@ TEST(memory_only_context_counts_and_serves)
     CHECK(stats.compiles == 1 && stats.misses == 1 && stats.entries == 0);
     struct stat st;
     CHECK_MSG(stat(dir, &st) != 0, "a memory-only context created %s", dir);
+}
+
+/* Prewarm's job is to store: a kernel that compiled but could not be written
+ * (a full disk) is an error, not FI_BUILD_COMPILED, and the compile counts. */
+TEST(prewarm_fails_when_the_cache_cannot_store_the_kernel)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_stats stats;
+    fi_build_outcome outcome = FI_BUILD_CACHED;
+    fi_jit_spec a = parse_or_die("decode q=fp16 hd=64"), b = parse_or_die("decode q=bf16 hd=64");
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+    int rc_a = fi_jit_prewarm(ctx, &a, NULL, NULL); /* loads NVRTC, opens the index */
+    fi__fault_arm(FI_FAULT_DISK_FULL, 1, 1);
+    int rc_b = fi_jit_prewarm(ctx, &b, NULL, &outcome);
+    char message[2048];
+    snprintf(message, sizeof message, "%s", fi_last_error());
+    fi__fault_arm(0, 0, 0);
+    int rc_s = fi_jit_stats_get(ctx, &stats);
+    fi_jit_ctx_free(ctx);
+    CHECK_OK(rc_a);
+    CHECK_MSG(rc_b == FI_EIO, "prewarm on a full disk gave %d (outcome %d): %s", rc_b, outcome,
+              message);
+    CHECK_MSG(strstr(message, "decode q=bf16") && strstr(message, "not stored"), "%s", message);
+    CHECK_OK(rc_s);
+    CHECK_MSG(stats.compiles == 2 && stats.entries == 1, "compiles %lld entries %lld",
+              (long long)stats.compiles, (long long)stats.entries);
+}
+
+/* Counts a context could not write to the index (its statistics write failed)
+ * are kept and written by a later flush, not dropped: find the first SQLite
+ * fault point after the compile, fail every SQLite call from there on, then
+ * read the statistics with faults off. */
+TEST(compiles_are_counted_when_a_statistics_write_fails)
+{
+    fi_jit_spec a = parse_or_die("decode q=fp16 hd=64"), b = parse_or_die("decode q=bf16 hd=64");
+    for (long n = 1; n < 200; n++) {
+        fi_jit_ctx *ctx = NULL;
+        fi_jit_stats stats;
+        CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+        int rc = fi_jit_prewarm(ctx, &a, NULL, NULL); /* cached after the first round */
+        if (rc < 0) fi_jit_ctx_free(ctx);
+        CHECK_OK(rc);
+        fi__fault_arm(FI_FAULT_SQL, n, 1);
+        rc = fi_jit_prewarm(ctx, &b, NULL, NULL);
+        int compiled = rc == 0 || strstr(fi_last_error(), "not stored") != NULL;
+        long fired = fi__fault_count();
+        fi__fault_arm(0, 0, 0);
+        int rc_s = compiled ? fi_jit_stats_get(ctx, &stats) : 0;
+        fi_jit_ctx_free(ctx);
+        if (!compiled) continue; /* the fault came before the compile */
+        CHECK_MSG(fired > 0, "fault point %ld: the compile ran past every SQLite call", n);
+        CHECK_OK(rc_s);
+        CHECK_MSG(stats.compiles == 2 && stats.entries == 1,
+                  "fault point %ld: compiles %lld entries %lld", n, (long long)stats.compiles,
+                  (long long)stats.entries);
+        CHECK_MSG(rc == FI_EIO, "fault point %ld: prewarm gave %d", n, rc);
+        return;
+    }
+    CHECK_MSG(0, "no SQLite fault point reached the compile");
+}
+
+/* Configuration from the environment: a relative XDG_CACHE_HOME is ignored
+ * (XDG base-directory spec), and a FIJIT_LOG that is not a level warns and
+ * keeps the level the options ask for instead of silencing the library. */
+TEST(environment_cache_dir_and_log_level_rules)
+{
+    char dir[4200], log[4300];
+    const char *home = getenv("HOME");
+    char saved_home[4096];
+    snprintf(saved_home, sizeof saved_home, "%s", home ? home : "");
+    unsetenv("FIJIT_CACHE_DIR");
+    setenv("HOME", "/home/someone", 1);
+    setenv("XDG_CACHE_HOME", "relative/cache", 1);
+    int rc_rel = fi__default_cache_dir(dir, sizeof dir);
+    char rel[4200];
+    snprintf(rel, sizeof rel, "%s", dir);
+    setenv("XDG_CACHE_HOME", "/var/cache/me", 1);
+    int rc_abs = fi__default_cache_dir(dir, sizeof dir);
+    unsetenv("XDG_CACHE_HOME");
+    setenv("HOME", saved_home, 1);
+    CHECK_OK(rc_rel);
+    CHECK_MSG(strcmp(rel, "/home/someone/.cache/fijit") == 0, "relative XDG_CACHE_HOME gave %s", rel);
+    CHECK_OK(rc_abs);
+    CHECK_MSG(strcmp(dir, "/var/cache/me/fijit") == 0, "%s", dir);
+
+    CHECK(fi__parse_log_level("3") == FI_LOG_INFO && fi__parse_log_level("debug") == FI_LOG_DEBUG &&
+          fi__parse_log_level("OFF") == FI_LOG_OFF && fi__parse_log_level("Warn") == FI_LOG_WARN);
+    CHECK(fi__parse_log_level("abc") < 0 && fi__parse_log_level("5") < 0 &&
+          fi__parse_log_level("") < 0 && fi__parse_log_level("33") < 0);
+
+    /* FIJIT_LOG=abc: one warning naming it, and warnings still shown. */
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    snprintf(log, sizeof log, "%s/stderr.txt", check_tmpdir);
+    opts.cache_dir = dir;
+    opts.use_disk_cache = 0;
+    fflush(stderr);
+    int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    setenv("FIJIT_LOG", "abc", 1);
+    int rc = fi_jit_ctx_new(&ctx, &opts);
+    unsetenv("FIJIT_LOG");
+    fi__log(FI_LOG_WARN, "a later warning");
+    fi__log(FI_LOG_INFO, "an info line");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fi_jit_ctx_free(ctx);
+    fi__log_set_level(FI_LOG_WARN);
+    CHECK_OK(rc);
+    char text[4096] = "";
+    FILE *f = fopen(log, "r");
+    CHECK(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    CHECK_MSG(strstr(text, "FIJIT_LOG='abc' is not a log level") && strstr(text, "a later warning") &&
+              !strstr(text, "an info line"), "stderr was: %s", text);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "sys.h"
 #include "variant.h"
 
 static const char *const doubled_output =
@@ -322,4 +323,145 @@ TEST(variant_launch_arguments_are_checked)
     CHECK_RC(fi_prefill_run(ctx, &prefill, &pa, NULL), FI_EINVALID);
     CHECK_MSG(strstr(fi_last_error(), "prefill: variant 'every_hook' declares 3"), "%s", fi_last_error());
     fi_jit_ctx_free(ctx);
+}
+
+/* A snippet is one self-contained text: every way of reaching another file
+ * through the preprocessor is refused at registration, with the snippet's
+ * line, and the file's text never shows up in a message. */
+TEST(variant_may_not_reach_other_files)
+{
+    char secret[4300];
+    snprintf(secret, sizeof secret, "%s/secret.h", check_tmpdir);
+    FILE *f = fopen(secret, "w");
+    CHECK(f);
+    fputs("#error SECRET_TEXT_OF_ANOTHER_FILE\n", f);
+    fclose(f);
+    static const char *const body = "struct Variant : fijit::DefaultVariant {};\n";
+    struct {
+        const char *what, *first, *says;
+        int line;
+    } refused[] = {
+        {"absolute include", "#include \"%s\"\n", "#include is not allowed", 2},
+        {"angle include", "#include <%s>\n", "#include is not allowed", 2},
+        {"relative include", "#include \"fijit_common.cuh\"%.0s\n", "#include is not allowed", 2},
+        {"spaced include", "  #   include \"%s\"\n", "#include is not allowed", 2},
+        {"comment before it", "/* a */ # /* b */ include \"%s\"\n", "#include is not allowed", 2},
+        {"digraph", "%%:include \"%s\"\n", "#include is not allowed", 2},
+        {"spliced name", "#inc\\\nlude \"%s\"\n", "#include is not allowed", 2},
+        {"include_next", "#include_next \"%s\"\n", "#include_next is not allowed", 2},
+        {"import", "#import \"%s\"\n", "#import is not allowed", 2},
+        {"embed", "constexpr char data[] = {\n#embed \"%s\"\n};\n", "#embed is not allowed", 3},
+        {"__has_include", "#if __has_include(\"%s\")\n#endif\n", "__has_include is not allowed", 2},
+        {"_Pragma", "_Pragma(\"GCC dependency \\\"%s\\\"\")\n", "_Pragma is not allowed", 2},
+        {"pragma dependency", "#pragma GCC dependency \"%s\"\n", "#pragma GCC is not allowed", 2},
+        {"unknown directive", "#ident \"%s\"\n", "#ident is not allowed", 2},
+        {"pasted __has_include", "#define CAT(a, b) a##b\n#if CAT(__has_, include)(\"%s\")\n#endif\n",
+         "token pasting (##) is not allowed", 2},
+        {"spliced paste", "#define CAT(a, b) a#\\\n#b\n// %s\n", "token pasting (##) is not allowed", 2},
+    };
+    fi_jit_ctx *ctx = open_ctx();
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char source[16384], first[4600], where[32];
+        snprintf(first, sizeof first, refused[i].first, secret);
+        snprintf(source, sizeof source, "// line 1\n%s%s", first, body);
+        snprintf(where, sizeof where, "bad.cuh:%d: ", refused[i].line);
+        int rc = fi_jit_variant_register(ctx, "bad", source, 0);
+        CHECK_MSG(rc == FI_ECOMPILE, "%s: register gave %d: %s", refused[i].what, rc, fi_last_error());
+        CHECK_MSG(strstr(fi_last_error(), where) && strstr(fi_last_error(), refused[i].says) &&
+                      !strstr(fi_last_error(), "SECRET_TEXT"),
+                  "%s: want '%s%s', got: %.3000s", refused[i].what, where, refused[i].says,
+                  fi_last_error());
+    }
+    /* Directives that stay inside the snippet are fine; so is the word
+     * "include" where it is not a directive. */
+    static const char *const allowed =
+        "#define SCALE 2.0f\n"
+        "#if defined(SCALE) && SCALE > 1\n"
+        "#pragma nv_diag_suppress 177\n"
+        "#endif\n"
+        "// #include <this is a comment>\n"
+        "static constexpr const char *include = \"#include <x>\";\n"
+        "struct Variant : fijit::DefaultVariant {\n"
+        "    template <class P>\n"
+        "    static __device__ float output_transform(const P &p, float o, int h, int d, float lse)\n"
+        "    {\n"
+        "#pragma unroll\n"
+        "        for (int i = 0; i < 1; i++) o *= SCALE;\n"
+        "        return o;\n"
+        "    }\n"
+        "};\n";
+    CHECK_MSG(fi_jit_variant_register(ctx, "fine", allowed, 0) == 0, "%s", fi_last_error());
+    fi_jit_ctx_free(ctx);
+}
+
+/* A snippet without `struct Variant` gets one message, before any compile. */
+TEST(variant_without_struct_variant_is_one_clear_error)
+{
+    fi_jit_ctx *ctx = open_ctx();
+    static const char *const missing[] = {
+        "struct Varient : fijit::DefaultVariant {};\n",
+        "// struct Variant : fijit::DefaultVariant {};\n",
+        "namespace inner { struct Variant : fijit::DefaultVariant {}; }\n",
+        "template <class P> __device__ float helper(const P &p) { return p.sm_scale; }\n",
+    };
+    for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
+        CHECK_RC(fi_jit_variant_register(ctx, "novariant", missing[i], 0), FI_ECOMPILE);
+        CHECK_MSG(strstr(fi_last_error(), "novariant.cuh: the snippet defines no struct Variant"),
+                  "case %zu: %s", i, fi_last_error());
+    }
+    CHECK_OK(fi_jit_variant_register(ctx, "alias", "using Variant = fijit::DefaultVariant;\n", 0));
+    CHECK_OK(fi_jit_variant_register(ctx, "td", "typedef fijit::DefaultVariant Variant;\n", 0));
+    CHECK_OK(fi_jit_variant_register(ctx, "cls", "class Variant : public fijit::DefaultVariant {};\n", 0));
+    fi_jit_ctx_free(ctx);
+}
+
+/* Registered from a file, messages name that file as given, with the
+ * snippet's own line numbers; the key does not depend on the path. */
+TEST(variant_errors_name_the_file_as_given)
+{
+    char dir[4300], path[4400], other[4400];
+    snprintf(dir, sizeof dir, "%s/dir", check_tmpdir);
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(path, sizeof path, "%s/my.bad.cuh", dir);
+    snprintf(other, sizeof other, "%s/my.cuh", check_tmpdir);
+    static const char *const broken =
+        "struct Variant : fijit::DefaultVariant {\n"
+        "    template <class P>\n"
+        "    static __device__ float output_transform(const P &p, float o, int h, int d, float lse) { return o * nope; }\n"
+        "};\n";
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(i ? other : path, "w");
+        CHECK(f);
+        fputs(broken, f);
+        fclose(f);
+    }
+    fi_jit_ctx *a = open_ctx(), *b = open_ctx();
+    fi_jit_spec spec = variant_spec("my");
+    char key_a[33], key_b[33], want[4500];
+    CHECK_OK(fi_jit_variant_register_file(a, NULL, path, 0));
+    CHECK_OK(fi_jit_variant_register_file(b, NULL, other, 0));
+    CHECK_OK(key_of(a, &spec, key_a));
+    CHECK_OK(key_of(b, &spec, key_b));
+    CHECK_MSG(strcmp(key_a, key_b) == 0, "the path changed the key: %s vs %s", key_a, key_b);
+    int rc = fi_jit_prewarm(a, &spec, NULL, NULL);
+    char message[16384];
+    snprintf(message, sizeof message, "%s", fi_last_error());
+    fi_jit_ctx_free(a);
+    fi_jit_ctx_free(b);
+    CHECK_RC(rc, FI_ECOMPILE);
+    snprintf(want, sizeof want, "\n%s(3): error", path);
+    CHECK_MSG(strstr(message, want) && strstr(message, "   3 |") && !strstr(message, "my.cuh("),
+              "want '%.2000s' and the line quoted:\n%.3000s", want + 1, message);
+    /* Registration errors too. */
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    fputs("struct Variant : fijit::DefaultVariant {};\n#include \"x.h\"\n", f);
+    fclose(f);
+    fi_jit_ctx *c = open_ctx();
+    rc = fi_jit_variant_register_file(c, NULL, path, 0);
+    snprintf(message, sizeof message, "%s", fi_last_error());
+    fi_jit_ctx_free(c);
+    snprintf(want, sizeof want, "%s:2: #include is not allowed", path);
+    CHECK_RC(rc, FI_ECOMPILE);
+    CHECK_MSG(strstr(message, want), "want '%.3000s', got %.3000s", want, message);
 }

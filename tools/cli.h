@@ -60,11 +60,23 @@ int cli_runtime_error(const cli_command *cmd, const char *what);
 extern const char *cli_cache_dir_option;
 
 /* The cache directory the library would use (--cache-dir, FIJIT_CACHE_DIR,
- * XDG_CACHE_HOME/fijit, ~/.cache/fijit), copied into `out`. fi_error code. */
+ * XDG_CACHE_HOME/fijit if absolute, ~/.cache/fijit), copied into `out`, found
+ * without a context (so without FIJIT_ARCH, and creating nothing). fi_error code. */
 int cli_resolve_cache_dir(char *out, size_t size);
-/* Open the cache the command works on. Prints the error; returns an exit code
- * (0 on success). */
-int cli_open_store(const cli_command *cmd, fi_store **out);
+/* Open the cache the command works on, its directory in `dir`. A directory
+ * that does not exist is an empty cache: 0 with *out NULL, nothing created.
+ * Prints the error; returns an exit code (0 on success). */
+int cli_open_store(const cli_command *cmd, fi_store **out, char dir[4096]);
+
+/* Environment values a command uses, checked before it does anything: a bad
+ * one is a usage error (exit 2) like a bad option. */
+enum { CLI_ENV_LOG = 1u << 0, CLI_ENV_SIZE = 1u << 1, CLI_ENV_ARCH = 1u << 2 };
+/* -1 to go on, or CLI_EXIT_USAGE after printing which value is wrong. */
+int cli_check_env(const cli_command *cmd, unsigned which);
+/* An arch the command will compile for: well formed and one the NVRTC in use
+ * compiles for. `what` names its source ("--arch", "FIJIT_ARCH"). -1 or
+ * CLI_EXIT_USAGE. */
+int cli_check_arch(const cli_command *cmd, const char *what, const char *arch);
 
 /* "500M", "2G", "1.5G", "123" (bytes; K/M/G/T are powers of 1024, an optional
  * trailing B or iB is accepted). 0 on success, -1 on a malformed value. */

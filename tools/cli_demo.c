@@ -128,6 +128,7 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
     };
     int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
+    if ((rc = cli_check_env(cmd, CLI_ENV_LOG | CLI_ENV_SIZE | CLI_ENV_ARCH)) >= 0) return rc;
     int kv_len = 4096;
     if (options[OPT_KV_LEN].value && cli_parse_positive_int(options[OPT_KV_LEN].value, &kv_len) < 0)
         return cli_usage_error(cmd, "--kv-len '%s': expected a positive number",

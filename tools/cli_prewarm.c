@@ -557,6 +557,17 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     if (options[OPT_JOBS].value && cli_parse_positive_int(options[OPT_JOBS].value, &jobs_wanted) < 0)
         return cli_usage_error(cmd, "-j '%s': expected a positive number of workers",
                                options[OPT_JOBS].value);
+    /* A worker is a process with its own NVRTC: past two per CPU they only
+     * compete for memory. */
+    int jobs_cap = cpus > 0 && cpus < 100000 ? (int)cpus * 2 : 2;
+    if (jobs_wanted > jobs_cap) {
+        fprintf(stderr, "fijit prewarm: -j %d is more than twice the %ld online CPUs; using %d "
+                "workers\n", jobs_wanted, cpus > 0 ? cpus : 1, jobs_cap);
+        jobs_wanted = jobs_cap;
+    }
+    if ((rc = cli_check_env(cmd, CLI_ENV_LOG | CLI_ENV_SIZE |
+                                     (options[OPT_ARCH].value ? 0 : CLI_ENV_ARCH))) >= 0)
+        return rc;
 
     char **arches = NULL;
     int arch_count = 0;
@@ -571,12 +582,8 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
                                  options[OPT_ARCH].value);
             goto out;
         }
-        for (int a = 0; a < arch_count; a++) {
-            if (fi__arch_check(arches[a]) < 0) {
-                rc = cli_usage_error(cmd, "--arch %s: %s", arches[a], fi_last_error());
-                goto out;
-            }
-        }
+        for (int a = 0; a < arch_count; a++)
+            if ((rc = cli_check_arch(cmd, "--arch", arches[a])) >= 0) goto out;
     } else {
         /* Resolved here, once, so that every line names the arch it built. */
         char arch[16];

@@ -13,10 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda_drv.h"
+#include "error.h"
+#include "nvrtc.h"
+#include "spec.h"
+#include "sys.h"
 
 const char *cli_cache_dir_option;
 
@@ -276,29 +281,65 @@ int cli_split_list(const char *text, char ***out, int *out_count)
 int cli_resolve_cache_dir(char *out, size_t size)
 {
     if (cli_cache_dir_option) {
-        snprintf(out, size, "%s", cli_cache_dir_option);
+        if ((size_t)snprintf(out, size, "%s", cli_cache_dir_option) >= size)
+            return fi__error(FI_EINVALID, "--cache-dir is too long");
         return 0;
     }
-    /* The library owns the default rule; ask a context for it. */
-    fi_jit_ctx *ctx = NULL;
-    int rc = fi_jit_ctx_new(&ctx, NULL);
-    if (rc < 0) return rc;
-    snprintf(out, size, "%s", fi_jit_ctx_cache_dir(ctx));
-    fi_jit_ctx_free(ctx);
-    return 0;
+    /* The library's own rule, without a context: no arch, no store opened. */
+    return fi__default_cache_dir(out, size);
 }
 
-int cli_open_store(const cli_command *cmd, fi_store **out)
+int cli_open_store(const cli_command *cmd, fi_store **out, char dir[4096])
 {
-    char dir[4096];
-    if (cli_resolve_cache_dir(dir, sizeof dir) < 0)
+    struct stat sb;
+    *out = NULL;
+    if (cli_resolve_cache_dir(dir, 4096) < 0)
         return cli_runtime_error(cmd, "cannot find the cache directory");
+    /* Nothing there yet: an empty cache, and looking at it creates nothing. */
+    if (stat(dir, &sb) < 0 && errno == ENOENT) return CLI_EXIT_OK;
     if (fi_store_open(out, dir, 0, 0) < 0) {
         char what[4200];
         snprintf(what, sizeof what, "cannot open the cache at %s", dir);
         return cli_runtime_error(cmd, what);
     }
     return CLI_EXIT_OK;
+}
+
+int cli_check_env(const cli_command *cmd, unsigned which)
+{
+    const char *v;
+    int64_t bytes;
+    if ((which & CLI_ENV_LOG) && (v = getenv("FIJIT_LOG")) && *v && fi__parse_log_level(v) < 0)
+        return cli_usage_error(cmd, "FIJIT_LOG '%s': expected a log level (" FI_LOG_LEVEL_HELP ")", v);
+    if ((which & CLI_ENV_SIZE) && (v = getenv("FIJIT_MAX_CACHE_SIZE")) && *v &&
+        cli_parse_size(v, &bytes) < 0)
+        return cli_usage_error(cmd, "FIJIT_MAX_CACHE_SIZE '%s': expected bytes with an optional "
+                               "K, M, G or T suffix, e.g. 500M or 2G", v);
+    if ((which & CLI_ENV_ARCH) && (v = getenv("FIJIT_ARCH")) && *v)
+        return cli_check_arch(cmd, "FIJIT_ARCH", v);
+    return -1;
+}
+
+int cli_check_arch(const cli_command *cmd, const char *what, const char *arch)
+{
+    int archs[128], count = 0, number = 0, major = 0, minor = 0;
+    if (fi__arch_check(arch) < 0) return cli_usage_error(cmd, "%s %s: %s", what, arch, fi_last_error());
+    /* Without NVRTC (or one that cannot list them) the compile says what is wrong. */
+    if (fi__nvrtc_supported_archs(archs, 128, &count) < 0 || count == 0) return -1;
+    fi__nvrtc_version(&major, &minor);
+    sscanf(arch + 3, "%d", &number);
+    int specific = arch[strlen(arch) - 1] == 'a', known = 0;
+    for (int i = 0; i < count; i++) known |= archs[i] == number;
+    if (known && (!specific || number >= 90)) return -1;
+    char list[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < count && used < sizeof list - 16; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%ssm_%d", i ? ", " : "", archs[i]);
+    if (known)
+        return cli_usage_error(cmd, "%s %s: the 'a' (arch-specific) targets start at sm_90a", what, arch);
+    return cli_usage_error(cmd, "%s %s: NVRTC %d.%d does not compile for it (it compiles for %s; "
+                           "add 'a' for the arch-specific target from sm_90a)", what, arch, major,
+                           minor, list);
 }
 
 /* Ask the driver in this process: retain device 0's primary context, make it

@@ -84,7 +84,9 @@ int cli_variant_not_registered(const char *name)
 int cli_variants_register(fi_jit_ctx *ctx, const cli_variant_set *set, int *failed)
 {
     for (int i = 0; set && i < set->count; i++) {
-        int rc = fi_jit_variant_register(ctx, set->items[i].name, set->items[i].source, 0);
+        /* Messages name the file as the user gave it (the key does not). */
+        int rc = fi__jit_variant_register_as(ctx, set->items[i].name, set->items[i].source, 0,
+                                             set->items[i].path);
         if (rc < 0) {
             if (failed) *failed = i;
             return rc;
@@ -138,9 +140,13 @@ static int check_set(const cli_command *cmd, const cli_variant_set *set)
         rc = cli_runtime_error(cmd, "cannot create a context to check the variants");
         goto out;
     }
-    if (cli_variants_register(ctx, set, &failed) < 0)
-        rc = cli_usage_error(cmd, "--variant-file %s: %s", set->items[failed].path,
-                             fi_last_error());
+    if (cli_variants_register(ctx, set, &failed) < 0) {
+        const char *path = set->items[failed].path, *why = fi_last_error();
+        if (strncmp(why, path, strlen(path)) == 0) /* "FILE:LINE: ..." names it already */
+            rc = cli_usage_error(cmd, "--variant-file %s", why);
+        else
+            rc = cli_usage_error(cmd, "--variant-file %s: %s", path, why);
+    }
 out:
     fi_jit_ctx_free(ctx);
     return rc;

@@ -19,9 +19,11 @@
 #include "nvrtc.h"
 #include "spec.h"
 #include "store.h"
+#include "sys.h"
+#include "variant.h"
 
 #define CACHE_DIR_HELP "  --cache-dir DIR    cache directory (default: $FIJIT_CACHE_DIR,\n" \
-                       "                     $XDG_CACHE_HOME/fijit, ~/.cache/fijit)\n"
+                       "                     $XDG_CACHE_HOME/fijit if absolute, ~/.cache/fijit)\n"
 
 /* ---- list ------------------------------------------------------------------ */
 
@@ -164,8 +166,9 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
     if (options[OPT_VARIANT].value &&
         (rc = list_parse_variants(cmd, options[OPT_VARIANT].value, &filter)) >= 0)
         goto out;
-    if ((rc = cli_open_store(cmd, &st)) != 0) goto out;
-    if (fi_store_foreach(st, list_collect, &rows) < 0) {
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) goto out;
+    if (st && fi_store_foreach(st, list_collect, &rows) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the cache index");
         goto out;
     }
@@ -217,13 +220,14 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     if (rc >= 0) return rc;
 
     fi_store *st = NULL;
-    fi_jit_stats s;
-    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
-    if (options[OPT_ZERO].value && fi_store_stats_zero(st) < 0) {
+    fi_jit_stats s = {0}; /* no cache yet: all zero */
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
+    if (st && options[OPT_ZERO].value && fi_store_stats_zero(st) < 0) {
         rc = cli_runtime_error(cmd, "cannot zero the statistics");
         goto out;
     }
-    if (fi_store_stats_get(st, &s) < 0) {
+    if (st && fi_store_stats_get(st, &s) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
         goto out;
     }
@@ -239,7 +243,7 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
         cli_format_size(written, sizeof written, s.bytes_written);
         cli_format_size(size, sizeof size, s.bytes);
         if (options[OPT_ZERO].value) printf("statistics zeroed\n");
-        printf("cache dir            %s\n", fi_store_dir(st));
+        printf("cache dir            %s%s\n", dir, st ? "" : " (does not exist yet)");
         printf("memory hits          %" PRId64 "\n", s.memory_hits);
         printf("disk hits            %" PRId64 "\n", s.disk_hits);
         printf("misses               %" PRId64 "\n", s.misses);
@@ -278,7 +282,12 @@ static int cmd_verify(const cli_command *cmd, int argc, char **argv)
     fi_store *st = NULL;
     fi_jit_stats s;
     int repair = options[OPT_REPAIR].value != NULL;
-    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
+    if (!st) {
+        printf("verify: no cache at %s yet, nothing to check\n", dir);
+        return CLI_EXIT_OK;
+    }
     int problems = fi_store_verify(st, repair, verify_report, NULL);
     if (problems < 0) {
         rc = cli_runtime_error(cmd, "cannot check the cache");
@@ -319,11 +328,12 @@ static int cmd_clear(const cli_command *cmd, int argc, char **argv)
     if (rc >= 0) return rc;
 
     fi_store *st = NULL;
-    fi_jit_stats before;
-    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
-    if (fi_store_stats_get(st, &before) < 0) {
+    fi_jit_stats before = {0};
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
+    if (st && fi_store_stats_get(st, &before) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
-    } else if (fi_store_clear(st) < 0) {
+    } else if (st && fi_store_clear(st) < 0) {
         rc = cli_runtime_error(cmd, "cannot clear the cache");
     } else {
         char size[32];
@@ -366,12 +376,13 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
     }
 
     fi_store *st = NULL;
-    fi_jit_stats after;
-    if ((rc = cli_open_store(cmd, &st)) != 0) return rc;
-    int removed = fi_store_gc(st, max_bytes, older_than);
+    fi_jit_stats after = {0};
+    char dir[4096];
+    if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
+    int removed = st ? fi_store_gc(st, max_bytes, older_than) : 0;
     if (removed < 0) {
         rc = cli_runtime_error(cmd, "cannot collect the cache");
-    } else if (fi_store_stats_get(st, &after) < 0) {
+    } else if (st && fi_store_stats_get(st, &after) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
     } else {
         char size[32];
@@ -464,6 +475,7 @@ static int explain_context(const cli_command *cmd, const char *arch,
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     opts.cache_dir = cli_cache_dir_option;
     opts.arch = arch;
+    opts.use_disk_cache = 0; /* the key needs no cache: explaining creates nothing */
     int rc = CLI_EXIT_OK;
     if (fi_jit_ctx_new(out, &opts) < 0) return cli_runtime_error(cmd, "cannot create a context");
     if (cli_variants_register(*out, variants, NULL) < 0) {
@@ -476,22 +488,29 @@ static int explain_context(const cli_command *cmd, const char *arch,
 
 static int cmd_explain(const cli_command *cmd, int argc, char **argv)
 {
-    enum { OPT_ARCH, OPT_VARIANT_FILE };
+    enum { OPT_ARCH, OPT_VARIANT_FILE, OPT_SOURCE, OPT_PTX };
     cli_option options[] = {
         [OPT_ARCH] = {"arch", 0, 1, 0, NULL},
         [OPT_VARIANT_FILE] = {"variant-file", 0, 1, 1, NULL},
+        [OPT_SOURCE] = {"source", 0, 0, 0, NULL},
+        [OPT_PTX] = {"ptx", 0, 0, 0, NULL},
         {0},
     };
     cli_args args;
     int rc = cli_parse(cmd, options, argc, argv, &args);
     if (rc >= 0) return rc;
     if (!args.positional_count) return cli_usage_error(cmd, "missing the spec to explain");
+    if (options[OPT_SOURCE].value && options[OPT_PTX].value)
+        return cli_usage_error(cmd, "--source and --ptx: give one of them");
 
     /* `fijit explain decode hd=64` works unquoted too: the words are joined. */
     char text[512] = "";
     for (int i = 0; i < args.positional_count; i++) {
         size_t used = strlen(text);
-        snprintf(text + used, sizeof text - used, "%s%s", i ? " " : "", args.positional[i]);
+        if ((size_t)snprintf(text + used, sizeof text - used, "%s%s", i ? " " : "",
+                             args.positional[i]) >= sizeof text - used)
+            return cli_usage_error(cmd, "the spec is longer than %zu bytes (a spec is a few "
+                                   "words, e.g. \"decode q=fp16 hd=128\")", sizeof text - 1);
     }
     fi_jit_spec spec;
     char variant[64];
@@ -500,9 +519,10 @@ static int cmd_explain(const cli_command *cmd, int argc, char **argv)
 
     char arch[16];
     const char *arch_text = options[OPT_ARCH].value;
+    if ((rc = cli_check_env(cmd, CLI_ENV_LOG | CLI_ENV_SIZE | (arch_text ? 0 : CLI_ENV_ARCH))) >= 0)
+        return rc;
     if (arch_text) {
-        if (fi__arch_check(arch_text) < 0)
-            return cli_usage_error(cmd, "--arch %s: %s", arch_text, fi_last_error());
+        if ((rc = cli_check_arch(cmd, "--arch", arch_text)) >= 0) return rc;
         snprintf(arch, sizeof arch, "%s", arch_text);
     } else {
         cli_default_arch(arch, 0, NULL);
@@ -519,8 +539,19 @@ static int cmd_explain(const cli_command *cmd, int argc, char **argv)
         goto out;
     }
     if ((rc = explain_context(cmd, arch, &variants, &ctx)) != CLI_EXIT_OK) goto out;
-    if (fi_jit_explain(ctx, &spec, arch, write_stdout, NULL) < 0)
+    if (options[OPT_SOURCE].value || options[OPT_PTX].value) {
+        /* Exactly the bytes, so that they can be saved, diffed or fed to other tools. */
+        int ptx = options[OPT_PTX].value != NULL;
+        char *unit = NULL;
+        size_t size = 0;
+        if (fi__jit_unit(ctx, &spec, arch, ptx, &unit, &size) < 0)
+            rc = cli_runtime_error(cmd, ptx ? "cannot compile to PTX" : "cannot expand the spec");
+        else if (fwrite(unit, 1, size, stdout) != size || fflush(stdout) != 0)
+            rc = cli_runtime_error(cmd, "cannot write the output");
+        fi__free(unit);
+    } else if (fi_jit_explain(ctx, &spec, arch, write_stdout, NULL) < 0) {
         rc = cli_runtime_error(cmd, "cannot explain the key");
+    }
 out:
     fi_jit_ctx_free(ctx);
     cli_variants_free(&variants);
@@ -553,8 +584,9 @@ static const cli_command commands[] = {
      "                     register the variant snippet in FILE, named after the file\n"
      "                     up to its first '.' (dir/sigmoid.cuh: variant=sigmoid), in\n"
      "                     every worker; repeatable. A snippet the library refuses\n"
-     "                     (unbalanced brackets, #line) stops prewarm before anything\n"
-     "                     is compiled; one that does not compile fails its specs.\n"
+     "                     (no struct Variant, unbalanced brackets, #include or #line)\n"
+     "                     stops prewarm before anything is compiled; one that does not\n"
+     "                     compile fails its specs, its errors naming FILE and its lines.\n"
      "  --arch A,..        target arches, e.g. sm_80,sm_90a (default: $FIJIT_ARCH, else\n"
      "                     the arch of CUDA device 0, else sm_90a)\n"
      "  --manifest FILE    one canonical spec per line, e.g.\n"
@@ -562,7 +594,8 @@ static const cli_command commands[] = {
      "                     '#' starts a comment; blank lines are skipped. A bad line,\n"
      "                     or one naming a variant=NAME no --variant-file registers,\n"
      "                     stops prewarm before anything is compiled.\n"
-     "  -j, --jobs N       worker processes (default: number of online CPUs)\n"
+     "  -j, --jobs N       worker processes (default: number of online CPUs; at most\n"
+     "                     twice that)\n"
      CACHE_DIR_HELP
      "\n"
      "Prints one line per spec (compiled / cached / FAILED) or, on a terminal, a\n"
@@ -639,13 +672,21 @@ static const cli_command commands[] = {
      CACHE_DIR_HELP,
      cmd_show_config},
     {"explain",
-     "usage: fijit explain SPEC [--arch A] [--variant-file FILE].. [--cache-dir DIR]\n",
+     "usage: fijit explain SPEC [--arch A] [--variant-file FILE].. [--source | --ptx]\n"
+     "                     [--cache-dir DIR]\n",
      "\n"
      "Print what the cache key of SPEC is made of (every tagged field and the hash of\n"
      "every source text) and the key itself, to understand a surprising cache miss.\n"
      "SPEC is a canonical spec, quoted or not: \"decode q=fp16 hd=128 mask=window\".\n"
+     "Needs no GPU, and creates no cache directory.\n"
      "\n"
      "  --arch A           target arch (default as for prewarm)\n"
+     "  --source           print instead the translation unit NVRTC compiles for SPEC,\n"
+     "                     byte for byte (the 'source' the key hashes; the headers it\n"
+     "                     includes are fijit's templates, hashed as 'header:NAME')\n"
+     "  --ptx              print instead the PTX NVRTC makes of that unit for the\n"
+     "                     virtual arch (compute_90a for sm_90a): compiled now, never\n"
+     "                     cached (the cache holds cubins)\n"
      "  --variant-file FILE\n"
      "                     the snippet of the variant=NAME that SPEC names, as for\n"
      "                     prewarm (its bytes are part of the key, so explain needs\n"

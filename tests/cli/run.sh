@@ -51,15 +51,17 @@ normalise() {
         -e 's/\b[0-9]+\.[0-9]+\.[0-9]+\b/<version>/g'
 }
 
-# run NAME [--sort] -- ARGS...: run fijit and compare with expected/NAME.txt.
-# --sort sorts stdout first (parallel workers finish in any order).
+# run NAME [--sort] [--env VAR=VALUE].. -- ARGS...: run fijit and compare with
+# expected/NAME.txt. --sort sorts stdout first (parallel workers finish in any
+# order); --env sets a variable for that run only.
 run() {
-    local name=$1 sort=0
+    local name=$1 sort=0 envs=()
     shift
     if [ "$1" = --sort ]; then sort=1; shift; fi
+    while [ "$1" = --env ]; do envs+=("$2"); shift 2; done
     [ "$1" = -- ] && shift
     local out=$WORK/$name.out err=$WORK/$name.err actual=$WORK/$name.actual
-    "$FIJIT" "$@" >"$out" 2>"$err"
+    env "${envs[@]}" "$FIJIT" "$@" >"$out" 2>"$err"
     local rc=$?
     {
         echo "exit $rc"
@@ -161,6 +163,67 @@ FP16_KEY=$("$FIJIT" list --keys --dtype fp16 --cache-dir "$CACHE" | cut -d' ' -f
 check explain_key_matches_list "explain's key is not the key list shows for the spec" \
     grep -qx "key $FP16_KEY" "$WORK/explain.txt"
 
+# ---- environment, arches and limits (issue 15) ------------------------------------------
+# Bad environment values are usage errors (exit 2) wherever they are used...
+run env_bad_log --env FIJIT_LOG=abc -- prewarm "${SPECS[@]}" --cache-dir "$CACHE"
+run env_bad_size_prewarm --env FIJIT_MAX_CACHE_SIZE=lots -- prewarm "${SPECS[@]}" --cache-dir "$CACHE"
+run env_bad_size_explain --env FIJIT_MAX_CACHE_SIZE=lots -- explain "decode hd=64" --arch sm_90a
+run env_bad_arch_explain --env FIJIT_ARCH=sm_xx -- explain "decode hd=64" --cache-dir "$CACHE"
+run env_bad_arch_prewarm --env FIJIT_ARCH=sm_xx -- prewarm --dtype fp16 --cache-dir "$CACHE"
+run env_bad_arch_demo --env FIJIT_ARCH=sm_xx -- demo --cache-dir "$CACHE"
+# ...and only there: stats needs no arch.
+FIJIT_ARCH=sm_xx "$FIJIT" stats --json --cache-dir "$CACHE" >"$WORK/astats.out" 2>&1
+rc=$?
+check env_bad_arch_stats "want exit 0 and the statistics: $(cat "$WORK/astats.out")" \
+    eval "[ $rc = 0 ] && grep -q '\"entries\":2,' '$WORK/astats.out'"
+run env_bad_log_list --env FIJIT_LOG=abc -- list --dtype bf16 --cache-dir "$CACHE"
+# An arch NVRTC does not compile for is a usage error, before any compile.
+"$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a,sm_999 --cache-dir "$CACHE" >"$WORK/a999.out" 2>&1
+rc=$?
+check arch_unknown_to_nvrtc "want exit 2 naming NVRTC's arches: $(cat "$WORK/a999.out")" \
+    eval "[ $rc = 2 ] && grep -qE '^fijit prewarm: --arch sm_999: NVRTC [0-9]+\.[0-9]+ does not compile for it \(it compiles for .*sm_90' '$WORK/a999.out'"
+run arch_specific_too_old -- explain "decode hd=64" --arch sm_80a --cache-dir "$CACHE"
+check arch_checks_compiled_nothing "a refused arch compiled something" stat_is compiles 2
+# explain refuses a spec it would have to cut, rather than explain another tuple.
+run explain_long_spec -- explain "decode q=fp16 hd=64$(printf '%*s' 500 '')mask=window" --arch sm_90a
+# -j is capped at twice the CPUs, and says so.
+"$FIJIT" prewarm "${SPECS[@]}" -j 100000 --cache-dir "$CACHE" >"$WORK/j.out" 2>"$WORK/j.err"
+rc=$?
+check jobs_capped "want exit 0 and the cap on stderr: $(cat "$WORK/j.out" "$WORK/j.err")" \
+    eval "[ $rc = 0 ] && grep -qxE 'fijit prewarm: -j 100000 is more than twice the [0-9]+ online CPUs; using [0-9]+ workers' '$WORK/j.err'"
+# A relative XDG_CACHE_HOME is ignored (XDG spec): ~/.cache/fijit.
+(cd "$WORK" && env XDG_CACHE_HOME=relative "$FIJIT" show-config) >"$WORK/xdg.out" 2>&1
+check xdg_relative_ignored "want $HOME/.cache/fijit: $(grep 'cache dir' "$WORK/xdg.out")" \
+    grep -qxF "cache dir            $HOME/.cache/fijit" "$WORK/xdg.out"
+# Looking at a cache that does not exist creates nothing.
+NONE=$WORK/no-such-cache
+run stats_missing_cache -- stats --json --cache-dir "$NONE"
+run list_missing_cache -- list --cache-dir "$NONE"
+run verify_missing_cache -- verify --cache-dir "$NONE"
+"$FIJIT" stats --cache-dir "$NONE" >/dev/null 2>&1
+"$FIJIT" explain "decode hd=64" --arch sm_90a --cache-dir "$NONE" >/dev/null 2>&1
+(cd "$WORK" && env XDG_CACHE_HOME="$WORK/xdg" "$FIJIT" stats && env XDG_CACHE_HOME="$WORK/xdg" \
+    "$FIJIT" explain "decode hd=64" --arch sm_90a && "$FIJIT" show-config) >/dev/null 2>&1
+check read_only_commands_create_nothing "a read-only command created a cache dir" \
+    eval "[ ! -e '$NONE' ] && [ ! -e '$WORK/xdg' ] && [ ! -e '$HOME/.cache' ]"
+
+# explain --source prints the unit the key hashes as "source", byte for byte;
+# --ptx compiles it to PTX now (the cache holds cubins). Neither needs a cache.
+"$FIJIT" explain "decode q=fp16 hd=64" --arch sm_90a --cache-dir "$NONE" >"$WORK/ex.txt"
+"$FIJIT" explain "decode q=fp16 hd=64" --arch sm_90a --source --cache-dir "$NONE" >"$WORK/ex.cu"
+rc=$?
+SOURCE_BYTES=$(sed -nE 's/^source +([0-9]+) bytes .*/\1/p' "$WORK/ex.txt")
+check explain_source "want exit 0 and the $SOURCE_BYTES bytes the key hashes: $(head -c 300 "$WORK/ex.cu")" \
+    eval "[ $rc = 0 ] && [ -n '$SOURCE_BYTES' ] && [ \$(wc -c <'$WORK/ex.cu') = '$SOURCE_BYTES' ] \
+          && grep -qx 'constexpr int kHeadDim = 64;' '$WORK/ex.cu' && grep -qx '#include \"decode.cuh\"' '$WORK/ex.cu' \
+          && [ \"\$(tail -c 1 '$WORK/ex.cu' | od -An -c | tr -d ' ')\" = '\\n' ]"
+"$FIJIT" explain "decode q=fp16 hd=64" --arch sm_90a --ptx --cache-dir "$NONE" >"$WORK/ex.ptx" 2>&1
+rc=$?
+check explain_ptx "want exit 0 and PTX for sm_90a with the decode entry: $(head -c 300 "$WORK/ex.ptx")" \
+    eval "[ $rc = 0 ] && grep -qx '.target sm_90a' '$WORK/ex.ptx' && grep -q '^.visible .entry fi_decode_kernel(' '$WORK/ex.ptx' \
+          && [ ! -e '$NONE' ]"
+run explain_source_and_ptx -- explain "decode hd=64" --source --ptx --cache-dir "$NONE"
+
 # ---- a corrupt object: reported, then rebuilt ----------------------------------------
 FP16_OBJECT=$CACHE/objects/${FP16_KEY:0:2}/$FP16_KEY.fo
 check corrupt_object_exists "no object file for key '$FP16_KEY'" test -f "$FP16_OBJECT"
@@ -194,6 +257,27 @@ chmod 0777 "$WORK/open"
 rc=$?
 check unsafe_dir_refused "want exit 1 with a message, got $rc: $(cat "$WORK/open.err")" \
     eval "[ $rc = 1 ] && grep -q 'fijit prewarm: ' '$WORK/open.err'"
+
+# ---- a kernel that compiles but cannot be stored: FAILED, counted, exit 1 ----------
+# objects/ is made read-only; root ignores permissions, so root runs as nobody.
+AS_USER=()
+[ "$(id -u)" = 0 ] && AS_USER=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+chmod 711 "$WORK"
+mkdir -m 755 "$WORK/ro"
+[ "$(id -u)" = 0 ] && chown 65534:65534 "$WORK/ro"
+printf '# nothing: creates the cache only\n' >"$WORK/ro/empty.manifest"
+"${AS_USER[@]}" "$FIJIT" prewarm --manifest "$WORK/ro/empty.manifest" --arch sm_90a \
+    --cache-dir "$WORK/ro/cache" >/dev/null 2>&1
+chmod 0500 "$WORK/ro/cache/objects"
+"${AS_USER[@]}" "$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 \
+    --cache-dir "$WORK/ro/cache" >"$WORK/ro.out" 2>"$WORK/ro.err"
+rc=$?
+RO_COMPILES=$("${AS_USER[@]}" "$FIJIT" stats --json --cache-dir "$WORK/ro/cache" |
+              sed -E 's/.*"compiles":([0-9]+).*"entries":([0-9]+).*/\1 \2/')
+check prewarm_not_stored_fails "want exit 1, a FAILED line, 1 failed, compiles 1 entries 0 (got $RO_COMPILES): $(cat "$WORK/ro.out" "$WORK/ro.err")" \
+    eval "[ $rc = 1 ] && grep -q '^FAILED    decode q=fp16 .* sm_90a : .*compiled but not stored in the cache: .*Permission denied' '$WORK/ro.out' \
+          && grep -q '^prewarm: 1 spec, 0 compiled, 0 already cached, 1 failed' '$WORK/ro.out' \
+          && [ '$RO_COMPILES' = '1 0' ]"
 
 # ---- a compile error: FAILED line with the NVRTC log, exit 1, counted --------------
 # A broken copy of the templates (FIJIT_TEMPLATE_DIR) fails in the front end, fast.
@@ -241,6 +325,10 @@ check variant_explain_hash "explain does not give the snippet's size and hash: $
     "$WORK/vexplain.txt"
 check variant_explain_key "explain's key is not the key list shows for the variant" \
     grep -qx "key $HALFQ_KEY" "$WORK/vexplain.txt"
+"$FIJIT" explain "decode q=fp16 hd=128 variant=halfq" --variant-file "$VD/halfq.cuh" --arch sm_90a \
+    --source --cache-dir "$VC" >"$WORK/vsource.cu" 2>&1
+check variant_explain_source "the unit does not hold the snippet verbatim after its #line: $(cat "$WORK/vsource.cu")" \
+    eval "grep -A\$(wc -l <'$VD/halfq.cuh') -x '#line 1 \"halfq.cuh\"' '$WORK/vsource.cu' | tail -n +2 | cmp -s - '$VD/halfq.cuh'"
 run variant_explain_unregistered -- explain "decode q=fp16 hd=128 variant=halfq" --cache-dir "$VC"
 printf '# a variant by name\ndecode q=fp16 hd=128 variant=halfq\n' >"$WORK/variant.manifest"
 run variant_manifest -- prewarm --manifest "$WORK/variant.manifest" --variant-file "$VD/halfq.cuh" \
@@ -280,10 +368,10 @@ EOF
 "$FIJIT" prewarm --variant-file "$VD/broken.cuh" "${VSPEC[@]}" >"$WORK/vbroken.out" 2>"$WORK/vbroken.err"
 rc=$?
 BROKEN_TUPLE='decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0 variant=broken sm_90a'
-check variant_compile_error "want exit 1, the tuple, broken.cuh(5) and its line quoted: $(cat "$WORK/vbroken.out" "$WORK/vbroken.err")" \
+check variant_compile_error "want exit 1, the tuple, $VD/broken.cuh(5) and its line quoted: $(cat "$WORK/vbroken.out" "$WORK/vbroken.err")" \
     eval "[ $rc = 1 ] \
           && grep -qF 'FAILED    $BROKEN_TUPLE : variant '\''broken'\'' does not compile' '$WORK/vbroken.out' \
-          && grep -q '^broken.cuh(5): error: .*undefined_scale' '$WORK/vbroken.out' \
+          && grep -qF '$VD/broken.cuh(5): error: identifier \"undefined_scale\"' '$WORK/vbroken.out' \
           && grep -qF '5 |     { return undefined_scale * q * p.sm_scale; }' '$WORK/vbroken.out' \
           && grep -q '^prewarm: 1 spec, 0 compiled, 0 already cached, 1 failed' '$WORK/vbroken.out' \
           && grep -qxF 'fijit prewarm: failed: $BROKEN_TUPLE' '$WORK/vbroken.err'"
@@ -294,8 +382,29 @@ check variant_compile_error_not_cached "expected a counted failure and nothing s
 head -n 5 "$VD/broken.cuh" >"$VD/unbalanced.cuh"
 run variant_unbalanced -- prewarm --variant-file "$VD/unbalanced.cuh" "${VSPEC[@]}"
 run variant_file_missing -- prewarm --variant-file "$VD/none.cuh" "${VSPEC[@]}"
+# A snippet may not reach other files (#include and kin): refused, naming its line.
+printf '// reads another file\n#include "/etc/hostname"\nstruct Variant : fijit::DefaultVariant {};\n' \
+    >"$VD/include.cuh"
+run variant_include -- prewarm --variant-file "$VD/include.cuh" "${VSPEC[@]}"
+printf '// defines something else\nstruct Varient : fijit::DefaultVariant {};\n' >"$VD/novariant.cuh"
+run variant_no_struct -- prewarm --variant-file "$VD/novariant.cuh" "${VSPEC[@]}"
 check variant_refused_compiled_nothing "a refused snippet was compiled" \
     eval 'vstat_is compiles 3 && vstat_is compile_failures 1'
+
+# Errors name the snippet's file as given (not "my.cuh"), with its own line numbers.
+mkdir -p "$VD/dir"
+cat >"$VD/dir/my.bad.cuh" <<'EOF'
+// Line 3 does not compile.
+struct Variant : fijit::DefaultVariant {
+    template <class P> static __device__ float output_transform(const P &p, float o, int h, int d, float lse) { return o * nope; }
+};
+EOF
+"$FIJIT" prewarm --variant-file "$VD/dir/my.bad.cuh" --kernel decode --dtype fp16 --head-dim 128 \
+    --arch sm_90a -j 1 --cache-dir "$WORK/vfile-cache" >"$WORK/vfile.out" 2>"$WORK/vfile.err"
+rc=$?
+check variant_error_names_the_file "want exit 1 and $VD/dir/my.bad.cuh(3) with the line quoted: $(cat "$WORK/vfile.out")" \
+    eval "[ $rc = 1 ] && grep -qF '$VD/dir/my.bad.cuh(3): error: identifier \"nope\" is undefined' '$WORK/vfile.out' \
+          && grep -qF '   3 |     template <class P>' '$WORK/vfile.out' && ! grep -qF 'my.cuh(' '$WORK/vfile.out'"
 
 # ---- demo: skips without a GPU, must pass with one ----------------------------------
 "$FIJIT" demo --cache-dir "$CACHE" >"$WORK/demo.out" 2>"$WORK/demo.err"
