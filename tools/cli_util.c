@@ -4,6 +4,7 @@
  * comma lists, the cache directory rule and GPU arch detection.
  */
 #include "cli.h"
+#include "error.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -279,12 +280,16 @@ int cli_resolve_cache_dir(char *out, size_t size)
         snprintf(out, size, "%s", cli_cache_dir_option);
         return 0;
     }
-    /* The library owns the default rule; ask a context for it. */
+    /* The library owns the default rule; ask a context for it (a memory-only
+     * one: opening the cache is the caller's business). */
     fi_jit_ctx *ctx = NULL;
-    int rc = fi_jit_ctx_new(&ctx, NULL);
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    opts.use_disk_cache = 0;
+    int rc = fi_jit_ctx_new(&ctx, &opts);
     if (rc < 0) return rc;
     snprintf(out, size, "%s", fi_jit_ctx_cache_dir(ctx));
     fi_jit_ctx_free(ctx);
+    if (!*out) return fi__error(FI_EINVALID, "no cache dir: set FIJIT_CACHE_DIR, XDG_CACHE_HOME or HOME");
     return 0;
 }
 
@@ -293,7 +298,8 @@ int cli_open_store(const cli_command *cmd, fi_store **out)
     char dir[4096];
     if (cli_resolve_cache_dir(dir, sizeof dir) < 0)
         return cli_runtime_error(cmd, "cannot find the cache directory");
-    if (fi_store_open(out, dir, 0, 0) < 0) {
+    /* Reading a read-only cache (an image layer, another user's) works. */
+    if (fi_store_open(out, dir, FI_STORE_READ_ONLY_FALLBACK, 0) < 0) {
         char what[4200];
         snprintf(what, sizeof what, "cannot open the cache at %s", dir);
         return cli_runtime_error(cmd, what);
