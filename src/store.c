@@ -894,23 +894,24 @@ static void maybe_clean_temps(fi_store *st)
  * links above the cache are fine (~/.cache on another disk); so the index is
  * named through the resolved dir, and NOFOLLOW then refuses only a link at
  * index.sqlite itself (later swapped in). SQLite's unix VFS also caps a path
- * at mxPathname bytes (512), including the "-wal" suffix, and fails deep
- * inside with "unable to open database file": check that here. */
+ * at mxPathname bytes (512), the longest suffix it adds ("-journal")
+ * included, and fails deep inside with "unable to open database file":
+ * check that here (a dir of 491 bytes is the longest that works). */
 static int resolve_index_path(fi_store *st)
 {
     char real[PATH_MAX];
-    const char *const name = "/index.sqlite-wal";
+    const char *const name = "/index.sqlite-journal";
     sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
     size_t max = vfs ? (size_t)vfs->mxPathname : 512;
     if (fi__realpath(st->dir, real) < 0)
         return fi__error(FI_EIO, "cannot resolve cache directory %s: %s", st->dir, strerror(errno));
-    if (strlen(real) + strlen(name) >= max)
+    if (strlen(real) + strlen(name) > max)
         return fi__error(FI_EINVALID,
                          "cache directory %s is %zu bytes long%s; SQLite limits the index "
                          "path to %zu bytes, so use a cache directory of at most %zu bytes",
                          st->dir, strlen(real),
                          strcmp(real, st->dir) != 0 ? " once links are resolved" : "", max,
-                         max - strlen(name) - 1);
+                         max - strlen(name));
     return join_path(st->index_path, real, "index.sqlite");
 }
 
