@@ -779,11 +779,14 @@ static int check_sidecars(fi_store *st)
                 continue;
             }
         }
+        if (i == 1)
+            FI_FAIL(FI_EIO, "%s is not writable by this user (uid %u; the file belongs to uid "
+                    "%u, mode %03o): stop the processes using the cache, then remove it", path,
+                    (unsigned)geteuid(), (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777));
         FI_FAIL(FI_EIO, "%s is not writable by this user (uid %u; the file belongs to uid %u, "
-                "mode %03o): stop the processes using the cache, then remove it%s", path,
-                (unsigned)geteuid(), (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777),
-                i == 1 ? "" : " after the owner has opened the cache once (which moves its "
-                              "changes into the index)");
+                "mode %03o): have uid %u open the cache once (it moves the changes into the "
+                "index and removes the file) or chown the file", path, (unsigned)geteuid(),
+                (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777), (unsigned)sb.st_uid);
     }
 out:
     return rc;
@@ -959,7 +962,10 @@ int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_b
     for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
         FI_TRY(join_path(path, st->dir, subdirs[i]));
         rc = ensure_subdir(path, st->flags, !ro);
-        if (rc == FI_ENOTFOUND && ro) rc = 0; /* nothing to read there, nothing to write */
+        if (rc == FI_ENOTFOUND && ro) { /* nothing to read there, nothing to write */
+            fi__error_clear();
+            rc = 0;
+        }
         if (rc < 0) goto out;
     }
     FI_TRY(resolve_index_path(st));

@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -725,6 +726,71 @@ TEST(waiter_gives_up_on_a_frozen_lock_holder_and_the_late_writer_is_harmless)
     CHECK(get_obj(st, 1, "late") == 1);
     CHECK(entries_of(st) == 1 && fi_store_verify(st, 0, NULL, NULL) == 0);
     fi_store_close(st);
+}
+
+/* fi_jit_explain's text, kept whole. */
+static void append_text(void *user, const char *text)
+{
+    char *buf = user;
+    size_t used = strlen(buf);
+    snprintf(buf + used, 65536 - used, "%s", text);
+}
+
+/* A context builds a kernel whose lock a stopped process holds, after
+ * FIJIT_LOCK_TIMEOUT_MS. */
+TEST(context_builds_past_a_frozen_holder_after_the_lock_timeout)
+{
+    char dir[4200], lock[4400];
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_spec a = spec_of("decode q=fp16 hd=64");
+    in_tmp(dir, "cache");
+    opts.cache_dir = dir;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_OFF;
+    char *text = calloc(1, 65536);
+    CHECK(text != NULL);
+    CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
+    int rc = fi_jit_explain(ctx, &a, "sm_90a", append_text, text);
+    fi_jit_ctx_free(ctx);
+    ctx = NULL;
+    const char *k = strstr(text, "\nkey ");
+    int found = rc == 0 && k && strspn(k + 5, "0123456789abcdef") >= 32;
+    if (found) snprintf(lock, sizeof lock, "%s/locks/%.32s.lock", dir, k + 5);
+    free(text);
+    CHECK_MSG(found, "no key in fi_jit_explain's text (rc %d)", rc);
+
+    int fds[2], status = 0;
+    char c = 0;
+    CHECK(pipe(fds) == 0);
+    fflush(NULL);
+    pid_t holder = fork();
+    if (holder == 0) {
+        int fd = open(lock, O_RDWR | O_CREAT, 0600);
+        if (fd < 0 || flock(fd, LOCK_EX) < 0 || write(fds[1], "L", 1) != 1) _exit(2);
+        raise(SIGSTOP);
+        _exit(0);
+    }
+    close(fds[1]);
+    int got = (int)read(fds[0], &c, 1);
+    close(fds[0]);
+    if (got == 1) waitpid(holder, &status, WUNTRACED);
+    fi_build_outcome out = FI_BUILD_CACHED;
+    setenv("FIJIT_LOCK_TIMEOUT_MS", "300", 1);
+    int64_t t0 = fi__now_ns();
+    rc = fi_jit_ctx_new(&ctx, &opts);
+    /* Before the timeout existed this waited for ever: bound it here. */
+    alarm(60);
+    if (rc == 0) rc = fi_jit_prewarm(ctx, &a, NULL, &out);
+    alarm(0);
+    double took = (double)(fi__now_ns() - t0) / 1e9;
+    unsetenv("FIJIT_LOCK_TIMEOUT_MS");
+    fi_jit_ctx_free(ctx);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    CHECK(got == 1 && WIFSTOPPED(status));
+    CHECK_MSG(rc == 0 && out == FI_BUILD_COMPILED, "rc %d: %s", rc, fi_last_error());
+    CHECK_MSG(took >= 0.3, "built after %.2f s: the lock was not waited for", took);
 }
 
 TEST(lock_timeout_comes_from_the_environment_and_is_checked)
