@@ -792,6 +792,13 @@ out:
     return rc;
 }
 
+/* Said once per store: a read-only cache is a normal way to ship kernels. */
+static void say_read_only(const fi_store *st, const char *why)
+{
+    fi__log(FI_LOG_WARN, "cache %s opened read-only (%s): serving the kernels it holds, storing "
+            "none", st->dir, why);
+}
+
 static int db_open(fi_store *st)
 {
     int rc = 0;
@@ -814,8 +821,7 @@ static int db_open(fi_store *st)
             st->flags &= ~(unsigned)FI_STORE_READ_ONLY;
             return fi__error(FI_EIO, "%s", why);
         }
-        fi__log(FI_LOG_WARN, "cache %s opened read-only: %s; serving the kernels it holds, "
-                "storing none", st->dir, why);
+        say_read_only(st, why);
         return 0;
     }
     return db_init(st);
@@ -922,6 +928,7 @@ int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_b
 {
     int rc = 0, dfd = -1;
     int ro = (flags & FI_STORE_READ_ONLY) != 0;
+    const char *ro_why = NULL; /* why a writable open became read-only */
     fi_store *st = NULL;
     struct stat sb;
     char path[PATH_MAX_LEN];
@@ -954,8 +961,7 @@ int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_b
          * cache of another user or chmod a-w (EACCES). */
         if (!(flags & FI_STORE_READ_ONLY_FALLBACK))
             FI_FAIL(FI_EIO, "cache directory %s is not writable: %s", st->dir, strerror(errno));
-        fi__log(FI_LOG_WARN, "cache %s is not writable (%s): opened read-only; serving the "
-                "kernels it holds, storing none", st->dir, strerror(errno));
+        ro_why = errno == EROFS ? "it is on a read-only file system" : "it is not writable";
         st->flags |= FI_STORE_READ_ONLY;
         ro = 1;
     }
@@ -970,6 +976,7 @@ int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_b
     }
     FI_TRY(resolve_index_path(st));
     FI_TRY(db_open(st));
+    if (ro_why) say_read_only(st, ro_why);
     if (!(st->flags & FI_STORE_READ_ONLY)) maybe_clean_temps(st);
     *out = st;
     st = NULL;
