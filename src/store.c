@@ -742,8 +742,8 @@ out:
  * user's -shm is removed when no process has it open (SQLite holds a read
  * lock on its DMS byte while it does; the -shm is rebuilt from the -wal),
  * otherwise the message names the file. A -wal is never removed: it may
- * hold committed changes. */
-static int check_sidecars(fi_store *st)
+ * hold committed changes. Read-only (`fix` 0), only links are refused. */
+static int check_sidecars(fi_store *st, int fix)
 {
     int rc = 0;
     char path[PATH_MAX_LEN + 8];
@@ -759,7 +759,7 @@ static int check_sidecars(fi_store *st)
         if (!S_ISREG(sb.st_mode))
             FI_FAIL(FI_EPERM, "%s is a symbolic link or not a regular file; refusing it (remove "
                     "it to use the cache)", path);
-        if (fi__access(path, R_OK | W_OK) == 0) continue;
+        if (!fix || fi__access(path, R_OK | W_OK) == 0) continue;
         if (sb.st_uid == geteuid()) {
             if ((fd = fi__open(path, O_RDONLY | O_NOFOLLOW, 0)) >= 0 && fchmod(fd, 0600) == 0) {
                 fi__log(FI_LOG_WARN, "%s was not writable (mode %03o); made it 0600", path,
@@ -770,7 +770,8 @@ static int check_sidecars(fi_store *st)
             fi__close(fd);
         } else if (i == 1 && (fd = fi__open(path, O_RDONLY | O_NOFOLLOW, 0)) >= 0) {
             /* SQLite's dead-man-switch byte in the -shm (os_unix.c UNIX_SHM_DMS). */
-            struct flock probe = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 128, .l_len = 1};
+            struct flock probe = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 128,
+                                  .l_len = 1};
             int idle = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == F_UNLCK;
             fi__close(fd);
             if (idle && fi__unlink(path) == 0) {
@@ -809,7 +810,7 @@ static int db_open(fi_store *st)
         return fi__error(FI_EPERM, "cache index %s is a symbolic link; refusing it",
                          st->index_path);
     if (!(st->flags & FI_STORE_READ_ONLY)) {
-        rc = check_sidecars(st);
+        rc = check_sidecars(st, 1);
         if (rc == 0) rc = db_init(st);
         if (rc == FI_ECORRUPT) rc = db_rebuild(st);
         if (rc != FI_EIO || !(st->flags & FI_STORE_READ_ONLY_FALLBACK)) return rc;
@@ -824,7 +825,7 @@ static int db_open(fi_store *st)
         say_read_only(st, why);
         return 0;
     }
-    return db_init(st);
+    return (rc = check_sidecars(st, 0)) < 0 ? rc : db_init(st);
 }
 
 /* ---- temp files ---------------------------------------------------------------- */

@@ -230,6 +230,9 @@ TEST(open_refuses_a_symlinked_index_wal_or_shm)
         fi_store_close(st);
         CHECK_MSG(rc == FI_EPERM && strstr(fi_last_error(), "symbolic link"), "%s: rc %d: %s",
                   names[i], rc, fi_last_error());
+        rc = fi_store_open(&st, dir, FI_STORE_READ_ONLY, 0);
+        fi_store_close(st);
+        CHECK_MSG(rc == FI_EPERM, "%s, read-only: rc %d: %s", names[i], rc, fi_last_error());
         FILE *f = fopen(victim, "r");
         CHECK(f != NULL);
         if (!fgets(text, sizeof text, f)) text[0] = '\0';

@@ -289,7 +289,8 @@ int cli_resolve_cache_dir(char *out, size_t size)
     if (rc < 0) return rc;
     snprintf(out, size, "%s", fi_jit_ctx_cache_dir(ctx));
     fi_jit_ctx_free(ctx);
-    if (!*out) return fi__error(FI_EINVALID, "no cache dir: set FIJIT_CACHE_DIR, XDG_CACHE_HOME or HOME");
+    if (!*out)
+        return fi__error(FI_EINVALID, "no cache dir: set FIJIT_CACHE_DIR, XDG_CACHE_HOME or HOME");
     return 0;
 }
 
