@@ -157,7 +157,8 @@ typedef struct fi_jit_options {
 FI_API int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts);
 /* Unloads every module this context loaded. Accepts NULL. */
 FI_API void fi_jit_ctx_free(fi_jit_ctx *ctx);
-/* The cache directory in use (borrowed). */
+/* The cache directory in use (borrowed); "" for a memory-only context when
+ * none is configured (no FIJIT_CACHE_DIR, XDG_CACHE_HOME or HOME). */
 FI_API const char *fi_jit_ctx_cache_dir(const fi_jit_ctx *ctx);
 
 /* ---- Kernels --------------------------------------------------------------- */

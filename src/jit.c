@@ -48,6 +48,7 @@ struct fi_jit_ctx {
     int64_t max_bytes;
     fi_store *store;        /* NULL: memory only */
     atomic_int store_write_warned;
+    atomic_int stats_warned; /* "could not save statistics" was logged */
     fi_table table;
     pthread_mutex_t build_stripes[FI_BUILD_STRIPES];
     _Atomic(fi_variant *) variants; /* newest first; records are immutable */
@@ -93,10 +94,14 @@ static void sum_counts(fi_jit_ctx *ctx, fi_jit_stats *delta, int take)
 static void flush_counts(fi_jit_ctx *ctx)
 {
     fi_jit_stats delta;
-    if (!ctx->store) return; /* memory only: the counters are all there is */
+    /* Memory only or read-only: the counters in memory are all there is. */
+    if (!ctx->store || fi_store_read_only(ctx->store)) return;
     sum_counts(ctx, &delta, 1);
     if (fi_store_stats_add(ctx->store, &delta) == 0) return;
-    fi__log(FI_LOG_WARN, "could not save statistics: %s", fi_last_error());
+    /* This runs after every miss: a cache that refuses writes (a stale
+     * -shm, a full disk) must not print a warning per kernel. */
+    if (!atomic_exchange(&ctx->stats_warned, 1))
+        fi__log(FI_LOG_WARN, "could not save statistics (said once): %s", fi_last_error());
     /* Keep what was taken for the next flush (a full disk may free up). */
     const long long back[C_COUNT] = {delta.memory_hits, delta.disk_hits, delta.misses,
                                      delta.compiles, delta.compile_failures, delta.compile_ns,
@@ -165,13 +170,28 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
         if (!*opts->cache_dir || strlen(opts->cache_dir) >= sizeof ctx->cache_dir - 64)
             FI_FAIL(FI_EINVALID, "cache dir is empty or too long");
         strcpy(ctx->cache_dir, opts->cache_dir);
-    } else {
-        FI_TRY(fi__default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir - 64));
+    } else if ((rc = fi__default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir - 64)) < 0) {
+        if (opts->use_disk_cache) goto out;
+        /* Memory only needs no directory (a service without HOME). */
+        ctx->cache_dir[0] = '\0';
+        fi__error_clear();
+        rc = 0;
     }
     if (opts->use_disk_cache) {
-        unsigned flags = opts->allow_unsafe_dir ? FI_STORE_ALLOW_UNSAFE_DIR : 0;
+        unsigned flags = FI_STORE_READ_ONLY_FALLBACK |
+                         (opts->allow_unsafe_dir ? FI_STORE_ALLOW_UNSAFE_DIR : 0);
+        int64_t lock_ms = FI_STORE_LOCK_TIMEOUT_MS;
+        if ((env = getenv("FIJIT_LOCK_TIMEOUT_MS")) && *env) {
+            char *end = NULL;
+            long long v = strtoll(env, &end, 10);
+            if (end == env || *end || v < -1)
+                FI_FAIL(FI_EINVALID, "FIJIT_LOCK_TIMEOUT_MS='%.32s' is not a number of "
+                        "milliseconds (-1: wait forever)", env);
+            lock_ms = v;
+        }
         rc = fi_store_open(&ctx->store, ctx->cache_dir, flags, ctx->max_bytes);
         if (rc == FI_EPERM || rc == FI_EINVALID) goto out; /* never use a dir we must not trust */
+        fi_store_set_lock_timeout(ctx->store, lock_ms);
         if (rc < 0) {
             /* Read-only or full disk: keep serving kernels, compiled in memory. */
             fi__log(FI_LOG_WARN, "disk cache disabled: %s", fi_last_error());
@@ -426,6 +446,8 @@ out:
 /* 0 stored, or the store's error code with fi_last_error() saying why. */
 static int store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
 {
+    if (fi_store_read_only(ctx->store))
+        return fi__error(FI_EIO, "the cache %s is read-only", fi_store_dir(ctx->store));
     int rc = fi_store_put(ctx->store, b->key, b->object, b->object_size, &b->meta);
     if (rc == 0) return 0; /* the store counts bytes_written itself */
     /* Full disk or read-only dir: serve from memory and say so once. */
@@ -700,6 +722,21 @@ int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out)
         sum_counts(ctx, out, 0);
         return 0;
     }
-    flush_counts(ctx);
-    return fi_store_stats_get(ctx->store, out);
+    if (!fi_store_read_only(ctx->store)) {
+        flush_counts(ctx);
+        return fi_store_stats_get(ctx->store, out);
+    }
+    /* A read-only cache's counters plus this process's, which it cannot store. */
+    fi_jit_stats mine;
+    int rc = fi_store_stats_get(ctx->store, out);
+    if (rc < 0) return rc;
+    sum_counts(ctx, &mine, 0);
+    out->memory_hits += mine.memory_hits;
+    out->disk_hits += mine.disk_hits;
+    out->misses += mine.misses;
+    out->compiles += mine.compiles;
+    out->compile_failures += mine.compile_failures;
+    out->compile_ns += mine.compile_ns;
+    out->bytes_written += mine.bytes_written;
+    return 0;
 }

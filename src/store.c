@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -32,6 +33,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -125,6 +127,9 @@ struct fi_store {
     sqlite3 *db;
     sqlite3_stmt *stmts[S_COUNT];
     atomic_int lock_warned; /* "building without a lock" was logged */
+    int last_sql_error;             /* primary SQLite code of the last failure */
+    int64_t lock_timeout_ms;        /* wait for another builder's lock; < 0: forever */
+    atomic_int lock_timeout_warned; /* "gave up waiting for a lock" was logged */
 };
 
 struct fi_store_lock {
@@ -215,10 +220,12 @@ static int check_owner_mode(const char *path, const struct stat *sb, unsigned fl
 {
     if (!S_ISDIR(sb->st_mode)) return fi__error(FI_EPERM, "cache path %s is not a directory", path);
     if (flags & FI_STORE_ALLOW_UNSAFE_DIR) return 0;
-    if (sb->st_uid != geteuid())
+    /* Root can replace anything anyway, so a root-owned cache (baked into an
+     * image, read by a service user) is as safe as one's own. */
+    if (sb->st_uid != geteuid() && sb->st_uid != 0)
         return fi__error(FI_EPERM,
-                         "cache directory %s belongs to uid %u, not to this user (uid %u); "
-                         "use a directory of your own or allow an unsafe directory",
+                         "cache directory %s belongs to uid %u, not to this user (uid %u) or "
+                         "root; use a directory of your own or allow an unsafe directory",
                          path, (unsigned)sb->st_uid, (unsigned)geteuid());
     if (sb->st_mode & (S_IWGRP | S_IWOTH))
         return fi__error(FI_EPERM,
@@ -296,6 +303,30 @@ static int lock_file(const char *path, int nonblock, int *out_fd)
     }
 }
 
+/* lock_file with a bounded wait: poll (a blocking flock cannot time out
+ * without signals, which belong to the host) with a growing pause. Returns 1
+ * when the lock is still held by someone else after `timeout_ms`. */
+static int lock_file_wait(const char *path, int64_t timeout_ms, int *out_fd)
+{
+    if (timeout_ms < 0) return lock_file(path, 0, out_fd);
+    int64_t deadline = fi__now_ns() + timeout_ms * 1000000;
+    long pause_ns = 1000000;
+    for (;;) {
+        int rc = lock_file(path, 1, out_fd);
+        if (rc != 1) return rc;
+        int64_t left = deadline - fi__now_ns();
+        if (left <= 0) return 1;
+        struct timespec pause = {0, pause_ns < left ? pause_ns : (long)left};
+        nanosleep(&pause, NULL);
+        if (pause_ns < 20000000) pause_ns *= 2; /* at most 20 ms late after a release */
+    }
+}
+
+void fi_store_set_lock_timeout(fi_store *st, int64_t timeout_ms)
+{
+    if (st) st->lock_timeout_ms = timeout_ms;
+}
+
 int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out)
 {
     int rc = 0, fd = -1;
@@ -307,7 +338,19 @@ int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out)
     if (snprintf(path, sizeof path, "%s/locks/%s.lock", st->dir, hex) >= (int)sizeof path)
         FI_FAIL(FI_EINVALID, "cache path too long under %s", st->dir);
     if (!(lock = fi__malloc(sizeof *lock))) FI_FAIL(FI_ENOMEM, "out of memory for a build lock");
-    if ((rc = lock_file(path, 0, &fd)) < 0) {
+    if (st->flags & FI_STORE_READ_ONLY) {
+        fd = -1; /* nothing will be stored, so there is nothing to serialise */
+    } else if ((rc = lock_file_wait(path, st->lock_timeout_ms, &fd)) == 1) {
+        /* The holder may be stopped (SIGSTOP, a debugger) or hung in NVRTC:
+         * build here too. Publishing is rename + insert, so whichever of
+         * the two writers of the key comes last just replaces an equal entry. */
+        if (!atomic_exchange(&st->lock_timeout_warned, 1))
+            fi__log(FI_LOG_WARN, "another process held the build lock %s for over %" PRId64
+                    " ms; building without it (FIJIT_LOCK_TIMEOUT_MS sets the wait)",
+                    path, st->lock_timeout_ms);
+        fd = -1;
+        rc = 0;
+    } else if (rc < 0) {
         /* A full disk, a read-only locks/ or a planted symlink: the lock only
          * saves duplicate compiles, so build without it (puts stay atomic)
          * rather than fail the kernel. Said once per store. */
@@ -335,6 +378,18 @@ void fi_store_unlock(fi_store_lock *lock)
 
 /* ---- SQLite helpers --------------------------------------------------------- */
 
+/* Whether a failed SQLite call ran out of space. SQLite reports a full disk
+ * as SQLITE_FULL only for its own files' writes; growing index.sqlite-shm
+ * fails as a plain "disk I/O error", so ask the filesystem too. */
+static int disk_full(const fi_store *st, int src)
+{
+    struct statvfs vfs;
+    int sys = st->db ? sqlite3_system_errno(st->db) : 0;
+    if ((src & 0xff) == SQLITE_FULL || sys == ENOSPC || sys == EDQUOT) return 1;
+    if (fi__statvfs(st->dir, &vfs) < 0) return 0;
+    return (geteuid() == 0 ? vfs.f_bfree : vfs.f_bavail) == 0;
+}
+
 static int sql_error(fi_store *st, int src, const char *what)
 {
     int code = ((src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB) ? FI_ECORRUPT
@@ -342,7 +397,9 @@ static int sql_error(fi_store *st, int src, const char *what)
     const char *msg = st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(src);
     if ((src & 0xff) == SQLITE_BUSY)
         msg = "the index stayed locked by another process for longer than the busy timeout";
-    return fi__error(code, "cache index %s: %s: %s", st->index_path, what, msg);
+    st->last_sql_error = src & 0xff;
+    return fi__error(code, "cache index %s: %s: %s%s", st->index_path, what, msg,
+                     code == FI_EIO && disk_full(st, src) ? " (the disk is full)" : "");
 }
 
 /* A cached, reset statement ready for binding. */
@@ -550,18 +607,45 @@ out:
     return rc;
 }
 
+/* How db_init_as opens the index. */
+enum { DB_WRITE, DB_READ, DB_IMMUTABLE };
+
+/* The index as a "file:" URI with `query`; '%', '?' and '#' in the path are
+ * escaped, the rest is taken as it is. */
+static int index_uri(const fi_store *st, const char *query, char *out, size_t size)
+{
+    size_t n = (size_t)snprintf(out, size, "file:");
+    for (const char *p = st->index_path; *p; p++) {
+        if (n + 4 >= size) return fi__error(FI_EINVALID, "cache path too long: %s", st->index_path);
+        if (*p == '%' || *p == '?' || *p == '#')
+            n += (size_t)snprintf(out + n, size - n, "%%%02X", (unsigned)(unsigned char)*p);
+        else
+            out[n++] = *p;
+    }
+    if ((size_t)snprintf(out + n, size - n, "?%s", query) >= size - n)
+        return fi__error(FI_EINVALID, "cache path too long: %s", st->index_path);
+    return 0;
+}
+
 /* Open the connection and bring the schema up to date. FI_ECORRUPT means
  * the file is not a usable database (the caller then rebuilds it). */
-static int db_init(fi_store *st)
+static int db_init_as(fi_store *st, int how)
 {
     int rc = 0, src;
-    int ro = (st->flags & FI_STORE_READ_ONLY) != 0;
+    int ro = how != DB_WRITE;
+    int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
+    const char *name = st->index_path;
+    char uri[3 * PATH_MAX_LEN + 32];
     int64_t version = 0, dummy;
     if (fi__fault(FI_FAULT_SQL)) FI_FAIL(FI_EIO, "cannot open cache index %s: injected fault", st->index_path);
-    src = sqlite3_open_v2(st->index_path, &st->db,
-                          (ro ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-                              SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
-                          NULL);
+    if (ro) {
+        FI_TRY(index_uri(st, how == DB_READ ? "mode=ro" : "immutable=1", uri, sizeof uri));
+        name = uri;
+        flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+    } else {
+        flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    }
+    src = sqlite3_open_v2(name, &st->db, flags, NULL);
     if (!st->db) FI_FAIL(FI_ENOMEM, "out of memory opening cache index %s", st->index_path);
     if (src != SQLITE_OK) {
         if (ro && (src & 0xff) == SQLITE_CANTOPEN)
@@ -593,6 +677,33 @@ out:
     return rc;
 }
 
+/* Read-only, a WAL index needs index.sqlite-shm, which a read-only directory
+ * or a full disk cannot provide unless it is there already. Then the index
+ * is opened immutable=1: no locks and no -shm, and changes still in
+ * index.sqlite-wal are not seen. The last writer to close a cache
+ * checkpoints them into index.sqlite and removes the -wal, so a cache copied
+ * (into an image) after its writers closed has none; and objects are read
+ * by key, without the index, so hits never depend on it. */
+static int db_init(fi_store *st)
+{
+    int rc;
+    char first[1024], wal[PATH_MAX_LEN + 8];
+    struct stat sb;
+    if (!(st->flags & FI_STORE_READ_ONLY)) return db_init_as(st, DB_WRITE);
+    if ((rc = db_init_as(st, DB_READ)) != FI_EIO || st->last_sql_error == SQLITE_BUSY) return rc;
+    snprintf(first, sizeof first, "%s", fi_last_error());
+    if ((rc = db_init_as(st, DB_IMMUTABLE)) == 0) {
+        fi__log(FI_LOG_INFO, "cache index %s opened as immutable (%s)", st->index_path, first);
+        return 0;
+    }
+    snprintf(wal, sizeof wal, "%s-wal", st->index_path);
+    if (lstat(wal, &sb) == 0 && sb.st_size > 0)
+        return fi__error(FI_EIO, "%s; its latest changes are in %s, which cannot be read here: "
+                         "open the cache once where it is writable (e.g. 'fijit stats') so "
+                         "that they are moved into the index", first, wal);
+    return fi__error(FI_EIO, "%s", first);
+}
+
 /* Move a broken index aside (keeping one copy for a post-mortem) and start a
  * new one. Runs under locks/index.lock so that two processes which both saw
  * the broken file do not each replace the other's fresh index. */
@@ -602,7 +713,10 @@ static int db_rebuild(fi_store *st)
     char lock_path[PATH_MAX_LEN], aside[PATH_MAX_LEN + 16], side[PATH_MAX_LEN + 16];
     db_close(st);
     FI_TRY(join_path(lock_path, st->dir, "locks/index.lock"));
-    FI_TRY(lock_file(lock_path, 0, &fd));
+    FI_TRY(lock_file_wait(lock_path, st->lock_timeout_ms, &fd));
+    if (rc == 1)
+        FI_FAIL(FI_EIO, "cache index %s is broken and another process has held %s for over %"
+                PRId64 " ms while rebuilding it", st->index_path, lock_path, st->lock_timeout_ms);
     if ((rc = db_init(st)) != FI_ECORRUPT) goto out; /* another process fixed it already */
     snprintf(aside, sizeof aside, "%s.corrupt", st->index_path);
     if (fi__rename(st->index_path, aside) < 0 && errno != ENOENT)
@@ -621,11 +735,97 @@ out:
     return rc;
 }
 
+/* index.sqlite-wal and -shm as SQLite will find them: never links (SQLite
+ * would write through them), and writable by us. A -shm left 0400 or owned
+ * by another user (a crashed run under another uid, a restored backup)
+ * would make every write fail. Ours are made writable again; another
+ * user's -shm is removed when no process has it open (SQLite holds a read
+ * lock on its DMS byte while it does; the -shm is rebuilt from the -wal),
+ * otherwise the message names the file. A -wal is never removed: it may
+ * hold committed changes. Read-only (`fix` 0), only links are refused. */
+static int check_sidecars(fi_store *st, int fix)
+{
+    int rc = 0;
+    char path[PATH_MAX_LEN + 8];
+    static const char *const suffixes[] = {"-wal", "-shm"};
+    struct stat sb;
+    for (size_t i = 0; i < 2; i++) {
+        int fd = -1;
+        snprintf(path, sizeof path, "%s%s", st->index_path, suffixes[i]);
+        if (fi__lstat(path, &sb) < 0) {
+            if (errno == ENOENT) continue;
+            FI_FAIL(FI_EIO, "cannot stat %s: %s", path, strerror(errno));
+        }
+        if (!S_ISREG(sb.st_mode))
+            FI_FAIL(FI_EPERM, "%s is a symbolic link or not a regular file; refusing it (remove "
+                    "it to use the cache)", path);
+        if (!fix || fi__access(path, R_OK | W_OK) == 0) continue;
+        if (sb.st_uid == geteuid()) {
+            if ((fd = fi__open(path, O_RDONLY | O_NOFOLLOW, 0)) >= 0 && fchmod(fd, 0600) == 0) {
+                fi__log(FI_LOG_WARN, "%s was not writable (mode %03o); made it 0600", path,
+                        (unsigned)(sb.st_mode & 0777));
+                fi__close(fd);
+                continue;
+            }
+            fi__close(fd);
+        } else if (i == 1 && (fd = fi__open(path, O_RDONLY | O_NOFOLLOW, 0)) >= 0) {
+            /* SQLite's dead-man-switch byte in the -shm (os_unix.c UNIX_SHM_DMS). */
+            struct flock probe = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 128,
+                                  .l_len = 1};
+            int idle = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == F_UNLCK;
+            fi__close(fd);
+            if (idle && fi__unlink(path) == 0) {
+                fi__log(FI_LOG_WARN, "removed %s: it belonged to uid %u and was not writable, "
+                        "and no process had it open", path, (unsigned)sb.st_uid);
+                continue;
+            }
+        }
+        if (i == 1)
+            FI_FAIL(FI_EIO, "%s is not writable by this user (uid %u; the file belongs to uid "
+                    "%u, mode %03o): stop the processes using the cache, then remove it", path,
+                    (unsigned)geteuid(), (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777));
+        FI_FAIL(FI_EIO, "%s is not writable by this user (uid %u; the file belongs to uid %u, "
+                "mode %03o): have uid %u open the cache once (it moves the changes into the "
+                "index and removes the file) or chown the file", path, (unsigned)geteuid(),
+                (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777), (unsigned)sb.st_uid);
+    }
+out:
+    return rc;
+}
+
+/* Said once per store: a read-only cache is a normal way to ship kernels. */
+static void say_read_only(const fi_store *st, const char *why)
+{
+    fi__log(FI_LOG_WARN, "cache %s opened read-only (%s): serving the kernels it holds, storing "
+            "none", st->dir, why);
+}
+
 static int db_open(fi_store *st)
 {
-    int rc = db_init(st);
-    if (rc == FI_ECORRUPT && !(st->flags & FI_STORE_READ_ONLY)) rc = db_rebuild(st);
-    return rc;
+    int rc = 0;
+    char why[1024];
+    struct stat sb;
+    /* SQLite's NOFOLLOW says only "unable to open database file". */
+    if (fi__lstat(st->index_path, &sb) == 0 && S_ISLNK(sb.st_mode))
+        return fi__error(FI_EPERM, "cache index %s is a symbolic link; refusing it",
+                         st->index_path);
+    if (!(st->flags & FI_STORE_READ_ONLY)) {
+        rc = check_sidecars(st, 1);
+        if (rc == 0) rc = db_init(st);
+        if (rc == FI_ECORRUPT) rc = db_rebuild(st);
+        if (rc != FI_EIO || !(st->flags & FI_STORE_READ_ONLY_FALLBACK)) return rc;
+        /* Not writable after all (a full disk, a -shm we may not write):
+         * reading may still work. */
+        snprintf(why, sizeof why, "%s", fi_last_error());
+        st->flags |= FI_STORE_READ_ONLY;
+        if ((rc = db_init(st)) < 0) {
+            st->flags &= ~(unsigned)FI_STORE_READ_ONLY;
+            return fi__error(FI_EIO, "%s", why);
+        }
+        say_read_only(st, why);
+        return 0;
+    }
+    return (rc = check_sidecars(st, 0)) < 0 ? rc : db_init(st);
 }
 
 /* ---- temp files ---------------------------------------------------------------- */
@@ -700,10 +900,36 @@ static void maybe_clean_temps(fi_store *st)
 
 /* ---- open / close ------------------------------------------------------------ */
 
+/* SQLite's NOFOLLOW refuses a link in any component of the index's path, and
+ * links above the cache are fine (~/.cache on another disk); so the index is
+ * named through the resolved dir, and NOFOLLOW then refuses only a link at
+ * index.sqlite itself (later swapped in). SQLite's unix VFS also caps a path
+ * at mxPathname bytes (512), the longest suffix it adds ("-journal")
+ * included, and fails deep inside with "unable to open database file":
+ * check that here (a dir of 491 bytes is the longest that works). */
+static int resolve_index_path(fi_store *st)
+{
+    char real[PATH_MAX];
+    const char *const name = "/index.sqlite-journal";
+    sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
+    size_t max = vfs ? (size_t)vfs->mxPathname : 512;
+    if (fi__realpath(st->dir, real) < 0)
+        return fi__error(FI_EIO, "cannot resolve cache directory %s: %s", st->dir, strerror(errno));
+    if (strlen(real) + strlen(name) > max)
+        return fi__error(FI_EINVALID,
+                         "cache directory %s is %zu bytes long%s; SQLite limits the index "
+                         "path to %zu bytes, so use a cache directory of at most %zu bytes",
+                         st->dir, strlen(real),
+                         strcmp(real, st->dir) != 0 ? " once links are resolved" : "", max,
+                         max - strlen(name));
+    return join_path(st->index_path, real, "index.sqlite");
+}
+
 int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_bytes)
 {
     int rc = 0, dfd = -1;
     int ro = (flags & FI_STORE_READ_ONLY) != 0;
+    const char *ro_why = NULL; /* why a writable open became read-only */
     fi_store *st = NULL;
     struct stat sb;
     char path[PATH_MAX_LEN];
@@ -715,6 +941,7 @@ int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_b
     pthread_mutex_init(&st->mu, NULL);
     st->flags = flags;
     st->max_bytes = max_bytes;
+    st->lock_timeout_ms = FI_STORE_LOCK_TIMEOUT_MS;
     if (!(st->dir = fi__strdup(dir))) FI_FAIL(FI_ENOMEM, "out of memory opening the cache");
     /* Trailing slashes would double up in every path. */
     for (size_t n = strlen(st->dir); n > 1 && st->dir[n - 1] == '/'; n--) st->dir[n - 1] = '\0';
@@ -730,13 +957,28 @@ int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_b
     if (fi__fstat(dfd, &sb) < 0)
         FI_FAIL(FI_EIO, "cannot stat cache directory %s: %s", st->dir, strerror(errno));
     FI_TRY(check_owner_mode(st->dir, &sb, flags));
+    if (!ro && fi__access(st->dir, W_OK) < 0) {
+        /* A read-only mount or image layer (EROFS, root included), or a
+         * cache of another user or chmod a-w (EACCES). */
+        if (!(flags & FI_STORE_READ_ONLY_FALLBACK))
+            FI_FAIL(FI_EIO, "cache directory %s is not writable: %s", st->dir, strerror(errno));
+        ro_why = errno == EROFS ? "it is on a read-only file system" : "it is not writable";
+        st->flags |= FI_STORE_READ_ONLY;
+        ro = 1;
+    }
     for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
         FI_TRY(join_path(path, st->dir, subdirs[i]));
-        FI_TRY(ensure_subdir(path, flags, !ro));
+        rc = ensure_subdir(path, st->flags, !ro);
+        if (rc == FI_ENOTFOUND && ro) { /* nothing to read there, nothing to write */
+            fi__error_clear();
+            rc = 0;
+        }
+        if (rc < 0) goto out;
     }
-    FI_TRY(join_path(st->index_path, st->dir, "index.sqlite"));
+    FI_TRY(resolve_index_path(st));
     FI_TRY(db_open(st));
-    if (!ro) maybe_clean_temps(st);
+    if (ro_why) say_read_only(st, ro_why);
+    if (!(st->flags & FI_STORE_READ_ONLY)) maybe_clean_temps(st);
     *out = st;
     st = NULL;
 out:
@@ -755,6 +997,11 @@ void fi_store_close(fi_store *st)
 }
 
 const char *fi_store_dir(const fi_store *st) { return st ? st->dir : NULL; }
+
+int fi_store_read_only(const fi_store *st)
+{
+    return st && (st->flags & FI_STORE_READ_ONLY) != 0;
+}
 
 static int check_writable(const fi_store *st, const char *what)
 {

@@ -44,13 +44,21 @@ typedef struct fi_store_row {
 typedef enum fi_store_flags {
     FI_STORE_ALLOW_UNSAFE_DIR = 1u << 0, /* accept a dir writable by group/others */
     FI_STORE_READ_ONLY = 1u << 1,
+    /* When the cache cannot be written (read-only mount or image layer, no
+     * write permission, a full disk), open it read-only instead of failing:
+     * hits are served, nothing is stored. Said once, at open. */
+    FI_STORE_READ_ONLY_FALLBACK = 1u << 2,
 } fi_store_flags;
 
 /* Open (creating if needed) the cache at `dir`. Refuses (FI_EPERM) a dir
- * owned by another user or writable by group/others unless allowed. */
+ * owned by another user (root excepted) or writable by group/others unless
+ * allowed, and a symlinked index; symlinks in the path above `dir` are fine.
+ * FI_EINVALID when the resolved path is too long for SQLite. */
 int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_bytes);
 void fi_store_close(fi_store *st);
 const char *fi_store_dir(const fi_store *st);
+/* 1 when the store was opened read-only (asked for, or fallen back to). */
+int fi_store_read_only(const fi_store *st);
 
 /* Read and verify the object for `key`. FI_ENOTFOUND when absent; when the
  * object is bad it is removed, `corrupt` is counted, and FI_ENOTFOUND is
@@ -63,9 +71,18 @@ int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_si
 int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t size,
                  const fi_object_meta *meta);
 
-/* Cross-process build lock for one key (blocking; flock on locks/<key>.lock). */
+/* Cross-process build lock for one key (flock on locks/<key>.lock). Waits at
+ * most the store's lock timeout for another holder (which may be stopped or
+ * hung), then returns a lock that holds nothing, so the caller builds
+ * without it (puts are atomic, so a late second writer of the key is
+ * harmless). Also holds nothing on a read-only store. */
 typedef struct fi_store_lock fi_store_lock;
 int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out);
+/* Default wait for another process's build lock; FIJIT_LOCK_TIMEOUT_MS
+ * overrides it in fi_jit_ctx_new. */
+#define FI_STORE_LOCK_TIMEOUT_MS 60000
+/* Set the wait in milliseconds: 0 does not wait, < 0 waits forever. */
+void fi_store_set_lock_timeout(fi_store *st, int64_t timeout_ms);
 void fi_store_unlock(fi_store_lock *lock); /* accepts NULL */
 
 /* Add this process's counters to the persisted statistics (one transaction). */

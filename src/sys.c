@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -179,6 +180,22 @@ int fi__lstat(const char *path, struct stat *st)
 {
     FI_FILE_FAULT(-1);
     return lstat(path, st);
+}
+
+int fi__access(const char *path, int mode) { return access(path, mode); }
+
+int fi__realpath(const char *path, char *out)
+{
+    FI_FILE_FAULT(-1);
+    return realpath(path, out) ? 0 : -1;
+}
+
+int fi__statvfs(const char *path, struct statvfs *out)
+{
+    if (statvfs(path, out) < 0) return -1;
+    if (atomic_load_explicit(&fault_mask, memory_order_relaxed) & FI_FAULT_DISK_FULL)
+        out->f_bfree = out->f_bavail = 0;
+    return 0;
 }
 
 int fi__read_file(const char *path, void **out, size_t *out_size, size_t max_size)

@@ -53,6 +53,13 @@ int fi__unlink(const char *path);
 int fi__mkdir(const char *path, mode_t mode);
 int fi__fstat(int fd, struct stat *st);
 int fi__lstat(const char *path, struct stat *st);
+/* access(2): no fault is injected (a probe, not an operation). */
+int fi__access(const char *path, int mode);
+/* realpath(3) into `out` (PATH_MAX bytes). */
+int fi__realpath(const char *path, char *out);
+/* statvfs(3); with FI_FAULT_DISK_FULL armed it reports no free blocks. */
+struct statvfs;
+int fi__statvfs(const char *path, struct statvfs *out);
 
 /* Read a whole regular file (no symlinks followed at the last component) into
  * a fresh buffer that the caller frees with fi__free. Returns fi_error code. */

@@ -4,6 +4,7 @@
  * comma lists, the cache directory rule and GPU arch detection.
  */
 #include "cli.h"
+#include "error.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -297,7 +298,8 @@ int cli_open_store(const cli_command *cmd, fi_store **out, char dir[4096])
         return cli_runtime_error(cmd, "cannot find the cache directory");
     /* Nothing there yet: an empty cache, and looking at it creates nothing. */
     if (stat(dir, &sb) < 0 && errno == ENOENT) return CLI_EXIT_OK;
-    if (fi_store_open(out, dir, 0, 0) < 0) {
+    /* Reading a read-only cache (an image layer, another user's) works. */
+    if (fi_store_open(out, dir, FI_STORE_READ_ONLY_FALLBACK, 0) < 0) {
         char what[4200];
         snprintf(what, sizeof what, "cannot open the cache at %s", dir);
         return cli_runtime_error(cmd, what);

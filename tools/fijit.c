@@ -450,7 +450,8 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
 
     static const char *const env_names[] = {
         "FIJIT_CACHE_DIR", "FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE",
-        "FIJIT_TEMPLATE_DIR", "XDG_CACHE_HOME", "CUDA_HOME", "CUDA_CACHE_DISABLE",
+        "FIJIT_LOCK_TIMEOUT_MS", "FIJIT_TEMPLATE_DIR", "XDG_CACHE_HOME", "CUDA_HOME",
+        "CUDA_CACHE_DISABLE",
     };
     printf("environment\n");
     for (size_t i = 0; i < sizeof env_names / sizeof *env_names; i++) {
