@@ -1553,21 +1553,25 @@ static int verify_file(verify_ctx *v, const char *sub, const char *name, const c
                   v->repair ? ": removed" : "");
         return 0;
     }
-    if (len != 35 || strcmp(name + 32, ".fo") != 0 || S_ISDIR(sb.st_mode)) {
+    int named = len == 35 && strcmp(name + 32, ".fo") == 0;
+    if (named) {
+        memcpy(hex, name, 32);
+        hex[32] = '\0';
+        named = hex_to_key(hex, key) == 0 && memcmp(hex, sub, 2) == 0;
+        if (named) FI_TRY(row_exists(st, hex, NULL));
+        if (rc == 1) return 0; /* checked with the rows */
+    }
+    if (S_ISDIR(sb.st_mode) || len != 35 || strcmp(name + 32, ".fo") != 0) {
         vreport(v, "unexpected %s %s in the objects folder", S_ISDIR(sb.st_mode) ? "folder" : "file",
                 path);
         if (v->repair) (void)remove_any(path);
         return 0;
     }
-    memcpy(hex, name, 32);
-    hex[32] = '\0';
-    if (hex_to_key(hex, key) < 0 || memcmp(hex, sub, 2) != 0) {
+    if (!named) {
         vreport(v, "misnamed object file %s", path);
         if (v->repair) (void)fi__unlink(path);
         return 0;
     }
-    FI_TRY(row_exists(st, hex, NULL));
-    if (rc == 1) return 0; /* checked with the rows */
     FI_TRY(obj_read(path, key, NULL, NULL, &info, why, sizeof why));
     if (rc == OBJ_MISSING) return 0;
     if (rc == OBJ_BAD) {
