@@ -94,8 +94,14 @@ static void flush_counts(fi_jit_ctx *ctx)
     fi_jit_stats delta;
     if (!ctx->store) return; /* memory only: the counters are all there is */
     sum_counts(ctx, &delta, 1);
-    if (fi_store_stats_add(ctx->store, &delta) < 0)
+    /* A failed flush is only logged: the caller's message (the first
+     * failure, if any) is what fi_last_error() must still say. */
+    char *first = fi__strdup(fi_last_error());
+    if (fi_store_stats_add(ctx->store, &delta) < 0) {
         fi__log(FI_LOG_WARN, "could not save statistics: %s", fi_last_error());
+        if (first) fi__error(0, "%s", first);
+    }
+    fi__free(first);
 }
 
 static int default_cache_dir(char *out, size_t size)
