@@ -365,8 +365,8 @@ void fi_store_unlock(fi_store_lock *lock)
 
 /* 1 when a failed statement says the index itself is damaged, so that it
  * is rebuilt from the objects rather than failing every call: a malformed
- * file, a table or column gone, or a link, folder or other non-file where
- * index.sqlite belongs (SQLite cannot open those). */
+ * file, a table or column gone, or a link, folder, FIFO or other non-file
+ * where index.sqlite belongs (SQLite cannot open those). */
 static int index_broken(fi_store *st, int src)
 {
     struct stat sb;
@@ -376,8 +376,8 @@ static int index_broken(fi_store *st, int src)
     case SQLITE_NOTADB: return 1;
     case SQLITE_ERROR:
         return strncmp(msg, "no such table", 13) == 0 || strncmp(msg, "no such column", 14) == 0;
-    case SQLITE_CANTOPEN: return lstat(st->index_path, &sb) == 0 && !S_ISREG(sb.st_mode);
-    default: return 0;
+    default: /* CANTOPEN, or IOERR for a FIFO */
+        return lstat(st->index_path, &sb) == 0 && !S_ISREG(sb.st_mode);
     }
 }
 

@@ -750,8 +750,9 @@ TEST(store_index_damaged_while_open_still_serves_and_is_repaired)
     fi_store_close(st);
 }
 
-/* index.sqlite as a folder or a link: SQLite cannot open it; it is moved
- * aside (the link itself, never its target) and a new index started. */
+/* index.sqlite as a folder (1), a FIFO (2) or a link (0): SQLite cannot
+ * open it; it is moved aside (the link itself, never its target) and a new
+ * index started. */
 static void check_index_replaced(int as_folder)
 {
     fi_store *st = NULL;
@@ -763,9 +764,11 @@ static void check_index_replaced(int as_folder)
     CHECK_OK(put_n(st, 1, 1000));
     fi_store_close(st);
     CHECK(rename(index, target) == 0);
-    if (as_folder) {
+    if (as_folder == 1) {
         snprintf(inner, sizeof inner, "%s/inner", index);
         CHECK(mkdir(index, 0700) == 0 && mkdir(inner, 0700) == 0);
+    } else if (as_folder == 2) {
+        CHECK(mkfifo(index, 0600) == 0);
     } else {
         CHECK(symlink(target, index) == 0);
     }
@@ -778,6 +781,8 @@ static void check_index_replaced(int as_folder)
 }
 TEST(store_index_that_is_a_folder_is_rebuilt) { check_index_replaced(1); }
 TEST(store_index_that_is_a_symlink_is_rebuilt) { check_index_replaced(0); }
+static void index_fifo_body(void) { check_index_replaced(2); }
+TEST(store_index_that_is_a_fifo_is_rebuilt) { check_in_child_with_alarm(index_fifo_body); }
 
 /* A damaged page that opening does not read: integrity_check finds it, and
  * one repair rebuilds the index and re-indexes every object. */
