@@ -656,9 +656,10 @@ static int index_damaged(fi_store *st, char *why, size_t why_size)
         sqlite3_finalize(s);
         return rc < 0 ? rc : FI_EIO;
     }
+    int bad = !res || strcmp(res, "ok") != 0;
     snprintf(why, why_size, "%s", res ? res : sqlite3_errmsg(st->db));
     sqlite3_finalize(s);
-    if (!res || strcmp(res, "ok") != 0) return 1;
+    if (bad) return 1;
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
         int64_t n;
         int rc = pragma_int(st, probes[i], &n);

@@ -100,6 +100,17 @@ static int file_exists(const char *path)
     return lstat(path, &sb) == 0;
 }
 
+/* Write a small file at `path`, last modified `age_s` seconds ago. */
+static int write_aged(const char *path, int age_s)
+{
+    FILE *f = fopen(path, "w");
+    struct timespec t[2] = {{time(NULL) - age_s, 0}, {time(NULL) - age_s, 0}};
+    if (!f) return -1;
+    fputs("partial", f);
+    fclose(f);
+    return utimensat(AT_FDCWD, path, t, 0);
+}
+
 static int64_t object_size(int n)
 {
     uint8_t key[16];
@@ -600,12 +611,7 @@ TEST(store_verify_reports_and_repairs)
     snprintf(sql, sizeof sql, "DELETE FROM entries WHERE key = '%s'", hex3);
     CHECK_OK(raw_sql(sql));                                     /* orphan object */
     snprintf(temp, sizeof temp, "%s.tmp.1.1", p1);              /* old leftover temp */
-    FILE *f = fopen(temp, "w");
-    CHECK(f != NULL);
-    fputs("partial", f);
-    fclose(f);
-    struct timespec old[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
-    CHECK(utimensat(AT_FDCWD, temp, old, 0) == 0);
+    CHECK(write_aged(temp, 7200) == 0);
 
     /* The dead writer's temp is said, as a note, but is no problem. */
     int found = fi_store_verify(st, 0, collect, &r);
@@ -695,13 +701,7 @@ TEST(store_verify_notes_a_dead_writers_temp_without_failing)
     CHECK_OK(put_n(st, 1, 1000));
     snprintf(sub, sizeof sub, "%s/objects/ab", check_tmpdir);
     snprintf(temp, sizeof temp, "%s/ab0123456789abcdef0123456789abcd.fo.tmp.%d.0", sub, (int)dead);
-    CHECK(mkdir(sub, 0700) == 0);
-    FILE *f = fopen(temp, "w");
-    CHECK(f != NULL);
-    fputs("partial", f);
-    fclose(f);
-    struct timespec ago[2] = {{time(NULL) - 120, 0}, {time(NULL) - 120, 0}};
-    CHECK(utimensat(AT_FDCWD, temp, ago, 0) == 0);
+    CHECK(mkdir(sub, 0700) == 0 && write_aged(temp, 120) == 0);
     reports r = {0};
     CHECK_MSG(fi_store_verify(st, 0, collect, &r) == 0 && strstr(r.text, "note: leftover temp"),
               "%s", r.text);
