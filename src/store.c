@@ -1205,7 +1205,6 @@ int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_si
             (void)reindex_hit(st, hex, path, &info);
         pthread_mutex_unlock(&st->mu);
         locked = 0;
-        fi__error_clear(); /* a failed bookkeeping step is not this call's error */
     }
     if (meta) *meta = info.meta;
     *out = payload;
