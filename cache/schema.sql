@@ -19,7 +19,8 @@ CREATE TABLE IF NOT EXISTS entries (
     checksum    INTEGER NOT NULL,          -- XXH3-64 of the cubin, as in the object header
     created     INTEGER NOT NULL,          -- unix seconds
     last_used   INTEGER NOT NULL,          -- unix seconds, for display and age limits
-    used_ns     INTEGER NOT NULL,          -- unix nanoseconds: LRU order, finer than last_used
+    used_ns     INTEGER NOT NULL,          -- LRU order: unix nanoseconds at each use, raised
+                                           -- past every other row's when the clock went back
     hits        INTEGER NOT NULL DEFAULT 0,-- disk hits served from this entry
     registers   INTEGER NOT NULL DEFAULT 0,
     spill_bytes INTEGER NOT NULL DEFAULT 0,

@@ -97,17 +97,23 @@ static void flush_counts(fi_jit_ctx *ctx)
     /* Memory only or read-only: the counters in memory are all there is. */
     if (!ctx->store || fi_store_read_only(ctx->store)) return;
     sum_counts(ctx, &delta, 1);
-    if (fi_store_stats_add(ctx->store, &delta) == 0) return;
-    /* This runs after every miss: a cache that refuses writes (a stale
-     * -shm, a full disk) must not print a warning per kernel. */
-    if (!atomic_exchange(&ctx->stats_warned, 1))
-        fi__log(FI_LOG_WARN, "could not save statistics (said once): %s", fi_last_error());
-    /* Keep what was taken for the next flush (a full disk may free up). */
-    const long long back[C_COUNT] = {delta.memory_hits, delta.disk_hits, delta.misses,
-                                     delta.compiles, delta.compile_failures, delta.compile_ns,
-                                     delta.bytes_written};
-    for (int c = 0; c < C_COUNT; c++)
-        if (back[c]) count(ctx, c, back[c]);
+    /* A failed flush is only logged (once: this runs after every miss, and a
+     * cache that refuses writes must not warn per kernel), and the caller's
+     * message (the first failure, if any) is what fi_last_error() must
+     * still say. What was taken is kept for the next flush (a full disk may
+     * free up). */
+    char *first = fi__strdup(fi_last_error());
+    if (fi_store_stats_add(ctx->store, &delta) < 0) {
+        if (!atomic_exchange(&ctx->stats_warned, 1))
+            fi__log(FI_LOG_WARN, "could not save statistics (said once): %s", fi_last_error());
+        const long long back[C_COUNT] = {delta.memory_hits, delta.disk_hits, delta.misses,
+                                         delta.compiles, delta.compile_failures,
+                                         delta.compile_ns, delta.bytes_written};
+        for (int c = 0; c < C_COUNT; c++)
+            if (back[c]) count(ctx, c, back[c]);
+        if (first) fi__error(0, "%s", first);
+    }
+    fi__free(first);
 }
 
 static int parse_size(const char *text, int64_t *out)

@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -70,6 +71,7 @@ enum stmt_id {
     S_TOTAL,
     S_OLDEST,
     S_OLDER,
+    S_CLAMP,
     S_STATS,
     S_STATS_ZERO,
     S_LIST,
@@ -83,10 +85,16 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_BEGIN] = "BEGIN IMMEDIATE",
     [S_COMMIT] = "COMMIT",
     [S_ROLLBACK] = "ROLLBACK",
-    [S_TOUCH] = "UPDATE entries SET last_used = ?1, used_ns = ?2, hits = hits + 1 WHERE key = ?3",
+    /* used_ns is the LRU order: the clock's reading, but always past every
+     * other entry's, so that a clock that was set ahead and put back cannot
+     * make the entry used last look like the oldest (see schema.sql). */
+    [S_TOUCH] = "UPDATE entries SET last_used = ?1, hits = hits + 1, used_ns = "
+                "max(?2, (SELECT max(used_ns) FROM entries) + 1) WHERE key = ?3",
     [S_INSERT] = "INSERT OR REPLACE INTO entries (key, spec, arch, size, checksum, created, "
                  "last_used, used_ns, hits, registers, spill_bytes, compile_ns) "
-                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, "
+                 "max(?7, coalesce((SELECT max(used_ns) FROM entries), 0) + 1), "
+                 "?8, ?9, ?10, ?11)",
     [S_DELETE] = "DELETE FROM entries WHERE key = ?1",
     [S_EXISTS] = "SELECT size FROM entries WHERE key = ?1",
     [S_STAT_ADD] = "INSERT INTO stats (name, value) VALUES (?1, ?2) "
@@ -94,6 +102,9 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_TOTAL] = "SELECT count(*), coalesce(sum(size), 0) FROM entries",
     [S_OLDEST] = "SELECT key, size FROM entries WHERE key <> ?1 ORDER BY used_ns LIMIT 1",
     [S_OLDER] = "SELECT key, size FROM entries WHERE last_used < ?1 ORDER BY used_ns LIMIT 1",
+    /* A use stamped in the future (a clock set ahead) counts as now, so that
+     * the entry ages from here instead of never. */
+    [S_CLAMP] = "UPDATE entries SET last_used = ?1 WHERE last_used > ?1",
     [S_STATS] = "SELECT name, value FROM stats",
     [S_STATS_ZERO] = "DELETE FROM stats",
     [S_LIST] = "SELECT key, spec, arch, size, created, last_used, hits, registers, "
@@ -188,6 +199,23 @@ static int object_path(const fi_store *st, char *out, const char *hex)
 }
 
 static int is_temp_name(const char *name) { return strstr(name, ".tmp.") != NULL; }
+
+static int remove_tree_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb, (void)ftw;
+    return (type == FTW_DP ? rmdir(path) : fi__unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+/* Remove whatever sits at `path` (a file, link, FIFO, or a whole folder,
+ * never following a link): something planted where a cache file belongs
+ * must not block every later write. 0 when nothing is left. */
+static int remove_any(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) < 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(sb.st_mode)) return fi__unlink(path) < 0 && errno != ENOENT ? -1 : 0;
+    return nftw(path, remove_tree_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
 
 static void put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
 static void put_u32(uint8_t *p, uint32_t v)
@@ -390,10 +418,27 @@ static int disk_full(const fi_store *st, int src)
     return (geteuid() == 0 ? vfs.f_bfree : vfs.f_bavail) == 0;
 }
 
+/* 1 when a failed statement says the index itself is damaged, so that it
+ * is rebuilt from the objects rather than failing every call: a malformed
+ * file, a table or column gone, or a link, folder, FIFO or other non-file
+ * where index.sqlite belongs (SQLite cannot open those). */
+static int index_broken(fi_store *st, int src)
+{
+    struct stat sb;
+    const char *msg = st->db ? sqlite3_errmsg(st->db) : "";
+    switch (src & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: return 1;
+    case SQLITE_ERROR:
+        return strncmp(msg, "no such table", 13) == 0 || strncmp(msg, "no such column", 14) == 0;
+    default: /* CANTOPEN, or IOERR for a FIFO */
+        return lstat(st->index_path, &sb) == 0 && !S_ISREG(sb.st_mode);
+    }
+}
+
 static int sql_error(fi_store *st, int src, const char *what)
 {
-    int code = ((src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB) ? FI_ECORRUPT
-                                                                                    : FI_EIO;
+    int code = index_broken(st, src) ? FI_ECORRUPT : FI_EIO;
     const char *msg = st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(src);
     if ((src & 0xff) == SQLITE_BUSY)
         msg = "the index stayed locked by another process for longer than the busy timeout";
@@ -704,24 +749,67 @@ static int db_init(fi_store *st)
     return fi__error(FI_EIO, "%s", first);
 }
 
+/* 1 (reason in `why`) when the open index is damaged: PRAGMA
+ * integrity_check finds fault, or a table is gone; 0 when sound; negative
+ * for a failure that says nothing about the file (busy, I/O). Outside the
+ * fault seam, like the other checks of a file already open. */
+static int index_damaged(fi_store *st, char *why, size_t why_size)
+{
+    static const char *const probes[] = {"SELECT count(*) FROM entries",
+                                         "SELECT count(*) FROM stats"};
+    sqlite3_stmt *s = NULL;
+    const char *res = NULL;
+    int src = sqlite3_prepare_v2(st->db, "PRAGMA integrity_check", -1, &s, NULL);
+    if (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW)
+        res = (const char *)sqlite3_column_text(s, 0);
+    if (!res && !index_broken(st, src)) {
+        int rc = sql_error(st, src, "checking its integrity");
+        sqlite3_finalize(s);
+        return rc < 0 ? rc : FI_EIO;
+    }
+    int bad = !res || strcmp(res, "ok") != 0;
+    snprintf(why, why_size, "%s", res ? res : sqlite3_errmsg(st->db));
+    sqlite3_finalize(s);
+    if (bad) return 1;
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        int64_t n;
+        int rc = pragma_int(st, probes[i], &n);
+        if (rc == FI_ECORRUPT) {
+            snprintf(why, why_size, "%s", fi_last_error());
+            return 1;
+        }
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
 /* Move a broken index aside (keeping one copy for a post-mortem) and start a
  * new one. Runs under locks/index.lock so that two processes which both saw
  * the broken file do not each replace the other's fresh index. */
 static int db_rebuild(fi_store *st)
 {
     int rc = 0, fd = -1;
-    char lock_path[PATH_MAX_LEN], aside[PATH_MAX_LEN + 16], side[PATH_MAX_LEN + 16];
+    char lock_path[PATH_MAX_LEN], aside[PATH_MAX_LEN + 16], side[PATH_MAX_LEN + 16], why[256];
     db_close(st);
     FI_TRY(join_path(lock_path, st->dir, "locks/index.lock"));
     FI_TRY(lock_file_wait(lock_path, st->lock_timeout_ms, &fd));
     if (rc == 1)
         FI_FAIL(FI_EIO, "cache index %s is broken and another process has held %s for over %"
                 PRId64 " ms while rebuilding it", st->index_path, lock_path, st->lock_timeout_ms);
-    if ((rc = db_init(st)) != FI_ECORRUPT) goto out; /* another process fixed it already */
+    if ((rc = db_init(st)) != FI_ECORRUPT) {
+        /* Opens: another process fixed it already, unless the whole file
+         * still fails a full check (a damaged page that opening skips). */
+        if (rc < 0 || (rc = index_damaged(st, why, sizeof why)) <= 0) goto out;
+        db_close(st);
+    }
     snprintf(aside, sizeof aside, "%s.corrupt", st->index_path);
-    if (fi__rename(st->index_path, aside) < 0 && errno != ENOENT)
-        FI_FAIL(FI_EIO, "cannot move the broken cache index %s aside: %s", st->index_path,
-                strerror(errno));
+    if (fi__rename(st->index_path, aside) < 0 && errno != ENOENT) {
+        /* An older copy in the way (a folder cannot replace a file, nor a
+         * file a folder): the newer one is the one worth keeping. */
+        if (remove_any(aside) < 0 || (fi__rename(st->index_path, aside) < 0 && errno != ENOENT))
+            FI_FAIL(FI_EIO, "cannot move the broken cache index %s aside: %s", st->index_path,
+                    strerror(errno));
+    }
     snprintf(side, sizeof side, "%s-wal", st->index_path);
     (void)unlink(side);
     snprintf(side, sizeof side, "%s-shm", st->index_path);
@@ -805,13 +893,16 @@ static int db_open(fi_store *st)
     int rc = 0;
     char why[1024];
     struct stat sb;
-    /* SQLite's NOFOLLOW says only "unable to open database file". */
-    if (fi__lstat(st->index_path, &sb) == 0 && S_ISLNK(sb.st_mode))
+    /* SQLite's NOFOLLOW says only "unable to open database file". A planted
+     * link is never followed: read-only, it is refused; writable, it is
+     * moved aside (the link itself) and the index rebuilt from the objects. */
+    const int linked = fi__lstat(st->index_path, &sb) == 0 && S_ISLNK(sb.st_mode);
+    if (linked && (st->flags & FI_STORE_READ_ONLY))
         return fi__error(FI_EPERM, "cache index %s is a symbolic link; refusing it",
                          st->index_path);
     if (!(st->flags & FI_STORE_READ_ONLY)) {
         rc = check_sidecars(st, 1);
-        if (rc == 0) rc = db_init(st);
+        if (rc == 0) rc = linked ? FI_ECORRUPT : db_init(st);
         if (rc == FI_ECORRUPT) rc = db_rebuild(st);
         if (rc != FI_EIO || !(st->flags & FI_STORE_READ_ONLY_FALLBACK)) return rc;
         /* Not writable after all (a full disk, a -shm we may not write):
@@ -889,11 +980,15 @@ static void maybe_clean_temps(fi_store *st)
     char marker[PATH_MAX_LEN];
     struct stat sb;
     if (join_path(marker, st->dir, "tmp/last-clean") < 0) return;
-    if (lstat(marker, &sb) == 0 && sb.st_mtime > time(NULL) - TEMP_MAX_AGE_S) return;
+    int found = lstat(marker, &sb) == 0;
+    if (found && S_ISREG(sb.st_mode) && sb.st_mtime > time(NULL) - TEMP_MAX_AGE_S) return;
     clean_temps(st, TEMP_MAX_AGE_S);
-    int fd = fi__open(marker, O_WRONLY | O_CREAT | O_NOFOLLOW, 0600);
+    /* Anything but a plain file there (a FIFO would block the open below
+     * without O_NONBLOCK; a folder would never be stamped) is replaced. */
+    if (found && !S_ISREG(sb.st_mode)) (void)remove_any(marker);
+    int fd = fi__open(marker, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0600);
     if (fd >= 0) {
-        futimens(fd, NULL);
+        if (fi__fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) futimens(fd, NULL);
         fi__close(fd);
     }
 }
@@ -1087,19 +1182,23 @@ static int obj_read(const char *path, const uint8_t *want, void **payload_out,
     uint64_t psize;
 
     memset(info, 0, sizeof *info);
-    fd = fi__open(path, O_RDONLY | O_NOFOLLOW, 0);
+    /* O_NONBLOCK: a FIFO planted at the path must not hang the reader (it
+     * has no effect on the regular file that is checked for below). */
+    fd = fi__open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
     if (fd < 0) {
-        if (errno == ENOENT) return OBJ_MISSING;
-        if (errno == ELOOP) {
-            struct stat lsb;
-            if (lstat(path, &lsb) == 0) { /* so that the link itself can be removed */
-                info->dev = lsb.st_dev;
-                info->ino = lsb.st_ino;
-            }
-            snprintf(why, why_size, "is a symbolic link");
+        int err = errno;
+        struct stat lsb;
+        if (err == ENOENT) return OBJ_MISSING;
+        /* A link (ELOOP) or a socket (ENXIO): bad, and removable by its
+         * identity; anything else is an I/O failure. */
+        if (lstat(path, &lsb) == 0 && !S_ISREG(lsb.st_mode)) {
+            info->dev = lsb.st_dev;
+            info->ino = lsb.st_ino;
+            snprintf(why, why_size, S_ISLNK(lsb.st_mode) ? "is a symbolic link"
+                                                          : "is not a regular file");
             return OBJ_BAD;
         }
-        return fi__error(FI_EIO, "cannot open cache object %s: %s", path, strerror(errno));
+        return fi__error(FI_EIO, "cannot open cache object %s: %s", path, strerror(err));
     }
     if (fi__fstat(fd, &sb) < 0)
         FI_FAIL(FI_EIO, "cannot stat cache object %s: %s", path, strerror(errno));
@@ -1163,19 +1262,32 @@ out:
     return rc;
 }
 
-/* Delete an entry's row and object (inside the caller's transaction). A
- * missing object is fine: the goal is that neither exists. */
+/* Delete an entry's row (inside the caller's transaction). */
+static int delete_row(fi_store *st, const char *hex, const char *what)
+{
+    int rc = 0;
+    sqlite3_stmt *s;
+    FI_TRY(sql_prep(st, S_DELETE, &s));
+    FI_TRY(bind_text(st, s, 1, hex));
+    FI_TRY(sql_run(st, s, what));
+out:
+    return rc;
+}
+
+/* Delete an entry's row, then its object (inside the caller's transaction).
+ * A missing object is fine: the goal is that neither exists. The row goes
+ * first so that a failing delete leaves the object alone; an interrupted
+ * transaction can still bring back rows whose objects are gone, which get
+ * and verify treat as a plain miss. A folder at the path goes too: it
+ * would block every rebuild. */
 static int remove_entry(fi_store *st, const char *hex)
 {
     int rc = 0;
     char path[PATH_MAX_LEN];
-    sqlite3_stmt *s;
     FI_TRY(object_path(st, path, hex));
-    if (fi__unlink(path) < 0 && errno != ENOENT)
+    FI_TRY(delete_row(st, hex, "removing an entry"));
+    if (remove_any(path) < 0)
         FI_FAIL(FI_EIO, "cannot remove cache object %s: %s", path, strerror(errno));
-    FI_TRY(sql_prep(st, S_DELETE, &s));
-    FI_TRY(bind_text(st, s, 1, hex));
-    FI_TRY(sql_run(st, s, "removing an entry"));
 out:
     return rc;
 }
@@ -1207,7 +1319,8 @@ out:
 
 /* A bad or missing object was found for a key: under the write lock, remove
  * the object (only if it is still the file we read: a concurrent put may
- * have replaced it) and the row, and count it. Returns 1 when the path now
+ * have replaced it) and the row, and count a bad one (a missing object is
+ * what an interrupted gc leaves, not damage). Returns 1 when the path now
  * holds a different file, so the caller should read again. */
 static int drop_bad(fi_store *st, const char *hex, const obj_info *seen)
 {
@@ -1225,20 +1338,49 @@ static int drop_bad(fi_store *st, const char *hex, const obj_info *seen)
             raced = 1;
             goto out;
         }
-        /* A folder where an object belongs would block every rebuild. */
-        if ((S_ISDIR(sb.st_mode) ? rmdir(path) : fi__unlink(path)) < 0 && errno != ENOENT)
+        if (remove_any(path) < 0)
             FI_FAIL(FI_EIO, "cannot remove bad cache object %s: %s", path, strerror(errno));
     }
-    sqlite3_stmt *s;
-    FI_TRY(sql_prep(st, S_DELETE, &s));
-    FI_TRY(bind_text(st, s, 1, hex));
-    FI_TRY(sql_run(st, s, "removing a bad entry"));
-    FI_TRY(stat_add1(st, "corrupt", 1));
+    FI_TRY(delete_row(st, hex, "removing a bad entry"));
+    if (seen) FI_TRY(stat_add1(st, "corrupt", 1));
     FI_TRY(tx_commit(st));
     in_tx = 0;
 out:
     if (in_tx) tx_rollback(st);
     return rc < 0 ? rc : raced;
+}
+
+/* 0 when the objects/<xx> folder of object `path` is a link or not a
+ * folder: O_NOFOLLOW guards only the last component, and put refuses to
+ * create one. Serving and verify both judge a folder by this. */
+static int subdir_plain(const char *path)
+{
+    struct stat sb;
+    char sub[PATH_MAX_LEN];
+    snprintf(sub, sizeof sub, "%.*s", (int)(strlen(path) - 36), path);
+    return !(lstat(sub, &sb) == 0 && !S_ISDIR(sb.st_mode));
+}
+
+/* A hit whose row is gone: the index was rebuilt or lost, or an eviction
+ * removed the entry after we read it. Re-index from the header only if the
+ * file we read is still at the path, checked under the write lock (which
+ * eviction holds while it unlinks), so that a removed entry never comes
+ * back as a row without an object. */
+static int reindex_hit(fi_store *st, const char *hex, const char *path, const obj_info *info)
+{
+    int rc = 0, in_tx = 0;
+    struct stat sb;
+    FI_TRY(tx_begin(st));
+    in_tx = 1;
+    if (fi__lstat(path, &sb) == 0 && sb.st_dev == info->dev && sb.st_ino == info->ino &&
+        (rc = row_exists(st, hex, NULL)) == 0)
+        FI_TRY(index_insert(st, hex, &info->meta, info->file_size, info->checksum, 1));
+    FI_TRY(rc);
+    FI_TRY(tx_commit(st));
+    in_tx = 0;
+out:
+    if (in_tx) tx_rollback(st);
+    return rc;
 }
 
 /* ---- get / put ---------------------------------------------------------------- */
@@ -1256,17 +1398,10 @@ int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_si
     *out_size = 0;
     fi_key_hex(hex, key);
     FI_TRY(object_path(st, path, hex));
-    {
-        /* O_NOFOLLOW guards only the last component: the objects/<xx>
-         * folder must not be a link either (put refuses to create one). */
-        struct stat sb;
-        char sub[PATH_MAX_LEN];
-        snprintf(sub, sizeof sub, "%.*s", (int)(strlen(path) - 36), path);
-        if (lstat(sub, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
-            fi__log(FI_LOG_WARN, "cache folder %s is not a plain directory; not reading it", sub);
-            FI_FAIL(FI_ENOTFOUND, "cache folder %s is a symbolic link or not a directory; "
-                    "run 'fijit verify --repair'", sub);
-        }
+    if (!subdir_plain(path)) {
+        fi__log(FI_LOG_WARN, "cache folder of %s is not a plain directory; not reading it", path);
+        FI_FAIL(FI_ENOTFOUND, "cache folder of %s is a symbolic link or not a directory; "
+                "run 'fijit verify --repair'", path);
     }
 
     for (int attempt = 0;; attempt++) {
@@ -1284,8 +1419,10 @@ int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_si
              * object is damage worth repairing. */
             int has = row_exists(st, hex, NULL);
             if (has < 0) {
-                rc = has;
-                goto out;
+                /* A damaged index must never stop a kernel being served:
+                 * the object is not there either way, so this is a miss. */
+                fi__log(FI_LOG_WARN, "%s", fi_last_error());
+                FI_FAIL(FI_ENOTFOUND, "no cache entry %s (the index could not be read)", hex);
             }
             if (!has) FI_FAIL(FI_ENOTFOUND, "no cache entry %s", hex);
             snprintf(why, sizeof why, "is missing but the index lists it");
@@ -1307,18 +1444,15 @@ int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_si
 
     if (!(st->flags & FI_STORE_READ_ONLY)) {
         /* Bookkeeping of a good hit is best effort: failing it must not turn a
-         * valid object into a recompile. */
+         * valid object into a recompile. The UPDATE never creates a row. */
         sqlite3_stmt *s;
         int64_t ns = wall_ns();
         pthread_mutex_lock(&st->mu);
         locked = 1;
         if (sql_prep(st, S_TOUCH, &s) == 0 && bind_i64(st, s, 1, ns / 1000000000) == 0 &&
             bind_i64(st, s, 2, ns) == 0 && bind_text(st, s, 3, hex) == 0 &&
-            sql_run(st, s, "recording a hit") == 0) {
-            /* No row: the index was rebuilt or lost; re-index from the header. */
-            if (sqlite3_changes(st->db) == 0)
-                (void)index_insert(st, hex, &info.meta, info.file_size, info.checksum, 1);
-        }
+            sql_run(st, s, "recording a hit") == 0 && sqlite3_changes(st->db) == 0)
+            (void)reindex_hit(st, hex, path, &info);
         pthread_mutex_unlock(&st->mu);
         locked = 0;
     }
@@ -1362,8 +1496,25 @@ out:
     return rc;
 }
 
+static int store_put_once(fi_store *st, const uint8_t key[16], const void *data, size_t size,
+                          const fi_object_meta *meta);
+
+/* A put that finds the index damaged under it (a table dropped, a page
+ * gone bad since the open) rebuilds it from the objects and tries once
+ * more: prewarm's job is to store. */
 int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t size,
                  const fi_object_meta *meta)
+{
+    int rc = store_put_once(st, key, data, size, meta);
+    if (rc != FI_ECORRUPT) return rc;
+    pthread_mutex_lock(&st->mu);
+    rc = db_rebuild(st);
+    pthread_mutex_unlock(&st->mu);
+    return rc < 0 ? rc : store_put_once(st, key, data, size, meta);
+}
+
+static int store_put_once(fi_store *st, const uint8_t key[16], const void *data, size_t size,
+                          const fi_object_meta *meta)
 {
     int rc = 0, begun = 0, locked = 0, in_tx = 0, removed = 0, renamed = 0;
     char hex[33], path[PATH_MAX_LEN], sub[PATH_MAX_LEN];
@@ -1545,16 +1696,35 @@ typedef struct verify_ctx {
     void *user;
 } verify_ctx;
 
+static void vsay(verify_ctx *v, int problem, const char *fmt, va_list ap)
+{
+    char msg[1024];
+    int n = problem ? 0 : snprintf(msg, sizeof msg, "note: ");
+    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    v->problems += problem;
+    if (v->report) v->report(v->user, msg);
+}
+
+/* A problem: counted, so verify fails until it is repaired. */
 static void vreport(verify_ctx *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void vreport(verify_ctx *v, const char *fmt, ...)
 {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsay(v, 1, fmt, ap);
     va_end(ap);
-    v->problems++;
-    if (v->report) v->report(v->user, msg);
+}
+
+/* What normal interruptions leave behind and every path already copes with
+ * (a killed writer's temp, a row whose object an interrupted gc removed):
+ * said, not counted. */
+static void vnote(verify_ctx *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void vnote(verify_ctx *v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsay(v, 0, fmt, ap);
+    va_end(ap);
 }
 
 /* Check every row's object. Under the mutex. */
@@ -1590,38 +1760,33 @@ static int verify_rows(verify_ctx *v)
     for (size_t i = 0; i < count; i++) {
         uint8_t key[16];
         obj_info info;
-        int bad = 0;
         if (hex_to_key(keys[i], key) < 0) {
             vreport(v, "index row with malformed key \"%s\"", keys[i]);
-            if (v->repair) {
-                sqlite3_stmt *d;
-                FI_TRY(sql_prep(st, S_DELETE, &d));
-                FI_TRY(bind_text(st, d, 1, keys[i]));
-                FI_TRY(sql_run(st, d, "removing a malformed row"));
-            }
+            if (v->repair) FI_TRY(delete_row(st, keys[i], "removing a malformed row"));
             continue;
         }
         FI_TRY(object_path(st, path, keys[i]));
+        if (!subdir_plain(path)) {
+            /* Serving refuses to read through it, so verify does too; the
+             * folder itself is removed by verify_objects, in the same run. */
+            vreport(v, "entry %s: the folder of %s is a symbolic link or not a directory", keys[i],
+                    path);
+            if (v->repair) FI_TRY(delete_row(st, keys[i], "removing an unreadable entry"));
+            continue;
+        }
         FI_TRY(obj_read(path, key, NULL, NULL, &info, why, sizeof why));
         if (rc == OBJ_MISSING) {
-            vreport(v, "entry %s: object file %s is missing", keys[i], path);
-            bad = 1;
+            vnote(v, "entry %s: object file %s is missing (as an interrupted gc leaves it); %s",
+                  keys[i], path, v->repair ? "removed the row" : "its row goes on its next use");
+            if (v->repair) FI_TRY(drop_bad(st, keys[i], NULL));
         } else if (rc == OBJ_BAD) {
             vreport(v, "entry %s: object file %s %s", keys[i], path, why);
-            bad = 1;
+            if (v->repair) FI_TRY(drop_bad(st, keys[i], &info));
         } else if (info.file_size != sizes[i]) {
             vreport(v, "entry %s: index says %" PRId64 " bytes, object has %" PRId64, keys[i],
                     sizes[i], info.file_size);
             if (v->repair)
                 FI_TRY(index_insert(st, keys[i], &info.meta, info.file_size, info.checksum, 0));
-        }
-        if (bad && v->repair) {
-            FI_TRY(tx_begin(st));
-            if ((rc = remove_entry(st, keys[i])) < 0 || (rc = stat_add1(st, "corrupt", 1)) < 0 ||
-                (rc = tx_commit(st)) < 0) {
-                tx_rollback(st);
-                goto out;
-            }
         }
     }
     rc = 0;
@@ -1642,29 +1807,38 @@ static int verify_file(verify_ctx *v, const char *sub, const char *name, const c
     obj_info info;
     size_t len = strlen(name);
     if (fi__lstat(path, &sb) < 0) return 0; /* gone meanwhile */
-    if (is_temp_name(name)) {
+    if (is_temp_name(name) && !S_ISDIR(sb.st_mode)) {
         if (sb.st_mtime >= time(NULL) - TEMP_MAX_AGE_S &&
             (sb.st_mtime >= time(NULL) - TEMP_DEAD_WRITER_AGE_S || !temp_writer_dead(name)))
             return 0; /* a writer at work */
-        vreport(v, "leftover temp file %s", path);
-        if (v->repair) (void)fi__unlink(path);
+        /* A killed writer's leftover: never renamed into place, so no harm
+         * done; the sweeps of gc and open remove it too. */
+        if (v->repair && fi__unlink(path) < 0 && errno != ENOENT)
+            vreport(v, "cannot remove leftover temp file %s: %s", path, strerror(errno));
+        else
+            vnote(v, "leftover temp file %s of a writer that is gone%s", path,
+                  v->repair ? ": removed" : "");
         return 0;
     }
-    if (len != 35 || strcmp(name + 32, ".fo") != 0 || S_ISDIR(sb.st_mode)) {
+    int named = len == 35 && strcmp(name + 32, ".fo") == 0;
+    if (named) {
+        memcpy(hex, name, 32);
+        hex[32] = '\0';
+        named = hex_to_key(hex, key) == 0 && memcmp(hex, sub, 2) == 0;
+        if (named) FI_TRY(row_exists(st, hex, NULL));
+        if (rc == 1) return 0; /* checked with the rows */
+    }
+    if (S_ISDIR(sb.st_mode) || len != 35 || strcmp(name + 32, ".fo") != 0) {
         vreport(v, "unexpected %s %s in the objects folder", S_ISDIR(sb.st_mode) ? "folder" : "file",
                 path);
-        if (v->repair && !S_ISDIR(sb.st_mode)) (void)fi__unlink(path);
+        if (v->repair) (void)remove_any(path);
         return 0;
     }
-    memcpy(hex, name, 32);
-    hex[32] = '\0';
-    if (hex_to_key(hex, key) < 0 || memcmp(hex, sub, 2) != 0) {
+    if (!named) {
         vreport(v, "misnamed object file %s", path);
         if (v->repair) (void)fi__unlink(path);
         return 0;
     }
-    FI_TRY(row_exists(st, hex, NULL));
-    if (rc == 1) return 0; /* checked with the rows */
     FI_TRY(obj_read(path, key, NULL, NULL, &info, why, sizeof why));
     if (rc == OBJ_MISSING) return 0;
     if (rc == OBJ_BAD) {
@@ -1699,7 +1873,7 @@ static int verify_objects(verify_ctx *v)
         if (strlen(e->d_name) != 2 || hex_digit(e->d_name[0]) < 0 || hex_digit(e->d_name[1]) < 0 ||
             !S_ISDIR(sb.st_mode)) {
             vreport(v, "unexpected entry %s in the objects folder", sub);
-            if (v->repair && !S_ISDIR(sb.st_mode)) (void)fi__unlink(sub);
+            if (v->repair) (void)remove_any(sub);
             continue;
         }
         if (!(sd = opendir(sub))) continue;
@@ -1722,42 +1896,34 @@ int fi_store_verify(fi_store *st, int repair, void (*report)(void *user, const c
 {
     int rc = 0;
     verify_ctx v = {st, repair, 0, report, user};
+    char damage[1024];
     if (!st) return fi__error(FI_EINVALID, "fi_store_verify: NULL argument");
     if (repair) FI_TRY(check_writable(st, "fi_store_verify --repair"));
     /* Verify is a maintenance command: it holds the mutex throughout, and the
      * report callback must not call back into this store. */
     pthread_mutex_lock(&st->mu);
-    if (!st->db) { /* an earlier rebuild failed */
-        if (!repair) {
-            rc = fi__error(FI_EIO, "cache index %s is not open", st->index_path);
-            goto unlock;
-        }
-        if ((rc = db_rebuild(st)) < 0) goto unlock;
-    }
-    {
-        sqlite3_stmt *s = NULL;
-        int src = sqlite3_prepare_v2(st->db, "PRAGMA quick_check", -1, &s, NULL);
-        const char *res = NULL;
-        if (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW)
-            res = (const char *)sqlite3_column_text(s, 0);
-        if (!res || strcmp(res, "ok") != 0) {
-            vreport(&v, "index %s is damaged: %s", st->index_path,
-                    res ? res : sqlite3_errmsg(st->db));
-            sqlite3_finalize(s);
-            s = NULL;
+    for (int pass = 0;; pass++) {
+        if (!st->db) { /* an earlier rebuild failed */
             if (!repair) {
-                rc = v.problems; /* rows cannot be trusted; stop here */
-                goto unlock;
+                rc = fi__error(FI_EIO, "cache index %s is not open", st->index_path);
+                break;
             }
-            /* Rebuild, then re-index every object from its header below. */
-            if ((rc = db_rebuild(st)) < 0) goto unlock;
+            if ((rc = db_rebuild(st)) < 0) break;
         }
-        sqlite3_finalize(s);
+        if ((rc = index_damaged(st, damage, sizeof damage)) < 0) break;
+        if (rc == 0) {
+            if ((rc = verify_rows(&v)) >= 0) rc = verify_objects(&v);
+            if (rc != FI_ECORRUPT) break;
+            /* A statement found damage that the check missed. */
+            snprintf(damage, sizeof damage, "%s", fi_last_error());
+        }
+        vreport(&v, "index %s is damaged: %s", st->index_path, damage);
+        rc = 0;
+        if (!repair || pass > 0) break; /* rows cannot be trusted; stop here */
+        /* Rebuild, then re-index every object from its header. */
+        if ((rc = db_rebuild(st)) < 0) break;
     }
-    if ((rc = verify_rows(&v)) < 0) goto unlock;
-    if ((rc = verify_objects(&v)) < 0) goto unlock;
-    rc = v.problems;
-unlock:
+    if (rc >= 0) rc = v.problems;
     pthread_mutex_unlock(&st->mu);
 out:
     return rc;
@@ -1837,6 +2003,10 @@ int fi_store_gc(fi_store *st, int64_t max_bytes, int64_t older_than)
     pthread_mutex_lock(&st->mu);
     if ((rc = tx_begin(st)) < 0) goto unlock;
     in_tx = 1;
+    if (older_than > 0 &&
+        ((rc = sql_prep(st, S_CLAMP, &s)) < 0 || (rc = bind_i64(st, s, 1, (int64_t)time(NULL))) < 0 ||
+         (rc = sql_run(st, s, "clamping future use times")) < 0))
+        goto unlock;
     while (older_than > 0) {
         if ((rc = sql_prep(st, S_OLDER, &s)) < 0 || (rc = bind_i64(st, s, 1, older_than)) < 0 ||
             (rc = sql_step(st, s, "finding old entries")) < 0)

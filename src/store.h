@@ -60,9 +60,11 @@ const char *fi_store_dir(const fi_store *st);
 /* 1 when the store was opened read-only (asked for, or fallen back to). */
 int fi_store_read_only(const fi_store *st);
 
-/* Read and verify the object for `key`. FI_ENOTFOUND when absent; when the
- * object is bad it is removed, `corrupt` is counted, and FI_ENOTFOUND is
- * returned. `*out` is freed with fi__free. `meta` may be NULL. */
+/* Read and verify the object for `key`. FI_ENOTFOUND when absent (also
+ * when the index cannot be read: a damaged index must not stop the caller
+ * compiling); when the object is bad it is removed, `corrupt` is counted,
+ * and FI_ENOTFOUND is returned (a row whose object is gone is dropped, not
+ * counted). `*out` is freed with fi__free. `meta` may be NULL. */
 int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
                  fi_object_meta *meta);
 
@@ -94,10 +96,14 @@ int fi_store_stats_zero(fi_store *st);
 /* Call `fn` for each index row (ordered by spec); stop early if it returns nonzero. */
 int fi_store_foreach(fi_store *st, int (*fn)(void *user, const fi_store_row *row), void *user);
 
-/* Check every entry: object present, header and checksum good, no orphan
- * objects. `report` is called with a description of each problem. With
- * `repair`, bad entries are removed and orphans re-indexed or deleted.
- * Returns the number of problems found (>= 0) or an error code. */
+/* Check the index (PRAGMA integrity_check, its tables) and every entry:
+ * object present, header and checksum good, no orphan objects. `report` is
+ * called with a description of each problem. With `repair`, one run fixes
+ * all: a damaged index is rebuilt and every object re-indexed, bad entries
+ * are removed, orphans re-indexed or deleted. What killed writers and an
+ * interrupted gc leave (a temp file, a row whose object is gone) is passed
+ * to `report` as text starting "note: " and is not counted. Returns the
+ * number of problems found (>= 0) or an error code. */
 int fi_store_verify(fi_store *st, int repair, void (*report)(void *user, const char *problem),
                     void *user);
 

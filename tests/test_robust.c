@@ -712,7 +712,8 @@ TEST(damaged_objects_are_counted_removed_and_rebuilt_never_served)
         CHECK_MSG(served == FI_BUILD_COMPILED, "%s object: prewarm gave %d (%s)", damage_name[d],
                   served, fi_last_error());
         fi_jit_stats s = stats_in(work);
-        CHECK_MSG(s.corrupt == 1 && s.compiles == 2 && s.entries == 1,
+        /* A missing object is what an interrupted gc leaves: not counted. */
+        CHECK_MSG(s.corrupt == (d != D_DELETE) && s.compiles == 2 && s.entries == 1,
                   "%s object: corrupt %lld compiles %lld entries %lld", damage_name[d],
                   (long long)s.corrupt, (long long)s.compiles, (long long)s.entries);
         problems pr;
@@ -830,6 +831,36 @@ TEST(broken_index_is_rebuilt_and_objects_reindexed)
         problems pr;
         CHECK_MSG(verify_count(work, &pr) == 0, "%s index: verify: %s", index_damage_name[d], pr.text);
     }
+}
+
+/* An index damaged under a running context (tables dropped): a miss still
+ * compiles, and an error names the first failure, not the later failed
+ * statistics flush. */
+TEST(damaged_index_under_a_context_still_serves_and_reports_the_first_failure)
+{
+    char dir[4200];
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_spec spec = spec_of(damage_spec);
+    fi_build_outcome outcome;
+    path_in(dir, "cache");
+    opts.cache_dir = dir;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_ERROR;
+    opts.jit = 0;
+    CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
+    CHECK(raw_sql(dir, "DROP TABLE stats") == SQLITE_OK);
+    CHECK_RC(fi_jit_prewarm(ctx, &spec, "sm_90a", &outcome), FI_ENOTFOUND);
+    CHECK_MSG(strstr(fi_last_error(), "JIT is disabled") != NULL, "message: %s", fi_last_error());
+    fi_jit_ctx_free(ctx);
+
+    CHECK_OK(ctx_open(&ctx, dir, FI_LOG_ERROR, 0));
+    CHECK(raw_sql(dir, "DROP TABLE entries") == SQLITE_OK);
+    int rc = fi_jit_prewarm(ctx, &spec, "sm_90a", &outcome);
+    CHECK_MSG(rc == 0 && outcome == FI_BUILD_COMPILED, "rc %d: %s", rc, fi_last_error());
+    fi_jit_ctx_free(ctx);
+    problems pr = {0};
+    CHECK_MSG(verify_count(dir, &pr) == 0, "the next open rebuilt nothing: %s", pr.text);
 }
 
 /* ---- 4. a full disk, a read-only store -------------------------------------------- */
@@ -1007,7 +1038,9 @@ TEST(gc_removes_temp_files_of_dead_writers_and_old_ones_only)
     int found = fi_store_verify(st, 0, collect, &pr);
     int removed = fi_store_gc(st, -1, 0);
     fi_store_close(st);
-    CHECK_MSG(found == 2, "verify found %d leftovers: %s", found, pr.text);
+    /* Leftovers are noted (2), never problems: a killed writer did no harm. */
+    CHECK_MSG(found == 0 && pr.count == 2 && strstr(pr.text, "note: leftover temp"),
+              "verify found %d problems: %s", found, pr.text);
     CHECK(removed == 0);
     for (int i = 0; i < 4; i++) {
         struct stat sb;
@@ -1340,7 +1373,8 @@ TEST(planted_symlinks_are_never_followed)
                   "../listing-after.txt", moved) == 0);
     CHECK(count_files(dir, ".tmp.") == 0);
 
-    /* 4. index.sqlite as a link: SQLite refuses it; kernels are still served. */
+    /* 4. index.sqlite as a link: SQLite refuses it; the link (not its
+     * target) is moved aside, a new index started, objects re-indexed. */
     char index[4300], index_victim[4300];
     snprintf(index, sizeof index, "%s/index.sqlite", dir);
     snprintf(index_victim, sizeof index_victim, "%s/index-victim", outside);
@@ -1349,8 +1383,8 @@ TEST(planted_symlinks_are_never_followed)
     CHECK(symlink(index_victim, index) == 0);
     before = file_hash(index_victim);
     int rc = prewarm_in(dir, other_spec);
-    CHECK_MSG(rc == FI_EIO || rc == FI_EPERM, "rc %d", rc); /* not stored, or refused */
-    CHECK(file_hash(index_victim) == before);
+    CHECK_MSG(rc == FI_BUILD_CACHED, "rc %d: %s", rc, fi_last_error());
+    CHECK(file_hash(index_victim) == before && lstat(index, &sb) == 0 && S_ISREG(sb.st_mode));
 }
 
 TEST(sql_text_is_bound_and_stored_verbatim)

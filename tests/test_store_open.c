@@ -214,7 +214,7 @@ TEST(open_works_through_symlinked_dirs_above_the_cache)
     fi_store_close(st);
 }
 
-TEST(open_refuses_a_symlinked_index_wal_or_shm)
+TEST(open_never_follows_a_symlinked_index_wal_or_shm)
 {
     static const char *const names[] = {"index.sqlite", "index.sqlite-wal", "index.sqlite-shm"};
     for (int i = 0; i < 3; i++) {
@@ -226,13 +226,20 @@ TEST(open_refuses_a_symlinked_index_wal_or_shm)
         CHECK_OK(make_cache(dir, 1));
         if (i == 0) CHECK(unlink(path) == 0);
         CHECK(sh("printf keep > '%s'", victim) == 0 && symlink(victim, path) == 0);
-        int rc = fi_store_open(&st, dir, FI_STORE_READ_ONLY_FALLBACK, 0);
-        fi_store_close(st);
-        CHECK_MSG(rc == FI_EPERM && strstr(fi_last_error(), "symbolic link"), "%s: rc %d: %s",
-                  names[i], rc, fi_last_error());
-        rc = fi_store_open(&st, dir, FI_STORE_READ_ONLY, 0);
+        int rc = fi_store_open(&st, dir, FI_STORE_READ_ONLY, 0);
         fi_store_close(st);
         CHECK_MSG(rc == FI_EPERM, "%s, read-only: rc %d: %s", names[i], rc, fi_last_error());
+        rc = fi_store_open(&st, dir, FI_STORE_READ_ONLY_FALLBACK, 0);
+        fi_store_close(st);
+        if (i == 0) {
+            /* Writable: the link itself is moved aside and the index rebuilt (issue 8). */
+            struct stat sb;
+            CHECK_MSG(rc == 0 && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "%s: rc %d: %s",
+                      names[i], rc, fi_last_error());
+        } else {
+            CHECK_MSG(rc == FI_EPERM && strstr(fi_last_error(), "symbolic link"),
+                      "%s: rc %d: %s", names[i], rc, fi_last_error());
+        }
         FILE *f = fopen(victim, "r");
         CHECK(f != NULL);
         if (!fgets(text, sizeof text, f)) text[0] = '\0';
@@ -514,8 +521,8 @@ TEST(read_only_cache_serves_kernels_and_compiles_misses_in_memory)
     CHECK_MSG(r.rc_cached == 0 && r.out_cached == FI_BUILD_CACHED, "cached kernel: rc %d out %d",
               r.rc_cached, r.out_cached);
     CHECK_RC(r.rc_nojit, FI_ENOTFOUND);
-    CHECK_MSG(r.rc_compiled == 0 && r.out_compiled == FI_BUILD_COMPILED, "miss: rc %d",
-              r.rc_compiled);
+    /* A miss compiles (in memory) but prewarm, whose job is to store, says it could not. */
+    CHECK_MSG(r.rc_compiled == FI_EIO, "miss: rc %d", r.rc_compiled);
     CHECK(r.rc_stats == 0);
     CHECK(snapshot(ro, after) == 0);
     CHECK_MSG(sh("cmp -s '%s' '%s'", before, after) == 0, "the read-only cache changed");

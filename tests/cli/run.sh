@@ -440,6 +440,22 @@ head -c 5000 /dev/urandom >"$R/index.sqlite"
 rc=$?
 check robust_garbage_index_repaired "want the index rebuilt with 1 entry: $(cat "$WORK/r4.out")" \
     eval "[ $rc = 0 ] && [ \"\$(\"$FIJIT\" stats --json --cache-dir '$R' | sed -E 's/.*\"entries\":([0-9]+).*/\1/')\" = 1 ]"
+# Issue 15: a killed writer's temp is a note (exit 0); a FIFO at an object path
+# is a problem that verify names without hanging; one repair run fixes it.
+printf 'partial' >"$R/objects/ab/ab0123456789abcdef0123456789abcd.fo.tmp.999999.1"
+touch -d '2 minutes ago' "$R/objects/ab/ab0123456789abcdef0123456789abcd.fo.tmp.999999.1"
+"$FIJIT" verify --cache-dir "$R" >"$WORK/r6.out" 2>&1
+rc=$?
+check robust_verify_dead_writer_temp_is_a_note "want exit 0 with a note: rc $rc $(cat "$WORK/r6.out")" \
+    eval "[ $rc = 0 ] && grep -q '^note: leftover temp file' '$WORK/r6.out'"
+mkfifo "$R/objects/ab/ab0123456789abcdef0123456789abcd.fo"
+timeout 20 "$FIJIT" verify --cache-dir "$R" >"$WORK/r7.out" 2>&1
+rc=$?
+timeout 20 "$FIJIT" verify --repair --cache-dir "$R" >"$WORK/r8.out" 2>&1
+rc8=$?
+check robust_verify_fifo "want exit 1 then 0 (not 124, a hang): $rc $rc8 $(cat "$WORK/r7.out" "$WORK/r8.out")" \
+    eval "[ $rc = 1 ] && [ $rc8 = 0 ] && grep -q 'not a regular file' '$WORK/r7.out' \
+          && [ ! -e '$R/objects/ab/ab0123456789abcdef0123456789abcd.fo' ]"
 # Limits: LRU by size (fp16 used last, bf16 evicted), FIJIT_MAX_CACHE_SIZE, age.
 "$FIJIT" prewarm --dtype bf16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$R" >/dev/null 2>&1
 sleep 1
