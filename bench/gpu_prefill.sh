@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Prefill on the GPU machine: prewarm every prefill tuple, the correctness test
 # (tests/gpu/test_prefill.py), again --quick on the portable kernels
-# (FIJIT_ARCH=sm_90: mma.sync in every tile), then the benchmarks
-# (bench/bench_prefill.py, bench/bench_single_rope.py); the prefill table is
-# printed last. Build on the build host (`make`) and carry build/ here.
+# (FIJIT_ARCH=sm_90: mma.sync in every tile) and on the tile kernels the Hopper
+# main loop replaces (FIJIT_PREFILL_WS=0), then the benchmarks
+# (bench/bench_prefill.py: the Hopper main loop and the tile kernels side by
+# side; bench/bench_single_rope.py; bench/bench_batch_prefill.py); the registers
+# and spills of the Hopper main loop (bench/ws_resources.py) and the prefill
+# table are printed last. Build on the build host (`make`) and carry build/ here.
 #
 #   bench/gpu_prefill.sh [--quick]    (--quick: fewer test shapes, fewer reps)
 # PREFILL_BASELINE=LIB[,TEMPLATE_DIR] also times that build ("before": a copy of an
@@ -26,10 +29,12 @@ chmod 700 "$FIJIT_CACHE_DIR"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null
 if [ -x build/fijit ]; then
     t0=$SECONDS
-    build/fijit prewarm --kernel prefill,batch_prefill_ragged,batch_prefill_paged \
+    # FIJIT_LOG=4: ptxas' registers and spills of every entry, for ws_resources.py.
+    FIJIT_LOG=4 build/fijit prewarm --kernel prefill,batch_prefill_ragged,batch_prefill_paged \
         --dtype fp16,bf16 --head-dim 64,128,256 --mask none,causal,window,custom \
         --pos none,rope,alibi --softcap 0,1 -j "$(nproc)" > "$OUT_DIR/prewarm_prefill.log" 2>&1
-    echo "prewarm: rc $? in $((SECONDS - t0)) s: $(tail -1 "$OUT_DIR/prewarm_prefill.log")"
+    echo "prewarm: rc $? in $((SECONDS - t0)) s: $(grep '^prewarm:' "$OUT_DIR/prewarm_prefill.log")"
+    python3 bench/ws_resources.py "$OUT_DIR/prewarm_prefill.log" > "$OUT_DIR/ws_resources.log"
 fi
 
 TEST_ARGS=()
@@ -52,8 +57,18 @@ FIJIT_ARCH=sm_90 OUT=$OUT_DIR/sm90 timeout "${PREFILL_TEST_TIMEOUT:-900}" python
     > "$OUT_DIR/test_prefill_sm90.log" 2>&1
 portable_rc=$?
 [ $test_rc = 0 ] && test_rc=$portable_rc
+# The tile kernels that the Hopper main loop replaces on sm_90a (FIJIT_PREFILL_WS=0).
+mkdir -p "$OUT_DIR/tiles"
+FIJIT_PREFILL_WS=0 OUT=$OUT_DIR/tiles timeout "${PREFILL_TEST_TIMEOUT:-900}" \
+    python3 tests/gpu/test_prefill.py --quick --kinds single,ragged --no-sdpa \
+    > "$OUT_DIR/test_prefill_tiles.log" 2>&1
+tiles_rc=$?
+[ $test_rc = 0 ] && test_rc=$tiles_rc
 if [ -n "${PREFILL_BASELINE:-}" ]; then
     BENCH_ARGS+=(--rounds 5 --config "before,$PREFILL_BASELINE" --config "after,")
+else
+    # The Hopper main loop against the tile kernels it replaces, side by side.
+    BENCH_ARGS+=(--config "ws,build/libfijit.so" --config "tiles,build/libfijit.so,,FIJIT_PREFILL_WS=0")
 fi
 OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_prefill.py "${BENCH_ARGS[@]}" > "$OUT_DIR/bench_prefill.log" 2>&1
 bench_rc=$?
@@ -61,11 +76,21 @@ bench_rc=$?
 OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_single_rope.py > "$OUT_DIR/bench_single_rope.log" 2>&1
 rope_rc=$?
 [ $bench_rc = 0 ] && bench_rc=$rope_rc
+# Batch prefill (ragged, paged) against single prefill on the same work.
+BATCH_ARGS=()
+[ $QUICK = 1 ] && BATCH_ARGS=(--reps 10 --rounds 2)
+OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_batch_prefill.py "${BATCH_ARGS[@]}" \
+    > "$OUT_DIR/bench_batch_prefill.log" 2>&1
+batch_rc=$?
+[ $bench_rc = 0 ] && bench_rc=$batch_rc
 
 echo
 echo "==== prefill summary ===="
 sed -n '/^prefill correctness/,/^test_prefill:/p' "$OUT_DIR/test_prefill.log"
 echo "portable kernels (FIJIT_ARCH=sm_90, --quick): $(tail -1 "$OUT_DIR/test_prefill_sm90.log")"
+echo "tile kernels on sm_90a (FIJIT_PREFILL_WS=0, --quick): $(tail -1 "$OUT_DIR/test_prefill_tiles.log")"
+[ -e "$OUT_DIR/ws_resources.log" ] && tail -1 "$OUT_DIR/ws_resources.log"
+cat "$OUT_DIR/bench_batch_prefill.log"
 grep -v '^  ' "$OUT_DIR/bench_prefill.log" | sed -n '/^ERROR/p'
 cat "$OUT_DIR/bench_single_rope.log"
 sed -n '/^prefill, batch/,$p' "$OUT_DIR/bench_prefill.log"

@@ -5,14 +5,18 @@
 # with build/; this script only builds when build/libfijit.so is missing and
 # the -dev headers to build it exist.
 #
-#   bench/gpu_run.sh [--quick] [--only decode|decode-tests|decode-bench|prefill|variants|jit]
+#   bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|
+#                    variants|jit|sanitize]
 #     --quick: fewer test shapes, shorter benches
 #     --only:  one part (the parts fit separate device calls); default all:
 #              decode (single + batch decode tests and benches), prefill
 #              (bench/gpu_prefill.sh), variants (tests/gpu/test_variants.py:
 #              the example variants vs float64 and the bit-identical default),
-#              jit (fijit demo + bench_jit on a GPU); decode-tests and
-#              decode-bench: the two halves of decode
+#              jit (fijit demo + bench_jit on a GPU), sanitize
+#              (bench/gpu_sanitize.sh: compute-sanitizer memcheck on every
+#              kind, racecheck and synccheck per kernel family); decode-tests
+#              and decode-bench: the two halves of decode
+#     --sanitize: run the sanitize part too when --only names another
 # Raw results go to $OUT (test_*.json, bench_*.json, logs) when set. Each step
 # runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
 # cannot take the others' results with it.
@@ -20,11 +24,13 @@ set -u
 cd "$(dirname "$0")/.."
 QUICK=0
 ONLY=all
+SANITIZE=0
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) QUICK=1 ;;
     --only) ONLY=$2; shift ;;
-    *) echo "usage: bench/gpu_run.sh [--quick] [--only decode|decode-tests|decode-bench|prefill|variants|jit]" >&2
+    --sanitize) SANITIZE=1 ;;
+    *) echo "usage: bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|variants|jit|sanitize]" >&2
        exit 2 ;;
     esac
     shift
@@ -66,6 +72,11 @@ if run_part prefill; then
     bash bench/gpu_prefill.sh "${PREFILL_ARGS[@]}" > "$OUT_DIR/gpu_prefill.log" 2>&1
     rc_prefill=$?
     [ "$ONLY" = prefill ] && { sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"; exit $rc_prefill; }
+fi
+if run_part sanitize || [ $SANITIZE = 1 ]; then
+    bash bench/gpu_sanitize.sh > "$OUT_DIR/gpu_sanitize.log" 2>&1
+    rc_sanitize=$?
+    [ "$ONLY" = sanitize ] && { sed -n '/==== sanitize summary/,$p' "$OUT_DIR/gpu_sanitize.log"; exit $rc_sanitize; }
 fi
 if run_part variants; then
     VARIANT_ARGS=()
@@ -136,6 +147,7 @@ echo
 echo "==== summary ===="
 [ "$ONLY" = all ] && sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"
 [ "$ONLY" = all ] && sed -n '/^variants vs float64/,$p' "$OUT_DIR/test_variants.log"
+[ -n "${rc_sanitize:-}" ] && sed -n '/==== sanitize summary/,$p' "$OUT_DIR/gpu_sanitize.log"
 if decode_part tests; then
     sed -n '/^decode correctness/,/^test_decode:/p' "$OUT_DIR/test_decode.log"
     sed -n '/^batch decode correctness/,/^test_batch_decode:/p' "$OUT_DIR/test_batch_decode.log"
@@ -149,7 +161,7 @@ fi
 echo "rc: test_decode $rc_test_decode, test_batch_decode $rc_test_batch_decode," \
      "bench_decode $rc_bench_decode, bench_batch_decode $rc_bench_batch_decode," \
      "bench_batch_decode_fp8 $rc_bench_batch_decode_fp8, prefill ${rc_prefill:--}," \
-     "variants ${rc_variants:--}"
+     "variants ${rc_variants:--}, sanitize ${rc_sanitize:--}"
 [ "$rc_test_decode" = 0 ] && [ "$rc_test_batch_decode" = 0 ] && [ "$rc_bench_decode" = 0 ] &&
     [ "$rc_bench_batch_decode" = 0 ] && [ "$rc_bench_batch_decode_fp8" = 0 ] &&
-    [ "${rc_prefill:-0}" = 0 ] && [ "${rc_variants:-0}" = 0 ]
+    [ "${rc_prefill:-0}" = 0 ] && [ "${rc_variants:-0}" = 0 ] && [ "${rc_sanitize:-0}" = 0 ]

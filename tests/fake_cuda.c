@@ -371,6 +371,40 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
     return res;
 }
 
+/* ---- TMA descriptors (see fake_cuda.h) ----------------------------------------- */
+
+API CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                                    void *address, const cuuint64_t *dims,
+                                    const cuuint64_t *strides, const cuuint32_t *box,
+                                    const cuuint32_t *element_strides,
+                                    CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+                                    CUtensorMapL2promotion promotion, CUtensorMapFloatOOBfill fill)
+{
+    (void)promotion;
+    (void)fill;
+    FAULT_POINT();
+    if (!map || !address || !dims || !box || !element_strides || rank < 1 || rank > 5 ||
+        (uintptr_t)address % 16 != 0 || interleave != CU_TENSOR_MAP_INTERLEAVE_NONE ||
+        type != CU_TENSOR_MAP_DATA_TYPE_UINT16)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i < rank; i++) {
+        if (!dims[i] || !box[i] || box[i] > 256 || element_strides[i] != 1)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (i > 0 && (!strides || strides[i - 1] % 16 != 0)) return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * 2 > 128) return CUDA_ERROR_INVALID_VALUE;
+    cuuint64_t *w = (cuuint64_t *)map;
+    memset(map, 0, sizeof *map);
+    w[FAKE_TMA_ADDRESS] = (cuuint64_t)(uintptr_t)address;
+    for (cuuint32_t i = 0; i < rank && i < 3; i++) {
+        w[FAKE_TMA_DIMS + i] = dims[i];
+        w[FAKE_TMA_BOX + i] = box[i];
+        if (i > 0 && i < 3) w[FAKE_TMA_STRIDES + i - 1] = strides[i - 1];
+    }
+    w[FAKE_TMA_SWIZZLE] = (cuuint64_t)swizzle;
+    return CUDA_SUCCESS;
+}
+
 /* ---- memory: host memory stands in for the device's ---------------------------- */
 
 API CUresult cuMemAlloc(CUdeviceptr *ptr, size_t bytes)

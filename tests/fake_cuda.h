@@ -31,6 +31,18 @@ typedef struct fake_cuda_launch {
  * cuLaunchKernel returns (a test injects launch failures this way). */
 typedef CUresult (*fake_cuda_launch_hook)(const fake_cuda_launch *launch, void *user);
 
+/* cuTensorMapEncodeTiled checks its arguments as the driver documents them
+ * (rank 1-5, a 16-byte aligned address, strides multiples of 16 bytes, box
+ * sides 1-256, a swizzled box's inner side within the swizzle span) and
+ * writes what it was given into the map's words, for tests to read back. */
+enum {
+    FAKE_TMA_ADDRESS = 0,  /* global address */
+    FAKE_TMA_DIMS = 1,     /* 3 words: sizes, innermost first */
+    FAKE_TMA_STRIDES = 4,  /* 2 words: byte strides of dims 1 and 2 */
+    FAKE_TMA_BOX = 6,      /* 3 words */
+    FAKE_TMA_SWIZZLE = 9,  /* CUtensorMapSwizzle */
+};
+
 /* Exported by the fake; look them up with dlsym on its handle. */
 typedef void (*fake_cuda_set_launch_hook_fn)(fake_cuda_launch_hook hook, void *user);
 typedef int (*fake_cuda_launch_count_fn)(void);

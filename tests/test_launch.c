@@ -81,6 +81,7 @@ static struct {
         fi_merge_states_params merge;
         fi_prefill_params prefill;
     } p;
+    fi_prefill_ws ws; /* the Hopper main loop's second parameter */
     CUresult result; /* what the hook makes cuLaunchKernel return */
     /* The last batch prefill RoPE pre-pass. */
     int rope_count;
@@ -106,8 +107,9 @@ static CUresult record_launch(const fake_cuda_launch *l, void *user)
     if (strcmp(l->name, "fi_decode_kernel") == 0) bytes = sizeof seen.p.decode;
     else if (strcmp(l->name, "fi_batch_decode_kernel") == 0) bytes = sizeof seen.p.batch_decode;
     else if (strcmp(l->name, "fi_merge_states_kernel") == 0) bytes = sizeof seen.p.merge;
-    else if (strncmp(l->name, "fi_prefill_kernel_q", 19) == 0) bytes = sizeof seen.p.prefill;
+    else if (strncmp(l->name, "fi_prefill_kernel_", 18) == 0) bytes = sizeof seen.p.prefill;
     memcpy(&seen.p, l->params[0], bytes);
+    if (strcmp(l->name, "fi_prefill_kernel_ws") == 0) memcpy(&seen.ws, l->params[1], sizeof seen.ws);
     return seen.result;
 }
 
@@ -403,6 +405,51 @@ TEST(batch_decode_launch_reads_the_uploaded_plan)
     fi_jit_ctx_free(ctx);
 }
 
+/* The TMA map the fake driver was given (fake_cuda.h) describes `base`
+ * [rows, heads, hd] with the strides of prefill_args_for and 128-key boxes. */
+static int tma_map_is(const fi_tma_map *m, const void *base, int rows, int heads, int hd)
+{
+    const unsigned long long *w = m->words;
+    return w[FAKE_TMA_ADDRESS] == (unsigned long long)(uintptr_t)base &&
+           w[FAKE_TMA_DIMS] == (unsigned long long)hd && w[FAKE_TMA_DIMS + 1] == (unsigned long long)heads &&
+           w[FAKE_TMA_DIMS + 2] == (unsigned long long)rows &&
+           w[FAKE_TMA_STRIDES] == (unsigned long long)hd * 2 &&
+           w[FAKE_TMA_STRIDES + 1] == (unsigned long long)heads * hd * 2 && w[FAKE_TMA_BOX] == 64 &&
+           w[FAKE_TMA_BOX + 1] == 1 && w[FAKE_TMA_BOX + 2] == FI_PREFILL_WS_TILE_KV(hd, 1) &&
+           w[FAKE_TMA_SWIZZLE] == CU_TENSOR_MAP_SWIZZLE_128B;
+}
+
+/* sm_90a: the 128-row tiles of single and ragged prefill go to the Hopper
+ * main loop with TMA maps of K and V; FIJIT_PREFILL_WS=0 keeps tile kernel 0,
+ * and a custom mask always does. */
+TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_NONE);
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    prefill_args_for(&a, 32, 8, 1000, 128);
+    CHECK_OK(launch_ctx(&ctx));
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+    /* 4000 packed rows per kv head: 32 tiles of 128, a CTA each, one grid row. */
+    CHECK_MSG(seen.grid[0] == 32 * 8 && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
+    CHECK(seen.block[0] == FI_PREFILL_WS_THREADS && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1));
+    CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8);
+    CHECK(tma_map_is(&seen.ws.k, a.k, 1000, 8, 128) && tma_map_is(&seen.ws.v, a.v, 1000, 8, 128));
+    CHECK(seen.p.prefill.q == a.q && seen.p.prefill.qo_len == 1000);
+
+    setenv("FIJIT_PREFILL_WS", "0", 1);
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    unsetenv("FIJIT_PREFILL_WS");
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_q128") == 0, "%s", seen.name);
+
+    fi_jit_spec custom = spec_of(FI_KIND_PREFILL, FI_MASK_CUSTOM, FI_POS_NONE);
+    a.custom_mask = (const uint8_t *)DEV(4);
+    CHECK_OK(fi_prefill_run(ctx, &custom, &a, NULL));
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_q128") == 0, "%s", seen.name);
+    fi_jit_ctx_free(ctx);
+}
+
 TEST(prefill_launch_picks_a_tile_kernel_and_its_geometry)
 {
     fi_jit_ctx *ctx = NULL;
@@ -410,6 +457,7 @@ TEST(prefill_launch_picks_a_tile_kernel_and_its_geometry)
     fi_prefill_args a = FI_PREFILL_ARGS_INIT;
     prefill_args_for(&a, 32, 8, 1000, 128);
     CHECK_OK(launch_ctx(&ctx));
+    setenv("FIJIT_PREFILL_WS", "0", 1); /* the tile kernels (the Hopper loop: above) */
     for (int forced = 0; forced <= 16; forced += 16) {
         a.cta_tile_q = forced;
         CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
@@ -427,6 +475,7 @@ TEST(prefill_launch_picks_a_tile_kernel_and_its_geometry)
         CHECK(p->q == a.q && p->o == a.o && p->qo_len == 1000 && p->group_size == 4);
         CHECK(p->sm_scale == (float)(1.0 / sqrt(128.0)) && p->heads_per_section >= 1);
     }
+    unsetenv("FIJIT_PREFILL_WS");
     CHECK(seen.count == 2);
     fi_jit_ctx_free(ctx);
 }
@@ -748,8 +797,12 @@ TEST(every_prefill_tile_launches_with_its_shared_memory)
         CHECK_OK(launch_ctx_for(&ctx, targets[g].arch));
         const int sm90a = targets[g].sm90a;
         for (int h = 0; h < 3 && sweep_head_dim(h); h++)
-            for (int idx = 0; idx < FI_PREFILL_NUM_TILES; idx++) {
+            for (int idx = -1; idx < FI_PREFILL_NUM_TILES; idx++) {
                 const int hd = sweep_head_dim(h);
+                /* idx -1: the Hopper main loop in place of tile 0 (sm_90a),
+                 * its shared memory within the device's opt-in limit. */
+                if (idx < 0 && !sm90a) continue;
+                setenv("FIJIT_PREFILL_WS", idx < 0 ? "grid" : "0", 1);
                 fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_NONE, FI_POS_NONE);
                 s.head_dim = hd;
                 const fi_jit_kernel *k = NULL;
@@ -757,9 +810,17 @@ TEST(every_prefill_tile_launches_with_its_shared_memory)
                 CHECK_MSG(strcmp(k->arch, targets[g].arch) == 0, "built for %s", k->arch);
                 fi_prefill_args a = FI_PREFILL_ARGS_INIT;
                 prefill_args_for(&a, 2, 2, 300, hd);
-                a.cta_tile_q = FI_PREFILL_TILE_Q(idx);
+                a.cta_tile_q = FI_PREFILL_TILE_Q(idx < 0 ? 0 : idx);
                 const int rc = fi_prefill_run(ctx, &s, &a, NULL);
+                unsetenv("FIJIT_PREFILL_WS");
                 CHECK_MSG(rc == 0, "hd %d tile %d: %s", hd, a.cta_tile_q, fi_last_error());
+                if (idx < 0) {
+                    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0 &&
+                                  seen.smem == (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, 0) &&
+                                  seen.smem <= FAKE_CUDA_SMEM_OPTIN_MAX,
+                              "hd %d: %s smem %u", hd, seen.name, seen.smem);
+                    continue;
+                }
                 CHECK_MSG(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd, sm90a) &&
                               seen.block[0] == (unsigned)FI_PREFILL_WARPS(idx, hd, sm90a) * 32 &&
                               seen.grid[0] == (unsigned)((300 + a.cta_tile_q - 1) / a.cta_tile_q),

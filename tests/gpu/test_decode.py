@@ -197,6 +197,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--json", default=None, help="write per-case results here")
+    ap.add_argument("--tiny", action="store_true",
+                    help="a handful of small cases (fp16 and fp8 KV, hd 128), for the sanitizers")
     opt = ap.parse_args()
 
     seed = int(os.environ.get("FIJIT_TEST_SEED", time.time_ns() % (2**31)))
@@ -216,6 +218,10 @@ def main():
     tuples += [(d, kv) + t for d, kv, t in itertools.product(
         ["fp16", "bf16"], ["fp8_e4m3", "fp8_e5m2"],
         itertools.product([64, 128, 256], ["none", "window"], ["none", "rope", "alibi"], [0, 1]))]
+    if opt.tiny:
+        lens, groups = [1, 7, 300], [4]
+        tuples = [t for t in tuples if t[0] == "fp16" and t[1] in (None, "fp8_e4m3") and
+                  t[2] == 128 and t[4] in ("none", "rope") and t[5] == 0]
     results = []
     keys = ["fp16", "bf16", "fp16+fp8_e4m3", "fp16+fp8_e5m2", "bf16+fp8_e4m3", "bf16+fp8_e5m2"]
     stats = {d: {"cases": 0, "fail": 0, "max": 0.0, "mean_sum": 0.0, "lse_max": 0.0}

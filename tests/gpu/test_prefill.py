@@ -377,6 +377,8 @@ def main():
     ap.add_argument("--softcaps", default="0,1")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the SDPA comparison")
     ap.add_argument("--verbose", action="store_true", help="name each case before it runs")
+    ap.add_argument("--pages", default=None,
+                    help="page sizes of the paged cases (default: 1,16 quick, else 1,5,16)")
     opt = ap.parse_args()
 
     seed = int(os.environ.get("FIJIT_TEST_SEED", time.time_ns() % (2**31)))
@@ -404,6 +406,8 @@ def main():
                 pages = [1, 16] if kind == "paged" else [0]
                 if kind == "paged" and not opt.quick:
                     pages = [1, 5, 16]
+                if kind == "paged" and opt.pages:
+                    pages = [int(x) for x in opt.pages.split(",")]
                 shapes = [("batch", (b, ps)) for b in batches for ps in pages]
             for i, (what, shape) in enumerate(shapes):
                 tile = TILES[n % len(TILES)]

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# compute-sanitizer over the GPU suites (bench/gpu_run.sh --sanitize): memcheck on
+# every kind at small shapes (prefill: every mask, the custom mask included, page
+# sizes 1 and 7; decode and batch decode: their --tiny sets, fp16 and fp8 KV,
+# page sizes 1, 7, 16, 64), racecheck and synccheck on one small tuple per kernel
+# family. STEP_TIMEOUT (s) bounds each run; SANITIZE_RUNS (a regex) picks runs. Each tensor
+# is its own allocation (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so a read past the
+# end of a buffer is seen. 0 errors is the bar; a table is printed last.
+# Build on the build host (`make`) and carry build/ here.
+set -u
+cd "$(dirname "$0")/.."
+OUT_DIR=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT_DIR"
+export PYTORCH_NO_CUDA_MEMORY_CACHING=1 PYTHONUNBUFFERED=1
+export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
+chmod 700 "$FIJIT_CACHE_DIR"
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+[ -x "$CS" ] || { echo "gpu_sanitize: compute-sanitizer not found" >&2; exit 1; }
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+# The kernels the runs below load, compiled in parallel first.
+build/fijit prewarm --kernel prefill,batch_prefill_ragged,batch_prefill_paged --dtype fp16 \
+    --head-dim 64,128 --mask none,causal,window,custom --pos none,rope -j "$(nproc)" | tail -1
+manifest="$OUT_DIR/sanitize_manifest.txt"
+: > "$manifest"
+for kind in decode batch_decode; do
+    for kv in fp16 fp8_e4m3; do
+        for mask in none window; do
+            for pos in none rope; do
+                echo "$kind q=fp16 kv=$kv o=fp16 hd=128 mask=$mask pos=$pos softcap=0" >> "$manifest"
+            done
+        done
+    done
+done
+build/fijit prewarm --manifest "$manifest" -j "$(nproc)" | tail -1
+
+PREFILL_SMALL=(--quick --no-sdpa --dtypes fp16 --hds 64,128 --pos none,rope --softcaps 0)
+ONE_PREFILL=(--quick --no-sdpa --dtypes fp16 --hds 128 --masks causal --pos none --softcaps 0)
+declare -a names=() errors=() rcs=()
+run() {  # run NAME TOOL CMD...: errors from the sanitizer's summary line
+    local name=$1 tool=$2
+    shift 2
+    [[ $name =~ ${SANITIZE_RUNS:-.} ]] || return 0  # SANITIZE_RUNS: a regex of run names
+    timeout "$STEP_TIMEOUT" "$CS" --tool "$tool" --print-limit 20 "$@" > "$OUT_DIR/san_$name.log" 2>&1
+    local rc=$?
+    local n
+    # memcheck and synccheck end on "ERROR SUMMARY: N errors", racecheck on
+    # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
+    n=$(grep -Eo 'ERROR SUMMARY: [0-9]+|\([0-9]+ errors' "$OUT_DIR/san_$name.log" | tail -1 |
+        grep -Eo '[0-9]+')
+    names+=("$name"); errors+=("${n:-?}"); rcs+=("$rc")
+    grep -E '^=========  *(Invalid|Race|Barrier|Uninitialized)|test_[a-z_]+: (passed|FAILED)' \
+        "$OUT_DIR/san_$name.log" | head -5
+}
+run memcheck_prefill memcheck python3 tests/gpu/test_prefill.py "${PREFILL_SMALL[@]}" --pages 1,7
+run memcheck_decode memcheck python3 tests/gpu/test_decode.py --tiny
+run memcheck_batch_decode memcheck python3 tests/gpu/test_batch_decode.py --tiny
+run racecheck_prefill racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7
+run synccheck_prefill synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7
+run racecheck_decode racecheck python3 tests/gpu/test_decode.py --tiny
+run synccheck_decode synccheck python3 tests/gpu/test_decode.py --tiny
+run racecheck_batch_decode racecheck python3 tests/gpu/test_batch_decode.py --tiny
+run synccheck_batch_decode synccheck python3 tests/gpu/test_batch_decode.py --tiny
+
+echo
+echo "==== sanitize summary ===="
+printf '%-24s %8s %4s\n' run errors rc
+bad=0
+for i in "${!names[@]}"; do
+    printf '%-24s %8s %4s\n' "${names[$i]}" "${errors[$i]}" "${rcs[$i]}"
+    [ "${errors[$i]}" = 0 ] && [ "${rcs[$i]}" = 0 ] || bad=1
+done
+exit $bad

@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""Registers and spills of each prefill module's Hopper main loop (fi_prefill_kernel_ws),
+from a prewarm log written with FIJIT_LOG=4 (ptxas' resource lines per entry):
+    python3 bench/ws_resources.py LOG
+prints one line per spec, then a summary of the spill sizes."""
+import collections
+import re
+import sys
+
+
+def main():
+    spec, want, spill, rows = None, False, 0, []
+    for line in open(sys.argv[1]):
+        m = re.search(r"(\S+ q=.*?) on sm_90a, ptxas", line)
+        if m:
+            spec = m.group(1)
+            continue
+        if "entry function 'fi_prefill_kernel_ws'" in line:
+            want = True
+            continue
+        if want and "spill stores" in line:
+            spill = int(re.search(r"(\d+) bytes spill stores", line).group(1))
+        if want and "Used" in line:
+            regs = int(re.search(r"Used (\d+) registers", line).group(1))
+            rows.append((spec, regs, spill))
+            want = False
+    for spec, regs, spill in sorted(rows, key=lambda r: (-r[2], r[0])):
+        if spill:
+            print(f"  {spill:4d} B spilled, {regs} registers (kernel-wide): {spec}")
+    hist = collections.Counter(spill for _, _, spill in rows)
+    print(f"Hopper main loop (fi_prefill_kernel_ws): {len(rows)} modules, "
+          f"{hist.get(0, 0)} without spills; spill bytes: "
+          + ", ".join(f"{b} B x{n}" for b, n in sorted(hist.items()) if b))
+
+
+if __name__ == "__main__":
+    main()
