@@ -11,11 +11,11 @@ import sys
 def main():
     spec, want, spill, rows = None, False, 0, []
     for line in open(sys.argv[1]):
-        m = re.search(r"(\S+ q=.*?) on sm_90a, ptxas", line)
-        if m:
-            spec = m.group(1)
+        m = re.search(r"(\S+ q=.*?) on (\S+), ptxas", line)
+        if m:  # the loop is empty but on sm_90a
+            spec = m.group(1) if m.group(2) == "sm_90a" else None
             continue
-        if "entry function 'fi_prefill_kernel_ws'" in line:
+        if spec and "entry function 'fi_prefill_kernel_ws'" in line:
             want = True
             continue
         if want and "spill stores" in line:
@@ -30,7 +30,7 @@ def main():
     hist = collections.Counter(spill for _, _, spill in rows)
     print(f"Hopper main loop (fi_prefill_kernel_ws): {len(rows)} modules, "
           f"{hist.get(0, 0)} without spills; spill bytes: "
-          + ", ".join(f"{b} B x{n}" for b, n in sorted(hist.items()) if b))
+          + (", ".join(f"{b} B x{n}" for b, n in sorted(hist.items()) if b) or "none"))
 
 
 if __name__ == "__main__":

@@ -380,6 +380,38 @@ __device__ __forceinline__ void rotate_keys(const P &p)
     }
 }
 
+// Chunks ch and ch + kChunks / 2 of packed query row pr of request w, as
+// the MMAs read them: RoPE'd (position rope_offset + kv_len - qo_len +
+// token), passed through the variant's query_transform (which folds in
+// sm_scale by default) and rounded to the 16-bit input type; zeros for a
+// row past the request.
+__device__ __forceinline__ void query_chunks(const P &p, const Work &w, int pr, int ch, vec16_t &lo,
+                                             vec16_t &hi)
+{
+    const int G = p.group_size;
+    float x[8], y[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = y[e] = 0.f;
+    if (pr < w.qo_len * G) {
+        const int token = pr / G;
+        const int head = w.kv_head * G + pr % G;
+        const DTypeQ *src = static_cast<const DTypeQ *>(p.q) +
+                            (long long)(w.q_begin + token) * p.q_stride_n +
+                            (long long)head * p.q_stride_h;
+        unpack8<DTypeQ>(ldg16(src + ch * 8), x);
+        unpack8<DTypeQ>(ldg16(src + (ch + kChunks / 2) * 8), y);
+        if constexpr (kRope)
+            rope_pair(p, x, y, ch, (float)(p.rope_offset + w.kv_len - w.qo_len + token));
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            x[e] = Variant::query_transform(p, x[e], head, ch * 8 + e);
+            y[e] = Variant::query_transform(p, y[e], head, (ch + kChunks / 2) * 8 + e);
+        }
+    }
+    lo = pack8<DTypeKV>(x);
+    hi = pack8<DTypeKV>(y);
+}
+
 template <int kTileIdx>
 struct Cfg {
     static constexpr int kTileQ = FI_PREFILL_TILE_Q(kTileIdx);
@@ -471,27 +503,10 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 #pragma unroll
     for (int c = tid; c < kTileQ * (kChunks / 2); c += kThreads) {
         const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
-        const int pr = row0 + r;
-        float x[8], y[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) x[e] = y[e] = 0.f;
-        if (pr < rows) {
-            const int token = pr / G;
-            const int head = kv_head * G + pr % G;
-            const DTypeQ *src = static_cast<const DTypeQ *>(p.q) +
-                                (long long)(w.q_begin + token) * p.q_stride_n +
-                                (long long)head * p.q_stride_h;
-            unpack8<DTypeQ>(ldg16(src + ch * 8), x);
-            unpack8<DTypeQ>(ldg16(src + (ch + kChunks / 2) * 8), y);
-            if constexpr (kRope) rope_pair(p, x, y, ch, (float)(p.rope_offset + off + token));
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                x[e] = Variant::query_transform(p, x[e], head, ch * 8 + e);
-                y[e] = Variant::query_transform(p, y[e], head, (ch + kChunks / 2) * 8 + e);
-            }
-        }
-        sts128(sq + q_at(r, ch), pack8<DTypeKV>(x));
-        sts128(sq + q_at(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+        vec16_t lo, hi;
+        query_chunks(p, w, row0 + r, ch, lo, hi);
+        sts128(sq + q_at(r, ch), lo);
+        sts128(sq + q_at(r, ch + kChunks / 2), hi);
     }
     if constexpr (kWg) wg::fence_proxy_async();  // Q is read by wgmma
     __syncthreads();

@@ -152,22 +152,21 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
     // Row of key 0 of the request in the tensors the maps describe.
     const int k_row = kRotatedK || kKind == FI_PREFILL_KIND_SINGLE ? w.k_row0 : w.kv_begin;
     const int v_row = kKind == FI_PREFILL_KIND_SINGLE ? 0 : w.kv_begin;
+    // One tile of one operand into `slot`, once the consumers freed it.
+    auto load = [&](unsigned int slot, const fi_tma_map *map, unsigned int empty,
+                    unsigned int full, unsigned int free_parity, int row) {
+        bar_wait(empty, free_parity);
+        bar_expect(full, kKVBytes);
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c)
+            tma_load(slot + c * kTileKV * 128u, map, c * 64, w.kv_head, row, full);
+    };
     for (int i = 0; i < kr.n; ++i, ++it) {
         const int s = it % kStages;
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
         const int t0 = kr.kv_start + i * kTileKV;
-        bar_wait(sm.empty_k(s), free_parity);
-        bar_expect(sm.full_k(s), kKVBytes);
-#pragma unroll
-        for (int c = 0; c < kPanels; ++c)
-            tma_load(sm.k_slot(s) + c * kTileKV * 128u, &maps.k, c * 64, w.kv_head, k_row + t0,
-                     sm.full_k(s));
-        bar_wait(sm.empty_v(s), free_parity);
-        bar_expect(sm.full_v(s), kKVBytes);
-#pragma unroll
-        for (int c = 0; c < kPanels; ++c)
-            tma_load(sm.v_slot(s) + c * kTileKV * 128u, &maps.v, c * 64, w.kv_head, v_row + t0,
-                     sm.full_v(s));
+        load(sm.k_slot(s), &maps.k, sm.empty_k(s), sm.full_k(s), free_parity, k_row + t0);
+        load(sm.v_slot(s), &maps.v, sm.empty_v(s), sm.full_v(s), free_parity, v_row + t0);
     }
 }
 
@@ -191,27 +190,10 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
 #pragma unroll 2
     for (int c = wtid; c < 64 * (kChunks / 2); c += 128) {
         const int r = wg_row0 + c / (kChunks / 2), ch = c % (kChunks / 2);
-        const int pr = row0 + r;
-        float x[8], y[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) x[e] = y[e] = 0.f;
-        if (pr < rows) {
-            const int token = pr / G;
-            const int head = kv_head * G + pr % G;
-            const DTypeQ *src = static_cast<const DTypeQ *>(p.q) +
-                                (long long)(w.q_begin + token) * p.q_stride_n +
-                                (long long)head * p.q_stride_h;
-            unpack8<DTypeQ>(ldg16(src + ch * 8), x);
-            unpack8<DTypeQ>(ldg16(src + (ch + kChunks / 2) * 8), y);
-            if constexpr (kRope) rope_pair(p, x, y, ch, (float)(p.rope_offset + off + token));
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                x[e] = Variant::query_transform(p, x[e], head, ch * 8 + e);
-                y[e] = Variant::query_transform(p, y[e], head, (ch + kChunks / 2) * 8 + e);
-            }
-        }
-        sts128(sm.q + swz_panel<kTileQ>(r, ch), pack8<DTypeKV>(x));
-        sts128(sm.q + swz_panel<kTileQ>(r, ch + kChunks / 2), pack8<DTypeKV>(y));
+        vec16_t lo, hi;
+        query_chunks(p, w, row0 + r, ch, lo, hi);
+        sts128(sm.q + swz_panel<kTileQ>(r, ch), lo);
+        sts128(sm.q + swz_panel<kTileQ>(r, ch + kChunks / 2), hi);
     }
     wg::fence_proxy_async();  // Q is read by wgmma
     named_sync(kBarWg + wg, 128);
