@@ -87,7 +87,6 @@
 #ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
 #endif
-#define FI_PREFILL_WS_PINGPONG 1
 /* Q + the K and V rings + 4 x STAGES mbarriers (8 bytes each). */
 #define FI_PREFILL_WS_SMEM_BYTES(hd, causal)                                                 \
     ((FI_PREFILL_WS_TILE_Q + 2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, causal)) * \
