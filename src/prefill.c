@@ -176,6 +176,12 @@ static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm
         fi__rope_fill(p->rope_freq, spec->head_dim, rope_scale, rope_theta);
 }
 
+/* The kernels' kind values are fi_kernel_kind's (prefill_params.h). */
+_Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
+                   FI_PREFILL_KIND_RAGGED == FI_KIND_BATCH_PREFILL_RAGGED &&
+                   FI_PREFILL_KIND_PAGED == FI_KIND_BATCH_PREFILL_PAGED,
+               "prefill kind values");
+
 /* Index of the Hopper main loop among the module's entries (src/kinds.c). */
 #define WS_ENTRY (FI_PREFILL_NUM_TILES + 1)
 /* Measured on H100 (bench_prefill.py, batch 4): see README. */
@@ -197,11 +203,8 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
                                 int rot_k)
 {
     const char *env = getenv("FIJIT_PREFILL_WS");
-    const int kind = spec->kind == FI_KIND_PREFILL ? FI_PREFILL_KIND_SINGLE
-                     : spec->kind == FI_KIND_BATCH_PREFILL_RAGGED ? FI_PREFILL_KIND_RAGGED
-                                                                  : FI_PREFILL_KIND_PAGED;
     if (idx != 0 || !is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
-        !FI_PREFILL_WS_TUPLE(kind, spec->mask == FI_MASK_CUSTOM) ||
+        !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM) ||
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
         return WS_OFF;
     if (env && strcmp(env, "grid") == 0) return WS_GRID;

@@ -412,6 +412,33 @@ __device__ __forceinline__ void query_chunks(const P &p, const Work &w, int pr, 
     hi = pack8<DTypeKV>(y);
 }
 
+// Whether the K tile at key t0 needs masks for rows of tokens tok_lo..tok_hi
+// (positions + off): it straddles the end of the keys, the causal diagonal
+// or the window's lower edge, or every tile does (custom mask, the variant's
+// mask_every_tile).
+__device__ __forceinline__ bool tile_needs_mask(const P &p, const Work &w, int t0, int tile_kv,
+                                                int tok_lo, int tok_hi, int off)
+{
+    bool need = kCustom || kMaskEveryTile || t0 + tile_kv > w.kv_len;
+    if constexpr (kCausal) need = need || t0 + tile_kv - 1 > tok_lo + off;
+    if constexpr (kWindow)
+        need = need || (p.window_left >= 0 && t0 < tok_hi + off - p.window_left);
+    return need;
+}
+
+// Logit s of query position qpos (head `head`) and key j on a masked tile:
+// -inf (0 without softmax) for a key past the request, after the query
+// (causal), outside the custom mask (`bit`) or hidden by the variant's
+// logits_mask; else the variant's logits_transform of it.
+__device__ __forceinline__ float masked_logit(const P &p, const Work &w, float s, int head, int j,
+                                              int qpos, bool bit)
+{
+    bool visible = j < w.kv_len;
+    if constexpr (kCausal) visible = visible && j <= qpos;
+    visible = visible && bit && Variant::logits_mask(p, head, j, qpos);
+    return visible ? Variant::logits_transform(p, s, head, j, qpos) : (kSoftmax ? -inf_() : 0.f);
+}
+
 template <int kTileIdx>
 struct Cfg {
     static constexpr int kTileQ = FI_PREFILL_TILE_Q(kTileIdx);
@@ -678,12 +705,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 
         // Final logits (variant transform, natural units) are masked on
         // boundary tiles only.
-        bool need_mask = kCustom || kMaskEveryTile || t0 + kTileKV > w.kv_len;
-        if constexpr (kCausal) need_mask = need_mask || t0 + kTileKV - 1 > tok_lo + off;
-        if constexpr (kWindow)
-            need_mask = need_mask || (p.window_left >= 0 && t0 < tok_hi + off - p.window_left);
-
-        if (need_mask) {
+        if (tile_needs_mask(p, w, t0, kTileKV, tok_lo, tok_hi, off)) {
             for_each_row([&](int mt, int h, int tok, int head) {
                 const int qpos = tok + off;
 #pragma unroll
@@ -691,14 +713,9 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
 #pragma unroll
                     for (int e = 2 * h; e < 2 * h + 2; ++e) {
                         const int j = t0 + nt * 8 + 2 * t + (e & 1);
-                        bool visible = j < w.kv_len;
-                        if constexpr (kCausal) visible = visible && j <= qpos;
-                        if constexpr (kCustom)
-                            visible = visible && ((mask_bits[mt][h] >> (j - t0)) & 1);
-                        visible = visible && Variant::logits_mask(p, head, j, qpos);
-                        s[mt][nt][e] = visible
-                                           ? Variant::logits_transform(p, s[mt][nt][e], head, j, qpos)
-                                           : (kSoftmax ? -inf_() : 0.f);
+                        bool bit = true;
+                        if constexpr (kCustom) bit = (mask_bits[mt][h] >> (j - t0)) & 1;
+                        s[mt][nt][e] = masked_logit(p, w, s[mt][nt][e], head, j, qpos, bit);
                     }
             });
         } else {

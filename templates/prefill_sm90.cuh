@@ -262,10 +262,7 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
     };
     // Masks and the variant's logits hooks on S of the tile at key t0.
     auto transform = [&](int t0) {
-        bool need_mask = kMaskEveryTile || t0 + kTileKV > w.kv_len;
-        if constexpr (kCausal) need_mask = need_mask || t0 + kTileKV - 1 > wg_tok_lo + off;
-        if constexpr (kWindow)
-            need_mask = need_mask || (p.window_left >= 0 && t0 < wg_tok_hi + off - p.window_left);
+        const bool need_mask = tile_needs_mask(p, w, t0, kTileKV, wg_tok_lo, wg_tok_hi, off);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int qpos = row_tok[h] + off, head = row_head[h];
@@ -273,14 +270,9 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
 #pragma unroll
                 for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        const int j = t0 + nt * 8 + 2 * t + (e & 1);
-                        bool visible = j < w.kv_len;
-                        if constexpr (kCausal) visible = visible && j <= qpos;
-                        visible = visible && Variant::logits_mask(p, head, j, qpos);
-                        s[nt][e] = visible ? Variant::logits_transform(p, s[nt][e], head, j, qpos)
-                                           : (kSoftmax ? -inf_() : 0.f);
-                    }
+                    for (int e = 2 * h; e < 2 * h + 2; ++e)
+                        s[nt][e] = masked_logit(p, w, s[nt][e], head, t0 + nt * 8 + 2 * t + (e & 1),
+                                                qpos, true);
             } else {
 #pragma unroll
                 for (int nt = 0; nt < kNT; ++nt)
