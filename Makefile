@@ -18,7 +18,8 @@ CFLAGS    += -std=c11 -fPIC -fvisibility=hidden $(WARN)
 LDLIBS    := -lsqlite3 -lxxhash -ldl -lpthread -lm
 
 B         := build
-LIB_SRC   := $(sort $(wildcard src/*.c))
+LIB_SRC   := $(sort $(wildcard src/*/*.c src/*/*/*.c))
+LIB_HDR   := $(wildcard include/*.h src/*/*.h src/*/*/*.h)
 CLI_SRC   := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEMPLATES := $(sort $(wildcard templates/*))
@@ -39,16 +40,16 @@ $(B)/gen/embedded.c: tools/embed/embed.c cache/schema.sql $(TEMPLATES)
 
 # One build flavour per directory: $(B) plain, $(B)/asan, $(B)/tsan.
 define flavour
-$(1)/obj/%.o: src/%.c $(wildcard include/*.h) $(wildcard src/*.h) $(wildcard templates/*.h) | $(B)/gen/embedded.c
+$(1)/obj/%.o: src/%.c $(LIB_HDR) $(wildcard templates/*.h) | $(B)/gen/embedded.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
 $(1)/obj/embedded.o: $(B)/gen/embedded.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
-$(1)/obj/tools/%.o: tools/%.c $(wildcard include/*.h) $(wildcard src/*.h) $(wildcard tools/*.h)
+$(1)/obj/tools/%.o: tools/%.c $(LIB_HDR) $(wildcard tools/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
-$(1)/obj/tests/%.o: tests/%.c tests/check.h $(wildcard include/*.h) $(wildcard src/*.h) \
+$(1)/obj/tests/%.o: tests/%.c tests/check.h $(LIB_HDR) \
                    $(wildcard templates/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@

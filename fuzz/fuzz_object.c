@@ -17,8 +17,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "store.h"
-#include "sys.h"
+#include "store/store.h"
+#include "common/sys.h"
 
 #define REQUIRE(c) do { if (!(c)) { fprintf(stderr, "violated: %s\n", #c); abort(); } } while (0)
 

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "expand.h"
-#include "sys.h"
-#include "variant.h"
+#include "core/expand.h"
+#include "common/sys.h"
+#include "core/variant.h"
 
 #define REQUIRE(c) do { if (!(c)) { fprintf(stderr, "violated: %s\n", #c); abort(); } } while (0)
 

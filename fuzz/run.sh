@@ -28,8 +28,8 @@ LIBS="-lsqlite3 -lxxhash -ldl -lpthread -lm"
 
 mkdir -p "$OUT/obj" "$OUT/crashes"
 objs=()
-for src in src/*.c build/gen/embedded.c tools/cli_manifest.c; do
-    obj=$OUT/obj/$(basename "${src%.c}").o
+for src in src/*/*.c build/gen/embedded.c tools/cli_manifest.c; do
+    obj=$OUT/obj/$(echo "${src%.c}" | tr / _).o
     if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find src tools include -name '*.h' -newer "$obj" 2>/dev/null | head -1)" ]; then
         $CC $CPPFLAGS $CFLAGS -c "$src" -o "$obj"
     fi

@@ -14,16 +14,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda_drv.h"
-#include "expand.h"
+#include "toolchain/cuda_drv.h"
+#include "core/expand.h"
 #include "fijit.h"
-#include "key.h"
-#include "kinds.h"
-#include "nvrtc.h"
-#include "spec.h"
-#include "store.h"
-#include "sys.h"
-#include "table.h"
+#include "core/key.h"
+#include "core/kinds.h"
+#include "toolchain/nvrtc.h"
+#include "core/spec.h"
+#include "store/store.h"
+#include "common/sys.h"
+#include "core/table.h"
 
 static int compare_i64(const void *a, const void *b)
 {

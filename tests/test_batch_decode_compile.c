@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "decode.h"
+#include "launch/decode.h"
 #include "fijit_batch_decode.h"
 #include "fijit_params.h"
 

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "spec.h"
-#include "sys.h"
-#include "table.h"
+#include "core/spec.h"
+#include "common/sys.h"
+#include "core/table.h"
 
 #define KEYS 64
 #define THREADS 8

@@ -14,13 +14,13 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "embedded.h"
-#include "error.h"
-#include "expand.h"
-#include "key.h"
-#include "kinds.h"
-#include "spec.h"
-#include "sys.h"
+#include "common/embedded.h"
+#include "common/error.h"
+#include "core/expand.h"
+#include "core/key.h"
+#include "core/kinds.h"
+#include "core/spec.h"
+#include "common/sys.h"
 
 static fi_jit_spec parse_or_die(const char *text)
 {

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "store.h"
-#include "sys.h"
+#include "store/store.h"
+#include "common/sys.h"
 
 static const char *const cached_spec = "decode q=fp16 hd=64";
 static const char *const new_spec = "decode q=bf16 hd=64 mask=window";

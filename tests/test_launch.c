@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "decode.h"
+#include "launch/decode.h"
 #include "fake_cuda.h"
 #include "fijit_batch_decode.h"
 #include "fijit_params.h"

@@ -29,9 +29,9 @@
 #include <xxhash.h>
 
 #include "check.h"
-#include "spec.h"
-#include "store.h"
-#include "sys.h"
+#include "core/spec.h"
+#include "store/store.h"
+#include "common/sys.h"
 
 /* ---- fixtures ------------------------------------------------------------------ */
 

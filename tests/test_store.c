@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "store.h"
-#include "sys.h"
+#include "store/store.h"
+#include "common/sys.h"
 
 /* ---- fixtures ---------------------------------------------------------------- */
 

@@ -27,9 +27,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "error.h"
-#include "store.h"
-#include "sys.h"
+#include "common/error.h"
+#include "store/store.h"
+#include "common/sys.h"
 
 #define NOBODY 65534
 

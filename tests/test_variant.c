@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "sys.h"
-#include "variant.h"
+#include "common/sys.h"
+#include "core/variant.h"
 
 static const char *const doubled_output =
     "// Output scaled by two: a hook override that compiles in every kernel.\n"

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "fijit.h"
-#include "store.h"
+#include "store/store.h"
 
 /* Exit codes: scripts tell "you called me wrong" from "it did not work". */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILED = 1, CLI_EXIT_USAGE = 2 };

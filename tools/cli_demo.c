@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "cuda_drv.h"
+#include "toolchain/cuda_drv.h"
 
 enum { DEMO_QO_HEADS = 32, DEMO_KV_HEADS = 8, DEMO_HEAD_DIM = 128, DEMO_TIMED_RUNS = 20 };
 #define DEMO_MAX_REL_ERR 1e-2

@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "error.h"
-#include "spec.h"
+#include "common/error.h"
+#include "core/spec.h"
 
 typedef struct prewarm_job {
     char spec[256]; /* canonical spec text */

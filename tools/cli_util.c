@@ -4,7 +4,7 @@
  * comma lists, the cache directory rule and GPU arch detection.
  */
 #include "cli.h"
-#include "error.h"
+#include "common/error.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,11 +18,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda_drv.h"
-#include "error.h"
-#include "nvrtc.h"
-#include "spec.h"
-#include "sys.h"
+#include "toolchain/cuda_drv.h"
+#include "common/error.h"
+#include "toolchain/nvrtc.h"
+#include "core/spec.h"
+#include "common/sys.h"
 
 const char *cli_cache_dir_option;
 

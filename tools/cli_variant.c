@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "cli.h"
-#include "error.h"
-#include "spec.h"
-#include "variant.h"
+#include "common/error.h"
+#include "core/spec.h"
+#include "core/variant.h"
 
 /* The text of `path` in a fresh NUL-terminated buffer, or NULL with the
  * reason in `why`. */

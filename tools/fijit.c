@@ -15,12 +15,12 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "cuda_drv.h"
-#include "nvrtc.h"
-#include "spec.h"
-#include "store.h"
-#include "sys.h"
-#include "variant.h"
+#include "toolchain/cuda_drv.h"
+#include "toolchain/nvrtc.h"
+#include "core/spec.h"
+#include "store/store.h"
+#include "common/sys.h"
+#include "core/variant.h"
 
 #define CACHE_DIR_HELP "  --cache-dir DIR    cache directory (default: $FIJIT_CACHE_DIR,\n" \
                        "                     $XDG_CACHE_HOME/fijit if absolute, ~/.cache/fijit)\n"

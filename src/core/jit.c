@@ -15,17 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_drv.h"
-#include "error.h"
-#include "expand.h"
-#include "key.h"
-#include "kinds.h"
-#include "nvrtc.h"
-#include "spec.h"
-#include "store.h"
-#include "sys.h"
-#include "table.h"
-#include "variant.h"
+#include "toolchain/cuda_drv.h"
+#include "common/error.h"
+#include "core/expand.h"
+#include "core/key.h"
+#include "core/kinds.h"
+#include "toolchain/nvrtc.h"
+#include "core/spec.h"
+#include "store/store.h"
+#include "common/sys.h"
+#include "core/table.h"
+#include "core/variant.h"
 
 #define FI_BUILD_STRIPES 64
 #define FI_COUNTER_SLOTS 16

@@ -12,7 +12,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "spec.h"
+#include "core/spec.h"
 
 #define FI_TABLE_BUCKETS 1024 /* a process rarely holds more than a few hundred kernels */
 

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "kinds.h"
-#include "spec.h"
+#include "common/error.h"
+#include "core/kinds.h"
+#include "core/spec.h"
 
 typedef struct fi_name {
     int value;

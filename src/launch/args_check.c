@@ -4,8 +4,8 @@
  */
 #include <stdint.h>
 
-#include "args_check.h"
-#include "error.h"
+#include "launch/args_check.h"
+#include "common/error.h"
 
 int fi__check_ptr(const char *who, const char *name, const void *p, int align)
 {

@@ -21,15 +21,15 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "args_check.h"
-#include "cuda_drv.h"
-#include "decode.h"
-#include "error.h"
-#include "rope.h"
-#include "variant.h"
+#include "launch/args_check.h"
+#include "toolchain/cuda_drv.h"
+#include "launch/decode.h"
+#include "common/error.h"
+#include "launch/rope.h"
+#include "core/variant.h"
 #include "fijit_params.h"
-#include "kinds.h"
-#include "sys.h"
+#include "core/kinds.h"
+#include "common/sys.h"
 
 /* Decode blocks per SM the automatic plan aims for. The kernel (~126
  * registers at hd 128) fits 4 with the default 3-tile ring. Swept on H100 (hd 128 fp16, splits 8..64, ring depth

@@ -2,8 +2,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "sys.h"
-#include "table.h"
+#include "common/sys.h"
+#include "core/table.h"
 
 void fi__table_init(fi_table *t)
 {

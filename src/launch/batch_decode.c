@@ -34,17 +34,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "args_check.h"
-#include "cuda_drv.h"
-#include "decode.h"
-#include "error.h"
-#include "rope.h"
-#include "variant.h"
+#include "launch/args_check.h"
+#include "toolchain/cuda_drv.h"
+#include "launch/decode.h"
+#include "common/error.h"
+#include "launch/rope.h"
+#include "core/variant.h"
 #include "fijit_batch_decode.h"
 #include "fijit_params.h"
-#include "kinds.h"
-#include "spec.h"
-#include "sys.h"
+#include "core/kinds.h"
+#include "core/spec.h"
+#include "common/sys.h"
 
 /* Blocks per SM of a wave, also the one the plan of a batch that alone does
  * not fill a wave aims for. That plan used to aim for 3 (through the 4-tile

@@ -8,7 +8,7 @@
 
 #include "fijit_params.h"
 #include "prefill_params.h"
-#include "rope.h"
+#include "launch/rope.h"
 
 _Static_assert(FI_DECODE_MAX_HEAD_DIM == FI_ROPE_MAX_HEAD_DIM &&
                    FI_PREFILL_MAX_HEAD_DIM == FI_ROPE_MAX_HEAD_DIM,

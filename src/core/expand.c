@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embedded.h"
-#include "error.h"
-#include "expand.h"
-#include "kinds.h"
-#include "spec.h"
-#include "sys.h"
-#include "variant.h"
+#include "common/embedded.h"
+#include "common/error.h"
+#include "core/expand.h"
+#include "core/kinds.h"
+#include "core/spec.h"
+#include "common/sys.h"
+#include "core/variant.h"
 
 /* Largest template file accepted from FIJIT_TEMPLATE_DIR. */
 #define FI_TEMPLATE_MAX_BYTES (4 << 20)

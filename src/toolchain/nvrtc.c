@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "error.h"
-#include "nvrtc.h"
-#include "sys.h"
+#include "common/error.h"
+#include "toolchain/nvrtc.h"
+#include "common/sys.h"
 
 /* The slice of NVRTC's C ABI that fijit calls (stable since CUDA 11). Declared
  * here because the library is opened at run time, not linked. */

@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "sys.h"
+#include "common/error.h"
+#include "common/sys.h"
 
 static atomic_uint fault_mask;    /* classes armed; 0: injection off */
 static atomic_long fault_countdown; /* calls left before the first failure */

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 
 /* Large enough for an NVRTC log of a broken snippet; longer text is cut. */
 #define FI_ERROR_CAPACITY 16384

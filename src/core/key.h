@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "expand.h"
+#include "core/expand.h"
 
 #define FI_KEY_SCHEMA "fijit-key-v1"
 

@@ -39,10 +39,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "embedded.h"
-#include "error.h"
-#include "store.h"
-#include "sys.h"
+#include "common/embedded.h"
+#include "common/error.h"
+#include "store/store.h"
+#include "common/sys.h"
 
 /* Must equal the PRAGMA user_version set at the end of cache/schema.sql. */
 #define FI_SCHEMA_VERSION 1

@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda_drv.h"
-#include "error.h"
-#include "sys.h"
+#include "toolchain/cuda_drv.h"
+#include "common/error.h"
+#include "common/sys.h"
 
 static fi_cuda_api api;
 static int api_status = FI_ENODEVICE;

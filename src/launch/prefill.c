@@ -37,16 +37,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args_check.h"
-#include "cuda_drv.h"
-#include "error.h"
-#include "rope.h"
+#include "launch/args_check.h"
+#include "toolchain/cuda_drv.h"
+#include "common/error.h"
+#include "launch/rope.h"
 #include "fijit_prefill.h"
-#include "kinds.h"
-#include "variant.h"
+#include "core/kinds.h"
+#include "core/variant.h"
 #include "prefill_params.h"
-#include "spec.h"
-#include "sys.h"
+#include "core/spec.h"
+#include "common/sys.h"
 
 /* A failed driver call: fi__cuda_error has already written the message. */
 #define CU_FAIL(expr)                                                          \

@@ -6,9 +6,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "error.h"
-#include "kinds.h"
-#include "spec.h"
+#include "common/error.h"
+#include "core/kinds.h"
+#include "core/spec.h"
 
 /* q, kv and o of one 16-bit type: the kernels convert nothing else yet. */
 int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind)

@@ -4,11 +4,11 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "fijit_params.h"
-#include "spec.h"
-#include "sys.h"
-#include "variant.h"
+#include "core/spec.h"
+#include "common/sys.h"
+#include "core/variant.h"
 
 static const struct {
     const char *spelling; /* spaces removed */

@@ -5,9 +5,9 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "error.h"
-#include "key.h"
-#include "store.h"
+#include "common/error.h"
+#include "core/key.h"
+#include "store/store.h"
 
 typedef struct key_hasher {
     XXH3_state_t state;
