@@ -63,18 +63,23 @@
 #define FI_PREFILL_L2_BUDGET (24u << 20)
 
 /* ---- the Hopper main loop (templates/prefill_sm90.cuh) ------------------------
- * In a module compiled for sm_90a, single and ragged prefill without a custom
- * mask also hold fi_prefill_kernel_ws: the 128-row tiles of tile kernel 0
+ * In a module compiled for sm_90a, every prefill kind without a custom
+ * mask also holds fi_prefill_kernel_ws: the 128-row tiles of tile kernel 0
  * (same grid, work list and block order) computed by a producer warpgroup
  * issuing TMA loads and two consumer warpgroups of 64 rows, with kTileKV keys
  * per K/V tile in STAGES-deep rings. The host launches it instead of tile
  * kernel 0 when the tensors suit TMA (16-byte strides) and, with RoPE, the
  * keys were rotated into a workspace. Everywhere else the entry is empty.
- * Paged K/V stays on the tile kernels: a producer warpgroup gathering pages
- * with cp.async measured 0.40-0.42x single prefill on a mixed batch (page 16,
- * H100), the tile kernels 0.72-0.75x (commit 6b7f8f1 has that version). */
-#define FI_PREFILL_WS_TUPLE(kind, custom_mask) \
-    (((kind) == FI_PREFILL_KIND_SINGLE || (kind) == FI_PREFILL_KIND_RAGGED) && !(custom_mask))
+ * Paged K/V: one TMA per page and panel (FI_PREFILL_WS_PAGE_OK); a producer
+ * warpgroup gathering pages with cp.async instead measured 0.40-0.42x single
+ * prefill on a mixed batch (page 16, H100; commit 6b7f8f1). */
+#define FI_PREFILL_WS_TUPLE(kind, custom_mask) (!(custom_mask))
+/* Paged K/V takes it when a K/V tile is whole pages of a multiple of 8 rows
+ * (a TMA per page, each on a 1024-byte swizzle atom); other page sizes stay
+ * on the tile kernels. */
+#define FI_PREFILL_WS_PAGE_OK(page_size, hd, causal)                                \
+    ((page_size) >= 8 && (page_size) % 8 == 0 && (page_size) <= 256 &&              \
+     FI_PREFILL_WS_TILE_KV(hd, causal) % (page_size) == 0)
 #define FI_PREFILL_WS_THREADS 384
 #define FI_PREFILL_WS_TILE_Q 128
 /* Keys per K/V tile (causal: sliding windows too): 128, or 80 at head_dim
@@ -98,7 +103,9 @@
  * (__grid_constant__), after fi_prefill_params. Each describes a 3-D tensor
  * {head_dim, num_kv_heads, tokens} (innermost first) of 16-bit elements, box
  * {64, 1, FI_PREFILL_WS_TILE_KV}, 128-byte swizzle. Tokens: single prefill
- * the keys (k: or the rotated keys), ragged every token of the batch. */
+ * the keys (k: or the rotated keys), ragged every token of the batch. Paged
+ * maps are 4-D, {head_dim, num_kv_heads, page_size, pages}, box {64, 1,
+ * page_size, 1} (K: 3-D over the rotated keys with RoPE). */
 #ifdef __cplusplus
 #define FI_ALIGN64 alignas(64)
 #else

@@ -29,7 +29,7 @@
 // the default launch, several in the persistent one, the rings' position
 // running on across them.
 //
-// Registers: consumers 240, producer 24 (128 x 24 + 256 x 240 <= 64K).
+// Registers: consumers 240, producer 24 (paged: 232 and 40, kConsumerRegs).
 #pragma once
 
 namespace fijit {
@@ -51,6 +51,11 @@ constexpr int kBarWg = 3;
 // The consumers alternate their MMA issue (see above). Not measured off here:
 // FlashAttention-3's ablation credits it with a good part of its speed.
 constexpr bool kPingPong = true;
+// Registers of the producer and of the consumers: the paged producer (a warp
+// that also copies and zeroes partial pages) spills below 40, and the
+// consumers fit 232 without spilling (128 x 40 + 256 x 232 <= 64K).
+constexpr int kProducerRegs = kKind == FI_PREFILL_KIND_PAGED ? 40 : 24;
+constexpr int kConsumerRegs = kKind == FI_PREFILL_KIND_PAGED ? 232 : 240;
 
 static_assert(kTileQ == FI_PREFILL_TILE_Q(0), "the Hopper loop replaces tile kernel 0");
 static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 64 rows");
@@ -94,6 +99,18 @@ __device__ __forceinline__ void tma_load(unsigned int dst, const fi_tma_map *map
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
         " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(head), "r"(key), "r"(bar)
+        : "memory");
+}
+// Box {64 columns, 1 head, page_size keys, 1 page} at (col, head, 0, page) of
+// a paged map into `dst`, completing `bar`'s transaction bytes.
+__device__ __forceinline__ void tma_load_page(unsigned int dst, const fi_tma_map *map, int col,
+                                              int head, int page, unsigned int bar)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(head), "r"(0), "r"(page),
+        "r"(bar)
         : "memory");
 }
 template <int kCount>
@@ -173,6 +190,75 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
         const int t0 = kr.kv_start + i * kTileKV;
         load(sm.k_slot(s), &maps.k, sm.empty_k(s), sm.full_k(s), free_parity, k_row + t0);
         load(sm.v_slot(s), &maps.v, sm.empty_v(s), sm.full_v(s), free_parity, v_row + t0);
+    }
+}
+
+// Paged K/V: the producer's first warp. A tile is kTileKV / page_size whole
+// pages (the host launches this only when page_size divides kTileKV and is
+// a multiple of 8, so that every page lands on a swizzle atom), each one TMA
+// per 64-column panel through maps {head_dim, kv heads, page_size, pages}.
+// The request's last page may be partial and the tile may run past it: K
+// rows there are left as they are (those keys are masked), while V rows
+// must be finite, since P.V multiplies them by a zero weight: the warp
+// copies the partial page's rows itself and zeroes the rest, before the
+// full barrier's arrival publishes them.
+__device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &maps, const Work &w,
+                                              const KeyRange &kr, const Smem &sm, int it)
+{
+    const int lane = (int)threadIdx.x % 32;
+    for (int i = 0; i < kr.n; ++i, ++it) {
+        const int s = it % kStages;
+        const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
+        const int t0 = kr.kv_start + i * kTileKV;
+        const int keys = imin(kTileKV, w.kv_len - t0);
+        // Page ordinal of key t0 in the request's list; whole pages of the tile.
+        const int first = w.kv_begin + t0 / p.page_size;
+        const int whole = keys / p.page_size;
+
+        if (lane == 0) {
+            bar_wait(sm.empty_k(s), free_parity);
+            if constexpr (kRotatedK) {
+                bar_expect(sm.full_k(s), kKVBytes);
+#pragma unroll
+                for (int c = 0; c < kPanels; ++c)
+                    tma_load(sm.k_slot(s) + c * kTileKV * 128u, &maps.k, c * 64, w.kv_head,
+                             w.k_row0 + t0, sm.full_k(s));
+            } else {
+                const int n = (keys + p.page_size - 1) / p.page_size;  // the partial page too
+                bar_expect(sm.full_k(s), (unsigned int)(n * p.page_size) * 128u * kPanels);
+                for (int pg = 0; pg < n; ++pg)
+#pragma unroll
+                    for (int c = 0; c < kPanels; ++c)
+                        tma_load_page(sm.k_slot(s) + c * kTileKV * 128u + pg * p.page_size * 128u,
+                                      &maps.k, c * 64, w.kv_head, p.kv_indices[first + pg],
+                                      sm.full_k(s));
+            }
+        }
+
+        bar_wait(sm.empty_v(s), free_parity);
+        const int rows = whole * p.page_size;
+        if (rows < kTileKV) {
+            const DTypeKV *tail =
+                static_cast<const DTypeKV *>(p.v) + (long long)w.kv_head * p.v_stride_h +
+                (keys > rows ? (long long)p.kv_indices[first + whole] * p.v_stride_page : 0);
+            for (int c = lane; c < (kTileKV - rows) * kChunks; c += 32) {
+                const int r = c / kChunks, ch = c % kChunks;
+                vec16_t x = {};
+                if (rows + r < keys) x = ldg16(tail + (long long)r * p.v_stride_n + ch * 8);
+                sts128(sm.v_slot(s) + swz_panel<kTileKV>(rows + r, ch), x);
+            }
+            wg::fence_proxy_async();  // read by wgmma after the barrier
+        }
+        __syncwarp();
+        if (lane == 0) {
+            bar_expect(sm.full_v(s), (unsigned int)rows * 128u * kPanels);
+            for (int pg = 0; pg < whole; ++pg)
+#pragma unroll
+                for (int c = 0; c < kPanels; ++c)
+                    tma_load_page(sm.v_slot(s) + c * kTileKV * 128u + pg * p.page_size * 128u,
+                                  &maps.v, c * 64, w.kv_head, p.kv_indices[first + pg],
+                                  sm.full_v(s));
+        }
     }
 }
 
@@ -458,18 +544,21 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     // Every role walks the same blocks; `it` counts the tiles through the rings.
     const int blocks = ws.work_items * ws.kv_heads;
     if (tid < 128) {
-        set_max_regs_dec<24>();
-        if (tid != 0) return;
+        set_max_regs_dec<kProducerRegs>();
+        if (tid >= (kKind == FI_PREFILL_KIND_PAGED ? 32 : 1)) return;
         for (int b = (int)blockIdx.x, it = 0; b < blocks; b += (int)gridDim.x) {
             const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
             const int row0 = w.tile * kTileQ;
             if (row0 >= w.qo_len * p.group_size) continue;
             const KeyRange kr = key_range(p, w, row0);
-            produce(ws, w, kr, sm, it);
+            if constexpr (kKind == FI_PREFILL_KIND_PAGED)
+                produce_paged(p, ws, w, kr, sm, it);
+            else
+                produce(ws, w, kr, sm, it);
             it += kr.n;
         }
     } else {
-        set_max_regs_inc<240>();
+        set_max_regs_inc<kConsumerRegs>();
         for (int b = (int)blockIdx.x, it = 0; b < blocks; b += (int)gridDim.x) {
             const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
             const int row0 = w.tile * kTileQ;

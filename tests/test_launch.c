@@ -527,6 +527,56 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
     fi_jit_ctx_free(ctx);
 }
 
+/* Paged K/V on sm_90a: the Hopper main loop takes 128-row tiles when a K/V
+ * tile is whole pages of a multiple of 8 rows, with 4-D maps of the page
+ * pools (box: one page); other page sizes keep tile kernel 0. */
+TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_PAGED, FI_MASK_NONE, FI_POS_NONE);
+    CHECK_OK(launch_ctx(&ctx));
+    int32_t qo_indptr[3] = {0, 300, 317};
+    int32_t kv_indptr[3] = {0, 40, 42};
+    const int sizes[] = {16, 8, 5, 48};
+    for (int i = 0; i < 4; i++) {
+        const int ps = sizes[i];
+        int32_t last[2] = {ps, 3};
+        fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, last);
+        pa.page_size = ps;
+        pa.cta_tile_q = 128;
+        size_t bytes = 0;
+        CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
+        int *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+        fi_prefill_plan *plan = NULL;
+        CHECK(ws);
+        CHECK_OK(fi_batch_prefill_plan(&plan, ctx, &s, &pa, ws, bytes));
+        fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
+        batch_prefill_args_for(&a);
+        a.k_stride_page = a.v_stride_page = (int64_t)ps * 8 * 128;
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        const int whole_pages = ps % 8 == 0 && 128 % ps == 0;
+        CHECK_MSG(strcmp(seen.name, whole_pages ? "fi_prefill_kernel_ws" : "fi_prefill_kernel_q128") == 0,
+                  "page %d: %s", ps, seen.name);
+        if (whole_pages) {
+            for (int m = 0; m < 2; m++) {
+                const unsigned long long *w = m ? seen.ws.v.words : seen.ws.k.words;
+                CHECK(w[FAKE_TMA_ADDRESS] == (unsigned long long)(uintptr_t)(m ? a.v : a.k));
+                CHECK(w[FAKE_TMA_DIMS] == 128 && w[FAKE_TMA_DIMS + 1] == 8 &&
+                      w[FAKE_TMA_DIMS + 2] == (unsigned long long)ps);
+                CHECK(w[FAKE_TMA_STRIDES] == 128 * 2 && w[FAKE_TMA_STRIDES + 1] == 8 * 128 * 2);
+                CHECK(w[FAKE_TMA_BOX] == 64 && w[FAKE_TMA_BOX + 1] == 1 &&
+                      w[FAKE_TMA_BOX + 2] == (unsigned long long)ps);
+            }
+            /* 1200 and 68 packed rows: 10 + 1 tiles of 128, a CTA each. */
+            CHECK(seen.ws.work_items == 11 && seen.ws.kv_heads == 8 && seen.grid[0] == 88);
+            CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0));
+        }
+        fi_prefill_plan_free(plan);
+        free(ws);
+    }
+    fi_jit_ctx_free(ctx);
+}
+
 /* Batch prefill with RoPE: the workspace grows by the rotated keys (and, paged,
  * the requests' first rows); a run launches the pre-pass over every key of
  * every kv head, then the tile kernel on the rotated keys, V untouched; a

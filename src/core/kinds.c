@@ -69,8 +69,8 @@ static const fi_kind_info kinds[] = {
      fi__batch_decode_launch_shape},
     /* Prefill: one kernel per query tile (128, 64, 16 rows; see
      * templates/prefill_params.h), all kinds sharing templates/prefill.cuh,
-     * then the RoPE pre-pass (src/prefill.c); single and ragged then the
-     * Hopper main loop (templates/prefill_sm90.cuh; empty but for sm_90a). */
+     * then the RoPE pre-pass (src/prefill.c), then the Hopper main loop
+     * (templates/prefill_sm90.cuh; empty but for sm_90a). */
     {FI_KIND_PREFILL, "prefill", "prefill_single.cuh",
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
       "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws"},
@@ -83,7 +83,7 @@ static const fi_kind_info kinds[] = {
      fi__prefill_check, fi__prefill_launch_shape},
     {FI_KIND_BATCH_PREFILL_PAGED, "batch_prefill_paged", "prefill_paged.cuh",
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
-      "fi_prefill_rope_k_kernel"},
+      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws"},
      NULL,
      fi__prefill_check, fi__prefill_launch_shape},
 };

@@ -194,17 +194,25 @@ enum ws_mode {
     WS_PERSISTENT = 2, /* the Hopper main loop, a CTA per SM walking the blocks */
 };
 
+static int mask_is_causal(const fi_jit_spec *spec)
+{
+    return spec->mask == FI_MASK_CAUSAL || spec->mask == FI_MASK_WINDOW;
+}
+
 /* The Hopper main loop (templates/prefill_sm90.cuh) takes a launch of tile
- * kernel `idx` when the module was compiled for sm_90a for a tuple it serves
- * and the keys are read as they are or rotated once into a workspace
- * (`rot_k`); FIJIT_PREFILL_WS=0|grid|persistent chooses for A/B
- * measurements. Batch kinds decide once, in the plan. */
+ * kernel `idx` when the module was compiled for sm_90a for a tuple it serves,
+ * the keys are read as they are or rotated once into a workspace (`rot_k`)
+ * and, paged, its K/V tiles are whole pages of `page_size` rows;
+ * FIJIT_PREFILL_WS=0|grid|persistent chooses for A/B measurements. Batch
+ * kinds decide once, in the plan. */
 static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
-                                int rot_k)
+                                int rot_k, int page_size)
 {
     const char *env = getenv("FIJIT_PREFILL_WS");
+    const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     if (idx != 0 || !is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
         !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM) ||
+        (paged && !FI_PREFILL_WS_PAGE_OK(page_size, spec->head_dim, mask_is_causal(spec))) ||
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
         return WS_OFF;
     if (env && strcmp(env, "grid") == 0) return WS_GRID;
@@ -212,24 +220,43 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
     return WS_DEFAULT;
 }
 
-/* Launch the Hopper main loop over `items` x `heads` blocks, with TMA maps of
- * p's K and V (k_rows and v_rows rows: the keys of the tensors p points at);
- * WS_PERSISTENT: on at most sm_count CTAs. 1: launched; 0: the tensors do
- * not suit TMA, nothing was launched. */
-static int launch_ws(const fi_jit_kernel *kernel, int hd, int causal, enum ws_mode mode, int sm_count,
-                     int items, int heads, fi_prefill_params *p, int k_rows, int v_rows,
-                     CUstream stream, const char *who)
+/* TMA maps of p's K and V (prefill_params.h): k_rows and v_rows rows of
+ * contiguous keys (0: none, no map is read), paged: the page pools, K
+ * contiguous when rotated. 0, or <0 when the tensors do not suit TMA. */
+static int encode_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
+                       int k_rows, int v_rows)
 {
+    const int hd = spec->head_dim, heads = p->num_kv_heads;
+    const int box = FI_PREFILL_WS_TILE_KV(hd, mask_is_causal(spec));
+    if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
+        int rc = p->rot_k ? (k_rows > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, k_rows,
+                                                              p->k_stride_h, p->k_stride_n, box)
+                                        : 0)
+                          : fi__cuda_tma_map_paged(&ws->k, p->k, hd, heads, p->page_size,
+                                                   p->k_stride_h, p->k_stride_n, p->k_stride_page);
+        return rc < 0 ? rc
+                      : fi__cuda_tma_map_paged(&ws->v, p->v, hd, heads, p->page_size,
+                                               p->v_stride_h, p->v_stride_n, p->v_stride_page);
+    }
+    if (k_rows <= 0) return 0;
+    int rc = fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, k_rows, p->k_stride_h, p->k_stride_n, box);
+    return rc < 0 ? rc
+                  : fi__cuda_tma_map_3d(&ws->v, p->v, hd, heads, v_rows, p->v_stride_h,
+                                        p->v_stride_n, box);
+}
+
+/* Launch the Hopper main loop over `items` x `heads` blocks, with TMA maps of
+ * p's K and V (see encode_maps); WS_PERSISTENT: on at most sm_count CTAs.
+ * 1: launched; 0: the tensors do not suit TMA, nothing was launched. */
+static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum ws_mode mode,
+                     int sm_count, int items, int heads, fi_prefill_params *p, int k_rows,
+                     int v_rows, CUstream stream, const char *who)
+{
+    const int hd = spec->head_dim, causal = mask_is_causal(spec);
     fi_prefill_ws ws;
     memset(&ws, 0, sizeof ws);
     FI_UNUSED(causal); /* when the tile sizes do not depend on it */
-    const int box = FI_PREFILL_WS_TILE_KV(hd, causal);
-    /* No rows (every request without keys): no map is read. */
-    if (k_rows > 0 && (fi__cuda_tma_map_3d(&ws.k, p->k, hd, p->num_kv_heads, k_rows,
-                                           p->k_stride_h, p->k_stride_n, box) < 0 ||
-                       fi__cuda_tma_map_3d(&ws.v, p->v, hd, p->num_kv_heads, v_rows,
-                                           p->v_stride_h, p->v_stride_n, box) < 0))
-        return 0;
+    if (encode_maps(&ws, spec, p, k_rows, v_rows) < 0) return 0;
     ws.work_items = items;
     ws.kv_heads = heads;
     const int64_t blocks = (int64_t)items * heads;
@@ -250,9 +277,8 @@ static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
 {
     const int hd = spec->head_dim;
     if (ws != WS_OFF) {
-        const int causal = spec->mask == FI_MASK_CAUSAL || spec->mask == FI_MASK_WINDOW;
-        int rc = launch_ws(kernel, hd, causal, ws, sm_count, (int)gx, (int)gy, p, k_rows, v_rows,
-                           stream, who);
+        int rc = launch_ws(kernel, spec, ws, sm_count, (int)gx, (int)gy, p, k_rows, v_rows, stream,
+                           who);
         if (rc != 0) return rc < 0 ? rc : 0;
     }
     CUfunction f = kernel->functions[idx];
@@ -442,7 +468,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
-    const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL);
+    const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0);
     if (ws == WS_PERSISTENT && !sm_count) FI_TRY(fi__cuda_sm_count(&sm_count));
     FI_TRY(launch(kernel, spec, idx, ws, sm_count, (unsigned)tiles[idx],
                   (unsigned)a->num_kv_heads, &p, a->kv_len, a->kv_len, (CUstream)stream,
@@ -678,7 +704,7 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     plan->kv_tokens = paged ? 0 : a->kv_indptr[a->batch_size];
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
     FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
-    plan->ws = (int)ws_mode_for(kernel, spec, plan->tile, 1);
+    plan->ws = (int)ws_mode_for(kernel, spec, plan->tile, 1, paged ? a->page_size : 0);
     if (plan->ws == WS_PERSISTENT && !sm_count) {
         sm_count = a->sm_count;
         if (!sm_count) FI_TRY(fi__cuda_sm_count(&sm_count));
@@ -687,7 +713,7 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     if (plan->num_work > 0) {
         const int n = plan->num_work;
         const int tq = FI_PREFILL_TILE_Q(plan->tile);
-        const int causal = spec->mask == FI_MASK_CAUSAL || spec->mask == FI_MASK_WINDOW;
+        const int causal = mask_is_causal(spec);
         if (!(list = fi__malloc(sizeof(int32_t) * 2 * (size_t)n)) ||
             !(items = fi__malloc(sizeof *items * (size_t)n)))
             FI_FAIL(FI_ENOMEM, "out of memory");
@@ -833,8 +859,8 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
                            plan->kv_token_start ? plan->kv_token_start : a->kv_indptr,
                            plan->kv_rows, plan->batch_size, &p, (CUstream)stream, who));
     FI_TRY(launch(kernel, spec, plan->tile, (enum ws_mode)plan->ws, plan->sm_count,
-                  (unsigned)plan->num_work, (unsigned)plan->num_kv_heads, &p, plan->kv_tokens,
-                  plan->kv_tokens, (CUstream)stream, who));
+                  (unsigned)plan->num_work, (unsigned)plan->num_kv_heads, &p,
+                  paged ? plan->kv_rows : plan->kv_tokens, plan->kv_tokens, (CUstream)stream, who));
 out:
     return rc;
 }

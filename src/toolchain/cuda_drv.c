@@ -3,6 +3,7 @@
  * until a GPU is needed, so compile-only hosts never touch libcuda.
  */
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -105,30 +106,56 @@ int fi__cuda_launch(CUfunction f, unsigned gx, unsigned gy, const unsigned block
     return fi__cuda_launch_args(f, gx, gy, block, smem, stream, args, who);
 }
 
-int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int rows,
-                        long long stride_h, long long stride_n, int box_rows)
+/* Encode a tiled map of 16-bit elements, `rank` dimensions innermost first
+ * (dims[0] contiguous), 128-byte swizzle. */
+static int tma_map(void *out, const void *base, int rank, const cuuint64_t *dims,
+                   const cuuint64_t *strides, const cuuint32_t *box)
 {
     const fi_cuda_api *cu;
     int rc;
     if ((rc = fi__cuda_load(&cu)) < 0) return rc;
     if (!cu->TensorMapEncodeTiled)
         return fi__error(FI_EUNSUPPORTED, "the CUDA driver has no cuTensorMapEncodeTiled");
-    /* A single head or row needs no stride; TMA still wants one. */
-    if (heads <= 1) stride_h = cols;
-    if (rows <= 1) stride_n = (long long)cols * heads;
-    if ((uintptr_t)base % 16 != 0 || stride_h * 2 % 16 != 0 || stride_n * 2 % 16 != 0 ||
-        stride_h <= 0 || stride_n <= 0 || rows <= 0)
-        return fi__error(FI_EUNSUPPORTED, "TMA needs 16-byte aligned rows and strides");
-    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)rows};
-    const cuuint64_t strides[2] = {(cuuint64_t)stride_h * 2, (cuuint64_t)stride_n * 2};
-    const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows};
-    const cuuint32_t unit[3] = {1, 1, 1};
+    if ((uintptr_t)base % 16 != 0) return fi__error(FI_EUNSUPPORTED, "TMA needs a 16-byte aligned base");
+    for (int i = 0; i + 1 < rank; i++)
+        if (strides[i] == 0 || strides[i] % 16 != 0)
+            return fi__error(FI_EUNSUPPORTED, "TMA needs 16-byte aligned rows and strides");
+    const cuuint32_t unit[4] = {1, 1, 1, 1};
     CUresult res = cu->TensorMapEncodeTiled(
-        (CUtensorMap *)out, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, (void *)base, dims, strides, box,
-        unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        (CUtensorMap *)out, CU_TENSOR_MAP_DATA_TYPE_UINT16, (cuuint32_t)rank, (void *)base, dims,
+        strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (res != CUDA_SUCCESS) return fi__cuda_error(FI_EUNSUPPORTED, res, "cuTensorMapEncodeTiled");
     return 0;
+}
+
+int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int rows,
+                        long long stride_h, long long stride_n, int box_rows)
+{
+    /* A single head or row needs no stride; TMA still wants one. */
+    if (heads <= 1) stride_h = cols;
+    if (rows <= 1) stride_n = (long long)cols * heads;
+    if (stride_h <= 0 || stride_n <= 0 || rows <= 0)
+        return fi__error(FI_EUNSUPPORTED, "TMA needs positive strides and rows");
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)rows};
+    const cuuint64_t strides[2] = {(cuuint64_t)stride_h * 2, (cuuint64_t)stride_n * 2};
+    const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows};
+    return tma_map(out, base, 3, dims, strides, box);
+}
+
+int fi__cuda_tma_map_paged(void *out, const void *base, int cols, int heads, int page_size,
+                           long long stride_h, long long stride_n, long long stride_page)
+{
+    if (heads <= 1) stride_h = cols;
+    if (stride_h <= 0 || stride_n <= 0 || stride_page <= 0)
+        return fi__error(FI_EUNSUPPORTED, "TMA needs positive strides");
+    /* Page ids are the caller's (any int); the map's extent only bounds them. */
+    const cuuint64_t dims[4] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)page_size,
+                                (cuuint64_t)INT_MAX};
+    const cuuint64_t strides[3] = {(cuuint64_t)stride_h * 2, (cuuint64_t)stride_n * 2,
+                                   (cuuint64_t)stride_page * 2};
+    const cuuint32_t box[4] = {64, 1, (cuuint32_t)page_size, 1};
+    return tma_map(out, base, 4, dims, strides, box);
 }
 
 int fi__cuda_launch_args(CUfunction f, unsigned gx, unsigned gy, const unsigned block[3],

@@ -74,5 +74,9 @@ int fi__cuda_launch_args(CUfunction f, unsigned gx, unsigned gy, const unsigned 
  * not 16-byte aligned, a stride not a multiple of 16 bytes). */
 int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int rows,
                         long long stride_h, long long stride_n, int box_rows);
+/* The same for paged K/V: a 4-D map {cols, heads, page_size, pages} of a
+ * page pool (strides in elements), box {64, 1, page_size, 1}. */
+int fi__cuda_tma_map_paged(void *out, const void *base, int cols, int heads, int page_size,
+                           long long stride_h, long long stride_n, long long stride_page);
 
 #endif

@@ -254,6 +254,20 @@ def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, ti
             args.k_stride_page, args.k_stride_h, args.k_stride_n = k.stride(0), k.stride(1), k.stride(2)
             args.v_stride_page, args.v_stride_h, args.v_stride_n = v.stride(0), v.stride(1), v.stride(2)
             knp, vnp = k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)
+        # Slots past each request's last key, and the pages no request owns,
+        # hold NaN: a kernel reading whole pages must keep them out of the
+        # output (a weight of 0 times NaN is NaN).
+        owned = set(kv_indices_t.tolist()[:kv_indptr[-1]])
+        with torch.no_grad():
+            for pg in range(total_pages):
+                if pg not in owned:
+                    knp[pg] = float("nan")
+                    vnp[pg] = float("nan")
+            for b in range(B):
+                if npages[b] and last_page[b] < page_size:
+                    pg = int(kv_indices_t[kv_indptr[b + 1] - 1])
+                    knp[pg, last_page[b]:] = float("nan")
+                    vnp[pg, last_page[b]:] = float("nan")
         for b in range(B):
             idx = kv_indices_t[kv_indptr[b]:kv_indptr[b + 1]].long()
             kb = knp[idx].reshape(-1, hkv, hd)[:kv_lens[b]]
