@@ -54,8 +54,8 @@ constexpr bool kPingPong = true;
 // Registers of the producer and of the consumers: the paged producer (a warp
 // that also copies and zeroes partial pages) spills below 40, and the
 // consumers fit 232 without spilling (128 x 40 + 256 x 232 <= 64K).
-constexpr int kProducerRegs = kKind == FI_PREFILL_KIND_PAGED ? 40 : 24;
-constexpr int kConsumerRegs = kKind == FI_PREFILL_KIND_PAGED ? 232 : 240;
+constexpr int kProducerRegs = kKind == FI_PREFILL_KIND_PAGED ? 32 : 24;
+constexpr int kConsumerRegs = 240;
 
 static_assert(kTileQ == FI_PREFILL_TILE_Q(0), "the Hopper loop replaces tile kernel 0");
 static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 64 rows");
@@ -205,59 +205,67 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
 __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &maps, const Work &w,
                                               const KeyRange &kr, const Smem &sm, int it)
 {
+    static_assert(kTileKV / 8 <= 32, "a lane per page of a tile");
     const int lane = (int)threadIdx.x % 32;
     for (int i = 0; i < kr.n; ++i, ++it) {
         const int s = it % kStages;
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
         const int t0 = kr.kv_start + i * kTileKV;
         const int keys = imin(kTileKV, w.kv_len - t0);
-        // Page ordinal of key t0 in the request's list; whole pages of the tile.
-        const int first = w.kv_begin + t0 / p.page_size;
+        const int n = (keys + p.page_size - 1) / p.page_size;  // pages, the partial one too
         const int whole = keys / p.page_size;
+        // The tile's page ids, one per lane, read at once (one latency, not n).
+        const int my_page = lane < n ? p.kv_indices[w.kv_begin + t0 / p.page_size + lane] : 0;
 
-        if (lane == 0) {
-            bar_wait(sm.empty_k(s), free_parity);
-            if constexpr (kRotatedK) {
+        bar_wait(sm.empty_k(s), free_parity);
+        if constexpr (kRotatedK) {
+            if (lane == 0) {
                 bar_expect(sm.full_k(s), kKVBytes);
 #pragma unroll
                 for (int c = 0; c < kPanels; ++c)
                     tma_load(sm.k_slot(s) + c * kTileKV * 128u, &maps.k, c * 64, w.kv_head,
                              w.k_row0 + t0, sm.full_k(s));
-            } else {
-                const int n = (keys + p.page_size - 1) / p.page_size;  // the partial page too
-                bar_expect(sm.full_k(s), (unsigned int)(n * p.page_size) * 128u * kPanels);
-                for (int pg = 0; pg < n; ++pg)
+            }
+        } else {
+            if (lane == 0) bar_expect(sm.full_k(s), (unsigned int)(n * p.page_size) * 128u * kPanels);
+            for (int pg = 0; pg < n; ++pg) {
+                const int page = __shfl_sync(0xffffffffu, my_page, pg);
+                if (lane == 0)
 #pragma unroll
                     for (int c = 0; c < kPanels; ++c)
                         tma_load_page(sm.k_slot(s) + c * kTileKV * 128u + pg * p.page_size * 128u,
-                                      &maps.k, c * 64, w.kv_head, p.kv_indices[first + pg],
-                                      sm.full_k(s));
+                                      &maps.k, c * 64, w.kv_head, page, sm.full_k(s));
             }
         }
 
         bar_wait(sm.empty_v(s), free_parity);
         const int rows = whole * p.page_size;
         if (rows < kTileKV) {
-            const DTypeKV *tail =
-                static_cast<const DTypeKV *>(p.v) + (long long)w.kv_head * p.v_stride_h +
-                (keys > rows ? (long long)p.kv_indices[first + whole] * p.v_stride_page : 0);
+            const int tail_page = __shfl_sync(0xffffffffu, my_page, imin(whole, 31));
+            const DTypeKV *tail = static_cast<const DTypeKV *>(p.v) +
+                                  (long long)w.kv_head * p.v_stride_h +
+                                  (keys > rows ? (long long)tail_page * p.v_stride_page : 0);
+            // cp.async zero-fills the rows past the keys; waited for here, as
+            // the generic-proxy writes must be fenced before the arrival.
             for (int c = lane; c < (kTileKV - rows) * kChunks; c += 32) {
                 const int r = c / kChunks, ch = c % kChunks;
-                vec16_t x = {};
-                if (rows + r < keys) x = ldg16(tail + (long long)r * p.v_stride_n + ch * 8);
-                sts128(sm.v_slot(s) + swz_panel<kTileKV>(rows + r, ch), x);
+                const bool real = rows + r < keys;
+                cp_async16(sm.v_slot(s) + swz_panel<kTileKV>(rows + r, ch),
+                           real ? tail + (long long)r * p.v_stride_n + ch * 8 : tail, real);
             }
+            cp_async_commit();
+            cp_async_wait<0>();
             wg::fence_proxy_async();  // read by wgmma after the barrier
         }
         __syncwarp();
-        if (lane == 0) {
-            bar_expect(sm.full_v(s), (unsigned int)rows * 128u * kPanels);
-            for (int pg = 0; pg < whole; ++pg)
+        if (lane == 0) bar_expect(sm.full_v(s), (unsigned int)rows * 128u * kPanels);
+        for (int pg = 0; pg < whole; ++pg) {
+            const int page = __shfl_sync(0xffffffffu, my_page, pg);
+            if (lane == 0)
 #pragma unroll
                 for (int c = 0; c < kPanels; ++c)
                     tma_load_page(sm.v_slot(s) + c * kTileKV * 128u + pg * p.page_size * 128u,
-                                  &maps.v, c * 64, w.kv_head, p.kv_indices[first + pg],
-                                  sm.full_v(s));
+                                  &maps.v, c * 64, w.kv_head, page, sm.full_v(s));
         }
     }
 }
