@@ -16,7 +16,7 @@
 #include "cli.h"
 #include "common/error.h"
 #include "core/spec.h"
-#include "core/variant.h"
+#include "core/registry.h"
 
 /* The text of `path` in a fresh NUL-terminated buffer, or NULL with the
  * reason in `why`. */

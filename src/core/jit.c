@@ -19,7 +19,9 @@
 #include "common/error.h"
 #include "core/expand.h"
 #include "core/key.h"
+#include "core/jit.h"
 #include "core/kinds.h"
+#include "core/registry.h"
 #include "toolchain/nvrtc.h"
 #include "core/spec.h"
 #include "store/store.h"
@@ -51,8 +53,7 @@ struct fi_jit_ctx {
     atomic_int stats_warned; /* "could not save statistics" was logged */
     fi_table table;
     pthread_mutex_t build_stripes[FI_BUILD_STRIPES];
-    _Atomic(fi_variant *) variants; /* newest first; records are immutable */
-    pthread_mutex_t variant_lock;   /* serialises registrations */
+    fi_registry variants;
     counter_slot counters[FI_COUNTER_SLOTS];
 };
 
@@ -148,7 +149,7 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
                          opts->version, FI_JIT_OPTIONS_VERSION);
     if (!(ctx = fi__calloc(1, sizeof *ctx))) return fi__error(FI_ENOMEM, "out of memory");
     fi__table_init(&ctx->table);
-    pthread_mutex_init(&ctx->variant_lock, NULL);
+    fi__registry_init(&ctx->variants);
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_init(&ctx->build_stripes[i], NULL);
 
     fi__log_set_level(opts->log_level);
@@ -233,104 +234,18 @@ void fi_jit_ctx_free(fi_jit_ctx *ctx)
     fi__table_destroy(&ctx->table, release_entry);
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_destroy(&ctx->build_stripes[i]);
     fi_store_close(ctx->store);
-    for (fi_variant *v = atomic_load(&ctx->variants), *next; v; v = next) {
-        next = v->next;
-        fi__variant_free(v);
-    }
-    pthread_mutex_destroy(&ctx->variant_lock);
+    fi__registry_destroy(&ctx->variants);
     fi__free(ctx);
 }
 
 /* ---- variants -------------------------------------------------------------- */
 
-static const fi_variant *variant_find(fi_jit_ctx *ctx, const char *name)
-{
-    for (fi_variant *v = atomic_load_explicit(&ctx->variants, memory_order_acquire); v; v = v->next)
-        if (strcmp(v->name, name) == 0) return v;
-    return NULL;
-}
-
-int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
-                         const fi_variant_arg *args, int count, unsigned long long *out)
-{
-    const fi_variant *v = NULL;
-    if (spec->variant && strcmp(spec->variant, "default") != 0 &&
-        !(v = variant_find(ctx, spec->variant)))
-        return fi__error(FI_ENOTFOUND, "%s: variant '%s' is not registered in this context", who,
-                         spec->variant);
-    return fi__variant_pack(v, who, args, count, out);
-}
-
-int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source, unsigned flags)
-{
-    return fi__jit_variant_register_as(ctx, name, source, flags, NULL);
-}
-
-int fi__jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
-                                unsigned flags, const char *origin)
-{
-    int rc = 0;
-    fi_variant *v = NULL;
-    if (!ctx) return fi__error(FI_EINVALID, "fi_jit_variant_register: ctx is NULL");
-    if (flags & ~FI_VARIANT_REPLACE)
-        return fi__error(FI_EINVALID, "fi_jit_variant_register: unknown flags %#x", flags);
-    if ((rc = fi__variant_new_as(&v, name, source, origin)) < 0) return rc;
-    pthread_mutex_lock(&ctx->variant_lock);
-    const fi_variant *existing = variant_find(ctx, name);
-    if (existing && strcmp(existing->source, v->source) == 0) {
-        fi__variant_free(v); /* the same text again: nothing changes */
-    } else if (existing && !(flags & FI_VARIANT_REPLACE)) {
-        fi__variant_free(v);
-        rc = fi__error(FI_EINVALID,
-                       "variant '%s' is already registered with different text (pass FI_VARIANT_REPLACE to replace it)",
-                       name);
-    } else {
-        v->next = atomic_load_explicit(&ctx->variants, memory_order_relaxed);
-        atomic_store_explicit(&ctx->variants, v, memory_order_release);
-    }
-    pthread_mutex_unlock(&ctx->variant_lock);
-    return rc;
-}
-
-int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *path, unsigned flags)
-{
-    char stem[FI_VARIANT_NAME_MAX + 1];
-    void *text = NULL;
-    size_t size = 0;
-    int rc;
-    if (!path) return fi__error(FI_EINVALID, "fi_jit_variant_register_file: path is NULL");
-    if (!name) {
-        /* "dir/sigmoid.cuh" registers as "sigmoid". */
-        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-        size_t len = strcspn(base, ".");
-        if (len == 0 || len >= sizeof stem)
-            return fi__error(FI_EINVALID, "cannot derive a variant name from '%s'", path);
-        memcpy(stem, base, len);
-        stem[len] = '\0';
-        name = stem;
-    }
-    if ((rc = fi__read_file(path, &text, &size, FI_VARIANT_MAX_SOURCE)) < 0) return rc;
-    if (memchr(text, '\0', size))
-        rc = fi__error(FI_EINVALID, "variant file %s contains a NUL byte", path);
-    else
-        rc = fi__jit_variant_register_as(ctx, name, text, flags, path);
-    fi__free(text);
-    return rc;
-}
+fi_registry *fi__jit_registry(fi_jit_ctx *ctx) { return &ctx->variants; }
 
 /* The registered variant `key` names (NULL for the built-in one); fills key->variant_hash. */
 static int variant_resolve(fi_jit_ctx *ctx, fi_spec_key *key, const fi_variant **out)
 {
-    *out = NULL;
-    if (!key->variant[0]) return 0;
-    const fi_variant *v = variant_find(ctx, key->variant);
-    if (!v)
-        return fi__error(FI_ENOTFOUND,
-                         "variant '%s' is not registered in this context (fi_jit_variant_register)",
-                         key->variant);
-    key->variant_hash = v->hash;
-    *out = v;
-    return 0;
+    return fi__registry_resolve(&ctx->variants, key, out);
 }
 
 /* ---- building objects ------------------------------------------------------ */
