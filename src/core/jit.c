@@ -8,6 +8,9 @@
  * Single flight: threads of one process that miss on the same spec serialise
  * on one of FI_BUILD_STRIPES mutexes chosen by the spec's hash; processes
  * serialise on the store's per-key file lock.
+ *
+ * The context's variants are in registry.c; an object becomes a module in
+ * load.c.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,6 +24,7 @@
 #include "core/key.h"
 #include "core/jit.h"
 #include "core/kinds.h"
+#include "core/load.h"
 #include "core/registry.h"
 #include "toolchain/nvrtc.h"
 #include "core/spec.h"
@@ -215,23 +219,11 @@ out:
 
 const char *fi_jit_ctx_cache_dir(const fi_jit_ctx *ctx) { return ctx ? ctx->cache_dir : NULL; }
 
-static void release_entry(fi_table_entry *entry)
-{
-    const fi_cuda_api *cu;
-    CUcontext previous = NULL;
-    if (!entry->module || fi__cuda_load(&cu) < 0) return;
-    /* Unload in the module's own context; ignore errors from a context already destroyed. */
-    cu->CtxGetCurrent(&previous);
-    if (cu->CtxSetCurrent((CUcontext)entry->device_ctx) == CUDA_SUCCESS)
-        cu->ModuleUnload((CUmodule)entry->module);
-    cu->CtxSetCurrent(previous);
-}
-
 void fi_jit_ctx_free(fi_jit_ctx *ctx)
 {
     if (!ctx) return;
     flush_counts(ctx);
-    fi__table_destroy(&ctx->table, release_entry);
+    fi__table_destroy(&ctx->table, fi__load_release);
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_destroy(&ctx->build_stripes[i]);
     fi_store_close(ctx->store);
     fi__registry_destroy(&ctx->variants);
@@ -533,34 +525,6 @@ out:
 
 /* ---- loading --------------------------------------------------------------- */
 
-static int load_module(fi_table_entry *e, const fi_build *b, const fi_cuda_api *cu)
-{
-    CUresult res;
-    CUmodule module = NULL;
-    int value = 0;
-    if (fi__fault(FI_FAULT_DRIVER)) return fi__error(FI_ELOAD, "cuModuleLoadData failed: injected fault");
-    if ((res = cu->ModuleLoadData(&module, b->object)) != CUDA_SUCCESS)
-        return fi__cuda_error(FI_ELOAD, res, "cuModuleLoadData");
-    for (int i = 0; i < fi__kind_entry_count(b->kind); i++) {
-        if ((res = cu->ModuleGetFunction(&e->kernel.functions[i], module, b->kind->entries[i]))) {
-            cu->ModuleUnload(module);
-            return fi__cuda_error(FI_ELOAD, res, b->kind->entries[i]);
-        }
-        if (b->kind->merge_entry && strcmp(b->kind->merge_entry, b->kind->entries[i]) == 0)
-            e->kernel.merge_function = e->kernel.functions[i];
-    }
-    CUfunction function = e->kernel.functions[0];
-    e->module = module;
-    e->kernel.function = function;
-    e->kernel.registers = b->meta.registers;
-    e->kernel.spill_bytes = b->meta.spill_bytes;
-    if (cu->FuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, function) == CUDA_SUCCESS)
-        e->kernel.registers = value;
-    if (cu->FuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function) == CUDA_SUCCESS)
-        e->kernel.spill_bytes = value;
-    return 0;
-}
-
 /* The slow path of fi_jit_get_kernel: build or read, load, publish. */
 static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_spec_key *key,
                            const fi_variant *variant, uint64_t hash, CUcontext device_ctx,
@@ -588,7 +552,7 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
     FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
     FI_TRY(build_obtain(ctx, &b, &compiled, NULL));
     if (!(e = fi__calloc(1, sizeof *e))) FI_FAIL(FI_ENOMEM, "out of memory");
-    FI_TRY(load_module(e, &b, cu));
+    FI_TRY(fi__load_module(e, b.object, b.kind, b.meta.registers, b.meta.spill_bytes, cu));
     e->hash = hash;
     e->spec = *key;
     e->device_ctx = device_ctx;
