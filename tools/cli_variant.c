@@ -16,7 +16,8 @@
 #include "cli.h"
 #include "common/error.h"
 #include "core/spec.h"
-#include "core/registry.h"
+#include "core/jit.h"
+#include "core/variant.h"
 
 /* The text of `path` in a fresh NUL-terminated buffer, or NULL with the
  * reason in `why`. */

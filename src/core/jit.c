@@ -234,6 +234,28 @@ void fi_jit_ctx_free(fi_jit_ctx *ctx)
 
 fi_registry *fi__jit_registry(fi_jit_ctx *ctx) { return &ctx->variants; }
 
+int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source, unsigned flags)
+{
+    return fi__registry_add(ctx ? &ctx->variants : NULL, name, source, flags, NULL);
+}
+
+int fi__jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
+                                unsigned flags, const char *origin)
+{
+    return fi__registry_add(ctx ? &ctx->variants : NULL, name, source, flags, origin);
+}
+
+int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *path, unsigned flags)
+{
+    return fi__registry_add_file(ctx ? &ctx->variants : NULL, name, path, flags);
+}
+
+int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
+                         const fi_variant_arg *args, int count, unsigned long long *out)
+{
+    return fi__registry_pack(&ctx->variants, spec, who, args, count, out);
+}
+
 /* The registered variant `key` names (NULL for the built-in one); fills key->variant_hash. */
 static int variant_resolve(fi_jit_ctx *ctx, fi_spec_key *key, const fi_variant **out)
 {

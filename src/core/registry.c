@@ -3,7 +3,6 @@
 
 #include "common/error.h"
 #include "common/sys.h"
-#include "core/jit.h"
 #include "core/registry.h"
 
 void fi__registry_init(fi_registry *r)
@@ -43,20 +42,24 @@ int fi__registry_resolve(fi_registry *r, fi_spec_key *key, const fi_variant **ou
     return 0;
 }
 
-/* Publish `v` (always taken: freed unless published) under the rules of
- * fi_jit_variant_register's flags. */
-static int registry_add(fi_registry *r, fi_variant *v, unsigned flags)
+int fi__registry_add(fi_registry *r, const char *name, const char *source, unsigned flags,
+                     const char *origin)
 {
     int rc = 0;
+    fi_variant *v = NULL;
+    if (!r) return fi__error(FI_EINVALID, "fi_jit_variant_register: ctx is NULL");
+    if (flags & ~FI_VARIANT_REPLACE)
+        return fi__error(FI_EINVALID, "fi_jit_variant_register: unknown flags %#x", flags);
+    if ((rc = fi__variant_new_as(&v, name, source, origin)) < 0) return rc;
     pthread_mutex_lock(&r->lock);
-    const fi_variant *existing = fi__registry_find(r, v->name);
+    const fi_variant *existing = fi__registry_find(r, name);
     if (existing && strcmp(existing->source, v->source) == 0) {
         fi__variant_free(v); /* the same text again: nothing changes */
     } else if (existing && !(flags & FI_VARIANT_REPLACE)) {
+        fi__variant_free(v);
         rc = fi__error(FI_EINVALID,
                        "variant '%s' is already registered with different text (pass FI_VARIANT_REPLACE to replace it)",
-                       v->name);
-        fi__variant_free(v);
+                       name);
     } else {
         v->next = atomic_load_explicit(&r->head, memory_order_relaxed);
         atomic_store_explicit(&r->head, v, memory_order_release);
@@ -65,24 +68,7 @@ static int registry_add(fi_registry *r, fi_variant *v, unsigned flags)
     return rc;
 }
 
-int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source, unsigned flags)
-{
-    return fi__jit_variant_register_as(ctx, name, source, flags, NULL);
-}
-
-int fi__jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
-                                unsigned flags, const char *origin)
-{
-    int rc = 0;
-    fi_variant *v = NULL;
-    if (!ctx) return fi__error(FI_EINVALID, "fi_jit_variant_register: ctx is NULL");
-    if (flags & ~FI_VARIANT_REPLACE)
-        return fi__error(FI_EINVALID, "fi_jit_variant_register: unknown flags %#x", flags);
-    if ((rc = fi__variant_new_as(&v, name, source, origin)) < 0) return rc;
-    return registry_add(fi__jit_registry(ctx), v, flags);
-}
-
-int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *path, unsigned flags)
+int fi__registry_add_file(fi_registry *r, const char *name, const char *path, unsigned flags)
 {
     char stem[FI_VARIANT_NAME_MAX + 1];
     void *text = NULL;
@@ -103,17 +89,17 @@ int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *
     if (memchr(text, '\0', size))
         rc = fi__error(FI_EINVALID, "variant file %s contains a NUL byte", path);
     else
-        rc = fi__jit_variant_register_as(ctx, name, text, flags, path);
+        rc = fi__registry_add(r, name, text, flags, path);
     fi__free(text);
     return rc;
 }
 
-int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
-                         const fi_variant_arg *args, int count, unsigned long long *out)
+int fi__registry_pack(fi_registry *r, const fi_jit_spec *spec, const char *who,
+                      const fi_variant_arg *args, int count, unsigned long long *out)
 {
     const fi_variant *v = NULL;
     if (spec->variant && strcmp(spec->variant, "default") != 0 &&
-        !(v = fi__registry_find(fi__jit_registry(ctx), spec->variant)))
+        !(v = fi__registry_find(r, spec->variant)))
         return fi__error(FI_ENOTFOUND, "%s: variant '%s' is not registered in this context", who,
                          spec->variant);
     return fi__variant_pack(v, who, args, count, out);

@@ -6,6 +6,7 @@
  * whole record; replacing a name pushes a newer record in front of the old,
  * which stays (kernels built from it may still run) until the registry is
  * destroyed with its context. Registrations serialise on one mutex.
+ * jit.c holds one per context and offers it as fi_jit_variant_register*.
  */
 #ifndef FI_REGISTRY_H
 #define FI_REGISTRY_H
@@ -33,13 +34,16 @@ const fi_variant *fi__registry_find(fi_registry *r, const char *name);
  * content hash into key->variant_hash; FI_ENOTFOUND when not registered. */
 int fi__registry_resolve(fi_registry *r, fi_spec_key *key, const fi_variant **out);
 
-/* fi_jit_variant_register with messages naming `origin` (the CLI registers
- * the bytes of --variant-file FILE from memory and names FILE). */
-int fi__jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
-                                unsigned flags, const char *origin);
+/* fi_jit_variant_register into `r` (NULL: the caller had no context),
+ * messages naming `origin` (NULL: "<name>.cuh"): the same text again is a
+ * no-op, other text under a registered name needs FI_VARIANT_REPLACE. */
+int fi__registry_add(fi_registry *r, const char *name, const char *source, unsigned flags,
+                     const char *origin);
+/* fi_jit_variant_register_file into `r`. */
+int fi__registry_add_file(fi_registry *r, const char *name, const char *path, unsigned flags);
 
-/* fi__variant_pack for the variant `spec` names in `ctx` (launch code). */
-int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
-                         const fi_variant_arg *args, int count, unsigned long long *out);
+/* fi__variant_pack for the variant `spec` names in `r` (FI_ENOTFOUND if none). */
+int fi__registry_pack(fi_registry *r, const fi_jit_spec *spec, const char *who,
+                      const fi_variant_arg *args, int count, unsigned long long *out);
 
 #endif
