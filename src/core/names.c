@@ -55,18 +55,39 @@ void fi__name_list_add(char *list, size_t size, const char *name)
     if (used < size) snprintf(list + used, size - used, "%s%s", used ? ", " : "", name);
 }
 
+static const char *list_names(char *buf, size_t size, const fi_name *names, int count)
+{
+    buf[0] = '\0';
+    for (int i = 0; i < count; i++) fi__name_list_add(buf, size, names[i].name);
+    return buf;
+}
+
+const char *fi__dtype_names(char *buf, size_t size)
+{
+    return list_names(buf, size, dtype_names, COUNT(dtype_names));
+}
+
+const char *fi__mask_names(char *buf, size_t size)
+{
+    return list_names(buf, size, mask_names, COUNT(mask_names));
+}
+
+const char *fi__pos_names(char *buf, size_t size)
+{
+    return list_names(buf, size, pos_names, COUNT(pos_names));
+}
+
 static int parse_name(int *out, const fi_name *names, int count, const char *field,
                       const char *text)
 {
-    char expected[160] = "";
+    char expected[160];
     for (int i = 0; i < count; i++) {
         if (strcmp(names[i].name, text) == 0) {
             *out = names[i].value;
             return 0;
         }
-        fi__name_list_add(expected, sizeof expected, names[i].name);
     }
-    return fi__name_unknown(field, text, expected);
+    return fi__name_unknown(field, text, list_names(expected, sizeof expected, names, count));
 }
 
 int fi__dtype_parse(int *out, const char *field, const char *text)

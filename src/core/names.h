@@ -14,6 +14,12 @@ const char *fi__dtype_name(int dtype);
 const char *fi__mask_name(int mask);
 const char *fi__pos_name(int pos);
 
+/* Every name, "fp16, bf16, ...", into `buf` (truncated to `size`) for
+ * messages; returns `buf`. */
+const char *fi__dtype_names(char *buf, size_t size);
+const char *fi__mask_names(char *buf, size_t size);
+const char *fi__pos_names(char *buf, size_t size);
+
 /* `*out` = the value `text` names; else FI_EINVALID naming `field` and the
  * names it accepts. */
 int fi__dtype_parse(int *out, const char *field, const char *text);

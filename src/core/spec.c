@@ -159,6 +159,7 @@ int fi_jit_spec_format(char *buf, size_t size, const fi_jit_spec *spec)
 
 int fi_jit_spec_check(const fi_jit_spec *spec)
 {
+    char names[160];
     if (!spec) return fi__error(FI_EINVALID, "spec is NULL");
     if (spec->version != FI_JIT_SPEC_VERSION)
         return fi__error(FI_EINVALID, "spec.version is %u, this library expects %d",
@@ -167,13 +168,15 @@ int fi_jit_spec_check(const fi_jit_spec *spec)
     if (!kind) return fi__error(FI_EINVALID, "unknown kernel kind %d", (int)spec->kind);
     if (!fi__dtype_name(spec->q_dtype) || !fi__dtype_name(spec->kv_dtype) ||
         !fi__dtype_name(spec->o_dtype))
-        return fi__error(FI_EINVALID, "unknown dtype in q/kv/o (%d/%d/%d; expected fp16, bf16, fp8_e4m3, fp8_e5m2)",
-                         (int)spec->q_dtype, (int)spec->kv_dtype, (int)spec->o_dtype);
+        return fi__error(FI_EINVALID, "unknown dtype in q/kv/o (%d/%d/%d; expected %s)",
+                         (int)spec->q_dtype, (int)spec->kv_dtype, (int)spec->o_dtype,
+                         fi__dtype_names(names, sizeof names));
     if (!fi__mask_name(spec->mask))
-        return fi__error(FI_EINVALID, "mask %d is not valid (none, causal, window, custom)", (int)spec->mask);
+        return fi__error(FI_EINVALID, "mask %d is not valid (%s)", (int)spec->mask,
+                         fi__mask_names(names, sizeof names));
     if (!fi__pos_name(spec->pos))
-        return fi__error(FI_EINVALID, "pos encoding %d is not valid (supported: none, rope, alibi)",
-                         (int)spec->pos);
+        return fi__error(FI_EINVALID, "pos encoding %d is not valid (supported: %s)",
+                         (int)spec->pos, fi__pos_names(names, sizeof names));
     if (spec->soft_cap != 0 && spec->soft_cap != 1)
         return fi__error(FI_EINVALID, "soft_cap is %d (expected 0 or 1)", spec->soft_cap);
     if (spec->variant && strcmp(spec->variant, "default") != 0 &&
