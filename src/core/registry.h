@@ -4,7 +4,7 @@
  * Readers never lock: records are immutable and a registration pushes a new
  * one at the head with a release store, so a reader sees the old head or a
  * whole record; replacing a name pushes a newer record in front of the old,
- * which stays (kernels built from it may still run) until the registry is
+ * which stays (a reader or a build may still hold it) until the registry is
  * destroyed with its context. Registrations serialise on one mutex.
  * jit.c holds one per context and offers it as fi_jit_variant_register*.
  */

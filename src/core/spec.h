@@ -21,7 +21,6 @@ typedef struct fi_spec_key {
 /* Validate `spec` (fi_jit_spec_check) and fill its key form. */
 int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec);
 
-
 /* 1 if `name` is a valid variant name: 1..63 of [A-Za-z0-9_-]. */
 int fi__variant_name_ok(const char *name);
 
