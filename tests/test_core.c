@@ -72,6 +72,27 @@ TEST(spec_round_trip_over_decode_tuples)
     }
 }
 
+TEST(every_kind_is_named_by_the_kind_table_and_round_trips)
+{
+    int kinds = 0;
+    for (int k = 0; k <= 16; k++) {
+        const fi_kind_info *info = fi__kind_info((fi_kernel_kind)k);
+        CHECK_MSG(!info == !fi__kind_name(k), "kind %d", k);
+        if (!info) continue;
+        kinds++;
+        int parsed = -1;
+        CHECK_OK(fi__kind_parse(&parsed, info->name));
+        CHECK(parsed == k && strcmp(fi__kind_name(k), info->name) == 0);
+        fi_jit_spec spec = parse_or_die(info->name);
+        CHECK(spec.kind == (fi_kernel_kind)k);
+    }
+    CHECK(kinds == 5);
+    int parsed = -1;
+    CHECK_RC(fi__kind_parse(&parsed, "prefil"), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "decode, batch_decode, prefill, batch_prefill_ragged, "
+                                  "batch_prefill_paged"));
+}
+
 TEST(spec_parse_defaults_and_order)
 {
     char text[256], variant[64];

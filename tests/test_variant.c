@@ -4,12 +4,16 @@
  * nothing cached when a snippet does not compile, every hook compiling into
  * every kind, and the checks and layout of launch-time parameter values.
  */
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "common/sys.h"
+#include "core/jit.h"
+#include "core/registry.h"
 #include "core/variant.h"
 
 static const char *const doubled_output =
@@ -247,6 +251,79 @@ TEST(variant_hooks_compile_into_every_kind)
         int rc = fi_jit_prewarm(ctx, &spec, NULL, &outcome);
         CHECK_MSG(rc == 0 && outcome == FI_BUILD_COMPILED, "kind %d: %d %.4000s", kinds[k], rc,
                   fi_last_error());
+    }
+    fi_jit_ctx_free(ctx);
+}
+
+/* Registrations race with lookups: readers never lock and never see a
+ * half-made record (run under TSan too: build/tsan/tests/test_variant). */
+#define RACE_THREADS 4
+#define RACE_NAMES 24
+
+typedef struct race_arg {
+    fi_jit_ctx *ctx;
+    int index, failures;
+} race_arg;
+
+static void *race_register(void *p)
+{
+    race_arg *a = p;
+    char name[32];
+    for (int i = 0; i < RACE_NAMES; i++) {
+        /* Every thread registers every name with the same text: all but one
+         * of each are no-ops; "scaled" alternates text with REPLACE. */
+        snprintf(name, sizeof name, "v%d", i);
+        if (fi_jit_variant_register(a->ctx, name, doubled_output, 0) < 0) a->failures++;
+        if (fi_jit_variant_register(a->ctx, "scaled", i % 2 ? doubled_output : "struct Variant : fijit::DefaultVariant {};\n",
+                                    FI_VARIANT_REPLACE) < 0)
+            a->failures++;
+    }
+    return NULL;
+}
+
+static void *race_lookup(void *p)
+{
+    race_arg *a = p;
+    char name[32];
+    unsigned long long words[16];
+    for (int round = 0; round < 200; round++) {
+        snprintf(name, sizeof name, "v%d", round % RACE_NAMES);
+        fi_jit_spec spec = variant_spec(name);
+        int rc = fi__jit_variant_pack(a->ctx, &spec, "race", NULL, 0, words);
+        if (rc < 0 && rc != FI_ENOTFOUND) a->failures++;
+        spec = variant_spec("scaled");
+        if (fi__jit_variant_pack(a->ctx, &spec, "race", NULL, 0, words) < 0) a->failures++;
+    }
+    return NULL;
+}
+
+TEST(variant_registry_serves_lookups_while_registering)
+{
+    fi_jit_ctx *ctx = open_ctx();
+    pthread_t threads[2 * RACE_THREADS];
+    race_arg args[2 * RACE_THREADS];
+    CHECK_OK(fi_jit_variant_register(ctx, "scaled", doubled_output, 0));
+    for (int t = 0; t < 2 * RACE_THREADS; t++) {
+        args[t] = (race_arg){ctx, t, 0};
+        CHECK(pthread_create(&threads[t], NULL, t % 2 ? race_lookup : race_register, &args[t]) == 0);
+    }
+    int failures = 0;
+    for (int t = 0; t < 2 * RACE_THREADS; t++) {
+        pthread_join(threads[t], NULL);
+        failures += args[t].failures;
+    }
+    CHECK_MSG(failures == 0, "%d failed calls; last error: %s", failures, fi_last_error());
+    fi_registry *registry = fi__jit_registry(ctx);
+    for (int i = 0; i < RACE_NAMES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "v%d", i);
+        const fi_variant *v = fi__registry_find(registry, name);
+        CHECK_MSG(v && strcmp(v->source, doubled_output) == 0, "%s", name);
+        /* One record per name: the same text again added nothing. */
+        int records = 0;
+        for (const fi_variant *r = atomic_load(&registry->head); r; r = r->next)
+            records += strcmp(r->name, name) == 0;
+        CHECK_MSG(records == 1, "%s: %d records", name, records);
     }
     fi_jit_ctx_free(ctx);
 }

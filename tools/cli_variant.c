@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "common/error.h"
 #include "core/spec.h"
+#include "core/jit.h"
 #include "core/variant.h"
 
 /* The text of `path` in a fresh NUL-terminated buffer, or NULL with the

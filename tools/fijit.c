@@ -20,7 +20,7 @@
 #include "core/spec.h"
 #include "store/store.h"
 #include "common/sys.h"
-#include "core/variant.h"
+#include "core/jit.h"
 
 #define CACHE_DIR_HELP "  --cache-dir DIR    cache directory (default: $FIJIT_CACHE_DIR,\n" \
                        "                     $XDG_CACHE_HOME/fijit if absolute, ~/.cache/fijit)\n"

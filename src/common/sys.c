@@ -72,23 +72,18 @@ char *fi__strdup(const char *s)
 
 void fi__free(void *p) { free(p); }
 
+/* An injected fault of class `cls` fails the call with `err` in errno. */
+#define FI_ERRNO_FAULT(cls, err, ret)                                          \
+    do {                                                                       \
+        if (fi__fault(cls)) {                                                  \
+            errno = (err);                                                     \
+            return (ret);                                                      \
+        }                                                                      \
+    } while (0)
 /* Injected file faults look like an I/O error to the caller. */
-#define FI_FILE_FAULT(ret)                                                     \
-    do {                                                                       \
-        if (fi__fault(FI_FAULT_FILE)) {                                        \
-            errno = EIO;                                                       \
-            return (ret);                                                      \
-        }                                                                      \
-    } while (0)
-
+#define FI_FILE_FAULT(ret) FI_ERRNO_FAULT(FI_FAULT_FILE, EIO, ret)
 /* A simulated full disk: calls that need space fail with ENOSPC. */
-#define FI_FULL_FAULT(ret)                                                     \
-    do {                                                                       \
-        if (fi__fault(FI_FAULT_DISK_FULL)) {                                   \
-            errno = ENOSPC;                                                    \
-            return (ret);                                                      \
-        }                                                                      \
-    } while (0)
+#define FI_FULL_FAULT(ret) FI_ERRNO_FAULT(FI_FAULT_DISK_FULL, ENOSPC, ret)
 
 /* Creating a name that exists needs no space: a full disk fails only new ones. */
 static int would_create(const char *path)

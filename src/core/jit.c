@@ -8,6 +8,9 @@
  * Single flight: threads of one process that miss on the same spec serialise
  * on one of FI_BUILD_STRIPES mutexes chosen by the spec's hash; processes
  * serialise on the store's per-key file lock.
+ *
+ * The context's variants are in registry.c; an object becomes a module in
+ * load.c.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,7 +22,10 @@
 #include "common/error.h"
 #include "core/expand.h"
 #include "core/key.h"
+#include "core/jit.h"
 #include "core/kinds.h"
+#include "core/load.h"
+#include "core/registry.h"
 #include "toolchain/nvrtc.h"
 #include "core/spec.h"
 #include "store/store.h"
@@ -51,8 +57,7 @@ struct fi_jit_ctx {
     atomic_int stats_warned; /* "could not save statistics" was logged */
     fi_table table;
     pthread_mutex_t build_stripes[FI_BUILD_STRIPES];
-    _Atomic(fi_variant *) variants; /* newest first; records are immutable */
-    pthread_mutex_t variant_lock;   /* serialises registrations */
+    fi_registry variants;
     counter_slot counters[FI_COUNTER_SLOTS];
 };
 
@@ -148,7 +153,7 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
                          opts->version, FI_JIT_OPTIONS_VERSION);
     if (!(ctx = fi__calloc(1, sizeof *ctx))) return fi__error(FI_ENOMEM, "out of memory");
     fi__table_init(&ctx->table);
-    pthread_mutex_init(&ctx->variant_lock, NULL);
+    fi__registry_init(&ctx->variants);
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_init(&ctx->build_stripes[i], NULL);
 
     fi__log_set_level(opts->log_level);
@@ -214,123 +219,47 @@ out:
 
 const char *fi_jit_ctx_cache_dir(const fi_jit_ctx *ctx) { return ctx ? ctx->cache_dir : NULL; }
 
-static void release_entry(fi_table_entry *entry)
-{
-    const fi_cuda_api *cu;
-    CUcontext previous = NULL;
-    if (!entry->module || fi__cuda_load(&cu) < 0) return;
-    /* Unload in the module's own context; ignore errors from a context already destroyed. */
-    cu->CtxGetCurrent(&previous);
-    if (cu->CtxSetCurrent((CUcontext)entry->device_ctx) == CUDA_SUCCESS)
-        cu->ModuleUnload((CUmodule)entry->module);
-    cu->CtxSetCurrent(previous);
-}
-
 void fi_jit_ctx_free(fi_jit_ctx *ctx)
 {
     if (!ctx) return;
     flush_counts(ctx);
-    fi__table_destroy(&ctx->table, release_entry);
+    fi__table_destroy(&ctx->table, fi__load_release);
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_destroy(&ctx->build_stripes[i]);
     fi_store_close(ctx->store);
-    for (fi_variant *v = atomic_load(&ctx->variants), *next; v; v = next) {
-        next = v->next;
-        fi__variant_free(v);
-    }
-    pthread_mutex_destroy(&ctx->variant_lock);
+    fi__registry_destroy(&ctx->variants);
     fi__free(ctx);
 }
 
 /* ---- variants -------------------------------------------------------------- */
 
-static const fi_variant *variant_find(fi_jit_ctx *ctx, const char *name)
-{
-    for (fi_variant *v = atomic_load_explicit(&ctx->variants, memory_order_acquire); v; v = v->next)
-        if (strcmp(v->name, name) == 0) return v;
-    return NULL;
-}
-
-int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
-                         const fi_variant_arg *args, int count, unsigned long long *out)
-{
-    const fi_variant *v = NULL;
-    if (spec->variant && strcmp(spec->variant, "default") != 0 &&
-        !(v = variant_find(ctx, spec->variant)))
-        return fi__error(FI_ENOTFOUND, "%s: variant '%s' is not registered in this context", who,
-                         spec->variant);
-    return fi__variant_pack(v, who, args, count, out);
-}
+fi_registry *fi__jit_registry(fi_jit_ctx *ctx) { return &ctx->variants; }
 
 int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source, unsigned flags)
 {
-    return fi__jit_variant_register_as(ctx, name, source, flags, NULL);
+    return fi__registry_add(ctx ? &ctx->variants : NULL, name, source, flags, NULL);
 }
 
 int fi__jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
                                 unsigned flags, const char *origin)
 {
-    int rc = 0;
-    fi_variant *v = NULL;
-    if (!ctx) return fi__error(FI_EINVALID, "fi_jit_variant_register: ctx is NULL");
-    if (flags & ~FI_VARIANT_REPLACE)
-        return fi__error(FI_EINVALID, "fi_jit_variant_register: unknown flags %#x", flags);
-    if ((rc = fi__variant_new_as(&v, name, source, origin)) < 0) return rc;
-    pthread_mutex_lock(&ctx->variant_lock);
-    const fi_variant *existing = variant_find(ctx, name);
-    if (existing && strcmp(existing->source, v->source) == 0) {
-        fi__variant_free(v); /* the same text again: nothing changes */
-    } else if (existing && !(flags & FI_VARIANT_REPLACE)) {
-        fi__variant_free(v);
-        rc = fi__error(FI_EINVALID,
-                       "variant '%s' is already registered with different text (pass FI_VARIANT_REPLACE to replace it)",
-                       name);
-    } else {
-        v->next = atomic_load_explicit(&ctx->variants, memory_order_relaxed);
-        atomic_store_explicit(&ctx->variants, v, memory_order_release);
-    }
-    pthread_mutex_unlock(&ctx->variant_lock);
-    return rc;
+    return fi__registry_add(ctx ? &ctx->variants : NULL, name, source, flags, origin);
 }
 
 int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *path, unsigned flags)
 {
-    char stem[FI_VARIANT_NAME_MAX + 1];
-    void *text = NULL;
-    size_t size = 0;
-    int rc;
-    if (!path) return fi__error(FI_EINVALID, "fi_jit_variant_register_file: path is NULL");
-    if (!name) {
-        /* "dir/sigmoid.cuh" registers as "sigmoid". */
-        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-        size_t len = strcspn(base, ".");
-        if (len == 0 || len >= sizeof stem)
-            return fi__error(FI_EINVALID, "cannot derive a variant name from '%s'", path);
-        memcpy(stem, base, len);
-        stem[len] = '\0';
-        name = stem;
-    }
-    if ((rc = fi__read_file(path, &text, &size, FI_VARIANT_MAX_SOURCE)) < 0) return rc;
-    if (memchr(text, '\0', size))
-        rc = fi__error(FI_EINVALID, "variant file %s contains a NUL byte", path);
-    else
-        rc = fi__jit_variant_register_as(ctx, name, text, flags, path);
-    fi__free(text);
-    return rc;
+    return fi__registry_add_file(ctx ? &ctx->variants : NULL, name, path, flags);
+}
+
+int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
+                         const fi_variant_arg *args, int count, unsigned long long *out)
+{
+    return fi__registry_pack(&ctx->variants, spec, who, args, count, out);
 }
 
 /* The registered variant `key` names (NULL for the built-in one); fills key->variant_hash. */
 static int variant_resolve(fi_jit_ctx *ctx, fi_spec_key *key, const fi_variant **out)
 {
-    *out = NULL;
-    if (!key->variant[0]) return 0;
-    const fi_variant *v = variant_find(ctx, key->variant);
-    if (!v)
-        return fi__error(FI_ENOTFOUND,
-                         "variant '%s' is not registered in this context (fi_jit_variant_register)",
-                         key->variant);
-    key->variant_hash = v->hash;
-    *out = v;
-    return 0;
+    return fi__registry_resolve(&ctx->variants, key, out);
 }
 
 /* ---- building objects ------------------------------------------------------ */
@@ -618,34 +547,6 @@ out:
 
 /* ---- loading --------------------------------------------------------------- */
 
-static int load_module(fi_table_entry *e, const fi_build *b, const fi_cuda_api *cu)
-{
-    CUresult res;
-    CUmodule module = NULL;
-    int value = 0;
-    if (fi__fault(FI_FAULT_DRIVER)) return fi__error(FI_ELOAD, "cuModuleLoadData failed: injected fault");
-    if ((res = cu->ModuleLoadData(&module, b->object)) != CUDA_SUCCESS)
-        return fi__cuda_error(FI_ELOAD, res, "cuModuleLoadData");
-    for (int i = 0; i < fi__kind_entry_count(b->kind); i++) {
-        if ((res = cu->ModuleGetFunction(&e->kernel.functions[i], module, b->kind->entries[i]))) {
-            cu->ModuleUnload(module);
-            return fi__cuda_error(FI_ELOAD, res, b->kind->entries[i]);
-        }
-        if (b->kind->merge_entry && strcmp(b->kind->merge_entry, b->kind->entries[i]) == 0)
-            e->kernel.merge_function = e->kernel.functions[i];
-    }
-    CUfunction function = e->kernel.functions[0];
-    e->module = module;
-    e->kernel.function = function;
-    e->kernel.registers = b->meta.registers;
-    e->kernel.spill_bytes = b->meta.spill_bytes;
-    if (cu->FuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, function) == CUDA_SUCCESS)
-        e->kernel.registers = value;
-    if (cu->FuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function) == CUDA_SUCCESS)
-        e->kernel.spill_bytes = value;
-    return 0;
-}
-
 /* The slow path of fi_jit_get_kernel: build or read, load, publish. */
 static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_spec_key *key,
                            const fi_variant *variant, uint64_t hash, CUcontext device_ctx,
@@ -673,7 +574,7 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
     FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
     FI_TRY(build_obtain(ctx, &b, &compiled, NULL));
     if (!(e = fi__calloc(1, sizeof *e))) FI_FAIL(FI_ENOMEM, "out of memory");
-    FI_TRY(load_module(e, &b, cu));
+    FI_TRY(fi__load_module(e, b.object, b.kind, b.meta.registers, b.meta.spill_bytes, cu));
     e->hash = hash;
     e->spec = *key;
     e->device_ctx = device_ctx;

@@ -1,14 +1,14 @@
 /*
- * The table of implemented kernel kinds (see kinds.h) and each kind's limits.
- * A kind's template file and launch code live in templates/<kind>.cuh and
- * src/<kind>.c; this file only names them.
+ * The table of kernel kinds (see kinds.h) and each kind's limits. A kind's
+ * template file and launch code live in templates/ and src/launch/; this
+ * file only names them.
  */
 #include <stddef.h>
-#include <stdio.h>
+#include <string.h>
 
 #include "common/error.h"
 #include "core/kinds.h"
-#include "core/spec.h"
+#include "core/names.h"
 
 /* q, kv and o of one 16-bit type: the kernels convert nothing else yet. */
 int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind)
@@ -39,7 +39,7 @@ static int check_head_dim(const fi_jit_spec *spec)
  * (e4m3, e5m2) with per-tensor scales given at launch. */
 static int check_decode(const fi_jit_spec *spec)
 {
-    const char *kind = spec->kind == FI_KIND_BATCH_DECODE ? "batch_decode" : "decode";
+    const char *kind = fi__kind_name(spec->kind);
     int rc = 0;
     if (spec->kv_dtype == FI_DTYPE_FP8_E4M3 || spec->kv_dtype == FI_DTYPE_FP8_E5M2) {
         fi_jit_spec same = *spec;
@@ -88,11 +88,19 @@ static const fi_kind_info kinds[] = {
      fi__prefill_check, fi__prefill_launch_shape},
 };
 
+#define KIND_COUNT (sizeof kinds / sizeof kinds[0])
+
 const fi_kind_info *fi__kind_info(fi_kernel_kind kind)
 {
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    for (size_t i = 0; i < KIND_COUNT; i++)
         if (kinds[i].kind == kind) return &kinds[i];
     return NULL;
+}
+
+const char *fi__kind_name(int kind)
+{
+    const fi_kind_info *info = fi__kind_info((fi_kernel_kind)kind);
+    return info ? info->name : NULL;
 }
 
 int fi__kind_entry_count(const fi_kind_info *kind)
@@ -102,14 +110,15 @@ int fi__kind_entry_count(const fi_kind_info *kind)
     return n;
 }
 
-const char *fi__kind_supported_names(void)
+int fi__kind_parse(int *out, const char *text)
 {
-    static char names[160];
-    if (!names[0]) {
-        size_t used = 0;
-        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0] && used < sizeof names; i++)
-            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
-                                     kinds[i].name);
+    char names[160] = "";
+    for (size_t i = 0; i < KIND_COUNT; i++) {
+        if (strcmp(kinds[i].name, text) == 0) {
+            *out = kinds[i].kind;
+            return 0;
+        }
+        fi__name_list_add(names, sizeof names, kinds[i].name);
     }
-    return names;
+    return fi__name_unknown("kernel kind", text, names);
 }

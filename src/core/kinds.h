@@ -1,7 +1,8 @@
 /*
- * The table of kernel kinds. Adding a kind means one template file, one entry
- * here (kinds.c) and its launch code and tests: nothing else in the runtime
- * changes.
+ * The table of kernel kinds, the one place that names them: spec strings,
+ * messages and the CLI take a kind's name from here. Adding a kind means one
+ * template file, one entry here (kinds.c) and its launch code and tests:
+ * nothing else in the runtime changes.
  */
 #ifndef FI_KINDS_H
 #define FI_KINDS_H
@@ -29,11 +30,14 @@ typedef struct fi_kind_info {
     void (*launch_shape)(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out);
 } fi_kind_info;
 
-/* NULL when the kind is unknown or not implemented. */
+/* NULL when the kind is unknown. */
 const fi_kind_info *fi__kind_info(fi_kernel_kind kind);
 
-/* "decode, prefill, ..." for messages. */
-const char *fi__kind_supported_names(void);
+/* The kind's name in spec strings ("batch_decode"); NULL when unknown. */
+const char *fi__kind_name(int kind);
+
+/* `*out` = the kind `text` names; else FI_EINVALID listing the kinds. */
+int fi__kind_parse(int *out, const char *text);
 
 /* q, kv and o all fp16 or all bf16; FI_EUNSUPPORTED naming the field otherwise.
  * `kind` is the kind's name for the message. */
@@ -42,14 +46,14 @@ int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind);
 /* Number of non-NULL entries. */
 int fi__kind_entry_count(const fi_kind_info *kind);
 
-/* Provided by src/decode.c: limits of the decode kinds (single and batch:
+/* Provided by src/launch/decode.c: limits of the decode kinds (single and batch:
  * q = o fp16/bf16, kv the same or fp8; hd 64/128/256; mask none/window). */
 void fi__decode_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out);
-/* Provided by src/batch_decode.c. */
+/* Provided by src/launch/batch_decode.c. */
 void fi__batch_decode_launch_shape(const fi_jit_spec *spec, const char *arch,
                                    fi_launch_shape *out);
 
-/* Provided by src/prefill.c (all three prefill kinds). */
+/* Provided by src/launch/prefill.c (all three prefill kinds). */
 int fi__prefill_check(const fi_jit_spec *spec);
 void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out);
 

@@ -12,75 +12,10 @@
 
 #include "common/error.h"
 #include "core/kinds.h"
+#include "core/names.h"
 #include "core/spec.h"
 
-typedef struct fi_name {
-    int value;
-    const char *name;
-} fi_name;
-
-static const fi_name kind_names[] = {
-    {FI_KIND_DECODE, "decode"},
-    {FI_KIND_BATCH_DECODE, "batch_decode"},
-    {FI_KIND_PREFILL, "prefill"},
-    {FI_KIND_BATCH_PREFILL_RAGGED, "batch_prefill_ragged"},
-    {FI_KIND_BATCH_PREFILL_PAGED, "batch_prefill_paged"},
-};
-static const fi_name dtype_names[] = {
-    {FI_DTYPE_FP16, "fp16"},
-    {FI_DTYPE_BF16, "bf16"},
-    {FI_DTYPE_FP8_E4M3, "fp8_e4m3"},
-    {FI_DTYPE_FP8_E5M2, "fp8_e5m2"},
-};
-static const fi_name mask_names[] = {
-    {FI_MASK_NONE, "none"},
-    {FI_MASK_CAUSAL, "causal"},
-    {FI_MASK_WINDOW, "window"},
-    {FI_MASK_CUSTOM, "custom"},
-};
-static const fi_name pos_names[] = {
-    {FI_POS_NONE, "none"},
-    {FI_POS_ROPE_LLAMA, "rope"},
-    {FI_POS_ALIBI, "alibi"},
-};
-
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
-
-static const char *name_of(const fi_name *names, int count, int value)
-{
-    for (int i = 0; i < count; i++)
-        if (names[i].value == value) return names[i].name;
-    return NULL;
-}
-
-const char *fi__kind_name(int kind) { return name_of(kind_names, COUNT(kind_names), kind); }
-const char *fi__dtype_name(int dtype) { return name_of(dtype_names, COUNT(dtype_names), dtype); }
-const char *fi__mask_name(int mask) { return name_of(mask_names, COUNT(mask_names), mask); }
-const char *fi__pos_name(int pos) { return name_of(pos_names, COUNT(pos_names), pos); }
-
-/* "fp16, bf16, fp8_e4m3, fp8_e5m2" for messages. */
-static void list_names(char *buf, size_t size, const fi_name *names, int count)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < count && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "", names[i].name);
-}
-
-static int parse_name(int *out, const fi_name *names, int count, const char *field,
-                      const char *value)
-{
-    for (int i = 0; i < count; i++) {
-        if (strcmp(names[i].name, value) == 0) {
-            *out = names[i].value;
-            return 0;
-        }
-    }
-    char expected[160];
-    list_names(expected, sizeof expected, names, count);
-    return fi__error(FI_EINVALID, "bad value '%.64s' for %s (expected one of: %s)", value, field,
-                     expected);
-}
 
 static int parse_int(int *out, const char *field, const char *value, long lo, long hi)
 {
@@ -159,12 +94,12 @@ static int parse_field(fi_jit_spec *spec, unsigned *seen, char *variant_buf,
     if (*seen & bit) return fi__error(FI_EINVALID, "field '%s' given twice", key);
     *seen |= bit;
     switch (bit) {
-    case F_Q: return parse_name((int *)&spec->q_dtype, dtype_names, COUNT(dtype_names), key, value);
-    case F_KV: return parse_name((int *)&spec->kv_dtype, dtype_names, COUNT(dtype_names), key, value);
-    case F_O: return parse_name((int *)&spec->o_dtype, dtype_names, COUNT(dtype_names), key, value);
+    case F_Q: return fi__dtype_parse((int *)&spec->q_dtype, key, value);
+    case F_KV: return fi__dtype_parse((int *)&spec->kv_dtype, key, value);
+    case F_O: return fi__dtype_parse((int *)&spec->o_dtype, key, value);
     case F_HD: return parse_int(&spec->head_dim, key, value, 1, 4096);
-    case F_MASK: return parse_name((int *)&spec->mask, mask_names, COUNT(mask_names), key, value);
-    case F_POS: return parse_name((int *)&spec->pos, pos_names, COUNT(pos_names), key, value);
+    case F_MASK: return fi__mask_parse((int *)&spec->mask, key, value);
+    case F_POS: return fi__pos_parse((int *)&spec->pos, key, value);
     case F_SOFTCAP: return parse_int(&spec->soft_cap, key, value, 0, 1);
     default:
         if (!fi__variant_name_ok(value))
@@ -192,7 +127,7 @@ int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant_buf_si
     strcpy(words, text);
     char *word = strtok_r(words, " \t\r\n", &save);
     if (!word) return fi__error(FI_EINVALID, "empty spec string");
-    FI_TRY(parse_name((int *)&spec.kind, kind_names, COUNT(kind_names), "kernel kind", word));
+    FI_TRY(fi__kind_parse((int *)&spec.kind, word));
     while ((word = strtok_r(NULL, " \t\r\n", &save))) {
         char *eq = strchr(word, '=');
         if (!eq || eq == word || !eq[1])
@@ -224,25 +159,24 @@ int fi_jit_spec_format(char *buf, size_t size, const fi_jit_spec *spec)
 
 int fi_jit_spec_check(const fi_jit_spec *spec)
 {
+    char names[160];
     if (!spec) return fi__error(FI_EINVALID, "spec is NULL");
     if (spec->version != FI_JIT_SPEC_VERSION)
         return fi__error(FI_EINVALID, "spec.version is %u, this library expects %d",
                          spec->version, FI_JIT_SPEC_VERSION);
-    if (!fi__kind_name(spec->kind))
-        return fi__error(FI_EINVALID, "unknown kernel kind %d", (int)spec->kind);
     const fi_kind_info *kind = fi__kind_info(spec->kind);
-    if (!kind)
-        return fi__error(FI_EUNSUPPORTED, "kernel kind '%s' is not implemented yet (supported: %s)",
-                         fi__kind_name(spec->kind), fi__kind_supported_names());
+    if (!kind) return fi__error(FI_EINVALID, "unknown kernel kind %d", (int)spec->kind);
     if (!fi__dtype_name(spec->q_dtype) || !fi__dtype_name(spec->kv_dtype) ||
         !fi__dtype_name(spec->o_dtype))
-        return fi__error(FI_EINVALID, "unknown dtype in q/kv/o (%d/%d/%d; expected fp16, bf16, fp8_e4m3, fp8_e5m2)",
-                         (int)spec->q_dtype, (int)spec->kv_dtype, (int)spec->o_dtype);
+        return fi__error(FI_EINVALID, "unknown dtype in q/kv/o (%d/%d/%d; expected %s)",
+                         (int)spec->q_dtype, (int)spec->kv_dtype, (int)spec->o_dtype,
+                         fi__dtype_names(names, sizeof names));
     if (!fi__mask_name(spec->mask))
-        return fi__error(FI_EINVALID, "mask %d is not valid (none, causal, window, custom)", (int)spec->mask);
+        return fi__error(FI_EINVALID, "mask %d is not valid (%s)", (int)spec->mask,
+                         fi__mask_names(names, sizeof names));
     if (!fi__pos_name(spec->pos))
-        return fi__error(FI_EINVALID, "pos encoding %d is not valid (supported: none, rope, alibi)",
-                         (int)spec->pos);
+        return fi__error(FI_EINVALID, "pos encoding %d is not valid (supported: %s)",
+                         (int)spec->pos, fi__pos_names(names, sizeof names));
     if (spec->soft_cap != 0 && spec->soft_cap != 1)
         return fi__error(FI_EINVALID, "soft_cap is %d (expected 0 or 1)", spec->soft_cap);
     if (spec->variant && strcmp(spec->variant, "default") != 0 &&

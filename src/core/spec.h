@@ -1,10 +1,12 @@
 /* Spec parsing, formatting, validation and the fixed-size form used as the
- * in-memory table key. */
+ * in-memory table key. The names in spec strings come from the kind table
+ * (core/kinds.h) and core/names.h. */
 #ifndef FI_SPEC_H
 #define FI_SPEC_H
 
 #include <stdint.h>
 
+#include "core/names.h" /* fi__dtype_name & co., for the users of specs */
 #include "fijit.h"
 
 #define FI_VARIANT_NAME_MAX 63
@@ -18,12 +20,6 @@ typedef struct fi_spec_key {
 
 /* Validate `spec` (fi_jit_spec_check) and fill its key form. */
 int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec);
-
-/* Names used in spec strings; NULL for values out of range. */
-const char *fi__kind_name(int kind);
-const char *fi__dtype_name(int dtype);
-const char *fi__mask_name(int mask);
-const char *fi__pos_name(int pos);
 
 /* 1 if `name` is a valid variant name: 1..63 of [A-Za-z0-9_-]. */
 int fi__variant_name_ok(const char *name);

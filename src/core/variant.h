@@ -10,8 +10,7 @@
  * parameters out in declaration order (natural alignment) as
  * fijit_cfg::VariantParams and validates launch arguments against it.
  *
- * Registered variants are immutable records in a list that readers walk
- * without locks; replacing a name pushes a newer record in front.
+ * A context keeps its registered variants in a registry (core/registry.h).
  */
 #ifndef FI_VARIANT_H
 #define FI_VARIANT_H
@@ -57,10 +56,6 @@ int fi__variant_new(fi_variant **out, const char *name, const char *source);
 /* The same, with messages naming `origin` (the file as the user gave it;
  * NULL: "<name>.cuh") instead of "<name>.cuh". */
 int fi__variant_new_as(fi_variant **out, const char *name, const char *source, const char *origin);
-/* fi_jit_variant_register with messages naming `origin` (the CLI registers
- * the bytes of --variant-file FILE from memory and names FILE). */
-int fi__jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
-                                unsigned flags, const char *origin);
 void fi__variant_free(fi_variant *v);
 
 /* Check the values a launch gives for `v`'s declared parameters (`v` NULL:
@@ -70,18 +65,6 @@ void fi__variant_free(fi_variant *v);
  * type; typed pointers aligned to their element. `who` prefixes errors. */
 int fi__variant_pack(const fi_variant *v, const char *who, const fi_variant_arg *args, int count,
                      unsigned long long *out);
-
-/* The translation unit `spec` expands to on `arch` (NULL: the context's),
- * byte for byte what the key hashes and NVRTC compiles (ptx 0), or the PTX
- * NVRTC makes of it for the virtual arch (ptx 1, compiled now, not cached).
- * `*out` (fi__free) is NUL-terminated; `*out_size` excludes the NUL. For
- * `fijit explain --source / --ptx`. */
-int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int ptx, char **out,
-                 size_t *out_size);
-
-/* fi__variant_pack for the variant `spec` names in `ctx` (launch code). */
-int fi__jit_variant_pack(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *who,
-                         const fi_variant_arg *args, int count, unsigned long long *out);
 
 /* Rewrite an NVRTC log for a failed variant compile: "<name>.cuh(N)" becomes
  * "<origin>(N)", and such lines are followed by the snippet's line N.

@@ -26,7 +26,7 @@
 #include "launch/decode.h"
 #include "common/error.h"
 #include "launch/rope.h"
-#include "core/variant.h"
+#include "core/jit.h"
 #include "fijit_params.h"
 #include "core/kinds.h"
 #include "common/sys.h"

@@ -43,7 +43,7 @@
 #include "launch/rope.h"
 #include "fijit_prefill.h"
 #include "core/kinds.h"
-#include "core/variant.h"
+#include "core/jit.h"
 #include "prefill_params.h"
 #include "core/spec.h"
 #include "common/sys.h"

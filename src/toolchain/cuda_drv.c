@@ -25,38 +25,14 @@ static void load_api(void)
         snprintf(api_error, sizeof api_error, "no CUDA driver (libcuda.so.1): %s", dlerror());
         return;
     }
-    /* Versioned names are the ones cuda.h maps its macros to. */
-#define LOAD(field, symbol)                                                    \
-    if (!(*(void **)&api.field = dlsym(lib, symbol))) {                        \
+    /* Every entry of FI_CUDA_API, in its order; a missing optional one stays NULL. */
+#define LOAD(name, symbol, required, params)                                   \
+    if (!(*(void **)&api.name = dlsym(lib, symbol)) && (required)) {           \
         snprintf(api_error, sizeof api_error, "CUDA driver lacks %s", symbol); \
         return;                                                                \
     }
-    LOAD(Init, "cuInit");
-    LOAD(DriverGetVersion, "cuDriverGetVersion");
-    LOAD(GetErrorString, "cuGetErrorString");
-    LOAD(CtxGetCurrent, "cuCtxGetCurrent");
-    LOAD(CtxGetDevice, "cuCtxGetDevice");
-    LOAD(CtxSetCurrent, "cuCtxSetCurrent");
-    LOAD(DeviceGet, "cuDeviceGet");
-    LOAD(DeviceGetCount, "cuDeviceGetCount");
-    LOAD(DeviceGetAttribute, "cuDeviceGetAttribute");
-    LOAD(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    LOAD(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
-    LOAD(ModuleLoadData, "cuModuleLoadData");
-    LOAD(ModuleUnload, "cuModuleUnload");
-    LOAD(ModuleGetFunction, "cuModuleGetFunction");
-    LOAD(FuncGetAttribute, "cuFuncGetAttribute");
-    LOAD(FuncSetAttribute, "cuFuncSetAttribute");
-    LOAD(LaunchKernel, "cuLaunchKernel");
-    LOAD(MemAlloc, "cuMemAlloc_v2");
-    LOAD(MemFree, "cuMemFree_v2");
-    LOAD(MemcpyHtoD, "cuMemcpyHtoD_v2");
-    LOAD(MemcpyDtoH, "cuMemcpyDtoH_v2");
-    LOAD(MemsetD8, "cuMemsetD8_v2");
-    LOAD(StreamSynchronize, "cuStreamSynchronize");
-    LOAD(CtxSynchronize, "cuCtxSynchronize");
+    FI_CUDA_API(LOAD)
 #undef LOAD
-    *(void **)&api.TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
     CUresult res = api.Init(0);
     if (res != CUDA_SUCCESS) {
         const char *text = NULL;

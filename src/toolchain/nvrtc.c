@@ -18,22 +18,31 @@ typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
 enum { NVRTC_SUCCESS = 0, NVRTC_ERROR_OUT_OF_MEMORY = 1 };
 
+/* The entry points fijit calls, one line each: X(return type, name, symbol,
+ * required, parameters); an optional one (required 0, NVRTC 11.2+) is NULL
+ * when the library lacks it. Both the struct and load_api come from it. */
+#define NVRTC_API(X)                                                                         \
+    X(nvrtcResult, Version, "nvrtcVersion", 1, (int *, int *))                               \
+    X(const char *, GetErrorString, "nvrtcGetErrorString", 1, (nvrtcResult))                 \
+    X(nvrtcResult, CreateProgram, "nvrtcCreateProgram", 1,                                   \
+      (nvrtcProgram *, const char *, const char *, int, const char *const *,                 \
+       const char *const *))                                                                 \
+    X(nvrtcResult, DestroyProgram, "nvrtcDestroyProgram", 1, (nvrtcProgram *))               \
+    X(nvrtcResult, CompileProgram, "nvrtcCompileProgram", 1,                                 \
+      (nvrtcProgram, int, const char *const *))                                              \
+    X(nvrtcResult, GetCUBINSize, "nvrtcGetCUBINSize", 1, (nvrtcProgram, size_t *))           \
+    X(nvrtcResult, GetCUBIN, "nvrtcGetCUBIN", 1, (nvrtcProgram, char *))                     \
+    X(nvrtcResult, GetProgramLogSize, "nvrtcGetProgramLogSize", 1, (nvrtcProgram, size_t *)) \
+    X(nvrtcResult, GetProgramLog, "nvrtcGetProgramLog", 1, (nvrtcProgram, char *))           \
+    X(nvrtcResult, GetPTXSize, "nvrtcGetPTXSize", 1, (nvrtcProgram, size_t *))               \
+    X(nvrtcResult, GetPTX, "nvrtcGetPTX", 1, (nvrtcProgram, char *))                         \
+    X(nvrtcResult, GetNumSupportedArchs, "nvrtcGetNumSupportedArchs", 0, (int *))            \
+    X(nvrtcResult, GetSupportedArchs, "nvrtcGetSupportedArchs", 0, (int *))
+
 typedef struct nvrtc_api {
-    nvrtcResult (*Version)(int *, int *);
-    const char *(*GetErrorString)(nvrtcResult);
-    nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int,
-                                 const char *const *, const char *const *);
-    nvrtcResult (*DestroyProgram)(nvrtcProgram *);
-    nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
-    nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
-    nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
-    nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
-    nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
-    nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
-    nvrtcResult (*GetPTX)(nvrtcProgram, char *);
-    /* Optional (NVRTC 11.2+): NULL when the library lacks them. */
-    nvrtcResult (*GetNumSupportedArchs)(int *);
-    nvrtcResult (*GetSupportedArchs)(int *);
+#define FIELD(ret, name, symbol, required, params) ret(*name) params;
+    NVRTC_API(FIELD)
+#undef FIELD
 } nvrtc_api;
 
 static nvrtc_api api;
@@ -54,25 +63,13 @@ static void load_api(void)
                  dlerror());
         return;
     }
-#define LOAD(field, symbol)                                                    \
-    if (!(*(void **)&api.field = dlsym(lib, symbol))) {                        \
+#define LOAD(ret, name, symbol, required, params)                              \
+    if (!(*(void **)&api.name = dlsym(lib, symbol)) && (required)) {           \
         snprintf(api_error, sizeof api_error, "NVRTC lacks %s", symbol);       \
         return;                                                                \
     }
-    LOAD(Version, "nvrtcVersion");
-    LOAD(GetErrorString, "nvrtcGetErrorString");
-    LOAD(CreateProgram, "nvrtcCreateProgram");
-    LOAD(DestroyProgram, "nvrtcDestroyProgram");
-    LOAD(CompileProgram, "nvrtcCompileProgram");
-    LOAD(GetCUBINSize, "nvrtcGetCUBINSize");
-    LOAD(GetCUBIN, "nvrtcGetCUBIN");
-    LOAD(GetProgramLogSize, "nvrtcGetProgramLogSize");
-    LOAD(GetProgramLog, "nvrtcGetProgramLog");
-    LOAD(GetPTXSize, "nvrtcGetPTXSize");
-    LOAD(GetPTX, "nvrtcGetPTX");
+    NVRTC_API(LOAD)
 #undef LOAD
-    *(void **)&api.GetNumSupportedArchs = dlsym(lib, "nvrtcGetNumSupportedArchs");
-    *(void **)&api.GetSupportedArchs = dlsym(lib, "nvrtcGetSupportedArchs");
     api_status = 0;
 }
 

@@ -1,0 +1,47 @@
+/* Loading built objects into CUDA modules, and unloading them (see load.h). */
+#include <string.h>
+
+#include "common/error.h"
+#include "common/sys.h"
+#include "core/load.h"
+
+int fi__load_module(fi_table_entry *e, const void *object, const fi_kind_info *kind,
+                    int registers, int spill_bytes, const fi_cuda_api *cu)
+{
+    CUresult res;
+    CUmodule module = NULL;
+    int value = 0;
+    if (fi__fault(FI_FAULT_DRIVER)) return fi__error(FI_ELOAD, "cuModuleLoadData failed: injected fault");
+    if ((res = cu->ModuleLoadData(&module, object)) != CUDA_SUCCESS)
+        return fi__cuda_error(FI_ELOAD, res, "cuModuleLoadData");
+    for (int i = 0; i < fi__kind_entry_count(kind); i++) {
+        if ((res = cu->ModuleGetFunction(&e->kernel.functions[i], module, kind->entries[i]))) {
+            cu->ModuleUnload(module);
+            return fi__cuda_error(FI_ELOAD, res, kind->entries[i]);
+        }
+        if (kind->merge_entry && strcmp(kind->merge_entry, kind->entries[i]) == 0)
+            e->kernel.merge_function = e->kernel.functions[i];
+    }
+    CUfunction function = e->kernel.functions[0];
+    e->module = module;
+    e->kernel.function = function;
+    e->kernel.registers = registers;
+    e->kernel.spill_bytes = spill_bytes;
+    if (cu->FuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_NUM_REGS, function) == CUDA_SUCCESS)
+        e->kernel.registers = value;
+    if (cu->FuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function) == CUDA_SUCCESS)
+        e->kernel.spill_bytes = value;
+    return 0;
+}
+
+void fi__load_release(fi_table_entry *e)
+{
+    const fi_cuda_api *cu;
+    CUcontext previous = NULL;
+    if (!e->module || fi__cuda_load(&cu) < 0) return;
+    /* Unload in the module's own context; ignore errors from a context already destroyed. */
+    cu->CtxGetCurrent(&previous);
+    if (cu->CtxSetCurrent((CUcontext)e->device_ctx) == CUDA_SUCCESS)
+        cu->ModuleUnload((CUmodule)e->module);
+    cu->CtxSetCurrent(previous);
+}
