@@ -7,7 +7,7 @@
 #ifndef FIJIT_PREFILL_PARAMS_H
 #define FIJIT_PREFILL_PARAMS_H
 
-#include "fijit_params.h" /* FI_VARIANT_PARAM_WORDS */
+#include "common/params.h" /* FI_VARIANT_PARAM_WORDS */
 
 /* ---- tiles ---------------------------------------------------------------------
  * A module holds one kernel per CTA query tile, in this order (the kinds'

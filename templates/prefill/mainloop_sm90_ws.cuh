@@ -1,8 +1,10 @@
 // Hopper main loop of prefill (sm_90a): warp-specialised, TMA-fed, with the
 // softmax overlapped with the tensor cores. It computes the same 128-row
-// query tiles as tile kernel 0 of prefill.cuh (same work list, same block
-// order, same variant hooks, masks and epilogue rules) and is launched in
-// its place for the tuples FI_PREFILL_WS_TUPLE accepts (prefill_params.h).
+// query tiles as tile kernel 0 (prefill/mainloop_sm80.cuh) and is launched in
+// its place for the tuples FI_PREFILL_WS_TUPLE accepts (prefill/params.h).
+// Only the main loop is its own: the tile scheduler (prefill/work.cuh), the
+// query rows (rope.cuh), masks (mask.cuh), softmax (softmax.cuh), epilogue
+// (epilogue.cuh) and the variant hooks are the tile kernels'.
 //
 // One CTA = three warpgroups:
 //  * the producer (warpgroup 0) gives its registers away (setmaxnreg) and
@@ -32,6 +34,12 @@
 // Registers: consumers 240, producer 24 (128 x 24 + 256 x 240 <= 64K).
 #pragma once
 
+#include "common/tma_sm90.cuh"
+#include "prefill/epilogue.cuh"
+#include "prefill/mask.cuh"
+#include "prefill/rope.cuh"
+#include "prefill/softmax.cuh"
+
 namespace fijit {
 namespace prefill {
 namespace ws {
@@ -57,63 +65,6 @@ static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 6
 static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kCausal) >=
                   kQBytes + 2u * kStages * kKVBytes + 4u * kStages * 8u,
               "shared memory: Q, the K and V rings, their barriers");
-
-// ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ----
-__device__ __forceinline__ void bar_init(unsigned int bar, unsigned int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_expect(unsigned int bar, unsigned int bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void bar_arrive(unsigned int bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Wait for the completion of the barrier's phase of parity `parity`.
-__device__ __forceinline__ void bar_wait(unsigned int bar, unsigned int parity)
-{
-    unsigned int done;
-    do {
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            " selp.u32 %0, 1, 0, p;\n}"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-// Box {64 columns, 1 head, kTileKV keys} at (col, head, key) of `map` into
-// `dst`, completing `bar`'s transaction bytes.
-__device__ __forceinline__ void tma_load(unsigned int dst, const fi_tma_map *map, int col, int head,
-                                         int key, unsigned int bar)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(head), "r"(key), "r"(bar)
-        : "memory");
-}
-template <int kCount>
-__device__ __forceinline__ void set_max_regs_inc()
-{
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kCount));
-}
-template <int kCount>
-__device__ __forceinline__ void set_max_regs_dec()
-{
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kCount));
-}
-__device__ __forceinline__ void named_sync(int id, int threads)
-{
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int threads)
-{
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 
 // Shared memory: Q (kTileQ rows), the K ring, the V ring (panel layout,
 // swz_panel), then the barriers: full K, full V, empty K, empty V, one per slot.
