@@ -39,16 +39,24 @@ __device__ __forceinline__ void stage_row(const P &p, const float (&o)[kDT][4], 
     }
 }
 
+// The lse of query `tok` of the request, head `head`.
+__device__ __forceinline__ void store_lse(const P &p, const Work &w, int tok, int head, float lse)
+{
+    p.lse[(long long)(w.q_begin + tok) * p.num_qo_heads + head] = lse;
+}
+
 // Chunk ch of packed row pr (< the request's rows) of the output, from its
-// staged copy at `src` to o.
-__device__ __forceinline__ void store_chunk(const P &p, const Work &w, int G, int pr, int ch,
-                                            unsigned int src)
+// staged copy at src() (shared memory) to o. (src is a callable, read after
+// the global address: the kernels then compile to the instructions they had
+// with this code written in place.)
+template <class Src>
+__device__ __forceinline__ void store_chunk(const P &p, const Work &w, int G, int pr, int ch, Src src)
 {
     const int token = pr / G;
     const int head = w.kv_head * G + pr % G;
     DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + token) * p.o_stride_n +
                   (long long)head * p.o_stride_h + ch * 8;
-    stg16(dst, lds128(src));
+    stg16(dst, lds128(src()));
 }
 
 }  // namespace prefill

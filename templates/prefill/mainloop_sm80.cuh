@@ -338,11 +338,8 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             });
         }
 
-        // Online softmax; m is in natural units and exp(x - m) is computed as
-        // exp2(x * log2e - m * log2e), one FFMA per element. A row that has
-        // seen only hidden keys keeps m = -inf; `base` avoids -inf - -inf. d
-        // is this thread's partial sum (its columns); the four lanes of a row
-        // add up at the end. Without softmax, S already holds the weights.
+        // Online softmax (prefill/softmax.cuh). Without softmax, S already
+        // holds the weights.
         if constexpr (kSoftmax) {
             float scale[kMT][2];
             bool grew = false;
@@ -350,47 +347,20 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
             for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    float mx = m[mt][h];
-#pragma unroll
-                    for (int nt = 0; nt < kNT; ++nt)
-                        mx = fmax_(mx, fmax_(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                    mx = fmax_(mx, shfl_xor(mx, 1));
-                    mx = fmax_(mx, shfl_xor(mx, 2));
-                    const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
-                    scale[mt][h] = exp2_fast(fma_(m[mt][h], kLog2e, -base2));
-                    const bool grew_row = mx != m[mt][h];
+                    bool grew_row;
+                    softmax_row(s[mt], h, m[mt][h], d[mt][h], scale[mt][h], grew_row);
                     grew = grew || grew_row;
-                    m[mt][h] = mx;
-                    float sum = 0.f;
-#pragma unroll
-                    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            s[mt][nt][2 * h + e] =
-                                exp2_fast(fma_(s[mt][nt][2 * h + e], kLog2e, -base2));
-                            sum += s[mt][nt][2 * h + e];
-                        }
-                    d[mt][h] = fma_(d[mt][h], scale[mt][h], sum);
                     // kLazyRow: only when the maximum of one of these rows
                     // (in the warp) grew.
                     if constexpr (!kLazy)
-                        if (!kLazyRow || any_sync(grew_row))
-#pragma unroll
-                        for (int dt = 0; dt < kDT; ++dt) {
-                            o[mt][dt][2 * h] *= scale[mt][h];
-                            o[mt][dt][2 * h + 1] *= scale[mt][h];
-                        }
+                        if (!kLazyRow || any_sync(grew_row)) rescale_half(o[mt], h, scale[mt][h]);
                 }
             // kLazy: O is rescaled here, only when some row of the warp has
             // a new maximum.
             if constexpr (kLazy)
                 if (any_sync(grew))
 #pragma unroll
-                    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-                        for (int dt = 0; dt < kDT; ++dt)
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) o[mt][dt][e] *= scale[mt][e >> 1];
+                    for (int mt = 0; mt < kMT; ++mt) rescale_rows(o[mt], scale[mt]);
         }
 
         // O += P V: the S accumulators of two 8-key tiles form one A fragment.
@@ -444,40 +414,20 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            d[mt][h] += shfl_xor(d[mt][h], 1);
-            d[mt][h] += shfl_xor(d[mt][h], 2);
-            // d == 0: no visible key: output 0, lse -inf. Without softmax:
-            // the weighted sum as it is, lse 0.
-            const float inv = !kSoftmax ? 1.f : d[mt][h] > 0.f ? rcp_fast(d[mt][h]) : 0.f;
-            const float lse = !kSoftmax        ? 0.f
-                              : d[mt][h] > 0.f ? fma_(log2_fast(d[mt][h]), kLn2, m[mt][h])
-                                               : -inf_();
+            float inv, lse;
+            finish_row(d[mt][h], m[mt][h], inv, lse);
             const int r = warp_row0 + mt * 16 + g + 8 * h;
             int tok, head;
             row_at(mt, h, tok, head);
-#pragma unroll
-            for (int dt = 0; dt < kDT; ++dt) {
-                const int col = dt * 8 + 2 * t;
-                const float v0 = Variant::output_transform(p, o[mt][dt][2 * h] * inv, head, col, lse);
-                const float v1 =
-                    Variant::output_transform(p, o[mt][dt][2 * h + 1] * inv, head, col + 1, lse);
-                sts32(sq + q_at(r, dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
-            }
-            if (p.lse != nullptr && t == 0 && row0 + r < rows)
-                p.lse[(long long)(w.q_begin + tok) * p.num_qo_heads + head] = lse;
+            stage_row(p, o[mt], h, inv, lse, head, t, [&](int dt) { return sq + q_at(r, dt); });
+            if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
         }
     __syncwarp();
 #pragma unroll
     for (int c = lane; c < kMT * 16 * kChunks; c += 32) {
         const int r = warp_row0 + c / kChunks, ch = c % kChunks;
         const int pr = row0 + r;
-        if (pr < rows) {
-            const int token = pr / G;
-            const int head = kv_head * G + pr % G;
-            DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + token) * p.o_stride_n +
-                          (long long)head * p.o_stride_h + ch * 8;
-            stg16(dst, lds128(sq + q_at(r, ch)));
-        }
+        if (pr < rows) store_chunk(p, w, G, pr, ch, [&] { return sq + q_at(r, ch); });
     }
 }
 

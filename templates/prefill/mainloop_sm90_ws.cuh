@@ -234,9 +234,9 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
             }
         }
     };
-    // Online softmax of S into the new maximum and sums; returns the factor
-    // O must be rescaled by, per row half (1 without softmax), and sets
-    // `grew` when a maximum changed (else the factor is 1).
+    // Online softmax of S into the new maximum and sums (prefill/softmax.cuh);
+    // returns the factor O must be rescaled by, per row half (1 without
+    // softmax), and sets `grew` when a maximum changed (else the factor is 1).
     auto softmax = [&](float (&scale)[2], bool &grew) {
         grew = false;
 #pragma unroll
@@ -245,34 +245,15 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
                 scale[h] = 1.f;
                 continue;
             }
-            float mx = m[h];
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) mx = fmax_(mx, fmax_(s[nt][2 * h], s[nt][2 * h + 1]));
-            mx = fmax_(mx, shfl_xor(mx, 1));
-            mx = fmax_(mx, shfl_xor(mx, 2));
-            const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
-            scale[h] = exp2_fast(fma_(m[h], kLog2e, -base2));
-            grew = grew || mx != m[h];
-            m[h] = mx;
-            float sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    s[nt][2 * h + e] = exp2_fast(fma_(s[nt][2 * h + e], kLog2e, -base2));
-                    sum += s[nt][2 * h + e];
-                }
-            d[h] = fma_(d[h], scale[h], sum);
+            bool grew_row;
+            softmax_row(s, h, m[h], d[h], scale[h], grew_row);
+            grew = grew || grew_row;
         }
     };
     // O *= scale, skipped when no row of the warp has a new maximum (most
     // tiles after the first few): a warp-uniform branch.
     auto rescale = [&](const float (&scale)[2], bool grew) {
-        if (kSoftmax && any_sync(grew))
-#pragma unroll
-            for (int dt = 0; dt < kDT; ++dt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) o[dt][e] *= scale[e >> 1];
+        if (kSoftmax && any_sync(grew)) rescale_rows(o, scale);
     };
     auto take_p = [&]() {
 #pragma unroll
@@ -349,40 +330,24 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         release(sm.empty_v(sl));
     }
 
-    // Epilogue (as tile kernel 0): normalise, output hook, stage in this
-    // warpgroup's own Q rows, then 16-byte stores of whole rows.
+    // Epilogue (prefill/epilogue.cuh, as tile kernel 0): normalise, output
+    // hook, stage in this warpgroup's own Q rows, then 16-byte stores of
+    // whole rows.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        d[h] += shfl_xor(d[h], 1);
-        d[h] += shfl_xor(d[h], 2);
-        const float inv = !kSoftmax ? 1.f : d[h] > 0.f ? rcp_fast(d[h]) : 0.f;
-        const float lse = !kSoftmax   ? 0.f
-                          : d[h] > 0.f ? fma_(log2_fast(d[h]), kLn2, m[h])
-                                       : -inf_();
+        float inv, lse;
+        finish_row(d[h], m[h], inv, lse);
         const int r = wg_row0 + warp * 16 + g + 8 * h;
         const int tok = row_tok[h], head = row_head[h];
-#pragma unroll
-        for (int dt = 0; dt < kDT; ++dt) {
-            const int col = dt * 8 + 2 * t;
-            const float v0 = Variant::output_transform(p, o[dt][2 * h] * inv, head, col, lse);
-            const float v1 = Variant::output_transform(p, o[dt][2 * h + 1] * inv, head, col + 1, lse);
-            sts32(sm.q + swz_panel<kTileQ>(r, dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
-        }
-        if (p.lse != nullptr && t == 0 && row0 + r < rows)
-            p.lse[(long long)(w.q_begin + tok) * p.num_qo_heads + head] = lse;
+        stage_row(p, o, h, inv, lse, head, t, [&](int dt) { return sm.q + swz_panel<kTileQ>(r, dt); });
+        if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
     }
     named_sync(kBarWg + wg, 128);
 #pragma unroll 4
     for (int c = wtid; c < 64 * kChunks; c += 128) {
         const int r = wg_row0 + c / kChunks, ch = c % kChunks;
         const int pr = row0 + r;
-        if (pr < rows) {
-            const int token = pr / G;
-            const int head = kv_head * G + pr % G;
-            DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + token) * p.o_stride_n +
-                          (long long)head * p.o_stride_h + ch * 8;
-            stg16(dst, lds128(sm.q + swz_panel<kTileQ>(r, ch)));
-        }
+        if (pr < rows) store_chunk(p, w, G, pr, ch, [&] { return sm.q + swz_panel<kTileQ>(r, ch); });
     }
     named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
 }

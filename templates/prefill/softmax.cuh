@@ -15,12 +15,14 @@ namespace fijit {
 namespace prefill {
 
 // Row half h of S (kNT 8-key tiles) into exp(s - new max), the new maximum
-// into m and the rescaled sum into d. Returns the factor O's row must be
-// rescaled by (exp(old max - new max)); `grew` tells whether the maximum
-// changed (else the factor is 1).
+// into m and the rescaled sum into d; `scale` the factor O's row must be
+// rescaled by (exp(old max - new max)), `grew` whether the maximum changed
+// (else the factor is 1). (Out-parameters rather than a returned scale: the
+// tile kernels then compile to the instructions they had with this code
+// written in place.)
 template <int kNT>
-__device__ __forceinline__ float softmax_row(float (&s)[kNT][4], int h, float &m, float &d,
-                                             bool &grew)
+__device__ __forceinline__ void softmax_row(float (&s)[kNT][4], int h, float &m, float &d,
+                                            float &scale, bool &grew)
 {
     float mx = m;
 #pragma unroll
@@ -28,7 +30,7 @@ __device__ __forceinline__ float softmax_row(float (&s)[kNT][4], int h, float &m
     mx = fmax_(mx, shfl_xor(mx, 1));
     mx = fmax_(mx, shfl_xor(mx, 2));
     const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
-    const float scale = exp2_fast(fma_(m, kLog2e, -base2));
+    scale = exp2_fast(fma_(m, kLog2e, -base2));
     grew = mx != m;
     m = mx;
     float sum = 0.f;
@@ -40,7 +42,6 @@ __device__ __forceinline__ float softmax_row(float (&s)[kNT][4], int h, float &m
             sum += s[nt][2 * h + e];
         }
     d = fma_(d, scale, sum);
-    return scale;
 }
 
 // O's row half h (kDT 8-wide tiles) times `scale`.
