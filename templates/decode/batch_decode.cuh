@@ -1,6 +1,6 @@
 // Batch decode over a paged KV cache: one query token per head for each of
 // `batch` requests, each with its own length and pages. The host plan
-// (src/batch_decode.c) turns the batch into a list of work items (request,
+// (src/launch/batch_decode.c) turns the batch into a list of work items (request,
 // range of keys) that fills the GPU; blockIdx.x is the item, blockIdx.y the
 // kv head (and head block of a large GQA group). A request cut into several
 // items is merged by the last of its blocks to finish, in this same launch.

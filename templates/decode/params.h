@@ -50,7 +50,7 @@
 /* Dynamic shared memory of a decode block: the K and V rings of `stages`
  * tiles, then the staging area for the tiles ldmatrix cannot read from the
  * ring (fp8 K and V widened to 16 bits; K rotated by RoPE), each as large as
- * a 16-bit tile. The merges at the end reuse the ring (decode_core.cuh checks
+ * a 16-bit tile. The merges at the end reuse the ring (decode/common.cuh checks
  * that they fit two stages). */
 #define FI_DECODE_RING_BYTES(hd, kv_bytes, stages)                                  \
     (2 * (stages) * FI_DECODE_TILE_TOKENS(hd) * (hd) * (kv_bytes))
@@ -125,7 +125,7 @@ typedef struct fi_decode_params {
 } fi_decode_params;
 
 /* ---- batch decode over a paged KV cache ------------------------------------------
- * The host plan (src/batch_decode.c) cuts every request's keys into chunks;
+ * The host plan (src/launch/batch_decode.c) cuts every request's keys into chunks;
  * one work item is one (request, chunk). Grid: x = work item, y = kv_head *
  * head_blocks + head_block. Items of one request are consecutive, so split s
  * of a request is item first_item + s; partial states are indexed by item. */

@@ -50,7 +50,8 @@ __device__ __forceinline__ void store_lse(const P &p, const Work &w, int tok, in
 // the global address: the kernels then compile to the instructions they had
 // with this code written in place.)
 template <class Src>
-__device__ __forceinline__ void store_chunk(const P &p, const Work &w, int G, int pr, int ch, Src src)
+__device__ __forceinline__ void store_chunk(const P &p, const Work &w, int G, int pr, int ch,
+                                            Src src)
 {
     const int token = pr / G;
     const int head = w.kv_head * G + pr % G;

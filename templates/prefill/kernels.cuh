@@ -34,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(FI_PREFILL_ROPE_THREADS)
     fijit::prefill::rotate_keys(p);
 }
 
-// The Hopper main loop for 128-row tiles (prefill_sm90.cuh), in modules for
+// The Hopper main loop for 128-row tiles (mainloop_sm90_ws.cuh), in modules for
 // sm_90a of the tuples FI_PREFILL_WS_TUPLE accepts; empty elsewhere.
 namespace fijit {
 namespace prefill {

@@ -1,7 +1,7 @@
 // Prefill's tile kernels (FlashAttention-2 style): run<tile>() is the main
 // loop of one CTA per query tile, on mma.sync (sm_80+), with the 128- and
-// 64-row tiles on wgmma when compiled for sm_90a.
-//
+// 64-row tiles on wgmma when compiled for sm_90a. The Hopper kernel
+// (mainloop_sm90_ws.cuh) replaces tile 0 where it can.
 //
 // Organisation of one CTA (one query tile of one request x one KV head):
 //  * Rows of the query tile are packed (token, group head) pairs, so every
@@ -20,14 +20,15 @@
 //    phase and every cp.async write conflict-free.
 //  * Hopper (sm_90a), 128- and 64-row tiles: the warps form warpgroups of
 //    64 rows (two and one), and each product is one asynchronous wgmma
-//    per 16-wide k-step (common/wgmma_sm90.cuh) reading Q and K/V straight from
-//    shared memory, P.V with P from registers. The tiles are then stored in
+//    per 16-wide k-step (common/wgmma_sm90.cuh) reading Q and K/V straight
+//    from shared memory, P.V with P from registers. The tiles are then stored in
 //    64-column panels with the same XOR (the hardware's 128-byte swizzle),
 //    and each writer fences its stores for the async proxy before the
 //    barrier that publishes them. Softmax, masks and the epilogue are shared:
 //    a wgmma accumulator has the mma.sync layout, 16 rows per warp.
-//  * Softmax is online, in registers (exp2 with log2e folded into one FFMA); P goes from the
-//    S accumulators straight into the A fragments of P.V.
+//  * Softmax is online, in registers (softmax.cuh: exp2 with log2e folded
+//    into one FFMA); P goes from the S accumulators straight into the A
+//    fragments of P.V.
 //  * Tiles of keys no query row of the CTA can see (causal, sliding window)
 //    are never loaded, and a warp skips the math of a tile none of its own
 //    rows can see. Masks are evaluated only on tiles that straddle a
@@ -36,8 +37,8 @@
 //    (the sliding window is one) is called on those same tiles only, unless
 //    the variant sets mask_every_tile.
 //  * The output is normalised, passed through output_transform, staged in the
-//    warp's own rows of the Q buffer and written with 16-byte stores.
-//
+//    warp's own rows of the Q buffer and written with 16-byte stores
+//    (epilogue.cuh).
 #pragma once
 
 #include "prefill/epilogue.cuh"

@@ -339,7 +339,8 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         finish_row(d[h], m[h], inv, lse);
         const int r = wg_row0 + warp * 16 + g + 8 * h;
         const int tok = row_tok[h], head = row_head[h];
-        stage_row(p, o, h, inv, lse, head, t, [&](int dt) { return sm.q + swz_panel<kTileQ>(r, dt); });
+        stage_row(p, o, h, inv, lse, head, t,
+                  [&](int dt) { return sm.q + swz_panel<kTileQ>(r, dt); });
         if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
     }
     named_sync(kBarWg + wg, 128);
@@ -347,7 +348,8 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
     for (int c = wtid; c < 64 * kChunks; c += 128) {
         const int r = wg_row0 + c / kChunks, ch = c % kChunks;
         const int pr = row0 + r;
-        if (pr < rows) store_chunk(p, w, G, pr, ch, [&] { return sm.q + swz_panel<kTileQ>(r, ch); });
+        if (pr < rows)
+            store_chunk(p, w, G, pr, ch, [&] { return sm.q + swz_panel<kTileQ>(r, ch); });
     }
     named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
 }
