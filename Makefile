@@ -22,7 +22,10 @@ LIB_SRC   := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_HDR   := $(wildcard include/*.h src/*/*.h src/*/*/*.h)
 CLI_SRC   := $(sort $(wildcard tools/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test_*.c))
-TEMPLATES := $(sort $(wildcard templates/*))
+# Every file under templates/, folders included; embedded under its path relative
+# to templates/ ("decode/params.h"), the name templates and -Itemplates use.
+TEMPLATES := $(sort $(shell find templates -type f ! -name '.*'))
+TEMPLATE_HDR := $(filter %.h,$(TEMPLATES))
 
 .PHONY: all run test test-plain test-asan test-tsan test-cli test-install test-fuzz fuzz bench gpu-check install clean deps
 all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%) $(B)/bench_jit
@@ -36,11 +39,11 @@ deps:
 $(B)/gen/embedded.c: tools/embed/embed.c cache/schema.sql $(TEMPLATES)
 	@mkdir -p $(B)/gen
 	$(CC) -O1 -o $(B)/gen/embed tools/embed/embed.c
-	$(B)/gen/embed $@ --schema cache/schema.sql $(TEMPLATES)
+	$(B)/gen/embed $@ --schema cache/schema.sql --root templates $(TEMPLATES)
 
 # One build flavour per directory: $(B) plain, $(B)/asan, $(B)/tsan.
 define flavour
-$(1)/obj/%.o: src/%.c $(LIB_HDR) $(wildcard templates/*.h) | $(B)/gen/embedded.c
+$(1)/obj/%.o: src/%.c $(LIB_HDR) $(TEMPLATE_HDR) | $(B)/gen/embedded.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
 $(1)/obj/embedded.o: $(B)/gen/embedded.c
@@ -50,7 +53,7 @@ $(1)/obj/tools/%.o: tools/%.c $(LIB_HDR) $(wildcard tools/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
 $(1)/obj/tests/%.o: tests/%.c tests/check.h $(LIB_HDR) \
-                   $(wildcard templates/*.h)
+                   $(TEMPLATE_HDR)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
 $(1)/libfijit.a: $(LIB_SRC:src/%.c=$(1)/obj/%.o) $(1)/obj/embedded.o

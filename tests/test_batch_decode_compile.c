@@ -14,7 +14,7 @@
 #include "check.h"
 #include "launch/decode.h"
 #include "fijit_batch_decode.h"
-#include "fijit_params.h"
+#include "decode/params.h"
 
 /* Batch decode (all kv dtypes) then single decode with fp8 kv. */
 static int decode_tuples(fi_jit_spec *out, int max)

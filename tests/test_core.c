@@ -185,7 +185,7 @@ static int key_of(uint8_t out[16], const char *text, const char *arch, const cha
     return rc;
 }
 
-/* Every embedded template, verbatim, into `to_dir`. */
+/* Every embedded template, verbatim, into `to_dir` (its folders too). */
 static int copy_templates(const char *to_dir)
 {
     char *text = NULL;
@@ -195,6 +195,10 @@ static int copy_templates(const char *to_dir)
         const char *name = fi__templates[i].name;
         if (fi__template_load(name, &text) < 0) return -1;
         snprintf(path, sizeof path, "%s/%s", to_dir, name);
+        for (char *slash = path + strlen(to_dir) + 1; (slash = strchr(slash, '/')); *slash++ = '/') {
+            *slash = '\0';
+            mkdir(path, 0700);
+        }
         FILE *f = fopen(path, "w");
         if (!f) return -1;
         fputs(text, f);
@@ -226,9 +230,12 @@ TEST(key_is_deterministic_and_covers_every_input)
     CHECK_OK(key_of(c, base, "sm_90a", NULL));
     CHECK_MSG(memcmp(a, c, 16) == 0, "a verbatim template copy must give the same key");
     /* Every file a decode module is built from (variant layers included). */
-    static const char *const names[] = {"fijit_common.cuh", "fijit_params.h", "fijit_variant.cuh",
-                                        "variant_alibi.cuh", "variant_softcap.cuh",
-                                        "variant_window.cuh", "fijit_mma.cuh", "decode_core.cuh", "decode.cuh"};
+    static const char *const names[] = {
+        "common/fijit_common.cuh", "common/params.h",        "common/variant.cuh",
+        "variants/alibi.cuh",      "variants/softcap.cuh",   "variants/window.cuh",
+        "common/mma_sm80.cuh",     "decode/params.h",        "decode/common.cuh",
+        "decode/kv_source.cuh",    "decode/staging.cuh",     "decode/tile_loop.cuh",
+        "decode/split_merge.cuh",  "decode/decode.cuh"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[4300];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
@@ -253,8 +260,8 @@ TEST(explain_lists_every_hashed_field)
     fi_jit_ctx_free(ctx);
     CHECK_OK(rc);
     static const char *const expected[] = {"schema", "sm_80", "nvrtc-version", "option",
-                                           "--gpu-architecture=sm_80", "header:decode.cuh",
-                                           "header:fijit_common.cuh", "source", "key "};
+                                           "--gpu-architecture=sm_80", "header:decode/decode.cuh",
+                                           "header:common/fijit_common.cuh", "source", "key "};
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
         CHECK_MSG(strstr(text, expected[i]), "explain output lacks '%s':\n%s", expected[i], text);
 }

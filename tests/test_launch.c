@@ -17,9 +17,9 @@
 #include "launch/decode.h"
 #include "fake_cuda.h"
 #include "fijit_batch_decode.h"
-#include "fijit_params.h"
+#include "decode/params.h"
 #include "fijit_prefill.h"
-#include "prefill_params.h"
+#include "prefill/params.h"
 
 /* ---- the fake driver ---------------------------------------------------------- */
 

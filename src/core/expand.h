@@ -28,8 +28,17 @@ struct fi_variant;
 int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const struct fi_variant *variant);
 void fi__tu_free(fi_translation_unit *tu);
 
-/* Source of one template file: from $FIJIT_TEMPLATE_DIR when set (for
- * development), else the copy embedded at build time. `*out` is fi__free'd. */
+/* Longest template name: a path relative to templates/, "prefill/kernels.cuh". */
+#define FI_TEMPLATE_NAME_MAX 95
+
+/* Source of one template file, `name` a path relative to templates/ (see
+ * fi__template_name_ok): from $FIJIT_TEMPLATE_DIR/name when the variable is
+ * set (for development), else the copy embedded at build time. `*out` is
+ * fi__free'd. A bad name is FI_EINVALID, a missing template FI_ENOTFOUND. */
 int fi__template_load(const char *name, char **out);
+
+/* 1 when `name` is an acceptable template name: a relative path inside
+ * templates/ (no '..', '.' or empty components, no leading '/'), else 0. */
+int fi__template_name_ok(const char *name);
 
 #endif

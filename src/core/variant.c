@@ -5,7 +5,7 @@
 #include <xxhash.h>
 
 #include "common/error.h"
-#include "fijit_params.h"
+#include "common/params.h"
 #include "core/spec.h"
 #include "common/sys.h"
 #include "core/variant.h"

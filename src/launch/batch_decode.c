@@ -41,7 +41,7 @@
 #include "launch/rope.h"
 #include "core/jit.h"
 #include "fijit_batch_decode.h"
-#include "fijit_params.h"
+#include "decode/params.h"
 #include "core/kinds.h"
 #include "core/spec.h"
 #include "common/sys.h"

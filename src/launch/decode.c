@@ -27,7 +27,7 @@
 #include "common/error.h"
 #include "launch/rope.h"
 #include "core/jit.h"
-#include "fijit_params.h"
+#include "decode/params.h"
 #include "core/kinds.h"
 #include "common/sys.h"
 

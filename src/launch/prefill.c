@@ -44,7 +44,7 @@
 #include "fijit_prefill.h"
 #include "core/kinds.h"
 #include "core/jit.h"
-#include "prefill_params.h"
+#include "prefill/params.h"
 #include "core/spec.h"
 #include "common/sys.h"
 

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "fijit_params.h"
-#include "prefill_params.h"
+#include "decode/params.h"
+#include "prefill/params.h"
 #include "launch/rope.h"
 
 _Static_assert(FI_DECODE_MAX_HEAD_DIM == FI_ROPE_MAX_HEAD_DIM &&

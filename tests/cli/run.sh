@@ -215,7 +215,7 @@ rc=$?
 SOURCE_BYTES=$(sed -nE 's/^source +([0-9]+) bytes .*/\1/p' "$WORK/ex.txt")
 check explain_source "want exit 0 and the $SOURCE_BYTES bytes the key hashes: $(head -c 300 "$WORK/ex.cu")" \
     eval "[ $rc = 0 ] && [ -n '$SOURCE_BYTES' ] && [ \$(wc -c <'$WORK/ex.cu') = '$SOURCE_BYTES' ] \
-          && grep -qx 'constexpr int kHeadDim = 64;' '$WORK/ex.cu' && grep -qx '#include \"decode.cuh\"' '$WORK/ex.cu' \
+          && grep -qx 'constexpr int kHeadDim = 64;' '$WORK/ex.cu' && grep -qx '#include \"decode/decode.cuh\"' '$WORK/ex.cu' \
           && [ \"\$(tail -c 1 '$WORK/ex.cu' | od -An -c | tr -d ' ')\" = '\\n' ]"
 "$FIJIT" explain "decode q=fp16 hd=64" --arch sm_90a --ptx --cache-dir "$NONE" >"$WORK/ex.ptx" 2>&1
 rc=$?
@@ -282,8 +282,8 @@ check prewarm_not_stored_fails "want exit 1, a FAILED line, 1 failed, compiles 1
 # ---- a compile error: FAILED line with the NVRTC log, exit 1, counted --------------
 # A broken copy of the templates (FIJIT_TEMPLATE_DIR) fails in the front end, fast.
 mkdir -p "$WORK/broken"
-cp "$HERE"/../../templates/*.cuh "$HERE"/../../templates/*.h "$WORK/broken/" 2>/dev/null
-echo 'this line is not C++;' >>"$WORK/broken/decode.cuh"
+cp -R "$HERE"/../../templates/. "$WORK/broken/"
+echo 'this line is not C++;' >>"$WORK/broken/decode/decode.cuh"
 FIJIT_TEMPLATE_DIR=$WORK/broken "$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a \
     --cache-dir "$WORK/broken-cache" >"$WORK/broken.out" 2>"$WORK/broken.err"
 rc=$?

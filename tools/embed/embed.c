@@ -2,8 +2,13 @@
  * Build-time generator: turns templates/ files and cache/schema.sql into one C
  * file, so the library carries its kernel sources and schema and never reads
  * them from a path that could drift. Usage:
- *   embed OUT.c --schema cache/schema.sql templates/a.cuh templates/b.h ...
+ *   embed OUT.c --schema cache/schema.sql --root templates templates/a.cuh templates/dir/b.h ...
+ * Each template is embedded under its path relative to the root
+ * ("dir/b.h"), the name templates #include it by and src/core/expand.c
+ * looks up; a path outside the root, or a name expand would refuse (".."
+ * or "." parts, hidden files, other characters), stops the build.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,18 +33,39 @@ static int emit_bytes(FILE *out, const char *path, long *out_size)
     return 0;
 }
 
-static const char *base_name(const char *path)
+/* `path` relative to `root`, or NULL when it is not under root or the rest is
+ * not a name expand accepts (fi__template_name_ok in src/core/expand.c). */
+static const char *relative_name(const char *path, const char *root)
 {
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
+    size_t n = strlen(root);
+    if (strncmp(path, root, n) != 0 || path[n] != '/') return NULL;
+    const char *name = path + n + 1;
+    if (!*name || strlen(name) > 95) return NULL;
+    for (const char *p = name, *part = name;; p++) {
+        if (*p == '/' || *p == '\0') {
+            if (p == part || part[0] == '.') return NULL;
+            if (*p == '\0') return name;
+            part = p + 1;
+        } else if (!isalnum((unsigned char)*p) && *p != '_' && *p != '.' && *p != '-') {
+            return NULL;
+        }
+    }
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 4 || strcmp(argv[2], "--schema") != 0) {
-        fprintf(stderr, "usage: embed OUT.c --schema SCHEMA.sql TEMPLATE...\n");
+    if (argc < 6 || strcmp(argv[2], "--schema") != 0 || strcmp(argv[4], "--root") != 0) {
+        fprintf(stderr, "usage: embed OUT.c --schema SCHEMA.sql --root DIR DIR/TEMPLATE...\n");
         return 2;
     }
+    const char *root = argv[5];
+    for (int i = 6; i < argc; i++)
+        if (!relative_name(argv[i], root)) {
+            fprintf(stderr, "embed: %s: not a template path under %s/ (parts of letters, digits, "
+                            "'_', '-', '.', none empty or starting with '.')\n",
+                    argv[i], root);
+            return 2;
+        }
     FILE *out = fopen(argv[1], "w");
     if (!out) {
         perror(argv[1]);
@@ -50,11 +76,11 @@ int main(int argc, char **argv)
     fputs("const char fi__schema_sql[] =\n", out);
     if (emit_bytes(out, argv[3], &size) < 0) return 1;
     fputs(";\n\nconst fi_embedded_file fi__templates[] = {\n", out);
-    for (int i = 4; i < argc; i++) {
-        fprintf(out, "    {\"%s\",\n", base_name(argv[i]));
+    for (int i = 6; i < argc; i++) {
+        fprintf(out, "    {\"%s\",\n", relative_name(argv[i], root));
         if (emit_bytes(out, argv[i], &size) < 0) return 1;
         fprintf(out, ",\n     %ld},\n", size);
     }
-    fprintf(out, "};\nconst int fi__template_count = %d;\n", argc - 4);
+    fprintf(out, "};\nconst int fi__template_count = %d;\n", argc - 6);
     return fclose(out) == 0 ? 0 : 1;
 }

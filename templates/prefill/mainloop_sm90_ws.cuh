@@ -1,8 +1,10 @@
 // Hopper main loop of prefill (sm_90a): warp-specialised, TMA-fed, with the
 // softmax overlapped with the tensor cores. It computes the same 128-row
-// query tiles as tile kernel 0 of prefill.cuh (same work list, same block
-// order, same variant hooks, masks and epilogue rules) and is launched in
-// its place for the tuples FI_PREFILL_WS_TUPLE accepts (prefill_params.h).
+// query tiles as tile kernel 0 (prefill/mainloop_sm80.cuh) and is launched in
+// its place for the tuples FI_PREFILL_WS_TUPLE accepts (prefill/params.h).
+// Only the main loop is its own: the tile scheduler (prefill/work.cuh), the
+// query rows (rope.cuh), masks (mask.cuh), softmax (softmax.cuh), epilogue
+// (epilogue.cuh) and the variant hooks are the tile kernels'.
 //
 // One CTA = three warpgroups:
 //  * the producer (warpgroup 0) gives its registers away (setmaxnreg) and
@@ -32,6 +34,12 @@
 // Registers: consumers 240, producer 24 (paged: 232 and 40, kConsumerRegs).
 #pragma once
 
+#include "common/tma_sm90.cuh"
+#include "prefill/epilogue.cuh"
+#include "prefill/mask.cuh"
+#include "prefill/rope.cuh"
+#include "prefill/softmax.cuh"
+
 namespace fijit {
 namespace prefill {
 namespace ws {
@@ -52,8 +60,8 @@ constexpr int kBarWg = 3;
 // FlashAttention-3's ablation credits it with a good part of its speed.
 constexpr bool kPingPong = true;
 // Registers of the producer and of the consumers: the paged producer (a warp
-// that also copies and zeroes partial pages) spills below 40, and the
-// consumers fit 232 without spilling (128 x 40 + 256 x 232 <= 64K).
+// that also reads page ids and copies partial pages) needs 32 not to spill
+// (128 x 32 + 256 x 240 = 64K).
 constexpr int kProducerRegs = kKind == FI_PREFILL_KIND_PAGED ? 32 : 24;
 constexpr int kConsumerRegs = 240;
 
@@ -62,75 +70,6 @@ static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 6
 static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kCausal) >=
                   kQBytes + 2u * kStages * kKVBytes + 4u * kStages * 8u,
               "shared memory: Q, the K and V rings, their barriers");
-
-// ---- mbarrier and TMA (PTX ISA: mbarrier, cp.async.bulk.tensor) ----
-__device__ __forceinline__ void bar_init(unsigned int bar, unsigned int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_expect(unsigned int bar, unsigned int bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void bar_arrive(unsigned int bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Wait for the completion of the barrier's phase of parity `parity`.
-__device__ __forceinline__ void bar_wait(unsigned int bar, unsigned int parity)
-{
-    unsigned int done;
-    do {
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            " selp.u32 %0, 1, 0, p;\n}"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-// Box {64 columns, 1 head, kTileKV keys} at (col, head, key) of `map` into
-// `dst`, completing `bar`'s transaction bytes.
-__device__ __forceinline__ void tma_load(unsigned int dst, const fi_tma_map *map, int col, int head,
-                                         int key, unsigned int bar)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(head), "r"(key), "r"(bar)
-        : "memory");
-}
-// Box {64 columns, 1 head, page_size keys, 1 page} at (col, head, 0, page) of
-// a paged map into `dst`, completing `bar`'s transaction bytes.
-__device__ __forceinline__ void tma_load_page(unsigned int dst, const fi_tma_map *map, int col,
-                                              int head, int page, unsigned int bar)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(head), "r"(0), "r"(page),
-        "r"(bar)
-        : "memory");
-}
-template <int kCount>
-__device__ __forceinline__ void set_max_regs_inc()
-{
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kCount));
-}
-template <int kCount>
-__device__ __forceinline__ void set_max_regs_dec()
-{
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kCount));
-}
-__device__ __forceinline__ void named_sync(int id, int threads)
-{
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int threads)
-{
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 
 // Shared memory: Q (kTileQ rows), the K ring, the V ring (panel layout,
 // swz_panel), then the barriers: full K, full V, empty K, empty V, one per slot.
@@ -377,9 +316,9 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
             }
         }
     };
-    // Online softmax of S into the new maximum and sums; returns the factor
-    // O must be rescaled by, per row half (1 without softmax), and sets
-    // `grew` when a maximum changed (else the factor is 1).
+    // Online softmax of S into the new maximum and sums (prefill/softmax.cuh);
+    // returns the factor O must be rescaled by, per row half (1 without
+    // softmax), and sets `grew` when a maximum changed (else the factor is 1).
     auto softmax = [&](float (&scale)[2], bool &grew) {
         grew = false;
 #pragma unroll
@@ -388,34 +327,15 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
                 scale[h] = 1.f;
                 continue;
             }
-            float mx = m[h];
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) mx = fmax_(mx, fmax_(s[nt][2 * h], s[nt][2 * h + 1]));
-            mx = fmax_(mx, shfl_xor(mx, 1));
-            mx = fmax_(mx, shfl_xor(mx, 2));
-            const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
-            scale[h] = exp2_fast(fma_(m[h], kLog2e, -base2));
-            grew = grew || mx != m[h];
-            m[h] = mx;
-            float sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    s[nt][2 * h + e] = exp2_fast(fma_(s[nt][2 * h + e], kLog2e, -base2));
-                    sum += s[nt][2 * h + e];
-                }
-            d[h] = fma_(d[h], scale[h], sum);
+            bool grew_row;
+            softmax_row(s, h, m[h], d[h], scale[h], grew_row);
+            grew = grew || grew_row;
         }
     };
     // O *= scale, skipped when no row of the warp has a new maximum (most
     // tiles after the first few): a warp-uniform branch.
     auto rescale = [&](const float (&scale)[2], bool grew) {
-        if (kSoftmax && any_sync(grew))
-#pragma unroll
-            for (int dt = 0; dt < kDT; ++dt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) o[dt][e] *= scale[e >> 1];
+        if (kSoftmax && any_sync(grew)) rescale_rows(o, scale);
     };
     auto take_p = [&]() {
 #pragma unroll
@@ -492,40 +412,26 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         release(sm.empty_v(sl));
     }
 
-    // Epilogue (as tile kernel 0): normalise, output hook, stage in this
-    // warpgroup's own Q rows, then 16-byte stores of whole rows.
+    // Epilogue (prefill/epilogue.cuh, as tile kernel 0): normalise, output
+    // hook, stage in this warpgroup's own Q rows, then 16-byte stores of
+    // whole rows.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        d[h] += shfl_xor(d[h], 1);
-        d[h] += shfl_xor(d[h], 2);
-        const float inv = !kSoftmax ? 1.f : d[h] > 0.f ? rcp_fast(d[h]) : 0.f;
-        const float lse = !kSoftmax   ? 0.f
-                          : d[h] > 0.f ? fma_(log2_fast(d[h]), kLn2, m[h])
-                                       : -inf_();
+        float inv, lse;
+        finish_row(d[h], m[h], inv, lse);
         const int r = wg_row0 + warp * 16 + g + 8 * h;
         const int tok = row_tok[h], head = row_head[h];
-#pragma unroll
-        for (int dt = 0; dt < kDT; ++dt) {
-            const int col = dt * 8 + 2 * t;
-            const float v0 = Variant::output_transform(p, o[dt][2 * h] * inv, head, col, lse);
-            const float v1 = Variant::output_transform(p, o[dt][2 * h + 1] * inv, head, col + 1, lse);
-            sts32(sm.q + swz_panel<kTileQ>(r, dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
-        }
-        if (p.lse != nullptr && t == 0 && row0 + r < rows)
-            p.lse[(long long)(w.q_begin + tok) * p.num_qo_heads + head] = lse;
+        stage_row(p, o, h, inv, lse, head, t,
+                  [&](int dt) { return sm.q + swz_panel<kTileQ>(r, dt); });
+        if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
     }
     named_sync(kBarWg + wg, 128);
 #pragma unroll 4
     for (int c = wtid; c < 64 * kChunks; c += 128) {
         const int r = wg_row0 + c / kChunks, ch = c % kChunks;
         const int pr = row0 + r;
-        if (pr < rows) {
-            const int token = pr / G;
-            const int head = kv_head * G + pr % G;
-            DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + token) * p.o_stride_n +
-                          (long long)head * p.o_stride_h + ch * 8;
-            stg16(dst, lds128(sm.q + swz_panel<kTileQ>(r, ch)));
-        }
+        if (pr < rows)
+            store_chunk(p, w, G, pr, ch, [&] { return sm.q + swz_panel<kTileQ>(r, ch); });
     }
     named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
 }

@@ -80,4 +80,13 @@ __device__ __forceinline__ vec16_t lds128(unsigned int smem_address)
     return v;
 }
 
+// The transpose of an 8x8 matrix of 16-bit values held as mma fragments
+// (this lane: row g, cols 2t and 2t + 1; see above).
+__device__ __forceinline__ unsigned int movmatrix_trans(unsigned int x)
+{
+    unsigned int y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+
 }  // namespace fijit

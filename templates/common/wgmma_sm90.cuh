@@ -7,7 +7,7 @@
 // fragment layout as an mma.sync m16n8 accumulator per 8-column block:
 // d[n][0..1] at (row g, cols 8n + 2t, +1), d[n][2..3] at (row g + 8, same
 // cols), g = lane / 4, t = lane % 4. An A operand held in registers uses the
-// mma.sync m16n8k16 A layout (see fijit_mma.cuh), so the S accumulators of
+// mma.sync m16n8k16 A layout (see common/mma_sm80.cuh), so the S accumulators of
 // two 8-key blocks form one A fragment of P.V, as with mma.sync.
 //
 // Shared-memory tiles use the 128-byte swizzle: a tile of R rows x C 16-bit

@@ -1,17 +1,14 @@
 /*
- * Kernel parameter structs and launch constants, shared by the host launch
- * code (C11, src/decode.c) and the kernels (CUDA C++ under NVRTC). Both sides
- * include this one file, so the layout cannot drift. Only builtin types:
- * NVRTC sees no <stdint.h>. Every kernel takes exactly one of these structs by
- * value.
+ * Decode kernel parameter structs and launch constants, shared by the host
+ * launch code (C11, src/launch/decode.c, batch_decode.c) and the decode
+ * kernels (CUDA C++ under NVRTC, templates/decode/). Both sides include this
+ * one file, so the layout cannot drift. Only builtin types: NVRTC sees no
+ * <stdint.h>. Every kernel takes exactly one of these structs by value.
  */
-#ifndef FIJIT_PARAMS_H
-#define FIJIT_PARAMS_H
+#ifndef FIJIT_DECODE_PARAMS_H
+#define FIJIT_DECODE_PARAMS_H
 
-/* Room for a user variant's declared parameters in every params struct:
- * at most FI_VARIANT_MAX_PARAMS (16) values of at most 8 bytes, laid out by
- * src/variant.c and read on the device through fijit::variant_params(p). */
-#define FI_VARIANT_PARAM_WORDS 16
+#include "common/params.h" /* FI_VARIANT_PARAM_WORDS */
 
 /* ---- decode launch constants ---------------------------------------------------
  * One block serves one KV head (a GQA group, or a slice of a large one) over
@@ -41,7 +38,7 @@
 #define FI_DECODE_STAGES_DEEP2 6
 #define FI_DECODE_STAGES_DEEP3 4
 /* A block serves at most FI_DECODE_MMA_HEADS query heads: the 8 columns of
- * its mma tiles (templates/decode_core.cuh); a larger GQA group takes several
+ * its mma tiles (templates/decode/tile_loop.cuh); a larger GQA group takes several
  * head blocks. */
 #define FI_DECODE_MMA_HEADS 8
 /* Row groups in a block (lanes per row = head_dim / VEC). */
@@ -53,7 +50,7 @@
 /* Dynamic shared memory of a decode block: the K and V rings of `stages`
  * tiles, then the staging area for the tiles ldmatrix cannot read from the
  * ring (fp8 K and V widened to 16 bits; K rotated by RoPE), each as large as
- * a 16-bit tile. The merges at the end reuse the ring (decode_core.cuh checks
+ * a 16-bit tile. The merges at the end reuse the ring (decode/common.cuh checks
  * that they fit two stages). */
 #define FI_DECODE_RING_BYTES(hd, kv_bytes, stages)                                  \
     (2 * (stages) * FI_DECODE_TILE_TOKENS(hd) * (hd) * (kv_bytes))
@@ -128,7 +125,7 @@ typedef struct fi_decode_params {
 } fi_decode_params;
 
 /* ---- batch decode over a paged KV cache ------------------------------------------
- * The host plan (src/batch_decode.c) cuts every request's keys into chunks;
+ * The host plan (src/launch/batch_decode.c) cuts every request's keys into chunks;
  * one work item is one (request, chunk). Grid: x = work item, y = kv_head *
  * head_blocks + head_block. Items of one request are consecutive, so split s
  * of a request is item first_item + s; partial states are indexed by item. */
@@ -183,4 +180,4 @@ typedef struct fi_merge_states_params {
     int seq_len, num_states, num_heads;
 } fi_merge_states_params;
 
-#endif /* FIJIT_PARAMS_H */
+#endif /* FIJIT_DECODE_PARAMS_H */

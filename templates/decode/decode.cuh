@@ -1,14 +1,15 @@
 // Single-request decode attention: one query token per head against kv_len
 // keys in dense K/V tensors (any strides), with GQA, RoPE/ALiBi, soft-cap,
 // sliding window, fp8 KV and split-KV. The tile loop and the split merge are
-// shared with batch decode in decode_core.cuh; this file only maps a block to
+// shared with batch decode (decode/common.cuh lists the parts); this file only maps a block to
 // its work: blockIdx.x is the split (a contiguous chunk of keys), blockIdx.y
 // the kv head (and head block of a large GQA group). With more than one split
 // the last block of each kv head to finish merges the splits (no second
-// kernel). Params: fijit_params.h (fi_decode_params).
+// kernel). Params: decode/params.h (fi_decode_params).
 #pragma once
 
-#include "decode_core.cuh"
+#include "decode/split_merge.cuh"
+#include "decode/tile_loop.cuh"
 
 extern "C" __global__ void __launch_bounds__(FI_DECODE_THREADS)
     fi_decode_kernel(const fi_decode_params p)

@@ -1,17 +1,17 @@
 /*
  * Prefill kernel parameters and launch constants, shared by the host launch
- * code (C11, src/prefill.c) and the kernels (CUDA C++ under NVRTC,
- * templates/prefill.cuh). Builtin types only: NVRTC sees no <stdint.h>.
+ * code (C11, src/launch/prefill.c) and the kernels (CUDA C++ under NVRTC,
+ * templates/prefill/). Builtin types only: NVRTC sees no <stdint.h>.
  * Every prefill kernel takes exactly one fi_prefill_params by value.
  */
 #ifndef FIJIT_PREFILL_PARAMS_H
 #define FIJIT_PREFILL_PARAMS_H
 
-#include "fijit_params.h" /* FI_VARIANT_PARAM_WORDS */
+#include "common/params.h" /* FI_VARIANT_PARAM_WORDS */
 
 /* ---- tiles ---------------------------------------------------------------------
  * A module holds one kernel per CTA query tile, in this order (the kinds'
- * entries in src/kinds.c follow it): rows of the tile are "packed rows",
+ * entries in src/core/kinds.c follow it): rows of the tile are "packed rows",
  * (query token, head of the GQA group) pairs, row = token * group + head, so
  * that all query heads sharing a KV head share every K/V tile. On mma.sync
  * (every arch but sm_90a, below):
@@ -27,7 +27,7 @@
  *
  * Hopper: in a module compiled for sm_90a (`sm90a` = 1 below; the kernels see
  * __CUDA_ARCH_FEAT_SM90_ALL, the host the kernel's arch string), tiles 0 and 1
- * run on warpgroup MMA (wgmma, templates/fijit_wgmma.cuh) instead of mma.sync:
+ * run on warpgroup MMA (wgmma, templates/common/wgmma_sm90.cuh) instead of mma.sync:
  * 16 rows per warp, a warpgroup per 64 rows (8 and 4 warps), with
  * FI_PREFILL_WGMMA_KEYS keys per K/V tile; the 16-row tile keeps mma.sync.
  * Head dim 64 and 128 are held to 128 registers for 2 CTAs per SM.
@@ -62,7 +62,7 @@
 /* Bytes of K/V (all requests) the heads of one block-order section may span. */
 #define FI_PREFILL_L2_BUDGET (24u << 20)
 
-/* ---- the Hopper main loop (templates/prefill_sm90.cuh) ------------------------
+/* ---- the Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) -------------
  * In a module compiled for sm_90a, every prefill kind without a custom
  * mask also holds fi_prefill_kernel_ws: the 128-row tiles of tile kernel 0
  * (same grid, work list and block order) computed by a producer warpgroup

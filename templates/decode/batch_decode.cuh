@@ -1,17 +1,18 @@
 // Batch decode over a paged KV cache: one query token per head for each of
 // `batch` requests, each with its own length and pages. The host plan
-// (src/batch_decode.c) turns the batch into a list of work items (request,
+// (src/launch/batch_decode.c) turns the batch into a list of work items (request,
 // range of keys) that fills the GPU; blockIdx.x is the item, blockIdx.y the
 // kv head (and head block of a large GQA group). A request cut into several
 // items is merged by the last of its blocks to finish, in this same launch.
-// The tile loop is decode_core.cuh's, with PagedKV as the key source.
+// The tile loop is decode/tile_loop.cuh's, with PagedKV as the key source.
 //
 // Second entry: fi_merge_states_kernel, the standalone merge of N attention
 // states (o, lse) per row that cascade inference needs.
-// Params: fijit_params.h (fi_batch_decode_params, fi_merge_states_params).
+// Params: decode/params.h (fi_batch_decode_params, fi_merge_states_params).
 #pragma once
 
-#include "decode_core.cuh"
+#include "decode/split_merge.cuh"
+#include "decode/tile_loop.cuh"
 
 extern "C" __global__ void __launch_bounds__(FI_DECODE_THREADS)
     fi_batch_decode_kernel(const fi_batch_decode_params p)

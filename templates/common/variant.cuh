@@ -9,8 +9,8 @@
 // and from the parameters the variant declared (fijit::variant_params(p)).
 //
 // The built-in behaviours (ALiBi, soft-cap, sliding window) are variants
-// too, written with these hooks alone (variant_alibi.cuh, variant_softcap.cuh,
-// variant_window.cuh), stacked on BaseVariant according to the tuple's
+// too, written with these hooks alone (variants/alibi.cuh, variants/softcap.cuh,
+// variants/window.cuh), stacked on BaseVariant according to the tuple's
 // compile-time choices (fijit_cfg::kMask, kPos, kSoftCap): a tuple pays only
 // for the layers it asked for.
 #pragma once
@@ -130,15 +130,17 @@ struct LayerIf<true, Layer, Base> {
 
 }  // namespace fijit
 
-#include "variant_alibi.cuh"
-#include "variant_softcap.cuh"
-#include "variant_window.cuh"
+#include "variants/alibi.cuh"
+#include "variants/softcap.cuh"
+#include "variants/window.cuh"
 
 namespace fijit {
 
-// The tuple's built-in behaviour: ALiBi bias, then the soft-cap (FlashInfer's
-// order: the cap applies to the scaled logit, bias included), and the
-// sliding window's mask.
+// The tuple's built-in behaviour: ALiBi bias, then the soft-cap, then the
+// sliding window's mask. The order is fijit's own: the bias is added to the
+// scaled logit first and the cap bounds the sum, cap * tanh((s + bias) / cap),
+// so that |logit| <= cap whatever the bias. FlashInfer adds the bias inside
+// the cap instead, cap * tanh(s / cap + bias); fijit keeps its order.
 using DefaultLayers = typename LayerIf<
     fijit_cfg::kMask == fijit_cfg::kMaskWindow, SlidingWindow,
     typename LayerIf<fijit_cfg::kSoftCap, SoftCap,

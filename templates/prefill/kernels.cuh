@@ -1,0 +1,62 @@
+// The entry points of a prefill module, one per query tile (in the order of
+// src/core/kinds.c; tile sizes and warps in prefill/params.h), the RoPE
+// pre-pass, and the Hopper kernel (empty but on sm_90a).
+#pragma once
+
+#include "prefill/mainloop_sm80.cuh"
+#include "prefill/mainloop_sm90_ws.cuh"
+
+#define FI_PREFILL_BOUNDS(i)                                                                \
+    __launch_bounds__(FI_PREFILL_WARPS(i, fijit_cfg::kHeadDim, fijit::prefill::kSm90a) * 32, \
+                      FI_PREFILL_MIN_BLOCKS(i, fijit_cfg::kHeadDim, fijit::prefill::kSm90a))
+extern "C" __global__ void FI_PREFILL_BOUNDS(0) fi_prefill_kernel_q128(const fi_prefill_params p)
+{
+    extern __shared__ __align__(1024) unsigned char smem_q128[];
+    fijit::prefill::run<0>(p, smem_q128);
+}
+
+extern "C" __global__ void FI_PREFILL_BOUNDS(1) fi_prefill_kernel_q64(const fi_prefill_params p)
+{
+    extern __shared__ __align__(1024) unsigned char smem_q64[];
+    fijit::prefill::run<1>(p, smem_q64);
+}
+
+extern "C" __global__ void FI_PREFILL_BOUNDS(2) fi_prefill_kernel_q16(const fi_prefill_params p)
+{
+    extern __shared__ __align__(1024) unsigned char smem_q16[];
+    fijit::prefill::run<2>(p, smem_q16);
+}
+
+// The RoPE pre-pass (empty without RoPE).
+extern "C" __global__ void __launch_bounds__(FI_PREFILL_ROPE_THREADS)
+    fi_prefill_rope_k_kernel(const fi_prefill_params p)
+{
+    fijit::prefill::rotate_keys(p);
+}
+
+// The Hopper main loop for 128-row tiles (mainloop_sm90_ws.cuh), in modules for
+// sm_90a of the tuples FI_PREFILL_WS_TUPLE accepts; empty elsewhere.
+namespace fijit {
+namespace prefill {
+constexpr bool kWsTuple = kSm90a && FI_PREFILL_WS_TUPLE(kKind, kCustom);
+template <bool kOn, int kUnused = 0>
+struct WsEntry {
+    static __device__ __forceinline__ void run(const P &, const fi_prefill_ws &, unsigned char *) {}
+};
+template <int kUnused>
+struct WsEntry<true, kUnused> {
+    static __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &maps,
+                                               unsigned char *smem)
+    {
+        ws::run(p, maps, smem);
+    }
+};
+}  // namespace prefill
+}  // namespace fijit
+
+extern "C" __global__ void __launch_bounds__(FI_PREFILL_WS_THREADS, 1)
+    fi_prefill_kernel_ws(const fi_prefill_params p, const __grid_constant__ fi_prefill_ws maps)
+{
+    extern __shared__ __align__(1024) unsigned char smem_ws[];
+    fijit::prefill::WsEntry<fijit::prefill::kWsTuple>::run(p, maps, smem_ws);
+}
