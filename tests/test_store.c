@@ -1,4 +1,4 @@
-/* Tests of the on-disk cache (src/store.c): round trips, every kind of damaged
+/* Tests of the local cache through the tier front (src/store/): round trips, every kind of damaged
  * object, a broken or outdated index, directory permissions, verify/repair,
  * eviction, statistics, per-key locks across processes and threads, and
  * injected faults. */

@@ -79,11 +79,11 @@ int fi_store_read_only(const fi_store *st) { return st && fi_local_read_only(st-
 /* A remote answered with an error or a timeout: said once, skipped from now on. */
 static void remote_failed(remote_slot *slot, fi_remote_result res, const char *verb)
 {
+    const char *words = fi_last_error(); /* the backend's, cleared before the call */
     if (atomic_exchange(&slot->failed, 1)) return;
     fi__log(FI_LOG_WARN, "remote cache %s (%s): %s %s; not using it again in this process%s%s",
             slot->remote->url ? slot->remote->url : "?", slot->remote->ops->name, verb,
-            res == FI_REMOTE_TIMEOUT ? "timed out" : "failed",
-            res == FI_REMOTE_TIMEOUT ? "" : ": ", res == FI_REMOTE_TIMEOUT ? "" : fi_last_error());
+            res == FI_REMOTE_TIMEOUT ? "timed out" : "failed", *words ? ": " : "", words);
 }
 
 /* Ask one remote for `key`: 0 with the verified payload, FI_ENOTFOUND when
@@ -98,6 +98,7 @@ static int remote_get(remote_slot *slot, const uint8_t key[16], void **out, size
     const void *payload;
     fi_object_header hdr;
     char why[256], hex[33];
+    fi__error_clear();
     fi_remote_result res = r->ops->get(r, key, &entry, &size);
     if (res == FI_REMOTE_NOT_FOUND) goto out;
     if (res != FI_REMOTE_OK) {
@@ -109,6 +110,7 @@ static int remote_get(remote_slot *slot, const uint8_t key[16], void **out, size
         fi_key_hex(hex, key);
         fi__log(FI_LOG_WARN, "remote cache %s: entry %s %s; ignored it and removed it",
                 r->url ? r->url : "?", hex, why);
+        fi__error_clear();
         res = r->ops->remove(r, key);
         if (res != FI_REMOTE_OK && res != FI_REMOTE_NOT_FOUND) remote_failed(slot, res, "remove");
         goto out;
@@ -171,6 +173,7 @@ int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t s
         for (size_t i = 0; i < st->remote_count; i++) {
             remote_slot *slot = &st->remotes[i];
             if (atomic_load(&slot->failed)) continue;
+            fi__error_clear();
             fi_remote_result res = slot->remote->ops->put(slot->remote, key, entry, entry_size);
             if (res != FI_REMOTE_OK) remote_failed(slot, res, "put");
         }

@@ -316,7 +316,7 @@ static int db_schema(fi_local *st)
         FI_TRY(pragma_int(st, "PRAGMA user_version", &version));
         if (version != FI_SCHEMA_VERSION)
             FI_FAIL(FI_EINVALID,
-                    "internal: cache/schema.sql sets user_version %" PRId64 " but store.c expects %d",
+                    "internal: cache/schema.sql sets user_version %" PRId64 " but src/store/local/index.c expects %d",
                     version, FI_SCHEMA_VERSION);
     }
     FI_TRY(fi__local_tx_commit(st));
@@ -594,7 +594,7 @@ int fi__local_db_open(fi_local *st)
     return (rc = check_sidecars(st, 0)) < 0 ? rc : db_init(st);
 }
 
-/* ---- open / close ------------------------------------------------------------ */
+/* ---- the index's path -------------------------------------------------------- */
 
 /* SQLite's NOFOLLOW refuses a link in any component of the index's path, and
  * links above the cache are fine (~/.cache on another disk); so the index is
@@ -620,6 +620,8 @@ int fi__local_resolve_index_path(fi_local *st)
                          max - strlen(name));
     return fi__local_join_path(st->index_path, real, "index.sqlite");
 }
+
+/* ---- rows ------------------------------------------------------------------- */
 
 /* Delete an entry's row (inside the caller's transaction). */
 int fi__local_delete_row(fi_local *st, const char *hex, const char *what)
