@@ -6,8 +6,7 @@
 #include <stdint.h>
 
 #include "fijit.h"
-
-#define FI_VARIANT_NAME_MAX 63
+#include "fijit_cache.h" /* FI_VARIANT_NAME_MAX */
 
 /* A spec with no pointers: zero-padded so it can be hashed and compared as bytes. */
 typedef struct fi_spec_key {

@@ -9,38 +9,9 @@
 
 #include <cuda.h>
 
-typedef struct fi_cuda_api {
-    CUresult (*Init)(unsigned int);
-    CUresult (*DriverGetVersion)(int *);
-    CUresult (*GetErrorString)(CUresult, const char **);
-    CUresult (*CtxGetCurrent)(CUcontext *);
-    CUresult (*CtxGetDevice)(CUdevice *);
-    CUresult (*CtxSetCurrent)(CUcontext);
-    CUresult (*DeviceGet)(CUdevice *, int);
-    CUresult (*DeviceGetCount)(int *);
-    CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
-    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*DevicePrimaryCtxRelease)(CUdevice);
-    CUresult (*ModuleLoadData)(CUmodule *, const void *);
-    CUresult (*ModuleUnload)(CUmodule);
-    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
-    CUresult (*FuncGetAttribute)(int *, CUfunction_attribute, CUfunction);
-    CUresult (*FuncSetAttribute)(CUfunction, CUfunction_attribute, int);
-    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, unsigned, CUstream, void **, void **);
-    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
-    CUresult (*MemFree)(CUdeviceptr);
-    CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
-    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
-    CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
-    CUresult (*StreamSynchronize)(CUstream);
-    CUresult (*CtxSynchronize)(void);
-    /* Optional (NULL on drivers without it, before CUDA 12): TMA descriptors. */
-    CUresult (*TensorMapEncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                     const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                     const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-} fi_cuda_api;
+#include "fijit_cache.h"
+
+/* fi_cuda_api, the table of driver entry points, is public in fijit_cache.h. */
 
 /* Load the driver once (thread-safe). FI_ENODEVICE with a message when
  * libcuda cannot be loaded or cuInit fails. */
