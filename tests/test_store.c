@@ -159,7 +159,7 @@ static int list_row(void *user, const fi_store_row *row)
 {
     listing *l = user;
     if (l->count < 8) {
-        snprintf(l->specs[l->count], 256, "%s", row->meta.spec);
+        snprintf(l->specs[l->count], 256, "%s", row->spec);
         l->hits[l->count] = row->hits;
     }
     l->count++;

@@ -53,35 +53,11 @@ int fi_cache_default_dir(char *out, size_t size)
     return fi__default_cache_dir(out, size);
 }
 
-typedef struct foreach_ctx {
-    int (*fn)(void *user, const fi_cache_entry *entry);
-    void *user;
-} foreach_ctx;
-
-static int foreach_row(void *user, const fi_store_row *row)
-{
-    foreach_ctx *f = user;
-    fi_cache_entry e;
-    memset(&e, 0, sizeof e);
-    memcpy(e.key, row->key, sizeof e.key);
-    memcpy(e.spec, row->meta.spec, sizeof e.spec);
-    memcpy(e.arch, row->meta.arch, sizeof e.arch);
-    e.registers = row->meta.registers;
-    e.spill_bytes = row->meta.spill_bytes;
-    e.compile_ns = row->meta.compile_ns;
-    e.size = row->size;
-    e.created = row->created;
-    e.last_used = row->last_used;
-    e.hits = row->hits;
-    return f->fn(f->user, &e);
-}
-
 int fi_cache_foreach(fi_cache *cache, int (*fn)(void *user, const fi_cache_entry *entry),
                      void *user)
 {
-    foreach_ctx f = {fn, user};
     if (!cache || !fn) return fi__error(FI_EINVALID, "fi_cache_foreach: NULL argument");
-    return fi_store_foreach(cache->store, foreach_row, &f);
+    return fi_store_foreach(cache->store, fn, user); /* fi_store_row is fi_cache_entry */
 }
 
 void fi_cache_key_hex(char out[33], const unsigned char key[16]) { fi_key_hex(out, key); }

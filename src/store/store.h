@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "fijit.h"
+#include "fijit_cache.h"
 
 typedef struct fi_store fi_store;
 
@@ -39,15 +40,8 @@ typedef struct fi_object_meta {
     int64_t compile_ns;
 } fi_object_meta;
 
-/* A row of `fijit list`. */
-typedef struct fi_store_row {
-    uint8_t key[16];
-    fi_object_meta meta;
-    int64_t size;        /* object bytes */
-    int64_t created;     /* unix seconds */
-    int64_t last_used;   /* unix seconds */
-    int64_t hits;
-} fi_store_row;
+/* A row of `fijit list`: the public fi_cache_entry (fijit_cache.h). */
+typedef fi_cache_entry fi_store_row;
 
 typedef enum fi_store_flags {
     FI_STORE_ALLOW_UNSAFE_DIR = 1u << 0, /* accept a dir writable by group/others */

@@ -800,15 +800,15 @@ int fi_local_foreach(fi_local *st, int (*fn)(void *user, const fi_store_row *row
         if (!k || fi_key_from_hex(k, r->key) < 0) memset(r->key, 0, sizeof r->key);
         const char *spec = (const char *)sqlite3_column_text(s, 1);
         const char *arch = (const char *)sqlite3_column_text(s, 2);
-        snprintf(r->meta.spec, sizeof r->meta.spec, "%s", spec ? spec : "");
-        snprintf(r->meta.arch, sizeof r->meta.arch, "%s", arch ? arch : "");
+        snprintf(r->spec, sizeof r->spec, "%s", spec ? spec : "");
+        snprintf(r->arch, sizeof r->arch, "%s", arch ? arch : "");
         r->size = sqlite3_column_int64(s, 3);
         r->created = sqlite3_column_int64(s, 4);
         r->last_used = sqlite3_column_int64(s, 5);
         r->hits = sqlite3_column_int64(s, 6);
-        r->meta.registers = sqlite3_column_int(s, 7);
-        r->meta.spill_bytes = sqlite3_column_int(s, 8);
-        r->meta.compile_ns = sqlite3_column_int64(s, 9);
+        r->registers = sqlite3_column_int(s, 7);
+        r->spill_bytes = sqlite3_column_int(s, 8);
+        r->compile_ns = sqlite3_column_int64(s, 9);
     }
     sqlite3_reset(s);
     pthread_mutex_unlock(&st->mu);
