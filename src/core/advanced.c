@@ -73,10 +73,10 @@ void fi_free(void *p) { fi__free(p); }
 
 int fi_error_set(int code, const char *fmt, ...)
 {
-    char text[4096];
+    char text[4096] = "";
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt ? fmt : "", ap);
+    if (fmt) vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     return fi__error(code, "%s", text);
 }
