@@ -3,17 +3,11 @@
  * run them, opening, checking and rebuilding index.sqlite, the rows that
  * describe objects, eviction by least-recent use, statistics and listing.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdlib.h>
 #include <stddef.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -23,7 +17,6 @@
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "common/embedded.h"
 #include "common/error.h"

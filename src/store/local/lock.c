@@ -5,26 +5,17 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <stddef.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
-#include "common/embedded.h"
 #include "common/error.h"
 #include "common/sys.h"
 #include "store/local/local.h"
