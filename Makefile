@@ -16,6 +16,8 @@ CPPFLAGS  += -D_GNU_SOURCE -DFIJIT_BUILDING -Iinclude -Isrc -Itemplates -Ibuild/
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=c11 -fPIC -fvisibility=hidden $(WARN)
 LDLIBS    := -lsqlite3 -lxxhash -ldl -lpthread -lm
+# The CLI is a client of the public headers only (include/, cuda.h): no -Isrc.
+TOOL_CPPFLAGS := -D_GNU_SOURCE -Iinclude -I$(CUDA_HOME)/include
 
 B         := build
 LIB_SRC   := $(sort $(wildcard src/*/*.c src/*/*/*.c))
@@ -49,9 +51,9 @@ $(1)/obj/%.o: src/%.c $(LIB_HDR) $(TEMPLATE_HDR) | $(B)/gen/embedded.c
 $(1)/obj/embedded.o: $(B)/gen/embedded.c
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
-$(1)/obj/tools/%.o: tools/%.c $(LIB_HDR) $(wildcard tools/*.h)
+$(1)/obj/tools/%.o: tools/%.c $(wildcard include/*.h) $(wildcard tools/*.h)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
+	$$(CC) $$(TOOL_CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
 $(1)/obj/tests/%.o: tests/%.c tests/check.h $(LIB_HDR) \
                    $(TEMPLATE_HDR)
 	@mkdir -p $$(dir $$@)
@@ -135,7 +137,7 @@ gpu-check: all
 install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/fijit.h include/fijit_batch_decode.h include/fijit_prefill.h \
-	  $(DESTDIR)$(PREFIX)/include/
+	  include/fijit_cache.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(B)/libfijit.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)

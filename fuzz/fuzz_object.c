@@ -1,11 +1,14 @@
-/* libFuzzer target: the object reader of src/store.c. The input becomes the
- * object file of one key and fi_store_get reads it; it must never crash, and
- * may succeed only when the header is whole, names the key and the payload's
- * checksum matches. Byte 0 picks how the file is made:
+/* libFuzzer target: the entry codec (src/store/object.c) and the local
+ * tier's object reader built on it. The input becomes the object file of one
+ * key; fi_object_decode checks it in memory and fi_store_get reads it from
+ * disk. Neither may crash, both must agree, and they may accept it only when
+ * the header is whole, names the key and the payload's checksum matches.
+ * Byte 0 picks how the file is made:
  *   0: the rest of the input, raw;
- *   1: a header built from the input's fields (sizes, arch, spec text, flags
- *      that break one check or none) around the remaining bytes as payload;
- *      when nothing is broken, the read must succeed;
+ *   1: a header written by the codec (fi_object_header_build) from the
+ *      input's fields (spec text, payload) with flags that break one check
+ *      or none (the header is resealed, so only that check fails); when
+ *      nothing is broken, the read must succeed;
  *   2: a valid object with one bit flipped at an input-chosen place; the
  *      read must fail. */
 #include <fcntl.h>
@@ -17,8 +20,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "store/store.h"
 #include "common/sys.h"
+#include "store/object.h"
+#include "store/store.h"
 
 #define REQUIRE(c) do { if (!(c)) { fprintf(stderr, "violated: %s\n", #c); abort(); } } while (0)
 
@@ -47,26 +51,26 @@ static void put_le(uint8_t *p, uint64_t v, int n)
     for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Build an object; `breaks` (bit set) damages one part. Returns its size. */
+/* Build an object with the codec; `breaks` (bit set) damages one part. Returns its size. */
 static size_t build(uint8_t *out, const uint8_t *in, size_t in_size, unsigned breaks, int *valid)
 {
     size_t n = in_size ? in[0] % 64 : 0; /* spec text length */
     if (n > in_size) n = in_size;
     const uint8_t *spec = in, *payload = in + n;
     size_t psize = in_size - n;
-    uint32_t hsize = (uint32_t)(82 + n + 8);
-    memset(out, 0, hsize);
-    memcpy(out, "FIJITOB1", 8);
-    put_le(out + 8, (breaks & 1) ? 2 : 1, 4);
-    put_le(out + 12, (breaks & 2) ? hsize + 1 : hsize, 4);
-    memcpy(out + 16, key, 16);
+    fi_object_meta meta;
+    memset(&meta, 0, sizeof meta);
+    memcpy(meta.spec, spec, n); /* may hold a NUL: the text is cut there */
+    memcpy(meta.arch, "sm_90a", 6);
+    uint32_t hsize = (uint32_t)fi_object_header_build(out, key, &meta, psize,
+                                                      XXH3_64bits(payload, psize));
+    if (breaks & 1) put_le(out + 8, 2, 4);
+    if (breaks & 2) put_le(out + 12, hsize + 1, 4);
     if (breaks & 4) out[20] ^= 1;
-    put_le(out + 32, (breaks & 8) ? psize + 1 : psize, 8);
-    put_le(out + 40, XXH3_64bits(payload, psize) ^ ((breaks & 16) ? 1 : 0), 8);
-    memcpy(out + 64, "sm_90a", 6);
+    if (breaks & 8) put_le(out + 32, psize + 1, 8);
+    if (breaks & 16) out[40] ^= 1;
     if (breaks & 32) memset(out + 64, 'x', 16);
-    put_le(out + 80, n, 2);
-    memcpy(out + 82, spec, n);
+    /* Reseal the header over the change, unless the seal is what breaks. */
     put_le(out + hsize - 8, XXH3_64bits(out, hsize - 8) ^ ((breaks & 64) ? 1 : 0), 8);
     memcpy(out + hsize, payload, psize);
     *valid = !(breaks & 127) && psize > 0;
@@ -103,6 +107,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fi_object_meta meta;
     int rc = fi_store_get(st, key, &out, &out_size, &meta);
     REQUIRE(rc == 0 || rc == FI_ENOTFOUND);
+    /* The codec over memory agrees with the reader over the file. */
+    fi_object_header hdr;
+    const void *payload = NULL;
+    char why[256];
+    int res = fi_object_decode(file, file_size, key, &hdr, &payload, why, sizeof why);
+    REQUIRE(res == (rc == 0 ? FI_OBJECT_OK : FI_OBJECT_BAD));
+    if (rc == 0)
+        REQUIRE(hdr.payload_size == out_size && memcmp(payload, out, out_size) == 0 &&
+                memcmp(&hdr.meta, &meta, sizeof meta) == 0);
     if (rc == 0) {
         /* Served: the header is whole and the payload is exactly what it vouches for. */
         uint32_t hsize = (uint32_t)file[12] | (uint32_t)file[13] << 8 | (uint32_t)file[14] << 16 |

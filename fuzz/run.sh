@@ -28,7 +28,9 @@ LIBS="-lsqlite3 -lxxhash -ldl -lpthread -lm"
 
 mkdir -p "$OUT/obj" "$OUT/crashes"
 objs=()
-for src in src/*/*.c build/gen/embedded.c tools/cli_manifest.c; do
+# Every library source, at any depth under src/ (src/store/local/index.c ...).
+lib_srcs=$(find src -name '*.c' | sort)
+for src in $lib_srcs build/gen/embedded.c tools/cli_manifest.c; do
     obj=$OUT/obj/$(echo "${src%.c}" | tr / _).o
     if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find src tools include -name '*.h' -newer "$obj" 2>/dev/null | head -1)" ]; then
         $CC $CPPFLAGS $CFLAGS -c "$src" -o "$obj"

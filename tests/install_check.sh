@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make install` into a temp prefix, then build examples/prewarm_one.c with
 # pkg-config against it (static and shared), run both in compile-only mode,
-# and compile the public header alone as C11 -pedantic and as C++.
+# and compile the public headers (fijit.h, fijit_cache.h) alone as C11
+# -pedantic and as C++.
 set -euo pipefail
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
@@ -9,6 +10,15 @@ make -s install PREFIX="$prefix" >/dev/null
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 cc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c "$prefix/include/fijit.h"
 c++ -std=c++11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c++ "$prefix/include/fijit.h"
+# The advanced header (fijit_cache.h, what the CLI is written against) alone,
+# and after <cuda.h>, which adds the driver table.
+cc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c "$prefix/include/fijit_cache.h"
+c++ -std=c++11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c++ "$prefix/include/fijit_cache.h"
+cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
+if [ -f "$cuda_inc/cuda.h" ]; then
+    printf '#include <cuda.h>\n#include <fijit_cache.h>\nint main(void) { const fi_cuda_api *cu; return fi_cuda_load(&cu) == 0 && cu->Init ? 0 : 1; }\n' |
+        cc -std=c11 -pedantic -Wall -Werror -fsyntax-only -I"$prefix/include" -I"$cuda_inc" -x c -
+fi
 cc -Wall -Werror -o "$prefix/prewarm_static" examples/prewarm_one.c $(pkg-config --cflags fijit) \
     "$prefix/lib/libfijit.a" $(pkg-config --libs --static fijit | sed 's/-lfijit//')
 cc -Wall -Werror -o "$prefix/prewarm_shared" examples/prewarm_one.c $(pkg-config --cflags --libs fijit)

@@ -1,4 +1,4 @@
-/* Tests of the on-disk cache (src/store.c): round trips, every kind of damaged
+/* Tests of the local cache through the tier front (src/store/): round trips, every kind of damaged
  * object, a broken or outdated index, directory permissions, verify/repair,
  * eviction, statistics, per-key locks across processes and threads, and
  * injected faults. */
@@ -159,7 +159,7 @@ static int list_row(void *user, const fi_store_row *row)
 {
     listing *l = user;
     if (l->count < 8) {
-        snprintf(l->specs[l->count], 256, "%s", row->meta.spec);
+        snprintf(l->specs[l->count], 256, "%s", row->spec);
         l->hits[l->count] = row->hits;
     }
     l->count++;

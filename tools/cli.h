@@ -1,6 +1,6 @@
 /*
  * Shared pieces of the `fijit` command-line tool: exit codes, the option
- * parser every subcommand uses, value parsers (sizes, durations, lists) and
+ * parser every subcommand uses, value parsers (durations, lists) and
  * the entry points of subcommands that live in their own files
  * (cli_prewarm.c, cli_demo.c).
  */
@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "fijit.h"
-#include "store/store.h"
+#include "fijit_cache.h"
 
 /* Exit codes: scripts tell "you called me wrong" from "it did not work". */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILED = 1, CLI_EXIT_USAGE = 2 };
@@ -66,7 +66,7 @@ int cli_resolve_cache_dir(char *out, size_t size);
 /* Open the cache the command works on, its directory in `dir`. A directory
  * that does not exist is an empty cache: 0 with *out NULL, nothing created.
  * Prints the error; returns an exit code (0 on success). */
-int cli_open_store(const cli_command *cmd, fi_store **out, char dir[4096]);
+int cli_open_store(const cli_command *cmd, fi_cache **out, char dir[4096]);
 
 /* Environment values a command uses, checked before it does anything: a bad
  * one is a usage error (exit 2) like a bad option. */
@@ -78,9 +78,7 @@ int cli_check_env(const cli_command *cmd, unsigned which);
  * CLI_EXIT_USAGE. */
 int cli_check_arch(const cli_command *cmd, const char *what, const char *arch);
 
-/* "500M", "2G", "1.5G", "123" (bytes; K/M/G/T are powers of 1024, an optional
- * trailing B or iB is accepted). 0 on success, -1 on a malformed value. */
-int cli_parse_size(const char *text, int64_t *out);
+/* Sizes ("500M", "4GiB") are parsed by the library: fi_cache_size_parse. */
 /* "30d", "12h", "90m", "45s", "2w", "3600" (seconds). 0 or -1. */
 int cli_parse_duration(const char *text, int64_t *out_seconds);
 /* A positive decimal integer that fits in int. 0 or -1. */

@@ -11,8 +11,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <cuda.h>
+
 #include "cli.h"
-#include "toolchain/cuda_drv.h"
 
 enum { DEMO_QO_HEADS = 32, DEMO_KV_HEADS = 8, DEMO_HEAD_DIM = 128, DEMO_TIMED_RUNS = 20 };
 #define DEMO_MAX_REL_ERR 1e-2
@@ -115,7 +116,7 @@ static double seconds_now(void)
 /* Report a failed driver call through the library's wording. */
 static int driver_failed(const cli_command *cmd, CUresult res, const char *what)
 {
-    fi__cuda_error(FI_ECUDA, res, what);
+    fi_cuda_error(FI_ECUDA, res, what);
     return cli_runtime_error(cmd, what);
 }
 
@@ -136,7 +137,7 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
 
     const fi_cuda_api *cu = NULL;
     int device_count = 0;
-    if (fi__cuda_load(&cu) < 0 || cu->DeviceGetCount(&device_count) != CUDA_SUCCESS ||
+    if (fi_cuda_load(&cu) < 0 || cu->DeviceGetCount(&device_count) != CUDA_SUCCESS ||
         device_count < 1) {
         printf("demo: no CUDA device; skipped launch (compile-only machine)\n");
         return CLI_EXIT_OK;

@@ -24,8 +24,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "common/error.h"
-#include "core/spec.h"
 
 typedef struct prewarm_job {
     char spec[256]; /* canonical spec text */
@@ -114,7 +112,7 @@ static int add_spec(job_list *list, const char *text, char **arches, int arch_co
             int capacity = list->capacity ? list->capacity * 2 : 64;
             prewarm_job *grown = realloc(list->jobs, (size_t)capacity * sizeof *grown);
             if (!grown) {
-                fi__error(FI_ENOMEM, "out of memory for the job list");
+                fi_error_set(FI_ENOMEM, "out of memory for the job list");
                 return -1;
             }
             list->jobs = grown;
@@ -588,7 +586,7 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
         /* Resolved here, once, so that every line names the arch it built. */
         char arch[16];
         cli_default_arch(arch, 1, NULL);
-        if (cli_split_list(arch, &arches, &arch_count) < 0 || fi__arch_check(arches[0]) < 0) {
+        if (cli_split_list(arch, &arches, &arch_count) < 0 || fi_arch_check(arches[0]) < 0) {
             rc = cli_usage_error(cmd, "FIJIT_ARCH '%s': %s", arch, fi_last_error());
             goto out;
         }
@@ -626,15 +624,15 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     opts.cache_dir = cli_cache_dir_option;
     opts.arch = arches[0];
     fi_jit_ctx *probe = NULL;
-    fi_store *store = NULL;
+    fi_cache *store = NULL;
     if (fi_jit_ctx_new(&probe, &opts) < 0) {
         rc = cli_runtime_error(cmd, "cannot use the cache");
         goto out;
     }
     /* A context falls back to memory only when the disk cache cannot be
      * opened; for prewarm that would throw every compile away. */
-    rc = fi_store_open(&store, fi_jit_ctx_cache_dir(probe), 0, 0);
-    fi_store_close(store);
+    rc = fi_cache_open(&store, fi_jit_ctx_cache_dir(probe), 0);
+    fi_cache_close(store);
     fi_jit_ctx_free(probe);
     if (rc < 0) {
         rc = cli_runtime_error(cmd, "cannot open the cache");

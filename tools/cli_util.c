@@ -4,7 +4,6 @@
  * comma lists, the cache directory rule and GPU arch detection.
  */
 #include "cli.h"
-#include "common/error.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,11 +17,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "toolchain/cuda_drv.h"
-#include "common/error.h"
-#include "toolchain/nvrtc.h"
-#include "core/spec.h"
-#include "common/sys.h"
+#include <cuda.h>
+
+#include "fijit_cache.h"
 
 const char *cli_cache_dir_option;
 
@@ -173,30 +170,6 @@ int cli_parse_positive_int(const char *text, int *out)
     return 0;
 }
 
-int cli_parse_size(const char *text, int64_t *out)
-{
-    char *end;
-    if (!isdigit((unsigned char)text[0])) return -1;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text) return -1;
-    double scale = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': scale = 1024.0; end++; break;
-    case 'M': scale = 1024.0 * 1024; end++; break;
-    case 'G': scale = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (scale > 1 && (*end == 'i' || *end == 'I')) end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    double bytes = v * scale;
-    if (!(bytes >= 0) || bytes > 9.0e18) return -1;
-    *out = (int64_t)llround(bytes);
-    return 0;
-}
-
 int cli_parse_duration(const char *text, int64_t *out_seconds)
 {
     char *end;
@@ -283,14 +256,14 @@ int cli_resolve_cache_dir(char *out, size_t size)
 {
     if (cli_cache_dir_option) {
         if ((size_t)snprintf(out, size, "%s", cli_cache_dir_option) >= size)
-            return fi__error(FI_EINVALID, "--cache-dir is too long");
+            return fi_error_set(FI_EINVALID, "--cache-dir is too long");
         return 0;
     }
     /* The library's own rule, without a context: no arch, no store opened. */
-    return fi__default_cache_dir(out, size);
+    return fi_cache_default_dir(out, size);
 }
 
-int cli_open_store(const cli_command *cmd, fi_store **out, char dir[4096])
+int cli_open_store(const cli_command *cmd, fi_cache **out, char dir[4096])
 {
     struct stat sb;
     *out = NULL;
@@ -299,7 +272,7 @@ int cli_open_store(const cli_command *cmd, fi_store **out, char dir[4096])
     /* Nothing there yet: an empty cache, and looking at it creates nothing. */
     if (stat(dir, &sb) < 0 && errno == ENOENT) return CLI_EXIT_OK;
     /* Reading a read-only cache (an image layer, another user's) works. */
-    if (fi_store_open(out, dir, FI_STORE_READ_ONLY_FALLBACK, 0) < 0) {
+    if (fi_cache_open(out, dir, FI_CACHE_READ_ONLY_FALLBACK) < 0) {
         char what[4200];
         snprintf(what, sizeof what, "cannot open the cache at %s", dir);
         return cli_runtime_error(cmd, what);
@@ -311,10 +284,10 @@ int cli_check_env(const cli_command *cmd, unsigned which)
 {
     const char *v;
     int64_t bytes;
-    if ((which & CLI_ENV_LOG) && (v = getenv("FIJIT_LOG")) && *v && fi__parse_log_level(v) < 0)
+    if ((which & CLI_ENV_LOG) && (v = getenv("FIJIT_LOG")) && *v && fi_log_level_parse(v) < 0)
         return cli_usage_error(cmd, "FIJIT_LOG '%s': expected a log level (" FI_LOG_LEVEL_HELP ")", v);
     if ((which & CLI_ENV_SIZE) && (v = getenv("FIJIT_MAX_CACHE_SIZE")) && *v &&
-        cli_parse_size(v, &bytes) < 0)
+        fi_cache_size_parse(&bytes, v) < 0)
         return cli_usage_error(cmd, "FIJIT_MAX_CACHE_SIZE '%s': expected bytes with an optional "
                                "K, M, G or T suffix, e.g. 500M or 2G", v);
     if ((which & CLI_ENV_ARCH) && (v = getenv("FIJIT_ARCH")) && *v)
@@ -325,10 +298,10 @@ int cli_check_env(const cli_command *cmd, unsigned which)
 int cli_check_arch(const cli_command *cmd, const char *what, const char *arch)
 {
     int archs[128], count = 0, number = 0, major = 0, minor = 0;
-    if (fi__arch_check(arch) < 0) return cli_usage_error(cmd, "%s %s: %s", what, arch, fi_last_error());
+    if (fi_arch_check(arch) < 0) return cli_usage_error(cmd, "%s %s: %s", what, arch, fi_last_error());
     /* Without NVRTC (or one that cannot list them) the compile says what is wrong. */
-    if (fi__nvrtc_supported_archs(archs, 128, &count) < 0 || count == 0) return -1;
-    fi__nvrtc_version(&major, &minor);
+    if (fi_nvrtc_supported_archs(archs, 128, &count) < 0 || count == 0) return -1;
+    fi_nvrtc_version(&major, &minor);
     sscanf(arch + 3, "%d", &number);
     int specific = arch[strlen(arch) - 1] == 'a', known = 0;
     for (int i = 0; i < count; i++) known |= archs[i] == number;
@@ -352,12 +325,12 @@ static int detect_here(char out[16])
     int count = 0;
     CUdevice dev;
     CUcontext cuctx = NULL;
-    if (fi__cuda_load(&cu) < 0) return 0;
+    if (fi_cuda_load(&cu) < 0) return 0;
     if (cu->DeviceGetCount(&count) != CUDA_SUCCESS || count < 1) return 0;
     if (cu->DeviceGet(&dev, 0) != CUDA_SUCCESS) return 0;
     if (cu->DevicePrimaryCtxRetain(&cuctx, dev) != CUDA_SUCCESS) return 0;
     int found = cu->CtxSetCurrent(cuctx) == CUDA_SUCCESS &&
-                fi__cuda_current_arch(out, NULL, NULL) == 0;
+                fi_cuda_current_arch(out) == 0;
     /* The primary context stays retained: callers (demo, show-config) go on
      * using it, and the process ends soon after. */
     return found;

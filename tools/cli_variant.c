@@ -14,10 +14,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "common/error.h"
-#include "core/spec.h"
-#include "core/jit.h"
-#include "core/variant.h"
 
 /* The text of `path` in a fresh NUL-terminated buffer, or NULL with the
  * reason in `why`. */
@@ -77,7 +73,7 @@ const cli_variant *cli_variants_find(const cli_variant_set *set, const char *nam
 
 int cli_variant_not_registered(const char *name)
 {
-    return fi__error(FI_ENOTFOUND, "variant '%s' is not registered: give its snippet with "
+    return fi_error_set(FI_ENOTFOUND, "variant '%s' is not registered: give its snippet with "
                      "--variant-file FILE (the name is the file name up to its first '.', "
                      "e.g. %s.cuh)", name, name);
 }
@@ -86,7 +82,7 @@ int cli_variants_register(fi_jit_ctx *ctx, const cli_variant_set *set, int *fail
 {
     for (int i = 0; set && i < set->count; i++) {
         /* Messages name the file as the user gave it (the key does not). */
-        int rc = fi__jit_variant_register_as(ctx, set->items[i].name, set->items[i].source, 0,
+        int rc = fi_jit_variant_register_as(ctx, set->items[i].name, set->items[i].source, 0,
                                              set->items[i].path);
         if (rc < 0) {
             if (failed) *failed = i;

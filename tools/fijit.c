@@ -14,13 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cuda.h>
+
 #include "cli.h"
-#include "toolchain/cuda_drv.h"
-#include "toolchain/nvrtc.h"
-#include "core/spec.h"
-#include "store/store.h"
-#include "common/sys.h"
-#include "core/jit.h"
 
 #define CACHE_DIR_HELP "  --cache-dir DIR    cache directory (default: $FIJIT_CACHE_DIR,\n" \
                        "                     $XDG_CACHE_HOME/fijit if absolute, ~/.cache/fijit)\n"
@@ -46,18 +42,18 @@ static int list_has(char **list, int count, const char *name)
 }
 
 typedef struct list_rows {
-    fi_store_row *rows;
+    fi_cache_entry *rows;
     int count, capacity;
     const list_filter *filter;
 } list_rows;
 
-static int list_row_matches(const list_filter *f, const fi_store_row *row)
+static int list_row_matches(const list_filter *f, const fi_cache_entry *row)
 {
-    if (f->arch_count && !list_has(f->arches, f->arch_count, row->meta.arch)) return 0;
+    if (f->arch_count && !list_has(f->arches, f->arch_count, row->arch)) return 0;
     if (!f->kind_count && !f->dtype_count && !f->variant_count) return 1;
     fi_jit_spec spec;
     char variant[64];
-    if (fi_jit_spec_parse(&spec, variant, sizeof variant, row->meta.spec) < 0) return 0;
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, row->spec) < 0) return 0;
     if (f->variant_count &&
         !list_has(f->variants, f->variant_count, spec.variant ? spec.variant : "default"))
         return 0;
@@ -76,13 +72,13 @@ static int list_row_matches(const list_filter *f, const fi_store_row *row)
     return 1;
 }
 
-static int list_collect(void *user, const fi_store_row *row)
+static int list_collect(void *user, const fi_cache_entry *row)
 {
     list_rows *rows = user;
     if (!list_row_matches(rows->filter, row)) return 0;
     if (rows->count == rows->capacity) {
         int capacity = rows->capacity ? rows->capacity * 2 : 64;
-        fi_store_row *grown = realloc(rows->rows, (size_t)capacity * sizeof *grown);
+        fi_cache_entry *grown = realloc(rows->rows, (size_t)capacity * sizeof *grown);
         if (!grown) return 1;
         rows->rows = grown;
         rows->capacity = capacity;
@@ -126,7 +122,7 @@ static int list_parse_variants(const cli_command *cmd, const char *values, list_
     if (cli_split_list(values, &f->variants, &f->variant_count) < 0)
         return cli_usage_error(cmd, "--variant '%s': expected a comma-separated list", values);
     for (int i = 0; i < f->variant_count; i++)
-        if (!fi__variant_name_ok(f->variants[i]))
+        if (fi_jit_variant_name_check(f->variants[i]) < 0)
             return cli_usage_error(cmd, "--variant %s: not a variant name (default, or 1-63 "
                                    "letters, digits, '_' or '-')", f->variants[i]);
     return -1;
@@ -155,7 +151,7 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
         (rc = list_parse_filter(cmd, "dtype", options[OPT_DTYPE].value, filter.dtypes,
                                 &filter.dtype_count)) >= 0)
         return rc;
-    fi_store *st = NULL;
+    fi_cache *st = NULL;
     list_rows rows = {NULL, 0, 0, &filter};
     if (options[OPT_ARCH].value &&
         cli_split_list(options[OPT_ARCH].value, &filter.arches, &filter.arch_count) < 0) {
@@ -168,14 +164,14 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
         goto out;
     char dir[4096];
     if ((rc = cli_open_store(cmd, &st, dir)) != 0) goto out;
-    if (st && fi_store_foreach(st, list_collect, &rows) < 0) {
+    if (st && fi_cache_foreach(st, list_collect, &rows) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the cache index");
         goto out;
     }
 
     int spec_width = 4;
     for (int i = 0; i < rows.count; i++) {
-        int w = (int)strlen(rows.rows[i].meta.spec);
+        int w = (int)strlen(rows.rows[i].spec);
         if (w > spec_width) spec_width = w;
     }
     /* A header helps a person; scripts reading a pipe get rows only. */
@@ -185,16 +181,16 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
     }
     int64_t now = (int64_t)time(NULL);
     for (int i = 0; i < rows.count; i++) {
-        const fi_store_row *row = &rows.rows[i];
+        const fi_cache_entry *row = &rows.rows[i];
         char size[32], age[32];
         cli_format_size(size, sizeof size, row->size);
         cli_format_age(age, sizeof age, now - row->created);
         if (options[OPT_KEYS].value) {
             char hex[33];
-            fi_key_hex(hex, row->key);
+            fi_cache_key_hex(hex, row->key);
             printf("%s  ", hex);
         }
-        printf("%-*s  %-8s %10s %6s %6" PRId64 "\n", spec_width, row->meta.spec, row->meta.arch,
+        printf("%-*s  %-8s %10s %6s %6" PRId64 "\n", spec_width, row->spec, row->arch,
                size, age, row->hits);
     }
     rc = CLI_EXIT_OK;
@@ -202,7 +198,7 @@ out:
     free(rows.rows);
     cli_free_list(filter.arches, filter.arch_count);
     cli_free_list(filter.variants, filter.variant_count);
-    fi_store_close(st);
+    fi_cache_close(st);
     return rc;
 }
 
@@ -219,15 +215,15 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
 
-    fi_store *st = NULL;
+    fi_cache *st = NULL;
     fi_jit_stats s = {0}; /* no cache yet: all zero */
     char dir[4096];
     if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
-    if (st && options[OPT_ZERO].value && fi_store_stats_zero(st) < 0) {
+    if (st && options[OPT_ZERO].value && fi_cache_stats_zero(st) < 0) {
         rc = cli_runtime_error(cmd, "cannot zero the statistics");
         goto out;
     }
-    if (st && fi_store_stats_get(st, &s) < 0) {
+    if (st && fi_cache_stats_get(&s, st) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
         goto out;
     }
@@ -257,7 +253,7 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     }
     rc = CLI_EXIT_OK;
 out:
-    fi_store_close(st);
+    fi_cache_close(st);
     return rc;
 }
 
@@ -282,7 +278,7 @@ static int cmd_verify(const cli_command *cmd, int argc, char **argv)
     int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
 
-    fi_store *st = NULL;
+    fi_cache *st = NULL;
     fi_jit_stats s;
     int repair = options[OPT_REPAIR].value != NULL;
     char dir[4096];
@@ -291,7 +287,7 @@ static int cmd_verify(const cli_command *cmd, int argc, char **argv)
         printf("verify: no cache at %s yet, nothing to check\n", dir);
         return CLI_EXIT_OK;
     }
-    int problems = fi_store_verify(st, repair, verify_report, NULL);
+    int problems = fi_cache_verify(st, repair, verify_report, NULL);
     if (problems < 0) {
         rc = cli_runtime_error(cmd, "cannot check the cache");
         goto out;
@@ -299,13 +295,13 @@ static int cmd_verify(const cli_command *cmd, int argc, char **argv)
     if (problems && repair) {
         printf("verify: %d problem%s found and repaired\n", problems, problems == 1 ? "" : "s");
         /* Trust but check: a second pass must come back clean. */
-        problems = fi_store_verify(st, 0, verify_report, NULL);
+        problems = fi_cache_verify(st, 0, verify_report, NULL);
         if (problems < 0) {
             rc = cli_runtime_error(cmd, "cannot check the cache after repair");
             goto out;
         }
     }
-    if (fi_store_stats_get(st, &s) < 0) {
+    if (fi_cache_stats_get(&s, st) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
         goto out;
     }
@@ -319,7 +315,7 @@ static int cmd_verify(const cli_command *cmd, int argc, char **argv)
         rc = CLI_EXIT_OK;
     }
 out:
-    fi_store_close(st);
+    fi_cache_close(st);
     return rc;
 }
 
@@ -330,13 +326,13 @@ static int cmd_clear(const cli_command *cmd, int argc, char **argv)
     int rc = cli_parse_options(cmd, NULL, argc, argv);
     if (rc >= 0) return rc;
 
-    fi_store *st = NULL;
+    fi_cache *st = NULL;
     fi_jit_stats before = {0};
     char dir[4096];
     if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
-    if (st && fi_store_stats_get(st, &before) < 0) {
+    if (st && fi_cache_stats_get(&before, st) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
-    } else if (st && fi_store_clear(st) < 0) {
+    } else if (st && fi_cache_clear(st) < 0) {
         rc = cli_runtime_error(cmd, "cannot clear the cache");
     } else {
         char size[32];
@@ -345,7 +341,7 @@ static int cmd_clear(const cli_command *cmd, int argc, char **argv)
                before.entries == 1 ? "y" : "ies", size);
         rc = CLI_EXIT_OK;
     }
-    fi_store_close(st);
+    fi_cache_close(st);
     return rc;
 }
 
@@ -362,11 +358,11 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
 
     int64_t max_bytes = -1, older_than = 0;
     const char *size_text = options[OPT_MAX_SIZE].value;
-    if (size_text && cli_parse_size(size_text, &max_bytes) < 0)
+    if (size_text && fi_cache_size_parse(&max_bytes, size_text) < 0)
         return cli_usage_error(cmd, "--max-size '%s': expected bytes with an optional K, M, G or T "
                                "suffix, e.g. 500M or 2G", size_text);
     const char *env_size = getenv("FIJIT_MAX_CACHE_SIZE");
-    if (!size_text && env_size && *env_size && cli_parse_size(env_size, &max_bytes) < 0)
+    if (!size_text && env_size && *env_size && fi_cache_size_parse(&max_bytes, env_size) < 0)
         return cli_usage_error(cmd, "FIJIT_MAX_CACHE_SIZE '%s': expected bytes with an optional "
                                "K, M, G or T suffix", env_size);
     if (options[OPT_OLDER_THAN].value) {
@@ -378,14 +374,14 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
         if (older_than < 1) older_than = 1; /* 0 would mean "no age limit" */
     }
 
-    fi_store *st = NULL;
+    fi_cache *st = NULL;
     fi_jit_stats after = {0};
     char dir[4096];
     if ((rc = cli_open_store(cmd, &st, dir)) != 0) return rc;
-    int removed = st ? fi_store_gc(st, max_bytes, older_than) : 0;
+    int removed = st ? fi_cache_gc(st, max_bytes, older_than) : 0;
     if (removed < 0) {
         rc = cli_runtime_error(cmd, "cannot collect the cache");
-    } else if (st && fi_store_stats_get(st, &after) < 0) {
+    } else if (st && fi_cache_stats_get(&after, st) < 0) {
         rc = cli_runtime_error(cmd, "cannot read the statistics");
     } else {
         char size[32];
@@ -395,7 +391,7 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
                size);
         rc = CLI_EXIT_OK;
     }
-    fi_store_close(st);
+    fi_cache_close(st);
     return rc;
 }
 
@@ -410,14 +406,14 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
            FIJIT_VERSION_MAJOR, FIJIT_VERSION_MINOR, FIJIT_VERSION_PATCH);
 
     int major = 0, minor = 0;
-    if (fi__nvrtc_version(&major, &minor) == 0)
+    if (fi_nvrtc_version(&major, &minor) == 0)
         printf("nvrtc                %d.%d\n", major, minor);
     else
         printf("nvrtc                not found (%s)\n", fi_last_error());
 
     const fi_cuda_api *cu = NULL;
     int driver = 0;
-    if (fi__cuda_load(&cu) == 0 && cu->DriverGetVersion(&driver) == CUDA_SUCCESS)
+    if (fi_cuda_load(&cu) == 0 && cu->DriverGetVersion(&driver) == CUDA_SUCCESS)
         printf("cuda driver          %d.%d\n", driver / 1000, driver % 1000 / 10);
     else
         printf("cuda driver          no driver (%s)\n", fi_last_error());
@@ -441,7 +437,7 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
 
     const char *max_size = getenv("FIJIT_MAX_CACHE_SIZE");
     int64_t max_bytes;
-    if (max_size && *max_size && cli_parse_size(max_size, &max_bytes) == 0) {
+    if (max_size && *max_size && fi_cache_size_parse(&max_bytes, max_size) == 0) {
         char size[32];
         cli_format_size(size, sizeof size, max_bytes);
         printf("max cache size       %s (FIJIT_MAX_CACHE_SIZE)\n", size);
@@ -548,11 +544,11 @@ static int cmd_explain(const cli_command *cmd, int argc, char **argv)
         int ptx = options[OPT_PTX].value != NULL;
         char *unit = NULL;
         size_t size = 0;
-        if (fi__jit_unit(ctx, &spec, arch, ptx, &unit, &size) < 0)
+        if (fi_jit_unit(&unit, &size, ctx, &spec, arch, ptx) < 0)
             rc = cli_runtime_error(cmd, ptx ? "cannot compile to PTX" : "cannot expand the spec");
         else if (fwrite(unit, 1, size, stdout) != size || fflush(stdout) != 0)
             rc = cli_runtime_error(cmd, "cannot write the output");
-        fi__free(unit);
+        fi_free(unit);
     } else if (fi_jit_explain(ctx, &spec, arch, write_stdout, NULL) < 0) {
         rc = cli_runtime_error(cmd, "cannot explain the key");
     }

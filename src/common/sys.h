@@ -93,6 +93,6 @@ int fi__default_cache_dir(char *out, size_t size);
 /* A log level as FIJIT_LOG writes it: 0-4, or off, error, warn(ing), info,
  * debug (any case). The level, or -1 if `text` is none of these. */
 int fi__parse_log_level(const char *text);
-#define FI_LOG_LEVEL_HELP "0-4, or off, error, warn, info, debug"
+/* FI_LOG_LEVEL_HELP, the words for the levels, is in fijit_cache.h. */
 
 #endif

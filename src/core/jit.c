@@ -121,24 +121,6 @@ static void flush_counts(fi_jit_ctx *ctx)
     fi__free(first);
 }
 
-static int parse_size(const char *text, int64_t *out)
-{
-    char *end = NULL;
-    double value = strtod(text, &end);
-    int64_t unit = 1;
-    if (end == text || !(value >= 0)) return -1; /* also refuses "nan" */
-    switch (*end) {
-    case 'k': case 'K': unit = 1LL << 10; end++; break;
-    case 'm': case 'M': unit = 1LL << 20; end++; break;
-    case 'g': case 'G': unit = 1LL << 30; end++; break;
-    case 't': case 'T': unit = 1LL << 40; end++; break;
-    }
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end || !(value * (double)unit <= 9e18)) return -1;
-    *out = (int64_t)(value * (double)unit);
-    return 0;
-}
-
 int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
 {
     int rc = 0;
@@ -175,7 +157,7 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
     }
     ctx->max_bytes = opts->max_cache_bytes;
     if (!ctx->max_bytes && (env = getenv("FIJIT_MAX_CACHE_SIZE")) && *env &&
-        parse_size(env, &ctx->max_bytes) < 0)
+        fi_cache_size_parse(&ctx->max_bytes, env) < 0)
         FI_FAIL(FI_EINVALID, "FIJIT_MAX_CACHE_SIZE='%.32s' is not a size (e.g. 512M, 4G)", env);
     if (opts->cache_dir) {
         if (!*opts->cache_dir || strlen(opts->cache_dir) >= sizeof ctx->cache_dir - 64)

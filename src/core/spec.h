@@ -8,8 +8,7 @@
 
 #include "core/names.h" /* fi__dtype_name & co., for the users of specs */
 #include "fijit.h"
-
-#define FI_VARIANT_NAME_MAX 63
+#include "fijit_cache.h" /* FI_VARIANT_NAME_MAX */
 
 /* A spec with no pointers: zero-padded so it can be hashed and compared as bytes. */
 typedef struct fi_spec_key {

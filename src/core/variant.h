@@ -19,9 +19,9 @@
 #include <stdint.h>
 
 #include "fijit.h"
+#include "fijit_cache.h" /* FI_VARIANT_MAX_SOURCE */
 
 #define FI_VARIANT_MAX_PARAMS 16
-#define FI_VARIANT_MAX_SOURCE (256 * 1024)
 
 typedef enum fi_variant_param_type {
     FI_VPARAM_FLOAT = FI_VARG_FLOAT, /* equal to the public fi_variant_arg_type */

@@ -1,16 +1,24 @@
 /*
- * The on-disk cache: an SQLite index (cache/schema.sql) plus one object file
- * per key. Objects are written to a temp file, fsynced and renamed before
- * their index row commits; every read verifies the object's header and
- * checksum, and a bad object is counted, removed and reported as missing so
- * the caller rebuilds it. Cross-process single flight uses one lock file per
- * key (flock), which the kernel releases when a builder dies.
+ * The tier front: the one cache jit.c talks to. It walks the tiers in
+ * order, each behind a small interface, and knows nothing of SQLite or
+ * sockets (ccache's storage.cpp is the model):
+ *   get   the local tier (store/local/), then each remote (store/remote/);
+ *         an entry a remote returns is verified with the entry codec
+ *         (store/object.h) and written back to the local tier
+ *   put   the local tier, then every remote, best effort
+ *   lock  the local tier's per-key build lock
+ * Statistics and maintenance (list, verify, clear, gc) are the local tier's.
  *
- * Layout of a cache directory (created 0700):
+ * The local tier is a cache directory (created 0700):
  *   index.sqlite          the index (WAL mode)
  *   objects/ab/<32 hex>.fo  object files (first two hex digits as a subfolder)
  *   locks/<32 hex>.lock   per-key build locks
  *   tmp/                  temp files of writers; leftovers are cleaned
+ * Objects are written to a temp file, fsynced and renamed before their
+ * index row commits; every read verifies the object's header and checksum,
+ * and a bad object is counted, removed and reported as missing so the
+ * caller rebuilds it. Cross-process single flight uses one lock file per
+ * key (flock), which the kernel releases when a builder dies.
  */
 #ifndef FI_STORE_H
 #define FI_STORE_H
@@ -19,6 +27,7 @@
 #include <stdint.h>
 
 #include "fijit.h"
+#include "fijit_cache.h"
 
 typedef struct fi_store fi_store;
 
@@ -31,15 +40,8 @@ typedef struct fi_object_meta {
     int64_t compile_ns;
 } fi_object_meta;
 
-/* A row of `fijit list`. */
-typedef struct fi_store_row {
-    uint8_t key[16];
-    fi_object_meta meta;
-    int64_t size;        /* object bytes */
-    int64_t created;     /* unix seconds */
-    int64_t last_used;   /* unix seconds */
-    int64_t hits;
-} fi_store_row;
+/* A row of `fijit list`: the public fi_cache_entry (fijit_cache.h). */
+typedef fi_cache_entry fi_store_row;
 
 typedef enum fi_store_flags {
     FI_STORE_ALLOW_UNSAFE_DIR = 1u << 0, /* accept a dir writable by group/others */
@@ -60,16 +62,28 @@ const char *fi_store_dir(const fi_store *st);
 /* 1 when the store was opened read-only (asked for, or fallen back to). */
 int fi_store_read_only(const fi_store *st);
 
+/* Add a remote tier behind the local one (and behind remotes added
+ * before). The store takes `remote` over, also when this fails, and closes
+ * it with itself. No remote is built today; tests add a fake one. */
+typedef struct fi_remote fi_remote;
+int fi_store_add_remote(fi_store *st, fi_remote *remote);
+
 /* Read and verify the object for `key`. FI_ENOTFOUND when absent (also
  * when the index cannot be read: a damaged index must not stop the caller
  * compiling); when the object is bad it is removed, `corrupt` is counted,
  * and FI_ENOTFOUND is returned (a row whose object is gone is dropped, not
- * counted). `*out` is freed with fi__free. `meta` may be NULL. */
+ * counted). `*out` is freed with fi__free. `meta` may be NULL.
+ * On a local miss each remote is asked in turn; a remote's entry is used
+ * only when the codec accepts it for `key` (a bad one is removed from that
+ * remote), and is then written back to the local tier (when writable). A
+ * remote's error or timeout is a miss there, and the remote is skipped
+ * from then on. */
 int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
                  fi_object_meta *meta);
 
 /* Store an object atomically; replaces an existing entry for the key. Runs
- * eviction if a size limit is set. */
+ * eviction if a size limit is set. Then pushes the entry to every remote,
+ * best effort: their failures are logged, never returned. */
 int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t size,
                  const fi_object_meta *meta);
 

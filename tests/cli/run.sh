@@ -171,6 +171,29 @@ run env_bad_size_explain --env FIJIT_MAX_CACHE_SIZE=lots -- explain "decode hd=6
 run env_bad_arch_explain --env FIJIT_ARCH=sm_xx -- explain "decode hd=64" --cache-dir "$CACHE"
 run env_bad_arch_prewarm --env FIJIT_ARCH=sm_xx -- prewarm --dtype fp16 --cache-dir "$CACHE"
 run env_bad_arch_demo --env FIJIT_ARCH=sm_xx -- demo --cache-dir "$CACHE"
+# One size parser (issue 16): FIJIT_MAX_CACHE_SIZE (read by the library's
+# context in explain, and by gc itself) and `gc --max-size` take the same
+# spellings, and refuse the same ones.
+# size_case NAME SIZE WANT: explain, gc from the environment and gc --max-size
+# all exit WANT for SIZE.
+size_case() {
+    local name=$1 size=$2 want=$3 rc_explain rc_env_gc rc_gc
+    FIJIT_MAX_CACHE_SIZE=$size "$FIJIT" explain "decode hd=64" --arch sm_90a --cache-dir "$CACHE" \
+        >"$WORK/size.out" 2>&1
+    rc_explain=$?
+    FIJIT_MAX_CACHE_SIZE=$size "$FIJIT" gc --cache-dir "$CACHE" >>"$WORK/size.out" 2>&1
+    rc_env_gc=$?
+    "$FIJIT" gc --max-size "$size" --cache-dir "$CACHE" >>"$WORK/size.out" 2>&1
+    rc_gc=$?
+    check "$name" "explain/env gc/gc exit $rc_explain/$rc_env_gc/$rc_gc, want $want: $(cat "$WORK/size.out")" \
+        eval "[ $rc_explain = $want ] && [ $rc_env_gc = $want ] && [ $rc_gc = $want ]"
+}
+for size in 4GiB 4GB 4G 4g 4096M 4096MiB 4194304k 1.5GiB 4294967296 4294967296B; do
+    size_case "size_spelling_$size" "$size" 0
+done
+for size in 4X 4iB -1 .5G " 4G" 4G5 nan inf 4KK; do
+    size_case "size_refused_'$size'" "$size" 2
+done
 # ...and only there: stats needs no arch.
 FIJIT_ARCH=sm_xx "$FIJIT" stats --json --cache-dir "$CACHE" >"$WORK/astats.out" 2>&1
 rc=$?

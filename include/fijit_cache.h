@@ -1,0 +1,217 @@
+/*
+ * fijit_cache.h: the advanced API, for tools that manage a cache and its
+ * toolchain rather than serve kernels: the `fijit` CLI uses nothing else of
+ * the library. Applications need only fijit.h. (libgit2's include/git2/sys/
+ * is the precedent: public and stable, but for a narrower audience.)
+ *
+ * Conventions are fijit.h's: functions return 0 (or a count) on success and a
+ * negative fi_error on failure, with the words in fi_last_error();
+ * out-parameters come first; what is returned through `**out` belongs to the
+ * caller and has a _close/_free that accepts NULL.
+ */
+#ifndef FIJIT_CACHE_H
+#define FIJIT_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fijit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the cache directory -------------------------------------------------- */
+
+/* A cache directory opened for maintenance (list, statistics, verify, gc,
+ * clear). Safe to use from one thread at a time. */
+typedef struct fi_cache fi_cache;
+
+typedef enum fi_cache_flags {
+    FI_CACHE_READ_ONLY = 1u << 1, /* never write */
+    /* When the cache cannot be written (read-only mount, no permission, a
+     * full disk), open it read-only instead of failing. */
+    FI_CACHE_READ_ONLY_FALLBACK = 1u << 2,
+} fi_cache_flags;
+
+/* Open (creating it if needed, unless read-only) the cache at `dir`, with
+ * the checks fi_jit_ctx_new makes: FI_EPERM for a directory of another user
+ * or writable by group/others, FI_ENOTFOUND when a read-only open finds none.
+ * Close with fi_cache_close. */
+FI_API int fi_cache_open(fi_cache **out, const char *dir, unsigned flags);
+FI_API void fi_cache_close(fi_cache *cache);
+
+/* The directory the library uses when none is given: $FIJIT_CACHE_DIR,
+ * $XDG_CACHE_HOME/fijit (absolute only), $HOME/.cache/fijit; creates nothing. */
+FI_API int fi_cache_default_dir(char *out, size_t size);
+
+/* One entry of the cache, as fi_cache_foreach shows it. */
+typedef struct fi_cache_entry {
+    unsigned char key[16]; /* XXH3-128 of everything that shaped the object */
+    char spec[256];        /* canonical spec text */
+    char arch[16];         /* "sm_90a" */
+    int registers;         /* per thread, as ptxas reported */
+    int spill_bytes;
+    int64_t compile_ns;
+    int64_t size;      /* object bytes */
+    int64_t created;   /* unix seconds */
+    int64_t last_used; /* unix seconds */
+    int64_t hits;
+} fi_cache_entry;
+
+/* Call `fn` for each entry, ordered by spec; stop early when it returns
+ * nonzero. `entry` lives for the call. `fn` may call into the cache. */
+FI_API int fi_cache_foreach(fi_cache *cache, int (*fn)(void *user, const fi_cache_entry *entry),
+                            void *user);
+
+/* The hex form of a key (32 lower-case digits and a NUL). */
+FI_API void fi_cache_key_hex(char out[33], const unsigned char key[16]);
+
+/* The persisted counters plus the current entries and bytes. */
+FI_API int fi_cache_stats_get(fi_jit_stats *out, fi_cache *cache);
+/* Zero the persisted counters. */
+FI_API int fi_cache_stats_zero(fi_cache *cache);
+
+/* Check the index and every object; `report` (may be NULL) hears of each
+ * problem, and of harmless leftovers as text starting "note: ". With
+ * `repair`, one run fixes everything found. Returns the number of problems
+ * (notes not counted) or an error code. `report` must not call into the cache. */
+FI_API int fi_cache_verify(fi_cache *cache, int repair,
+                           void (*report)(void *user, const char *problem), void *user);
+
+/* Remove every entry (statistics stay). */
+FI_API int fi_cache_clear(fi_cache *cache);
+
+/* Evict least-recently-used entries until the cache holds at most
+ * `max_bytes` (< 0: no size limit) and nothing last used before `older_than`
+ * (unix seconds; 0: no age limit), then remove leftover temp and lock files.
+ * Returns the number of entries removed. */
+FI_API int fi_cache_gc(fi_cache *cache, int64_t max_bytes, int64_t older_than);
+
+/* A size as FIJIT_MAX_CACHE_SIZE and `fijit gc --max-size` take it: a
+ * decimal number ("123", "1.5") with an optional K, M, G or T (powers of
+ * 1024, any case), then an optional "iB" or "B": "500M", "2G", "4GiB",
+ * "1.5g". FI_EINVALID for anything else. */
+FI_API int fi_cache_size_parse(int64_t *out, const char *text);
+
+/* ---- the toolchain ---------------------------------------------------------- */
+
+/* FI_EINVALID unless `arch` is "sm_" + 2 or 3 digits + an optional 'a'. */
+FI_API int fi_arch_check(const char *arch);
+
+/* The NVRTC the library compiles with (loaded on first use). */
+FI_API int fi_nvrtc_version(int *major, int *minor);
+/* The real archs NVRTC compiles for, as numbers (90 for sm_90), up to `max`. */
+FI_API int fi_nvrtc_supported_archs(int *out, int max, int *count);
+
+/* The arch of the current CUDA context's device ("sm_90a" for 9.0). */
+FI_API int fi_cuda_current_arch(char out[16]);
+
+/* ---- variants, translation units, errors, logging ------------------------ */
+
+/* Longest variant name, and largest snippet, fi_jit_variant_register takes. */
+#define FI_VARIANT_NAME_MAX 63
+#define FI_VARIANT_MAX_SOURCE (256 * 1024)
+
+/* FI_EINVALID unless `name` is 1..FI_VARIANT_NAME_MAX of [A-Za-z0-9_-]. */
+FI_API int fi_jit_variant_name_check(const char *name);
+
+/* fi_jit_variant_register with messages naming `origin` (a file as the user
+ * gave it; NULL: "<name>.cuh"): the CLI registers the bytes of a file. */
+FI_API int fi_jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
+                                      unsigned flags, const char *origin);
+
+/* The translation unit `spec` expands to on `arch` (NULL: the context's),
+ * byte for byte what the key hashes and NVRTC compiles (ptx 0), or the PTX
+ * NVRTC makes of it (ptx 1, compiled now, not cached). `*out` is
+ * NUL-terminated (`*out_size` excludes the NUL); free it with fi_free. */
+FI_API int fi_jit_unit(char **out, size_t *out_size, fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                       const char *arch, int ptx);
+
+/* Free memory the library handed out (fi_jit_unit). Accepts NULL. */
+FI_API void fi_free(void *p);
+
+/* Set fi_last_error() (printf-style) and return `code`: for a tool whose own
+ * failure should read like the library's. */
+FI_API int fi_error_set(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* A log level as FIJIT_LOG writes it: 0-4, or off, error, warn(ing), info,
+ * debug (any case). The level (>= 0), or FI_EINVALID. */
+FI_API int fi_log_level_parse(const char *text);
+#define FI_LOG_LEVEL_HELP "0-4, or off, error, warn, info, debug"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
+
+/* ---- the CUDA driver --------------------------------------------------------
+ * The driver as the library loaded it (dlopen of libcuda.so.1 on first use,
+ * so that compile-only machines need none). Declared once <cuda.h> has been
+ * included before this header: outside the main guard, so that a later
+ * inclusion after <cuda.h> still declares it. */
+#if defined(CUDA_VERSION) && !defined(FIJIT_CACHE_CUDA_H)
+#define FIJIT_CACHE_CUDA_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The driver's entry points fijit calls, one line each: X(name, symbol,
+ * required, parameters). `name` is the field of fi_cuda_api (cu<name> in
+ * cuda.h), `symbol` the versioned name cuda.h maps that macro to; an
+ * optional entry (required 0) is NULL on drivers without it. The struct and
+ * the loader (cuda_drv.c) are both made from this list. */
+#define FI_CUDA_API(X)                                                                     \
+    X(Init, "cuInit", 1, (unsigned int))                                                   \
+    X(DriverGetVersion, "cuDriverGetVersion", 1, (int *))                                  \
+    X(GetErrorString, "cuGetErrorString", 1, (CUresult, const char **))                    \
+    X(CtxGetCurrent, "cuCtxGetCurrent", 1, (CUcontext *))                                  \
+    X(CtxGetDevice, "cuCtxGetDevice", 1, (CUdevice *))                                     \
+    X(CtxSetCurrent, "cuCtxSetCurrent", 1, (CUcontext))                                    \
+    X(DeviceGet, "cuDeviceGet", 1, (CUdevice *, int))                                      \
+    X(DeviceGetCount, "cuDeviceGetCount", 1, (int *))                                      \
+    X(DeviceGetAttribute, "cuDeviceGetAttribute", 1, (int *, CUdevice_attribute, CUdevice)) \
+    X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 1, (CUcontext *, CUdevice))      \
+    X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice))              \
+    X(ModuleLoadData, "cuModuleLoadData", 1, (CUmodule *, const void *))                   \
+    X(ModuleUnload, "cuModuleUnload", 1, (CUmodule))                                       \
+    X(ModuleGetFunction, "cuModuleGetFunction", 1, (CUfunction *, CUmodule, const char *)) \
+    X(FuncGetAttribute, "cuFuncGetAttribute", 1, (int *, CUfunction_attribute, CUfunction)) \
+    X(FuncSetAttribute, "cuFuncSetAttribute", 1, (CUfunction, CUfunction_attribute, int))  \
+    X(LaunchKernel, "cuLaunchKernel", 1,                                                   \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,    \
+       CUstream, void **, void **))                                                        \
+    X(MemAlloc, "cuMemAlloc_v2", 1, (CUdeviceptr *, size_t))                               \
+    X(MemFree, "cuMemFree_v2", 1, (CUdeviceptr))                                           \
+    X(MemcpyHtoD, "cuMemcpyHtoD_v2", 1, (CUdeviceptr, const void *, size_t))               \
+    X(MemcpyDtoH, "cuMemcpyDtoH_v2", 1, (void *, CUdeviceptr, size_t))                     \
+    X(MemsetD8, "cuMemsetD8_v2", 1, (CUdeviceptr, unsigned char, size_t))                  \
+    X(StreamSynchronize, "cuStreamSynchronize", 1, (CUstream))                             \
+    X(CtxSynchronize, "cuCtxSynchronize", 1, (void))                                       \
+    /* TMA descriptors: drivers before CUDA 12 lack it. */                                 \
+    X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", 0,                                   \
+      (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,         \
+       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,  \
+       CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))
+
+typedef struct fi_cuda_api {
+#define FI_CUDA_FIELD(name, symbol, required, params) CUresult(*name) params;
+    FI_CUDA_API(FI_CUDA_FIELD)
+#undef FI_CUDA_FIELD
+} fi_cuda_api;
+
+/* Load the driver once (thread-safe); `*out` is borrowed for the process's
+ * life. FI_ENODEVICE when libcuda cannot be loaded or cuInit fails. */
+FI_API int fi_cuda_load(const fi_cuda_api **out);
+/* Set fi_last_error() to "<what>: <the driver's words for res>" and return `code`. */
+FI_API int fi_cuda_error(int code, CUresult res, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,122 @@
+/*
+ * The cache half of fijit_cache.h: a cache directory opened for maintenance
+ * (a handle over the tier front, store.h, whose maintenance is the local
+ * tier's), and the one size parser that FIJIT_MAX_CACHE_SIZE and the CLI
+ * share.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/sys.h"
+#include "fijit_cache.h"
+#include "store/store.h"
+
+_Static_assert((unsigned)FI_CACHE_READ_ONLY == (unsigned)FI_STORE_READ_ONLY &&
+                   (unsigned)FI_CACHE_READ_ONLY_FALLBACK == (unsigned)FI_STORE_READ_ONLY_FALLBACK,
+               "fi_cache_flags are fi_store_flags");
+
+struct fi_cache {
+    fi_store *store;
+};
+
+int fi_cache_open(fi_cache **out, const char *dir, unsigned flags)
+{
+    int rc = 0;
+    fi_cache *cache = NULL;
+    if (!out) return fi__error(FI_EINVALID, "fi_cache_open: out is NULL");
+    *out = NULL;
+    if (flags & ~(unsigned)(FI_CACHE_READ_ONLY | FI_CACHE_READ_ONLY_FALLBACK))
+        return fi__error(FI_EINVALID, "fi_cache_open: unknown flags 0x%x", flags);
+    if (!(cache = fi__calloc(1, sizeof *cache))) return fi__error(FI_ENOMEM, "out of memory");
+    FI_TRY(fi_store_open(&cache->store, dir, flags, 0));
+    *out = cache;
+    cache = NULL;
+out:
+    fi_cache_close(cache);
+    return rc;
+}
+
+void fi_cache_close(fi_cache *cache)
+{
+    if (!cache) return;
+    fi_store_close(cache->store);
+    fi__free(cache);
+}
+
+int fi_cache_default_dir(char *out, size_t size)
+{
+    if (!out || !size) return fi__error(FI_EINVALID, "fi_cache_default_dir: no buffer");
+    return fi__default_cache_dir(out, size);
+}
+
+int fi_cache_foreach(fi_cache *cache, int (*fn)(void *user, const fi_cache_entry *entry),
+                     void *user)
+{
+    if (!cache || !fn) return fi__error(FI_EINVALID, "fi_cache_foreach: NULL argument");
+    return fi_store_foreach(cache->store, fn, user); /* fi_store_row is fi_cache_entry */
+}
+
+void fi_cache_key_hex(char out[33], const unsigned char key[16]) { fi_key_hex(out, key); }
+
+int fi_cache_stats_get(fi_jit_stats *out, fi_cache *cache)
+{
+    if (!cache) return fi__error(FI_EINVALID, "fi_cache_stats_get: NULL argument");
+    return fi_store_stats_get(cache->store, out);
+}
+
+int fi_cache_stats_zero(fi_cache *cache)
+{
+    if (!cache) return fi__error(FI_EINVALID, "fi_cache_stats_zero: NULL argument");
+    return fi_store_stats_zero(cache->store);
+}
+
+int fi_cache_verify(fi_cache *cache, int repair, void (*report)(void *user, const char *problem),
+                    void *user)
+{
+    if (!cache) return fi__error(FI_EINVALID, "fi_cache_verify: NULL argument");
+    return fi_store_verify(cache->store, repair, report, user);
+}
+
+int fi_cache_clear(fi_cache *cache)
+{
+    if (!cache) return fi__error(FI_EINVALID, "fi_cache_clear: NULL argument");
+    return fi_store_clear(cache->store);
+}
+
+int fi_cache_gc(fi_cache *cache, int64_t max_bytes, int64_t older_than)
+{
+    if (!cache) return fi__error(FI_EINVALID, "fi_cache_gc: NULL argument");
+    return fi_store_gc(cache->store, max_bytes, older_than);
+}
+
+int fi_cache_size_parse(int64_t *out, const char *text)
+{
+    char *end;
+    if (!out || !text) return fi__error(FI_EINVALID, "fi_cache_size_parse: NULL argument");
+    if (!isdigit((unsigned char)text[0])) goto bad; /* no sign, space, "inf" or "nan" */
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text) goto bad;
+    double scale = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': scale = 1024.0; end++; break;
+    case 'M': scale = 1024.0 * 1024; end++; break;
+    case 'G': scale = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (scale > 1 && (*end == 'i' || *end == 'I')) end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) goto bad;
+    double bytes = v * scale;
+    if (!(bytes >= 0) || bytes > 9.0e18) goto bad;
+    *out = (int64_t)llround(bytes);
+    return 0;
+bad:
+    return fi__error(FI_EINVALID, "'%.32s' is not a size: expected bytes with an optional K, M, "
+                     "G or T suffix, e.g. 500M, 2G or 4GiB", text);
+}

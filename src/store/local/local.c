@@ -1,0 +1,267 @@
+/*
+ * The local tier's verbs (see local.h): open and close a cache directory,
+ * get (read and verify an object, count and remove a bad one) and put
+ * (write, rename and index an object, then evict to the size limit).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "common/error.h"
+#include "common/sys.h"
+#include "store/local/local.h"
+
+int fi_local_open(fi_local **out, const char *dir, unsigned flags, int64_t max_bytes)
+{
+    int rc = 0, dfd = -1;
+    int ro = (flags & FI_STORE_READ_ONLY) != 0;
+    const char *ro_why = NULL; /* why a writable open became read-only */
+    fi_local *st = NULL;
+    struct stat sb;
+    char path[PATH_MAX_LEN];
+    static const char *const subdirs[] = {"objects", "locks", "tmp"};
+
+    if (!out || !dir || !*dir) return fi__error(FI_EINVALID, "fi_store_open: no cache directory");
+    *out = NULL;
+    if (!(st = fi__calloc(1, sizeof *st))) FI_FAIL(FI_ENOMEM, "out of memory opening the cache");
+    pthread_mutex_init(&st->mu, NULL);
+    st->flags = flags;
+    st->max_bytes = max_bytes;
+    st->lock_timeout_ms = FI_STORE_LOCK_TIMEOUT_MS;
+    if (!(st->dir = fi__strdup(dir))) FI_FAIL(FI_ENOMEM, "out of memory opening the cache");
+    /* Trailing slashes would double up in every path. */
+    for (size_t n = strlen(st->dir); n > 1 && st->dir[n - 1] == '/'; n--) st->dir[n - 1] = '\0';
+
+    if (!ro) FI_TRY(fi__local_make_dirs(st->dir));
+    /* The cache dir itself may be a symlink (~/.cache on another disk); check
+     * what it points to. Everything below it is checked without following. */
+    dfd = fi__open(st->dir, O_RDONLY | O_DIRECTORY, 0);
+    if (dfd < 0) {
+        if (errno == ENOENT) FI_FAIL(FI_ENOTFOUND, "cache directory %s does not exist", st->dir);
+        FI_FAIL(FI_EIO, "cannot open cache directory %s: %s", st->dir, strerror(errno));
+    }
+    if (fi__fstat(dfd, &sb) < 0)
+        FI_FAIL(FI_EIO, "cannot stat cache directory %s: %s", st->dir, strerror(errno));
+    FI_TRY(fi__local_check_owner_mode(st->dir, &sb, flags));
+    if (!ro && fi__access(st->dir, W_OK) < 0) {
+        /* A read-only mount or image layer (EROFS, root included), or a
+         * cache of another user or chmod a-w (EACCES). */
+        if (!(flags & FI_STORE_READ_ONLY_FALLBACK))
+            FI_FAIL(FI_EIO, "cache directory %s is not writable: %s", st->dir, strerror(errno));
+        ro_why = errno == EROFS ? "it is on a read-only file system" : "it is not writable";
+        st->flags |= FI_STORE_READ_ONLY;
+        ro = 1;
+    }
+    for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
+        FI_TRY(fi__local_join_path(path, st->dir, subdirs[i]));
+        rc = fi__local_ensure_subdir(path, st->flags, !ro);
+        if (rc == FI_ENOTFOUND && ro) { /* nothing to read there, nothing to write */
+            fi__error_clear();
+            rc = 0;
+        }
+        if (rc < 0) goto out;
+    }
+    FI_TRY(fi__local_resolve_index_path(st));
+    FI_TRY(fi__local_db_open(st));
+    if (ro_why) fi__local_say_read_only(st, ro_why);
+    if (!(st->flags & FI_STORE_READ_ONLY)) fi__local_maybe_clean_temps(st);
+    *out = st;
+    st = NULL;
+out:
+    if (dfd >= 0) fi__close(dfd);
+    fi_local_close(st);
+    return rc;
+}
+
+void fi_local_close(fi_local *st)
+{
+    if (!st) return;
+    fi__local_db_close(st);
+    pthread_mutex_destroy(&st->mu);
+    fi__free(st->dir);
+    fi__free(st);
+}
+
+const char *fi_local_dir(const fi_local *st) { return st ? st->dir : NULL; }
+
+int fi_local_read_only(const fi_local *st)
+{
+    return st && (st->flags & FI_STORE_READ_ONLY) != 0;
+}
+
+int fi__local_check_writable(const fi_local *st, const char *what)
+{
+    if (st->flags & FI_STORE_READ_ONLY)
+        return fi__error(FI_EINVALID, "%s: cache %s was opened read-only", what, st->dir);
+    return 0;
+}
+
+/* ---- get / put ---------------------------------------------------------------- */
+
+int fi_local_get(fi_local *st, const uint8_t key[16], void **out, size_t *out_size,
+                 fi_object_meta *meta)
+{
+    int rc = 0, locked = 0;
+    char hex[33], path[PATH_MAX_LEN], why[256] = "";
+    obj_info info;
+    void *payload = NULL;
+    size_t psize = 0;
+    if (!st || !key || !out || !out_size) return fi__error(FI_EINVALID, "fi_store_get: NULL argument");
+    *out = NULL;
+    *out_size = 0;
+    fi_key_hex(hex, key);
+    FI_TRY(fi__local_object_path(st, path, hex));
+    if (!fi__local_subdir_plain(path)) {
+        fi__log(FI_LOG_WARN, "cache folder of %s is not a plain directory; not reading it", path);
+        FI_FAIL(FI_ENOTFOUND, "cache folder of %s is a symbolic link or not a directory; "
+                "run 'fijit verify --repair'", path);
+    }
+
+    for (int attempt = 0;; attempt++) {
+        rc = fi__local_obj_read(path, key, &payload, &psize, &info, why, sizeof why);
+        if (rc < 0) goto out;
+        if (rc == OBJ_OK) break;
+        if (st->flags & FI_STORE_READ_ONLY) {
+            if (rc == OBJ_MISSING) FI_FAIL(FI_ENOTFOUND, "no cache entry %s", hex);
+            FI_FAIL(FI_ENOTFOUND, "cache object %s %s (read-only cache: left in place)", path, why);
+        }
+        pthread_mutex_lock(&st->mu);
+        locked = 1;
+        if (rc == OBJ_MISSING) {
+            /* The common miss takes no write lock: only a row without its
+             * object is damage worth repairing. */
+            int has = fi__local_row_exists(st, hex, NULL);
+            if (has < 0) {
+                /* A damaged index must never stop a kernel being served:
+                 * the object is not there either way, so this is a miss. */
+                fi__log(FI_LOG_WARN, "%s", fi_last_error());
+                FI_FAIL(FI_ENOTFOUND, "no cache entry %s (the index could not be read)", hex);
+            }
+            if (!has) FI_FAIL(FI_ENOTFOUND, "no cache entry %s", hex);
+            snprintf(why, sizeof why, "is missing but the index lists it");
+        }
+        int bad = rc;
+        rc = fi__local_drop_bad(st, hex, bad == OBJ_BAD ? &info : NULL);
+        pthread_mutex_unlock(&st->mu);
+        locked = 0;
+        if (rc < 0) {
+            fi__log(FI_LOG_WARN, "could not remove bad cache entry %s: %s", hex,
+                    fi_last_error());
+        } else if (rc == 1 && attempt == 0) {
+            continue; /* replaced meanwhile: read the new file */
+        } else if (rc == 0) {
+            fi__log(FI_LOG_WARN, "cache object %s %s; removed it", path, why);
+        }
+        FI_FAIL(FI_ENOTFOUND, "cache object %s %s; removed it so it is rebuilt", path, why);
+    }
+
+    if (!(st->flags & FI_STORE_READ_ONLY)) {
+        /* Bookkeeping of a good hit is best effort: failing it must not turn a
+         * valid object into a recompile. The UPDATE never creates a row. */
+        sqlite3_stmt *s;
+        int64_t ns = fi__local_wall_ns();
+        pthread_mutex_lock(&st->mu);
+        locked = 1;
+        if (fi__local_sql_prep(st, S_TOUCH, &s) == 0 && fi__local_bind_i64(st, s, 1, ns / 1000000000) == 0 &&
+            fi__local_bind_i64(st, s, 2, ns) == 0 && fi__local_bind_text(st, s, 3, hex) == 0 &&
+            fi__local_sql_run(st, s, "recording a hit") == 0 && sqlite3_changes(st->db) == 0)
+            (void)fi__local_reindex_hit(st, hex, path, &info);
+        pthread_mutex_unlock(&st->mu);
+        locked = 0;
+    }
+    if (meta) *meta = info.meta;
+    *out = payload;
+    *out_size = psize;
+    payload = NULL;
+    rc = 0;
+out:
+    if (locked) pthread_mutex_unlock(&st->mu);
+    fi__free(payload);
+    return rc;
+}
+
+static int store_put_once(fi_local *st, const uint8_t key[16], const void *data, size_t size,
+                          const fi_object_meta *meta);
+
+/* A put that finds the index damaged under it (a table dropped, a page
+ * gone bad since the open) rebuilds it from the objects and tries once
+ * more: prewarm's job is to store. */
+int fi_local_put(fi_local *st, const uint8_t key[16], const void *data, size_t size,
+                 const fi_object_meta *meta)
+{
+    int rc = store_put_once(st, key, data, size, meta);
+    if (rc != FI_ECORRUPT) return rc;
+    pthread_mutex_lock(&st->mu);
+    rc = fi__local_db_rebuild(st);
+    pthread_mutex_unlock(&st->mu);
+    return rc < 0 ? rc : store_put_once(st, key, data, size, meta);
+}
+
+static int store_put_once(fi_local *st, const uint8_t key[16], const void *data, size_t size,
+                          const fi_object_meta *meta)
+{
+    int rc = 0, begun = 0, locked = 0, in_tx = 0, removed = 0, renamed = 0;
+    char hex[33], path[PATH_MAX_LEN], sub[PATH_MAX_LEN];
+    uint8_t header[FI_OBJECT_MAX_HEADER];
+    fi_object_meta empty = {0};
+    fi_atomic_file f;
+    size_t hsize;
+    uint64_t checksum;
+
+    if (!st || !key || !data) return fi__error(FI_EINVALID, "fi_store_put: NULL argument");
+    FI_TRY(fi__local_check_writable(st, "fi_store_put"));
+    if (size == 0 || (uint64_t)size > FI_OBJECT_MAX_PAYLOAD)
+        FI_FAIL(FI_EINVALID, "fi_store_put: object size %zu out of range", size);
+    if (!meta) meta = &empty;
+    if (strnlen(meta->spec, sizeof meta->spec) == sizeof meta->spec ||
+        strnlen(meta->arch, sizeof meta->arch) == sizeof meta->arch)
+        FI_FAIL(FI_EINVALID, "fi_store_put: spec or arch text is not NUL-terminated");
+    fi_key_hex(hex, key);
+    FI_TRY(fi__local_object_path(st, path, hex));
+    if (snprintf(sub, sizeof sub, "%s/objects/%.2s", st->dir, hex) >= (int)sizeof sub)
+        FI_FAIL(FI_EINVALID, "cache path too long under %s", st->dir);
+    FI_TRY(fi__local_ensure_subdir(sub, st->flags, 1));
+
+    checksum = XXH3_64bits(data, size);
+    hsize = fi_object_header_build(header, key, meta, size, checksum);
+    FI_TRY(fi__atomic_begin(&f, path));
+    begun = 1;
+    fi__atomic_write(&f, header, hsize);
+    fi__atomic_write(&f, data, size);
+
+    pthread_mutex_lock(&st->mu);
+    locked = 1;
+    /* The rename happens under the index's write lock so that gc, clear and
+     * bad-object removal in other processes never unlink a fresh object. */
+    FI_TRY(fi__local_tx_begin(st));
+    in_tx = 1;
+    begun = 0;
+    FI_TRY(fi__atomic_commit(&f));
+    renamed = 1;
+    FI_TRY(fi__local_index_insert(st, hex, meta, (int64_t)(hsize + size), checksum, 0));
+    FI_TRY(fi__local_stat_add1(st, "bytes_written", (int64_t)(hsize + size)));
+    if (st->max_bytes > 0) FI_TRY(fi__local_evict_to(st, st->max_bytes, hex, &removed));
+    FI_TRY(fi__local_tx_commit(st));
+    in_tx = 0;
+    if (removed)
+        fi__log(FI_LOG_INFO, "evicted %d cache entries to stay under %" PRId64 " bytes",
+                removed, st->max_bytes);
+out:
+    if (in_tx) fi__local_tx_rollback(st);
+    /* No row for the object after all: remove it rather than leave an orphan
+     * (not through the fault seam: cleanup must not fail). */
+    if (rc < 0 && renamed) unlink(path);
+    if (locked) pthread_mutex_unlock(&st->mu);
+    if (begun) fi__atomic_abort(&f);
+    return rc;
+}

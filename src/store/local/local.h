@@ -1,0 +1,185 @@
+/*
+ * The local tier: a cache directory with an SQLite index (cache/schema.sql)
+ * plus one object file per key, in the entry format of store/object.h.
+ * Objects are written to a temp file, fsynced and renamed before their index
+ * row commits; every read verifies the object's header and checksum, and a
+ * bad object is counted, removed and reported as missing so the caller
+ * rebuilds it. Cross-process single flight uses one lock file per key
+ * (flock), which the kernel releases when a builder dies.
+ *
+ * Layout of a cache directory (created 0700):
+ *   index.sqlite          the index (WAL mode)
+ *   objects/ab/<32 hex>.fo  object files (first two hex digits as a subfolder)
+ *   locks/<32 hex>.lock   per-key build locks
+ *   tmp/                  temp files of writers; leftovers are cleaned
+ *
+ * Files: local.c (open, get, put), index.c (the SQLite index, statistics,
+ * listing), objects.c (directory safety, object files, temp files), lock.c
+ * (build locks), maintain.c (verify/repair, clear, gc).
+ *
+ * Concurrency model
+ *  - Threads: one fi_local is shared by the threads of a process; a mutex
+ *    guards the SQLite connection and its cached statements.
+ *  - Processes: the index is in WAL mode with a busy timeout. Anything that
+ *    changes which object file sits at a path (put's rename, eviction, gc,
+ *    clear, removal of a bad object) happens inside a BEGIN IMMEDIATE
+ *    transaction, so the write lock orders those changes with the rows that
+ *    describe them. Readers take no lock: an object file is only ever
+ *    replaced whole by rename, so a reader sees either the old or new file.
+ *
+ * Statistics: the store itself counts `corrupt` (bad objects and a rebuilt
+ * index) and `bytes_written` (in put); every other counter is added by the
+ * caller through fi_local_stats_add.
+ *
+ * The fi_local_* functions do what the fi_store_* functions of store.h of
+ * the same name say (the tier front forwards to them); fi__local_* are
+ * shared between the files of this folder only.
+ */
+#ifndef FI_STORE_LOCAL_H
+#define FI_STORE_LOCAL_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "fijit.h"
+#include "store/object.h"
+#include "store/store.h"
+
+/* Must equal the PRAGMA user_version set at the end of cache/schema.sql. */
+#define FI_SCHEMA_VERSION 1
+
+#define BUSY_TIMEOUT_MS 10000
+/* Temp files older than this belong to a writer that died. */
+#define TEMP_MAX_AGE_S 3600
+/* A temp file whose writer (the pid in its name) no longer exists on this
+ * host is removed once it is this old: a writer needs milliseconds, and the
+ * grace covers a pid seen from another host sharing the directory. */
+#define TEMP_DEAD_WRITER_AGE_S 60
+
+#define PATH_MAX_LEN 4096
+
+enum stmt_id {
+    S_BEGIN,
+    S_COMMIT,
+    S_ROLLBACK,
+    S_TOUCH,
+    S_INSERT,
+    S_DELETE,
+    S_EXISTS,
+    S_STAT_ADD,
+    S_TOTAL,
+    S_OLDEST,
+    S_OLDER,
+    S_CLAMP,
+    S_STATS,
+    S_STATS_ZERO,
+    S_LIST,
+    S_KEYS,
+    S_CLEAR,
+    S_COUNT
+};
+
+typedef struct fi_local fi_local;
+
+struct fi_local {
+    char *dir;
+    char index_path[PATH_MAX_LEN];
+    unsigned flags;
+    int64_t max_bytes;
+    pthread_mutex_t mu; /* guards db and stmts */
+    sqlite3 *db;
+    sqlite3_stmt *stmts[S_COUNT];
+    atomic_int lock_warned; /* "building without a lock" was logged */
+    int last_sql_error;             /* primary SQLite code of the last failure */
+    int64_t lock_timeout_ms;        /* wait for another builder's lock; < 0: forever */
+    atomic_int lock_timeout_warned; /* "gave up waiting for a lock" was logged */
+};
+
+/* What reading an object file found (besides its payload). */
+typedef struct obj_info {
+    uint8_t key[16];
+    uint64_t checksum;
+    int64_t file_size;
+    fi_object_meta meta;
+    dev_t dev; /* identity of the file that was read, so that a bad file is */
+    ino_t ino; /* removed only if it is still the one at the path */
+} obj_info;
+
+/* OBJ_BAD equals FI_OBJECT_BAD of the codec. */
+enum { OBJ_OK = FI_OBJECT_OK, OBJ_MISSING = 1, OBJ_BAD = FI_OBJECT_BAD };
+
+/* The tier's verbs: see the fi_store_* function of the same name. */
+int fi_local_open(fi_local **out, const char *dir, unsigned flags, int64_t max_bytes);
+void fi_local_close(fi_local *st);
+const char *fi_local_dir(const fi_local *st);
+int fi_local_read_only(const fi_local *st);
+int fi_local_get(fi_local *st, const uint8_t key[16], void **out, size_t *out_size,
+                 fi_object_meta *meta);
+int fi_local_put(fi_local *st, const uint8_t key[16], const void *data, size_t size,
+                 const fi_object_meta *meta);
+int fi_local_lock_key(fi_local *st, const uint8_t key[16], fi_store_lock **out);
+void fi_local_set_lock_timeout(fi_local *st, int64_t timeout_ms);
+void fi_local_unlock(fi_store_lock *lock);
+int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta);
+int fi_local_stats_get(fi_local *st, fi_jit_stats *out);
+int fi_local_stats_zero(fi_local *st);
+int fi_local_foreach(fi_local *st, int (*fn)(void *user, const fi_store_row *row), void *user);
+int fi_local_verify(fi_local *st, int repair, void (*report)(void *user, const char *problem),
+                    void *user);
+int fi_local_clear(fi_local *st);
+int fi_local_gc(fi_local *st, int64_t max_bytes, int64_t older_than);
+
+/* index.c: the SQLite index (statements, transactions, open and rebuild, rows, eviction) */
+int fi__local_sql_prep(fi_local *st, enum stmt_id id, sqlite3_stmt **out);
+int fi__local_sql_step(fi_local *st, sqlite3_stmt *s, const char *what);
+int fi__local_sql_run(fi_local *st, sqlite3_stmt *s, const char *what);
+int fi__local_sql_exec_id(fi_local *st, enum stmt_id id, const char *what);
+int fi__local_tx_begin(fi_local *st);
+int fi__local_tx_commit(fi_local *st);
+void fi__local_tx_rollback(fi_local *st);
+int fi__local_bind_text(fi_local *st, sqlite3_stmt *s, int i, const char *text);
+int fi__local_bind_i64(fi_local *st, sqlite3_stmt *s, int i, int64_t v);
+int fi__local_stat_add1(fi_local *st, const char *name, int64_t value);
+int fi__local_row_exists(fi_local *st, const char *hex, int64_t *size);
+void fi__local_db_close(fi_local *st);
+int fi__local_index_damaged(fi_local *st, char *why, size_t why_size);
+int fi__local_db_rebuild(fi_local *st);
+void fi__local_say_read_only(const fi_local *st, const char *why);
+int fi__local_db_open(fi_local *st);
+int fi__local_resolve_index_path(fi_local *st);
+int fi__local_delete_row(fi_local *st, const char *hex, const char *what);
+int fi__local_remove_entry(fi_local *st, const char *hex);
+int fi__local_index_insert(fi_local *st, const char *hex, const fi_object_meta *meta,
+                           int64_t file_size, uint64_t checksum, int64_t hits);
+int fi__local_evict_to(fi_local *st, int64_t max_bytes, const char *keep, int *removed);
+
+/* lock.c: per-key build locks */
+int fi__local_lock_file_wait(const char *path, int64_t timeout_ms, int *out_fd);
+void fi__local_clean_locks(fi_local *st);
+
+/* objects.c: paths, directory safety, object files, temp files */
+int64_t fi__local_wall_ns(void);
+int fi__local_join_path(char *out, const char *a, const char *b);
+int fi__local_object_path(const fi_local *st, char *out, const char *hex);
+int fi__local_is_temp_name(const char *name);
+int fi__local_remove_any(const char *path);
+int fi__local_check_owner_mode(const char *path, const struct stat *sb, unsigned flags);
+int fi__local_make_dirs(const char *path);
+int fi__local_ensure_subdir(const char *path, unsigned flags, int create);
+int fi__local_temp_writer_dead(const char *name);
+void fi__local_clean_temps(fi_local *st, int64_t max_age_s);
+void fi__local_maybe_clean_temps(fi_local *st);
+int fi__local_obj_read(const char *path, const uint8_t *want, void **payload_out,
+                       size_t *payload_size_out, obj_info *info, char *why, size_t why_size);
+int fi__local_drop_bad(fi_local *st, const char *hex, const obj_info *seen);
+int fi__local_subdir_plain(const char *path);
+int fi__local_reindex_hit(fi_local *st, const char *hex, const char *path, const obj_info *info);
+
+/* local.c: the tier verbs */
+int fi__local_check_writable(const fi_local *st, const char *what);
+
+#endif
