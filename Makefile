@@ -8,7 +8,7 @@
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
 CC        ?= cc
-VERSION   := 0.1.0
+VERSION   := 0.2.0
 SONAME    := libfijit.so.0
 
 WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers

@@ -160,7 +160,7 @@ class Fijit:
         path = lib_path or os.environ.get("FIJIT_LIB")
         if not path:
             # The versioned file too: a copy of build/ may have lost the symlinks.
-            for name in ("libfijit.so", "libfijit.so.0", "libfijit.so.0.1.0"):
+            for name in ("libfijit.so", "libfijit.so.0", "libfijit.so.0.2.0"):
                 path = os.path.join(ROOT, "build", name)
                 if os.path.exists(path):
                     break
