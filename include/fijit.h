@@ -55,6 +55,19 @@ extern "C" {
 #define FI_API
 #endif
 
+/* The *_INIT macros: FI__INIT(type, FI__SET(field, value) ...) names only the
+ * fields whose default is not 0 / NULL. In C it is a designated initializer
+ * (every other field 0); C++ before C++20 has none, so there it is a
+ * value-initialised (all-zero) struct with those fields set. Either way
+ * `type x = FI_..._INIT;` compiles under -Wall -Wextra -pedantic. */
+#ifndef __cplusplus
+#define FI__SET(field, value) .field = (value),
+#define FI__INIT(type, sets) { sets }
+#else
+#define FI__SET(field, value) fi__v.field = (value);
+#define FI__INIT(type, sets) ([]() { type fi__v = type(); sets return fi__v; }())
+#endif
+
 #define FIJIT_VERSION_MAJOR 0
 #define FIJIT_VERSION_MINOR 2
 #define FIJIT_VERSION_PATCH 0
@@ -133,24 +146,11 @@ typedef struct fi_jit_spec {
     const char *variant;         /* NULL or "default": built-in behaviour */
 } fi_jit_spec;
 
-#ifndef __cplusplus
 #define FI_JIT_SPEC_INIT                                                       \
-    { .version = FI_JIT_SPEC_VERSION, .kind = FI_KIND_DECODE,                 \
-      .q_dtype = FI_DTYPE_FP16, .kv_dtype = FI_DTYPE_FP16,                    \
-      .o_dtype = FI_DTYPE_FP16, .head_dim = 128, .mask = FI_MASK_NONE,        \
-      .pos = FI_POS_NONE, .soft_cap = 0, .variant = NULL }
-#else
-#define FI_JIT_SPEC_INIT fi__jit_spec_init()
-static inline fi_jit_spec fi__jit_spec_init(void)
-{
-    fi_jit_spec s = fi_jit_spec();
-    s.version = FI_JIT_SPEC_VERSION;
-    s.kind = FI_KIND_DECODE;
-    s.q_dtype = s.kv_dtype = s.o_dtype = FI_DTYPE_FP16;
-    s.head_dim = 128;
-    return s;
-}
-#endif
+    FI__INIT(fi_jit_spec, FI__SET(version, FI_JIT_SPEC_VERSION)               \
+             FI__SET(kind, FI_KIND_DECODE) FI__SET(q_dtype, FI_DTYPE_FP16)     \
+             FI__SET(kv_dtype, FI_DTYPE_FP16) FI__SET(o_dtype, FI_DTYPE_FP16)  \
+             FI__SET(head_dim, 128))
 
 /* Parse a canonical spec string such as
  *   "decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0"
@@ -187,23 +187,10 @@ typedef struct fi_jit_options {
     int allow_unsafe_dir;    /* 1: accept a cache dir writable by group/others */
 } fi_jit_options;
 
-#ifndef __cplusplus
 #define FI_JIT_OPTIONS_INIT                                                    \
-    { .version = FI_JIT_OPTIONS_VERSION, .cache_dir = NULL, .arch = NULL,     \
-      .jit = 1, .use_disk_cache = 1, .log_level = FI_LOG_WARN,                \
-      .max_cache_bytes = 0, .allow_unsafe_dir = 0 }
-#else
-#define FI_JIT_OPTIONS_INIT fi__jit_options_init()
-static inline fi_jit_options fi__jit_options_init(void)
-{
-    fi_jit_options o = fi_jit_options();
-    o.version = FI_JIT_OPTIONS_VERSION;
-    o.jit = 1;
-    o.use_disk_cache = 1;
-    o.log_level = FI_LOG_WARN;
-    return o;
-}
-#endif
+    FI__INIT(fi_jit_options, FI__SET(version, FI_JIT_OPTIONS_VERSION)         \
+             FI__SET(jit, 1) FI__SET(use_disk_cache, 1)                       \
+             FI__SET(log_level, FI_LOG_WARN))
 
 /* Create a context. `opts` may be NULL for defaults. Environment variables
  * (FIJIT_CACHE_DIR, FIJIT_ARCH, FIJIT_JIT, FIJIT_LOG, FIJIT_MAX_CACHE_SIZE)
@@ -336,17 +323,7 @@ typedef struct fi_jit_stats {
 #undef FI_JIT_STATS_FIELD_
 } fi_jit_stats;
 
-#ifndef __cplusplus
-#define FI_JIT_STATS_INIT { .version = FI_JIT_STATS_VERSION }
-#else
-#define FI_JIT_STATS_INIT fi__jit_stats_init()
-static inline fi_jit_stats fi__jit_stats_init(void)
-{
-    fi_jit_stats s = fi_jit_stats();
-    s.version = FI_JIT_STATS_VERSION;
-    return s;
-}
-#endif
+#define FI_JIT_STATS_INIT FI__INIT(fi_jit_stats, FI__SET(version, FI_JIT_STATS_VERSION))
 
 /* Statistics persisted in the cache index (all processes), plus this
  * context's not yet flushed counts. out->version (1 to FI_JIT_STATS_VERSION,
@@ -407,18 +384,9 @@ typedef struct fi_decode_args {
     int sm_count;
 } fi_decode_args;
 
-#ifndef __cplusplus
-#define FI_DECODE_ARGS_INIT { .version = FI_DECODE_ARGS_VERSION, .window_left = -1 }
-#else
-#define FI_DECODE_ARGS_INIT fi__decode_args_init()
-static inline fi_decode_args fi__decode_args_init(void)
-{
-    fi_decode_args a = fi_decode_args();
-    a.version = FI_DECODE_ARGS_VERSION;
-    a.window_left = -1;
-    return a;
-}
-#endif
+#define FI_DECODE_ARGS_INIT                                                    \
+    FI__INIT(fi_decode_args, FI__SET(version, FI_DECODE_ARGS_VERSION)         \
+             FI__SET(window_left, -1))
 
 /* Device workspace bytes needed for a launch with these shapes (0: none).
  * Needs a device only when max_splits and sm_count are both 0. */

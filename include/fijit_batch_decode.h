@@ -59,20 +59,10 @@ typedef struct fi_batch_decode_plan_args {
     int sm_count;                    /* 0: from the device of the current context */
 } fi_batch_decode_plan_args;
 
-#ifndef __cplusplus
 #define FI_BATCH_DECODE_PLAN_ARGS_INIT                                         \
-    { .version = FI_BATCH_DECODE_PLAN_ARGS_VERSION, .page_size = 16, .window_left = -1 }
-#else
-#define FI_BATCH_DECODE_PLAN_ARGS_INIT fi__batch_decode_plan_args_init()
-static inline fi_batch_decode_plan_args fi__batch_decode_plan_args_init(void)
-{
-    fi_batch_decode_plan_args a = fi_batch_decode_plan_args();
-    a.version = FI_BATCH_DECODE_PLAN_ARGS_VERSION;
-    a.page_size = 16;
-    a.window_left = -1;
-    return a;
-}
-#endif
+    FI__INIT(fi_batch_decode_plan_args,                                        \
+             FI__SET(version, FI_BATCH_DECODE_PLAN_ARGS_VERSION)               \
+             FI__SET(page_size, 16) FI__SET(window_left, -1))
 
 typedef struct fi_batch_decode_plan fi_batch_decode_plan;
 
@@ -141,17 +131,8 @@ typedef struct fi_batch_decode_args {
     int num_variant_args;
 } fi_batch_decode_args;
 
-#ifndef __cplusplus
-#define FI_BATCH_DECODE_ARGS_INIT { .version = FI_BATCH_DECODE_ARGS_VERSION }
-#else
-#define FI_BATCH_DECODE_ARGS_INIT fi__batch_decode_args_init()
-static inline fi_batch_decode_args fi__batch_decode_args_init(void)
-{
-    fi_batch_decode_args a = fi_batch_decode_args();
-    a.version = FI_BATCH_DECODE_ARGS_VERSION;
-    return a;
-}
-#endif
+#define FI_BATCH_DECODE_ARGS_INIT \
+    FI__INIT(fi_batch_decode_args, FI__SET(version, FI_BATCH_DECODE_ARGS_VERSION))
 
 /* Validate, get the kernel (through the cache) and launch one kernel on `stream`. */
 FI_API int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
@@ -181,17 +162,8 @@ typedef struct fi_merge_states_args {
     int64_t v_out_stride_seq, v_out_stride_h;
 } fi_merge_states_args;
 
-#ifndef __cplusplus
-#define FI_MERGE_STATES_ARGS_INIT { .version = FI_MERGE_STATES_ARGS_VERSION }
-#else
-#define FI_MERGE_STATES_ARGS_INIT fi__merge_states_args_init()
-static inline fi_merge_states_args fi__merge_states_args_init(void)
-{
-    fi_merge_states_args a = fi_merge_states_args();
-    a.version = FI_MERGE_STATES_ARGS_VERSION;
-    return a;
-}
-#endif
+#define FI_MERGE_STATES_ARGS_INIT \
+    FI__INIT(fi_merge_states_args, FI__SET(version, FI_MERGE_STATES_ARGS_VERSION))
 
 FI_API int fi_merge_states(fi_jit_ctx *ctx, const fi_jit_spec *spec,
                            const fi_merge_states_args *args, struct CUstream_st *stream);

@@ -90,18 +90,9 @@ typedef struct fi_prefill_args {
     size_t workspace_bytes;
 } fi_prefill_args;
 
-#ifndef __cplusplus
-#define FI_PREFILL_ARGS_INIT { .version = FI_PREFILL_ARGS_VERSION, .window_left = -1 }
-#else
-#define FI_PREFILL_ARGS_INIT fi__prefill_args_init()
-static inline fi_prefill_args fi__prefill_args_init(void)
-{
-    fi_prefill_args a = fi_prefill_args();
-    a.version = FI_PREFILL_ARGS_VERSION;
-    a.window_left = -1;
-    return a;
-}
-#endif
+#define FI_PREFILL_ARGS_INIT                                                   \
+    FI__INIT(fi_prefill_args, FI__SET(version, FI_PREFILL_ARGS_VERSION)       \
+             FI__SET(window_left, -1))
 
 /* Workspace bytes fi_prefill_run can use for these arguments (0 when the
  * spec has no RoPE). Needs no device. */
@@ -151,20 +142,10 @@ typedef struct fi_batch_prefill_plan_args {
     int cta_tile_q;                      /* 0: automatic; 128, 64 or 16 */
 } fi_batch_prefill_plan_args;
 
-#ifndef __cplusplus
 #define FI_BATCH_PREFILL_PLAN_ARGS_INIT                                        \
-    { .version = FI_BATCH_PREFILL_PLAN_ARGS_VERSION, .page_size = 16, .window_left = -1 }
-#else
-#define FI_BATCH_PREFILL_PLAN_ARGS_INIT fi__batch_prefill_plan_args_init()
-static inline fi_batch_prefill_plan_args fi__batch_prefill_plan_args_init(void)
-{
-    fi_batch_prefill_plan_args a = fi_batch_prefill_plan_args();
-    a.version = FI_BATCH_PREFILL_PLAN_ARGS_VERSION;
-    a.page_size = 16;
-    a.window_left = -1;
-    return a;
-}
-#endif
+    FI__INIT(fi_batch_prefill_plan_args,                                       \
+             FI__SET(version, FI_BATCH_PREFILL_PLAN_ARGS_VERSION)              \
+             FI__SET(page_size, 16) FI__SET(window_left, -1))
 
 /* Device workspace bytes the plan for these arguments needs: the work list;
  * with pos = RoPE also the keys rotated once per run (kv tokens x
@@ -229,17 +210,8 @@ typedef struct fi_batch_prefill_args {
     int num_variant_args;
 } fi_batch_prefill_args;
 
-#ifndef __cplusplus
-#define FI_BATCH_PREFILL_ARGS_INIT { .version = FI_BATCH_PREFILL_ARGS_VERSION }
-#else
-#define FI_BATCH_PREFILL_ARGS_INIT fi__batch_prefill_args_init()
-static inline fi_batch_prefill_args fi__batch_prefill_args_init(void)
-{
-    fi_batch_prefill_args a = fi_batch_prefill_args();
-    a.version = FI_BATCH_PREFILL_ARGS_VERSION;
-    return a;
-}
-#endif
+#define FI_BATCH_PREFILL_ARGS_INIT \
+    FI__INIT(fi_batch_prefill_args, FI__SET(version, FI_BATCH_PREFILL_ARGS_VERSION))
 
 /* One launch on `stream` for the planned batch (with RoPE two: the keys'
  * rotation into the workspace, then the attention kernel). */
