@@ -18,10 +18,12 @@
  *  - Pointers returned inside other objects (fi_jit_kernel) are borrowed and
  *    live as long as the fi_jit_ctx they came from.
  *  - Options and argument structs begin with `unsigned version`; initialise
- *    them with the matching *_INIT macro (every field set: designated
- *    initializers in C, a value-initialised struct in C++), which gives safe
- *    defaults (window_left = -1: no window). Fields are only appended: a
- *    library accepts the versions its header lists as still accepted.
+ *    them with the matching *_INIT macro (FI__INIT below: C and C++ alike),
+ *    which gives safe defaults (window_left = -1: no window; page_size = 16)
+ *    and 0 / NULL elsewhere. Fields are only appended: a library accepts the
+ *    versions its header lists as still accepted (0.2 changed the layout of
+ *    fi_batch_decode_args and fi_batch_prefill_args: their old versions are
+ *    refused with a message).
  *  - Both batch kinds have one plan lifecycle:
  *      fi_batch_<kind>_workspace_size(&bytes, &spec, &plan_args)   (or _plan_workspace_size)
  *      fi_batch_<kind>_plan_new(&plan, ctx, &spec, &plan_args)     host only

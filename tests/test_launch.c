@@ -665,6 +665,89 @@ static fi_merge_states_args merge_args_for(int seq, int states, int heads)
     return a;
 }
 
+/* The 0.2 API's rules: mask=window needs a window in every kind (the *_INIT
+ * default -1 is refused where the window is given: decode and prefill args,
+ * the batch kinds' plans); decode sizes its workspace from args.sm_count
+ * exactly as a run on a device of that many SMs plans it; the batch kinds'
+ * run args refuse their pre-0.2 versions; merge_states wants a batch-decode
+ * spec. */
+TEST(api_0_2_windows_sm_count_and_versions)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    fi_jit_spec ds = spec_of(FI_KIND_DECODE, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_decode_args da = FI_DECODE_ARGS_INIT;
+    decode_args_for(&da, 5000);
+    size_t bytes = 0, on_device = 0;
+    CHECK_RC(fi_decode_workspace_size(&bytes, &ds, &da), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "window_left"));
+    CHECK_RC(fi_decode_run(ctx, &ds, &da, NULL), FI_EINVALID);
+    ds.mask = FI_MASK_NONE;
+    CHECK_OK(fi_decode_workspace_size(&on_device, &ds, &da)); /* the fake device's SMs */
+    da.sm_count = FAKE_CUDA_SM_COUNT;
+    CHECK_OK(fi_decode_workspace_size(&bytes, &ds, &da));
+    CHECK_MSG(bytes == on_device && bytes > 0, "%zu vs %zu", bytes, on_device);
+    da.sm_count = -1;
+    CHECK_RC(fi_decode_workspace_size(&bytes, &ds, &da), FI_EINVALID);
+
+    fi_jit_spec ps = spec_of(FI_KIND_PREFILL, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_prefill_args pa = FI_PREFILL_ARGS_INIT;
+    prefill_args_for(&pa, 32, 8, 100, 128);
+    CHECK_RC(fi_prefill_run(ctx, &ps, &pa, NULL), FI_EINVALID);
+    CHECK(seen.count == 0 && strstr(fi_last_error(), "window_left"));
+
+    int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
+    fi_batch_decode_plan_args bpa = plan_info_for(2, indptr, last);
+    fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_batch_decode_plan *bplan = NULL;
+    CHECK_RC(fi_batch_decode_plan_new(&bplan, ctx, &bs, &bpa), FI_EINVALID);
+    CHECK(bplan == NULL && strstr(fi_last_error(), "window_left"));
+    bs.mask = FI_MASK_NONE;
+    CHECK_OK(fi_batch_decode_plan_new(&bplan, ctx, &bs, &bpa));
+    CHECK_OK(fi_batch_decode_workspace_size(&bytes, &bs, &bpa));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(&on_device, bplan));
+    CHECK(bytes == on_device);
+    fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
+    ba.version = 2;
+    CHECK_RC(fi_batch_decode_run(ctx, bplan, &ba, NULL), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "rebuild"));
+    fi_batch_decode_plan_free(bplan);
+
+    int32_t qo_indptr[3] = {0, 100, 130}, kv_indptr[3] = {0, 100, 200};
+    fi_batch_prefill_plan_args ppa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, NULL);
+    fi_jit_spec rs = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_batch_prefill_plan *pplan = NULL;
+    CHECK_RC(fi_batch_prefill_plan_new(&pplan, ctx, &rs, &ppa), FI_EINVALID);
+    CHECK(pplan == NULL && strstr(fi_last_error(), "window_left"));
+    CHECK_RC(fi_batch_prefill_workspace_size(&bytes, &rs, &ppa), FI_EINVALID);
+    ppa.version = 1;
+    rs.mask = FI_MASK_NONE;
+    CHECK_RC(fi_batch_prefill_plan_new(&pplan, ctx, &rs, &ppa), FI_EINVALID);
+    ppa.version = FI_BATCH_PREFILL_PLAN_ARGS_VERSION;
+    ppa.window_left = 40;
+    rs.mask = FI_MASK_WINDOW;
+    CHECK_OK(fi_batch_prefill_plan_new(&pplan, ctx, &rs, &ppa));
+    CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &rs, &ppa));
+    CHECK_OK(fi_batch_prefill_plan_workspace_size(&on_device, pplan));
+    CHECK(bytes == on_device);
+    static unsigned char ws[1 << 16] __attribute__((aligned(256)));
+    CHECK(bytes <= sizeof ws);
+    CHECK_OK(fi_batch_prefill_plan_upload(pplan, ws, bytes));
+    fi_batch_prefill_args bpr = FI_BATCH_PREFILL_ARGS_INIT;
+    batch_prefill_args_for(&bpr);
+    bpr.version = 2;
+    CHECK_RC(fi_batch_prefill_run(ctx, pplan, &bpr, NULL), FI_EINVALID);
+    bpr.version = FI_BATCH_PREFILL_ARGS_VERSION;
+    CHECK_OK(fi_batch_prefill_run(ctx, pplan, &bpr, NULL));
+    CHECK(seen.p.prefill.window_left == 40); /* the plan's window reaches the kernel */
+    fi_batch_prefill_plan_free(pplan);
+
+    fi_merge_states_args ma = FI_MERGE_STATES_ARGS_INIT;
+    CHECK_RC(fi_merge_states(ctx, &ds, &ma, NULL), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "FI_KIND_BATCH_DECODE"));
+    fi_jit_ctx_free(ctx);
+}
+
 TEST(merge_states_launch_covers_every_row)
 {
     fi_jit_ctx *ctx = NULL;
