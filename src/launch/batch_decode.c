@@ -99,14 +99,9 @@ static int plan_make(fi_batch_decode_plan **out, const fi_jit_spec *spec,
     int *len = NULL, *first = NULL, *keys = NULL, *splits = NULL;
     *out = NULL;
     if (!spec) FI_FAIL(FI_EINVALID, "batch_decode: spec is NULL");
-    FI_TRY(fi_jit_spec_check(spec));
-    if (spec->kind != FI_KIND_BATCH_DECODE)
-        FI_FAIL(FI_EINVALID, "batch_decode: spec.kind is %d, expected FI_KIND_BATCH_DECODE",
-                (int)spec->kind);
-    if (!info) FI_FAIL(FI_EINVALID, "batch_decode: plan args is NULL");
-    if (info->version != FI_BATCH_DECODE_PLAN_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "batch_decode: plan args.version is %u, this library expects %d",
-                info->version, FI_BATCH_DECODE_PLAN_ARGS_VERSION);
+    FI_TRY(fi__check_kind("batch_decode", spec, FI_KIND_BATCH_DECODE, "FI_KIND_BATCH_DECODE"));
+    FI_TRY(fi__check_version("batch_decode", "plan args", info, info ? info->version : 0,
+                             FI_BATCH_DECODE_PLAN_ARGS_VERSION, FI_BATCH_DECODE_PLAN_ARGS_VERSION));
     if (info->batch_size < 1)
         FI_FAIL(FI_EINVALID, "batch_decode: batch_size is %d, must be >= 1", info->batch_size);
     if (!info->kv_indptr || !info->kv_last_page_len)
@@ -129,11 +124,7 @@ static int plan_make(fi_batch_decode_plan **out, const fi_jit_spec *spec,
         !(first = fi__calloc((size_t)info->batch_size, sizeof *first)) ||
         !(splits = fi__calloc((size_t)info->batch_size, sizeof *splits)))
         FI_FAIL(FI_ENOMEM, "batch_decode: out of memory planning %d requests", info->batch_size);
-    plan->spec = *spec;
-    if (spec->variant) {
-        snprintf(plan->variant, sizeof plan->variant, "%s", spec->variant);
-        plan->spec.variant = plan->variant;
-    }
+    fi__launch_keep_spec(&plan->spec, plan->variant, sizeof plan->variant, spec);
     plan->batch_size = info->batch_size;
     plan->num_qo_heads = info->num_qo_heads;
     plan->num_kv_heads = info->num_kv_heads;
@@ -370,20 +361,14 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
     const char *who = "batch_decode";
     if (!ctx || !plan || !a) FI_FAIL(FI_EINVALID, "batch_decode: NULL argument");
-    if (a->version != FI_BATCH_DECODE_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "batch_decode: args.version is %u, this library expects %d (the "
-                "layout changed in fijit 0.2: rebuild against its headers)",
-                a->version, FI_BATCH_DECODE_ARGS_VERSION);
+    FI_TRY(fi__check_version(who, "args", a, a->version, FI_BATCH_DECODE_ARGS_VERSION,
+                             FI_BATCH_DECODE_ARGS_VERSION));
     const fi_jit_spec *spec = &plan->spec;
     FI_TRY(fi__jit_variant_pack(ctx, spec, "batch_decode", a->variant_args, a->num_variant_args,
                                 variant_params));
     const int kvb = fi__decode_kv_bytes(spec);
-    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
-    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
-    FI_TRY(fi__check_ptr(who, "k", a->k, 16));
-    FI_TRY(fi__check_ptr(who, "v", a->v, 16));
+    FI_TRY(fi__check_tensors(who, a->q, a->k, a->v, a->o, a->lse, 1));
     FI_TRY(fi__check_ptr(who, "kv_indices", a->kv_indices, 4));
-    FI_TRY(fi__check_opt_ptr(who, "lse", a->lse, 4));
     /* All used: the plan's batch and head counts are not looked at here. q
      * and o are 16-bit. */
     FI_TRY(fi__check_stride(who, "q_stride_b", a->q_stride_b, 1, 2));
@@ -480,12 +465,10 @@ int fi_merge_states(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_merge_sta
     fi_merge_states_params p;
     fi_jit_spec merge = FI_JIT_SPEC_INIT;
     if (!ctx || !spec || !a) FI_FAIL(FI_EINVALID, "merge_states: NULL argument");
-    if (spec->kind != FI_KIND_BATCH_DECODE)
-        FI_FAIL(FI_EINVALID, "merge_states: spec.kind is %d, expected FI_KIND_BATCH_DECODE (the "
-                "merge kernel is in the batch_decode module)", (int)spec->kind);
-    if (a->version != FI_MERGE_STATES_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "merge_states: args.version is %u, this library expects %d",
-                a->version, FI_MERGE_STATES_ARGS_VERSION);
+    /* The merge kernel is in the batch_decode module. */
+    FI_TRY(fi__check_kind("merge_states", spec, FI_KIND_BATCH_DECODE, "FI_KIND_BATCH_DECODE"));
+    FI_TRY(fi__check_version("merge_states", "args", a, a->version, FI_MERGE_STATES_ARGS_VERSION,
+                             FI_MERGE_STATES_ARGS_VERSION));
     if (spec->o_dtype != FI_DTYPE_FP16 && spec->o_dtype != FI_DTYPE_BF16)
         FI_FAIL(FI_EUNSUPPORTED, "merge_states: spec.o_dtype %d is not supported (supported: fp16, "
                 "bf16)", (int)spec->o_dtype);

@@ -80,13 +80,8 @@ static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
 {
     int rc = 0;
     const char *who = "decode";
-    FI_TRY(fi_jit_spec_check(spec));
-    if (spec->kind != FI_KIND_DECODE)
-        FI_FAIL(FI_EINVALID, "decode: spec.kind is %d, expected FI_KIND_DECODE", (int)spec->kind);
-    if (!a) FI_FAIL(FI_EINVALID, "decode: args is NULL");
-    if (a->version < 1 || a->version > FI_DECODE_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "decode: args.version is %u, this library expects 1 to %d",
-                a->version, FI_DECODE_ARGS_VERSION);
+    FI_TRY(fi__check_kind(who, spec, FI_KIND_DECODE, "FI_KIND_DECODE"));
+    FI_TRY(fi__check_version(who, "args", a, a ? a->version : 0, 1, FI_DECODE_ARGS_VERSION));
     if (fi__decode_kv_bytes(spec) == 1 && a->version < 2)
         FI_FAIL(FI_EINVALID, "decode: fp8 kv needs args.version 2 (k_scale, v_scale)");
     if (a->version >= 2 && (!isfinite(a->k_scale) || !isfinite(a->v_scale)))
@@ -98,13 +93,7 @@ static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
                 a->max_splits);
     if (sm_count_of(a) < 0)
         FI_FAIL(FI_EINVALID, "decode: sm_count is %d (0: from the device)", sm_count_of(a));
-    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
-    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
-    if (a->kv_len > 0) {
-        FI_TRY(fi__check_ptr(who, "k", a->k, 16));
-        FI_TRY(fi__check_ptr(who, "v", a->v, 16));
-    }
-    FI_TRY(fi__check_opt_ptr(who, "lse", a->lse, 4));
+    FI_TRY(fi__check_tensors(who, a->q, a->k, a->v, a->o, a->lse, a->kv_len > 0));
     /* q and o are 16-bit whatever the kv dtype. */
     FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1, 2));
     FI_TRY(fi__check_stride(who, "o_stride_h", a->o_stride_h, a->num_qo_heads > 1, 2));

@@ -4,9 +4,36 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "launch/launch_common.h"
 #include "common/error.h"
+
+int fi__check_kind(const char *who, const fi_jit_spec *spec, fi_kernel_kind kind,
+                   const char *kind_name)
+{
+    int rc = fi_jit_spec_check(spec);
+    if (rc == 0 && spec->kind != kind)
+        rc = fi__error(FI_EINVALID, "%s: spec.kind is %d, expected %s", who, (int)spec->kind,
+                       kind_name);
+    return rc;
+}
+
+int fi__check_version(const char *who, const char *name, const void *args, unsigned version,
+                      unsigned oldest, unsigned newest)
+{
+    if (!args) return fi__error(FI_EINVALID, "%s: %s is NULL", who, name);
+    if (version >= oldest && version <= newest) return 0;
+    if (version >= 1 && version < oldest)
+        return fi__error(FI_EINVALID, "%s: %s.version is %u, this library expects %u (its "
+                         "layout changed in fijit 0.2: rebuild against this library's headers)",
+                         who, name, version, newest);
+    if (oldest == newest)
+        return fi__error(FI_EINVALID, "%s: %s.version is %u, this library expects %u (initialise "
+                         "with its *_INIT macro)", who, name, version, newest);
+    return fi__error(FI_EINVALID, "%s: %s.version is %u, this library expects %u to %u "
+                     "(initialise with its *_INIT macro)", who, name, version, oldest, newest);
+}
 
 int fi__check_ptr(const char *who, const char *name, const void *p, int align)
 {
@@ -19,6 +46,21 @@ int fi__check_opt_ptr(const char *who, const char *name, const void *p, int alig
     if (p && (uintptr_t)p % (uintptr_t)align != 0)
         return fi__error(FI_EINVALID, "%s: %s (%p) is not %d-byte aligned", who, name, p, align);
     return 0;
+}
+
+int fi__check_tensors(const char *who, const void *q, const void *k, const void *v,
+                      const void *o, const float *lse, int kv_read)
+{
+    int rc = 0;
+    FI_TRY(fi__check_ptr(who, "q", q, 16));
+    FI_TRY(fi__check_ptr(who, "o", o, 16));
+    if (kv_read) {
+        FI_TRY(fi__check_ptr(who, "k", k, 16));
+        FI_TRY(fi__check_ptr(who, "v", v, 16));
+    }
+    FI_TRY(fi__check_opt_ptr(who, "lse", lse, 4));
+out:
+    return rc;
 }
 
 int fi__check_stride(const char *who, const char *name, int64_t stride, int used, int elem_bytes)
@@ -86,6 +128,15 @@ int fi__check_scalars(const char *who, const fi_jit_spec *spec, float sm_scale,
         return fi__error(FI_EINVALID, "%s: rope_scale (%g) and rope_theta (%g) must be >= 0 "
                          "(0: defaults 1 and 1e4)", who, (double)rope_scale, (double)rope_theta);
     return 0;
+}
+
+void fi__launch_keep_spec(fi_jit_spec *dst, char *buf, size_t size, const fi_jit_spec *spec)
+{
+    *dst = *spec;
+    if (spec->variant) {
+        snprintf(buf, size, "%s", spec->variant);
+        dst->variant = buf;
+    }
 }
 
 float fi__launch_sm_scale(float sm_scale, int head_dim)

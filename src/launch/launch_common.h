@@ -15,10 +15,24 @@
 
 #include "fijit.h"
 
+/* The spec: valid (fi_jit_spec_check) and of kind `kind` (`kind_name` its
+ * enum name, for the message). */
+int fi__check_kind(const char *who, const fi_jit_spec *spec, fi_kernel_kind kind,
+                   const char *kind_name);
+/* A versioned args struct: `args` not NULL and its `version` (read by the
+ * caller) from `oldest` to `newest`; versions below `oldest` had another
+ * layout (the message says to rebuild). `name` names the struct ("args",
+ * "plan args"). */
+int fi__check_version(const char *who, const char *name, const void *args, unsigned version,
+                      unsigned oldest, unsigned newest);
 /* A device pointer: not NULL and `align`-byte aligned. */
 int fi__check_ptr(const char *who, const char *name, const void *p, int align);
 /* An optional device pointer (lse, rope_offsets): NULL, or `align`-byte aligned. */
 int fi__check_opt_ptr(const char *who, const char *name, const void *p, int align);
+/* The tensors every kind takes: q and o, and k and v where `kv_read` (some
+ * key is read), device pointers 16-byte aligned; lse optional, 4-byte aligned. */
+int fi__check_tensors(const char *who, const void *q, const void *k, const void *v,
+                      const void *o, const float *lse, int kv_read);
 /* A stride in elements of `elem_bytes` bytes: >= 0 and a multiple of 16
  * bytes, so that every row starts 16-byte aligned. used 0: the kernel never
  * steps by it (one row or head), anything passes. */
@@ -40,6 +54,9 @@ int fi__check_scalars(const char *who, const fi_jit_spec *spec, float sm_scale,
                       float logits_soft_cap, float rope_scale, float rope_theta,
                       const float *alibi_slopes);
 
+/* Copy `spec` into a plan, its variant name into `buf` (a plan outlives the
+ * caller's string). */
+void fi__launch_keep_spec(fi_jit_spec *dst, char *buf, size_t size, const fi_jit_spec *spec);
 /* sm_scale as the kernels take it: 0 means 1/sqrt(head_dim). */
 float fi__launch_sm_scale(float sm_scale, int head_dim);
 /* logits_soft_cap as the kernels take it: 0 unless the spec caps. */

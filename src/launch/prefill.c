@@ -161,6 +161,31 @@ static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm
         fi__rope_fill(p->rope_freq, spec->head_dim, rope_scale, rope_theta);
 }
 
+/* What fi_prefill_args and fi_batch_prefill_args give alike (the same field
+ * names in both): tensors, strides, variant parameters and scalars; the
+ * window comes from the args (single) or the plan (batch). */
+#define PREFILL_FILL_COMMON(p, a, spec, variant_params, window_left)                              \
+    do {                                                                                      \
+        (p)->q = (a)->q;                                                                      \
+        (p)->k = (a)->k;                                                                      \
+        (p)->v = (a)->v;                                                                      \
+        (p)->o = (a)->o;                                                                      \
+        (p)->lse = (a)->lse;                                                                  \
+        (p)->alibi_slopes = (a)->alibi_slopes;                                                \
+        (p)->custom_mask = (a)->custom_mask;                                                  \
+        (p)->q_stride_n = (a)->q_stride_n;                                                    \
+        (p)->q_stride_h = (a)->q_stride_h;                                                    \
+        (p)->o_stride_n = (a)->o_stride_n;                                                    \
+        (p)->o_stride_h = (a)->o_stride_h;                                                    \
+        (p)->k_stride_n = (a)->k_stride_n;                                                    \
+        (p)->k_stride_h = (a)->k_stride_h;                                                    \
+        (p)->v_stride_n = (a)->v_stride_n;                                                    \
+        (p)->v_stride_h = (a)->v_stride_h;                                                    \
+        memcpy((p)->variant_params, (variant_params), sizeof(p)->variant_params);             \
+        fill_scalars((p), (spec), (a)->sm_scale, (a)->logits_soft_cap, (a)->rope_scale,       \
+                     (a)->rope_theta, (a)->rope_offset, (window_left));                       \
+    } while (0)
+
 /* The kernels' kind values are fi_kernel_kind's (prefill_params.h). */
 _Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
                    FI_PREFILL_KIND_RAGGED == FI_KIND_BATCH_PREFILL_RAGGED &&
@@ -298,13 +323,8 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
 {
     int rc = 0;
     const char *who = "prefill";
-    FI_TRY(fi_jit_spec_check(spec));
-    if (spec->kind != FI_KIND_PREFILL)
-        FI_FAIL(FI_EINVALID, "prefill: spec.kind is %d, expected FI_KIND_PREFILL", (int)spec->kind);
-    if (!a) FI_FAIL(FI_EINVALID, "prefill: args is NULL");
-    if (a->version < 1 || a->version > FI_PREFILL_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "prefill: args.version is %u, this library expects 1 to %d", a->version,
-                FI_PREFILL_ARGS_VERSION);
+    FI_TRY(fi__check_kind(who, spec, FI_KIND_PREFILL, "FI_KIND_PREFILL"));
+    FI_TRY(fi__check_version(who, "args", a, a ? a->version : 0, 1, FI_PREFILL_ARGS_VERSION));
     FI_TRY(check_heads(who, a->num_qo_heads, a->num_kv_heads));
     if (a->qo_len < 0 || a->kv_len < 0)
         FI_FAIL(FI_EINVALID, "prefill: qo_len (%d) and kv_len (%d) must be >= 0", a->qo_len,
@@ -317,13 +337,7 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
         FI_TRY(tile_index_of(who, a->cta_tile_q, &idx));
     }
     if (a->qo_len == 0) goto out; /* nothing to compute, nothing is read */
-    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
-    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
-    if (a->kv_len > 0) {
-        FI_TRY(fi__check_ptr(who, "k", a->k, 16));
-        FI_TRY(fi__check_ptr(who, "v", a->v, 16));
-    }
-    FI_TRY(fi__check_opt_ptr(who, "lse", a->lse, 4));
+    FI_TRY(fi__check_tensors(who, a->q, a->k, a->v, a->o, a->lse, a->kv_len > 0));
     FI_TRY(fi__check_stride(who, "q_stride_n", a->q_stride_n, a->qo_len > 1, PREFILL_ELEM_BYTES));
     FI_TRY(fi__check_stride(who, "o_stride_n", a->o_stride_n, a->qo_len > 1, PREFILL_ELEM_BYTES));
     FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1, PREFILL_ELEM_BYTES));
@@ -358,9 +372,7 @@ int fi_prefill_workspace_size(size_t *out, const fi_jit_spec *spec, const fi_pre
     int rc = 0;
     if (!out) FI_FAIL(FI_EINVALID, "prefill: out is NULL");
     *out = 0;
-    FI_TRY(fi_jit_spec_check(spec));
-    if (spec->kind != FI_KIND_PREFILL)
-        FI_FAIL(FI_EINVALID, "prefill: spec.kind is %d, expected FI_KIND_PREFILL", (int)spec->kind);
+    FI_TRY(fi__check_kind("prefill", spec, FI_KIND_PREFILL, "FI_KIND_PREFILL"));
     if (!a) FI_FAIL(FI_EINVALID, "prefill: args is NULL");
     FI_TRY(check_heads("prefill", a->num_qo_heads, a->num_kv_heads));
     if (a->kv_len < 0) FI_FAIL(FI_EINVALID, "prefill: kv_len is %d, must be >= 0", a->kv_len);
@@ -396,30 +408,13 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
 
     memset(&p, 0, sizeof p);
-    p.q = a->q;
-    p.k = a->k;
-    p.v = a->v;
-    p.o = a->o;
-    p.lse = a->lse;
-    p.alibi_slopes = a->alibi_slopes;
-    p.custom_mask = a->custom_mask;
-    p.q_stride_n = a->q_stride_n;
-    p.q_stride_h = a->q_stride_h;
-    p.o_stride_n = a->o_stride_n;
-    p.o_stride_h = a->o_stride_h;
-    p.k_stride_n = a->k_stride_n;
-    p.k_stride_h = a->k_stride_h;
-    p.v_stride_n = a->v_stride_n;
-    p.v_stride_h = a->v_stride_h;
+    PREFILL_FILL_COMMON(&p, a, spec, variant_params, a->window_left);
     p.num_qo_heads = a->num_qo_heads;
     p.num_kv_heads = a->num_kv_heads;
     p.group_size = group;
     p.heads_per_section = heads_per_section(a->kv_len, spec->head_dim, a->num_kv_heads);
     p.qo_len = a->qo_len;
     p.kv_len = a->kv_len;
-    memcpy(p.variant_params, variant_params, sizeof p.variant_params);
-    fill_scalars(&p, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale, a->rope_theta,
-                 a->rope_offset, a->window_left);
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
@@ -475,11 +470,8 @@ static int check_plan_args(const fi_jit_spec *spec, const fi_batch_prefill_plan_
     if (spec->kind != FI_KIND_BATCH_PREFILL_RAGGED && !paged)
         FI_FAIL(FI_EINVALID, "batch prefill: spec.kind is %d, expected FI_KIND_BATCH_PREFILL_RAGGED "
                 "or FI_KIND_BATCH_PREFILL_PAGED", (int)spec->kind);
-    if (!a) FI_FAIL(FI_EINVALID, "%s: plan args is NULL", who);
-    if (a->version != FI_BATCH_PREFILL_PLAN_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "%s: plan args.version is %u, this library expects %d (window_left "
-                "moved here in fijit 0.2: rebuild against its headers)", who, a->version,
-                FI_BATCH_PREFILL_PLAN_ARGS_VERSION);
+    FI_TRY(fi__check_version(who, "plan args", a, a ? a->version : 0,
+                             FI_BATCH_PREFILL_PLAN_ARGS_VERSION, FI_BATCH_PREFILL_PLAN_ARGS_VERSION));
     if (a->batch_size <= 0)
         FI_FAIL(FI_EINVALID, "%s: batch_size is %d, must be >= 1", who, a->batch_size);
     FI_TRY(check_heads(who, a->num_qo_heads, a->num_kv_heads));
@@ -628,11 +620,7 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
     FI_TRY(check_plan_args(spec, a, &max_rows, &bound));
     FI_TRY(layout_workspace(spec, a, bound, &layout));
     if (!(plan = fi__calloc(1, sizeof *plan))) FI_FAIL(FI_ENOMEM, "out of memory");
-    plan->spec = *spec;
-    if (spec->variant) {
-        snprintf(plan->variant, sizeof plan->variant, "%s", spec->variant);
-        plan->spec.variant = plan->variant;
-    }
+    fi__launch_keep_spec(&plan->spec, plan->variant, sizeof plan->variant, spec);
     plan->batch_size = a->batch_size;
     plan->num_qo_heads = a->num_qo_heads;
     plan->num_kv_heads = a->num_kv_heads;
@@ -786,27 +774,20 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
     const fi_jit_spec *spec = &plan->spec;
     const char *who = batch_who(spec);
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
-    if (!a) FI_FAIL(FI_EINVALID, "%s: args is NULL", who);
-    if (a->version != FI_BATCH_PREFILL_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "%s: args.version is %u, this library expects %d (the layout "
-                "changed in fijit 0.2: rebuild against its headers)", who, a->version,
-                FI_BATCH_PREFILL_ARGS_VERSION);
+    FI_TRY(fi__check_version(who, "args", a, a ? a->version : 0, FI_BATCH_PREFILL_ARGS_VERSION,
+                             FI_BATCH_PREFILL_ARGS_VERSION));
     FI_TRY(fi__jit_variant_pack(ctx, spec, who, a->variant_args, a->num_variant_args,
                                 variant_params));
     if (plan->num_work == 0) goto out; /* no query in the batch */
     if (!plan->uploaded)
         FI_FAIL(FI_EINVALID, "%s: the plan has no workspace yet; call "
                 "fi_batch_prefill_plan_upload first", who);
-    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
-    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
-    FI_TRY(fi__check_ptr(who, "k", a->k, 16));
-    FI_TRY(fi__check_ptr(who, "v", a->v, 16));
+    FI_TRY(fi__check_tensors(who, a->q, a->k, a->v, a->o, a->lse, 1));
     if (!a->qo_indptr || !a->kv_indptr)
         FI_FAIL(FI_EINVALID, "%s: qo_indptr and kv_indptr (device arrays) must not be NULL", who);
     if (paged && (!a->kv_indices || !a->kv_last_page_len))
         FI_FAIL(FI_EINVALID, "%s: kv_indices and kv_last_page_len (device arrays) must not be NULL",
                 who);
-    FI_TRY(fi__check_opt_ptr(who, "lse", a->lse, 4));
     FI_TRY(fi__check_stride(who, "q_stride_n", a->q_stride_n, 1, PREFILL_ELEM_BYTES));
     FI_TRY(fi__check_stride(who, "o_stride_n", a->o_stride_n, 1, PREFILL_ELEM_BYTES));
     FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, plan->num_qo_heads > 1, PREFILL_ELEM_BYTES));
@@ -825,28 +806,14 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
     FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
 
     memset(&p, 0, sizeof p);
-    p.q = a->q;
-    p.k = a->k;
-    p.v = a->v;
-    p.o = a->o;
-    p.lse = a->lse;
-    p.alibi_slopes = a->alibi_slopes;
+    PREFILL_FILL_COMMON(&p, a, spec, variant_params, plan->window_left);
     p.qo_indptr = a->qo_indptr;
     p.kv_indptr = a->kv_indptr;
     p.kv_indices = a->kv_indices;
     p.kv_last_page_len = a->kv_last_page_len;
     p.work_request = plan->work_request;
     p.work_tile = plan->work_tile;
-    p.custom_mask = a->custom_mask;
     p.custom_offsets = (const long long *)a->custom_mask_offsets;
-    p.q_stride_n = a->q_stride_n;
-    p.q_stride_h = a->q_stride_h;
-    p.o_stride_n = a->o_stride_n;
-    p.o_stride_h = a->o_stride_h;
-    p.k_stride_n = a->k_stride_n;
-    p.k_stride_h = a->k_stride_h;
-    p.v_stride_n = a->v_stride_n;
-    p.v_stride_h = a->v_stride_h;
     p.k_stride_page = a->k_stride_page;
     p.v_stride_page = a->v_stride_page;
     p.num_qo_heads = plan->num_qo_heads;
@@ -854,9 +821,6 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
     p.group_size = plan->num_qo_heads / plan->num_kv_heads;
     p.heads_per_section = plan->heads_per_section;
     p.page_size = paged ? plan->page_size : 1;
-    memcpy(p.variant_params, variant_params, sizeof p.variant_params);
-    fill_scalars(&p, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale, a->rope_theta,
-                 a->rope_offset, plan->window_left);
     if (plan->rot_k)
         FI_TRY(rotate_keys(kernel, spec->head_dim, plan->rot_k,
                            plan->kv_token_start ? plan->kv_token_start : a->kv_indptr,
