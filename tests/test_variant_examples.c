@@ -175,7 +175,7 @@ TEST(variant_examples_compile_in_every_kind_then_hit_the_cache)
     }
 
     fi_jit_ctx *ctx = NULL;
-    fi_jit_stats first, second;
+    fi_jit_stats first = FI_JIT_STATS_INIT, second = FI_JIT_STATS_INIT;
     CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     int failed_first = -1, failed_second = -1, rc_first = -1, rc_second = -1;
     char err_second[4096] = "";
