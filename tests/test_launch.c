@@ -212,7 +212,7 @@ static void prefill_args_for(fi_prefill_args *a, int qo_heads, int kv_heads, int
 
 /* A batch of pages of 16 tokens, 32 q heads on 8 kv heads; the SM count
  * from the (fake) device. */
-static fi_batch_decode_plan_args plan_info_for(int batch, const int32_t *indptr, const int32_t *last)
+static fi_batch_decode_plan_args plan_args_for(int batch, const int32_t *indptr, const int32_t *last)
 {
     fi_batch_decode_plan_args info = FI_BATCH_DECODE_PLAN_ARGS_INIT;
     info.batch_size = batch;
@@ -366,7 +366,7 @@ TEST(batch_decode_launch_reads_the_uploaded_plan)
      * the (fake) device for its SM count. */
     int32_t indptr[5] = {0, 0, 1, 8, 8 + 2500};
     int32_t last[4] = {0, 1, 4, 16};
-    const fi_batch_decode_plan_args info = plan_info_for(4, indptr, last);
+    const fi_batch_decode_plan_args info = plan_args_for(4, indptr, last);
     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
     int items = 0, max_splits = 0;
     size_t bytes = 0;
@@ -697,7 +697,7 @@ TEST(api_0_2_windows_sm_count_and_versions)
     CHECK(seen.count == 0 && strstr(fi_last_error(), "window_left"));
 
     int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
-    fi_batch_decode_plan_args bpa = plan_info_for(2, indptr, last);
+    fi_batch_decode_plan_args bpa = plan_args_for(2, indptr, last);
     fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_WINDOW, FI_POS_NONE);
     fi_batch_decode_plan *bplan = NULL;
     CHECK_RC(fi_batch_decode_plan_new(&bplan, ctx, &bs, &bpa), FI_EINVALID);
@@ -849,7 +849,7 @@ TEST(every_batch_decode_tuple_launches_with_its_shared_memory)
                     s.head_dim = hd;
                     s.kv_dtype = fp8 ? FI_DTYPE_FP8_E4M3 : FI_DTYPE_FP16;
                     const fi_batch_decode_plan_args info =
-                        plan_info_for(batches[c], indptr[c], last[c]);
+                        plan_args_for(batches[c], indptr[c], last[c]);
                     fi_batch_decode_plan *plan = NULL;
                     size_t bytes = 0;
                     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
@@ -998,7 +998,7 @@ TEST(variant_arguments_reach_every_kind)
             fi_jit_spec s = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
             s.variant = "packed";
             int32_t indptr[2] = {0, 4}, last[1] = {16};
-            const fi_batch_decode_plan_args info = plan_info_for(1, indptr, last);
+            const fi_batch_decode_plan_args info = plan_args_for(1, indptr, last);
             fi_batch_decode_plan *plan = NULL;
             static unsigned char ws[1 << 20] __attribute__((aligned(256)));
             size_t bytes = 0;
@@ -1039,7 +1039,7 @@ TEST(runs_are_single_launches_a_graph_can_capture)
     da.workspace_bytes = bytes;
 
     int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
-    const fi_batch_decode_plan_args info = plan_info_for(2, indptr, last);
+    const fi_batch_decode_plan_args info = plan_args_for(2, indptr, last);
     fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
     fi_batch_decode_plan *plan = NULL;
     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &bs, &info));
@@ -1101,7 +1101,7 @@ static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)
     if (rc == 0 && bytes <= ws_bytes / 2) STEP(fi_decode_run(ctx, &ds, &da, NULL));
 
     int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
-    const fi_batch_decode_plan_args info = plan_info_for(2, indptr, last);
+    const fi_batch_decode_plan_args info = plan_args_for(2, indptr, last);
     fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
     fi_batch_decode_plan *plan = NULL;
     STEP(fi_batch_decode_plan_new(&plan, ctx, &bs, &info));
