@@ -8,7 +8,7 @@
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
 CC        ?= cc
-VERSION   := 0.1.0
+VERSION   := 0.2.0
 SONAME    := libfijit.so.0
 
 WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers
@@ -29,7 +29,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEMPLATES := $(sort $(shell find templates -type f ! -name '.*'))
 TEMPLATE_HDR := $(filter %.h,$(TEMPLATES))
 
-.PHONY: all run test test-plain test-asan test-tsan test-cli test-install test-fuzz fuzz bench gpu-check install clean deps
+.PHONY: all run test test-plain test-asan test-tsan test-cli test-install test-api test-fuzz fuzz bench gpu-check install clean deps
 all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%) $(B)/bench_jit
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
@@ -95,7 +95,7 @@ run: deps
 	$(B)/fijit demo
 
 # The suite CI runs. FIJIT_TEST_JOBS bounds parallel compiles in the tests.
-test: test-plain test-asan test-tsan test-cli test-install test-fuzz
+test: test-plain test-asan test-tsan test-cli test-install test-api test-fuzz
 	@echo "make test: all suites passed"
 
 test-plain: all
@@ -123,6 +123,20 @@ test-fuzz: $(B)/gen/embedded.c
 
 fuzz: $(B)/gen/embedded.c
 	bash fuzz/run.sh 300
+
+# A host program that uses every public function and *_INIT macro, built as
+# C11 and as C++17 under -Wall -Wextra -Werror -pedantic against the shared
+# library, then run (it needs no GPU).
+API_WARN := -Wall -Wextra -Werror -pedantic -Iinclude
+$(B)/tests/api/use_all_c: tests/api/use_all.c include/*.h $(B)/libfijit.so
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(API_WARN) -o $@ $< -L$(B) -lfijit -Wl,-rpath,$(abspath $(B))
+$(B)/tests/api/use_all_cxx: tests/api/use_all.c include/*.h $(B)/libfijit.so
+	@mkdir -p $(dir $@)
+	$(CXX) -x c++ -std=c++17 $(API_WARN) -o $@ $< -L$(B) -lfijit -Wl,-rpath,$(abspath $(B))
+
+test-api: $(B)/tests/api/use_all_c $(B)/tests/api/use_all_cxx
+	@set -e; for t in $^; do echo "== $$t"; FIJIT_CACHE_DIR=/nonexistent $$t; done
 
 test-install: all
 	@echo "== install check"; bash tests/install_check.sh

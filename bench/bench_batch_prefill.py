@@ -37,8 +37,7 @@ def batch_runner(pf, kind, spec, lens, H, Hkv, hd, tdt, page):
     indptr = [0]
     for L in lens:
         indptr.append(indptr[-1] + L)
-    args = BatchPrefillArgs()
-    args.version = 1
+    args = BatchPrefillArgs()  # FI_BATCH_PREFILL_ARGS_VERSION
     keep = [q, o]
     if kind == "ragged":
         k = torch.randn(n, Hkv, hd, device=dev, dtype=tdt)
@@ -62,7 +61,7 @@ def batch_runner(pf, kind, spec, lens, H, Hkv, hd, tdt, page):
         args.k_stride_page, args.k_stride_n, args.k_stride_h = k.stride(0), k.stride(1), k.stride(2)
         args.v_stride_page, args.v_stride_n, args.v_stride_h = v.stride(0), v.stride(1), v.stride(2)
     plan, ws = pf.plan(spec, indptr, kv_indptr, H, Hkv, kv_last_page_len=last,
-                       page_size=page if kind == "paged" else 0)
+                       page_size=page if kind == "paged" else 16)  # no window: -1
     qo_t = torch.tensor(indptr, dtype=torch.int32, device=dev)
     kv_t = torch.tensor(kv_indptr, dtype=torch.int32, device=dev)
     keep += [k, v, ws, qo_t, kv_t]
@@ -70,7 +69,6 @@ def batch_runner(pf, kind, spec, lens, H, Hkv, hd, tdt, page):
     args.qo_indptr, args.kv_indptr = qo_t.data_ptr(), kv_t.data_ptr()
     args.q_stride_n, args.q_stride_h = q.stride(0), q.stride(1)
     args.o_stride_n, args.o_stride_h = o.stride(0), o.stride(1)
-    args.window_left = -1
     stream = torch.cuda.current_stream().cuda_stream
     return (lambda: pf.batch_run(plan, args, stream)), keep, plan
 

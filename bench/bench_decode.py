@@ -133,7 +133,7 @@ def main():
                 k = torch.randn(hkv, L, hd, device="cuda", dtype=tdt)
                 v = torch.randn(hkv, L, hd, device="cuda", dtype=tdt)
                 o = torch.empty(hq, hd, device="cuda", dtype=tdt)
-                args = decode_args(q, k, v, o, None, layout="HND", num_splits=opt.num_splits)
+                args = decode_args(q, k, v, o, None, layout="HND", max_splits=opt.num_splits)
                 ws_bytes = fj.workspace_size(spec, args)
                 ws = torch.empty(max(ws_bytes, 16), dtype=torch.uint8, device="cuda")
                 args.workspace, args.workspace_bytes = ws.data_ptr(), ws_bytes
@@ -145,7 +145,7 @@ def main():
 
                 sweep = {}
                 for ns in filter(None, opt.sweep_splits.split(",")):
-                    a2 = decode_args(q, k, v, o, None, layout="HND", num_splits=int(ns))
+                    a2 = decode_args(q, k, v, o, None, layout="HND", max_splits=int(ns))
                     need = fj.workspace_size(spec, a2)
                     w2 = torch.empty(max(need, 16), dtype=torch.uint8, device="cuda")
                     a2.workspace, a2.workspace_bytes = w2.data_ptr(), need

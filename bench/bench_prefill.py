@@ -128,16 +128,15 @@ def bench_one(configs, dtype, hd, mask, H, Hkv, L, B, reps, rounds, warmup, tile
     runners = {}  # name -> callable, in timing order
     plans = []
     for cfg, o in zip(configs, outs):
-        plan, ws = cfg.plan(spec, indptr, indptr, H, Hkv, cta_tile_q=tile)
-        a = BatchPrefillArgs()
-        a.version = 1
+        plan, ws = cfg.plan(spec, indptr, indptr, H, Hkv, cta_tile_q=tile,
+                            window_left=window if mask == "window" else -1)
+        a = BatchPrefillArgs()  # FI_BATCH_PREFILL_ARGS_VERSION
         a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
         a.qo_indptr = a.kv_indptr = ind_t.data_ptr()
         a.q_stride_n, a.q_stride_h, a.o_stride_n, a.o_stride_h = q.stride(0), q.stride(1), o.stride(0), o.stride(1)
         a.k_stride_n, a.k_stride_h, a.v_stride_n, a.v_stride_h = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
-        a.window_left = window if mask == "window" else -1
         a.sm_scale = 1.0 / hd ** 0.5
-        a.soft_cap = softcap
+        a.logits_soft_cap = softcap
         if pos == "rope":
             a.rope_scale, a.rope_theta = 1.0, 1e4
         a.alibi_slopes = slopes.data_ptr() if slopes is not None else None

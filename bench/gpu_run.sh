@@ -41,7 +41,7 @@ OUT_DIR=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 
-if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.1.0 ]; then
+if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.2.0 ]; then
     if [ -e /usr/include/sqlite3.h ] && [ -e /usr/include/xxhash.h ]; then
         echo "gpu_run: build/libfijit.so missing, building it here"
         make -j"$(nproc)" build/libfijit.so build/fijit || exit 1

@@ -19,7 +19,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "warning: header %d, library %d\n", FIJIT_VERSION_NUMBER, fi_version_number());
     if ((rc = fi_jit_spec_parse(&spec, variant, sizeof variant, text)) < 0 ||
         (rc = fi_jit_ctx_new(&ctx, NULL)) < 0 ||
-        (rc = fi_jit_prewarm(ctx, &spec, arch, &outcome)) < 0) {
+        (rc = fi_jit_prewarm(&outcome, ctx, &spec, arch)) < 0) {
         fprintf(stderr, "%s: %s\n", fi_error_name(rc), fi_last_error());
         fi_jit_ctx_free(ctx);
         return 1;

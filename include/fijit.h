@@ -9,13 +9,37 @@
  * Conventions
  *  - Every function returns 0 (FI_OK) on success and a negative fi_error code
  *    on failure; fi_last_error() then returns a message for this thread.
- *  - Out-parameters come first and are named `out`.
+ *  - Out-parameters come first and are named `out` (`out_<what>` where a
+ *    function has more than one); then the context or plan, then the inputs.
+ *    Every workspace-size query has one shape:
+ *      fi_<kind>_workspace_size(size_t *out, const fi_jit_spec *spec, const <args> *args)
  *  - Objects returned through `**out` belong to the caller and are released
  *    with the matching _free function, which accepts NULL.
  *  - Pointers returned inside other objects (fi_jit_kernel) are borrowed and
  *    live as long as the fi_jit_ctx they came from.
- *  - Options structs begin with `unsigned version`; initialise them with the
- *    matching *_INIT macro.
+ *  - Options and argument structs begin with `unsigned version`; initialise
+ *    them with the matching *_INIT macro (FI__INIT below: C and C++ alike),
+ *    which gives safe defaults (window_left = -1: no window; page_size = 16)
+ *    and 0 / NULL elsewhere. Fields are only appended: a library accepts the
+ *    versions its header lists as still accepted (0.2 changed the layout of
+ *    fi_batch_decode_args and fi_batch_prefill_args: their old versions are
+ *    refused with a message).
+ *  - Both batch kinds have one plan lifecycle:
+ *      fi_batch_<kind>_workspace_size(&bytes, &spec, &plan_args)   (or _plan_workspace_size)
+ *      fi_batch_<kind>_plan_new(&plan, ctx, &spec, &plan_args)     host only
+ *      fi_batch_<kind>_plan_upload(plan, workspace, bytes)         once, synchronous
+ *      fi_batch_<kind>_run(ctx, plan, &args, stream)               any number of times
+ *      fi_batch_<kind>_plan_free(plan)
+ *    Everything fixed for a batch layout (lengths, head counts, page size,
+ *    window_left) is given to the plan; tensors and per-run scalars to the run.
+ *
+ * Semantics shared by every kernel kind, for query i and key j:
+ *   s    = (q_i . k_j) * sm_scale                 after RoPE on q_i and k_j
+ *        + slope[h] * (pos(j) - pos(i))           FI_POS_ALIBI (the bias is part of the logit)
+ *   s    = logits_soft_cap * tanh(s / logits_soft_cap)   spec.soft_cap
+ * so the cap bounds the final logit, |s| <= logits_soft_cap, ALiBi included.
+ * This differs from FlashInfer, which computes cap * tanh(s / cap + bias) and
+ * so does not bound the logit. sm_scale 0 means 1/sqrt(head_dim).
  */
 #ifndef FIJIT_H
 #define FIJIT_H
@@ -33,8 +57,21 @@ extern "C" {
 #define FI_API
 #endif
 
+/* The *_INIT macros: FI__INIT(type, FI__SET(field, value) ...) names only the
+ * fields whose default is not 0 / NULL. In C it is a designated initializer
+ * (every other field 0); C++ before C++20 has none, so there it is a
+ * value-initialised (all-zero) struct with those fields set. Either way
+ * `type x = FI_..._INIT;` compiles under -Wall -Wextra -pedantic. */
+#ifndef __cplusplus
+#define FI__SET(field, value) .field = (value),
+#define FI__INIT(type, sets) { sets }
+#else
+#define FI__SET(field, value) fi__v.field = (value);
+#define FI__INIT(type, sets) ([]() { type fi__v = type(); sets return fi__v; }())
+#endif
+
 #define FIJIT_VERSION_MAJOR 0
-#define FIJIT_VERSION_MINOR 1
+#define FIJIT_VERSION_MINOR 2
 #define FIJIT_VERSION_PATCH 0
 #define FIJIT_VERSION_NUMBER \
     (FIJIT_VERSION_MAJOR * 10000 + FIJIT_VERSION_MINOR * 100 + FIJIT_VERSION_PATCH)
@@ -106,13 +143,16 @@ typedef struct fi_jit_spec {
     int head_dim;                /* 64, 128 or 256 */
     fi_mask mask;
     fi_pos_encoding pos;
-    int soft_cap;                /* 1: logits = cap * tanh(logits / cap) */
+    int soft_cap;                /* 1: logits = cap * tanh(logits / cap), with the cap
+                                    given at launch as logits_soft_cap (a float) */
     const char *variant;         /* NULL or "default": built-in behaviour */
 } fi_jit_spec;
 
 #define FI_JIT_SPEC_INIT                                                       \
-    { FI_JIT_SPEC_VERSION, FI_KIND_DECODE, FI_DTYPE_FP16, FI_DTYPE_FP16,      \
-      FI_DTYPE_FP16, 128, FI_MASK_NONE, FI_POS_NONE, 0, NULL }
+    FI__INIT(fi_jit_spec, FI__SET(version, FI_JIT_SPEC_VERSION)               \
+             FI__SET(kind, FI_KIND_DECODE) FI__SET(q_dtype, FI_DTYPE_FP16)     \
+             FI__SET(kv_dtype, FI_DTYPE_FP16) FI__SET(o_dtype, FI_DTYPE_FP16)  \
+             FI__SET(head_dim, 128))
 
 /* Parse a canonical spec string such as
  *   "decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0"
@@ -149,7 +189,10 @@ typedef struct fi_jit_options {
     int allow_unsafe_dir;    /* 1: accept a cache dir writable by group/others */
 } fi_jit_options;
 
-#define FI_JIT_OPTIONS_INIT { FI_JIT_OPTIONS_VERSION, NULL, NULL, 1, 1, FI_LOG_WARN, 0, 0 }
+#define FI_JIT_OPTIONS_INIT                                                    \
+    FI__INIT(fi_jit_options, FI__SET(version, FI_JIT_OPTIONS_VERSION)         \
+             FI__SET(jit, 1) FI__SET(use_disk_cache, 1)                       \
+             FI__SET(log_level, FI_LOG_WARN))
 
 /* Create a context. `opts` may be NULL for defaults. Environment variables
  * (FIJIT_CACHE_DIR, FIJIT_ARCH, FIJIT_JIT, FIJIT_LOG, FIJIT_MAX_CACHE_SIZE)
@@ -168,7 +211,6 @@ struct CUfunc_st; /* CUfunction from cuda.h is `struct CUfunc_st *` */
 
 typedef struct fi_jit_kernel {
     struct CUfunc_st *function;       /* main kernel (borrowed) = functions[0] */
-    struct CUfunc_st *merge_function; /* split-KV merge kernel, NULL if none */
     /* Every kernel of the module in the kind's order (e.g. one per tile
      * shape), NULL-padded; the launch functions pick among them. */
     struct CUfunc_st *functions[FI_JIT_MAX_FUNCTIONS];
@@ -186,8 +228,8 @@ typedef struct fi_jit_kernel {
  * context, loaded into that context. `*out` is borrowed from ctx. The first
  * call for a spec in a context may compile or read the disk cache; later calls
  * are a lookup in memory. Thread-safe. */
-FI_API int fi_jit_get_kernel(fi_jit_ctx *ctx, const fi_jit_spec *spec,
-                             const fi_jit_kernel **out);
+FI_API int fi_jit_get_kernel(const fi_jit_kernel **out, fi_jit_ctx *ctx,
+                             const fi_jit_spec *spec);
 
 /* Result of compiling without loading (prewarm, build hosts with no GPU). */
 typedef enum fi_build_outcome {
@@ -201,8 +243,8 @@ typedef enum fi_build_outcome {
  * disk cache that could not be opened): prewarm's job is to store, so 0
  * means the disk cache holds the entry. A memory-only context
  * (use_disk_cache 0) compiles and returns FI_BUILD_COMPILED. */
-FI_API int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
-                          fi_build_outcome *out);
+FI_API int fi_jit_prewarm(fi_build_outcome *out, fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                          const char *arch);
 
 /* Print what the key for `spec` on `arch` is made of: every tagged field and
  * the hash of every source text, then the key. `write` receives text chunks. */
@@ -255,23 +297,58 @@ typedef struct fi_variant_arg {
     } value;
 } fi_variant_arg;
 
-/* ---- Statistics ------------------------------------------------------------ */
+/* ---- Statistics ------------------------------------------------------------
+ * The one list of the statistics, in storage order: X(name, unit, label),
+ * unit one of COUNT, NS (nanoseconds) or BYTES, label a few words for
+ * people. The struct, the library's counting and the CLI's printing are
+ * generated from it. Statistics are only appended, each addition bumping
+ * FI_JIT_STATS_VERSION. entries and bytes are the cache's content now; the
+ * others count events since the statistics were last zeroed. */
+#define FI_JIT_STATS_COUNTERS(X)                                               \
+    X(memory_hits, COUNT, "memory hits")                                       \
+    X(disk_hits, COUNT, "disk hits")                                           \
+    X(misses, COUNT, "misses")                                                 \
+    X(compiles, COUNT, "compiles")                                             \
+    X(compile_failures, COUNT, "compile failures")                             \
+    X(compile_ns, NS, "compile time")                                          \
+    X(bytes_written, BYTES, "bytes written")                                   \
+    X(corrupt, COUNT, "corrupt objects")                                       \
+    X(entries, COUNT, "entries")                                               \
+    X(bytes, BYTES, "cache size")
+
+#define FI_JIT_STATS_VERSION 1
+
 typedef struct fi_jit_stats {
-    int64_t memory_hits, disk_hits, misses, compiles, compile_failures;
-    int64_t compile_ns, bytes_written, corrupt;
-    int64_t entries, bytes; /* current cache content */
+    unsigned version; /* FI_JIT_STATS_VERSION: the counters the caller has room for */
+#define FI_JIT_STATS_FIELD_(name, unit, label) int64_t name;
+    FI_JIT_STATS_COUNTERS(FI_JIT_STATS_FIELD_)
+#undef FI_JIT_STATS_FIELD_
 } fi_jit_stats;
 
+#define FI_JIT_STATS_INIT FI__INIT(fi_jit_stats, FI__SET(version, FI_JIT_STATS_VERSION))
+
 /* Statistics persisted in the cache index (all processes), plus this
- * context's not yet flushed counts. */
-FI_API int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out);
+ * context's not yet flushed counts. out->version (1 to FI_JIT_STATS_VERSION,
+ * set by FI_JIT_STATS_INIT) says which counters the caller's struct holds;
+ * only those are written, so a caller built against an older header keeps
+ * working when counters are added. */
+FI_API int fi_jit_stats_get(fi_jit_stats *out, fi_jit_ctx *ctx);
 
 /* ---- Decode launch --------------------------------------------------------- */
 struct CUstream_st; /* CUstream from cuda.h */
 
-#define FI_DECODE_ARGS_VERSION 3 /* 2 added k_scale, v_scale; 3 variant_args; 1 and 2 are still accepted */
+#define FI_DECODE_ARGS_VERSION 4 /* 2 added k_scale, v_scale; 3 variant_args; 4 sm_count;
+                                    1 to 3 are still accepted */
 
-/* Single-request decode. Element strides (not bytes). For k and v the layout
+/* Single-request decode: one query token (per head) against kv_len keys.
+ * Semantics as at the top of this file, with the query at position
+ * rope_offset + kv_len - 1 and key j at rope_offset + j: rope_offset shifts
+ * q and k together (the absolute RoPE angles; scores depend on positions only
+ * through pos(j) - pos(i), up to rounding) and ALiBi's bias, slope *
+ * (j - (kv_len - 1)), not at all.
+ * kv_len = 0 is valid: o = 0 and lse = -inf, k and v are not read.
+ * FI_MASK_WINDOW sees keys j >= kv_len - 1 - window_left (window_left >= 0
+ * required). Element strides (not bytes). For k and v the layout
  * is given by strides: NHD [kv_len, kv_heads, hd] has stride_n = kv_heads*hd,
  * stride_h = hd; HND [kv_heads, kv_len, hd] has stride_n = hd,
  * stride_h = kv_len*hd. The last dimension must be contiguous and 16-byte
@@ -288,27 +365,35 @@ typedef struct fi_decode_args {
     int64_t q_stride_h, o_stride_h;
     int64_t k_stride_n, k_stride_h, v_stride_n, v_stride_h;
     float sm_scale;                /* 0: 1/sqrt(hd) */
-    float soft_cap;                /* used when spec.soft_cap */
+    float logits_soft_cap;         /* > 0, used when spec.soft_cap */
     float rope_scale, rope_theta;  /* used with FI_POS_ROPE_LLAMA; 0: 1 and 1e4 */
     int rope_offset;               /* position of key 0 (query is at offset + kv_len - 1) */
-    int window_left;               /* used with FI_MASK_WINDOW */
+    int window_left;               /* FI_MASK_WINDOW: >= 0 (-1, the default: no window) */
     const float *alibi_slopes;     /* [num_qo_heads], with FI_POS_ALIBI */
     void *workspace;               /* device memory, fi_decode_workspace_size() bytes */
     size_t workspace_bytes;
-    int num_splits;                /* 0: chosen from the device; 1: no split */
+    int max_splits;                /* chunks of the keys: 0 automatic (from the SM count),
+                                      1 no split, N: N chunks of whole tiles (fewer if short) */
     /* Version 2: fp8 KV (kv=fp8_e4m3/fp8_e5m2) holds k / k_scale and v / v_scale;
      * the kernel multiplies them back. 0: 1. Ignored for 16-bit KV. */
     float k_scale, v_scale;
     /* Version 3: values of the variant's declared parameters (none: NULL, 0). */
     const fi_variant_arg *variant_args;
     int num_variant_args;
+    /* Version 4: SM count the automatic split plan (max_splits 0) and the
+     * ring depth assume; 0: from the device of the current context. Give it
+     * to size a workspace without a device; then give the run the same. */
+    int sm_count;
 } fi_decode_args;
 
-#define FI_DECODE_ARGS_INIT { FI_DECODE_ARGS_VERSION, 0 }
+#define FI_DECODE_ARGS_INIT                                                    \
+    FI__INIT(fi_decode_args, FI__SET(version, FI_DECODE_ARGS_VERSION)         \
+             FI__SET(window_left, -1))
 
-/* Device workspace bytes needed for a launch with these shapes. */
-FI_API int fi_decode_workspace_size(fi_jit_ctx *ctx, const fi_jit_spec *spec,
-                                    const fi_decode_args *args, size_t *out);
+/* Device workspace bytes needed for a launch with these shapes (0: none).
+ * Needs a device only when max_splits and sm_count are both 0. */
+FI_API int fi_decode_workspace_size(size_t *out, const fi_jit_spec *spec,
+                                    const fi_decode_args *args);
 /* Validate, get the kernel (through the cache) and launch on `stream`. */
 FI_API int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args *args,
                          struct CUstream_st *stream);

@@ -2,29 +2,35 @@
  * fijit prefill: tensor-core attention of many query tokens against their
  * keys, for a single request (FI_KIND_PREFILL) or a batch of requests with
  * ragged (FI_KIND_BATCH_PREFILL_RAGGED) or paged (FI_KIND_BATCH_PREFILL_PAGED)
- * keys and values. Same conventions as fijit.h: 0 or a negative fi_error,
- * out-parameters first, args structs begin with `unsigned version` and are
- * initialised with their *_INIT macro.
+ * keys and values. Same conventions and semantics as fijit.h: 0 or a
+ * negative fi_error, out-parameters first, args structs begin with
+ * `unsigned version` and are initialised with their *_INIT macro.
  *
  * Semantics, for query i (0 <= i < qo_len) and key j (0 <= j < kv_len) of one
  * request, with off = kv_len - qo_len (causal masks are aligned bottom-right):
  *   s_ij = (q_i . k_j) * sm_scale           after RoPE on q_i and k_j
  *        + slope[h] * (j - (i + off))       FI_POS_ALIBI
- *   s_ij = cap * tanh(s_ij / cap)           spec.soft_cap
+ *   s_ij = cap * tanh(s_ij / cap)           spec.soft_cap, cap = logits_soft_cap
+ *   (ALiBi first, then the cap: |s_ij| <= cap; FlashInfer's order differs)
  *   visible: FI_MASK_CAUSAL  j <= i + off
- *            FI_MASK_WINDOW  j <= i + off and, when window_left >= 0,
- *                            j >= i + off - window_left (a sliding window is causal)
+ *            FI_MASK_WINDOW  j <= i + off and j >= i + off - window_left
+ *                            (a sliding window is causal; window_left >= 0
+ *                            required, the default -1 is refused)
  *            FI_MASK_CUSTOM  the request's bit (i, j) of custom_mask is 1
  *   o_i = softmax over visible j of s_ij, applied to v; lse_i = natural log of
  *   sum_j exp(s_ij). A query with no visible key gets o = 0 and lse = -inf.
  *   RoPE (Llama, rotate-half): freq_d = (1/rope_scale) * rope_theta^(-2d/hd);
- *   query i at position rope_offset + off + i, key j at rope_offset + j.
+ *   query i at position rope_offset + off + i, key j at rope_offset + j:
+ *   rope_offset shifts q and k together (one value for every request of a
+ *   batch; batch decode takes one per request).
  * GQA/MQA: num_qo_heads must be a multiple of num_kv_heads; query head h reads
  * kv head h / (num_qo_heads / num_kv_heads).
  *
  * Custom mask layout: one bit per (query, key) pair of a request, row-major
  * (bit index i * kv_len + j), starting at that request's bit offset (0 for
- * single prefill; custom_mask_offsets[b] for a batch). Bit n of the array is
+ * single prefill; custom_mask_offsets[b] for a batch, or 0 for every
+ * request when custom_mask_offsets is NULL: then all requests read the same
+ * bits, which suits only requests of one shape). Bit n of the array is
  * bit (n % 8), counted from the least significant, of byte n / 8 -- numpy's
  * packbits(..., bitorder="little"). 1 means visible. The buffer needs only
  * the bytes that hold the requests' bits: ceil(qo_len * kv_len / 8) for single
@@ -65,10 +71,10 @@ typedef struct fi_prefill_args {
     int64_t q_stride_n, q_stride_h, o_stride_n, o_stride_h;
     int64_t k_stride_n, k_stride_h, v_stride_n, v_stride_h;
     float sm_scale;                /* 0: 1/sqrt(hd) */
-    float soft_cap;                /* used when spec.soft_cap; > 0 */
+    float logits_soft_cap;         /* > 0, used when spec.soft_cap */
     float rope_scale, rope_theta;  /* FI_POS_ROPE_LLAMA; 0: 1 and 1e4 */
     int rope_offset;               /* position of key 0 */
-    int window_left;               /* FI_MASK_WINDOW; < 0: causal only */
+    int window_left;               /* FI_MASK_WINDOW: >= 0 (-1, the default: no window) */
     const float *alibi_slopes;     /* [num_qo_heads] with FI_POS_ALIBI */
     const uint8_t *custom_mask;    /* FI_MASK_CUSTOM: qo_len*kv_len bits, see above */
     int cta_tile_q;                /* 0: automatic; 128, 64 or 16 query rows per block */
@@ -84,7 +90,9 @@ typedef struct fi_prefill_args {
     size_t workspace_bytes;
 } fi_prefill_args;
 
-#define FI_PREFILL_ARGS_INIT { FI_PREFILL_ARGS_VERSION, 0 }
+#define FI_PREFILL_ARGS_INIT                                                   \
+    FI__INIT(fi_prefill_args, FI__SET(version, FI_PREFILL_ARGS_VERSION)       \
+             FI__SET(window_left, -1))
 
 /* Workspace bytes fi_prefill_run can use for these arguments (0 when the
  * spec has no RoPE). Needs no device. */
@@ -98,57 +106,80 @@ FI_API int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_pre
                           struct CUstream_st *stream);
 
 /* ---- batch (ragged or paged K/V) -------------------------------------------
- * Two steps, as in FlashInfer: a plan from host-side copies of the index
- * arrays (done once per batch shape, outside graph capture: it copies the
- * work list to the device and waits for the copy to land, cuCtxSynchronize,
- * so a run on any stream, non-blocking ones included, reads it), then any number of runs with the
- * device arrays, each a single launch of a grid fixed by the plan (with RoPE
- * two: the keys' rotation into the workspace first; CUDA-graph friendly). The device arrays passed to a run must hold the same values as
- * the host arrays the plan saw. */
-typedef struct fi_prefill_plan fi_prefill_plan;
+ * The lifecycle of batch decode (fijit_batch_decode.h): a plan from
+ * host-side copies of the index arrays (once per batch shape), uploaded once
+ * to a workspace (outside graph capture: it copies the work list to the
+ * device and waits for the copy to land, cuCtxSynchronize, so a run on any
+ * stream, non-blocking ones included, reads it), then any number of runs
+ * with the device arrays, each a single launch of a grid fixed by the plan
+ * (with RoPE two: the keys' rotation into the workspace first; CUDA-graph
+ * friendly). The device arrays passed to a run must hold the same values as
+ * the host arrays the plan saw.
+ *
+ *   fi_batch_prefill_plan_new(&plan, ctx, &spec, &pa);     host only (+ SM count); gets the kernel
+ *   fi_batch_prefill_plan_workspace_size(&bytes, plan);    caller allocates bytes
+ *   fi_batch_prefill_plan_upload(plan, workspace, bytes);  writes the work list
+ *   for each layer: fi_batch_prefill_run(ctx, plan, &args, stream);
+ *   fi_batch_prefill_plan_free(plan);
+ */
+typedef struct fi_batch_prefill_plan fi_batch_prefill_plan;
 
-#define FI_BATCH_PREFILL_PLAN_ARGS_VERSION 1
+#define FI_BATCH_PREFILL_PLAN_ARGS_VERSION 2 /* 2: window_left moved here from the run
+                                                args; 1 is refused (rebuild) */
 
 typedef struct fi_batch_prefill_plan_args {
     unsigned version;                    /* FI_BATCH_PREFILL_PLAN_ARGS_VERSION */
     int batch_size;                      /* requests, >= 1 */
-    const int32_t *qo_indptr;            /* host [batch+1]: token offsets of each request's queries */
-    const int32_t *kv_indptr;            /* host [batch+1]: ragged: key token offsets;
+    const int32_t *qo_indptr;            /* host [batch_size+1]: token offsets of each request's queries */
+    const int32_t *kv_indptr;            /* host [batch_size+1]: ragged: key token offsets;
                                             paged: offsets into kv_indices (page counts) */
-    const int32_t *kv_last_page_len;     /* host [batch], paged only: 1..page_size when the
+    const int32_t *kv_last_page_len;     /* host [batch_size], paged only: 1..page_size when the
                                             request has pages (ignored when it has none) */
     int num_qo_heads, num_kv_heads;
-    int page_size;                       /* paged only: 1..64 */
+    int page_size;                       /* paged only: 1..64 (default 16) */
+    int window_left;                     /* FI_MASK_WINDOW: >= 0 (-1, the default: no window) */
     int sm_count;                        /* 0: from the current device */
     int cta_tile_q;                      /* 0: automatic; 128, 64 or 16 */
 } fi_batch_prefill_plan_args;
 
-#define FI_BATCH_PREFILL_PLAN_ARGS_INIT { FI_BATCH_PREFILL_PLAN_ARGS_VERSION, 0 }
+#define FI_BATCH_PREFILL_PLAN_ARGS_INIT                                        \
+    FI__INIT(fi_batch_prefill_plan_args,                                       \
+             FI__SET(version, FI_BATCH_PREFILL_PLAN_ARGS_VERSION)              \
+             FI__SET(page_size, 16) FI__SET(window_left, -1))
 
 /* Device workspace bytes the plan for these arguments needs: the work list;
  * with pos = RoPE also the keys rotated once per run (kv tokens x
  * num_kv_heads x head_dim x 2 bytes, ragged: kv tokens as kv_indptr counts
- * them) and, paged, one int per request. */
+ * them) and, paged, one int per request. Needs no device. */
 FI_API int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
                                            const fi_batch_prefill_plan_args *args);
 
-/* Make a plan for `spec` (a batch prefill kind) and write its work list into
- * `workspace` (device memory, 16-byte aligned, at least
- * fi_batch_prefill_workspace_size bytes), which must stay allocated and
- * unchanged while the plan is used (RoPE: runs write the rotated keys there,
- * so runs of one plan must not overlap in time; give each stream its own
- * plan and workspace). Gets (and so compiles or loads) the
- * kernel. `*out` belongs to the caller: fi_prefill_plan_free. */
-FI_API int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx,
-                                 const fi_jit_spec *spec, const fi_batch_prefill_plan_args *args,
-                                 void *workspace, size_t workspace_bytes);
-FI_API void fi_prefill_plan_free(fi_prefill_plan *plan);
+/* Make a plan for `spec` (a batch prefill kind), on the host. Gets (and so
+ * compiles or loads) the kernel, so that runs never do. `*out` belongs to
+ * the caller: fi_batch_prefill_plan_free. */
+FI_API int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
+                                     const fi_jit_spec *spec,
+                                     const fi_batch_prefill_plan_args *args);
+/* The bytes fi_batch_prefill_workspace_size gives for the plan's arguments. */
+FI_API int fi_batch_prefill_plan_workspace_size(size_t *out, const fi_batch_prefill_plan *plan);
+/* Write the plan's work list into `workspace` (device memory of the current
+ * context, 16-byte aligned, at least the plan's workspace bytes; NULL is
+ * accepted when that is 0), which must stay allocated and unchanged while
+ * the plan is used (RoPE: runs write the rotated keys there, so runs of one
+ * plan must not overlap in time; give each stream its own plan and
+ * workspace). Synchronous; once per plan and workspace, before the first
+ * run. */
+FI_API int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
+                                        size_t workspace_bytes);
+FI_API void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan);
 
-#define FI_BATCH_PREFILL_ARGS_VERSION 2 /* 2 added variant_args; 1 is still accepted */
+#define FI_BATCH_PREFILL_ARGS_VERSION 3 /* 3: window_left moved to the plan args, strides
+                                           in the order of every args struct, soft_cap
+                                           renamed logits_soft_cap; 1 and 2 are refused */
 
 /* q and o [total_qo_tokens, num_qo_heads, hd] packed by qo_indptr.
  * Ragged: k and v [total_kv_tokens, num_kv_heads, hd] packed by kv_indptr
- * (token stride k_stride_n, head stride k_stride_h).
+ * (token stride k_stride_n, head stride k_stride_h; stride_page unused).
  * Paged: k and v caches of pages; NHD [pages, page_size, heads, hd]
  * (stride_page = page_size*heads*hd, stride_n = heads*hd, stride_h = hd) or
  * HND [pages, heads, page_size, hd] (stride_page = heads*page_size*hd,
@@ -162,26 +193,29 @@ typedef struct fi_batch_prefill_args {
     float *lse;                          /* optional [total_qo_tokens, num_qo_heads] */
     const int32_t *qo_indptr;            /* device copies of the plan's arrays */
     const int32_t *kv_indptr;
-    const int32_t *kv_indices;           /* paged: device [kv_indptr[batch]] page ids */
+    const int32_t *kv_indices;           /* paged: device [kv_indptr[batch_size]] page ids */
     const int32_t *kv_last_page_len;     /* paged */
     int64_t q_stride_n, q_stride_h, o_stride_n, o_stride_h;
-    int64_t k_stride_n, k_stride_h, v_stride_n, v_stride_h;
-    int64_t k_stride_page, v_stride_page; /* paged */
-    float sm_scale, soft_cap, rope_scale, rope_theta;
-    int rope_offset, window_left;
-    const float *alibi_slopes;
+    int64_t k_stride_page, k_stride_n, k_stride_h; /* stride_page: paged only */
+    int64_t v_stride_page, v_stride_n, v_stride_h;
+    float sm_scale;                      /* 0: 1/sqrt(hd) */
+    float logits_soft_cap;               /* > 0, used when spec.soft_cap */
+    float rope_scale, rope_theta;        /* FI_POS_ROPE_LLAMA; 0: 1 and 1e4 */
+    int rope_offset;                     /* position of key 0 of every request */
+    const float *alibi_slopes;           /* [num_qo_heads] with FI_POS_ALIBI */
     const uint8_t *custom_mask;          /* FI_MASK_CUSTOM: see the layout above */
-    const int64_t *custom_mask_offsets;  /* device [batch]: first bit of each request */
-    /* Version 2: values of the variant's declared parameters (none: NULL, 0). */
-    const fi_variant_arg *variant_args;
+    const int64_t *custom_mask_offsets;  /* NULL or device [batch_size]: first bit of each
+                                            request (NULL: 0 for every request) */
+    const fi_variant_arg *variant_args;  /* the variant's declared parameters (none: NULL, 0) */
     int num_variant_args;
 } fi_batch_prefill_args;
 
-#define FI_BATCH_PREFILL_ARGS_INIT { FI_BATCH_PREFILL_ARGS_VERSION, 0 }
+#define FI_BATCH_PREFILL_ARGS_INIT \
+    FI__INIT(fi_batch_prefill_args, FI__SET(version, FI_BATCH_PREFILL_ARGS_VERSION))
 
 /* One launch on `stream` for the planned batch (with RoPE two: the keys'
  * rotation into the workspace, then the attention kernel). */
-FI_API int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
+FI_API int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
                                 const fi_batch_prefill_args *args, struct CUstream_st *stream);
 
 #ifdef __cplusplus

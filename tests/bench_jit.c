@@ -126,7 +126,7 @@ static void disk_hit_child(const char *dir, int write_fd)
     int rc = fi_store_get(store, key, &object, &size, NULL);
     int64_t t4 = fi__now_ns();
     fi_build_outcome outcome = FI_BUILD_COMPILED;
-    rc |= fi_jit_prewarm(ctx, &spec, NULL, &outcome);
+    rc |= fi_jit_prewarm(&outcome, ctx, &spec, NULL);
     int64_t t5 = fi__now_ns();
     r[R_OPEN] = t1 - t0;
     r[R_EXPAND] = t2 - t1;
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < TUPLES; i++) {
         fi_jit_spec spec = spec_of(tuples[i]);
         int64_t start = fi__now_ns();
-        if (fi_jit_prewarm(ctx, &spec, NULL, NULL) < 0) {
+        if (fi_jit_prewarm(NULL, ctx, &spec, NULL) < 0) {
             fprintf(stderr, "%s\n", fi_last_error());
             return 1;
         }

@@ -106,7 +106,7 @@ static void *prewarm_some(void *arg)
     job *j = arg;
     for (int i = j->first; i < j->count; i += j->stride) {
         fi_build_outcome outcome = (fi_build_outcome)-1;
-        int rc = fi_jit_prewarm(j->ctx, &j->specs[i], NULL, &outcome);
+        int rc = fi_jit_prewarm(&outcome, j->ctx, &j->specs[i], NULL);
         if (rc == 0 && (j->want < 0 || (int)outcome == j->want)) continue;
         if (!j->failures++) {
             char spec[256];

@@ -63,8 +63,8 @@ TEST(batch_decode_every_tuple_compiles)
     CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     static char first[2400];
     const int failures = check_prewarm_all(ctx, specs, count, -1, first, sizeof first);
-    fi_jit_stats st;
-    fi_jit_stats_get(ctx, &st);
+    fi_jit_stats st = FI_JIT_STATS_INIT;
+    fi_jit_stats_get(&st, ctx);
     printf("  decode tuples: %d compiled, %d failed, mean NVRTC %.0f ms\n", count, failures,
            st.compiles ? (double)st.compile_ns / (double)st.compiles / 1e6 : 0.0);
     fi_jit_ctx_free(ctx);
@@ -111,8 +111,8 @@ TEST(batch_decode_plan_validates_and_sizes)
     /* Requests of 0, 1, 100 and 40000 tokens in pages of 16. */
     int32_t indptr[5] = {0, 0, 1, 8, 8 + 2500};
     int32_t last[4] = {0, 1, 4, 16};
-    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
-    info.batch = 4;
+    fi_batch_decode_plan_args info = FI_BATCH_DECODE_PLAN_ARGS_INIT;
+    info.batch_size = 4;
     info.kv_indptr = indptr;
     info.kv_last_page_len = last;
     info.num_qo_heads = 32;
@@ -122,15 +122,15 @@ TEST(batch_decode_plan_validates_and_sizes)
     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
     int items = 0, max_splits = 0;
     size_t bytes = 0;
-    CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
-    CHECK_OK(fi_batch_decode_plan_workspace_size(plan, &bytes));
+    CHECK_OK(fi_batch_decode_plan_describe(&items, &max_splits, plan));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(&bytes, plan));
     CHECK_MSG(items > 4 && max_splits > 1 && bytes > 0, "items %d splits %d bytes %zu", items,
               max_splits, bytes);
     fi_batch_decode_plan_free(plan);
     plan = NULL;
     info.max_splits = 1;
     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
-    CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
+    CHECK_OK(fi_batch_decode_plan_describe(&items, &max_splits, plan));
     CHECK(items == 4 && max_splits == 1);
     fi_batch_decode_plan_free(plan);
     plan = NULL;
@@ -141,18 +141,18 @@ TEST(batch_decode_plan_validates_and_sizes)
         static int32_t even_indptr[65], even_last[64];
         for (int b = 0; b <= 64; b++) even_indptr[b] = b * 256;
         for (int b = 0; b < 64; b++) even_last[b] = 16;
-        fi_batch_decode_plan_info even = info;
-        even.batch = 64;
+        fi_batch_decode_plan_args even = info;
+        even.batch_size = 64;
         even.kv_indptr = even_indptr;
         even.kv_last_page_len = even_last;
         CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &even));
-        CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
+        CHECK_OK(fi_batch_decode_plan_describe(&items, &max_splits, plan));
         CHECK_MSG(items == 64 && max_splits == 1, "even batch: %d items, %d splits", items,
                   max_splits);
         fi_batch_decode_plan_free(plan);
         for (int b = 1; b <= 64; b++) even_indptr[b] += 4096; /* request 0: 69632 keys */
         CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &even));
-        CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
+        CHECK_OK(fi_batch_decode_plan_describe(&items, &max_splits, plan));
         CHECK_MSG(max_splits > 1, "skewed batch: %d items, %d splits", items, max_splits);
         fi_batch_decode_plan_free(plan);
         plan = NULL;
@@ -184,8 +184,8 @@ TEST(decode_refuses_strides_beyond_32_bit_offsets)
     fi_jit_spec s = FI_JIT_SPEC_INIT;
     s.kind = FI_KIND_BATCH_DECODE;
     int32_t indptr[2] = {0, 4}, last[1] = {16};
-    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
-    info.batch = 1;
+    fi_batch_decode_plan_args info = FI_BATCH_DECODE_PLAN_ARGS_INIT;
+    info.batch_size = 1;
     info.kv_indptr = indptr;
     info.kv_last_page_len = last;
     info.num_qo_heads = info.num_kv_heads = 1;
@@ -215,7 +215,7 @@ TEST(decode_refuses_strides_beyond_32_bit_offsets)
     da.q = da.k = da.v = da.o;
     da.num_qo_heads = da.num_kv_heads = 1;
     da.kv_len = 16;
-    da.num_splits = 1;
+    da.max_splits = 1;
     da.k_stride_n = (int64_t)1 << 30;
     da.v_stride_n = 128;
     CHECK_RC(fi_decode_run(ctx, &d, &da, NULL), FI_EINVALID);
@@ -258,8 +258,8 @@ TEST(batch_decode_plan_covers_every_key_once)
         s.kind = FI_KIND_BATCH_DECODE;
         s.head_dim = hd;
         s.mask = window >= 0 ? FI_MASK_WINDOW : FI_MASK_NONE;
-        fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
-        info.batch = batch;
+        fi_batch_decode_plan_args info = FI_BATCH_DECODE_PLAN_ARGS_INIT;
+        info.batch_size = batch;
         info.kv_indptr = indptr;
         info.kv_last_page_len = last;
         info.num_kv_heads = kvh;
@@ -296,7 +296,7 @@ TEST(batch_decode_plan_covers_every_key_once)
         }
         CHECK_MSG(i == n, "round %d: %d items, %d used", round, n, i);
         size_t bytes = 0;
-        fi_batch_decode_plan_workspace_size(plan, &bytes);
+        fi_batch_decode_plan_workspace_size(&bytes, plan);
         CHECK(bytes >= (size_t)n * sizeof(fi_batch_decode_work));
         fi_batch_decode_plan_free(plan);
     }

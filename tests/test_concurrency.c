@@ -85,7 +85,7 @@ typedef struct flight {
 static void *prewarm_same_spec(void *p)
 {
     flight *f = p;
-    if (fi_jit_prewarm(f->ctx, &f->spec, "sm_90a", NULL) < 0) atomic_fetch_add(&f->failures, 1);
+    if (fi_jit_prewarm(NULL, f->ctx, &f->spec, "sm_90a") < 0) atomic_fetch_add(&f->failures, 1);
     return NULL;
 }
 
@@ -95,7 +95,7 @@ TEST(threads_missing_one_spec_compile_it_once)
     char dir[4200];
     pthread_t threads[THREADS];
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    fi_jit_stats stats;
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
     snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
     opts.cache_dir = dir;
     CHECK_OK(fi_jit_ctx_new(&f.ctx, &opts));
@@ -105,7 +105,7 @@ TEST(threads_missing_one_spec_compile_it_once)
     atomic_store(&f.failures, 0);
     for (int t = 0; t < THREADS; t++) pthread_create(&threads[t], NULL, prewarm_same_spec, &f);
     for (int t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
-    int rc = fi_jit_stats_get(f.ctx, &stats);
+    int rc = fi_jit_stats_get(&stats, f.ctx);
     fi_jit_ctx_free(f.ctx);
     CHECK_OK(rc);
     CHECK(atomic_load(&f.failures) == 0);

@@ -275,8 +275,8 @@ static void compile_all(const char *arch)
     CHECK_OK(check_ctx_new(&ctx, arch));
     char first[3000];
     const int failures = check_prewarm_all(ctx, specs, n, -1, first, sizeof first);
-    fi_jit_stats stats;
-    CHECK_OK(fi_jit_stats_get(ctx, &stats));
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
+    CHECK_OK(fi_jit_stats_get(&stats, ctx));
     fi_jit_ctx_free(ctx);
     CHECK_MSG(failures == 0, "%d failures, first: %s", failures, first);
     CHECK_MSG(stats.compiles == n && stats.entries == n, "compiles %lld entries %lld, want %d",
@@ -301,7 +301,7 @@ static int prewarm_once(void *arg)
     fi_jit_ctx *ctx = NULL;
     fi_jit_spec spec = parse_or_die(arg);
     fi_build_outcome outcome = FI_BUILD_COMPILED;
-    if (check_ctx_new(&ctx, "sm_90a") < 0 || fi_jit_prewarm(ctx, &spec, NULL, &outcome) < 0) {
+    if (check_ctx_new(&ctx, "sm_90a") < 0 || fi_jit_prewarm(&outcome, ctx, &spec, NULL) < 0) {
         fprintf(stderr, "prewarm: %s\n", fi_last_error());
         return 50;
     }
@@ -313,7 +313,7 @@ static int read_stats(fi_jit_stats *out)
 {
     fi_jit_ctx *ctx = NULL;
     int rc = check_ctx_new(&ctx, "sm_90a");
-    if (rc == 0) rc = fi_jit_stats_get(ctx, out);
+    if (rc == 0) rc = fi_jit_stats_get(out, ctx);
     fi_jit_ctx_free(ctx);
     return rc;
 }
@@ -323,7 +323,7 @@ TEST(second_process_is_a_disk_hit_with_no_compile)
     char spec[] = "decode q=fp16 hd=64";
     CHECK(in_child(prewarm_once, spec) == 10);
     CHECK(in_child(prewarm_once, spec) == 11);
-    fi_jit_stats stats;
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
     CHECK_OK(read_stats(&stats));
     CHECK_MSG(stats.compiles == 1 && stats.disk_hits == 1 && stats.misses == 1 && stats.entries == 1,
               "compiles %lld disk_hits %lld misses %lld entries %lld", (long long)stats.compiles,
@@ -339,7 +339,7 @@ typedef struct flight_arg {
 static void *prewarm_thread(void *p)
 {
     flight_arg *arg = p;
-    if (fi_jit_prewarm(arg->ctx, &arg->spec, NULL, NULL) < 0) arg->failed = 1;
+    if (fi_jit_prewarm(NULL, arg->ctx, &arg->spec, NULL) < 0) arg->failed = 1;
     return NULL;
 }
 
@@ -374,7 +374,7 @@ TEST(eight_threads_and_four_processes_compile_one_key_once)
         waitpid(pids[p], &status, 0);
         CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker %d status %d", p, status);
     }
-    fi_jit_stats stats;
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
     CHECK_OK(read_stats(&stats));
     CHECK_MSG(stats.compiles == 1, "compiles %lld", (long long)stats.compiles);
     CHECK_MSG(stats.misses + stats.disk_hits + stats.memory_hits >= 4, "lookups %lld",
@@ -397,7 +397,7 @@ TEST(truncated_object_is_detected_and_rebuilt)
     snprintf(objects, sizeof objects, "%s/cache/objects", check_tmpdir);
     CHECK_MSG(nftw(objects, find_object, 8, FTW_PHYS) == 1, "no object file under %s", objects);
     CHECK(in_child(prewarm_once, spec) == 10);
-    fi_jit_stats stats;
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
     CHECK_OK(read_stats(&stats));
     CHECK_MSG(stats.corrupt == 1 && stats.compiles == 2 && stats.entries == 1,
               "corrupt %lld compiles %lld entries %lld", (long long)stats.corrupt,
@@ -411,7 +411,7 @@ TEST(get_kernel_without_gpu_says_so)
     const fi_jit_kernel *kernel = NULL;
     fi_jit_spec spec = parse_or_die("decode");
     CHECK_OK(check_ctx_new(&ctx, NULL));
-    int rc = fi_jit_get_kernel(ctx, &spec, &kernel);
+    int rc = fi_jit_get_kernel(&kernel, ctx, &spec);
     fi_jit_ctx_free(ctx);
     if (rc == 0) return; /* a machine with a GPU: the GPU suite covers it */
     CHECK_RC(rc, FI_ENODEVICE);
@@ -430,7 +430,7 @@ TEST(jit_off_serves_only_cached_kernels)
     opts.jit = 0;
     opts.arch = "sm_90a";
     CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
-    int rc = fi_jit_prewarm(ctx, &spec, NULL, NULL);
+    int rc = fi_jit_prewarm(NULL, ctx, &spec, NULL);
     fi_jit_ctx_free(ctx);
     CHECK_RC(rc, FI_ENOTFOUND);
     CHECK(strstr(fi_last_error(), "JIT is disabled"));
@@ -475,7 +475,7 @@ TEST(memory_only_context_counts_and_serves)
 {
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     fi_jit_ctx *ctx = NULL;
-    fi_jit_stats stats;
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
     fi_build_outcome outcome = FI_BUILD_CACHED;
     fi_jit_spec spec = parse_or_die("decode q=fp16 hd=64");
     char dir[4200];
@@ -484,8 +484,8 @@ TEST(memory_only_context_counts_and_serves)
     opts.use_disk_cache = 0;
     opts.arch = "sm_90a";
     CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
-    int rc = fi_jit_prewarm(ctx, &spec, NULL, &outcome);
-    if (rc == 0) rc = fi_jit_stats_get(ctx, &stats);
+    int rc = fi_jit_prewarm(&outcome, ctx, &spec, NULL);
+    if (rc == 0) rc = fi_jit_stats_get(&stats, ctx);
     fi_jit_ctx_free(ctx);
     CHECK_OK(rc);
     CHECK(outcome == FI_BUILD_COMPILED);
@@ -499,17 +499,17 @@ TEST(memory_only_context_counts_and_serves)
 TEST(prewarm_fails_when_the_cache_cannot_store_the_kernel)
 {
     fi_jit_ctx *ctx = NULL;
-    fi_jit_stats stats;
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
     fi_build_outcome outcome = FI_BUILD_CACHED;
     fi_jit_spec a = parse_or_die("decode q=fp16 hd=64"), b = parse_or_die("decode q=bf16 hd=64");
     CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
-    int rc_a = fi_jit_prewarm(ctx, &a, NULL, NULL); /* loads NVRTC, opens the index */
+    int rc_a = fi_jit_prewarm(NULL, ctx, &a, NULL); /* loads NVRTC, opens the index */
     fi__fault_arm(FI_FAULT_DISK_FULL, 1, 1);
-    int rc_b = fi_jit_prewarm(ctx, &b, NULL, &outcome);
+    int rc_b = fi_jit_prewarm(&outcome, ctx, &b, NULL);
     char message[2048];
     snprintf(message, sizeof message, "%s", fi_last_error());
     fi__fault_arm(0, 0, 0);
-    int rc_s = fi_jit_stats_get(ctx, &stats);
+    int rc_s = fi_jit_stats_get(&stats, ctx);
     fi_jit_ctx_free(ctx);
     CHECK_OK(rc_a);
     CHECK_MSG(rc_b == FI_EIO, "prewarm on a full disk gave %d (outcome %d): %s", rc_b, outcome,
@@ -529,17 +529,17 @@ TEST(compiles_are_counted_when_a_statistics_write_fails)
     fi_jit_spec a = parse_or_die("decode q=fp16 hd=64"), b = parse_or_die("decode q=bf16 hd=64");
     for (long n = 1; n < 200; n++) {
         fi_jit_ctx *ctx = NULL;
-        fi_jit_stats stats;
+        fi_jit_stats stats = FI_JIT_STATS_INIT;
         CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
-        int rc = fi_jit_prewarm(ctx, &a, NULL, NULL); /* cached after the first round */
+        int rc = fi_jit_prewarm(NULL, ctx, &a, NULL); /* cached after the first round */
         if (rc < 0) fi_jit_ctx_free(ctx);
         CHECK_OK(rc);
         fi__fault_arm(FI_FAULT_SQL, n, 1);
-        rc = fi_jit_prewarm(ctx, &b, NULL, NULL);
+        rc = fi_jit_prewarm(NULL, ctx, &b, NULL);
         int compiled = rc == 0 || strstr(fi_last_error(), "not stored") != NULL;
         long fired = fi__fault_count();
         fi__fault_arm(0, 0, 0);
-        int rc_s = compiled ? fi_jit_stats_get(ctx, &stats) : 0;
+        int rc_s = compiled ? fi_jit_stats_get(&stats, ctx) : 0;
         fi_jit_ctx_free(ctx);
         if (!compiled) continue; /* the fault came before the compile */
         CHECK_MSG(fired > 0, "fault point %ld: the compile ran past every SQLite call", n);

@@ -45,7 +45,7 @@ static int open_ctx(fi_jit_ctx **out, const char *dir)
 static int workload(const char *dir, char *why, size_t why_size)
 {
     fi_jit_ctx *ctx = NULL;
-    fi_jit_stats stats;
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
     fi_jit_spec a = spec_of(cached_spec), b = spec_of(new_spec);
     int rc = open_ctx(&ctx, dir);
     if (rc < 0) {
@@ -54,10 +54,10 @@ static int workload(const char *dir, char *why, size_t why_size)
     }
     const fi_jit_spec *specs[] = {&a, &b, &a};
     for (int i = 0; i < 3; i++) {
-        rc = fi_jit_prewarm(ctx, specs[i], NULL, NULL);
+        rc = fi_jit_prewarm(NULL, ctx, specs[i], NULL);
         if (!expected_code(rc) || (rc < 0 && !*fi_last_error())) goto bad;
     }
-    rc = fi_jit_stats_get(ctx, &stats);
+    rc = fi_jit_stats_get(&stats, ctx);
     if (!expected_code(rc)) goto bad;
     fi_jit_ctx_free(ctx);
     return 0;
@@ -86,8 +86,8 @@ static int cache_is_healthy(const char *dir, char *why, size_t why_size)
         snprintf(why, why_size, "verify: %d problems (%s) %s", rc, problem, fi_last_error());
         return -1;
     }
-    if ((rc = open_ctx(&ctx, dir)) == 0 && (rc = fi_jit_prewarm(ctx, &a, NULL, NULL)) == 0)
-        rc = fi_jit_prewarm(ctx, &b, NULL, NULL);
+    if ((rc = open_ctx(&ctx, dir)) == 0 && (rc = fi_jit_prewarm(NULL, ctx, &a, NULL)) == 0)
+        rc = fi_jit_prewarm(NULL, ctx, &b, NULL);
     fi_jit_ctx_free(ctx);
     if (rc < 0) snprintf(why, why_size, "after faults: %s", fi_last_error());
     return rc;
@@ -138,7 +138,7 @@ static void fault_loop(unsigned mask, int persistent)
     fi_jit_ctx *ctx = NULL;
     fi_jit_spec a = spec_of(cached_spec);
     CHECK_OK(open_ctx(&ctx, base));
-    CHECK_OK(fi_jit_prewarm(ctx, &a, NULL, NULL));
+    CHECK_OK(fi_jit_prewarm(NULL, ctx, &a, NULL));
     fi_jit_ctx_free(ctx);
     const long max_n = getenv("FIJIT_TEST_QUICK") ? 400 : 4000;
     const int workers = check_jobs();

@@ -164,7 +164,7 @@ TEST(fake_driver_refuses_shared_memory_beyond_the_opt_in)
     const fi_jit_kernel *k = NULL;
     fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_NONE);
     CHECK_OK(launch_ctx(&ctx));
-    CHECK_OK(fi_jit_get_kernel(ctx, &s, &k));
+    CHECK_OK(fi_jit_get_kernel(&k, ctx, &s));
     fi_decode_params p;
     memset(&p, 0, sizeof p);
     void *params[] = {&p};
@@ -212,10 +212,10 @@ static void prefill_args_for(fi_prefill_args *a, int qo_heads, int kv_heads, int
 
 /* A batch of pages of 16 tokens, 32 q heads on 8 kv heads; the SM count
  * from the (fake) device. */
-static fi_batch_decode_plan_info plan_info_for(int batch, const int32_t *indptr, const int32_t *last)
+static fi_batch_decode_plan_args plan_args_for(int batch, const int32_t *indptr, const int32_t *last)
 {
-    fi_batch_decode_plan_info info = FI_BATCH_DECODE_PLAN_INFO_INIT;
-    info.batch = batch;
+    fi_batch_decode_plan_args info = FI_BATCH_DECODE_PLAN_ARGS_INIT;
+    info.batch_size = batch;
     info.kv_indptr = indptr;
     info.kv_last_page_len = last;
     info.num_qo_heads = 32;
@@ -283,7 +283,7 @@ TEST(decode_launch_matches_its_plan_and_workspace)
     decode_args_for(&a, 4096);
     CHECK_OK(launch_ctx(&ctx));
     size_t bytes = 0;
-    CHECK_OK(fi_decode_workspace_size(ctx, &s, &a, &bytes));
+    CHECK_OK(fi_decode_workspace_size(&bytes, &s, &a));
     CHECK(bytes > 0); /* 4096 keys on 132 SMs are split */
     void *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
     CHECK(ws);
@@ -317,7 +317,7 @@ TEST(decode_launch_matches_its_plan_and_workspace)
     CHECK(p->epoch != 0);
 
     /* No split: one block per kv head along y, no workspace needed. */
-    a.num_splits = 1;
+    a.max_splits = 1;
     a.workspace = NULL;
     a.workspace_bytes = 0;
     CHECK_OK(fi_decode_run(ctx, &s, &a, NULL));
@@ -335,7 +335,7 @@ TEST(rope_frequencies_reach_every_kind)
         fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_ROPE_LLAMA);
         fi_decode_args a = FI_DECODE_ARGS_INIT;
         decode_args_for(&a, 100);
-        a.num_splits = 1;
+        a.max_splits = 1;
         a.rope_scale = 2.f;
         a.rope_theta = 5e5f;
         CHECK_OK(fi_decode_run(ctx, &s, &a, NULL));
@@ -366,12 +366,12 @@ TEST(batch_decode_launch_reads_the_uploaded_plan)
      * the (fake) device for its SM count. */
     int32_t indptr[5] = {0, 0, 1, 8, 8 + 2500};
     int32_t last[4] = {0, 1, 4, 16};
-    const fi_batch_decode_plan_info info = plan_info_for(4, indptr, last);
+    const fi_batch_decode_plan_args info = plan_args_for(4, indptr, last);
     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
     int items = 0, max_splits = 0;
     size_t bytes = 0;
-    CHECK_OK(fi_batch_decode_plan_describe(plan, &items, &max_splits));
-    CHECK_OK(fi_batch_decode_plan_workspace_size(plan, &bytes));
+    CHECK_OK(fi_batch_decode_plan_describe(&items, &max_splits, plan));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(&bytes, plan));
     unsigned char *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
     CHECK(ws && max_splits > 1);
     memset(ws, 0xab, bytes); /* what a fresh allocation may hold */
@@ -483,7 +483,7 @@ TEST(prefill_launch_picks_a_tile_kernel_and_its_geometry)
 TEST(batch_prefill_paged_launch_reads_its_work_list)
 {
     fi_jit_ctx *ctx = NULL;
-    fi_prefill_plan *plan = NULL;
+    fi_batch_prefill_plan *plan = NULL;
     fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_PAGED, FI_MASK_CAUSAL, FI_POS_NONE);
     CHECK_OK(launch_ctx(&ctx));
     /* Three requests: 300, 0 and 17 queries over 40, 0 and 2 pages of 16. */
@@ -496,7 +496,8 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
     int *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
     CHECK(ws);
     memset(ws, 0xab, bytes);
-    CHECK_OK(fi_batch_prefill_plan(&plan, ctx, &s, &pa, ws, bytes));
+    CHECK_OK(fi_batch_prefill_plan_new(&plan, ctx, &s, &pa));
+    CHECK_OK(fi_batch_prefill_plan_upload(plan, ws, bytes));
     fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
     batch_prefill_args_for(&a);
     CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
@@ -522,7 +523,7 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
                   "work item %u: request %d tile %d", i, r, t);
     }
     CHECK(p->qo_indptr == a.qo_indptr && p->kv_indices == a.kv_indices && p->page_size == 16);
-    fi_prefill_plan_free(plan);
+    fi_batch_prefill_plan_free(plan);
     free(ws);
     fi_jit_ctx_free(ctx);
 }
@@ -547,9 +548,10 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
         size_t bytes = 0;
         CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
         int *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
-        fi_prefill_plan *plan = NULL;
+        fi_batch_prefill_plan *plan = NULL;
         CHECK(ws);
-        CHECK_OK(fi_batch_prefill_plan(&plan, ctx, &s, &pa, ws, bytes));
+        CHECK_OK(fi_batch_prefill_plan_new(&plan, ctx, &s, &pa));
+        CHECK_OK(fi_batch_prefill_plan_upload(plan, ws, bytes));
         fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
         batch_prefill_args_for(&a);
         a.k_stride_page = a.v_stride_page = (int64_t)ps * 8 * 128;
@@ -571,7 +573,7 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
             CHECK(seen.ws.work_items == 11 && seen.ws.kv_heads == 8 && seen.grid[0] == 88);
             CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0));
         }
-        fi_prefill_plan_free(plan);
+        fi_batch_prefill_plan_free(plan);
         free(ws);
     }
     fi_jit_ctx_free(ctx);
@@ -604,13 +606,19 @@ TEST(batch_prefill_rope_rotates_keys_once_into_the_workspace)
         unsigned char *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
         CHECK(ws);
         memset(ws, 0xab, bytes);
-        fi_prefill_plan *plan = NULL;
-        CHECK_RC(fi_batch_prefill_plan(&plan, ctx, &rope, &pa, ws, plain_bytes), FI_EINVALID);
-        CHECK(plan == NULL && strstr(fi_last_error(), "fi_batch_prefill_workspace_size"));
-        CHECK_OK(fi_batch_prefill_plan(&plan, ctx, &rope, &pa, ws, bytes));
+        fi_batch_prefill_plan *plan = NULL;
+        CHECK_OK(fi_batch_prefill_plan_new(&plan, ctx, &rope, &pa));
+        size_t plan_bytes = 0;
+        CHECK_OK(fi_batch_prefill_plan_workspace_size(&plan_bytes, plan));
+        CHECK(plan_bytes == bytes);
         fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
         batch_prefill_args_for(&a);
         a.rope_theta = 1e4f;
+        CHECK_RC(fi_batch_prefill_run(ctx, plan, &a, NULL), FI_EINVALID); /* not uploaded */
+        CHECK(strstr(fi_last_error(), "fi_batch_prefill_plan_upload"));
+        CHECK_RC(fi_batch_prefill_plan_upload(plan, ws, plain_bytes), FI_EINVALID);
+        CHECK(strstr(fi_last_error(), "fi_batch_prefill_plan_workspace_size"));
+        CHECK_OK(fi_batch_prefill_plan_upload(plan, ws, bytes));
         memset(&seen, 0, sizeof seen);
         CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
         const fi_prefill_params *r = &seen.rope, *p = &seen.p.prefill;
@@ -638,7 +646,7 @@ TEST(batch_prefill_rope_rotates_keys_once_into_the_workspace)
         const int base = fake.uncapturable_calls();
         CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
         CHECK(fake.uncapturable_calls() == base && seen.count == 4 && seen.rope_count == 2);
-        fi_prefill_plan_free(plan);
+        fi_batch_prefill_plan_free(plan);
         free(ws);
     }
     fi_jit_ctx_free(ctx);
@@ -693,7 +701,7 @@ static fi_merge_states_args merge_args_for(int seq, int states, int heads)
 {
     fi_merge_states_args a = FI_MERGE_STATES_ARGS_INIT;
     a.v = DEV(0);
-    a.s = DEV(1);
+    a.lse = DEV(1);
     a.v_out = DEV(2);
     a.seq_len = seq;
     a.num_states = states;
@@ -701,11 +709,94 @@ static fi_merge_states_args merge_args_for(int seq, int states, int heads)
     a.v_stride_h = 128;
     a.v_stride_state = heads * 128;
     a.v_stride_seq = states * heads * 128;
-    a.s_stride_state = heads;
-    a.s_stride_seq = states * heads;
-    a.o_stride_h = 128;
-    a.o_stride_seq = heads * 128;
+    a.lse_stride_state = heads;
+    a.lse_stride_seq = states * heads;
+    a.v_out_stride_h = 128;
+    a.v_out_stride_seq = heads * 128;
     return a;
+}
+
+/* The 0.2 API's rules: mask=window needs a window in every kind (the *_INIT
+ * default -1 is refused where the window is given: decode and prefill args,
+ * the batch kinds' plans); decode sizes its workspace from args.sm_count
+ * exactly as a run on a device of that many SMs plans it; the batch kinds'
+ * run args refuse their pre-0.2 versions; merge_states wants a batch-decode
+ * spec. */
+TEST(api_0_2_windows_sm_count_and_versions)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    fi_jit_spec ds = spec_of(FI_KIND_DECODE, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_decode_args da = FI_DECODE_ARGS_INIT;
+    decode_args_for(&da, 5000);
+    size_t bytes = 0, on_device = 0;
+    CHECK_RC(fi_decode_workspace_size(&bytes, &ds, &da), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "window_left"));
+    CHECK_RC(fi_decode_run(ctx, &ds, &da, NULL), FI_EINVALID);
+    ds.mask = FI_MASK_NONE;
+    CHECK_OK(fi_decode_workspace_size(&on_device, &ds, &da)); /* the fake device's SMs */
+    da.sm_count = FAKE_CUDA_SM_COUNT;
+    CHECK_OK(fi_decode_workspace_size(&bytes, &ds, &da));
+    CHECK_MSG(bytes == on_device && bytes > 0, "%zu vs %zu", bytes, on_device);
+    da.sm_count = -1;
+    CHECK_RC(fi_decode_workspace_size(&bytes, &ds, &da), FI_EINVALID);
+
+    fi_jit_spec ps = spec_of(FI_KIND_PREFILL, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_prefill_args pa = FI_PREFILL_ARGS_INIT;
+    prefill_args_for(&pa, 32, 8, 100, 128);
+    CHECK_RC(fi_prefill_run(ctx, &ps, &pa, NULL), FI_EINVALID);
+    CHECK(seen.count == 0 && strstr(fi_last_error(), "window_left"));
+
+    int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
+    fi_batch_decode_plan_args bpa = plan_args_for(2, indptr, last);
+    fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_batch_decode_plan *bplan = NULL;
+    CHECK_RC(fi_batch_decode_plan_new(&bplan, ctx, &bs, &bpa), FI_EINVALID);
+    CHECK(bplan == NULL && strstr(fi_last_error(), "window_left"));
+    bs.mask = FI_MASK_NONE;
+    CHECK_OK(fi_batch_decode_plan_new(&bplan, ctx, &bs, &bpa));
+    CHECK_OK(fi_batch_decode_workspace_size(&bytes, &bs, &bpa));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(&on_device, bplan));
+    CHECK(bytes == on_device);
+    fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
+    ba.version = 2;
+    CHECK_RC(fi_batch_decode_run(ctx, bplan, &ba, NULL), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "rebuild"));
+    fi_batch_decode_plan_free(bplan);
+
+    int32_t qo_indptr[3] = {0, 100, 130}, kv_indptr[3] = {0, 100, 200};
+    fi_batch_prefill_plan_args ppa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, NULL);
+    fi_jit_spec rs = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_batch_prefill_plan *pplan = NULL;
+    CHECK_RC(fi_batch_prefill_plan_new(&pplan, ctx, &rs, &ppa), FI_EINVALID);
+    CHECK(pplan == NULL && strstr(fi_last_error(), "window_left"));
+    CHECK_RC(fi_batch_prefill_workspace_size(&bytes, &rs, &ppa), FI_EINVALID);
+    ppa.version = 1;
+    rs.mask = FI_MASK_NONE;
+    CHECK_RC(fi_batch_prefill_plan_new(&pplan, ctx, &rs, &ppa), FI_EINVALID);
+    ppa.version = FI_BATCH_PREFILL_PLAN_ARGS_VERSION;
+    ppa.window_left = 40;
+    rs.mask = FI_MASK_WINDOW;
+    CHECK_OK(fi_batch_prefill_plan_new(&pplan, ctx, &rs, &ppa));
+    CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &rs, &ppa));
+    CHECK_OK(fi_batch_prefill_plan_workspace_size(&on_device, pplan));
+    CHECK(bytes == on_device);
+    static unsigned char ws[1 << 16] __attribute__((aligned(256)));
+    CHECK(bytes <= sizeof ws);
+    CHECK_OK(fi_batch_prefill_plan_upload(pplan, ws, bytes));
+    fi_batch_prefill_args bpr = FI_BATCH_PREFILL_ARGS_INIT;
+    batch_prefill_args_for(&bpr);
+    bpr.version = 2;
+    CHECK_RC(fi_batch_prefill_run(ctx, pplan, &bpr, NULL), FI_EINVALID);
+    bpr.version = FI_BATCH_PREFILL_ARGS_VERSION;
+    CHECK_OK(fi_batch_prefill_run(ctx, pplan, &bpr, NULL));
+    CHECK(seen.p.prefill.window_left == 40); /* the plan's window reaches the kernel */
+    fi_batch_prefill_plan_free(pplan);
+
+    fi_merge_states_args ma = FI_MERGE_STATES_ARGS_INIT;
+    CHECK_RC(fi_merge_states(ctx, &ds, &ma, NULL), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "FI_KIND_BATCH_DECODE"));
+    fi_jit_ctx_free(ctx);
 }
 
 TEST(merge_states_launch_covers_every_row)
@@ -713,11 +804,12 @@ TEST(merge_states_launch_covers_every_row)
     fi_jit_ctx *ctx = NULL;
     CHECK_OK(launch_ctx(&ctx));
     const fi_merge_states_args a = merge_args_for(3, 4, 8);
-    CHECK_OK(fi_merge_states(ctx, FI_DTYPE_FP16, 128, &a, NULL));
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    CHECK_OK(fi_merge_states(ctx, &s, &a, NULL));
     const fi_merge_states_params *p = &seen.p.merge;
     CHECK_MSG(seen.count == 1 && strcmp(seen.name, "fi_merge_states_kernel") == 0, "%s", seen.name);
     CHECK(seen.grid[0] == 3 * 8 && seen.grid[1] == 1 && seen.block[0] == (unsigned)FI_MERGE_THREADS);
-    CHECK(p->v == a.v && p->s == a.s && p->v_out == a.v_out && p->s_out == NULL);
+    CHECK(p->v == a.v && p->s == a.lse && p->v_out == a.v_out && p->s_out == NULL);
     CHECK(p->seq_len == 3 && p->num_states == 4 && p->num_heads == 8 && p->v_stride_seq == 4096);
     fi_jit_ctx_free(ctx);
 }
@@ -728,7 +820,7 @@ TEST(a_failed_launch_is_reported_with_the_driver_message)
     fi_jit_spec s = spec_of(FI_KIND_DECODE, FI_MASK_NONE, FI_POS_NONE);
     fi_decode_args a = FI_DECODE_ARGS_INIT;
     decode_args_for(&a, 100);
-    a.num_splits = 1;
+    a.max_splits = 1;
     CHECK_OK(launch_ctx(&ctx));
     seen.result = CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     CHECK_RC(fi_decode_run(ctx, &s, &a, NULL), FI_ECUDA);
@@ -768,7 +860,7 @@ TEST(every_decode_tuple_launches_with_its_shared_memory)
                     a.q_stride_h = a.o_stride_h = a.k_stride_h = a.v_stride_h = hd;
                     a.k_stride_n = a.v_stride_n = 8 * hd;
                     size_t bytes = 0;
-                    CHECK_OK(fi_decode_workspace_size(ctx, &s, &a, &bytes));
+                    CHECK_OK(fi_decode_workspace_size(&bytes, &s, &a));
                     CHECK(bytes <= sizeof ws);
                     a.workspace = ws;
                     a.workspace_bytes = bytes;
@@ -807,14 +899,14 @@ TEST(every_batch_decode_tuple_launches_with_its_shared_memory)
                                             rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE);
                     s.head_dim = hd;
                     s.kv_dtype = fp8 ? FI_DTYPE_FP8_E4M3 : FI_DTYPE_FP16;
-                    const fi_batch_decode_plan_info info =
-                        plan_info_for(batches[c], indptr[c], last[c]);
+                    const fi_batch_decode_plan_args info =
+                        plan_args_for(batches[c], indptr[c], last[c]);
                     fi_batch_decode_plan *plan = NULL;
                     size_t bytes = 0;
                     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
                     int items = 0, splits = 0;
-                    const int ok = fi_batch_decode_plan_describe(plan, &items, &splits) == 0 &&
-                                   fi_batch_decode_plan_workspace_size(plan, &bytes) == 0 &&
+                    const int ok = fi_batch_decode_plan_describe(&items, &splits, plan) == 0 &&
+                                   fi_batch_decode_plan_workspace_size(&bytes, plan) == 0 &&
                                    bytes <= sizeof ws &&
                                    fi_batch_decode_plan_upload(plan, ws, bytes) == 0;
                     fi_batch_decode_args a = FI_BATCH_DECODE_ARGS_INIT;
@@ -856,7 +948,7 @@ TEST(every_prefill_tile_launches_with_its_shared_memory)
                 fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_NONE, FI_POS_NONE);
                 s.head_dim = hd;
                 const fi_jit_kernel *k = NULL;
-                CHECK_OK(fi_jit_get_kernel(ctx, &s, &k));
+                CHECK_OK(fi_jit_get_kernel(&k, ctx, &s));
                 CHECK_MSG(strcmp(k->arch, targets[g].arch) == 0, "built for %s", k->arch);
                 fi_prefill_args a = FI_PREFILL_ARGS_INIT;
                 prefill_args_for(&a, 2, 2, 300, hd);
@@ -893,9 +985,9 @@ TEST(decode_scalars_reach_the_kernel)
     s.soft_cap = 1;
     fi_decode_args a = FI_DECODE_ARGS_INIT;
     decode_args_for(&a, 300);
-    a.num_splits = 1;
+    a.max_splits = 1;
     a.sm_scale = 0.25f;
-    a.soft_cap = 30.f;
+    a.logits_soft_cap = 30.f;
     a.window_left = 77;
     a.alibi_slopes = slopes;
     a.lse = (float *)DEV(5);
@@ -939,7 +1031,7 @@ TEST(variant_arguments_reach_every_kind)
             s.variant = "packed";
             fi_decode_args a = FI_DECODE_ARGS_INIT;
             decode_args_for(&a, 100);
-            a.num_splits = 1;
+            a.max_splits = 1;
             a.variant_args = args;
             a.num_variant_args = 3;
             rc = fi_decode_run(ctx, &s, &a, NULL);
@@ -957,12 +1049,12 @@ TEST(variant_arguments_reach_every_kind)
             fi_jit_spec s = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
             s.variant = "packed";
             int32_t indptr[2] = {0, 4}, last[1] = {16};
-            const fi_batch_decode_plan_info info = plan_info_for(1, indptr, last);
+            const fi_batch_decode_plan_args info = plan_args_for(1, indptr, last);
             fi_batch_decode_plan *plan = NULL;
             static unsigned char ws[1 << 20] __attribute__((aligned(256)));
             size_t bytes = 0;
             CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &s, &info));
-            rc = fi_batch_decode_plan_workspace_size(plan, &bytes);
+            rc = fi_batch_decode_plan_workspace_size(&bytes, plan);
             if (rc == 0 && bytes <= sizeof ws) rc = fi_batch_decode_plan_upload(plan, ws, bytes);
             fi_batch_decode_args a = FI_BATCH_DECODE_ARGS_INIT;
             batch_decode_args_for(&a, 128, ws, bytes);
@@ -992,17 +1084,17 @@ TEST(runs_are_single_launches_a_graph_can_capture)
     fi_decode_args da = FI_DECODE_ARGS_INIT;
     decode_args_for(&da, 8000);
     size_t bytes = 0;
-    CHECK_OK(fi_decode_workspace_size(ctx, &ds, &da, &bytes));
+    CHECK_OK(fi_decode_workspace_size(&bytes, &ds, &da));
     CHECK(bytes <= sizeof ws);
     da.workspace = ws;
     da.workspace_bytes = bytes;
 
     int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
-    const fi_batch_decode_plan_info info = plan_info_for(2, indptr, last);
+    const fi_batch_decode_plan_args info = plan_args_for(2, indptr, last);
     fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
     fi_batch_decode_plan *plan = NULL;
     CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &bs, &info));
-    CHECK_OK(fi_batch_decode_plan_workspace_size(plan, &bytes));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(&bytes, plan));
     CHECK(bytes <= sizeof ws / 2);
     CHECK_OK(fi_batch_decode_plan_upload(plan, ws + sizeof ws / 2, bytes));
     fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
@@ -1054,19 +1146,19 @@ static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)
     fi_decode_args da = FI_DECODE_ARGS_INIT;
     decode_args_for(&da, 8000);
     size_t bytes = 0;
-    STEP(fi_decode_workspace_size(ctx, &ds, &da, &bytes));
+    STEP(fi_decode_workspace_size(&bytes, &ds, &da));
     da.workspace = ws;
     da.workspace_bytes = ws_bytes / 2;
     if (rc == 0 && bytes <= ws_bytes / 2) STEP(fi_decode_run(ctx, &ds, &da, NULL));
 
     int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
-    const fi_batch_decode_plan_info info = plan_info_for(2, indptr, last);
+    const fi_batch_decode_plan_args info = plan_args_for(2, indptr, last);
     fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
     fi_batch_decode_plan *plan = NULL;
     STEP(fi_batch_decode_plan_new(&plan, ctx, &bs, &info));
     if (plan) {
         unsigned char *pws = ws + ws_bytes / 2;
-        STEP(fi_batch_decode_plan_workspace_size(plan, &bytes));
+        STEP(fi_batch_decode_plan_workspace_size(&bytes, plan));
         if (rc == 0 && bytes <= ws_bytes / 2) STEP(fi_batch_decode_plan_upload(plan, pws, bytes));
         if (rc == 0) {
             fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
@@ -1094,20 +1186,22 @@ static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)
         batch_prefill_plan_for(2, qo_indptr, kv_indptr, NULL),
         batch_prefill_plan_for(2, qo_indptr, page_indptr, page_last)};
     for (int i = 0; i < 2; i++) {
-        fi_prefill_plan *pplan = NULL;
+        fi_batch_prefill_plan *pplan = NULL;
         STEP(fi_batch_prefill_workspace_size(&bytes, &batch_specs[i], &batch_plans[i]));
         if (rc == 0 && bytes <= ws_bytes / 2)
-            STEP(fi_batch_prefill_plan(&pplan, ctx, &batch_specs[i], &batch_plans[i], ws, bytes));
-        if (pplan) {
+            STEP(fi_batch_prefill_plan_new(&pplan, ctx, &batch_specs[i], &batch_plans[i]));
+        if (pplan) STEP(fi_batch_prefill_plan_upload(pplan, ws, bytes));
+        if (pplan && rc == 0) {
             fi_batch_prefill_args ba = FI_BATCH_PREFILL_ARGS_INIT;
             batch_prefill_args_for(&ba);
             STEP(fi_batch_prefill_run(ctx, pplan, &ba, NULL));
-            fi_prefill_plan_free(pplan);
         }
+        fi_batch_prefill_plan_free(pplan);
     }
 
     const fi_merge_states_args ma = merge_args_for(2, 3, 4);
-    STEP(fi_merge_states(ctx, FI_DTYPE_FP16, 128, &ma, NULL));
+    const fi_jit_spec ms = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    STEP(fi_merge_states(ctx, &ms, &ma, NULL));
 #undef STEP
     return first;
 }

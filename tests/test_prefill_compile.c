@@ -60,8 +60,8 @@ TEST(prefill_every_tuple_compiles_for_sm90a)
     static char first[2400];
     const int failures = check_prewarm_all(ctx, picked, n, -1, first, sizeof first);
     if (failures) fprintf(stderr, "  first failure: %s\n", first);
-    fi_jit_stats st;
-    int rc = fi_jit_stats_get(ctx, &st);
+    fi_jit_stats st = FI_JIT_STATS_INIT;
+    int rc = fi_jit_stats_get(&st, ctx);
     fi_jit_ctx_free(ctx);
     CHECK(rc == 0);
     if (st.compiles > 0)
@@ -208,7 +208,7 @@ TEST(prefill_variant_hooks_compile_in_every_kind)
         s.kind = kinds[k];
         s.mask = FI_MASK_CUSTOM;
         s.variant = "all_hooks";
-        rc = fi_jit_prewarm(ctx, &s, "sm_90a", NULL);
+        rc = fi_jit_prewarm(NULL, ctx, &s, "sm_90a");
         CHECK_MSG(rc == 0, "kind %d: %s", (int)kinds[k], fi_last_error());
     }
     fi_jit_ctx_free(ctx);

@@ -79,7 +79,7 @@ static int prewarm_in(const char *dir, const char *text)
     fi_jit_spec spec = spec_of(text);
     fi_build_outcome outcome = FI_BUILD_CACHED;
     int rc = ctx_open(&ctx, dir, FI_LOG_OFF, 0);
-    if (rc == 0) rc = fi_jit_prewarm(ctx, &spec, NULL, &outcome);
+    if (rc == 0) rc = fi_jit_prewarm(&outcome, ctx, &spec, NULL);
     fi_jit_ctx_free(ctx);
     return rc < 0 ? rc : (int)outcome;
 }
@@ -215,7 +215,7 @@ static int verify_settled(const char *dir, problems *p)
 
 static fi_jit_stats stats_in(const char *dir)
 {
-    fi_jit_stats s;
+    fi_jit_stats s = FI_JIT_STATS_INIT;
     fi_store *st = NULL;
     memset(&s, 0xff, sizeof s);
     if (fi_store_open(&st, dir, 0, 0) == 0 && fi_store_stats_get(st, &s) < 0) memset(&s, 0xff, sizeof s);
@@ -365,7 +365,7 @@ static void *crowd_requests(void *p)
         fi_build_outcome outcome;
         uint8_t key[16];
         char hex[33];
-        int rc = fi_jit_prewarm(t->ctx, &spec, "sm_90a", &outcome);
+        int rc = fi_jit_prewarm(&outcome, t->ctx, &spec, "sm_90a");
         if (rc == 0) rc = key_of(t->ctx, &spec, key, hex);
         if (rc == 0) rc = object_ok(t->store, key, decode_specs[i], t->why, sizeof t->why);
         else snprintf(t->why, sizeof t->why, "%s: %s", decode_specs[i], fi_last_error());
@@ -567,7 +567,7 @@ TEST(builders_killed_at_random_lose_nothing)
             if (rc < 0) fi_store_close(st);
             CHECK_MSG(rc == 0, "round %d: '%s' is not served after the kill: %s", round, spec[l], why);
         }
-        fi_jit_stats s;
+        fi_jit_stats s = FI_JIT_STATS_INIT;
         int rc = fi_store_stats_get(st, &s);
         if (rc == 0) rc = fi_store_clear(st);
         fi_store_close(st);
@@ -761,7 +761,7 @@ TEST(every_bit_flip_in_an_object_is_refused)
         if (w != (ssize_t)good_size || (rc != FI_ENOTFOUND)) failures++;
         if (fi_store_put(st, key, payload, payload_size, &meta) < 0) failures++;
     }
-    fi_jit_stats s;
+    fi_jit_stats s = FI_JIT_STATS_INIT;
     int rc = fi_store_stats_get(st, &s);
     fi_store_close(st);
     fi__free(good);
@@ -850,13 +850,13 @@ TEST(damaged_index_under_a_context_still_serves_and_reports_the_first_failure)
     opts.jit = 0;
     CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
     CHECK(raw_sql(dir, "DROP TABLE stats") == SQLITE_OK);
-    CHECK_RC(fi_jit_prewarm(ctx, &spec, "sm_90a", &outcome), FI_ENOTFOUND);
+    CHECK_RC(fi_jit_prewarm(&outcome, ctx, &spec, "sm_90a"), FI_ENOTFOUND);
     CHECK_MSG(strstr(fi_last_error(), "JIT is disabled") != NULL, "message: %s", fi_last_error());
     fi_jit_ctx_free(ctx);
 
     CHECK_OK(ctx_open(&ctx, dir, FI_LOG_ERROR, 0));
     CHECK(raw_sql(dir, "DROP TABLE entries") == SQLITE_OK);
-    int rc = fi_jit_prewarm(ctx, &spec, "sm_90a", &outcome);
+    int rc = fi_jit_prewarm(&outcome, ctx, &spec, "sm_90a");
     CHECK_MSG(rc == 0 && outcome == FI_BUILD_COMPILED, "rc %d: %s", rc, fi_last_error());
     fi_jit_ctx_free(ctx);
     problems pr = {0};
@@ -875,14 +875,14 @@ TEST(full_disk_still_serves_kernels_says_so_once_and_leaves_no_temp)
     fi_jit_spec a = spec_of("decode q=fp16 hd=64"), b = spec_of("decode q=bf16 hd=64"),
                 c = spec_of("decode q=fp16 hd=64 softcap=1");
     CHECK_OK(ctx_open(&ctx, dir, FI_LOG_WARN, 0));
-    int rc = fi_jit_prewarm(ctx, &a, NULL, &outcome); /* loads NVRTC, stores a */
+    int rc = fi_jit_prewarm(&outcome, ctx, &a, NULL); /* loads NVRTC, stores a */
     if (rc < 0) fi_jit_ctx_free(ctx);
     CHECK_OK(rc);
     capture_stderr(log);
     fi__fault_arm(FI_FAULT_DISK_FULL, 1, 1);
-    int rb = fi_jit_prewarm(ctx, &b, NULL, &outcome), ob = outcome;
-    int rc2 = fi_jit_prewarm(ctx, &c, NULL, &outcome), oc = outcome;
-    int ra = fi_jit_prewarm(ctx, &a, NULL, &outcome), oa = outcome;
+    int rb = fi_jit_prewarm(&outcome, ctx, &b, NULL), ob = outcome;
+    int rc2 = fi_jit_prewarm(&outcome, ctx, &c, NULL), oc = outcome;
+    int ra = fi_jit_prewarm(&outcome, ctx, &a, NULL), oa = outcome;
     long faults = fi__fault_count();
     fi__fault_arm(0, 0, 0);
     fi_jit_ctx_free(ctx);
@@ -908,7 +908,7 @@ TEST(full_disk_at_open_falls_back_to_memory)
     char dir[4200], log[4200];
     fi_jit_ctx *ctx = NULL;
     fi_build_outcome outcome = FI_BUILD_CACHED;
-    fi_jit_stats s;
+    fi_jit_stats s = FI_JIT_STATS_INIT;
     struct stat sb;
     path_in(dir, "new/cache");
     path_in(log, "stderr.txt");
@@ -916,9 +916,9 @@ TEST(full_disk_at_open_falls_back_to_memory)
     capture_stderr(log);
     fi__fault_arm(FI_FAULT_DISK_FULL, 1, 1);
     int rc = ctx_open(&ctx, dir, FI_LOG_WARN, 0);
-    if (rc == 0) rc = fi_jit_prewarm(ctx, &a, NULL, &outcome);
+    if (rc == 0) rc = fi_jit_prewarm(&outcome, ctx, &a, NULL);
     fi__fault_arm(0, 0, 0);
-    if (ctx) fi_jit_stats_get(ctx, &s);
+    if (ctx) fi_jit_stats_get(&s, ctx);
     fi_jit_ctx_free(ctx);
     restore_stderr();
     /* The kernel compiled in memory, but prewarm could not store it. */
@@ -993,7 +993,7 @@ TEST(size_limit_from_options_and_environment_evicts_least_recently_used)
     /* Option: room for a and b minus one byte; adding c (smaller than b) evicts b only. */
     fi_jit_spec spec = spec_of(c);
     CHECK_OK(ctx_open(&ctx, dir, FI_LOG_OFF, sa + sb_ - 1));
-    int rc = fi_jit_prewarm(ctx, &spec, NULL, NULL);
+    int rc = fi_jit_prewarm(NULL, ctx, &spec, NULL);
     fi_jit_ctx_free(ctx);
     CHECK_OK(rc);
     fi_jit_stats s = stats_in(dir);
@@ -1205,17 +1205,17 @@ TEST(bad_specs_and_arches_write_nothing_to_the_cache)
     CASE(version, FI_JIT_SPEC_VERSION, "compute_90", FI_EINVALID);
 #undef CASE
     for (int i = 0; i < n; i++) {
-        int rc = fi_jit_prewarm(ctx, &cases[i].spec, cases[i].arch, NULL);
+        int rc = fi_jit_prewarm(NULL, ctx, &cases[i].spec, cases[i].arch);
         if (rc != cases[i].code) fi_jit_ctx_free(ctx);
         CHECK_MSG(rc == cases[i].code, "case %d: got %d want %d: %s", i, rc, cases[i].code,
                   fi_last_error());
         if (strlen(fi_last_error()) <= 10) fi_jit_ctx_free(ctx);
         CHECK_MSG(strlen(fi_last_error()) > 10, "case %d: no message", i);
     }
-    CHECK_RC(fi_jit_prewarm(ctx, NULL, NULL, NULL), FI_EINVALID);
-    CHECK_RC(fi_jit_prewarm(NULL, &good, NULL, NULL), FI_EINVALID);
-    fi_jit_stats s;
-    CHECK_OK(fi_jit_stats_get(ctx, &s));
+    CHECK_RC(fi_jit_prewarm(NULL, ctx, NULL, NULL), FI_EINVALID);
+    CHECK_RC(fi_jit_prewarm(NULL, NULL, &good, NULL), FI_EINVALID);
+    fi_jit_stats s = FI_JIT_STATS_INIT;
+    CHECK_OK(fi_jit_stats_get(&s, ctx));
     fi_jit_ctx_free(ctx);
     CHECK_MSG(s.compiles == 0 && s.compile_failures == 0 && s.entries == 0 && s.misses == 0,
               "compiles %lld failures %lld entries %lld misses %lld", (long long)s.compiles,
@@ -1402,7 +1402,7 @@ TEST(sql_text_is_bound_and_stored_verbatim)
     int rc = fi_store_put(st, key, "payload", 7, &meta);
     if (rc == 0) rc = fi_store_put(st, key2, "payload", 7, &meta);
     if (rc == 0) rc = fi_store_get(st, key, &data, &size, &got);
-    fi_jit_stats s;
+    fi_jit_stats s = FI_JIT_STATS_INIT;
     if (rc == 0) rc = fi_store_stats_get(st, &s);
     fi_store_close(st);
     fi__free(data);

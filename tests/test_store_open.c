@@ -79,7 +79,7 @@ static int get_obj(fi_store *st, int n, const char *tags)
 
 static int64_t entries_of(fi_store *st)
 {
-    fi_jit_stats s;
+    fi_jit_stats s = FI_JIT_STATS_INIT;
     return fi_store_stats_get(st, &s) == 0 ? s.entries : -1;
 }
 
@@ -315,8 +315,8 @@ TEST(memory_only_context_needs_no_cache_dir)
         if (saved[i]) setenv(vars[i], saved[i], 1);
         free(saved[i]);
     }
-    fi_jit_stats s;
-    int rc_stats = ctx ? fi_jit_stats_get(ctx, &s) : -1;
+    fi_jit_stats s = FI_JIT_STATS_INIT;
+    int rc_stats = ctx ? fi_jit_stats_get(&s, ctx) : -1;
     const char *dir = ctx ? fi_jit_ctx_cache_dir(ctx) : NULL;
     int empty = dir && !*dir;
     fi_jit_ctx_free(ctx);
@@ -470,20 +470,20 @@ static void jit_read_only_body(void *arg)
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     fi_build_outcome out = FI_BUILD_COMPILED;
     fi_jit_spec a = spec_of("decode q=fp16 hd=64"), b = spec_of("decode q=bf16 hd=64");
-    fi_jit_stats s = {0};
+    fi_jit_stats s = FI_JIT_STATS_INIT;
     opts.cache_dir = c->dir;
     opts.arch = "sm_90a";
     opts.jit = 0; /* FIJIT_JIT=0: serve only what the cache holds */
     CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
-    c->rc_cached = fi_jit_prewarm(ctx, &a, NULL, &out);
+    c->rc_cached = fi_jit_prewarm(&out, ctx, &a, NULL);
     c->out_cached = (int)out;
-    c->rc_nojit = fi_jit_prewarm(ctx, &b, NULL, &out);
+    c->rc_nojit = fi_jit_prewarm(&out, ctx, &b, NULL);
     fi_jit_ctx_free(ctx);
     opts.jit = 1;
     CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
-    c->rc_compiled = fi_jit_prewarm(ctx, &b, NULL, &out);
+    c->rc_compiled = fi_jit_prewarm(&out, ctx, &b, NULL);
     c->out_compiled = (int)out;
-    c->rc_stats = fi_jit_stats_get(ctx, &s);
+    c->rc_stats = fi_jit_stats_get(&s, ctx);
     c->disk_hits = s.disk_hits;
     fi_jit_ctx_free(ctx);
 }
@@ -503,7 +503,7 @@ TEST(read_only_cache_serves_kernels_and_compiles_misses_in_memory)
     opts.arch = "sm_90a";
     opts.log_level = FI_LOG_OFF;
     CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
-    int rc = fi_jit_prewarm(ctx, &a, NULL, NULL);
+    int rc = fi_jit_prewarm(NULL, ctx, &a, NULL);
     fi_jit_ctx_free(ctx);
     CHECK_OK(rc);
     CHECK(read_only_copy(src, ro) == 0 && snapshot(ro, before) == 0);
@@ -635,7 +635,7 @@ TEST(full_disk_context_serves_the_cache)
     opts.arch = "sm_90a";
     opts.log_level = FI_LOG_OFF;
     CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
-    int rc = fi_jit_prewarm(ctx, &a, NULL, NULL);
+    int rc = fi_jit_prewarm(NULL, ctx, &a, NULL);
     fi_jit_ctx_free(ctx);
     ctx = NULL;
     CHECK_OK(rc);
@@ -643,7 +643,7 @@ TEST(full_disk_context_serves_the_cache)
     disk_full(1);
     opts.jit = 0;
     rc = fi_jit_ctx_new(&ctx, &opts);
-    if (rc == 0) rc = fi_jit_prewarm(ctx, &a, NULL, &out);
+    if (rc == 0) rc = fi_jit_prewarm(&out, ctx, &a, NULL);
     fi_jit_ctx_free(ctx);
     disk_full(0);
     sqlite_full_install(0);
@@ -791,7 +791,7 @@ TEST(context_builds_past_a_frozen_holder_after_the_lock_timeout)
     rc = fi_jit_ctx_new(&ctx, &opts);
     /* Before the timeout existed this waited for ever: bound it here. */
     alarm(60);
-    if (rc == 0) rc = fi_jit_prewarm(ctx, &a, NULL, &out);
+    if (rc == 0) rc = fi_jit_prewarm(&out, ctx, &a, NULL);
     alarm(0);
     double took = (double)(fi__now_ns() - t0) / 1e9;
     unsetenv("FIJIT_LOCK_TIMEOUT_MS");
@@ -856,7 +856,7 @@ static void stale_shm_body(void *arg)
     CHECK(!fi_store_read_only(st));
     for (int i = 1; i <= 3; i++) CHECK(get_obj(st, i, "a") == 1);
     CHECK_MSG(put_obj(st, 4, "a") == 0, "put: %s", fi_last_error());
-    fi_jit_stats d = {0};
+    fi_jit_stats d = FI_JIT_STATS_INIT;
     d.misses = 1;
     CHECK_OK(fi_store_stats_add(st, &d));
     CHECK(entries_of(st) == 4);
@@ -917,7 +917,7 @@ TEST(a_cache_refusing_writes_warns_once_per_context)
     char dir[4200], log[4200];
     fi_jit_ctx *ctx = NULL;
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    fi_jit_stats s;
+    fi_jit_stats s = FI_JIT_STATS_INIT;
     in_tmp(dir, "cache");
     in_tmp(log, "log.txt");
     opts.cache_dir = dir;
@@ -927,7 +927,7 @@ TEST(a_cache_refusing_writes_warns_once_per_context)
     dup2(fd, 2);
     close(fd);
     fi__fault_arm(FI_FAULT_SQL, 1, 1);
-    for (int i = 0; i < 5; i++) (void)fi_jit_stats_get(ctx, &s); /* each saves counters */
+    for (int i = 0; i < 5; i++) (void)fi_jit_stats_get(&s, ctx); /* each saves counters */
     fi__fault_arm(0, 0, 0);
     fflush(stderr);
     dup2(saved, 2);

@@ -74,7 +74,7 @@ TEST(variant_registration_rules)
     CHECK_OK(fi_jit_variant_register(ctx, "twice", "struct Variant : fijit::DefaultVariant {};",
                                      FI_VARIANT_REPLACE));
     fi_jit_spec spec = variant_spec("unknown");
-    CHECK_RC(fi_jit_prewarm(ctx, &spec, NULL, NULL), FI_ENOTFOUND);
+    CHECK_RC(fi_jit_prewarm(NULL, ctx, &spec, NULL), FI_ENOTFOUND);
     CHECK(strstr(fi_last_error(), "not registered"));
 
     char path[4300];
@@ -117,13 +117,13 @@ TEST(variant_compiles_into_decode_and_is_cached_under_its_own_key)
     fi_jit_ctx *ctx = open_ctx();
     fi_jit_spec spec = variant_spec("scaled");
     fi_build_outcome outcome;
-    fi_jit_stats stats;
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
     CHECK_OK(fi_jit_variant_register(ctx, "scaled", doubled_output, 0));
-    CHECK_OK(fi_jit_prewarm(ctx, &spec, NULL, &outcome));
+    CHECK_OK(fi_jit_prewarm(&outcome, ctx, &spec, NULL));
     CHECK(outcome == FI_BUILD_COMPILED);
-    CHECK_OK(fi_jit_prewarm(ctx, &spec, NULL, &outcome));
+    CHECK_OK(fi_jit_prewarm(&outcome, ctx, &spec, NULL));
     CHECK(outcome == FI_BUILD_CACHED);
-    CHECK_OK(fi_jit_stats_get(ctx, &stats));
+    CHECK_OK(fi_jit_stats_get(&stats, ctx));
     CHECK(stats.entries == 1 && stats.compiles == 1);
     fi_jit_ctx_free(ctx);
 }
@@ -171,13 +171,13 @@ TEST(variant_errors_point_at_the_snippet_lines)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fi_jit_ctx *ctx = open_ctx();
         fi_jit_spec spec = variant_spec("bad");
-        fi_jit_stats stats;
+        fi_jit_stats stats = FI_JIT_STATS_INIT;
         int rc = fi_jit_variant_register(ctx, "bad", cases[i].source, 0);
         if (cases[i].at_register) {
             CHECK_MSG(rc == FI_ECOMPILE || rc == FI_EINVALID, "%s: register gave %d", cases[i].what, rc);
         } else {
             CHECK_MSG(rc == 0, "%s: register gave %d: %s", cases[i].what, rc, fi_last_error());
-            rc = fi_jit_prewarm(ctx, &spec, NULL, NULL);
+            rc = fi_jit_prewarm(NULL, ctx, &spec, NULL);
             CHECK_MSG(rc == FI_ECOMPILE, "%s: prewarm gave %d", cases[i].what, rc);
         }
         char message[16384];
@@ -185,7 +185,7 @@ TEST(variant_errors_point_at_the_snippet_lines)
         for (int s = 0; s < 3 && cases[i].says[s]; s++)
             CHECK_MSG(strstr(message, cases[i].says[s]), "%s: message lacks '%s':\n%.6000s", cases[i].what,
                       cases[i].says[s], message);
-        CHECK_OK(fi_jit_stats_get(ctx, &stats));
+        CHECK_OK(fi_jit_stats_get(&stats, ctx));
         CHECK_MSG(stats.entries == 0, "%s: a failed variant left %lld entries", cases[i].what,
                   (long long)stats.entries);
         fi_jit_ctx_free(ctx);
@@ -206,7 +206,7 @@ TEST(variant_parameters_are_declared_and_laid_out)
     text[0] = '\0';
     CHECK_OK(fi_jit_explain(ctx, &spec, NULL, append, text));
     CHECK_MSG(strstr(text, "3 parameters"), "%s", text);
-    CHECK_OK(fi_jit_prewarm(ctx, &spec, NULL, NULL)); /* the generated VariantParams compiles */
+    CHECK_OK(fi_jit_prewarm(NULL, ctx, &spec, NULL)); /* the generated VariantParams compiles */
     CHECK_RC(fi_jit_variant_register(ctx, "dup", "//! param float a\n//! param int a\nstruct Variant : fijit::DefaultVariant {};\n", 0),
              FI_EINVALID);
     CHECK(strstr(fi_last_error(), "dup.cuh:2") && strstr(fi_last_error(), "twice"));
@@ -248,7 +248,7 @@ TEST(variant_hooks_compile_into_every_kind)
         spec.kind = kinds[k];
         spec.head_dim = 128;
         spec.mask = k == 1 ? FI_MASK_CAUSAL : FI_MASK_NONE;
-        int rc = fi_jit_prewarm(ctx, &spec, NULL, &outcome);
+        int rc = fi_jit_prewarm(&outcome, ctx, &spec, NULL);
         CHECK_MSG(rc == 0 && outcome == FI_BUILD_COMPILED, "kind %d: %d %.4000s", kinds[k], rc,
                   fi_last_error());
     }
@@ -383,7 +383,7 @@ TEST(variant_launch_arguments_are_checked)
     d.num_qo_heads = d.num_kv_heads = 1;
     d.kv_len = 16;
     d.k_stride_n = d.v_stride_n = 64;
-    d.num_splits = 1; /* no device query for the split count */
+    d.max_splits = 1; /* no device query for the split count */
     d.variant_args = good;
     d.num_variant_args = 2;
     CHECK_RC(fi_decode_run(ctx, &spec, &d, NULL), FI_EINVALID);
@@ -520,7 +520,7 @@ TEST(variant_errors_name_the_file_as_given)
     CHECK_OK(key_of(a, &spec, key_a));
     CHECK_OK(key_of(b, &spec, key_b));
     CHECK_MSG(strcmp(key_a, key_b) == 0, "the path changed the key: %s vs %s", key_a, key_b);
-    int rc = fi_jit_prewarm(a, &spec, NULL, NULL);
+    int rc = fi_jit_prewarm(NULL, a, &spec, NULL);
     char message[16384];
     snprintf(message, sizeof message, "%s", fi_last_error());
     fi_jit_ctx_free(a);

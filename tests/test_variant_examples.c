@@ -175,19 +175,19 @@ TEST(variant_examples_compile_in_every_kind_then_hit_the_cache)
     }
 
     fi_jit_ctx *ctx = NULL;
-    fi_jit_stats first, second;
+    fi_jit_stats first = FI_JIT_STATS_INIT, second = FI_JIT_STATS_INIT;
     CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     int failed_first = -1, failed_second = -1, rc_first = -1, rc_second = -1;
     char err_second[4096] = "";
     if (register_examples(ctx, ex, n_ex, err, sizeof err) == 0) {
         failed_first = check_prewarm_all(ctx, specs, n, FI_BUILD_COMPILED, err, sizeof err);
-        rc_first = fi_jit_stats_get(ctx, &first);
+        rc_first = fi_jit_stats_get(&first, ctx);
         if (rc_first == 0 && first.compiles > 0)
             fprintf(stderr, "  variant examples: %d files, %lld modules compiled, NVRTC %.2f s per "
                     "module (%d threads)\n", n_ex, (long long)first.compiles,
                     (double)first.compile_ns / 1e9 / (double)first.compiles, check_jobs());
         failed_second = check_prewarm_all(ctx, specs, n, FI_BUILD_CACHED, err_second, sizeof err_second);
-        rc_second = fi_jit_stats_get(ctx, &second);
+        rc_second = fi_jit_stats_get(&second, ctx);
     }
     fi_jit_ctx_free(ctx);
     CHECK_MSG(failed_first >= 0, "%s", err);

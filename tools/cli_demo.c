@@ -227,7 +227,7 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
     a.o = (void *)(uintptr_t)dout;
 
     size_t work_bytes = 0;
-    if (fi_decode_workspace_size(ctx, &spec, &a, &work_bytes) < 0) {
+    if (fi_decode_workspace_size(&work_bytes, &spec, &a) < 0) {
         rc = cli_runtime_error(cmd, "fi_decode_workspace_size");
         goto out;
     }

@@ -305,7 +305,7 @@ static void worker_main(int task_fd, int result_fd, const job_list *list)
             fi_jit_spec spec;
             char variant[64];
             rc = fi_jit_spec_parse(&spec, variant, sizeof variant, pj->spec);
-            if (rc == 0) rc = fi_jit_prewarm(ctx, &spec, pj->arch, &built);
+            if (rc == 0) rc = fi_jit_prewarm(&built, ctx, &spec, pj->arch);
         }
         if (rc < 0) {
             const char *msg = fi_last_error();

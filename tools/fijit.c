@@ -204,6 +204,18 @@ out:
 
 /* ---- stats ----------------------------------------------------------------- */
 
+/* How the text of `fijit stats` shows a statistic (FI_JIT_STATS_COUNTERS' units). */
+enum { STAT_UNIT_COUNT, STAT_UNIT_NS, STAT_UNIT_BYTES };
+
+static void print_stat(const char *label, int unit, int64_t value)
+{
+    char text[32];
+    if (unit == STAT_UNIT_NS) snprintf(text, sizeof text, "%.2f s", (double)value / 1e9);
+    else if (unit == STAT_UNIT_BYTES) cli_format_size(text, sizeof text, value);
+    else snprintf(text, sizeof text, "%" PRId64, value);
+    printf("%-20s %s\n", label, text);
+}
+
 static int cmd_stats(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_JSON, OPT_ZERO };
@@ -228,28 +240,19 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
         goto out;
     }
     if (options[OPT_JSON].value) {
-        printf("{\"memory_hits\":%" PRId64 ",\"disk_hits\":%" PRId64 ",\"misses\":%" PRId64
-               ",\"compiles\":%" PRId64 ",\"compile_failures\":%" PRId64
-               ",\"compile_ns\":%" PRId64 ",\"bytes_written\":%" PRId64 ",\"corrupt\":%" PRId64
-               ",\"entries\":%" PRId64 ",\"bytes\":%" PRId64 "}\n",
-               s.memory_hits, s.disk_hits, s.misses, s.compiles, s.compile_failures,
-               s.compile_ns, s.bytes_written, s.corrupt, s.entries, s.bytes);
+        const char *sep = "{";
+#define STAT_JSON_(name, unit, label)                                           \
+        printf("%s\"" #name "\":%" PRId64, sep, s.name);                         \
+        sep = ",";
+        FI_JIT_STATS_COUNTERS(STAT_JSON_)
+#undef STAT_JSON_
+        printf("}\n");
     } else {
-        char written[32], size[32];
-        cli_format_size(written, sizeof written, s.bytes_written);
-        cli_format_size(size, sizeof size, s.bytes);
         if (options[OPT_ZERO].value) printf("statistics zeroed\n");
         printf("cache dir            %s%s\n", dir, st ? "" : " (does not exist yet)");
-        printf("memory hits          %" PRId64 "\n", s.memory_hits);
-        printf("disk hits            %" PRId64 "\n", s.disk_hits);
-        printf("misses               %" PRId64 "\n", s.misses);
-        printf("compiles             %" PRId64 "\n", s.compiles);
-        printf("compile failures     %" PRId64 "\n", s.compile_failures);
-        printf("compile time         %.2f s\n", (double)s.compile_ns / 1e9);
-        printf("bytes written        %s\n", written);
-        printf("corrupt objects      %" PRId64 "\n", s.corrupt);
-        printf("entries              %" PRId64 "\n", s.entries);
-        printf("cache size           %s\n", size);
+#define STAT_TEXT_(name, unit, label) print_stat(label, STAT_UNIT_##unit, s.name);
+        FI_JIT_STATS_COUNTERS(STAT_TEXT_)
+#undef STAT_TEXT_
     }
     rc = CLI_EXIT_OK;
 out:

@@ -37,9 +37,21 @@
 #define FI_COUNTER_SLOTS 16
 #define FI_DEFAULT_ARCH "sm_90a"
 
-/* Counters in storage order of fi_jit_stats' first fields. */
-enum { C_MEMORY_HITS, C_DISK_HITS, C_MISSES, C_COMPILES, C_COMPILE_FAILURES, C_COMPILE_NS,
-       C_BYTES_WRITTEN, C_COUNT };
+/* A counter per statistic of FI_JIT_STATS_COUNTERS, in its order; this
+ * process counts the events (hits, misses, compiles ...), the store the rest. */
+enum {
+#define FI_COUNTER_ENUM_(name, unit, label) C_##name,
+    FI_JIT_STATS_COUNTERS(FI_COUNTER_ENUM_)
+#undef FI_COUNTER_ENUM_
+    C_COUNT
+};
+#define C_MEMORY_HITS C_memory_hits
+#define C_DISK_HITS C_disk_hits
+#define C_MISSES C_misses
+#define C_COMPILES C_compiles
+#define C_COMPILE_FAILURES C_compile_failures
+#define C_COMPILE_NS C_compile_ns
+#define C_BYTES_WRITTEN C_bytes_written
 
 /* One cache line per slot so threads counting hits do not contend. */
 typedef struct counter_slot {
@@ -87,13 +99,10 @@ static void sum_counts(fi_jit_ctx *ctx, fi_jit_stats *delta, int take)
             sum[c] += take ? atomic_exchange(&ctx->counters[s].value[c], 0)
                            : atomic_load(&ctx->counters[s].value[c]);
     memset(delta, 0, sizeof *delta);
-    delta->memory_hits = sum[C_MEMORY_HITS];
-    delta->disk_hits = sum[C_DISK_HITS];
-    delta->misses = sum[C_MISSES];
-    delta->compiles = sum[C_COMPILES];
-    delta->compile_failures = sum[C_COMPILE_FAILURES];
-    delta->compile_ns = sum[C_COMPILE_NS];
-    delta->bytes_written = sum[C_BYTES_WRITTEN];
+    delta->version = FI_JIT_STATS_VERSION;
+#define FI_COUNTER_GET_(name, unit, label) delta->name = sum[C_##name];
+    FI_JIT_STATS_COUNTERS(FI_COUNTER_GET_)
+#undef FI_COUNTER_GET_
 }
 
 static void flush_counts(fi_jit_ctx *ctx)
@@ -111,11 +120,9 @@ static void flush_counts(fi_jit_ctx *ctx)
     if (fi_store_stats_add(ctx->store, &delta) < 0) {
         if (!atomic_exchange(&ctx->stats_warned, 1))
             fi__log(FI_LOG_WARN, "could not save statistics (said once): %s", fi_last_error());
-        const long long back[C_COUNT] = {delta.memory_hits, delta.disk_hits, delta.misses,
-                                         delta.compiles, delta.compile_failures,
-                                         delta.compile_ns, delta.bytes_written};
-        for (int c = 0; c < C_COUNT; c++)
-            if (back[c]) count(ctx, c, back[c]);
+#define FI_COUNTER_BACK_(name, unit, label) if (delta.name) count(ctx, C_##name, delta.name);
+        FI_JIT_STATS_COUNTERS(FI_COUNTER_BACK_)
+#undef FI_COUNTER_BACK_
         if (first) fi__error(0, "%s", first);
     }
     fi__free(first);
@@ -426,8 +433,8 @@ static pthread_mutex_t *stripe_for(fi_jit_ctx *ctx, uint64_t hash)
     return &ctx->build_stripes[(hash >> 32) % FI_BUILD_STRIPES];
 }
 
-int fi_jit_prewarm(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
-                   fi_build_outcome *out)
+int fi_jit_prewarm(fi_build_outcome *out, fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                   const char *arch)
 {
     int rc = 0, compiled = 0;
     char not_stored[FI_NOT_STORED_MAX] = "";
@@ -578,7 +585,7 @@ out:
     return rc;
 }
 
-int fi_jit_get_kernel(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_jit_kernel **out)
+int fi_jit_get_kernel(const fi_jit_kernel **out, fi_jit_ctx *ctx, const fi_jit_spec *spec)
 {
     int rc;
     fi_spec_key key;
@@ -604,9 +611,11 @@ int fi_jit_get_kernel(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_jit_ker
     return get_kernel_slow(ctx, spec, &key, variant, hash, device_ctx, cu, out);
 }
 
-int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out)
+/* Bytes of fi_jit_stats a caller of each version has (index: version). */
+static const size_t stats_size[FI_JIT_STATS_VERSION + 1] = {0, sizeof(fi_jit_stats)};
+
+static int stats_get(fi_jit_ctx *ctx, fi_jit_stats *out)
 {
-    if (!ctx || !out) return fi__error(FI_EINVALID, "fi_jit_stats_get: NULL argument");
     if (!ctx->store) {
         sum_counts(ctx, out, 0);
         return 0;
@@ -620,12 +629,25 @@ int fi_jit_stats_get(fi_jit_ctx *ctx, fi_jit_stats *out)
     int rc = fi_store_stats_get(ctx->store, out);
     if (rc < 0) return rc;
     sum_counts(ctx, &mine, 0);
-    out->memory_hits += mine.memory_hits;
-    out->disk_hits += mine.disk_hits;
-    out->misses += mine.misses;
-    out->compiles += mine.compiles;
-    out->compile_failures += mine.compile_failures;
-    out->compile_ns += mine.compile_ns;
-    out->bytes_written += mine.bytes_written;
+#define FI_COUNTER_ADD_(name, unit, label) out->name += mine.name;
+    FI_JIT_STATS_COUNTERS(FI_COUNTER_ADD_)
+#undef FI_COUNTER_ADD_
+    return 0;
+}
+
+int fi_jit_stats_get(fi_jit_stats *out, fi_jit_ctx *ctx)
+{
+    fi_jit_stats all;
+    if (!ctx || !out) return fi__error(FI_EINVALID, "fi_jit_stats_get: NULL argument");
+    const unsigned version = out->version;
+    if (version < 1 || version > FI_JIT_STATS_VERSION)
+        return fi__error(FI_EINVALID, "fi_jit_stats_get: out->version is %u, this library "
+                         "expects 1 to %d (initialise with FI_JIT_STATS_INIT)", version,
+                         FI_JIT_STATS_VERSION);
+    memset(&all, 0, sizeof all);
+    int rc = stats_get(ctx, &all);
+    if (rc < 0) return rc;
+    all.version = version;
+    memcpy(out, &all, stats_size[version]); /* only what the caller's version has */
     return 0;
 }

@@ -62,10 +62,10 @@ static int check_decode(const fi_jit_spec *spec)
 }
 
 static const fi_kind_info kinds[] = {
-    {FI_KIND_DECODE, "decode", "decode/decode.cuh", {"fi_decode_kernel"}, NULL, check_decode,
+    {FI_KIND_DECODE, "decode", "decode/decode.cuh", {"fi_decode_kernel"}, check_decode,
      fi__decode_launch_shape},
     {FI_KIND_BATCH_DECODE, "batch_decode", "decode/batch_decode.cuh",
-     {"fi_batch_decode_kernel", "fi_merge_states_kernel"}, NULL, check_decode,
+     {"fi_batch_decode_kernel", "fi_merge_states_kernel"}, check_decode,
      fi__batch_decode_launch_shape},
     /* Prefill: one kernel per query tile (128, 64, 16 rows; see
      * templates/prefill_params.h), all kinds sharing templates/prefill.cuh,
@@ -74,17 +74,14 @@ static const fi_kind_info kinds[] = {
     {FI_KIND_PREFILL, "prefill", "prefill/single.cuh",
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
       "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws"},
-     NULL,
      fi__prefill_check, fi__prefill_launch_shape},
     {FI_KIND_BATCH_PREFILL_RAGGED, "batch_prefill_ragged", "prefill/ragged.cuh",
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
       "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws"},
-     NULL,
      fi__prefill_check, fi__prefill_launch_shape},
     {FI_KIND_BATCH_PREFILL_PAGED, "batch_prefill_paged", "prefill/paged.cuh",
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
       "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws"},
-     NULL,
      fi__prefill_check, fi__prefill_launch_shape},
 };
 

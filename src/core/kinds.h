@@ -19,10 +19,9 @@ typedef struct fi_launch_shape {
 typedef struct fi_kind_info {
     fi_kernel_kind kind;
     const char *name;          /* in spec strings: "decode" */
-    const char *template_name; /* file in templates/: "decode.cuh" */
+    const char *template_name; /* file in templates/: "decode/decode.cuh" */
     /* extern "C" names of the module's kernels, [0] the main one, NULL-padded. */
     const char *entries[FI_JIT_MAX_FUNCTIONS];
-    const char *merge_entry;   /* one of entries: the split-KV merge, or NULL */
     /* Limits of this kind beyond the enum checks; the message names the field
      * and the supported values. */
     int (*check)(const fi_jit_spec *spec);

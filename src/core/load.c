@@ -19,8 +19,6 @@ int fi__load_module(fi_table_entry *e, const void *object, const fi_kind_info *k
             cu->ModuleUnload(module);
             return fi__cuda_error(FI_ELOAD, res, kind->entries[i]);
         }
-        if (kind->merge_entry && strcmp(kind->merge_entry, kind->entries[i]) == 0)
-            e->kernel.merge_function = e->kernel.functions[i];
     }
     CUfunction function = e->kernel.functions[0];
     e->module = module;

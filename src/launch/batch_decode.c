@@ -9,17 +9,19 @@
  * The chunk length (tokens per item, whole tiles) is chosen so that:
  *  - when the batch alone does not fill one wave of resident blocks
  *    (DECODE_BLOCKS_PER_SM per SM), it is the shortest chunk for which the
- *    whole grid still fits in that wave, but never below BD_MIN_CHUNK_TILES;
+ *    whole grid still fits in that wave, but never below
+ *    BATCH_DECODE_MIN_CHUNK_TILES;
  *  - when it does, and no request is longer than a slot's share of all the
  *    keys (total keys x blocks per key / slots), nothing is split;
- *  - otherwise requests are cut into chunks of about 1/BD_WAVES of a wave's
- *    share (at least BD_BIG_CHUNK_TILES), so that the long requests of a
- *    skewed batch do not leave a tail of lone blocks.
+ *  - otherwise requests are cut into chunks of about 1/BATCH_DECODE_WAVES of
+ *    a wave's share (at least BATCH_DECODE_BIG_CHUNK_TILES), so that the long
+ *    requests of a skewed batch do not leave a tail of lone blocks.
  * A request's chunks are then evened out (its length divided by its chunk
  * count, rounded up to whole tiles). Items of one request are consecutive.
  * The ring depth follows from the grid (fi__decode_stages in decode.c): a 4-
  * or 6-tile ring for at most 3 or 2 blocks per SM whose items have
- * BD_DEEP_MIN_TILES..32 tiles, else 3 tiles (four blocks per SM).
+ * BATCH_DECODE_DEEP_MIN_TILES..32 tiles, else 3 tiles (four blocks per SM).
+ * The tuning constants are in decode.h, next to single decode's.
  *
  * Workspace layout (all offsets 16-byte aligned):
  *   work   [num_items] fi_batch_decode_work
@@ -34,7 +36,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "launch/args_check.h"
+#include "launch/launch_common.h"
 #include "toolchain/cuda_drv.h"
 #include "launch/decode.h"
 #include "common/error.h"
@@ -46,29 +48,6 @@
 #include "core/spec.h"
 #include "common/sys.h"
 
-/* Blocks per SM of a wave, also the one the plan of a batch that alone does
- * not fill a wave aims for. That plan used to aim for 3 (through the 4-tile
- * ring) while the split counters cost a compare-and-swap round per rival
- * block (fewer, longer items then lost: batch 1 x kv 16k GQA 32/8 took 44.0
- * us with 32 items against 37.5 with 47). With one atomic add a block, 2
- * (through the 6-tile ring) is the better one on H100 (hd 128 fp16, page
- * 16): batch 1 x kv 16k / 32k GQA 32/8 37.6 -> 36.4 / 61.4 -> 59.2 us (32
- * items instead of 47 / 49), the other shapes of bench_batch_decode.py
- * within 1.5%. */
-#define DECODE_BLOCKS_PER_SM 2
-/* Fewest tiles an item needs for the deeper ring (up to 32, decode.c):
- * batch 1 x kv 4k (8-tile items) was 9% slower through the 6-tile ring. */
-#define BD_DEEP_MIN_TILES 10
-/* Shortest chunk when the batch does not fill a wave: as DECODE_MIN_SPLIT_TILES
- * in decode.c (4 tiles below 4096 keys, else 8). */
-#define BD_MIN_CHUNK_TILES(keys) ((keys) < 4096 ? 4 : 8)
-/* Shortest chunk when it does: an H100 sweep (bench_batch_decode.py, hd 128)
- * found batch 64 x kv 1024 faster unsplit than in chunks of 512 keys, and
- * batches of 4k-16k keys 7-30% faster in ~1.4-2k chunks than unsplit. */
-#define BD_BIG_CHUNK_TILES 32
-#define BD_WAVES 4
-#define BD_MAX_PAGE_SIZE 64
-
 /* A failed driver call: fi__cuda_error has already written the message. */
 #define CU_FAIL(expr)                                                          \
     do {                                                                       \
@@ -79,7 +58,7 @@
 struct fi_batch_decode_plan {
     fi_jit_spec spec;
     char variant[FI_VARIANT_NAME_MAX + 1];
-    int batch, num_qo_heads, num_kv_heads, page_size, window_left;
+    int batch_size, num_qo_heads, num_kv_heads, page_size, window_left;
     int group_size, head_chunks, heads_per_block, head_blocks;
     int num_items, max_request_splits, any_split;
     int stages;                /* ring depth for the plan's grid (fi__decode_stages) */
@@ -102,8 +81,6 @@ void fi__batch_decode_launch_shape(const fi_jit_spec *spec, const char *arch,
     out->param_bytes = (unsigned)sizeof(fi_batch_decode_params);
 }
 
-static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
-
 /* Blocks of the grid for chunk length `chunk` (0: no split). */
 static int64_t count_blocks(const int *keys, int batch, int64_t chunk, int y)
 {
@@ -113,55 +90,46 @@ static int64_t count_blocks(const int *keys, int batch, int64_t chunk, int y)
     return n * y;
 }
 
-int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const fi_jit_spec *spec,
-                             const fi_batch_decode_plan_info *info)
+/* The plan for these arguments (fi_batch_decode_plan_new without a context). */
+static int plan_make(fi_batch_decode_plan **out, const fi_jit_spec *spec,
+                     const fi_batch_decode_plan_args *info)
 {
     int rc = 0;
     fi_batch_decode_plan *plan = NULL;
     int *len = NULL, *first = NULL, *keys = NULL, *splits = NULL;
-    if (!out) return fi__error(FI_EINVALID, "batch_decode: out is NULL");
     *out = NULL;
-    if (!ctx) FI_FAIL(FI_EINVALID, "batch_decode: ctx is NULL");
     if (!spec) FI_FAIL(FI_EINVALID, "batch_decode: spec is NULL");
-    FI_TRY(fi_jit_spec_check(spec));
-    if (spec->kind != FI_KIND_BATCH_DECODE)
-        FI_FAIL(FI_EINVALID, "batch_decode: spec.kind is %d, expected FI_KIND_BATCH_DECODE",
-                (int)spec->kind);
-    if (!info) FI_FAIL(FI_EINVALID, "batch_decode: info is NULL");
-    if (info->version != FI_BATCH_DECODE_PLAN_INFO_VERSION)
-        FI_FAIL(FI_EINVALID, "batch_decode: info.version is %u, this library expects %d",
-                info->version, FI_BATCH_DECODE_PLAN_INFO_VERSION);
-    if (info->batch < 1) FI_FAIL(FI_EINVALID, "batch_decode: batch is %d, must be >= 1", info->batch);
+    FI_TRY(fi__check_kind("batch_decode", spec, FI_KIND_BATCH_DECODE, "FI_KIND_BATCH_DECODE"));
+    FI_TRY(fi__check_version("batch_decode", "plan args", info, info ? info->version : 0,
+                             FI_BATCH_DECODE_PLAN_ARGS_VERSION, FI_BATCH_DECODE_PLAN_ARGS_VERSION));
+    if (info->batch_size < 1)
+        FI_FAIL(FI_EINVALID, "batch_decode: batch_size is %d, must be >= 1", info->batch_size);
     if (!info->kv_indptr || !info->kv_last_page_len)
         FI_FAIL(FI_EINVALID, "batch_decode: kv_indptr and kv_last_page_len (host arrays) are required");
-    if (info->num_qo_heads <= 0 || info->num_kv_heads <= 0 ||
-        info->num_qo_heads % info->num_kv_heads != 0)
-        FI_FAIL(FI_EINVALID, "batch_decode: num_qo_heads (%d) must be a positive multiple of "
-                "num_kv_heads (%d)", info->num_qo_heads, info->num_kv_heads);
-    if (info->page_size < 1 || info->page_size > BD_MAX_PAGE_SIZE)
+    FI_TRY(fi__check_heads("batch_decode", info->num_qo_heads, info->num_kv_heads));
+    if (info->page_size < 1 || info->page_size > BATCH_DECODE_MAX_PAGE_SIZE)
         FI_FAIL(FI_EUNSUPPORTED, "batch_decode: page_size %d is not supported (supported: 1 to %d)",
-                info->page_size, BD_MAX_PAGE_SIZE);
+                info->page_size, BATCH_DECODE_MAX_PAGE_SIZE);
+    FI_TRY(fi__check_window("batch_decode", spec, info->window_left));
+    if (info->sm_count < 0)
+        FI_FAIL(FI_EINVALID, "batch_decode: sm_count is %d (0: from the device)", info->sm_count);
     if (info->max_splits < 0)
         FI_FAIL(FI_EINVALID, "batch_decode: max_splits is %d (0: automatic, 1: no split)",
                 info->max_splits);
     if (info->kv_indptr[0] != 0)
         FI_FAIL(FI_EINVALID, "batch_decode: kv_indptr[0] is %d, must be 0", info->kv_indptr[0]);
 
-    if (!(plan = fi__calloc(1, sizeof *plan)) || !(len = fi__calloc((size_t)info->batch, sizeof *len)) ||
-        !(keys = fi__calloc((size_t)info->batch, sizeof *keys)) ||
-        !(first = fi__calloc((size_t)info->batch, sizeof *first)) ||
-        !(splits = fi__calloc((size_t)info->batch, sizeof *splits)))
-        FI_FAIL(FI_ENOMEM, "batch_decode: out of memory planning %d requests", info->batch);
-    plan->spec = *spec;
-    if (spec->variant) {
-        snprintf(plan->variant, sizeof plan->variant, "%s", spec->variant);
-        plan->spec.variant = plan->variant;
-    }
-    plan->batch = info->batch;
+    if (!(plan = fi__calloc(1, sizeof *plan)) || !(len = fi__calloc((size_t)info->batch_size, sizeof *len)) ||
+        !(keys = fi__calloc((size_t)info->batch_size, sizeof *keys)) ||
+        !(first = fi__calloc((size_t)info->batch_size, sizeof *first)) ||
+        !(splits = fi__calloc((size_t)info->batch_size, sizeof *splits)))
+        FI_FAIL(FI_ENOMEM, "batch_decode: out of memory planning %d requests", info->batch_size);
+    fi__launch_keep_spec(&plan->spec, plan->variant, sizeof plan->variant, spec);
+    plan->batch_size = info->batch_size;
     plan->num_qo_heads = info->num_qo_heads;
     plan->num_kv_heads = info->num_kv_heads;
     plan->page_size = info->page_size;
-    plan->window_left = spec->mask == FI_MASK_WINDOW ? info->window_left : -1;
+    plan->window_left = fi__launch_window(spec, info->window_left);
 
     const int hd = spec->head_dim;
     const int tile = FI_DECODE_TILE_TOKENS(hd);
@@ -176,7 +144,7 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
 
     int64_t total_keys = 0;
     int max_keys = 0;
-    for (int b = 0; b < info->batch; b++) {
+    for (int b = 0; b < info->batch_size; b++) {
         const int32_t p0 = info->kv_indptr[b], p1 = info->kv_indptr[b + 1];
         const int32_t last = info->kv_last_page_len[b];
         if (p1 < p0)
@@ -198,15 +166,15 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
     /* The chunk length; 0 = no split. */
     int64_t chunk = 0;
     int sm_count = info->sm_count;
-    if (info->max_splits != 1 && max_keys > BD_MIN_CHUNK_TILES(max_keys) * tile) {
+    if (info->max_splits != 1 && max_keys > BATCH_DECODE_MIN_CHUNK_TILES(max_keys) * tile) {
         if (sm_count <= 0) FI_TRY(fi__cuda_sm_count(&sm_count));
         const int64_t slots = (int64_t)sm_count * DECODE_BLOCKS_PER_SM;
-        if (count_blocks(keys, info->batch, 0, y) < slots) {
+        if (count_blocks(keys, info->batch_size, 0, y) < slots) {
             /* Smallest chunk (whole tiles) whose grid fits in one wave. */
-            int64_t lo = BD_MIN_CHUNK_TILES(max_keys), hi = (max_keys + tile - 1) / tile;
+            int64_t lo = BATCH_DECODE_MIN_CHUNK_TILES(max_keys), hi = (max_keys + tile - 1) / tile;
             while (lo < hi) {
                 const int64_t mid = (lo + hi) / 2;
-                if (count_blocks(keys, info->batch, mid * tile, y) <= slots) hi = mid;
+                if (count_blocks(keys, info->batch_size, mid * tile, y) <= slots) hi = mid;
                 else lo = mid + 1;
             }
             chunk = lo * tile;
@@ -218,8 +186,10 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
              * 32/32 358 against 363; larger shapes within 0.4%). */
             chunk = 0;
         } else {
-            int64_t c = (total_keys * y + BD_WAVES * slots - 1) / (BD_WAVES * slots);
-            if (c < (int64_t)BD_BIG_CHUNK_TILES * tile) c = (int64_t)BD_BIG_CHUNK_TILES * tile;
+            int64_t c = (total_keys * y + BATCH_DECODE_WAVES * slots - 1) /
+                        (BATCH_DECODE_WAVES * slots);
+            if (c < (int64_t)BATCH_DECODE_BIG_CHUNK_TILES * tile)
+                c = (int64_t)BATCH_DECODE_BIG_CHUNK_TILES * tile;
             chunk = (c + tile - 1) / tile * tile;
         }
         if (info->max_splits > 1) {
@@ -232,7 +202,7 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
 
     /* Chunks per request, evened out. */
     int64_t items = 0;
-    for (int b = 0; b < info->batch; b++) {
+    for (int b = 0; b < info->batch_size; b++) {
         int s = 1;
         if (chunk > 0 && keys[b] > 0) {
             int64_t n = (keys[b] + chunk - 1) / chunk;
@@ -249,17 +219,17 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
     plan->num_items = (int)items;
     {
         int64_t most = 0; /* tiles of the longest item */
-        for (int b = 0; b < info->batch; b++) {
+        for (int b = 0; b < info->batch_size; b++) {
             const int64_t c = keys[b] > 0 ? ((int64_t)keys[b] + splits[b] - 1) / splits[b] : 0;
             if ((c + tile - 1) / tile > most) most = (c + tile - 1) / tile;
         }
-        plan->stages = fi__decode_stages(spec, (long long)items * y, most, BD_DEEP_MIN_TILES,
+        plan->stages = fi__decode_stages(spec, (long long)items * y, most, BATCH_DECODE_DEEP_MIN_TILES,
                                          sm_count > 0 ? sm_count : 0);
     }
     if (!(plan->work = fi__calloc((size_t)items, sizeof *plan->work)))
         FI_FAIL(FI_ENOMEM, "batch_decode: out of memory for %lld work items", (long long)items);
     int item = 0;
-    for (int b = 0; b < info->batch; b++) {
+    for (int b = 0; b < info->batch_size; b++) {
         const int s = splits[b];
         int64_t c = keys[b] > 0 ? ((int64_t)keys[b] + s - 1) / s : 0;
         c = (c + tile - 1) / tile * tile;
@@ -279,15 +249,15 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
         item += s;
     }
 
-    plan->work_bytes = align16((size_t)items * sizeof(fi_batch_decode_work));
+    plan->work_bytes = fi__align16((size_t)items * sizeof(fi_batch_decode_work));
     size_t off = plan->work_bytes;
     if (plan->any_split) {
         plan->partial_o_off = off;
-        off += align16((size_t)items * info->num_qo_heads * hd * sizeof(float));
+        off += fi__align16((size_t)items * info->num_qo_heads * hd * sizeof(float));
         plan->partial_lse_off = off;
-        off += align16((size_t)items * info->num_qo_heads * sizeof(float));
+        off += fi__align16((size_t)items * info->num_qo_heads * sizeof(float));
         plan->counters_off = off;
-        off += align16((size_t)info->batch * y * sizeof(uint64_t));
+        off += fi__align16((size_t)info->batch_size * y * sizeof(uint64_t));
     }
     plan->workspace_bytes = off;
     *out = plan;
@@ -301,6 +271,27 @@ out:
     return rc;
 }
 
+int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                             const fi_batch_decode_plan_args *args)
+{
+    if (!out) return fi__error(FI_EINVALID, "batch_decode: out is NULL");
+    *out = NULL;
+    if (!ctx) return fi__error(FI_EINVALID, "batch_decode: ctx is NULL");
+    return plan_make(out, spec, args);
+}
+
+int fi_batch_decode_workspace_size(size_t *out, const fi_jit_spec *spec,
+                                   const fi_batch_decode_plan_args *args)
+{
+    fi_batch_decode_plan *plan = NULL;
+    if (!out) return fi__error(FI_EINVALID, "batch_decode: out is NULL");
+    *out = 0;
+    int rc = plan_make(&plan, spec, args);
+    if (rc == 0) *out = plan->workspace_bytes;
+    fi_batch_decode_plan_free(plan);
+    return rc;
+}
+
 void fi_batch_decode_plan_free(fi_batch_decode_plan *plan)
 {
     if (!plan) return;
@@ -308,19 +299,19 @@ void fi_batch_decode_plan_free(fi_batch_decode_plan *plan)
     fi__free(plan);
 }
 
-int fi_batch_decode_plan_workspace_size(const fi_batch_decode_plan *plan, size_t *out)
+int fi_batch_decode_plan_workspace_size(size_t *out, const fi_batch_decode_plan *plan)
 {
     if (!plan || !out) return fi__error(FI_EINVALID, "batch_decode: NULL argument");
     *out = plan->workspace_bytes;
     return 0;
 }
 
-int fi_batch_decode_plan_describe(const fi_batch_decode_plan *plan, int *num_items,
-                                  int *max_request_splits)
+int fi_batch_decode_plan_describe(int *out_num_items, int *out_max_request_splits,
+                                  const fi_batch_decode_plan *plan)
 {
     if (!plan) return fi__error(FI_EINVALID, "batch_decode: plan is NULL");
-    if (num_items) *num_items = plan->num_items;
-    if (max_request_splits) *max_request_splits = plan->max_request_splits;
+    if (out_num_items) *out_num_items = plan->num_items;
+    if (out_max_request_splits) *out_max_request_splits = plan->max_request_splits;
     return 0;
 }
 
@@ -370,19 +361,14 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
     const char *who = "batch_decode";
     if (!ctx || !plan || !a) FI_FAIL(FI_EINVALID, "batch_decode: NULL argument");
-    if (a->version < 1 || a->version > FI_BATCH_DECODE_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "batch_decode: args.version is %u, this library expects 1 to %d",
-                a->version, FI_BATCH_DECODE_ARGS_VERSION);
+    FI_TRY(fi__check_version(who, "args", a, a->version, FI_BATCH_DECODE_ARGS_VERSION,
+                             FI_BATCH_DECODE_ARGS_VERSION));
     const fi_jit_spec *spec = &plan->spec;
-    FI_TRY(fi__jit_variant_pack(ctx, spec, "batch_decode", a->version >= 2 ? a->variant_args : NULL,
-                                a->version >= 2 ? a->num_variant_args : 0, variant_params));
+    FI_TRY(fi__jit_variant_pack(ctx, spec, "batch_decode", a->variant_args, a->num_variant_args,
+                                variant_params));
     const int kvb = fi__decode_kv_bytes(spec);
-    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
-    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
-    FI_TRY(fi__check_ptr(who, "k", a->k, 16));
-    FI_TRY(fi__check_ptr(who, "v", a->v, 16));
+    FI_TRY(fi__check_tensors(who, a->q, a->k, a->v, a->o, a->lse, 1));
     FI_TRY(fi__check_ptr(who, "kv_indices", a->kv_indices, 4));
-    if (a->lse && (uintptr_t)a->lse % 4) FI_FAIL(FI_EINVALID, "batch_decode: lse is not 4-byte aligned");
     /* All used: the plan's batch and head counts are not looked at here. q
      * and o are 16-bit. */
     FI_TRY(fi__check_stride(who, "q_stride_b", a->q_stride_b, 1, 2));
@@ -402,30 +388,22 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     if (plan->num_qo_heads > 1 && a->o_stride_h < spec->head_dim)
         FI_FAIL(FI_EINVALID, "batch_decode: o_stride_h (%lld) is smaller than head_dim (%d)",
                 (long long)a->o_stride_h, spec->head_dim);
-    if (plan->batch > 1 && a->o_stride_b < (int64_t)plan->num_qo_heads * spec->head_dim &&
+    if (plan->batch_size > 1 && a->o_stride_b < (int64_t)plan->num_qo_heads * spec->head_dim &&
         a->o_stride_b < a->o_stride_h * plan->num_qo_heads)
         FI_FAIL(FI_EINVALID, "batch_decode: o_stride_b (%lld) makes requests overlap",
                 (long long)a->o_stride_b);
-    if (!isfinite(a->sm_scale) || !isfinite(a->k_scale) || !isfinite(a->v_scale))
-        FI_FAIL(FI_EINVALID, "batch_decode: sm_scale, k_scale and v_scale must be finite");
-    if (spec->soft_cap && !(a->soft_cap > 0.f && isfinite(a->soft_cap)))
-        FI_FAIL(FI_EINVALID, "batch_decode: soft_cap is %g; the spec asks for soft-capping, which "
-                "needs a finite cap > 0", (double)a->soft_cap);
-    if (spec->pos == FI_POS_ALIBI) FI_TRY(fi__check_ptr(who, "alibi_slopes", a->alibi_slopes, 4));
-    if (a->rope_offsets && (uintptr_t)a->rope_offsets % 4)
-        FI_FAIL(FI_EINVALID, "batch_decode: rope_offsets is not 4-byte aligned");
-    if (spec->pos == FI_POS_ROPE_LLAMA &&
-        (!(a->rope_scale >= 0.f && isfinite(a->rope_scale)) ||
-         !(a->rope_theta >= 0.f && isfinite(a->rope_theta))))
-        FI_FAIL(FI_EINVALID, "batch_decode: rope_scale (%g) and rope_theta (%g) must be >= 0 "
-                "(0: defaults 1 and 1e4)", (double)a->rope_scale, (double)a->rope_theta);
+    if (!isfinite(a->k_scale) || !isfinite(a->v_scale))
+        FI_FAIL(FI_EINVALID, "batch_decode: k_scale and v_scale must be finite");
+    FI_TRY(fi__check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale,
+                             a->rope_theta, a->alibi_slopes));
+    FI_TRY(fi__check_opt_ptr(who, "rope_offsets", a->rope_offsets, 4));
     if (!a->workspace || a->workspace != plan->uploaded)
         FI_FAIL(FI_EINVALID, "batch_decode: workspace %p is not the one this plan was uploaded to "
                 "(%p); call fi_batch_decode_plan_upload first", a->workspace, plan->uploaded);
     if (a->workspace_bytes < plan->workspace_bytes)
         FI_FAIL(FI_EINVALID, "batch_decode: workspace has %zu bytes, the plan needs %zu",
                 a->workspace_bytes, plan->workspace_bytes);
-    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+    FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
 
     memset(&p, 0, sizeof p);
     char *ws = (char *)a->workspace;
@@ -464,8 +442,8 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     p.heads_per_block = plan->heads_per_block;
     p.head_blocks = plan->head_blocks;
     p.stages = plan->stages;
-    p.sm_scale = a->sm_scale != 0.f ? a->sm_scale : (float)(1.0 / sqrt((double)spec->head_dim));
-    p.soft_cap = spec->soft_cap ? a->soft_cap : 0.f;
+    p.sm_scale = fi__launch_sm_scale(a->sm_scale, spec->head_dim);
+    p.soft_cap = fi__launch_soft_cap(spec, a->logits_soft_cap);
     p.window_left = plan->window_left;
     p.epoch = 0; /* counters zeroed by the upload, see fijit_params.h */
     p.k_scale = fi__decode_scale(a->k_scale);
@@ -479,51 +457,58 @@ out:
     return rc;
 }
 
-int fi_merge_states(fi_jit_ctx *ctx, fi_dtype dtype, int head_dim, const fi_merge_states_args *a,
+int fi_merge_states(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_merge_states_args *a,
                     struct CUstream_st *stream)
 {
     int rc = 0;
     const fi_jit_kernel *kernel = NULL;
     fi_merge_states_params p;
-    fi_jit_spec spec = FI_JIT_SPEC_INIT;
-    if (!ctx || !a) FI_FAIL(FI_EINVALID, "merge_states: NULL argument");
-    if (a->version != FI_MERGE_STATES_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "merge_states: args.version is %u, this library expects %d",
-                a->version, FI_MERGE_STATES_ARGS_VERSION);
-    if (dtype != FI_DTYPE_FP16 && dtype != FI_DTYPE_BF16)
-        FI_FAIL(FI_EUNSUPPORTED, "merge_states: dtype %d is not supported (supported: fp16, bf16)",
-                (int)dtype);
+    fi_jit_spec merge = FI_JIT_SPEC_INIT;
+    if (!ctx || !spec || !a) FI_FAIL(FI_EINVALID, "merge_states: NULL argument");
+    /* The merge kernel is in the batch_decode module. */
+    FI_TRY(fi__check_kind("merge_states", spec, FI_KIND_BATCH_DECODE, "FI_KIND_BATCH_DECODE"));
+    FI_TRY(fi__check_version("merge_states", "args", a, a->version, FI_MERGE_STATES_ARGS_VERSION,
+                             FI_MERGE_STATES_ARGS_VERSION));
+    if (spec->o_dtype != FI_DTYPE_FP16 && spec->o_dtype != FI_DTYPE_BF16)
+        FI_FAIL(FI_EUNSUPPORTED, "merge_states: spec.o_dtype %d is not supported (supported: fp16, "
+                "bf16)", (int)spec->o_dtype);
     if (a->seq_len < 0 || a->num_states < 0 || a->num_heads <= 0)
         FI_FAIL(FI_EINVALID, "merge_states: seq_len (%d) and num_states (%d) must be >= 0, "
                 "num_heads (%d) > 0", a->seq_len, a->num_states, a->num_heads);
     if ((int64_t)a->seq_len * a->num_heads > INT32_MAX)
         FI_FAIL(FI_EINVALID, "merge_states: seq_len x num_heads exceeds the grid");
     if (a->seq_len == 0) goto out;
-    if (!a->v_out || (uintptr_t)a->v_out % 8 || (a->num_states > 0 && (!a->v || !a->s)) ||
+    if (!a->v_out || (uintptr_t)a->v_out % 8 || (a->num_states > 0 && (!a->v || !a->lse)) ||
         (a->v && (uintptr_t)a->v % 8))
-        FI_FAIL(FI_EINVALID, "merge_states: v, s, v_out must be non-NULL and v, v_out 8-byte aligned");
-    if ((a->v_stride_seq | a->v_stride_state | a->v_stride_h | a->o_stride_seq | a->o_stride_h) % 4 ||
-        a->v_stride_seq < 0 || a->v_stride_state < 0 || a->v_stride_h < 0 || a->o_stride_seq < 0 ||
-        a->o_stride_h < 0 || a->s_stride_seq < 0 || a->s_stride_state < 0)
-        FI_FAIL(FI_EINVALID, "merge_states: strides must be >= 0 and those of v and v_out multiples of 4");
-    spec.kind = FI_KIND_BATCH_DECODE;
-    spec.q_dtype = spec.kv_dtype = spec.o_dtype = dtype;
-    spec.head_dim = head_dim;
-    FI_TRY(fi_jit_spec_check(&spec));
-    FI_TRY(fi_jit_get_kernel(ctx, &spec, &kernel));
+        FI_FAIL(FI_EINVALID, "merge_states: v, lse, v_out must be non-NULL and v, v_out 8-byte "
+                "aligned");
+    if ((a->v_stride_seq | a->v_stride_state | a->v_stride_h | a->v_out_stride_seq |
+         a->v_out_stride_h) % 4 ||
+        a->v_stride_seq < 0 || a->v_stride_state < 0 || a->v_stride_h < 0 ||
+        a->v_out_stride_seq < 0 || a->v_out_stride_h < 0 || a->lse_stride_seq < 0 ||
+        a->lse_stride_state < 0)
+        FI_FAIL(FI_EINVALID, "merge_states: strides must be >= 0 and those of v and v_out "
+                "multiples of 4");
+    /* The module of (dtype, head_dim) with nothing else, whatever else the
+     * caller's spec asks for: the merge does not depend on it. */
+    merge.kind = FI_KIND_BATCH_DECODE;
+    merge.q_dtype = merge.kv_dtype = merge.o_dtype = spec->o_dtype;
+    merge.head_dim = spec->head_dim;
+    FI_TRY(fi_jit_spec_check(&merge));
+    FI_TRY(fi_jit_get_kernel(&kernel, ctx, &merge));
     if (!kernel->functions[1]) FI_FAIL(FI_ELOAD, "merge_states: the module has no merge kernel");
     memset(&p, 0, sizeof p);
     p.v = a->v;
-    p.s = a->s;
+    p.s = a->lse;
     p.v_out = a->v_out;
-    p.s_out = a->s_out;
+    p.s_out = a->lse_out;
     p.v_stride_seq = a->v_stride_seq;
     p.v_stride_state = a->v_stride_state;
     p.v_stride_h = a->v_stride_h;
-    p.s_stride_seq = a->s_stride_seq;
-    p.s_stride_state = a->s_stride_state;
-    p.o_stride_seq = a->o_stride_seq;
-    p.o_stride_h = a->o_stride_h;
+    p.s_stride_seq = a->lse_stride_seq;
+    p.s_stride_state = a->lse_stride_state;
+    p.o_stride_seq = a->v_out_stride_seq;
+    p.o_stride_h = a->v_out_stride_h;
     p.seq_len = a->seq_len;
     p.num_states = a->num_states;
     p.num_heads = a->num_heads;

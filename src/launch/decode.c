@@ -15,13 +15,14 @@
  *
  * fp8 KV (kv=fp8_e4m3 / fp8_e5m2): args version 2 carries k_scale and
  * v_scale; strides must then be multiples of 16 elements (16 bytes).
+ * The tuning constants (DECODE_*) are in decode.h, next to batch decode's.
  */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "launch/args_check.h"
+#include "launch/launch_common.h"
 #include "toolchain/cuda_drv.h"
 #include "launch/decode.h"
 #include "common/error.h"
@@ -30,27 +31,6 @@
 #include "decode/params.h"
 #include "core/kinds.h"
 #include "common/sys.h"
-
-/* Decode blocks per SM the automatic plan aims for. The kernel (~126
- * registers at hd 128) fits 4 with the default 3-tile ring. Swept on H100 (hd 128 fp16, splits 8..64, ring depth
- * 3/4/6): 2 per SM stays best; GQA 32/8 gains 13-20% at kv 4k-32k from the
- * 6-tile ring (fi__decode_stages), 32/32 and kv 1k do not (kv 1k: 4-tile
- * splits, all in flight anyway; 32/32 kv >= 16k: 64+ tiles a split, at the
- * copy ceiling already). */
-#define DECODE_BLOCKS_PER_SM 2
-/* Fewest tiles a split gets: below this, per-block setup (q load, rotation,
- * pipeline fill) and the merge of one more partial state outweigh the extra
- * parallelism. From a split sweep on H100 (bench_decode.py --sweep-splits,
- * hd 128, GQA 32/8 and 32/32, kv 1k..32k, merge fused into the kernel): the
- * best split was ~128 keys at kv 1k and ~256 keys from kv 8k on; at kv 4k,
- * 192-key splits through the 6-tile ring (18.0 us for 32/8, 16 splits of 256
- * keys 21.8 us). */
-#define DECODE_MIN_SPLIT_TILES(keys) ((keys) < 4096 ? 4 : (keys) < 8192 ? 5 : 8)
-/* Tiles per block for which a grid of at most 2 (3) blocks per SM takes the
- * deeper ring (fi__decode_stages): from DECODE_DEEP_MIN_TILES (single decode;
- * batch decode passes its own) to DECODE_DEEP_MAX_TILES. */
-#define DECODE_DEEP_MIN_TILES 6
-#define DECODE_DEEP_MAX_TILES 32
 
 typedef struct decode_plan {
     int group_size, head_chunks, heads_per_block, head_blocks;
@@ -92,41 +72,28 @@ int fi__decode_kv_bytes(const fi_jit_spec *spec)
     return spec->kv_dtype == FI_DTYPE_FP8_E4M3 || spec->kv_dtype == FI_DTYPE_FP8_E5M2 ? 1 : 2;
 }
 
+/* The caller's SM count (args version 4), 0: from the device. */
+static int sm_count_of(const fi_decode_args *a) { return a->version >= 4 ? a->sm_count : 0; }
+
 /* Everything about the arguments that does not need a GPU. */
 static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
 {
     int rc = 0;
     const char *who = "decode";
-    FI_TRY(fi_jit_spec_check(spec));
-    if (spec->kind != FI_KIND_DECODE)
-        FI_FAIL(FI_EINVALID, "decode: spec.kind is %d, expected FI_KIND_DECODE", (int)spec->kind);
-    if (!a) FI_FAIL(FI_EINVALID, "decode: args is NULL");
-    if (a->version < 1 || a->version > FI_DECODE_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "decode: args.version is %u, this library expects 1 to %d",
-                a->version, FI_DECODE_ARGS_VERSION);
+    FI_TRY(fi__check_kind(who, spec, FI_KIND_DECODE, "FI_KIND_DECODE"));
+    FI_TRY(fi__check_version(who, "args", a, a ? a->version : 0, 1, FI_DECODE_ARGS_VERSION));
     if (fi__decode_kv_bytes(spec) == 1 && a->version < 2)
         FI_FAIL(FI_EINVALID, "decode: fp8 kv needs args.version 2 (k_scale, v_scale)");
     if (a->version >= 2 && (!isfinite(a->k_scale) || !isfinite(a->v_scale)))
         FI_FAIL(FI_EINVALID, "decode: k_scale and v_scale must be finite (0: 1)");
-    if (a->num_qo_heads <= 0 || a->num_kv_heads <= 0)
-        FI_FAIL(FI_EINVALID, "decode: num_qo_heads (%d) and num_kv_heads (%d) must be > 0",
-                a->num_qo_heads, a->num_kv_heads);
-    if (a->num_qo_heads % a->num_kv_heads != 0)
-        FI_FAIL(FI_EINVALID,
-                "decode: num_qo_heads (%d) must be a multiple of num_kv_heads (%d) for GQA",
-                a->num_qo_heads, a->num_kv_heads);
+    FI_TRY(fi__check_heads(who, a->num_qo_heads, a->num_kv_heads));
     if (a->kv_len < 0) FI_FAIL(FI_EINVALID, "decode: kv_len is %d, must be >= 0", a->kv_len);
-    if (a->num_splits < 0)
-        FI_FAIL(FI_EINVALID, "decode: num_splits is %d (0: automatic, 1: no split)",
-                a->num_splits);
-    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
-    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
-    if (a->kv_len > 0) {
-        FI_TRY(fi__check_ptr(who, "k", a->k, 16));
-        FI_TRY(fi__check_ptr(who, "v", a->v, 16));
-    }
-    if (a->lse && (uintptr_t)a->lse % sizeof(float) != 0)
-        FI_FAIL(FI_EINVALID, "decode: lse (%p) is not 4-byte aligned", (void *)a->lse);
+    if (a->max_splits < 0)
+        FI_FAIL(FI_EINVALID, "decode: max_splits is %d (0: automatic, 1: no split)",
+                a->max_splits);
+    if (sm_count_of(a) < 0)
+        FI_FAIL(FI_EINVALID, "decode: sm_count is %d (0: from the device)", sm_count_of(a));
+    FI_TRY(fi__check_tensors(who, a->q, a->k, a->v, a->o, a->lse, a->kv_len > 0));
     /* q and o are 16-bit whatever the kv dtype. */
     FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1, 2));
     FI_TRY(fi__check_stride(who, "o_stride_h", a->o_stride_h, a->num_qo_heads > 1, 2));
@@ -147,24 +114,13 @@ static int check_args(const fi_jit_spec *spec, const fi_decode_args *a)
     if (a->num_qo_heads > 1 && a->o_stride_h < spec->head_dim)
         FI_FAIL(FI_EINVALID, "decode: o_stride_h (%lld) is smaller than head_dim (%d): heads "
                 "would overlap", (long long)a->o_stride_h, spec->head_dim);
-    if (!isfinite(a->sm_scale))
-        FI_FAIL(FI_EINVALID, "decode: sm_scale is not finite");
-    if (spec->soft_cap && !(a->soft_cap > 0.f && isfinite(a->soft_cap)))
-        FI_FAIL(FI_EINVALID, "decode: soft_cap is %g; the spec asks for soft-capping, which "
-                "needs a finite cap > 0", (double)a->soft_cap);
-    if (spec->pos == FI_POS_ALIBI && !a->alibi_slopes)
-        FI_FAIL(FI_EINVALID, "decode: alibi_slopes is NULL with pos=alibi");
-    if (spec->pos == FI_POS_ALIBI && (uintptr_t)a->alibi_slopes % sizeof(float) != 0)
-        FI_FAIL(FI_EINVALID, "decode: alibi_slopes is not 4-byte aligned");
-    if (spec->pos == FI_POS_ROPE_LLAMA) {
-        if (!(a->rope_scale >= 0.f && isfinite(a->rope_scale)) ||
-            !(a->rope_theta >= 0.f && isfinite(a->rope_theta)))
-            FI_FAIL(FI_EINVALID, "decode: rope_scale (%g) and rope_theta (%g) must be >= 0 "
-                    "(0: defaults 1 and 1e4)", (double)a->rope_scale, (double)a->rope_theta);
-        if ((int64_t)a->rope_offset + a->kv_len > INT32_MAX || a->rope_offset < 0)
-            FI_FAIL(FI_EINVALID, "decode: rope_offset %d must be >= 0 and rope_offset + kv_len "
-                    "must fit in an int", a->rope_offset);
-    }
+    FI_TRY(fi__check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale,
+                             a->rope_theta, a->alibi_slopes));
+    FI_TRY(fi__check_window(who, spec, a->window_left));
+    if (spec->pos == FI_POS_ROPE_LLAMA &&
+        ((int64_t)a->rope_offset + a->kv_len > INT32_MAX || a->rope_offset < 0))
+        FI_FAIL(FI_EINVALID, "decode: rope_offset %d must be >= 0 and rope_offset + kv_len "
+                "must fit in an int", a->rope_offset);
 out:
     return rc;
 }
@@ -211,7 +167,7 @@ static int make_plan(const fi_jit_spec *spec, const fi_decode_args *a, int sm_co
         plan->kv_begin = a->kv_len - 1 - a->window_left;
     const int keys = a->kv_len - plan->kv_begin;
 
-    int splits = a->num_splits;
+    int splits = a->max_splits;
     if (splits == 0) {
         /* At most one wave: blocks beyond the resident ones would form a
          * second, mostly idle wave. */
@@ -237,8 +193,8 @@ static int make_plan(const fi_jit_spec *spec, const fi_decode_args *a, int sm_co
         plan->num_splits = (int)(((int64_t)keys + chunk - 1) / chunk);
     }
     if (plan->num_splits > FI_DECODE_MAX_SPLITS)
-        FI_FAIL(FI_EINVALID, "decode: %d splits; at most %d (raise num_splits' chunk: pass a "
-                "smaller num_splits)", plan->num_splits, FI_DECODE_MAX_SPLITS);
+        FI_FAIL(FI_EINVALID, "decode: %d splits; at most %d (raise max_splits' chunk: pass a "
+                "smaller max_splits)", plan->num_splits, FI_DECODE_MAX_SPLITS);
     if (plan->num_splits > 1) {
         /* partial_o, partial_lse, then 8-byte aligned counters (one per block row). */
         size_t floats = (size_t)plan->num_splits * (size_t)a->num_qo_heads * (size_t)(hd + 1);
@@ -282,21 +238,20 @@ static int plan_for(const fi_jit_spec *spec, const fi_decode_args *a, decode_pla
     int rc = 0;
     *sm_count = 0;
     FI_TRY(check_args(spec, a));
-    if (a->num_splits == 0) FI_TRY(fi__cuda_sm_count(sm_count));
+    *sm_count = sm_count_of(a);
+    if (a->max_splits == 0 && *sm_count == 0) FI_TRY(fi__cuda_sm_count(sm_count));
     FI_TRY(make_plan(spec, a, *sm_count, plan));
 out:
     return rc;
 }
 
-int fi_decode_workspace_size(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args *args,
-                             size_t *out)
+int fi_decode_workspace_size(size_t *out, const fi_jit_spec *spec, const fi_decode_args *args)
 {
     int rc = 0;
     decode_plan plan;
     int sm_count;
     if (!out) FI_FAIL(FI_EINVALID, "decode: out is NULL");
     *out = 0;
-    if (!ctx) FI_FAIL(FI_EINVALID, "decode: ctx is NULL");
     FI_TRY(plan_for(spec, args, &plan, &sm_count));
     *out = plan.workspace_bytes;
 out:
@@ -320,7 +275,7 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     if (plan.num_splits > 1) {
         if (!a->workspace)
             FI_FAIL(FI_EINVALID, "decode: %d splits need a workspace of %zu bytes; workspace is "
-                    "NULL (see fi_decode_workspace_size, or set num_splits = 1)",
+                    "NULL (see fi_decode_workspace_size, or set max_splits = 1)",
                     plan.num_splits, plan.workspace_bytes);
         if ((uintptr_t)a->workspace % 16 != 0)
             FI_FAIL(FI_EINVALID, "decode: workspace (%p) is not 16-byte aligned", a->workspace);
@@ -331,7 +286,7 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
     }
     /* Arguments are all checked: only now ask the device (the ring depth needs its SM count). */
     if (sm_count == 0) FI_TRY(fi__cuda_sm_count(&sm_count));
-    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+    FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
 
     memset(&p, 0, sizeof p);
     p.q = a->q;
@@ -372,10 +327,10 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
                                  (long long)plan.num_splits * a->num_kv_heads * plan.head_blocks,
                                  plan.kv_chunk / FI_DECODE_TILE_TOKENS(spec->head_dim),
                                  DECODE_DEEP_MIN_TILES, sm_count);
-    p.sm_scale = a->sm_scale != 0.f ? a->sm_scale : (float)(1.0 / sqrt((double)spec->head_dim));
-    p.soft_cap = spec->soft_cap ? a->soft_cap : 0.f;
+    p.sm_scale = fi__launch_sm_scale(a->sm_scale, spec->head_dim);
+    p.soft_cap = fi__launch_soft_cap(spec, a->logits_soft_cap);
     p.rope_offset = a->rope_offset;
-    p.window_left = spec->mask == FI_MASK_WINDOW ? a->window_left : -1;
+    p.window_left = fi__launch_window(spec, a->window_left);
     if (spec->pos == FI_POS_ROPE_LLAMA)
         fi__rope_fill(p.rope_freq, spec->head_dim, a->rope_scale, a->rope_theta);
 

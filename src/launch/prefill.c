@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "launch/args_check.h"
+#include "launch/launch_common.h"
 #include "toolchain/cuda_drv.h"
 #include "common/error.h"
 #include "launch/rope.h"
@@ -97,38 +97,23 @@ void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_laun
 
 static int check_heads(const char *who, int qo_heads, int kv_heads)
 {
-    if (qo_heads <= 0 || kv_heads <= 0)
-        return fi__error(FI_EINVALID, "%s: num_qo_heads (%d) and num_kv_heads (%d) must be > 0",
-                         who, qo_heads, kv_heads);
-    if (qo_heads % kv_heads != 0)
-        return fi__error(FI_EINVALID, "%s: num_qo_heads (%d) must be a multiple of num_kv_heads (%d)",
-                         who, qo_heads, kv_heads);
-    if (kv_heads > 65535)
-        return fi__error(FI_EINVALID, "%s: num_kv_heads %d exceeds the grid's y limit of 65535",
-                         who, kv_heads);
-    return 0;
+    int rc = fi__check_heads(who, qo_heads, kv_heads);
+    if (rc == 0 && kv_heads > 65535)
+        rc = fi__error(FI_EINVALID, "%s: num_kv_heads %d exceeds the grid's y limit of 65535",
+                       who, kv_heads);
+    return rc;
 }
 
-/* The scalar arguments both launch kinds share. */
+/* The scalar arguments both launch kinds share (window_left: the batch
+ * kinds check it in the plan). */
 static int check_scalars(const char *who, const fi_jit_spec *spec, float sm_scale, float soft_cap,
                          float rope_scale, float rope_theta, int rope_offset,
                          const float *alibi_slopes, const void *custom_mask)
 {
-    if (!isfinite(sm_scale)) return fi__error(FI_EINVALID, "%s: sm_scale is not finite", who);
-    if (spec->soft_cap && !(soft_cap > 0.f && isfinite(soft_cap)))
-        return fi__error(FI_EINVALID, "%s: soft_cap is %g; the spec asks for soft-capping, which "
-                         "needs a finite cap > 0", who, (double)soft_cap);
-    if (spec->pos == FI_POS_ALIBI && !alibi_slopes)
-        return fi__error(FI_EINVALID, "%s: alibi_slopes is NULL with pos=alibi", who);
-    if (spec->pos == FI_POS_ALIBI && (uintptr_t)alibi_slopes % sizeof(float) != 0)
-        return fi__error(FI_EINVALID, "%s: alibi_slopes is not 4-byte aligned", who);
-    if (spec->pos == FI_POS_ROPE_LLAMA) {
-        if (!(rope_scale >= 0.f && isfinite(rope_scale)) || !(rope_theta >= 0.f && isfinite(rope_theta)))
-            return fi__error(FI_EINVALID, "%s: rope_scale (%g) and rope_theta (%g) must be >= 0 "
-                             "(0: defaults 1 and 1e4)", who, (double)rope_scale, (double)rope_theta);
-        if (rope_offset < 0)
-            return fi__error(FI_EINVALID, "%s: rope_offset is %d, must be >= 0", who, rope_offset);
-    }
+    int rc = fi__check_scalars(who, spec, sm_scale, soft_cap, rope_scale, rope_theta, alibi_slopes);
+    if (rc < 0) return rc;
+    if (spec->pos == FI_POS_ROPE_LLAMA && rope_offset < 0)
+        return fi__error(FI_EINVALID, "%s: rope_offset is %d, must be >= 0", who, rope_offset);
     if (spec->mask == FI_MASK_CUSTOM && !custom_mask)
         return fi__error(FI_EINVALID, "%s: custom_mask is NULL with mask=custom", who);
     return 0;
@@ -168,13 +153,38 @@ static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm
                          float soft_cap, float rope_scale, float rope_theta, int rope_offset,
                          int window_left)
 {
-    p->sm_scale = sm_scale != 0.f ? sm_scale : (float)(1.0 / sqrt((double)spec->head_dim));
-    p->soft_cap = spec->soft_cap ? soft_cap : 0.f;
+    p->sm_scale = fi__launch_sm_scale(sm_scale, spec->head_dim);
+    p->soft_cap = fi__launch_soft_cap(spec, soft_cap);
     p->rope_offset = rope_offset;
-    p->window_left = spec->mask == FI_MASK_WINDOW ? window_left : -1;
+    p->window_left = fi__launch_window(spec, window_left);
     if (spec->pos == FI_POS_ROPE_LLAMA)
         fi__rope_fill(p->rope_freq, spec->head_dim, rope_scale, rope_theta);
 }
+
+/* What fi_prefill_args and fi_batch_prefill_args give alike (the same field
+ * names in both): tensors, strides, variant parameters and scalars; the
+ * window comes from the args (single) or the plan (batch). */
+#define PREFILL_FILL_COMMON(p, a, spec, variant_params, window_left)                              \
+    do {                                                                                      \
+        (p)->q = (a)->q;                                                                      \
+        (p)->k = (a)->k;                                                                      \
+        (p)->v = (a)->v;                                                                      \
+        (p)->o = (a)->o;                                                                      \
+        (p)->lse = (a)->lse;                                                                  \
+        (p)->alibi_slopes = (a)->alibi_slopes;                                                \
+        (p)->custom_mask = (a)->custom_mask;                                                  \
+        (p)->q_stride_n = (a)->q_stride_n;                                                    \
+        (p)->q_stride_h = (a)->q_stride_h;                                                    \
+        (p)->o_stride_n = (a)->o_stride_n;                                                    \
+        (p)->o_stride_h = (a)->o_stride_h;                                                    \
+        (p)->k_stride_n = (a)->k_stride_n;                                                    \
+        (p)->k_stride_h = (a)->k_stride_h;                                                    \
+        (p)->v_stride_n = (a)->v_stride_n;                                                    \
+        (p)->v_stride_h = (a)->v_stride_h;                                                    \
+        memcpy((p)->variant_params, (variant_params), sizeof(p)->variant_params);             \
+        fill_scalars((p), (spec), (a)->sm_scale, (a)->logits_soft_cap, (a)->rope_scale,       \
+                     (a)->rope_theta, (a)->rope_offset, (window_left));                       \
+    } while (0)
 
 /* The kernels' kind values are fi_kernel_kind's (prefill_params.h). */
 _Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
@@ -319,14 +329,10 @@ out:
     return rc;
 }
 
-/* `bytes` rounded up to whole 16-byte units: every part of a workspace
- * starts 16-byte aligned. */
-static size_t align16(int64_t bytes) { return (size_t)((bytes + 15) / 16 * 16); }
-
 /* Bytes of rows x kv heads rotated keys. */
 static size_t rotated_keys_bytes(int64_t rows, int kv_heads, int hd)
 {
-    return align16(rows * kv_heads * hd * PREFILL_ELEM_BYTES);
+    return fi__align16((size_t)(rows * kv_heads * hd * PREFILL_ELEM_BYTES));
 }
 
 /* ---- single prefill --------------------------------------------------------------- */
@@ -343,13 +349,8 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
 {
     int rc = 0;
     const char *who = "prefill";
-    FI_TRY(fi_jit_spec_check(spec));
-    if (spec->kind != FI_KIND_PREFILL)
-        FI_FAIL(FI_EINVALID, "prefill: spec.kind is %d, expected FI_KIND_PREFILL", (int)spec->kind);
-    if (!a) FI_FAIL(FI_EINVALID, "prefill: args is NULL");
-    if (a->version < 1 || a->version > FI_PREFILL_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "prefill: args.version is %u, this library expects 1 to %d", a->version,
-                FI_PREFILL_ARGS_VERSION);
+    FI_TRY(fi__check_kind(who, spec, FI_KIND_PREFILL, "FI_KIND_PREFILL"));
+    FI_TRY(fi__check_version(who, "args", a, a ? a->version : 0, 1, FI_PREFILL_ARGS_VERSION));
     FI_TRY(check_heads(who, a->num_qo_heads, a->num_kv_heads));
     if (a->qo_len < 0 || a->kv_len < 0)
         FI_FAIL(FI_EINVALID, "prefill: qo_len (%d) and kv_len (%d) must be >= 0", a->qo_len,
@@ -362,14 +363,7 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
         FI_TRY(tile_index_of(who, a->cta_tile_q, &idx));
     }
     if (a->qo_len == 0) goto out; /* nothing to compute, nothing is read */
-    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
-    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
-    if (a->kv_len > 0) {
-        FI_TRY(fi__check_ptr(who, "k", a->k, 16));
-        FI_TRY(fi__check_ptr(who, "v", a->v, 16));
-    }
-    if (a->lse && (uintptr_t)a->lse % sizeof(float) != 0)
-        FI_FAIL(FI_EINVALID, "prefill: lse (%p) is not 4-byte aligned", (void *)a->lse);
+    FI_TRY(fi__check_tensors(who, a->q, a->k, a->v, a->o, a->lse, a->kv_len > 0));
     FI_TRY(fi__check_stride(who, "q_stride_n", a->q_stride_n, a->qo_len > 1, PREFILL_ELEM_BYTES));
     FI_TRY(fi__check_stride(who, "o_stride_n", a->o_stride_n, a->qo_len > 1, PREFILL_ELEM_BYTES));
     FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1, PREFILL_ELEM_BYTES));
@@ -383,8 +377,9 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
         FI_FAIL(FI_EINVALID, "prefill: o strides (n %lld, h %lld) are smaller than head_dim (%d): "
                 "rows would overlap", (long long)a->o_stride_n, (long long)a->o_stride_h,
                 spec->head_dim);
-    FI_TRY(check_scalars(who, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta,
+    FI_TRY(check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale, a->rope_theta,
                          a->rope_offset, a->alibi_slopes, a->custom_mask));
+    FI_TRY(fi__check_window(who, spec, a->window_left));
     if (spec->pos == FI_POS_ROPE_LLAMA && (int64_t)a->rope_offset + a->kv_len + a->qo_len > INT_MAX)
         FI_FAIL(FI_EINVALID, "prefill: rope_offset %d + lengths must fit in an int", a->rope_offset);
     if (single_rotates_keys(spec, a)) {
@@ -403,9 +398,7 @@ int fi_prefill_workspace_size(size_t *out, const fi_jit_spec *spec, const fi_pre
     int rc = 0;
     if (!out) FI_FAIL(FI_EINVALID, "prefill: out is NULL");
     *out = 0;
-    FI_TRY(fi_jit_spec_check(spec));
-    if (spec->kind != FI_KIND_PREFILL)
-        FI_FAIL(FI_EINVALID, "prefill: spec.kind is %d, expected FI_KIND_PREFILL", (int)spec->kind);
+    FI_TRY(fi__check_kind("prefill", spec, FI_KIND_PREFILL, "FI_KIND_PREFILL"));
     if (!a) FI_FAIL(FI_EINVALID, "prefill: args is NULL");
     FI_TRY(check_heads("prefill", a->num_qo_heads, a->num_kv_heads));
     if (a->kv_len < 0) FI_FAIL(FI_EINVALID, "prefill: kv_len is %d, must be >= 0", a->kv_len);
@@ -438,33 +431,16 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
         FI_TRY(fi__cuda_sm_count(&sm_count));
         idx = choose_tile(tiles, a->num_kv_heads, sm_count, rows);
     }
-    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+    FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
 
     memset(&p, 0, sizeof p);
-    p.q = a->q;
-    p.k = a->k;
-    p.v = a->v;
-    p.o = a->o;
-    p.lse = a->lse;
-    p.alibi_slopes = a->alibi_slopes;
-    p.custom_mask = a->custom_mask;
-    p.q_stride_n = a->q_stride_n;
-    p.q_stride_h = a->q_stride_h;
-    p.o_stride_n = a->o_stride_n;
-    p.o_stride_h = a->o_stride_h;
-    p.k_stride_n = a->k_stride_n;
-    p.k_stride_h = a->k_stride_h;
-    p.v_stride_n = a->v_stride_n;
-    p.v_stride_h = a->v_stride_h;
+    PREFILL_FILL_COMMON(&p, a, spec, variant_params, a->window_left);
     p.num_qo_heads = a->num_qo_heads;
     p.num_kv_heads = a->num_kv_heads;
     p.group_size = group;
     p.heads_per_section = heads_per_section(a->kv_len, spec->head_dim, a->num_kv_heads);
     p.qo_len = a->qo_len;
     p.kv_len = a->kv_len;
-    memcpy(p.variant_params, variant_params, sizeof p.variant_params);
-    fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
-                 a->window_left);
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
@@ -479,13 +455,19 @@ out:
 
 /* ---- batch prefill ------------------------------------------------------------------ */
 
-struct fi_prefill_plan {
+/* A plan holds the host copies of what its upload writes to the workspace
+ * (list, starts) and, once uploaded, the device pointers into it. */
+struct fi_batch_prefill_plan {
     fi_jit_spec spec;
     char variant[64];
-    int batch_size, num_qo_heads, num_kv_heads, page_size;
+    int batch_size, num_qo_heads, num_kv_heads, page_size, window_left;
     int tile;          /* index of the tile kernel */
     int num_work;      /* grid x */
     int heads_per_section;
+    int32_t *list;     /* host: work_request[num_work] then work_tile[num_work] */
+    int32_t *starts;   /* host, paged RoPE: the requests' first rows [batch_size + 1]; else NULL */
+    size_t rot_k_off, starts_off, workspace_bytes; /* the workspace's layout */
+    int uploaded;      /* 1: the upload wrote the workspace */
     int *work_request; /* device, in the caller's workspace */
     int *work_tile;
     void *rot_k;         /* RoPE: the rotated keys, in the workspace; else NULL */
@@ -514,10 +496,8 @@ static int check_plan_args(const fi_jit_spec *spec, const fi_batch_prefill_plan_
     if (spec->kind != FI_KIND_BATCH_PREFILL_RAGGED && !paged)
         FI_FAIL(FI_EINVALID, "batch prefill: spec.kind is %d, expected FI_KIND_BATCH_PREFILL_RAGGED "
                 "or FI_KIND_BATCH_PREFILL_PAGED", (int)spec->kind);
-    if (!a) FI_FAIL(FI_EINVALID, "%s: plan args is NULL", who);
-    if (a->version != FI_BATCH_PREFILL_PLAN_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "%s: plan args.version is %u, this library expects %d", who,
-                a->version, FI_BATCH_PREFILL_PLAN_ARGS_VERSION);
+    FI_TRY(fi__check_version(who, "plan args", a, a ? a->version : 0,
+                             FI_BATCH_PREFILL_PLAN_ARGS_VERSION, FI_BATCH_PREFILL_PLAN_ARGS_VERSION));
     if (a->batch_size <= 0)
         FI_FAIL(FI_EINVALID, "%s: batch_size is %d, must be >= 1", who, a->batch_size);
     FI_TRY(check_heads(who, a->num_qo_heads, a->num_kv_heads));
@@ -527,6 +507,7 @@ static int check_plan_args(const fi_jit_spec *spec, const fi_batch_prefill_plan_
         FI_FAIL(FI_EINVALID, "%s: kv_last_page_len (host array) is NULL", who);
     if (paged && (a->page_size < 1 || a->page_size > 64))
         FI_FAIL(FI_EINVALID, "%s: page_size is %d (supported: 1..64)", who, a->page_size);
+    FI_TRY(fi__check_window(who, spec, a->window_left));
     if (a->sm_count < 0) FI_FAIL(FI_EINVALID, "%s: sm_count is %d (0: from the device)", who, a->sm_count);
     if (a->cta_tile_q != 0) {
         int idx;
@@ -563,7 +544,7 @@ out:
     return rc;
 }
 
-static size_t work_bytes(int64_t items) { return align16(items * 2 * (int64_t)sizeof(int32_t)); }
+static size_t work_bytes(int64_t items) { return fi__align16((size_t)items * 2 * sizeof(int32_t)); }
 
 /* Keys of request b (checked by check_plan_args). */
 static int request_kv_len(const fi_batch_prefill_plan_args *a, int paged, int b)
@@ -602,7 +583,7 @@ static int layout_workspace(const fi_jit_spec *spec, const fi_batch_prefill_plan
     l->total += rotated_keys_bytes(rows, a->num_kv_heads, spec->head_dim);
     if (paged) {
         l->starts_off = l->total;
-        l->total += align16(((int64_t)a->batch_size + 1) * (int64_t)sizeof(int32_t));
+        l->total += fi__align16(((size_t)a->batch_size + 1) * sizeof(int32_t));
     }
     return 0;
 }
@@ -647,19 +628,15 @@ static int work_item_cmp(const void *pa, const void *pb)
     return (x->tile < y->tile) - (x->tile > y->tile);
 }
 
-int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_spec *spec,
-                          const fi_batch_prefill_plan_args *a, void *workspace,
-                          size_t workspace_bytes)
+int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
+                              const fi_jit_spec *spec, const fi_batch_prefill_plan_args *a)
 {
     int rc = 0, sm_count = 0;
     int64_t max_rows = 0, bound = 0;
-    fi_prefill_plan *plan = NULL;
-    int32_t *list = NULL, *starts = NULL;
+    fi_batch_prefill_plan *plan = NULL;
     struct work_item *items = NULL;
     workspace_layout layout;
-    const fi_cuda_api *cu = NULL;
     const fi_jit_kernel *kernel = NULL;
-    CUresult res;
     const char *who = batch_who(spec);
     const int paged = spec && spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
 
@@ -668,21 +645,16 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     if (!ctx) FI_FAIL(FI_EINVALID, "batch prefill: ctx is NULL");
     FI_TRY(check_plan_args(spec, a, &max_rows, &bound));
     FI_TRY(layout_workspace(spec, a, bound, &layout));
-    if (workspace_bytes < layout.total)
-        FI_FAIL(FI_EINVALID, "%s: workspace has %zu bytes, this batch needs %zu (see "
-                "fi_batch_prefill_workspace_size)", who, workspace_bytes, layout.total);
-    if (layout.total > 0) FI_TRY(fi__check_ptr(who, "workspace", workspace, 16));
-    FI_TRY(fi__cuda_load(&cu));
     if (!(plan = fi__calloc(1, sizeof *plan))) FI_FAIL(FI_ENOMEM, "out of memory");
-    plan->spec = *spec;
-    if (spec->variant) {
-        snprintf(plan->variant, sizeof plan->variant, "%s", spec->variant);
-        plan->spec.variant = plan->variant;
-    }
+    fi__launch_keep_spec(&plan->spec, plan->variant, sizeof plan->variant, spec);
     plan->batch_size = a->batch_size;
     plan->num_qo_heads = a->num_qo_heads;
     plan->num_kv_heads = a->num_kv_heads;
     plan->page_size = a->page_size;
+    plan->window_left = a->window_left;
+    plan->rot_k_off = layout.rot_k_off;
+    plan->starts_off = layout.starts_off;
+    plan->workspace_bytes = layout.total;
 
     const int group = a->num_qo_heads / a->num_kv_heads;
     int64_t tiles[FI_PREFILL_NUM_TILES] = {0};
@@ -703,7 +675,7 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
     plan->heads_per_section = heads_per_section(kv_tokens, spec->head_dim, a->num_kv_heads);
     plan->kv_tokens = paged ? 0 : a->kv_indptr[a->batch_size];
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
-    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+    FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
     plan->ws = (int)ws_mode_for(kernel, spec, plan->tile, 1, paged ? a->page_size : 0);
     if (plan->ws == WS_PERSISTENT && !sm_count) {
         sm_count = a->sm_count;
@@ -714,7 +686,7 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
         const int n = plan->num_work;
         const int tq = FI_PREFILL_TILE_Q(plan->tile);
         const int causal = mask_is_causal(spec);
-        if (!(list = fi__malloc(sizeof(int32_t) * 2 * (size_t)n)) ||
+        if (!(plan->list = fi__malloc(sizeof(int32_t) * 2 * (size_t)n)) ||
             !(items = fi__malloc(sizeof *items * (size_t)n)))
             FI_FAIL(FI_ENOMEM, "out of memory");
         int k = 0;
@@ -731,50 +703,91 @@ int fi_batch_prefill_plan(fi_prefill_plan **out, fi_jit_ctx *ctx, const fi_jit_s
         }
         qsort(items, (size_t)n, sizeof *items, work_item_cmp);
         for (k = 0; k < n; k++) {
-            list[k] = items[k].request;
-            list[n + k] = items[k].tile;
+            plan->list[k] = items[k].request;
+            plan->list[n + k] = items[k].tile;
         }
-        plan->work_request = (int *)workspace;
-        plan->work_tile = (int *)workspace + n;
-        res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)workspace, list, sizeof(int32_t) * 2 * (size_t)n);
-        if (res != CUDA_SUCCESS)
-            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (work list)"));
         if (spec->pos == FI_POS_ROPE_LLAMA) {
-            plan->rot_k = (char *)workspace + layout.rot_k_off;
             plan->kv_rows = (int)layout.kv_rows;
             if (paged) {
-                if (!(starts = fi__malloc(sizeof(int32_t) * ((size_t)a->batch_size + 1))))
+                if (!(plan->starts = fi__malloc(sizeof(int32_t) * ((size_t)a->batch_size + 1))))
                     FI_FAIL(FI_ENOMEM, "out of memory");
-                starts[0] = 0;
+                plan->starts[0] = 0;
                 for (int b = 0; b < a->batch_size; b++)
-                    starts[b + 1] = starts[b] + request_kv_len(a, 1, b);
-                plan->kv_token_start = (int *)((char *)workspace + layout.starts_off);
-                res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)plan->kv_token_start, starts,
-                                     sizeof(int32_t) * ((size_t)a->batch_size + 1));
+                    plan->starts[b + 1] = plan->starts[b] + request_kv_len(a, 1, b);
+            }
+        }
+    }
+    *out = plan;
+    plan = NULL;
+out:
+    fi__free(items);
+    fi_batch_prefill_plan_free(plan);
+    return rc;
+}
+
+int fi_batch_prefill_plan_workspace_size(size_t *out, const fi_batch_prefill_plan *plan)
+{
+    if (!out) return fi__error(FI_EINVALID, "batch prefill: out is NULL");
+    *out = 0;
+    if (!plan) return fi__error(FI_EINVALID, "batch prefill: plan is NULL");
+    *out = plan->workspace_bytes;
+    return 0;
+}
+
+int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
+                                 size_t workspace_bytes)
+{
+    int rc = 0;
+    const fi_cuda_api *cu = NULL;
+    CUresult res;
+    if (!plan) FI_FAIL(FI_EINVALID, "batch prefill: plan is NULL");
+    const char *who = batch_who(&plan->spec);
+    if (workspace_bytes < plan->workspace_bytes)
+        FI_FAIL(FI_EINVALID, "%s: workspace has %zu bytes, this batch needs %zu (see "
+                "fi_batch_prefill_plan_workspace_size)", who, workspace_bytes,
+                plan->workspace_bytes);
+    if (plan->workspace_bytes > 0) FI_TRY(fi__check_ptr(who, "workspace", workspace, 16));
+    FI_TRY(fi__cuda_load(&cu));
+    plan->uploaded = 0;
+    if (plan->num_work > 0) {
+        const int n = plan->num_work;
+        plan->work_request = (int *)workspace;
+        plan->work_tile = (int *)workspace + n;
+        res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)workspace, plan->list,
+                             sizeof(int32_t) * 2 * (size_t)n);
+        if (res != CUDA_SUCCESS)
+            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (work list)"));
+        if (plan->spec.pos == FI_POS_ROPE_LLAMA) {
+            plan->rot_k = (char *)workspace + plan->rot_k_off;
+            if (plan->starts) {
+                plan->kv_token_start = (int *)((char *)workspace + plan->starts_off);
+                res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)plan->kv_token_start, plan->starts,
+                                     sizeof(int32_t) * ((size_t)plan->batch_size + 1));
                 if (res != CUDA_SUCCESS)
                     CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (key rows)"));
             }
         }
         /* cuMemcpyHtoD from pageable memory may return before the DMA lands,
          * and a run on a non-blocking stream is not ordered after it: wait
-         * here, as batch decode's plan does, so a run right after the plan
-         * reads the list it wrote. */
+         * here, as batch decode's upload does, so a run right after the
+         * upload reads the list it wrote. */
         if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS)
             CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuCtxSynchronize (work list)"));
     }
-    *out = plan;
-    plan = NULL;
+    plan->uploaded = 1;
 out:
-    fi__free(starts);
-    fi__free(items);
-    fi__free(list);
-    fi__free(plan);
     return rc;
 }
 
-void fi_prefill_plan_free(fi_prefill_plan *plan) { fi__free(plan); }
+void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan)
+{
+    if (!plan) return;
+    fi__free(plan->starts);
+    fi__free(plan->list);
+    fi__free(plan);
+}
 
-int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
+int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
                          const fi_batch_prefill_args *a, struct CUstream_st *stream)
 {
     int rc = 0;
@@ -787,24 +800,20 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     const fi_jit_spec *spec = &plan->spec;
     const char *who = batch_who(spec);
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
-    if (!a) FI_FAIL(FI_EINVALID, "%s: args is NULL", who);
-    if (a->version < 1 || a->version > FI_BATCH_PREFILL_ARGS_VERSION)
-        FI_FAIL(FI_EINVALID, "%s: args.version is %u, this library expects 1 to %d", who, a->version,
-                FI_BATCH_PREFILL_ARGS_VERSION);
-    FI_TRY(fi__jit_variant_pack(ctx, spec, who, a->version >= 2 ? a->variant_args : NULL,
-                                a->version >= 2 ? a->num_variant_args : 0, variant_params));
+    FI_TRY(fi__check_version(who, "args", a, a ? a->version : 0, FI_BATCH_PREFILL_ARGS_VERSION,
+                             FI_BATCH_PREFILL_ARGS_VERSION));
+    FI_TRY(fi__jit_variant_pack(ctx, spec, who, a->variant_args, a->num_variant_args,
+                                variant_params));
     if (plan->num_work == 0) goto out; /* no query in the batch */
-    FI_TRY(fi__check_ptr(who, "q", a->q, 16));
-    FI_TRY(fi__check_ptr(who, "o", a->o, 16));
-    FI_TRY(fi__check_ptr(who, "k", a->k, 16));
-    FI_TRY(fi__check_ptr(who, "v", a->v, 16));
+    if (!plan->uploaded)
+        FI_FAIL(FI_EINVALID, "%s: the plan has no workspace yet; call "
+                "fi_batch_prefill_plan_upload first", who);
+    FI_TRY(fi__check_tensors(who, a->q, a->k, a->v, a->o, a->lse, 1));
     if (!a->qo_indptr || !a->kv_indptr)
         FI_FAIL(FI_EINVALID, "%s: qo_indptr and kv_indptr (device arrays) must not be NULL", who);
     if (paged && (!a->kv_indices || !a->kv_last_page_len))
         FI_FAIL(FI_EINVALID, "%s: kv_indices and kv_last_page_len (device arrays) must not be NULL",
                 who);
-    if (a->lse && (uintptr_t)a->lse % sizeof(float) != 0)
-        FI_FAIL(FI_EINVALID, "%s: lse (%p) is not 4-byte aligned", who, (void *)a->lse);
     FI_TRY(fi__check_stride(who, "q_stride_n", a->q_stride_n, 1, PREFILL_ELEM_BYTES));
     FI_TRY(fi__check_stride(who, "o_stride_n", a->o_stride_n, 1, PREFILL_ELEM_BYTES));
     FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, plan->num_qo_heads > 1, PREFILL_ELEM_BYTES));
@@ -817,33 +826,20 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
         FI_TRY(fi__check_stride(who, "k_stride_page", a->k_stride_page, 1, PREFILL_ELEM_BYTES));
         FI_TRY(fi__check_stride(who, "v_stride_page", a->v_stride_page, 1, PREFILL_ELEM_BYTES));
     }
-    FI_TRY(check_scalars(who, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta,
+    FI_TRY(check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale, a->rope_theta,
                          a->rope_offset, a->alibi_slopes, a->custom_mask));
-    FI_TRY(fi_jit_get_kernel(ctx, spec, &kernel));
+    FI_TRY(fi__check_opt_ptr(who, "custom_mask_offsets", a->custom_mask_offsets, 8));
+    FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
 
     memset(&p, 0, sizeof p);
-    p.q = a->q;
-    p.k = a->k;
-    p.v = a->v;
-    p.o = a->o;
-    p.lse = a->lse;
-    p.alibi_slopes = a->alibi_slopes;
+    PREFILL_FILL_COMMON(&p, a, spec, variant_params, plan->window_left);
     p.qo_indptr = a->qo_indptr;
     p.kv_indptr = a->kv_indptr;
     p.kv_indices = a->kv_indices;
     p.kv_last_page_len = a->kv_last_page_len;
     p.work_request = plan->work_request;
     p.work_tile = plan->work_tile;
-    p.custom_mask = a->custom_mask;
     p.custom_offsets = (const long long *)a->custom_mask_offsets;
-    p.q_stride_n = a->q_stride_n;
-    p.q_stride_h = a->q_stride_h;
-    p.o_stride_n = a->o_stride_n;
-    p.o_stride_h = a->o_stride_h;
-    p.k_stride_n = a->k_stride_n;
-    p.k_stride_h = a->k_stride_h;
-    p.v_stride_n = a->v_stride_n;
-    p.v_stride_h = a->v_stride_h;
     p.k_stride_page = a->k_stride_page;
     p.v_stride_page = a->v_stride_page;
     p.num_qo_heads = plan->num_qo_heads;
@@ -851,9 +847,6 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_prefill_plan *plan,
     p.group_size = plan->num_qo_heads / plan->num_kv_heads;
     p.heads_per_section = plan->heads_per_section;
     p.page_size = paged ? plan->page_size : 1;
-    memcpy(p.variant_params, variant_params, sizeof p.variant_params);
-    fill_scalars(&p, spec, a->sm_scale, a->soft_cap, a->rope_scale, a->rope_theta, a->rope_offset,
-                 a->window_left);
     if (plan->rot_k)
         FI_TRY(rotate_keys(kernel, spec->head_dim, plan->rot_k,
                            plan->kv_token_start ? plan->kv_token_start : a->kv_indptr,

@@ -2,8 +2,15 @@
 
 Loads build/libfijit.so (or $FIJIT_LIB) and runs fi_decode_run on torch
 tensors, in the CUDA context torch made current, on torch's current stream.
-Struct layouts mirror include/fijit.h field for field; ctypes applies the same
-C alignment rules.
+Struct layouts mirror include/fijit.h field for field (fijit 0.2); ctypes
+applies the same C alignment rules. Setting a field a struct does not have
+(a name of an older layout, say soft_cap on an args struct) raises
+AttributeError instead of being silently ignored.
+
+Names follow the C API: logits_soft_cap (the float cap of an args struct;
+spec(..., soft_cap=1) is the spec's on/off flag), max_splits, batch_size;
+window_left is a plan argument of both batch kinds; -1 means no window, and
+mask="window" needs window_left >= 0.
 
 Custom variants: Fijit.register_variant(name, source) or
 Fijit.register_variant_file(path) registers a snippet; name it with
@@ -30,6 +37,16 @@ POS = {"none": 0, "rope": 1, "alibi": 2}
 FI_VARG_FLOAT = 1
 FI_VARG_INT = 2
 FI_VARG_PTR = 3
+
+
+class _Strict(ctypes.Structure):
+    """A ctypes struct that refuses attributes it has no field for (names starting
+    with '_' excepted: Python-side bookkeeping such as _variant_keepalive)."""
+
+    def __setattr__(self, name, value):
+        if not name.startswith("_") and name not in {f[0] for f in type(self)._fields_}:
+            raise AttributeError(f"{type(self).__name__} has no field {name!r} (fijit 0.2 layout)")
+        super().__setattr__(name, value)
 
 
 class _VariantArgValue(ctypes.Union):
@@ -120,7 +137,7 @@ class Spec(ctypes.Structure):
                 ("variant", ctypes.c_char_p)]
 
 
-class DecodeArgs(ctypes.Structure):
+class DecodeArgs(_Strict):
     _fields_ = [("version", ctypes.c_uint), ("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
                 ("v", ctypes.c_void_p), ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p),
                 ("num_qo_heads", ctypes.c_int), ("num_kv_heads", ctypes.c_int),
@@ -128,22 +145,24 @@ class DecodeArgs(ctypes.Structure):
                 ("q_stride_h", ctypes.c_int64), ("o_stride_h", ctypes.c_int64),
                 ("k_stride_n", ctypes.c_int64), ("k_stride_h", ctypes.c_int64),
                 ("v_stride_n", ctypes.c_int64), ("v_stride_h", ctypes.c_int64),
-                ("sm_scale", ctypes.c_float), ("soft_cap", ctypes.c_float),
+                ("sm_scale", ctypes.c_float), ("logits_soft_cap", ctypes.c_float),
                 ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
                 ("rope_offset", ctypes.c_int), ("window_left", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
-                ("workspace_bytes", ctypes.c_size_t), ("num_splits", ctypes.c_int),
+                ("workspace_bytes", ctypes.c_size_t), ("max_splits", ctypes.c_int),
                 ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
                 # version 3
-                ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int)]
+                ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int),
+                # version 4
+                ("sm_count", ctypes.c_int)]
 
 
-FI_DECODE_ARGS_VERSION = 3
+FI_DECODE_ARGS_VERSION = 4
 _VARIANT_ARGS_VERSION["DecodeArgs"] = 3
 
 
 class JitKernel(ctypes.Structure):
-    _fields_ = [("function", ctypes.c_void_p), ("merge_function", ctypes.c_void_p),
+    _fields_ = [("function", ctypes.c_void_p),
                 ("functions", ctypes.c_void_p * 6),  # FI_JIT_MAX_FUNCTIONS
                 ("block_dim", ctypes.c_uint * 3), ("merge_block_dim", ctypes.c_uint * 3),
                 ("smem_bytes", ctypes.c_uint), ("param_bytes", ctypes.c_uint),
@@ -160,7 +179,7 @@ class Fijit:
         path = lib_path or os.environ.get("FIJIT_LIB")
         if not path:
             # The versioned file too: a copy of build/ may have lost the symlinks.
-            for name in ("libfijit.so", "libfijit.so.0", "libfijit.so.0.1.0"):
+            for name in ("libfijit.so", "libfijit.so.0", "libfijit.so.0.2.0"):
                 path = os.path.join(ROOT, "build", name)
                 if os.path.exists(path):
                     break
@@ -170,20 +189,19 @@ class Fijit:
         L.fi_jit_ctx_new.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
         L.fi_jit_ctx_free.argtypes = [ctypes.c_void_p]
         L.fi_jit_ctx_free.restype = None
-        L.fi_decode_workspace_size.argtypes = [ctypes.c_void_p, ctypes.POINTER(Spec),
-                                               ctypes.POINTER(DecodeArgs),
-                                               ctypes.POINTER(ctypes.c_size_t)]
+        L.fi_decode_workspace_size.argtypes = [ctypes.POINTER(ctypes.c_size_t),
+                                               ctypes.POINTER(Spec), ctypes.POINTER(DecodeArgs)]
         L.fi_decode_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(Spec),
                                     ctypes.POINTER(DecodeArgs), ctypes.c_void_p]
-        L.fi_jit_get_kernel.argtypes = [ctypes.c_void_p, ctypes.POINTER(Spec),
-                                        ctypes.POINTER(ctypes.POINTER(JitKernel))]
+        L.fi_jit_get_kernel.argtypes = [ctypes.POINTER(ctypes.POINTER(JitKernel)),
+                                        ctypes.c_void_p, ctypes.POINTER(Spec)]
         L.fi_jit_variant_register.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                               ctypes.c_uint]
         L.fi_jit_variant_register_file.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
                                                    ctypes.c_char_p, ctypes.c_uint]
         L.fi_error_name.restype = ctypes.c_char_p
-        L.fi_jit_prewarm.argtypes = [ctypes.c_void_p, ctypes.POINTER(Spec), ctypes.c_char_p,
-                                     ctypes.POINTER(ctypes.c_int)]
+        L.fi_jit_prewarm.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                     ctypes.POINTER(Spec), ctypes.c_char_p]
         L.fi_error_name.argtypes = [ctypes.c_int]
         self.ctx = ctypes.c_void_p()
         self._check(L.fi_jit_ctx_new(ctypes.byref(self.ctx), None), "fi_jit_ctx_new")
@@ -225,7 +243,7 @@ class Fijit:
     def kernel(self, spec):
         """The loaded fi_jit_kernel for spec (a copy of the borrowed struct)."""
         out = ctypes.POINTER(JitKernel)()
-        self._check(self.lib.fi_jit_get_kernel(self.ctx, ctypes.byref(spec), ctypes.byref(out)),
+        self._check(self.lib.fi_jit_get_kernel(ctypes.byref(out), self.ctx, ctypes.byref(spec)),
                     "fi_jit_get_kernel")
         k = JitKernel()
         ctypes.pointer(k)[0] = out[0]
@@ -236,15 +254,15 @@ class Fijit:
         without loading it; returns "compiled" or "cached". Thread-safe (ctypes releases
         the GIL), so a thread pool can warm many specs at once."""
         out = ctypes.c_int(-1)
-        self._check(self.lib.fi_jit_prewarm(self.ctx, ctypes.byref(spec),
-                                            arch.encode() if arch else None, ctypes.byref(out)),
+        self._check(self.lib.fi_jit_prewarm(ctypes.byref(out), self.ctx, ctypes.byref(spec),
+                                            arch.encode() if arch else None),
                     "fi_jit_prewarm")
         return "compiled" if out.value == 0 else "cached"
 
     def workspace_size(self, spec, args):
         n = ctypes.c_size_t()
-        self._check(self.lib.fi_decode_workspace_size(self.ctx, ctypes.byref(spec),
-                                                      ctypes.byref(args), ctypes.byref(n)),
+        self._check(self.lib.fi_decode_workspace_size(ctypes.byref(n), ctypes.byref(spec),
+                                                      ctypes.byref(args)),
                     "fi_decode_workspace_size")
         return n.value
 
@@ -253,9 +271,9 @@ class Fijit:
                                            ctypes.c_void_p(stream)), "fi_decode_run")
 
 
-def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, soft_cap=0.0, rope_scale=0.0,
-                rope_theta=0.0, rope_offset=0, window_left=-1, alibi_slopes=None,
-                num_splits=0, k_scale=0.0, v_scale=0.0, variant_args=None):
+def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, logits_soft_cap=0.0,
+                rope_scale=0.0, rope_theta=0.0, rope_offset=0, window_left=-1, alibi_slopes=None,
+                max_splits=0, k_scale=0.0, v_scale=0.0, sm_count=0, variant_args=None):
     """Args for q [H, D], o [H, D] and k/v in `layout` "NHD" [L, Hkv, D] or "HND" [Hkv, L, D].
     variant_args: dict of the variant's declared parameters (see set_variant_args)."""
     if layout == "NHD":
@@ -272,11 +290,12 @@ def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, soft_cap=0.0, rop
     a.num_qo_heads, a.num_kv_heads, a.kv_len = q.shape[0], hkv, kv_len
     a.q_stride_h, a.o_stride_h = q.stride(0), o.stride(0)
     a.k_stride_n, a.k_stride_h, a.v_stride_n, a.v_stride_h = ksn, ksh, vsn, vsh
-    a.sm_scale, a.soft_cap = sm_scale, soft_cap
+    a.sm_scale, a.logits_soft_cap = sm_scale, logits_soft_cap
     a.rope_scale, a.rope_theta, a.rope_offset = rope_scale, rope_theta, rope_offset
     a.window_left = window_left
     a.alibi_slopes = alibi_slopes.data_ptr() if alibi_slopes is not None else None
-    a.num_splits = num_splits
+    a.max_splits = max_splits
+    a.sm_count = sm_count
     set_variant_args(a, variant_args)
     return a
 
@@ -292,7 +311,7 @@ PREFILL_MASKS = {"none": 0, "causal": 1, "window": 2, "custom": 3}
 _i64 = ctypes.c_int64
 
 
-class PrefillArgs(ctypes.Structure):
+class PrefillArgs(_Strict):
     _fields_ = [("version", ctypes.c_uint), ("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
                 ("v", ctypes.c_void_p), ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p),
                 ("num_qo_heads", ctypes.c_int), ("num_kv_heads", ctypes.c_int),
@@ -300,7 +319,7 @@ class PrefillArgs(ctypes.Structure):
                 ("q_stride_n", _i64), ("q_stride_h", _i64), ("o_stride_n", _i64),
                 ("o_stride_h", _i64), ("k_stride_n", _i64), ("k_stride_h", _i64),
                 ("v_stride_n", _i64), ("v_stride_h", _i64),
-                ("sm_scale", ctypes.c_float), ("soft_cap", ctypes.c_float),
+                ("sm_scale", ctypes.c_float), ("logits_soft_cap", ctypes.c_float),
                 ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
                 ("rope_offset", ctypes.c_int), ("window_left", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("custom_mask", ctypes.c_void_p),
@@ -315,38 +334,68 @@ FI_PREFILL_ARGS_VERSION = 3
 _VARIANT_ARGS_VERSION["PrefillArgs"] = 2
 
 
-class PrefillPlanArgs(ctypes.Structure):
+class PrefillPlanArgs(_Strict):
+    """fi_batch_prefill_plan_args (version 2: window_left after page_size)."""
     _fields_ = [("version", ctypes.c_uint), ("batch_size", ctypes.c_int),
                 ("qo_indptr", ctypes.POINTER(ctypes.c_int32)),
                 ("kv_indptr", ctypes.POINTER(ctypes.c_int32)),
                 ("kv_last_page_len", ctypes.POINTER(ctypes.c_int32)),
                 ("num_qo_heads", ctypes.c_int), ("num_kv_heads", ctypes.c_int),
-                ("page_size", ctypes.c_int), ("sm_count", ctypes.c_int),
-                ("cta_tile_q", ctypes.c_int)]
+                ("page_size", ctypes.c_int), ("window_left", ctypes.c_int),
+                ("sm_count", ctypes.c_int), ("cta_tile_q", ctypes.c_int)]
 
 
-class BatchPrefillArgs(ctypes.Structure):
+FI_BATCH_PREFILL_PLAN_ARGS_VERSION = 2
+
+
+class BatchPrefillArgs(_Strict):
+    """fi_batch_prefill_args, version 3 (the only one accepted). Build it field by
+    field: it starts at FI_BATCH_PREFILL_ARGS_VERSION, all else 0 / NULL."""
     _fields_ = [("version", ctypes.c_uint), ("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
                 ("v", ctypes.c_void_p), ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p),
                 ("qo_indptr", ctypes.c_void_p), ("kv_indptr", ctypes.c_void_p),
                 ("kv_indices", ctypes.c_void_p), ("kv_last_page_len", ctypes.c_void_p),
                 ("q_stride_n", _i64), ("q_stride_h", _i64), ("o_stride_n", _i64),
-                ("o_stride_h", _i64), ("k_stride_n", _i64), ("k_stride_h", _i64),
-                ("v_stride_n", _i64), ("v_stride_h", _i64),
-                ("k_stride_page", _i64), ("v_stride_page", _i64),
-                ("sm_scale", ctypes.c_float), ("soft_cap", ctypes.c_float),
+                ("o_stride_h", _i64),
+                ("k_stride_page", _i64), ("k_stride_n", _i64), ("k_stride_h", _i64),
+                ("v_stride_page", _i64), ("v_stride_n", _i64), ("v_stride_h", _i64),
+                ("sm_scale", ctypes.c_float), ("logits_soft_cap", ctypes.c_float),
                 ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
-                ("rope_offset", ctypes.c_int), ("window_left", ctypes.c_int),
+                ("rope_offset", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("custom_mask", ctypes.c_void_p),
                 ("custom_mask_offsets", ctypes.c_void_p),
-                # version 2
                 ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int)]
 
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        if not args and "version" not in kw:
+            self.version = FI_BATCH_PREFILL_ARGS_VERSION
 
-# Callers build BatchPrefillArgs field by field and set version themselves (1 is
-# still accepted); set_variant_args raises it to 2.
-FI_BATCH_PREFILL_ARGS_VERSION = 2
-_VARIANT_ARGS_VERSION["BatchPrefillArgs"] = 2
+
+FI_BATCH_PREFILL_ARGS_VERSION = 3
+_VARIANT_ARGS_VERSION["BatchPrefillArgs"] = 3
+
+
+def upload_plan(fj, kind, plan, workspace=None, device="cuda"):
+    """The rest of a batch plan's lifecycle, the same for both batch kinds (`kind`
+    "fi_batch_decode" or "fi_batch_prefill"): <kind>_plan_workspace_size, a workspace
+    (`workspace` when it is large enough, else a new uint8 tensor), <kind>_plan_upload.
+    Returns the workspace; on failure frees the plan and raises."""
+    import torch
+    L = fj.lib
+    try:
+        n = ctypes.c_size_t()
+        fj._check(getattr(L, kind + "_plan_workspace_size")(ctypes.byref(n), plan),
+                  kind + "_plan_workspace_size")
+        ws = workspace
+        if ws is None or ws.numel() < n.value:
+            ws = torch.empty(max(n.value, 16), dtype=torch.uint8, device=device)
+        fj._check(getattr(L, kind + "_plan_upload")(plan, ctypes.c_void_p(ws.data_ptr()), n.value),
+                  kind + "_plan_upload")
+    except Exception:
+        getattr(L, kind + "_plan_free")(plan)
+        raise
+    return ws
 
 
 def prefill_spec(kind="single", dtype="fp16", head_dim=128, mask="none", pos="none", soft_cap=0,
@@ -369,11 +418,15 @@ class Prefill:
         L.fi_batch_prefill_workspace_size.argtypes = [ctypes.POINTER(ctypes.c_size_t),
                                                       ctypes.POINTER(Spec),
                                                       ctypes.POINTER(PrefillPlanArgs)]
-        L.fi_batch_prefill_plan.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
-                                            ctypes.POINTER(Spec), ctypes.POINTER(PrefillPlanArgs),
-                                            ctypes.c_void_p, ctypes.c_size_t]
-        L.fi_prefill_plan_free.argtypes = [ctypes.c_void_p]
-        L.fi_prefill_plan_free.restype = None
+        L.fi_batch_prefill_plan_new.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                                                ctypes.POINTER(Spec),
+                                                ctypes.POINTER(PrefillPlanArgs)]
+        L.fi_batch_prefill_plan_workspace_size.argtypes = [ctypes.POINTER(ctypes.c_size_t),
+                                                           ctypes.c_void_p]
+        L.fi_batch_prefill_plan_upload.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                                   ctypes.c_size_t]
+        L.fi_batch_prefill_plan_free.argtypes = [ctypes.c_void_p]
+        L.fi_batch_prefill_plan_free.restype = None
         L.fi_batch_prefill_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.POINTER(BatchPrefillArgs), ctypes.c_void_p]
 
@@ -397,34 +450,27 @@ class Prefill:
         return ws
 
     def plan(self, spec, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, *,
-             kv_last_page_len=None, page_size=0, cta_tile_q=0, device="cuda", workspace=None):
-        """Returns (plan handle, workspace tensor); host lists in, as ints. `workspace`: a
-        uint8 tensor to reuse when it is large enough (else a new one is made)."""
-        import torch
+             kv_last_page_len=None, page_size=16, window_left=-1, cta_tile_q=0, sm_count=0,
+             device="cuda", workspace=None):
+        """fi_batch_prefill_plan_new, _plan_workspace_size and _plan_upload: returns (plan
+        handle, workspace tensor); host lists in, as ints. window_left: the plan's (-1: no
+        window; mask="window" needs >= 0). `workspace`: a uint8 tensor to reuse when it is
+        large enough (else a new one is made)."""
         b = len(qo_indptr) - 1
         arr = ctypes.c_int32 * (b + 1)
         qo = arr(*qo_indptr)
         kv = arr(*kv_indptr)
         last = (ctypes.c_int32 * max(b, 1))(*(kv_last_page_len or [0] * b))
-        a = PrefillPlanArgs(1, b, qo, kv, last, num_qo_heads, num_kv_heads, page_size, 0,
-                            cta_tile_q)
-        n = ctypes.c_size_t()
-        self.fj._check(self.fj.lib.fi_batch_prefill_workspace_size(ctypes.byref(n),
-                                                                   ctypes.byref(spec),
-                                                                   ctypes.byref(a)),
-                       "fi_batch_prefill_workspace_size")
-        ws = workspace
-        if ws is None or ws.numel() < n.value:
-            ws = torch.empty(max(n.value, 16), dtype=torch.uint8, device=device)
+        a = PrefillPlanArgs(FI_BATCH_PREFILL_PLAN_ARGS_VERSION, b, qo, kv, last, num_qo_heads,
+                            num_kv_heads, page_size, window_left, sm_count, cta_tile_q)
         plan = ctypes.c_void_p()
-        self.fj._check(self.fj.lib.fi_batch_prefill_plan(ctypes.byref(plan), self.fj.ctx,
-                                                         ctypes.byref(spec), ctypes.byref(a),
-                                                         ctypes.c_void_p(ws.data_ptr()), n.value),
-                       "fi_batch_prefill_plan")
-        return plan, ws
+        self.fj._check(self.fj.lib.fi_batch_prefill_plan_new(ctypes.byref(plan), self.fj.ctx,
+                                                             ctypes.byref(spec), ctypes.byref(a)),
+                       "fi_batch_prefill_plan_new")
+        return plan, upload_plan(self.fj, "fi_batch_prefill", plan, workspace, device)
 
     def plan_free(self, plan):
-        self.fj.lib.fi_prefill_plan_free(plan)
+        self.fj.lib.fi_batch_prefill_plan_free(plan)
 
     def batch_run(self, plan, args, stream=0):
         self.fj._check(self.fj.lib.fi_batch_prefill_run(self.fj.ctx, plan, ctypes.byref(args),
@@ -436,7 +482,7 @@ def _ptr(t):
     return t.data_ptr() if t is not None else None
 
 
-def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, soft_cap=0.0,
+def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, logits_soft_cap=0.0,
                  rope_scale=0.0, rope_theta=0.0, rope_offset=0, window_left=-1,
                  alibi_slopes=None, custom_mask=None, cta_tile_q=0, variant_args=None):
     """q, o [Lq, H, D]; k, v "NHD" [Lk, Hkv, D] or "HND" [Hkv, Lk, D].
@@ -454,7 +500,7 @@ def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, soft_cap=0
     a.q_stride_n, a.q_stride_h, a.o_stride_n, a.o_stride_h = (q.stride(0), q.stride(1),
                                                               o.stride(0), o.stride(1))
     a.k_stride_n, a.k_stride_h, a.v_stride_n, a.v_stride_h = ksn, ksh, vsn, vsh
-    a.sm_scale, a.soft_cap = sm_scale, soft_cap
+    a.sm_scale, a.logits_soft_cap = sm_scale, logits_soft_cap
     a.rope_scale, a.rope_theta, a.rope_offset = rope_scale, rope_theta, rope_offset
     a.window_left = window_left
     a.alibi_slopes, a.custom_mask = _ptr(alibi_slopes), _ptr(custom_mask)
@@ -467,42 +513,47 @@ def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, soft_cap=0
 FI_KIND_BATCH_DECODE = 2
 
 
-class BatchDecodePlanInfo(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint), ("batch", ctypes.c_int),
+class BatchDecodePlanArgs(_Strict):
+    """fi_batch_decode_plan_args (version 1)."""
+    _fields_ = [("version", ctypes.c_uint), ("batch_size", ctypes.c_int),
                 ("kv_indptr", ctypes.c_void_p), ("kv_last_page_len", ctypes.c_void_p),
                 ("num_qo_heads", ctypes.c_int), ("num_kv_heads", ctypes.c_int),
                 ("page_size", ctypes.c_int), ("window_left", ctypes.c_int),
                 ("max_splits", ctypes.c_int), ("sm_count", ctypes.c_int)]
 
 
-class BatchDecodeArgs(ctypes.Structure):
+FI_BATCH_DECODE_PLAN_ARGS_VERSION = 1
+
+
+class BatchDecodeArgs(_Strict):
+    """fi_batch_decode_args, version 3 (the only one accepted)."""
     _fields_ = [("version", ctypes.c_uint), ("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
-                ("v", ctypes.c_void_p), ("kv_indices", ctypes.c_void_p), ("o", ctypes.c_void_p),
-                ("lse", ctypes.c_void_p)] + [
+                ("v", ctypes.c_void_p), ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p),
+                ("kv_indices", ctypes.c_void_p)] + [
         (n, ctypes.c_int64) for n in ("q_stride_b", "q_stride_h", "o_stride_b", "o_stride_h",
-                                      "k_stride_page", "k_stride_h", "k_stride_n",
-                                      "v_stride_page", "v_stride_h", "v_stride_n")] + [
-        ("sm_scale", ctypes.c_float), ("soft_cap", ctypes.c_float),
+                                      "k_stride_page", "k_stride_n", "k_stride_h",
+                                      "v_stride_page", "v_stride_n", "v_stride_h")] + [
+        ("sm_scale", ctypes.c_float), ("logits_soft_cap", ctypes.c_float),
         ("rope_scale", ctypes.c_float), ("rope_theta", ctypes.c_float),
         ("rope_offsets", ctypes.c_void_p), ("alibi_slopes", ctypes.c_void_p),
         ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
-        # version 2
         ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int)]
 
 
-FI_BATCH_DECODE_ARGS_VERSION = 2
-_VARIANT_ARGS_VERSION["BatchDecodeArgs"] = 2
+FI_BATCH_DECODE_ARGS_VERSION = 3
+_VARIANT_ARGS_VERSION["BatchDecodeArgs"] = 3
 
 
-class MergeStatesArgs(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint), ("v", ctypes.c_void_p), ("s", ctypes.c_void_p),
-                ("v_out", ctypes.c_void_p), ("s_out", ctypes.c_void_p),
+class MergeStatesArgs(_Strict):
+    """fi_merge_states_args (version 1; lse / lse_out were s / s_out before 0.2)."""
+    _fields_ = [("version", ctypes.c_uint), ("v", ctypes.c_void_p), ("lse", ctypes.c_void_p),
+                ("v_out", ctypes.c_void_p), ("lse_out", ctypes.c_void_p),
                 ("seq_len", ctypes.c_int), ("num_states", ctypes.c_int),
                 ("num_heads", ctypes.c_int)] + [
         (n, ctypes.c_int64) for n in ("v_stride_seq", "v_stride_state", "v_stride_h",
-                                      "s_stride_seq", "s_stride_state", "o_stride_seq",
-                                      "o_stride_h")]
+                                      "lse_stride_seq", "lse_stride_state", "v_out_stride_seq",
+                                      "v_out_stride_h")]
 
 
 class BatchDecode:
@@ -513,26 +564,26 @@ class BatchDecode:
         L = fj.lib
         L.fi_batch_decode_plan_new.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
                                                ctypes.POINTER(Spec),
-                                               ctypes.POINTER(BatchDecodePlanInfo)]
-        L.fi_batch_decode_plan_workspace_size.argtypes = [ctypes.c_void_p,
-                                                          ctypes.POINTER(ctypes.c_size_t)]
-        L.fi_batch_decode_plan_describe.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
-                                                    ctypes.POINTER(ctypes.c_int)]
+                                               ctypes.POINTER(BatchDecodePlanArgs)]
+        L.fi_batch_decode_plan_workspace_size.argtypes = [ctypes.POINTER(ctypes.c_size_t),
+                                                          ctypes.c_void_p]
+        L.fi_batch_decode_plan_describe.argtypes = [ctypes.POINTER(ctypes.c_int),
+                                                    ctypes.POINTER(ctypes.c_int), ctypes.c_void_p]
         L.fi_batch_decode_plan_upload.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
         L.fi_batch_decode_plan_free.argtypes = [ctypes.c_void_p]
         L.fi_batch_decode_plan_free.restype = None
         L.fi_batch_decode_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
                                           ctypes.POINTER(BatchDecodeArgs), ctypes.c_void_p]
-        L.fi_merge_states.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+        L.fi_merge_states.argtypes = [ctypes.c_void_p, ctypes.POINTER(Spec),
                                       ctypes.POINTER(MergeStatesArgs), ctypes.c_void_p]
 
     def plan(self, spec, indptr, last_page_len, num_qo_heads, num_kv_heads, page_size, *,
              window_left=-1, max_splits=0, sm_count=0):
-        import torch
         B = len(last_page_len)
         ip = (ctypes.c_int32 * (B + 1))(*[int(x) for x in indptr])
         lp = (ctypes.c_int32 * B)(*[int(x) for x in last_page_len])
-        info = BatchDecodePlanInfo(1, B, ctypes.cast(ip, ctypes.c_void_p),
+        info = BatchDecodePlanArgs(FI_BATCH_DECODE_PLAN_ARGS_VERSION, B,
+                                   ctypes.cast(ip, ctypes.c_void_p),
                                    ctypes.cast(lp, ctypes.c_void_p), num_qo_heads, num_kv_heads,
                                    page_size, window_left, max_splits, sm_count)
         plan = ctypes.c_void_p()
@@ -540,18 +591,12 @@ class BatchDecode:
         self.fj._check(L.fi_batch_decode_plan_new(ctypes.byref(plan), self.fj.ctx,
                                                   ctypes.byref(spec), ctypes.byref(info)),
                        "fi_batch_decode_plan_new")
-        n = ctypes.c_size_t()
-        self.fj._check(L.fi_batch_decode_plan_workspace_size(plan, ctypes.byref(n)),
-                       "fi_batch_decode_plan_workspace_size")
-        ws = torch.empty(max(n.value, 16), dtype=torch.uint8, device="cuda")
-        self.fj._check(L.fi_batch_decode_plan_upload(plan, ws.data_ptr(), ws.numel()),
-                       "fi_batch_decode_plan_upload")
-        return plan, ws
+        return plan, upload_plan(self.fj, "fi_batch_decode", plan)
 
     def describe(self, plan):
         a, b = ctypes.c_int(), ctypes.c_int()
-        self.fj._check(self.fj.lib.fi_batch_decode_plan_describe(plan, ctypes.byref(a),
-                                                                 ctypes.byref(b)), "describe")
+        self.fj._check(self.fj.lib.fi_batch_decode_plan_describe(ctypes.byref(a), ctypes.byref(b),
+                                                                 plan), "describe")
         return a.value, b.value
 
     def free(self, plan):
@@ -562,23 +607,26 @@ class BatchDecode:
                                                        ctypes.c_void_p(stream)),
                        "fi_batch_decode_run")
 
-    def merge_states(self, dtype, v, s, v_out, s_out=None, stream=0):
-        """v [seq, n, H, D], s [seq, n, H] float32, v_out [seq, H, D], s_out [seq, H]."""
+    def merge_states(self, dtype, v, lse, v_out, lse_out=None, stream=0):
+        """v [seq, n, H, D], lse [seq, n, H] float32, v_out [seq, H, D], lse_out [seq, H].
+        The spec is the batch-decode spec of (dtype, D): fi_merge_states reads its o_dtype
+        and head_dim."""
         a = MergeStatesArgs()
         a.version = 1
-        a.v, a.s, a.v_out = v.data_ptr(), s.data_ptr(), v_out.data_ptr()
-        a.s_out = s_out.data_ptr() if s_out is not None else None
+        a.v, a.lse, a.v_out = v.data_ptr(), lse.data_ptr(), v_out.data_ptr()
+        a.lse_out = lse_out.data_ptr() if lse_out is not None else None
         a.seq_len, a.num_states, a.num_heads = v.shape[0], v.shape[1], v.shape[2]
         a.v_stride_seq, a.v_stride_state, a.v_stride_h = v.stride(0), v.stride(1), v.stride(2)
-        a.s_stride_seq, a.s_stride_state = s.stride(0), s.stride(1)
-        a.o_stride_seq, a.o_stride_h = v_out.stride(0), v_out.stride(1)
-        self.fj._check(self.fj.lib.fi_merge_states(self.fj.ctx, DTYPES[dtype], v.shape[3],
+        a.lse_stride_seq, a.lse_stride_state = lse.stride(0), lse.stride(1)
+        a.v_out_stride_seq, a.v_out_stride_h = v_out.stride(0), v_out.stride(1)
+        spec = Fijit.spec(dtype, v.shape[3], kind=FI_KIND_BATCH_DECODE)
+        self.fj._check(self.fj.lib.fi_merge_states(self.fj.ctx, ctypes.byref(spec),
                                                    ctypes.byref(a), ctypes.c_void_p(stream)),
                        "fi_merge_states")
 
 
 def batch_decode_args(q, k_cache, v_cache, kv_indices, o, lse, workspace, *, layout,
-                      sm_scale=0.0, soft_cap=0.0, rope_scale=0.0, rope_theta=0.0,
+                      sm_scale=0.0, logits_soft_cap=0.0, rope_scale=0.0, rope_theta=0.0,
                       rope_offsets=None, alibi_slopes=None, k_scale=0.0, v_scale=0.0,
                       variant_args=None):
     """q/o [B, H, D]; caches NHD [P, page, Hkv, D] or HND [P, Hkv, page, D] (any strides).
@@ -598,7 +646,8 @@ def batch_decode_args(q, k_cache, v_cache, kv_indices, o, lse, workspace, *, lay
         setattr(a, name + "_stride_page", sp)
         setattr(a, name + "_stride_h", sh)
         setattr(a, name + "_stride_n", sn)
-    a.sm_scale, a.soft_cap, a.rope_scale, a.rope_theta = sm_scale, soft_cap, rope_scale, rope_theta
+    a.sm_scale, a.logits_soft_cap = sm_scale, logits_soft_cap
+    a.rope_scale, a.rope_theta = rope_scale, rope_theta
     a.rope_offsets = rope_offsets.data_ptr() if rope_offsets is not None else None
     a.alibi_slopes = alibi_slopes.data_ptr() if alibi_slopes is not None else None
     a.k_scale, a.v_scale = k_scale, v_scale

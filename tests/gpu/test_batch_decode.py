@@ -135,7 +135,8 @@ def run_case(fj, bd, gen, dtype, kv_dtype, hd, mask, pos, softcap, which, idx, m
     try:
         items, max_req_splits = bd.describe(plan)
         args = batch_decode_args(q, kc, vc, indices, o, lse, ws, layout=layout, sm_scale=sm_scale,
-                                 soft_cap=cap, rope_scale=rope[0] if pos == "rope" else 0.0,
+                                 logits_soft_cap=cap,
+                                 rope_scale=rope[0] if pos == "rope" else 0.0,
                                  rope_theta=rope[1] if pos == "rope" else 0.0, rope_offsets=offsets,
                                  alibi_slopes=slopes, k_scale=k_scale, v_scale=v_scale)
         stream = torch.cuda.current_stream().cuda_stream

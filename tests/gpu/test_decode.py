@@ -18,7 +18,7 @@ Reference semantics (the contract the kernel implements):
   s_j = (rope(q) . rope(k_j)) * sm_scale       sm_scale 0 -> 1/sqrt(hd)
       + slope[h] * (j - (L-1))                 ALiBi
   s_j = cap * tanh(s_j / cap)                  soft-cap
-  visible iff j >= L-1-window_left             window (window_left < 0: all)
+  visible iff j >= L-1-window_left             window (window_left >= 0; -1 is refused)
   o = softmax(s) @ v, lse = log(sum exp(s_j)) natural log; L = 0: o = 0, lse = -inf
   rope: rotate-half, freq_i = float32((1/rope_scale) * theta^(-2i/hd)) from
   double, angle = position * freq_i, q at rope_offset + L - 1, k_j at rope_offset + j.
@@ -151,12 +151,12 @@ def run_case(fj, gen, dtype, hd, mask, pos, softcap, L, group, layout, num_split
                               dtype=torch.float32)
 
     spec = Fijit.spec(dtype, hd, mask, pos, softcap, kv_dtype=kv_dtype)
-    args = decode_args(q, k, v, o, lse, layout=layout, sm_scale=sm_scale, soft_cap=cap,
+    args = decode_args(q, k, v, o, lse, layout=layout, sm_scale=sm_scale, logits_soft_cap=cap,
                        k_scale=k_scale, v_scale=v_scale,
                        rope_scale=rope[0] if pos == "rope" else 0.0,
                        rope_theta=rope[1] if pos == "rope" else 0.0,
                        rope_offset=rope[2] if pos == "rope" else 0,
-                       window_left=window_left, alibi_slopes=slopes, num_splits=num_splits)
+                       window_left=window_left, alibi_slopes=slopes, max_splits=num_splits)
     ws_bytes = fj.workspace_size(spec, args)
     # Random bytes: the split counters must cope with whatever a workspace held.
     ws = torch.randint(0, 256, (max(ws_bytes, 16),), dtype=torch.uint8, device=dev, generator=gen)

@@ -136,7 +136,8 @@ class Case:
         self.tdt = TORCH_DTYPES[dtype]
         self.sm_scale = 0.0 if seed_mix % 2 == 0 else 0.07
         self.cap = 2.5 if softcap else 0.0
-        self.window_left = [0, 5, 40, 1000, -1][seed_mix % 5] if mask == "window" else -1
+        # mask=window needs a window (>= 0); 100000 is wider than any request: causal.
+        self.window_left = [0, 5, 40, 1000, 100000][seed_mix % 5] if mask == "window" else -1
         self.mask_shift = seed_mix % 4  # custom mask's address, bytes past an aligned one
         self.rotate_into_workspace = pos == "rope" and (seed_mix // 4) % 2 == 1  # single prefill
         self.rope = [(1.0, 1e4, 0), (2.0, 5e5, 777), (1.0, 1e6, 100000)][seed_mix % 3]
@@ -156,11 +157,11 @@ class Case:
         return b
 
     def scalars(self):
-        return dict(sm_scale=self.sm_scale, soft_cap=self.cap,
+        """The run's scalars (window_left is the plan's for the batch kinds)."""
+        return dict(sm_scale=self.sm_scale, logits_soft_cap=self.cap,
                     rope_scale=self.rope[0] if self.pos == "rope" else 0.0,
                     rope_theta=self.rope[1] if self.pos == "rope" else 0.0,
-                    rope_offset=self.rope[2] if self.pos == "rope" else 0,
-                    window_left=self.window_left)
+                    rope_offset=self.rope[2] if self.pos == "rope" else 0)
 
     def ref(self, q, k, v, bits):
         scale = self.sm_scale if self.sm_scale else 1.0 / math.sqrt(self.hd)
@@ -186,7 +187,8 @@ def run_single(pf, gen, tup, lq, lk, group, layout, tile, hkv=2):
     packed = pack_bits(bits.reshape(-1), c.mask_shift) if bits is not None else None
     spec = prefill_spec("single", dtype, hd, mask, pos, sc)
     args = prefill_args(q, k, v, o, lse, layout=layout, alibi_slopes=c.slopes,
-                        custom_mask=packed, cta_tile_q=tile, **c.scalars())
+                        custom_mask=packed, cta_tile_q=tile, window_left=c.window_left,
+                        **c.scalars())
     # With RoPE, every other case rotates the keys once into a workspace.
     ws = pf.workspace(spec, args) if c.rotate_into_workspace else None  # noqa: F841 (kept alive)
     pf.run(spec, args, torch.cuda.current_stream().cuda_stream)
@@ -211,8 +213,7 @@ def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, ti
     q = c.rnd(max(total_q, 1), H, hd)
     o = torch.full((max(total_q, 1), H, hd), float("nan"), device=dev, dtype=c.tdt)
     lse = torch.full((max(total_q, 1), H), float("nan"), device=dev, dtype=torch.float32)
-    args = BatchPrefillArgs()
-    args.version = 1
+    args = BatchPrefillArgs()  # FI_BATCH_PREFILL_ARGS_VERSION
     logical = []  # per request (k, v) [Lk, Hkv, D]
     last_page = None
     if kind == "ragged":
@@ -295,8 +296,8 @@ def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, ti
     if stream is not None:
         torch.cuda.synchronize()
     plan, ws = pf.plan(spec, qo_indptr, kv_indptr, H, hkv, kv_last_page_len=last_page,
-                       page_size=page_size if kind == "paged" else 0, cta_tile_q=tile,
-                       workspace=workspace)
+                       page_size=page_size if kind == "paged" else 16,
+                       window_left=c.window_left, cta_tile_q=tile, workspace=workspace)
     args.q, args.k, args.v, args.o, args.lse = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                                 o.data_ptr(), lse.data_ptr())
     args.qo_indptr, args.kv_indptr = qo_t.data_ptr(), kv_t.data_ptr()

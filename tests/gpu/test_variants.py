@@ -107,7 +107,7 @@ TUPLES = {
                      ("fp16", 64, "alibi", 0, ["none", "window"], ["none", "causal", "window"]),
                      ("bf16", 256, "rope", 0, ["none"], ["none", "causal"])],
 }
-DECODE_SHAPES = [  # (kv_len, group, layout, num_splits: 0 automatic)
+DECODE_SHAPES = [  # (kv_len, group, layout, max_splits: 0 automatic)
     (0, 4, "NHD", 0), (1, 1, "NHD", 0), (33, 4, "HND", 0), (777, 2, "NHD", 5),
     (8192, 4, "NHD", 0), (8192, 8, "HND", 3), (33000, 1, "NHD", 0)]
 DECODE_QUICK = [(1, 1, "NHD", 0), (33, 4, "HND", 0), (8192, 4, "NHD", 0)]
@@ -307,7 +307,7 @@ class Scalars:
         self.window_left = -1
         if mask == "window":
             self.window_left = (rnd.choice([0, 5, kv_len // 2, kv_len + 10]) if decode else
-                                rnd.choice([0, 5, 40, 1000, -1]))
+                                rnd.choice([0, 5, 40, 1000, 100000]))  # 100000: causal
         self.rope = (1.0, 1e4, 0)
         if pos == "rope":
             self.rope = rnd.choice([(1.0, 1e4, 0), (2.0, 5e5, 777), (1.0, 1e6, 100000)])
@@ -319,7 +319,7 @@ class Scalars:
 
     def launch(self):
         r = self.pos == "rope"
-        return dict(sm_scale=self.sm_scale, soft_cap=self.cap,
+        return dict(sm_scale=self.sm_scale, logits_soft_cap=self.cap,
                     rope_scale=self.rope[0] if r else 0.0, rope_theta=self.rope[1] if r else 0.0,
                     rope_offset=self.rope[2] if r else 0, window_left=self.window_left,
                     alibi_slopes=self.slopes)
@@ -350,7 +350,7 @@ def run_decode(fj, rnd, c, spec):
         kn, vn = k.permute(1, 0, 2), v.permute(1, 0, 2)
     o = torch.full((H, hd), float("nan"), device="cuda", dtype=tdt)
     lse = torch.full((H,), float("nan"), device="cuda", dtype=torch.float32)
-    args = decode_args(q, k, v, o, lse, layout=c["layout"], num_splits=c["splits"],
+    args = decode_args(q, k, v, o, lse, layout=c["layout"], max_splits=c["splits"],
                        variant_args=vargs, **sc.launch())
     ws_bytes = fj.workspace_size(spec, args)
     ws = torch.empty(max(ws_bytes, 16), dtype=torch.uint8, device="cuda")
@@ -421,7 +421,8 @@ def run_batch_decode(fj, bd, rnd, c, spec):
     try:
         la = sc.launch()
         args = batch_decode_args(q, kc, vc, indices, o, lse, ws, layout="NHD",
-                                 sm_scale=la["sm_scale"], soft_cap=la["soft_cap"],
+                                 sm_scale=la["sm_scale"],
+                                 logits_soft_cap=la["logits_soft_cap"],
                                  rope_scale=la["rope_scale"], rope_theta=la["rope_theta"],
                                  alibi_slopes=la["alibi_slopes"], variant_args=vargs)
         bd.run(plan, args, stream())
@@ -453,8 +454,7 @@ def run_batch_prefill(pf, rnd, c, spec):
     q = rnd.normal(total_q, H, hd, dtype=tdt)
     o = torch.full((total_q, H, hd), float("nan"), device="cuda", dtype=tdt)
     lse = torch.full((total_q, H), float("nan"), device="cuda", dtype=torch.float32)
-    a = BatchPrefillArgs()
-    a.version = 2
+    a = BatchPrefillArgs()  # FI_BATCH_PREFILL_ARGS_VERSION
     last = None
     if kind == "ragged":
         kv_indptr = [0]
@@ -475,7 +475,8 @@ def run_batch_prefill(pf, rnd, c, spec):
         a.kv_indices, a.kv_last_page_len = indices.data_ptr(), last_t.data_ptr()
         keep = (indices, last_t)
     plan, ws = pf.plan(spec, qo_indptr, kv_indptr, H, HKV, kv_last_page_len=last,
-                       page_size=page_size if kind == "paged" else 0, cta_tile_q=c["tile"])
+                       page_size=page_size if kind == "paged" else 16,
+                       window_left=sc.window_left, cta_tile_q=c["tile"])
     qo_t = torch.tensor(qo_indptr, dtype=torch.int32, device="cuda")
     kv_t = torch.tensor(kv_indptr, dtype=torch.int32, device="cuda")
     a.q, a.k, a.v, a.o, a.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
@@ -483,8 +484,7 @@ def run_batch_prefill(pf, rnd, c, spec):
     a.q_stride_n, a.q_stride_h, a.o_stride_n, a.o_stride_h = (q.stride(0), q.stride(1),
                                                               o.stride(0), o.stride(1))
     la = sc.launch()
-    for name in ("sm_scale", "soft_cap", "rope_scale", "rope_theta", "rope_offset",
-                 "window_left"):
+    for name in ("sm_scale", "logits_soft_cap", "rope_scale", "rope_theta", "rope_offset"):
         setattr(a, name, la[name])
     a.alibi_slopes = la["alibi_slopes"].data_ptr() if la["alibi_slopes"] is not None else None
     set_variant_args(a, vargs)
@@ -604,7 +604,7 @@ def run_equal(fj, pf, rnd, c, spec_builtin, spec_variant):
         lse = torch.full((lq, H), float("nan"), device="cuda", dtype=torch.float32)
         if decode:
             args = decode_args(q[0], k, v, o[0], lse[0], layout=c["layout"],
-                               num_splits=c["splits"], **sc.launch())
+                               max_splits=c["splits"], **sc.launch())
             ws_bytes = fj.workspace_size(spec, args)
             ws = torch.empty(max(ws_bytes, 16), dtype=torch.uint8, device="cuda")
             args.workspace, args.workspace_bytes = ws.data_ptr(), ws_bytes
@@ -657,7 +657,7 @@ def argument_checks(fj):
              ("unknown name", {"sigmoid_scale": 1.0, "sigmoid_bias": 0.0, "bogus": 1.0}, None),
              ("misspelt", {"sigmoid_scale": 1.0, "sigmoid_bais": 0.0}, "sigmoid_bais")]
     for what, vals, needle in cases:
-        args = decode_args(q, k, k, o, None, layout="NHD", num_splits=1, variant_args=vals)
+        args = decode_args(q, k, k, o, None, layout="NHD", max_splits=1, variant_args=vals)
         try:
             fj.run(spec, args, stream())
             torch.cuda.synchronize()
@@ -666,7 +666,7 @@ def argument_checks(fj):
             if needle and needle not in str(e):
                 fails.append(f"sigmoid decode with {what}: message does not name '{needle}': {e}")
     builtin = Fijit.spec("fp16", 128)
-    args = decode_args(q, k, k, o, None, layout="NHD", num_splits=1,
+    args = decode_args(q, k, k, o, None, layout="NHD", max_splits=1,
                        variant_args={"sigmoid_scale": 1.0})
     try:
         fj.run(builtin, args, stream())

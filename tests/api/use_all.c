@@ -1,0 +1,198 @@
+/*
+ * A host program of the public API: it calls every public function and
+ * initialises every public struct with its *_INIT macro (where it has one).
+ * `make test-api` compiles it as C11 and as C++17, each under -Wall -Wextra
+ * -Werror -pedantic, links it against build/libfijit.so and runs it, which
+ * needs no GPU: the calls that would launch or load are made with arguments
+ * that fail before the device, and those error paths are checked.
+ *
+ * A public function or struct added to the headers belongs here too.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "fijit.h"
+
+static int failures;
+
+#define EXPECT(cond)                                                           \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "use_all.c:%d: %s failed (last error: %s)\n",      \
+                    __LINE__, #cond, fi_last_error());                         \
+            failures++;                                                        \
+        }                                                                      \
+    } while (0)
+
+static void collect(void *user, const char *text)
+{
+    size_t *n = (size_t *)user;
+    *n += strlen(text);
+}
+
+/* Every *_INIT at file scope too (static initialisation in C). */
+static fi_jit_spec g_spec = FI_JIT_SPEC_INIT;
+
+int main(void)
+{
+    /* ---- version, errors ---- */
+    EXPECT(fi_version_number() == FIJIT_VERSION_NUMBER);
+    EXPECT(strcmp(fi_version_string(), "0.2.0") == 0 && FIJIT_VERSION_NUMBER == 200);
+    EXPECT(strcmp(fi_error_name(FI_EINVALID), "FI_EINVALID") == 0);
+    EXPECT(fi_last_error() != NULL);
+
+    /* ---- spec ---- */
+    fi_jit_spec spec = FI_JIT_SPEC_INIT;
+    EXPECT(spec.version == FI_JIT_SPEC_VERSION && spec.head_dim == 128 && spec.variant == NULL &&
+           g_spec.kind == FI_KIND_DECODE);
+    char variant_buf[64];
+    char text[256];
+    EXPECT(fi_jit_spec_parse(&spec, variant_buf, sizeof variant_buf,
+                             "decode q=fp16 hd=128 mask=window") == 0);
+    EXPECT(fi_jit_spec_format(text, sizeof text, &spec) > 0);
+    EXPECT(fi_jit_spec_check(&spec) == 0);
+
+    /* ---- context (memory only: nothing is written) ---- */
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    EXPECT(opts.jit == 1 && opts.use_disk_cache == 1 && opts.log_level == FI_LOG_WARN);
+    opts.use_disk_cache = 0;
+    opts.log_level = FI_LOG_OFF;
+    opts.arch = "sm_90a";
+    fi_jit_ctx *ctx = NULL;
+    EXPECT(fi_jit_ctx_new(&ctx, &opts) == 0 && ctx != NULL);
+    EXPECT(fi_jit_ctx_cache_dir(ctx) != NULL);
+
+    /* ---- kernels: no device here ---- */
+    const fi_jit_kernel *kernel = NULL;
+    EXPECT(fi_jit_get_kernel(&kernel, NULL, &spec) == FI_EINVALID);
+    fi_jit_spec bad = FI_JIT_SPEC_INIT;
+    bad.head_dim = 96;
+    fi_build_outcome outcome = FI_BUILD_CACHED;
+    EXPECT(fi_jit_prewarm(&outcome, ctx, &bad, "sm_90a") == FI_EUNSUPPORTED);
+    size_t explained = 0;
+    int rc = fi_jit_explain(ctx, &spec, "sm_90a", collect, &explained);
+    EXPECT(rc == 0 ? explained > 0 : rc < 0);
+    EXPECT(fi_jit_explain(ctx, &spec, "sm_90a", NULL, NULL) == FI_EINVALID);
+
+    /* ---- variants ---- */
+    EXPECT(fi_jit_variant_register(ctx, "bad", "#include <x.h>\n", 0) == FI_ECOMPILE);
+    EXPECT(fi_jit_variant_register_file(ctx, NULL, "/nonexistent/v.cuh", FI_VARIANT_REPLACE) < 0);
+    fi_variant_arg vargs[1];
+    memset(vargs, 0, sizeof vargs);
+    vargs[0].name = "scale";
+    vargs[0].type = FI_VARG_FLOAT;
+    vargs[0].value.f = 1.f;
+
+    /* ---- statistics ---- */
+    fi_jit_stats stats = FI_JIT_STATS_INIT;
+    EXPECT(fi_jit_stats_get(&stats, ctx) == 0 && stats.version == FI_JIT_STATS_VERSION);
+    fi_jit_stats unversioned;
+    memset(&unversioned, 0, sizeof unversioned);
+    EXPECT(fi_jit_stats_get(&unversioned, ctx) == FI_EINVALID);
+    int64_t counted = 0;
+#define SUM_STAT(name, unit, label) counted += stats.name;
+    FI_JIT_STATS_COUNTERS(SUM_STAT)
+#undef SUM_STAT
+    EXPECT(counted >= 0);
+
+    /* ---- single decode: sizing needs no device with sm_count ---- */
+    fi_decode_args da = FI_DECODE_ARGS_INIT;
+    EXPECT(da.version == FI_DECODE_ARGS_VERSION && da.window_left == -1 && da.max_splits == 0);
+    da.q = da.k = da.v = (const void *)(size_t)0x10000;
+    da.o = (void *)(size_t)0x10000;
+    da.num_qo_heads = 32;
+    da.num_kv_heads = 8;
+    da.kv_len = 8192;
+    da.q_stride_h = da.o_stride_h = 128;
+    da.k_stride_n = da.v_stride_n = 8 * 128;
+    da.k_stride_h = da.v_stride_h = 128;
+    da.sm_count = 132;
+    da.variant_args = vargs;
+    da.num_variant_args = 0;
+    size_t bytes = 0;
+    EXPECT(fi_decode_workspace_size(&bytes, &spec, &da) == FI_EINVALID); /* window not given */
+    EXPECT(strstr(fi_last_error(), "window_left") != NULL);
+    da.window_left = 1024;
+    EXPECT(fi_decode_workspace_size(&bytes, &spec, &da) == 0 && bytes > 0);
+    EXPECT(fi_decode_run(NULL, &spec, &da, NULL) == FI_EINVALID);
+
+    /* ---- batch decode ---- */
+    fi_jit_spec bds = FI_JIT_SPEC_INIT;
+    bds.kind = FI_KIND_BATCH_DECODE;
+    const int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
+    fi_batch_decode_plan_args bpa = FI_BATCH_DECODE_PLAN_ARGS_INIT;
+    EXPECT(bpa.page_size == 16 && bpa.window_left == -1);
+    bpa.batch_size = 2;
+    bpa.kv_indptr = indptr;
+    bpa.kv_last_page_len = last;
+    bpa.num_qo_heads = 32;
+    bpa.num_kv_heads = 8;
+    bpa.sm_count = 132;
+    size_t planned = 0;
+    EXPECT(fi_batch_decode_workspace_size(&bytes, &bds, &bpa) == 0 && bytes > 0);
+    fi_batch_decode_plan *bplan = NULL;
+    EXPECT(fi_batch_decode_plan_new(&bplan, ctx, &bds, &bpa) == 0 && bplan != NULL);
+    EXPECT(fi_batch_decode_plan_workspace_size(&planned, bplan) == 0 && planned == bytes);
+    int items = 0, most = 0;
+    EXPECT(fi_batch_decode_plan_describe(&items, &most, bplan) == 0 && items >= 2 && most >= 1);
+    EXPECT(fi_batch_decode_plan_upload(bplan, NULL, bytes) == FI_EINVALID);
+    fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
+    EXPECT(ba.version == FI_BATCH_DECODE_ARGS_VERSION);
+    EXPECT(fi_batch_decode_run(ctx, NULL, &ba, NULL) == FI_EINVALID);
+    fi_batch_decode_plan_free(bplan);
+    fi_batch_decode_plan_free(NULL);
+
+    fi_merge_states_args ma = FI_MERGE_STATES_ARGS_INIT;
+    EXPECT(ma.version == FI_MERGE_STATES_ARGS_VERSION && ma.lse == NULL && ma.lse_out == NULL);
+    EXPECT(fi_merge_states(ctx, &spec, &ma, NULL) == FI_EINVALID); /* a decode spec */
+
+    /* ---- prefill ---- */
+    fi_jit_spec ps = FI_JIT_SPEC_INIT;
+    ps.kind = FI_KIND_PREFILL;
+    ps.pos = FI_POS_ROPE_LLAMA;
+    fi_prefill_args pa = FI_PREFILL_ARGS_INIT;
+    EXPECT(pa.version == FI_PREFILL_ARGS_VERSION && pa.window_left == -1);
+    pa.num_qo_heads = 32;
+    pa.num_kv_heads = 8;
+    pa.qo_len = pa.kv_len = 100;
+    EXPECT(fi_prefill_workspace_size(&bytes, &ps, &pa) == 0 && bytes == 100 * 8 * 128 * 2);
+    EXPECT(fi_prefill_run(NULL, &ps, &pa, NULL) == FI_EINVALID);
+
+    fi_jit_spec bps = FI_JIT_SPEC_INIT;
+    bps.kind = FI_KIND_BATCH_PREFILL_PAGED;
+    const int32_t qo_indptr[3] = {0, 100, 130};
+    fi_batch_prefill_plan_args bppa = FI_BATCH_PREFILL_PLAN_ARGS_INIT;
+    EXPECT(bppa.page_size == 16 && bppa.window_left == -1);
+    bppa.batch_size = 2;
+    bppa.qo_indptr = qo_indptr;
+    bppa.kv_indptr = indptr;
+    bppa.kv_last_page_len = last;
+    bppa.num_qo_heads = 32;
+    bppa.num_kv_heads = 8;
+    bppa.sm_count = 132;
+    EXPECT(fi_batch_prefill_workspace_size(&bytes, &bps, &bppa) == 0 && bytes > 0);
+    bps.mask = FI_MASK_WINDOW;
+    EXPECT(fi_batch_prefill_workspace_size(&bytes, &bps, &bppa) == FI_EINVALID);
+    bps.mask = FI_MASK_NONE;
+    fi_batch_prefill_plan *pplan = NULL;
+    EXPECT(fi_batch_prefill_plan_new(&pplan, NULL, &bps, &bppa) == FI_EINVALID && pplan == NULL);
+    EXPECT(fi_batch_prefill_plan_workspace_size(&planned, NULL) == FI_EINVALID);
+    EXPECT(fi_batch_prefill_plan_upload(NULL, NULL, 0) == FI_EINVALID);
+    fi_batch_prefill_args bpr = FI_BATCH_PREFILL_ARGS_INIT;
+    EXPECT(bpr.version == FI_BATCH_PREFILL_ARGS_VERSION && bpr.custom_mask_offsets == NULL);
+    EXPECT(fi_batch_prefill_run(ctx, NULL, &bpr, NULL) == FI_EINVALID);
+    fi_batch_prefill_plan_free(pplan);
+
+    (void)kernel;
+    (void)outcome;
+    fi_jit_ctx_free(ctx);
+    fi_jit_ctx_free(NULL);
+    printf("use_all (%s): %s\n",
+#ifdef __cplusplus
+           "C++",
+#else
+           "C",
+#endif
+           failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
+}
