@@ -1,7 +1,7 @@
 // Read-bandwidth ceilings for the decode benchmarks: how fast this GPU reads
 // memory the way decode does (16 KiB tiles of four 4 KiB chunks streamed
 // through a cp.async ring in shared memory, 128 threads a block, as
-// templates/decode_core.cuh), once with each block's chunks contiguous (a
+// templates/decode/), once with each block's chunks contiguous (a
 // dense K/V cache) and once with the chunks in random order (a paged cache
 // of page_size 16, HND, hd 128: one 4 KiB chunk per page and head). Then
 // paged with 8 heads to a page, 32 KiB (GQA 32/8): each block reads one head's

@@ -136,7 +136,7 @@ static int launch_ctx(fi_jit_ctx **ctx)
 static _Alignas(256) unsigned char device_arena[1 << 16];
 #define DEV(i) ((void *)(device_arena + 4096 * (i)))
 
-/* The frequencies fijit_params.h documents, to the float they round to. */
+/* The frequencies decode/params.h documents, to the float they round to. */
 static int rope_table_is(const float *freq, int hd, double scale, double theta)
 {
     for (int i = 0; i < hd / 2; i++)

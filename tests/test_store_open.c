@@ -1,5 +1,5 @@
 /* Tests of how the on-disk cache is opened and locked (src/store/local/: open, lock,
- * src/jit.c where it opens the store): symlinks above the cache, read-only
+ * src/core/jit.c where it opens the store): symlinks above the cache, read-only
  * caches (another user over a chmod a-w copy, a root-owned image layer, a
  * read-only bind mount), a full disk, a frozen lock holder, a stale -shm,
  * long paths and memory-only contexts without a home.

@@ -420,7 +420,7 @@ TEST(variant_may_not_reach_other_files)
     } refused[] = {
         {"absolute include", "#include \"%s\"\n", "#include is not allowed", 2},
         {"angle include", "#include <%s>\n", "#include is not allowed", 2},
-        {"relative include", "#include \"fijit_common.cuh\"%.0s\n", "#include is not allowed", 2},
+        {"relative include", "#include \"common/fijit_common.cuh\"%.0s\n", "#include is not allowed", 2},
         {"spaced include", "  #   include \"%s\"\n", "#include is not allowed", 2},
         {"comment before it", "/* a */ # /* b */ include \"%s\"\n", "#include is not allowed", 2},
         {"digraph", "%%:include \"%s\"\n", "#include is not allowed", 2},

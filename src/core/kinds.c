@@ -68,7 +68,7 @@ static const fi_kind_info kinds[] = {
      {"fi_batch_decode_kernel", "fi_merge_states_kernel"}, check_decode,
      fi__batch_decode_launch_shape},
     /* Prefill: one kernel per query tile (128, 64, 16 rows; see
-     * templates/prefill_params.h), all kinds sharing templates/prefill.cuh,
+     * templates/prefill/params.h), all kinds sharing templates/prefill/,
      * then the RoPE pre-pass (src/launch/prefill.c), then the Hopper main
      * loop (templates/prefill/mainloop_sm90_ws.cuh; empty but for sm_90a). */
     {FI_KIND_PREFILL, "prefill", "prefill/single.cuh",

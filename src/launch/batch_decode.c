@@ -2,7 +2,7 @@
  * Host side of batch decode over a paged KV cache (include/fijit_batch_decode.h):
  * the plan, its workspace, the launch, and fi_merge_states. The kernels are in
  * templates/batch_decode.cuh (tile loop shared with single decode in
- * templates/decode_core.cuh); the parameter structs in templates/fijit_params.h.
+ * templates/decode/); the parameter structs in templates/decode/params.h.
  *
  * The plan. One block serves one kv head (or a slice of a large GQA group,
  * "head block") over one work item: a contiguous range of one request's keys.
@@ -29,7 +29,7 @@
  *   partial_lse [num_items, num_qo_heads] float
  *   counters    [batch, num_kv_heads * head_blocks] u64
  * Counters are zeroed by the upload and left at 0 by every launch (the last
- * block of a count resets it; see fijit_params.h).
+ * block of a count resets it; see decode/params.h).
  */
 #include <math.h>
 #include <stdint.h>
@@ -445,7 +445,7 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     p.sm_scale = fi__launch_sm_scale(a->sm_scale, spec->head_dim);
     p.soft_cap = fi__launch_soft_cap(spec, a->logits_soft_cap);
     p.window_left = plan->window_left;
-    p.epoch = 0; /* counters zeroed by the upload, see fijit_params.h */
+    p.epoch = 0; /* counters zeroed by the upload, see decode/params.h */
     p.k_scale = fi__decode_scale(a->k_scale);
     p.v_scale = fi__decode_scale(a->v_scale);
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);

@@ -1,15 +1,15 @@
 /*
  * Host side of single-request decode: argument validation, the split-KV plan,
  * the kernel parameter struct and the launches (templates/decode.cuh holds the
- * kernels, templates/fijit_params.h the struct both sides share).
+ * kernels, templates/decode/params.h the struct both sides share).
  *
  * Split plan. One block serves one KV head (or a slice of a large GQA group)
  * over one chunk of keys. A single request has few KV heads, so the keys are
  * cut into num_splits chunks until the grid holds about one wave of resident
  * blocks; each split writes a normalised partial output and its log-sum-exp
  * into the caller's workspace, and the last block of each kv head to finish
- * merges them in the same launch (templates/decode_core.cuh; the counters'
- * epoch scheme in fijit_params.h means the workspace needs no zeroing). The
+ * merges them in the same launch (templates/decode/; the counters'
+ * epoch scheme in decode/params.h means the workspace needs no zeroing). The
  * plan depends only on the shapes and the device's SM count, so
  * fi_decode_workspace_size and fi_decode_run agree for the same arguments.
  *

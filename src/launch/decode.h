@@ -49,17 +49,17 @@
 /* Largest page of batch decode, in tokens. */
 #define BATCH_DECODE_MAX_PAGE_SIZE 64
 
-/* A fresh, nonzero epoch for the split counters (see fijit_params.h). */
+/* A fresh, nonzero epoch for the split counters (see decode/params.h). */
 unsigned fi__decode_next_epoch(void);
 /* An fp8 scale as the kernel takes it: 0 means 1. */
 float fi__decode_scale(float s);
 /* Bytes per KV element of the spec: 1 for fp8, else 2. */
 int fi__decode_kv_bytes(const fi_jit_spec *spec);
 /* Row groups of a decode block that split a GQA group's heads (a power of
- * two; fijit_params.h): the block serves FI_DECODE_HEADS_PER_THREAD times as
+ * two; decode/params.h): the block serves FI_DECODE_HEADS_PER_THREAD times as
  * many heads. */
 int fi__decode_head_chunks(int group_size);
-/* Ring depth (fijit_params.h, FI_DECODE_STAGES_DEEP2) for a grid of `blocks`
+/* Ring depth (decode/params.h, FI_DECODE_STAGES_DEEP2) for a grid of `blocks`
  * decode blocks of at most `tiles` tiles each on `sm_count` SMs (0: unknown,
  * the default depth); deeper only for min_tiles <= tiles <= 32. */
 int fi__decode_stages(const fi_jit_spec *spec, long long blocks, long long tiles, int min_tiles,

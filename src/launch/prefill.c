@@ -1,8 +1,8 @@
 /*
  * Host side of the prefill kinds (single, batch ragged, batch paged):
  * argument validation, the choice of query tile, the batch plan (work list)
- * and the launches. templates/prefill.cuh holds the kernels,
- * templates/prefill_params.h the parameter struct both sides share, and
+ * and the launches. templates/prefill/ holds the kernels,
+ * templates/prefill/params.h the parameter struct both sides share, and
  * include/fijit_prefill.h the public API.
  *
  * Tile choice. A module holds kernels for query tiles of 128, 64 and 16
@@ -13,7 +13,7 @@
  *
  * Block order. The grid is (work items, kv heads); a work item is one query
  * tile of one request. Blocks start longest first (the kernel maps launch
- * order to (item, head) through heads_per_section, see prefill_params.h):
+ * order to (item, head) through heads_per_section, see prefill/params.h):
  * the long causal tiles begin in the first waves and short ones fill the
  * tail, while the heads whose K/V is read at one time are few enough for L2.
  *
@@ -25,7 +25,7 @@
  *
  * RoPE. Every CTA that reads a K tile would rotate it again; instead a
  * pre-pass (fi_prefill_rope_k_kernel) rotates each key once into a
- * workspace and the tile kernels read it there (prefill_params.h: rot_k).
+ * workspace and the tile kernels read it there (prefill/params.h: rot_k).
  * Batch kinds: after the work list (paged: then the requests' first rows).
  * Single prefill: the caller's optional workspace; without one, the tile
  * loop rotates K tiles.
@@ -70,7 +70,7 @@ int fi__prefill_check(const fi_jit_spec *spec)
 }
 
 /* 1 when kernels compiled for `arch` use the sm_90a tile shapes
- * (FI_PREFILL_WGMMA in prefill_params.h). */
+ * (FI_PREFILL_WGMMA in prefill/params.h). */
 static int is_sm90a(const char *arch)
 {
     return strcmp(arch, "sm_90a") == 0;
@@ -186,13 +186,13 @@ static void fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm
                      (a)->rope_theta, (a)->rope_offset, (window_left));                       \
     } while (0)
 
-/* The kernels' kind values are fi_kernel_kind's (prefill_params.h). */
+/* The kernels' kind values are fi_kernel_kind's (prefill/params.h). */
 _Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
                    FI_PREFILL_KIND_RAGGED == FI_KIND_BATCH_PREFILL_RAGGED &&
                    FI_PREFILL_KIND_PAGED == FI_KIND_BATCH_PREFILL_PAGED,
                "prefill kind values");
 
-/* Index of the Hopper main loop among the module's entries (src/kinds.c). */
+/* Index of the Hopper main loop among the module's entries (src/core/kinds.c). */
 #define WS_ENTRY (FI_PREFILL_NUM_TILES + 1)
 /* Measured on H100 (bench_prefill.py, batch 4): see README. */
 #define WS_DEFAULT WS_GRID
@@ -209,7 +209,7 @@ static int mask_is_causal(const fi_jit_spec *spec)
     return spec->mask == FI_MASK_CAUSAL || spec->mask == FI_MASK_WINDOW;
 }
 
-/* The Hopper main loop (templates/prefill_sm90.cuh) takes a launch of tile
+/* The Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) takes a launch of tile
  * kernel `idx` when the module was compiled for sm_90a for a tuple it serves,
  * the keys are read as they are or rotated once into a workspace (`rot_k`)
  * and, paged, its K/V tiles are whole pages of `page_size` rows;
@@ -230,7 +230,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
     return WS_DEFAULT;
 }
 
-/* TMA maps of p's K and V (prefill_params.h): k_rows and v_rows rows of
+/* TMA maps of p's K and V (prefill/params.h): k_rows and v_rows rows of
  * contiguous keys (0: none, no map is read), paged: the page pools, K
  * contiguous when rotated. 0, or <0 when the tensors do not suit TMA. */
 static int encode_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
@@ -300,7 +300,7 @@ static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
 }
 
 /* Launch the RoPE pre-pass (the module entry after the tile kernels) that
- * writes the kv_rows keys rotated into rot_k (prefill_params.h), then point
+ * writes the kv_rows keys rotated into rot_k (prefill/params.h), then point
  * p's keys at them for the tile kernel. kv_token_start: the requests' first
  * rows (device), NULL for single prefill. */
 static int rotate_keys(const fi_jit_kernel *kernel, int hd, void *rot_k, const int *kv_token_start,

@@ -2,7 +2,7 @@
  * The RoPE (Llama, rotate-half) frequency table every kernel kind takes in
  * its parameter block: freq[i] = theta^(-2i/hd) / scale for i < hd/2,
  * computed in double and rounded once to float, so that the kernels rotate
- * by exactly the angles a reference computes (fijit_params.h, prefill_params.h).
+ * by exactly the angles a reference computes (decode/params.h, prefill/params.h).
  */
 #ifndef FI_ROPE_H
 #define FI_ROPE_H

@@ -508,7 +508,7 @@ def run_batch_prefill(pf, rnd, c, spec):
 # ---- the built-in behaviour re-implemented as a user variant ------------------------------
 def reimpl_source(alibi, softcap, window, query):
     """A snippet overriding every hook with the built-in expressions (templates/
-    fijit_variant.cuh, variant_alibi.cuh, variant_softcap.cuh, variant_window.cuh) for
+    common/variant.cuh, variants/alibi.cuh, variants/softcap.cuh, variants/window.cuh) for
     the layers this tuple has, query_transform only when `query`. Keep it in step with
     those files: the comparison is bit for bit, except for decode with `query`: decode
     multiplies the untransformed q with K and scales the fp32 logits when the variant
