@@ -59,11 +59,16 @@ constexpr int kBarWg = 3;
 // The consumers alternate their MMA issue (see above). Not measured off here:
 // FlashAttention-3's ablation credits it with a good part of its speed.
 constexpr bool kPingPong = true;
-// Registers of the producer and of the consumers: the paged producer (a warp
-// that also reads page ids and copies partial pages) needs 32 not to spill
-// (128 x 32 + 256 x 240 = 64K).
-constexpr int kProducerRegs = kKind == FI_PREFILL_KIND_PAGED ? 32 : 24;
-constexpr int kConsumerRegs = 240;
+// Registers of the producer and of the consumers. setmaxnreg only moves
+// registers within what the CTA was launched with (168 a thread: 64K / 384,
+// in steps of 8), so an increase past that waits forever: the sum must fit
+// (measured: 32 / 240 hangs). The paged producer (a warp that also reads page
+// ids and copies partial pages) spills below 32; 40 / 232 fits exactly and
+// spills nowhere on the plain tuples.
+constexpr int kProducerRegs = kKind == FI_PREFILL_KIND_PAGED ? 40 : 24;
+constexpr int kConsumerRegs = kKind == FI_PREFILL_KIND_PAGED ? 232 : 240;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= FI_PREFILL_WS_THREADS * 168,
+              "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
 static_assert(kTileQ == FI_PREFILL_TILE_Q(0), "the Hopper loop replaces tile kernel 0");
 static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 64 rows");
