@@ -51,11 +51,11 @@ run() {  # run NAME TOOL CMD...: errors from the sanitizer's summary line
     grep -E '^=========  *(Invalid|Race|Barrier|Uninitialized)|test_[a-z_]+: (passed|FAILED)' \
         "$OUT_DIR/san_$name.log" | head -5
 }
-run memcheck_prefill memcheck python3 tests/gpu/test_prefill.py "${PREFILL_SMALL[@]}" --pages 1,7
+run memcheck_prefill memcheck python3 tests/gpu/test_prefill.py "${PREFILL_SMALL[@]}" --pages 1,7,16
 run memcheck_decode memcheck python3 tests/gpu/test_decode.py --tiny
 run memcheck_batch_decode memcheck python3 tests/gpu/test_batch_decode.py --tiny
-run racecheck_prefill racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7
-run synccheck_prefill synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7
+run racecheck_prefill racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7,16
+run synccheck_prefill synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7,16
 run racecheck_decode racecheck python3 tests/gpu/test_decode.py --tiny
 run synccheck_decode synccheck python3 tests/gpu/test_decode.py --tiny
 run racecheck_batch_decode racecheck python3 tests/gpu/test_batch_decode.py --tiny
