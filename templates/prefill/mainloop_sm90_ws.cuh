@@ -160,6 +160,20 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         const int whole = keys / p.page_size;
         // The tile's page ids, one per lane, read at once (one latency, not n).
         const int my_page = lane < n ? p.kv_indices[w.kv_begin + t0 / p.page_size + lane] : 0;
+        // Pages [0, count) of the tile into `slot`, a TMA per page and panel,
+        // completing `full` (the whole warp takes part: the ids are shuffled).
+        auto load_pages = [&](unsigned int slot, const fi_tma_map *map, unsigned int full,
+                              int count) {
+            if (lane == 0) bar_expect(full, (unsigned int)(count * p.page_size) * 128u * kPanels);
+            for (int pg = 0; pg < count; ++pg) {
+                const int page = __shfl_sync(0xffffffffu, my_page, pg);
+                if (lane == 0)
+#pragma unroll
+                    for (int c = 0; c < kPanels; ++c)
+                        tma_load_page(slot + c * kTileKV * 128u + pg * p.page_size * 128u, map,
+                                      c * 64, w.kv_head, page, full);
+            }
+        };
 
         bar_wait(sm.empty_k(s), free_parity);
         if constexpr (kRotatedK) {
@@ -171,15 +185,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
                              w.k_row0 + t0, sm.full_k(s));
             }
         } else {
-            if (lane == 0) bar_expect(sm.full_k(s), (unsigned int)(n * p.page_size) * 128u * kPanels);
-            for (int pg = 0; pg < n; ++pg) {
-                const int page = __shfl_sync(0xffffffffu, my_page, pg);
-                if (lane == 0)
-#pragma unroll
-                    for (int c = 0; c < kPanels; ++c)
-                        tma_load_page(sm.k_slot(s) + c * kTileKV * 128u + pg * p.page_size * 128u,
-                                      &maps.k, c * 64, w.kv_head, page, sm.full_k(s));
-            }
+            load_pages(sm.k_slot(s), &maps.k, sm.full_k(s), n);
         }
 
         bar_wait(sm.empty_v(s), free_parity);
@@ -202,15 +208,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
             wg::fence_proxy_async();  // read by wgmma after the barrier
         }
         __syncwarp();
-        if (lane == 0) bar_expect(sm.full_v(s), (unsigned int)rows * 128u * kPanels);
-        for (int pg = 0; pg < whole; ++pg) {
-            const int page = __shfl_sync(0xffffffffu, my_page, pg);
-            if (lane == 0)
-#pragma unroll
-                for (int c = 0; c < kPanels; ++c)
-                    tma_load_page(sm.v_slot(s) + c * kTileKV * 128u + pg * p.page_size * 128u,
-                                  &maps.v, c * 64, w.kv_head, page, sm.full_v(s));
-        }
+        load_pages(sm.v_slot(s), &maps.v, sm.full_v(s), whole);
     }
 }
 
