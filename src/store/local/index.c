@@ -56,19 +56,16 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_CLEAR] = "DELETE FROM entries",
 };
 
-/* Persisted counters, by their row name in `stats`. */
+/* Counters by their row name in `stats`: every counter of fi_jit_stats.
+ * `entries` and `bytes` are never rows (a context never counts them; they
+ * are read from `entries`, after the rows). */
 static const struct {
     const char *name;
     size_t offset;
 } stat_fields[] = {
-    {"memory_hits", offsetof(fi_jit_stats, memory_hits)},
-    {"disk_hits", offsetof(fi_jit_stats, disk_hits)},
-    {"misses", offsetof(fi_jit_stats, misses)},
-    {"compiles", offsetof(fi_jit_stats, compiles)},
-    {"compile_failures", offsetof(fi_jit_stats, compile_failures)},
-    {"compile_ns", offsetof(fi_jit_stats, compile_ns)},
-    {"bytes_written", offsetof(fi_jit_stats, bytes_written)},
-    {"corrupt", offsetof(fi_jit_stats, corrupt)},
+#define STAT_FIELD(name, unit, label) {#name, offsetof(fi_jit_stats, name)},
+    FI_JIT_STATS_COUNTERS(STAT_FIELD)
+#undef STAT_FIELD
 };
 #define STAT_FIELD_COUNT (sizeof stat_fields / sizeof stat_fields[0])
 
