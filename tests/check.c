@@ -150,3 +150,14 @@ int check_prewarm_all(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, int want
     }
     return failures;
 }
+
+fi_jit_spec parse_or_die(const char *text)
+{
+    fi_jit_spec spec;
+    static char variant[64];
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0) {
+        fprintf(stderr, "cannot parse '%s': %s\n", text, fi_last_error());
+        abort();
+    }
+    return spec;
+}

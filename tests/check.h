@@ -31,6 +31,9 @@ void check_fail(const char *file, int line, const char *expr, const char *detail
 extern char check_tmpdir[];
 
 /* FIJIT_TEST_QUICK is set (sanitizer runs): sweeps take a sample. */
+/* The spec `text` names (its variant name in a static buffer); aborts the
+ * test program with the parser's message when it does not parse. */
+fi_jit_spec parse_or_die(const char *text);
 int check_quick(void);
 /* A quiet context on a cache in check_tmpdir, compiling for `arch`. */
 int check_ctx_new(fi_jit_ctx **out, const char *arch);

@@ -22,17 +22,6 @@
 #include "core/spec.h"
 #include "common/sys.h"
 
-static fi_jit_spec parse_or_die(const char *text)
-{
-    fi_jit_spec spec;
-    static char variant[64];
-    if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0) {
-        fprintf(stderr, "cannot parse '%s': %s\n", text, fi_last_error());
-        abort();
-    }
-    return spec;
-}
-
 /* Every tuple the decode kind accepts. */
 static int decode_tuples(fi_jit_spec *out, int max)
 {

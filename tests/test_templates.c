@@ -20,17 +20,6 @@
 #include "core/kinds.h"
 #include "core/spec.h"
 
-static fi_jit_spec parse_or_die(const char *text)
-{
-    fi_jit_spec spec;
-    static char variant[64];
-    if (fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0) {
-        fprintf(stderr, "cannot parse '%s': %s\n", text, fi_last_error());
-        abort();
-    }
-    return spec;
-}
-
 static int write_file(const char *dir, const char *name, const char *text, const char *mode)
 {
     char path[4300];
