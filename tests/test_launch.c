@@ -406,8 +406,10 @@ TEST(batch_decode_launch_reads_the_uploaded_plan)
 }
 
 /* The TMA map the fake driver was given (fake_cuda.h) describes `base`
- * [rows, heads, hd] with the strides of prefill_args_for and 128-key boxes. */
-static int tma_map_is(const fi_tma_map *m, const void *base, int rows, int heads, int hd)
+ * [rows, heads, hd] with the strides of prefill_args_for, read in boxes of
+ * {64, box_heads, box_rows}. */
+static int tma_map_is(const fi_tma_map *m, const void *base, int rows, int heads, int hd,
+                      int box_heads, int box_rows)
 {
     const unsigned long long *w = m->words;
     return w[FAKE_TMA_ADDRESS] == (unsigned long long)(uintptr_t)base &&
@@ -415,13 +417,16 @@ static int tma_map_is(const fi_tma_map *m, const void *base, int rows, int heads
            w[FAKE_TMA_DIMS + 2] == (unsigned long long)rows &&
            w[FAKE_TMA_STRIDES] == (unsigned long long)hd * 2 &&
            w[FAKE_TMA_STRIDES + 1] == (unsigned long long)heads * hd * 2 && w[FAKE_TMA_BOX] == 64 &&
-           w[FAKE_TMA_BOX + 1] == 1 && w[FAKE_TMA_BOX + 2] == FI_PREFILL_WS_TILE_KV(hd, 1) &&
+           w[FAKE_TMA_BOX + 1] == (unsigned long long)box_heads &&
+           w[FAKE_TMA_BOX + 2] == (unsigned long long)box_rows &&
            w[FAKE_TMA_SWIZZLE] == CU_TENSOR_MAP_SWIZZLE_128B;
 }
 
 /* sm_90a: the 128-row tiles of single and ragged prefill go to the Hopper
- * main loop with TMA maps of K and V; FIJIT_PREFILL_WS=0 keeps tile kernel 0,
- * and a custom mask always does. */
+ * main loop with TMA maps of K, V and (when the group divides the tile) Q,
+ * persistent at head_dim <= 128 (a CTA per SM), a CTA per block at 256 or
+ * with FIJIT_PREFILL_WS=grid; FIJIT_PREFILL_WS=0 keeps tile kernel 0, and a
+ * custom mask always does. */
 TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
 {
     fi_jit_ctx *ctx = NULL;
@@ -431,12 +436,30 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
     CHECK_OK(launch_ctx(&ctx));
     CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
     CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
-    /* 4000 packed rows per kv head: 32 tiles of 128, a CTA each, one grid row. */
-    CHECK_MSG(seen.grid[0] == 32 * 8 && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
+    /* 4000 packed rows per kv head: 32 tiles of 128 x 8 kv heads, walked by a
+     * CTA per SM of the (fake) device. */
+    CHECK_MSG(seen.grid[0] == FAKE_CUDA_SM_COUNT && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
     CHECK(seen.block[0] == FI_PREFILL_WS_THREADS && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1));
     CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8);
-    CHECK(tma_map_is(&seen.ws.k, a.k, 1000, 8, 128) && tma_map_is(&seen.ws.v, a.v, 1000, 8, 128));
+    /* K and V in boxes of a K/V tile, Q of a tile's packed rows (4 heads x 32 tokens). */
+    const int kv_box = FI_PREFILL_WS_TILE_KV(128, 1);
+    CHECK(tma_map_is(&seen.ws.k, a.k, 1000, 8, 128, 1, kv_box) &&
+          tma_map_is(&seen.ws.v, a.v, 1000, 8, 128, 1, kv_box));
+    CHECK(seen.ws.q_rows == 1000 &&
+          tma_map_is(&seen.ws.q, a.q, 1000, 32, 128, 4, FI_PREFILL_WS_TILE_Q / 4));
     CHECK(seen.p.prefill.q == a.q && seen.p.prefill.qo_len == 1000);
+
+    setenv("FIJIT_PREFILL_WS", "grid", 1); /* a CTA per block, one grid row */
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    unsetenv("FIJIT_PREFILL_WS");
+    CHECK_MSG(seen.grid[0] == 32 * 8 && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
+
+    /* A group of 3 does not divide the tile: no map of q, the consumers load it. */
+    prefill_args_for(&a, 24, 8, 1000, 128);
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+    CHECK(seen.ws.q_rows == 0);
+    prefill_args_for(&a, 32, 8, 1000, 128);
 
     setenv("FIJIT_PREFILL_WS", "0", 1);
     CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));

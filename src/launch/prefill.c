@@ -194,8 +194,12 @@ _Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
 
 /* Index of the Hopper main loop among the module's entries (src/core/kinds.c). */
 #define WS_ENTRY (FI_PREFILL_NUM_TILES + 1)
-/* Measured on H100 (bench_prefill.py, batch 4): see README. */
-#define WS_DEFAULT WS_GRID
+/* Measured on H100 (bench_prefill.py, batch 4; README): persistent CTAs, which
+ * load the next block's Q while finishing this one, win where there are two Q
+ * buffers (head_dim <= 128: 1.00-1.10x a CTA per block at seq 4k-8k,
+ * 1.11-1.27x at 1k); at head_dim 256 (one buffer) the causal blocks' uneven
+ * lengths make a CTA per block faster (a persistent CTA's share is fixed). */
+#define WS_DEFAULT(hd) (FI_PREFILL_WS_Q_BUFS(hd) == 2 ? WS_PERSISTENT : WS_GRID)
 
 /* How tile kernel 0's blocks are launched on sm_90a. */
 enum ws_mode {
@@ -213,7 +217,7 @@ static int mask_is_causal(const fi_jit_spec *spec)
  * kernel `idx` when the module was compiled for sm_90a for a tuple it serves,
  * the keys are read as they are or rotated once into a workspace (`rot_k`)
  * and, paged, its K/V tiles are whole pages of `page_size` rows;
- * FIJIT_PREFILL_WS=0|grid|persistent chooses for A/B measurements. Batch
+ * FIJIT_PREFILL_WS=0|grid|persistent[:N] chooses for A/B measurements. Batch
  * kinds decide once, in the plan. */
 static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
                                 int rot_k, int page_size)
@@ -226,50 +230,81 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
         return WS_OFF;
     if (env && strcmp(env, "grid") == 0) return WS_GRID;
-    if (env && strcmp(env, "persistent") == 0) return WS_PERSISTENT;
-    return WS_DEFAULT;
+    if (env && strncmp(env, "persistent", 10) == 0) return WS_PERSISTENT;
+    return WS_DEFAULT(spec->head_dim);
 }
 
-/* TMA maps of p's K and V (prefill/params.h): k_rows and v_rows rows of
- * contiguous keys (0: none, no map is read), paged: the page pools, K
- * contiguous when rotated. 0, or <0 when the tensors do not suit TMA. */
-static int encode_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
-                       int k_rows, int v_rows)
+/* Rows of the tensors the Hopper main loop's TMA maps describe: q's tokens,
+ * and the contiguous keys of k and v (0: none, no map is read). */
+struct ws_rows {
+    int q, k, v;
+};
+
+/* TMA maps of p's K and V (prefill/params.h): rows->k and rows->v rows of
+ * contiguous keys, paged: the page pools, K contiguous when rotated. 0, or
+ * <0 when the tensors do not suit TMA. */
+static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
+                          const struct ws_rows *rows)
 {
     const int hd = spec->head_dim, heads = p->num_kv_heads;
     const int box = FI_PREFILL_WS_TILE_KV(hd, mask_is_causal(spec));
     if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
-        int rc = p->rot_k ? (k_rows > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, k_rows,
-                                                              p->k_stride_h, p->k_stride_n, box)
-                                        : 0)
+        int rc = p->rot_k ? (rows->k > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k,
+                                                               p->k_stride_h, p->k_stride_n, 1, box)
+                                         : 0)
                           : fi__cuda_tma_map_paged(&ws->k, p->k, hd, heads, p->page_size,
                                                    p->k_stride_h, p->k_stride_n, p->k_stride_page);
         return rc < 0 ? rc
                       : fi__cuda_tma_map_paged(&ws->v, p->v, hd, heads, p->page_size,
                                                p->v_stride_h, p->v_stride_n, p->v_stride_page);
     }
-    if (k_rows <= 0) return 0;
-    int rc = fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, k_rows, p->k_stride_h, p->k_stride_n, box);
+    if (rows->k <= 0) return 0;
+    int rc = fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k, p->k_stride_h, p->k_stride_n, 1,
+                                 box);
     return rc < 0 ? rc
-                  : fi__cuda_tma_map_3d(&ws->v, p->v, hd, heads, v_rows, p->v_stride_h,
-                                        p->v_stride_n, box);
+                  : fi__cuda_tma_map_3d(&ws->v, p->v, hd, heads, rows->v, p->v_stride_h,
+                                        p->v_stride_n, 1, box);
+}
+
+/* The map of q (prefill/params.h) when Q may come by TMA: a tile's packed
+ * rows are then one box (the group divides the tile), there are two Q
+ * buffers and sm_scale is positive (the kernel applies it in the softmax,
+ * after the maxima). Otherwise, or when q does not suit TMA, ws->q_rows
+ * stays 0 and the consumers load Q themselves. */
+static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
+                         int q_rows)
+{
+    const int group = p->group_size;
+    if (q_rows <= 0 || FI_PREFILL_WS_Q_BUFS(spec->head_dim) != 2 ||
+        FI_PREFILL_WS_TILE_Q % group != 0 || !(p->sm_scale > 0.f))
+        return;
+    if (fi__cuda_tma_map_3d(&ws->q, p->q, spec->head_dim, p->num_qo_heads, q_rows, p->q_stride_h,
+                            p->q_stride_n, group, FI_PREFILL_WS_TILE_Q / group) == 0)
+        ws->q_rows = q_rows;
 }
 
 /* Launch the Hopper main loop over `items` x `heads` blocks, with TMA maps of
- * p's K and V (see encode_maps); WS_PERSISTENT: on at most sm_count CTAs.
- * 1: launched; 0: the tensors do not suit TMA, nothing was launched. */
+ * p's tensors (see encode_kv_maps, encode_q_map); WS_PERSISTENT: on at most
+ * sm_count CTAs. 1: launched; 0: K and V do not suit TMA, nothing was
+ * launched. */
 static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum ws_mode mode,
-                     int sm_count, int items, int heads, fi_prefill_params *p, int k_rows,
-                     int v_rows, CUstream stream, const char *who)
+                     int sm_count, int items, int heads, fi_prefill_params *p,
+                     const struct ws_rows *rows, CUstream stream, const char *who)
 {
     const int hd = spec->head_dim, causal = mask_is_causal(spec);
     fi_prefill_ws ws;
     memset(&ws, 0, sizeof ws);
     FI_UNUSED(causal); /* when the tile sizes do not depend on it */
-    if (encode_maps(&ws, spec, p, k_rows, v_rows) < 0) return 0;
+    if (encode_kv_maps(&ws, spec, p, rows) < 0) return 0;
+    encode_q_map(&ws, spec, p, rows->q);
     ws.work_items = items;
     ws.kv_heads = heads;
     const int64_t blocks = (int64_t)items * heads;
+    /* FIJIT_PREFILL_WS=persistent:N: N CTAs, so that tests walk several
+     * blocks per CTA on grids smaller than the device. */
+    const char *env = getenv("FIJIT_PREFILL_WS");
+    if (mode == WS_PERSISTENT && env && strncmp(env, "persistent:", 11) == 0 && atoi(env + 11) > 0)
+        sm_count = atoi(env + 11);
     const int64_t ctas = mode == WS_PERSISTENT && sm_count > 0 && blocks > sm_count ? sm_count : blocks;
     void *args[] = {p, &ws};
     const unsigned block[3] = {FI_PREFILL_WS_THREADS, 1, 1};
@@ -279,16 +314,15 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
 }
 
 /* Launch tile kernel `idx` of `kernel` on grid (gx, gy), or the Hopper main
- * loop in its place (`ws`, see ws_mode_for); sm_count, k_rows, v_rows as
+ * loop in its place (`ws`, see ws_mode_for); sm_count and rows as
  * launch_ws takes them. */
 static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx, enum ws_mode ws,
-                  int sm_count, unsigned gx, unsigned gy, fi_prefill_params *p, int k_rows,
-                  int v_rows, CUstream stream, const char *who)
+                  int sm_count, unsigned gx, unsigned gy, fi_prefill_params *p,
+                  const struct ws_rows *rows, CUstream stream, const char *who)
 {
     const int hd = spec->head_dim;
     if (ws != WS_OFF) {
-        int rc = launch_ws(kernel, spec, ws, sm_count, (int)gx, (int)gy, p, k_rows, v_rows, stream,
-                           who);
+        int rc = launch_ws(kernel, spec, ws, sm_count, (int)gx, (int)gy, p, rows, stream, who);
         if (rc != 0) return rc < 0 ? rc : 0;
     }
     CUfunction f = kernel->functions[idx];
@@ -446,9 +480,9 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
                            (CUstream)stream, "prefill"));
     const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0);
     if (ws == WS_PERSISTENT && !sm_count) FI_TRY(fi__cuda_sm_count(&sm_count));
+    const struct ws_rows ws_rows = {a->qo_len, a->kv_len, a->kv_len};
     FI_TRY(launch(kernel, spec, idx, ws, sm_count, (unsigned)tiles[idx],
-                  (unsigned)a->num_kv_heads, &p, a->kv_len, a->kv_len, (CUstream)stream,
-                  "prefill"));
+                  (unsigned)a->num_kv_heads, &p, &ws_rows, (CUstream)stream, "prefill"));
 out:
     return rc;
 }
@@ -474,6 +508,7 @@ struct fi_batch_prefill_plan {
     int *kv_token_start; /* paged RoPE: requests' first rows of rot_k; else NULL */
     int kv_rows;         /* rows of rot_k */
     int kv_tokens;       /* ragged: rows of k and v (kv_indptr[batch]) */
+    int qo_tokens;       /* rows of q (qo_indptr[batch]) */
     int ws;              /* enum ws_mode: how runs launch tile kernel 0 */
     int sm_count;        /* 0: the plan did not need it */
 };
@@ -674,6 +709,7 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
     for (int b = 0; b < a->batch_size; b++) kv_tokens += request_kv_len(a, paged, b);
     plan->heads_per_section = heads_per_section(kv_tokens, spec->head_dim, a->num_kv_heads);
     plan->kv_tokens = paged ? 0 : a->kv_indptr[a->batch_size];
+    plan->qo_tokens = a->qo_indptr[a->batch_size];
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
     FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
     plan->ws = (int)ws_mode_for(kernel, spec, plan->tile, 1, paged ? a->page_size : 0);
@@ -851,9 +887,11 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
         FI_TRY(rotate_keys(kernel, spec->head_dim, plan->rot_k,
                            plan->kv_token_start ? plan->kv_token_start : a->kv_indptr,
                            plan->kv_rows, plan->batch_size, &p, (CUstream)stream, who));
+    const struct ws_rows rows = {plan->qo_tokens, paged ? plan->kv_rows : plan->kv_tokens,
+                                 plan->kv_tokens};
     FI_TRY(launch(kernel, spec, plan->tile, (enum ws_mode)plan->ws, plan->sm_count,
-                  (unsigned)plan->num_work, (unsigned)plan->num_kv_heads, &p,
-                  paged ? plan->kv_rows : plan->kv_tokens, plan->kv_tokens, (CUstream)stream, who));
+                  (unsigned)plan->num_work, (unsigned)plan->num_kv_heads, &p, &rows,
+                  (CUstream)stream, who));
 out:
     return rc;
 }

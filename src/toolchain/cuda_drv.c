@@ -106,7 +106,7 @@ static int tma_map(void *out, const void *base, int rank, const cuuint64_t *dims
 }
 
 int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int rows,
-                        long long stride_h, long long stride_n, int box_rows)
+                        long long stride_h, long long stride_n, int box_heads, int box_rows)
 {
     /* A single head or row needs no stride; TMA still wants one. */
     if (heads <= 1) stride_h = cols;
@@ -115,7 +115,7 @@ int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int ro
         return fi__error(FI_EUNSUPPORTED, "TMA needs positive strides and rows");
     const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)rows};
     const cuuint64_t strides[2] = {(cuuint64_t)stride_h * 2, (cuuint64_t)stride_n * 2};
-    const cuuint32_t box[3] = {64, 1, (cuuint32_t)box_rows};
+    const cuuint32_t box[3] = {64, (cuuint32_t)box_heads, (cuuint32_t)box_rows};
     return tma_map(out, base, 3, dims, strides, box);
 }
 

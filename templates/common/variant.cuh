@@ -118,6 +118,20 @@ struct KeepsBaseQuery<V, P,
     static constexpr bool value = true;
 };
 
+// KeepsBaseLogits<V, P>::value: V's logits_transform is BaseVariant's (the
+// logit unchanged), so a kernel may apply a positive scale to the logits
+// after masking instead of before.
+template <class V, class P, class = void>
+struct KeepsBaseLogits {
+    static constexpr bool value = false;
+};
+template <class V, class P>
+struct KeepsBaseLogits<V, P,
+                       typename EnableIf<&V::template logits_transform<P> ==
+                                         &BaseVariant::template logits_transform<P>>::type> {
+    static constexpr bool value = true;
+};
+
 // Base<...> with Layer on top when `on`, else Base.
 template <bool on, template <class> class Layer, class Base>
 struct LayerIf {

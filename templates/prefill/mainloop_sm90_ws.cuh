@@ -8,7 +8,7 @@
 //
 // One CTA = three warpgroups:
 //  * the producer (warpgroup 0) gives its registers away (setmaxnreg) and
-//    one thread issues the K and V tile loads: cp.async.bulk.tensor (TMA)
+//    one thread issues the Q, K and V tile loads: cp.async.bulk.tensor (TMA)
 //    through tensor maps the host encodes per launch, into a ring of
 //    kStages slots per operand, each slot with a "full" mbarrier (TMA
 //    transaction bytes) and an "empty" one (consumer warps arrive when
@@ -17,9 +17,15 @@
 //    TMA writes the 128-byte swizzle that the wgmma descriptors read, one
 //    box of 64 columns x kTileKV keys per panel; keys past the tensor's end
 //    arrive as zeros.
-//  * two consumers (warpgroups 1, 2), 64 query rows each, load and
-//    transform their rows of Q themselves (RoPE, query_transform), then run
-//    the tile loop with the next tile's S = Q K^T issued before this tile's
+//    Q comes by TMA too when the tuple changes it by sm_scale alone
+//    (kRawQTuple): as it is in q, one box per panel is a tile's packed rows;
+//    sm_scale then enters the softmax's exponent. With two Q buffers
+//    (head_dim <= 128) the next block's Q lands while the consumers finish
+//    this one, so a persistent CTA goes from one block to the next without
+//    waiting for memory.
+//  * two consumers (warpgroups 1, 2), 64 query rows each, wait for Q or
+//    load and transform their rows themselves (RoPE, query_transform), then
+//    run the tile loop with the next tile's S = Q K^T issued before this tile's
 //    softmax (FlashAttention-3's intra-warpgroup overlap):
 //        issue S(i) ; issue O += P(i-1) V(i-1) ; wait S(i) ; softmax S(i)
 //        wait P V ; rescale O ; P(i-1) <- P(i)
@@ -47,6 +53,13 @@ namespace ws {
 constexpr int kTileQ = FI_PREFILL_WS_TILE_Q;
 constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kCausal);
 constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim);
+constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim);
+// Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
+// and sm_scale, positive (the host checks), commutes with masks and maxima.
+// Not paged: its consumers have 8 registers fewer (kConsumerRegs), and a Q
+// buffer chosen at run time costs them a spill.
+constexpr bool kRawQTuple = kKind != FI_PREFILL_KIND_PAGED && kQBufs == 2 && !kRope && kSoftmax &&
+                            KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value;
 constexpr int kPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
 constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
@@ -73,19 +86,28 @@ static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= FI_PREFILL_WS_THREADS
 static_assert(kTileQ == FI_PREFILL_TILE_Q(0), "the Hopper loop replaces tile kernel 0");
 static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 64 rows");
 static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kCausal) >=
-                  kQBytes + 2u * kStages * kKVBytes + 4u * kStages * 8u,
+                  kQBufs * kQBytes + 2u * kStages * kKVBytes + (4u * kStages + 2u * kQBufs) * 8u,
               "shared memory: Q, the K and V rings, their barriers");
 
-// Shared memory: Q (kTileQ rows), the K ring, the V ring (panel layout,
-// swz_panel), then the barriers: full K, full V, empty K, empty V, one per slot.
+// Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
+// (panel layout, swz_panel), then the barriers: full K, full V, empty K,
+// empty V, one per slot, then full Q and empty Q, one per buffer. Block j
+// of a CTA (its j-th with rows) uses Q buffer j % kQBufs when Q comes by
+// TMA, else the first.
 struct Smem {
     unsigned int q, k, v, bars;
+    __device__ __forceinline__ unsigned int q_buf(int b) const { return q + b * kQBytes; }
     __device__ __forceinline__ unsigned int k_slot(int s) const { return k + s * kKVBytes; }
     __device__ __forceinline__ unsigned int v_slot(int s) const { return v + s * kKVBytes; }
     __device__ __forceinline__ unsigned int full_k(int s) const { return bars + 8u * s; }
     __device__ __forceinline__ unsigned int full_v(int s) const { return bars + 8u * (kStages + s); }
     __device__ __forceinline__ unsigned int empty_k(int s) const { return bars + 8u * (2 * kStages + s); }
     __device__ __forceinline__ unsigned int empty_v(int s) const { return bars + 8u * (3 * kStages + s); }
+    __device__ __forceinline__ unsigned int full_q(int b) const { return bars + 8u * (4 * kStages + b); }
+    __device__ __forceinline__ unsigned int empty_q(int b) const
+    {
+        return bars + 8u * (4 * kStages + kQBufs + b);
+    }
 };
 
 // The keys the whole CTA reads: tiles [0, n) from key kv_start (as tile
@@ -108,6 +130,22 @@ __device__ __forceinline__ KeyRange key_range(const P &p, const Work &w, int row
     r.kv_start = kv_lo / kTileKV * kTileKV;
     r.n = kv_hi > r.kv_start ? (kv_hi - r.kv_start + kTileKV - 1) / kTileKV : 0;
     return r;
+}
+
+// The producer's one thread: Q of the CTA's block j, rows row0.. of request
+// w, into its buffer once the consumers have stored the output of block
+// j - kQBufs from it (they stage it there).
+__device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps, const Work &w,
+                                          int row0, const Smem &sm, int j)
+{
+    const int b = j % kQBufs;
+    bar_wait(sm.empty_q(b), ((j / kQBufs) & 1) ^ 1);
+    bar_expect(sm.full_q(b), kQBytes);
+    const int G = p.group_size;
+#pragma unroll
+    for (int c = 0; c < kPanels; ++c)
+        tma_load(sm.q_buf(b) + c * kTileQ * 128u, &maps.q, c * 64, w.kv_head * G,
+                 w.q_begin + row0 / G, sm.full_q(b));
 }
 
 // The producer's one thread: K and V of every tile of one block into the
@@ -213,9 +251,11 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
 }
 
 // One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile of
-// one block; the rings hold `it` tiles before its first (see produce).
+// the CTA's block j; the rings hold `it` tiles before its first (see
+// produce). raw_q: Q comes by TMA, unscaled.
 __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRange &kr,
-                                        const Smem &sm, int row0, int wg, int it)
+                                        const Smem &sm, int row0, int wg, int it, int j,
+                                        bool raw_q)
 {
     const int wtid = (int)threadIdx.x % 128;
     const int warp = wtid / 32, lane = wtid % 32;
@@ -226,19 +266,29 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
     const int off = w.kv_len - w.qo_len;
     const int wg_row0 = wg * 64;  // in the tile
 
-    // Q rows of this warpgroup: rotated, transformed, rounded, swizzled (the
-    // previous block's epilogue has read them out: the sync before this
-    // function's last loop).
+    // Q's buffer: the producer's turn j when it loads Q, else always the first
+    // (a fixed address keeps the wgmma descriptors out of registers).
+    const unsigned int q_tile = raw_q ? sm.q_buf(j % kQBufs) : sm.q;
+    // The factor the logits lack: sm_scale when Q came as it is in q (read
+    // from the parameters where used: registers are what this loop lacks).
+    auto logit_scale = [&]() { return raw_q ? p.sm_scale : 1.f; };
+    if (raw_q) {
+        bar_wait(sm.full_q(j % kQBufs), (j / kQBufs) & 1);
+    } else {
+        // Q rows of this warpgroup: rotated, transformed, rounded, swizzled
+        // (the previous block's epilogue has read them out: the sync before
+        // this function's last loop).
 #pragma unroll 2
-    for (int c = wtid; c < 64 * (kChunks / 2); c += 128) {
-        const int r = wg_row0 + c / (kChunks / 2), ch = c % (kChunks / 2);
-        vec16_t lo, hi;
-        query_chunks(p, w, row0 + r, ch, lo, hi);
-        sts128(sm.q + swz_panel<kTileQ>(r, ch), lo);
-        sts128(sm.q + swz_panel<kTileQ>(r, ch + kChunks / 2), hi);
+        for (int c = wtid; c < 64 * (kChunks / 2); c += 128) {
+            const int r = wg_row0 + c / (kChunks / 2), ch = c % (kChunks / 2);
+            vec16_t lo, hi;
+            query_chunks(p, w, row0 + r, ch, lo, hi);
+            sts128(q_tile + swz_panel<kTileQ>(r, ch), lo);
+            sts128(q_tile + swz_panel<kTileQ>(r, ch + kChunks / 2), hi);
+        }
+        wg::fence_proxy_async();  // Q is read by wgmma
+        named_sync(kBarWg + wg, 128);
     }
-    wg::fence_proxy_async();  // Q is read by wgmma
-    named_sync(kBarWg + wg, 128);
 
     // This thread's rows: g and g + 8 of its warp's 16; rows past the
     // request borrow the last one (never stored).
@@ -270,7 +320,7 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         m[h] = kSoftmax ? -inf_() : 0.f;
         d[h] = 0.f;
     }
-    const unsigned int q_wg = sm.q + (unsigned int)wg_row0 * 128u;
+    const unsigned int q_wg = q_tile + (unsigned int)wg_row0 * 128u;
 
     // S = Q K^T of slot s, issued (not waited for).
     auto issue_s = [&](int slot) {
@@ -331,7 +381,7 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
                 continue;
             }
             bool grew_row;
-            softmax_row(s, h, m[h], d[h], scale[h], grew_row);
+            softmax_row(s, h, m[h], d[h], scale[h], grew_row, logit_scale() * kLog2e);
             grew = grew || grew_row;
         }
     };
@@ -421,11 +471,11 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float inv, lse;
-        finish_row(d[h], m[h], inv, lse);
+        finish_row(d[h], m[h] * logit_scale(), inv, lse);
         const int r = wg_row0 + warp * 16 + g + 8 * h;
         const int tok = row_tok[h], head = row_head[h];
         stage_row(p, o, h, inv, lse, head, t,
-                  [&](int dt) { return sm.q + swz_panel<kTileQ>(r, dt); });
+                  [&](int dt) { return q_tile + swz_panel<kTileQ>(r, dt); });
         if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
     }
     named_sync(kBarWg + wg, 128);
@@ -434,16 +484,22 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         const int r = wg_row0 + c / kChunks, ch = c % kChunks;
         const int pr = row0 + r;
         if (pr < rows)
-            store_chunk(p, w, G, pr, ch, [&] { return sm.q + swz_panel<kTileQ>(r, ch); });
+            store_chunk(p, w, G, pr, ch, [&] { return q_tile + swz_panel<kTileQ>(r, ch); });
     }
     named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
+    if (raw_q) {
+        // The producer's TMA writes the buffer next: order this warpgroup's
+        // generic-proxy accesses before them.
+        wg::fence_proxy_async();
+        release(sm.empty_q(j % kQBufs));
+    }
 }
 
 __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigned char *smem)
 {
     Smem sm;
     sm.q = smem_addr(smem);
-    sm.k = sm.q + kQBytes;
+    sm.k = sm.q + kQBufs * kQBytes;
     sm.v = sm.k + kStages * kKVBytes;
     sm.bars = sm.v + kStages * kKVBytes;
     const int tid = (int)threadIdx.x;
@@ -454,35 +510,44 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             bar_init(sm.empty_k(s), 8);  // lane 0 of each consumer warp
             bar_init(sm.empty_v(s), 8);
         }
+        for (int b = 0; b < kQBufs; ++b) {
+            bar_init(sm.full_q(b), 1);
+            bar_init(sm.empty_q(b), 8);
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    // Every role walks the same blocks; `it` counts the tiles through the rings.
+    // Every role walks the same blocks; `it` counts the tiles through the
+    // rings, j the blocks with rows (the Q buffers' turns).
     const int blocks = ws.work_items * ws.kv_heads;
+    const bool raw_q = kRawQTuple && ws.q_rows > 0;
     if (tid < 128) {
         set_max_regs_dec<kProducerRegs>();
         if (tid >= (kKind == FI_PREFILL_KIND_PAGED ? 32 : 1)) return;
-        for (int b = (int)blockIdx.x, it = 0; b < blocks; b += (int)gridDim.x) {
+        for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x) {
             const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
             const int row0 = w.tile * kTileQ;
             if (row0 >= w.qo_len * p.group_size) continue;
             const KeyRange kr = key_range(p, w, row0);
+            if (raw_q && tid == 0) produce_q(p, ws, w, row0, sm, j);
             if constexpr (kKind == FI_PREFILL_KIND_PAGED)
                 produce_paged(p, ws, w, kr, sm, it);
             else
                 produce(ws, w, kr, sm, it);
             it += kr.n;
+            ++j;
         }
     } else {
         set_max_regs_inc<kConsumerRegs>();
-        for (int b = (int)blockIdx.x, it = 0; b < blocks; b += (int)gridDim.x) {
+        for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x) {
             const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
             const int row0 = w.tile * kTileQ;
             if (row0 >= w.qo_len * p.group_size) continue;
             const KeyRange kr = key_range(p, w, row0);
-            consume(p, w, kr, sm, row0, tid / 128 - 1, it);
+            consume(p, w, kr, sm, row0, tid / 128 - 1, it, j, raw_q);
             it += kr.n;
+            ++j;
         }
     }
 }

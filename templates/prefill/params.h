@@ -92,10 +92,15 @@
 #ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
 #endif
-/* Q + the K and V rings + 4 x STAGES mbarriers (8 bytes each). */
-#define FI_PREFILL_WS_SMEM_BYTES(hd, causal)                                                 \
-    ((FI_PREFILL_WS_TILE_Q + 2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, causal)) * \
-         (hd) * 2 +                                                                            \
+/* Q buffers: two where they fit beside the rings (the producer loads the next
+ * block's Q while the consumers finish this one), else one. */
+#define FI_PREFILL_WS_Q_BUFS(hd) ((hd) <= 128 ? 2 : 1)
+/* The Q buffers + the K and V rings + 4 x STAGES + 2 x Q_BUFS mbarriers (8
+ * bytes each). */
+#define FI_PREFILL_WS_SMEM_BYTES(hd, causal)                                        \
+    ((FI_PREFILL_WS_Q_BUFS(hd) * FI_PREFILL_WS_TILE_Q +                               \
+      2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, causal)) *             \
+         (hd) * 2 +                                                                   \
      256)
 
 /* A CUtensorMap (cuda.h), which NVRTC does not see: 128 opaque bytes,
@@ -117,10 +122,16 @@ typedef struct fi_tma_map {
 /* The Hopper kernel's second parameter: the maps, and the grid of blocks it
  * walks (work items x kv heads, in the launch order the tile kernels use);
  * a persistent launch has fewer CTAs than blocks, and CTA c takes blocks c,
- * c + gridDim.x, ... */
+ * c + gridDim.x, ...
+ * q: when q_rows > 0, a map of q {head_dim, num_qo_heads, q_rows tokens},
+ * box {64, group, FI_PREFILL_WS_TILE_Q / group}: a box is one tile's packed
+ * rows (token-major, the group's heads fastest) as they are in q. The host
+ * makes it when the group divides the tile, Q_BUFS is 2, sm_scale > 0 and q
+ * suits TMA; the kernel reads Q through it when its tuple changes q by
+ * sm_scale alone (no RoPE, the default query and logits hooks). */
 typedef struct fi_prefill_ws {
-    fi_tma_map k, v;
-    int work_items, kv_heads;
+    fi_tma_map k, v, q;
+    int work_items, kv_heads, q_rows;
 } fi_prefill_ws;
 
 /* Values of fijit_cfg::kKind, equal to fi_kernel_kind. */

@@ -19,18 +19,21 @@ namespace prefill {
 // rescaled by (exp(old max - new max)), `grew` whether the maximum changed
 // (else the factor is 1). (Out-parameters rather than a returned scale: the
 // tile kernels then compile to the instructions they had with this code
-// written in place.)
+// written in place.) log2_scale: log2(e) times a positive factor the logits
+// still lack (the Hopper loop's unscaled Q: sm_scale), folded into the
+// exponent's FFMA; m then stays in the logits' unscaled units.
 template <int kNT>
 __device__ __forceinline__ void softmax_row(float (&s)[kNT][4], int h, float &m, float &d,
-                                            float &scale, bool &grew)
+                                            float &scale, bool &grew,
+                                            const float log2_scale = kLog2e)
 {
     float mx = m;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) mx = fmax_(mx, fmax_(s[nt][2 * h], s[nt][2 * h + 1]));
     mx = fmax_(mx, shfl_xor(mx, 1));
     mx = fmax_(mx, shfl_xor(mx, 2));
-    const float base2 = (mx == -inf_() ? 0.f : mx) * kLog2e;
-    scale = exp2_fast(fma_(m, kLog2e, -base2));
+    const float base2 = (mx == -inf_() ? 0.f : mx) * log2_scale;
+    scale = exp2_fast(fma_(m, log2_scale, -base2));
     grew = mx != m;
     m = mx;
     float sum = 0.f;
@@ -38,7 +41,7 @@ __device__ __forceinline__ void softmax_row(float (&s)[kNT][4], int h, float &m,
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            s[nt][2 * h + e] = exp2_fast(fma_(s[nt][2 * h + e], kLog2e, -base2));
+            s[nt][2 * h + e] = exp2_fast(fma_(s[nt][2 * h + e], log2_scale, -base2));
             sum += s[nt][2 * h + e];
         }
     d = fma_(d, scale, sum);
