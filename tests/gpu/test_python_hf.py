@@ -73,6 +73,7 @@ def main():
         model = transformers.AutoModelForCausalLM.from_config(cfg).to("cuda", torch.float16).eval()
         ids = torch.randint(0, cfg.vocab_size, (1, PROMPT), device="cuda")
         res = {}
+        fhf.calls.update(fijit=0, sdpa=0)
         for backend in ("sdpa", fhf.NAME):
             set_backend(model, backend)
             with torch.no_grad():
@@ -83,7 +84,11 @@ def main():
             res[backend] = (logits, gen[0, PROMPT:], t_prompt, t_gen / NEW)
         ls, lf = res["sdpa"][0], res[fhf.NAME][0]
         err = float((ls - lf).abs().max() / ls.abs().max())
-        ok = err <= TOL
+        # Every attention call must have been fijit's: a fallback would compare SDPA with itself.
+        served = dict(fhf.calls)
+        ok = err <= TOL and served["fijit"] > 0 and served["sdpa"] == 0
+        if not ok:
+            print(f"{name}: calls served {served}")
         ts, tf = res["sdpa"][1], res[fhf.NAME][1]
         same = int((ts == tf).cumprod(0).sum())
         note = f"{same}/{NEW} same"

@@ -29,6 +29,8 @@ from .. import attention as A
 NAME = "fijit"
 _log = logging.getLogger("fijit.transformers")
 _warned = set()
+# Calls served by fijit and by the SDPA fallback, for tests and for users checking coverage.
+calls = {"fijit": 0, "sdpa": 0}
 _HEAD_DIMS = (64, 128, 256)
 
 
@@ -36,6 +38,7 @@ def _fallback(reason, module, query, key, value, attention_mask, **kwargs):
     if reason not in _warned:
         _warned.add(reason)
         _log.warning("fijit attention: falling back to SDPA (%s); warned once per reason", reason)
+    calls["sdpa"] += 1
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
@@ -66,6 +69,7 @@ def fijit_attention_forward(module, query, key, value, attention_mask, dropout=0
     if reason:
         return _fallback(reason, module, query, key, value, attention_mask, dropout=dropout,
                          scaling=scaling, is_causal=is_causal, **kwargs)
+    calls["fijit"] += 1
     B, H, S, D = query.shape
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     sliding = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
