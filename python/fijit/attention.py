@@ -72,6 +72,14 @@ def _compiling():
     return torch.compiler.is_compiling()
 
 
+def _graph_result(o, lse, out, return_lse):
+    """What a traced call returns: the op's result, copied into out= when one is given."""
+    if out is not None:
+        out.copy_(o)
+        o = out
+    return (o, lse) if return_lse else o
+
+
 def _no_variant_in_graph(variant, variant_args):
     if variant is not None or variant_args:
         raise NotImplementedError("variants are not available inside torch.compile; call "
@@ -95,10 +103,7 @@ def decode(q, k, v, *, kv_layout="NHD", sm_scale=None, softcap=0.0, window_left=
         o, lse = torch.ops.fijit.decode(q, k, v, kv_layout, _scale(sm_scale), float(softcap),
                                         int(window_left), alibi_slopes, bool(rope),
                                         float(rope_theta), float(rope_scale), int(rope_offset))
-        if out is not None:
-            out.copy_(o)
-            o = out
-        return (o, lse) if return_lse else o
+        return _graph_result(o, lse, out, return_lse)
     T.qkv(q, k, v, 2, 3)
     H, D = q.shape
     o = T.output("out", out, (H, D), q.dtype, q.device)
@@ -168,10 +173,7 @@ def prefill(q, k, v, *, causal=False, window_left=-1, softcap=0.0, sm_scale=None
                                          float(softcap), _scale(sm_scale), alibi_slopes,
                                          bool(rope), float(rope_theta), float(rope_scale),
                                          int(rope_offset))
-        if out is not None:
-            out.copy_(o)
-            o = out
-        return (o, lse) if return_lse else o
+        return _graph_result(o, lse, out, return_lse)
     T.qkv(q, k, v, 3, 3)
     Lq, H, D = q.shape
     o = T.output("out", out, (Lq, H, D), q.dtype, q.device)
@@ -245,10 +247,7 @@ def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_s
                                                 _scale(sm_scale), alibi_slopes, bool(rope),
                                                 float(rope_theta), float(rope_scale),
                                                 int(rope_offset))
-        if out is not None:
-            out.copy_(o)
-            o = out
-        return (o, lse) if return_lse else o
+        return _graph_result(o, lse, out, return_lse)
     from .plans import BatchPrefillPlan
     T.qkv(q, k, v, 3, 3)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):

@@ -46,6 +46,16 @@ def _device_ints(name, host, given, device):
     return torch.tensor(host, dtype=torch.int32, device=device)
 
 
+def _outputs(out, lse, return_lse, shape, dtype, device):
+    """out (checked, or new) and lse (checked, new with return_lse, or None)."""
+    o = T.output("out", out, shape, dtype, device)
+    if lse is None and return_lse:
+        lse = torch.empty(shape[:2], dtype=torch.float32, device=device)
+    elif lse is not None:
+        T.output("lse", lse, shape[:2], torch.float32, device)
+    return o, lse
+
+
 class _Plan:
     """What both batch kinds share: the workspace, the C plan handle and its free."""
     _prefix = None  # "fi_batch_decode" or "fi_batch_prefill"
@@ -181,11 +191,7 @@ class BatchDecodePlan(_Plan):
                 or kv_indices.device != dev or kv_indices.numel() < self.num_pages:
             raise ValueError(f"kv_indices: expected an int32 tensor on {dev} with at least "
                              f"{self.num_pages} page ids")
-        o = T.output("out", out, (B, H, D), q.dtype, dev)
-        if lse is None and return_lse:
-            lse = torch.empty((B, H), dtype=torch.float32, device=dev)
-        elif lse is not None:
-            T.output("lse", lse, (B, H), torch.float32, dev)
+        o, lse = _outputs(out, lse, return_lse, (B, H, D), q.dtype, dev)
         varr, nvar, keep = T.variant_args(variant_args, dev)
         a = S.BatchDecodeArgs(version=S.BATCH_DECODE_ARGS_VERSION, q=q.data_ptr(),
                               k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=o.data_ptr(),
@@ -307,11 +313,7 @@ class BatchPrefillPlan(_Plan):
                                  f"kv heads ({self.kv_layout}), got shape {tuple(k.shape)} "
                                  f"(v {tuple(v.shape)})")
             strides = dict(k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn, v_stride_h=vsh)
-        o = T.output("out", out, (self.total_q, H, D), q.dtype, dev)
-        if lse is None and return_lse:
-            lse = torch.empty((self.total_q, H), dtype=torch.float32, device=dev)
-        elif lse is not None:
-            T.output("lse", lse, (self.total_q, H), torch.float32, dev)
+        o, lse = _outputs(out, lse, return_lse, (self.total_q, H, D), q.dtype, dev)
         varr, nvar, keep = T.variant_args(variant_args, dev)
         a = S.BatchPrefillArgs(version=S.BATCH_PREFILL_ARGS_VERSION, q=q.data_ptr(),
                                k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
