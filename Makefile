@@ -29,12 +29,12 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEMPLATES := $(sort $(shell find templates -type f ! -name '.*'))
 TEMPLATE_HDR := $(filter %.h,$(TEMPLATES))
 
-.PHONY: all run test test-plain test-asan test-tsan test-cli test-install test-api test-fuzz fuzz bench gpu-check install clean deps
+.PHONY: all run test test-plain test-asan test-tsan test-cli test-install test-api test-fuzz test-python fuzz bench gpu-check install clean deps
 all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%) $(B)/bench_jit
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
 deps:
-	@missing=""; for p in libsqlite3-dev libxxhash-dev pkg-config clang libclang-rt-14-dev; do \
+	@missing=""; for p in libsqlite3-dev libxxhash-dev pkg-config clang libclang-rt-14-dev python3-venv; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
 
@@ -95,7 +95,7 @@ run: deps
 	$(B)/fijit demo
 
 # The suite CI runs. FIJIT_TEST_JOBS bounds parallel compiles in the tests.
-test: test-plain test-asan test-tsan test-cli test-install test-api test-fuzz
+test: test-plain test-asan test-tsan test-cli test-install test-api test-fuzz test-python
 	@echo "make test: all suites passed"
 
 test-plain: all
@@ -137,6 +137,11 @@ $(B)/tests/api/use_all_cxx: tests/api/use_all.c include/*.h $(B)/libfijit.so
 
 test-api: $(B)/tests/api/use_all_c $(B)/tests/api/use_all_cxx
 	@set -e; for t in $^; do echo "== $$t"; FIJIT_CACHE_DIR=/nonexistent $$t; done
+
+# The Python package (python/): layouts vs the headers, discovery, errors, prewarm,
+# python -m fijit, an offline pip install into a venv. No GPU or torch needed.
+test-python: $(B)/libfijit.so
+	@echo "== python package"; python3 tests/python/test_package.py $(B)
 
 test-install: all
 	@echo "== install check"; bash tests/install_check.sh

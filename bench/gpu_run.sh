@@ -6,7 +6,7 @@
 # the -dev headers to build it exist.
 #
 #   bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|
-#                    variants|jit|sanitize]
+#                    variants|jit|sanitize|python]
 #     --quick: fewer test shapes, shorter benches
 #     --only:  one part (the parts fit separate device calls); default all:
 #              decode (single + batch decode tests and benches), prefill
@@ -16,6 +16,8 @@
 #              (bench/gpu_sanitize.sh: compute-sanitizer memcheck on every
 #              kind, racecheck and synccheck per kernel family); decode-tests
 #              and decode-bench: the two halves of decode
+#              python (the Python package: installed into a venv, then
+#              tests/gpu/test_python_pkg.py and test_python_hf.py)
 #     --sanitize: run the sanitize part too when --only names another
 # Raw results go to $OUT (test_*.json, bench_*.json, logs) when set. Each step
 # runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
@@ -30,7 +32,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --only) ONLY=$2; shift ;;
     --sanitize) SANITIZE=1 ;;
-    *) echo "usage: bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|variants|jit|sanitize]" >&2
+    *) echo "usage: bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|variants|jit|sanitize|python]" >&2
        exit 2 ;;
     esac
     shift
@@ -85,6 +87,22 @@ if run_part variants; then
         > "$OUT_DIR/test_variants.log" 2>&1
     rc_variants=$?
     [ "$ONLY" = variants ] && { sed -n '/^variants vs float64/,$p' "$OUT_DIR/test_variants.log"; exit $rc_variants; }
+fi
+if run_part python; then
+    # Install the package offline into a venv that sees the system torch/transformers,
+    # then run its tests from there (they prewarm their own specs in parallel first).
+    PY_ARGS=()
+    [ $QUICK = 1 ] && PY_ARGS=(--quick)
+    venv=$(mktemp -d /tmp/fijit-venv.XXXXXX)
+    { python3 -m venv --system-site-packages "$venv" &&
+      "$venv/bin/pip" install -q --no-build-isolation --no-index ./python; } > "$OUT_DIR/python_install.log" 2>&1
+    rc_python=$?
+    for t in test_python_pkg test_python_hf; do
+        (cd /tmp && OUT=$OUT_DIR timeout "$STEP_TIMEOUT" "$venv/bin/python" "$OLDPWD/tests/gpu/$t.py" \
+            "${PY_ARGS[@]}") > "$OUT_DIR/$t.log" 2>&1 || rc_python=1
+        grep -E '^(FAIL|note|test_python)|ok$|FAIL$|^model|^transformers' "$OUT_DIR/$t.log"
+    done
+    [ "$ONLY" = python ] && exit $rc_python
 fi
 if [ -x build/fijit ]; then
     manifest="$OUT_DIR/decode_manifest.txt"
@@ -161,7 +179,8 @@ fi
 echo "rc: test_decode $rc_test_decode, test_batch_decode $rc_test_batch_decode," \
      "bench_decode $rc_bench_decode, bench_batch_decode $rc_bench_batch_decode," \
      "bench_batch_decode_fp8 $rc_bench_batch_decode_fp8, prefill ${rc_prefill:--}," \
-     "variants ${rc_variants:--}, sanitize ${rc_sanitize:--}"
+     "variants ${rc_variants:--}, sanitize ${rc_sanitize:--}, python ${rc_python:--}"
 [ "$rc_test_decode" = 0 ] && [ "$rc_test_batch_decode" = 0 ] && [ "$rc_bench_decode" = 0 ] &&
     [ "$rc_bench_batch_decode" = 0 ] && [ "$rc_bench_batch_decode_fp8" = 0 ] &&
-    [ "${rc_prefill:-0}" = 0 ] && [ "${rc_variants:-0}" = 0 ] && [ "${rc_sanitize:-0}" = 0 ]
+    [ "${rc_prefill:-0}" = 0 ] && [ "${rc_variants:-0}" = 0 ] && [ "${rc_sanitize:-0}" = 0 ] &&
+    [ "${rc_python:-0}" = 0 ]

@@ -1,0 +1,56 @@
+"""fijit for Python: the fijit JIT attention kernels from PyTorch, over libfijit.so through
+ctypes (no compiled extension; the standard library only, torch imported when a tensor
+function is first used).
+
+Without torch or a GPU: Spec, Context, prewarm, stats, explain, register_variant.
+With torch on a CUDA device: decode, prefill, varlen_prefill, merge_states, the
+BatchDecodePlan / BatchPrefillPlan objects, and the torch.library ops (fijit::*).
+"""
+from .errors import (CompileError, CorruptError, CudaError, DiskError, Error,  # noqa: F401
+                     InvalidError, LibraryError, LoadError, NoDeviceError, NotFoundError,
+                     OutOfMemoryError, UnsafeCacheDirError, UnsupportedError)
+from ._lib import library_path, library_version  # noqa: F401
+from .spec import Spec  # noqa: F401
+from .context import Context, default_context, set_default_context  # noqa: F401
+
+__version__ = "0.2.0"
+
+# Names that need torch live in modules imported on first use (PEP 562), so that
+# `import fijit` works on a build host without torch.
+_LAZY = {
+    "decode": "attention", "prefill": "attention", "varlen_prefill": "attention",
+    "merge_states": "attention", "BatchDecodePlan": "plans", "BatchPrefillPlan": "plans",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fijit' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def register_variant(name, source_or_path, *, replace=False):
+    """Register a variant snippet in the default context; see Context.register_variant.
+    Name it in a kernel call with variant=name and pass its declared parameters
+    ("//! param float cap") by keyword."""
+    return default_context().register_variant(name, source_or_path, replace=replace)
+
+
+def prewarm(specs, arch=None, *, jobs=1):
+    """Compile specs into the default context's cache for arch (no GPU needed); see
+    Context.prewarm."""
+    return default_context().prewarm(specs, arch, jobs=jobs)
+
+
+def stats():
+    """The default context's cache statistics as a dict; see Context.stats."""
+    return default_context().stats()
+
+
+def explain(spec, arch=None):
+    """What the cache key of spec on arch is made of (text); see Context.explain."""
+    return default_context().explain(spec, arch)

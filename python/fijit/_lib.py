@@ -1,0 +1,137 @@
+"""Finding, loading and declaring libfijit.so.
+
+Search order: $FIJIT_LIBRARY (a path), then a libfijit.so shipped next to this package
+(the wheel built from the repo carries build/libfijit.so), then the system loader
+(LD_LIBRARY_PATH, the ldconfig cache: what `make install` provides). The library's
+major.minor version must equal the package's: the struct layouts of _structs.py are
+those of one API version.
+"""
+import ctypes
+import os
+import threading
+
+from . import _structs as S
+from .errors import LibraryError
+
+PACKAGE_VERSION = (0, 2, 0)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SONAMES = ("libfijit.so.0", "libfijit.so")
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+
+
+def _candidates():
+    """(description, path or soname) in search order."""
+    env = os.environ.get("FIJIT_LIBRARY")
+    if env:
+        # An explicit choice is the only one tried: a typo must not load another copy.
+        return [("$FIJIT_LIBRARY", env)]
+    out = []
+    for name in ("libfijit.so", "libfijit.so.0", "libfijit.so.0.2.0"):
+        out.append(("next to the package", os.path.join(_HERE, name)))
+    for name in _SONAMES:
+        out.append(("system loader", name))
+    return out
+
+
+def _open():
+    tried = []
+    for how, what in _candidates():
+        if os.sep in what and not os.path.exists(what):
+            tried.append(f"{what} ({how}: no such file)")
+            continue
+        try:
+            return ctypes.CDLL(what), what
+        except OSError as e:
+            tried.append(f"{what} ({how}: {e})")
+    raise LibraryError("fijit: cannot load libfijit.so; tried:\n  " + "\n  ".join(tried) +
+                       "\nBuild it with `make` and set FIJIT_LIBRARY=/path/to/build/libfijit.so, "
+                       "install it (`make install`), or install the package from a built tree.")
+
+
+def _check_version(lib, path):
+    try:
+        number = lib.fi_version_number()
+    except AttributeError:
+        raise LibraryError(f"fijit: {path} has no fi_version_number(): not a fijit library")
+    lib_ver = (number // 10000, number // 100 % 100, number % 100)
+    if lib_ver[:2] != PACKAGE_VERSION[:2]:
+        raise LibraryError("fijit: library %s is version %d.%d.%d, the Python package is %d.%d.%d; "
+                           "major.minor must match (the struct layouts differ between versions)"
+                           % ((path,) + lib_ver + PACKAGE_VERSION))
+
+
+def _declare(lib):
+    """argtypes/restype of every function the package calls."""
+    P = ctypes.POINTER
+    vp, cp, ci, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t
+    protos = {
+        "fi_version_number": (ci, []),
+        "fi_version_string": (cp, []),
+        "fi_last_error": (cp, []),
+        "fi_error_name": (cp, [ci]),
+        "fi_jit_spec_parse": (ci, [P(S.JitSpec), cp, sz, cp]),
+        "fi_jit_spec_format": (ci, [cp, sz, P(S.JitSpec)]),
+        "fi_jit_spec_check": (ci, [P(S.JitSpec)]),
+        "fi_jit_ctx_new": (ci, [P(vp), P(S.JitOptions)]),
+        "fi_jit_ctx_free": (None, [vp]),
+        "fi_jit_ctx_cache_dir": (cp, [vp]),
+        "fi_jit_get_kernel": (ci, [P(P(S.JitKernel)), vp, P(S.JitSpec)]),
+        "fi_jit_prewarm": (ci, [P(ci), vp, P(S.JitSpec), cp]),
+        "fi_jit_explain": (ci, [vp, P(S.JitSpec), cp, WRITE_FN, vp]),
+        "fi_jit_variant_register": (ci, [vp, cp, cp, ctypes.c_uint]),
+        "fi_jit_variant_register_file": (ci, [vp, cp, cp, ctypes.c_uint]),
+        "fi_jit_stats_get": (ci, [P(S.JitStats), vp]),
+        "fi_decode_workspace_size": (ci, [P(sz), P(S.JitSpec), P(S.DecodeArgs)]),
+        "fi_decode_run": (ci, [vp, P(S.JitSpec), P(S.DecodeArgs), vp]),
+        "fi_batch_decode_workspace_size": (ci, [P(sz), P(S.JitSpec), P(S.BatchDecodePlanArgs)]),
+        "fi_batch_decode_plan_new": (ci, [P(vp), vp, P(S.JitSpec), P(S.BatchDecodePlanArgs)]),
+        "fi_batch_decode_plan_workspace_size": (ci, [P(sz), vp]),
+        "fi_batch_decode_plan_describe": (ci, [P(ci), P(ci), vp]),
+        "fi_batch_decode_plan_upload": (ci, [vp, vp, sz]),
+        "fi_batch_decode_plan_free": (None, [vp]),
+        "fi_batch_decode_run": (ci, [vp, vp, P(S.BatchDecodeArgs), vp]),
+        "fi_merge_states": (ci, [vp, P(S.JitSpec), P(S.MergeStatesArgs), vp]),
+        "fi_prefill_workspace_size": (ci, [P(sz), P(S.JitSpec), P(S.PrefillArgs)]),
+        "fi_prefill_run": (ci, [vp, P(S.JitSpec), P(S.PrefillArgs), vp]),
+        "fi_batch_prefill_workspace_size": (ci, [P(sz), P(S.JitSpec), P(S.BatchPrefillPlanArgs)]),
+        "fi_batch_prefill_plan_new": (ci, [P(vp), vp, P(S.JitSpec), P(S.BatchPrefillPlanArgs)]),
+        "fi_batch_prefill_plan_workspace_size": (ci, [P(sz), vp]),
+        "fi_batch_prefill_plan_upload": (ci, [vp, vp, sz]),
+        "fi_batch_prefill_plan_free": (None, [vp]),
+        "fi_batch_prefill_run": (ci, [vp, vp, P(S.BatchPrefillArgs), vp]),
+    }
+    for name, (restype, argtypes) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+# void (*write)(void *user, const char *text)
+WRITE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
+
+
+def lib():
+    """The loaded, version-checked, declared library (loaded on first use)."""
+    global _lib, _path
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                handle, path = _open()
+                _check_version(handle, path)
+                _declare(handle)
+                _path = path
+                _lib = handle
+    return _lib
+
+
+def library_path():
+    """What was loaded: a path or the soname the system loader resolved."""
+    lib()
+    return _path
+
+
+def library_version():
+    return lib().fi_version_string().decode()

@@ -1,0 +1,76 @@
+"""torch.library custom ops fijit::decode, fijit::prefill, fijit::varlen_prefill and
+fijit::merge_states, with fake (meta) implementations giving output shapes, so that
+torch.compile traces through fijit without graph breaks. The public functions in
+attention.py call these when torch.compiler.is_compiling(); eager calls skip the
+dispatcher. Each op returns (out, lse); variants and custom masks are eager-only."""
+from typing import Optional, Tuple
+
+import torch
+
+from . import attention as A
+
+Tensor = torch.Tensor
+
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):  # torch >= 2.4
+
+    @torch.library.custom_op("fijit::decode", mutates_args=(), device_types="cuda")
+    def decode_op(q: Tensor, k: Tensor, v: Tensor, kv_layout: str, sm_scale: float,
+                  softcap: float, window_left: int, alibi_slopes: Optional[Tensor], rope: bool,
+                  rope_theta: float, rope_scale: float, rope_offset: int) -> Tuple[Tensor, Tensor]:
+        out, lse = A.decode(q, k, v, kv_layout=kv_layout, sm_scale=sm_scale or None,
+                            softcap=softcap, window_left=window_left, alibi_slopes=alibi_slopes,
+                            rope=rope, rope_theta=rope_theta, rope_scale=rope_scale,
+                            rope_offset=rope_offset, return_lse=True)
+        return out, lse
+
+    @decode_op.register_fake
+    def _decode_fake(q, k, v, kv_layout, sm_scale, softcap, window_left, alibi_slopes, rope,
+                     rope_theta, rope_scale, rope_offset):
+        return q.new_empty(q.shape), q.new_empty(q.shape[:1], dtype=torch.float32)
+
+    @torch.library.custom_op("fijit::prefill", mutates_args=(), device_types="cuda")
+    def prefill_op(q: Tensor, k: Tensor, v: Tensor, kv_layout: str, causal: bool,
+                   window_left: int, softcap: float, sm_scale: float,
+                   alibi_slopes: Optional[Tensor], rope: bool, rope_theta: float,
+                   rope_scale: float, rope_offset: int) -> Tuple[Tensor, Tensor]:
+        out, lse = A.prefill(q, k, v, kv_layout=kv_layout, causal=causal,
+                             window_left=window_left, softcap=softcap, sm_scale=sm_scale or None,
+                             alibi_slopes=alibi_slopes, rope=rope, rope_theta=rope_theta,
+                             rope_scale=rope_scale, rope_offset=rope_offset, return_lse=True)
+        return out, lse
+
+    @prefill_op.register_fake
+    def _prefill_fake(q, k, v, kv_layout, causal, window_left, softcap, sm_scale, alibi_slopes,
+                      rope, rope_theta, rope_scale, rope_offset):
+        return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
+
+    @torch.library.custom_op("fijit::varlen_prefill", mutates_args=(), device_types="cuda")
+    def varlen_prefill_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+                          cu_seqlens_k: Tensor, causal: bool, window_left: int, softcap: float,
+                          sm_scale: float, alibi_slopes: Optional[Tensor], rope: bool,
+                          rope_theta: float, rope_scale: float,
+                          rope_offset: int) -> Tuple[Tensor, Tensor]:
+        out, lse = A.varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=causal,
+                                    window_left=window_left, softcap=softcap,
+                                    sm_scale=sm_scale or None, alibi_slopes=alibi_slopes,
+                                    rope=rope, rope_theta=rope_theta, rope_scale=rope_scale,
+                                    rope_offset=rope_offset, return_lse=True)
+        return out, lse
+
+    @varlen_prefill_op.register_fake
+    def _varlen_prefill_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window_left, softcap,
+                             sm_scale, alibi_slopes, rope, rope_theta, rope_scale, rope_offset):
+        return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
+
+    @torch.library.custom_op("fijit::merge_states", mutates_args=(), device_types="cuda")
+    def merge_states_op(v: Tensor, lse: Tensor) -> Tuple[Tensor, Tensor]:
+        return A.merge_states(v, lse)
+
+    @merge_states_op.register_fake
+    def _merge_states_fake(v, lse):
+        seq, _, h, d = v.shape
+        return v.new_empty((seq, h, d)), v.new_empty((seq, h), dtype=torch.float32)
+
+    AVAILABLE = True
+else:
+    AVAILABLE = False

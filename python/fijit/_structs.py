@@ -1,0 +1,189 @@
+"""ctypes mirror of the structs and enums of include/fijit.h, fijit_batch_decode.h and
+fijit_prefill.h (API 0.2), field for field and in order.
+
+This is the ONE place the C layouts are written down in Python; tests/python checks
+every field's offset and size, and every struct's size, against the C header with a
+small generated C program, so a drift fails `make test`. Fields are only appended in
+C: a new field is one new line at the end of its struct here (and a version bump).
+"""
+import ctypes
+
+c_int, c_uint, c_float, c_void_p, c_size_t = (ctypes.c_int, ctypes.c_uint, ctypes.c_float,
+                                             ctypes.c_void_p, ctypes.c_size_t)
+i64 = ctypes.c_int64
+i32_p = ctypes.POINTER(ctypes.c_int32)
+
+# ---- enums (values pinned by the header) ----------------------------------------------
+KIND = {"decode": 1, "batch_decode": 2, "prefill": 3, "batch_prefill_ragged": 4,
+        "batch_prefill_paged": 5}
+DTYPE = {"fp16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8_e5m2": 4}
+MASK = {"none": 0, "causal": 1, "window": 2, "custom": 3}
+POS = {"none": 0, "rope": 1, "alibi": 2}
+VARG_FLOAT, VARG_INT, VARG_PTR = 1, 2, 3
+VARIANT_REPLACE = 1
+BUILD_OUTCOME = {0: "compiled", 1: "cached"}
+
+# The counters of FI_JIT_STATS_COUNTERS, in storage order.
+STATS_COUNTERS = ("memory_hits", "disk_hits", "misses", "compiles", "compile_failures",
+                  "compile_ns", "bytes_written", "corrupt", "entries", "bytes")
+
+# ---- versions the package writes (the header's *_VERSION macros) ------------------------
+JIT_SPEC_VERSION = 1
+JIT_OPTIONS_VERSION = 1
+JIT_STATS_VERSION = 1
+DECODE_ARGS_VERSION = 4
+BATCH_DECODE_PLAN_ARGS_VERSION = 1
+BATCH_DECODE_ARGS_VERSION = 3
+MERGE_STATES_ARGS_VERSION = 1
+PREFILL_ARGS_VERSION = 3
+BATCH_PREFILL_PLAN_ARGS_VERSION = 2
+BATCH_PREFILL_ARGS_VERSION = 3
+
+
+class Struct(ctypes.Structure):
+    """A struct that refuses fields it does not have (a name from an older layout would
+    otherwise be stored as a Python attribute and silently ignored by C)."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls._name_set = frozenset(f[0] for f in cls._fields_)
+
+    def __setattr__(self, name, value):
+        if name[0] != "_" and name not in self._name_set:
+            raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+        super().__setattr__(name, value)
+
+
+class JitSpec(Struct):
+    c_name = "fi_jit_spec"
+    _fields_ = [("version", c_uint), ("kind", c_int), ("q_dtype", c_int), ("kv_dtype", c_int),
+                ("o_dtype", c_int), ("head_dim", c_int), ("mask", c_int), ("pos", c_int),
+                ("soft_cap", c_int), ("variant", ctypes.c_char_p)]
+
+
+class JitOptions(Struct):
+    c_name = "fi_jit_options"
+    _fields_ = [("version", c_uint), ("cache_dir", ctypes.c_char_p), ("arch", ctypes.c_char_p),
+                ("jit", c_int), ("use_disk_cache", c_int), ("log_level", c_int),
+                ("max_cache_bytes", i64), ("allow_unsafe_dir", c_int)]
+
+
+class JitStats(Struct):
+    c_name = "fi_jit_stats"
+    _fields_ = [("version", c_uint)] + [(n, i64) for n in STATS_COUNTERS]
+
+
+class JitKernel(Struct):
+    c_name = "fi_jit_kernel"
+    _fields_ = [("function", c_void_p), ("functions", c_void_p * 6),  # FI_JIT_MAX_FUNCTIONS
+                ("block_dim", c_uint * 3), ("merge_block_dim", c_uint * 3),
+                ("smem_bytes", c_uint), ("param_bytes", c_uint), ("registers", c_int),
+                ("spill_bytes", c_int), ("key", ctypes.c_uint8 * 16), ("arch", ctypes.c_char * 16)]
+
+
+class _VariantValue(ctypes.Union):
+    _fields_ = [("f", c_float), ("i", c_int), ("ptr", c_void_p)]
+
+
+class VariantArg(Struct):
+    c_name = "fi_variant_arg"
+    _fields_ = [("name", ctypes.c_char_p), ("type", c_int), ("value", _VariantValue)]
+
+
+class DecodeArgs(Struct):
+    c_name = "fi_decode_args"
+    _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
+                ("o", c_void_p), ("lse", c_void_p),
+                ("num_qo_heads", c_int), ("num_kv_heads", c_int), ("kv_len", c_int),
+                ("q_stride_h", i64), ("o_stride_h", i64), ("k_stride_n", i64),
+                ("k_stride_h", i64), ("v_stride_n", i64), ("v_stride_h", i64),
+                ("sm_scale", c_float), ("logits_soft_cap", c_float), ("rope_scale", c_float),
+                ("rope_theta", c_float), ("rope_offset", c_int), ("window_left", c_int),
+                ("alibi_slopes", c_void_p), ("workspace", c_void_p),
+                ("workspace_bytes", c_size_t), ("max_splits", c_int),
+                ("k_scale", c_float), ("v_scale", c_float),                   # version 2
+                ("variant_args", c_void_p), ("num_variant_args", c_int),      # version 3
+                ("sm_count", c_int)]                                          # version 4
+
+
+class BatchDecodePlanArgs(Struct):
+    c_name = "fi_batch_decode_plan_args"
+    _fields_ = [("version", c_uint), ("batch_size", c_int), ("kv_indptr", i32_p),
+                ("kv_last_page_len", i32_p), ("num_qo_heads", c_int), ("num_kv_heads", c_int),
+                ("page_size", c_int), ("window_left", c_int), ("max_splits", c_int),
+                ("sm_count", c_int)]
+
+
+class BatchDecodeArgs(Struct):
+    c_name = "fi_batch_decode_args"
+    _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
+                ("o", c_void_p), ("lse", c_void_p), ("kv_indices", c_void_p),
+                ("q_stride_b", i64), ("q_stride_h", i64), ("o_stride_b", i64),
+                ("o_stride_h", i64), ("k_stride_page", i64), ("k_stride_n", i64),
+                ("k_stride_h", i64), ("v_stride_page", i64), ("v_stride_n", i64),
+                ("v_stride_h", i64), ("sm_scale", c_float), ("logits_soft_cap", c_float),
+                ("rope_scale", c_float), ("rope_theta", c_float), ("rope_offsets", c_void_p),
+                ("alibi_slopes", c_void_p), ("k_scale", c_float), ("v_scale", c_float),
+                ("workspace", c_void_p), ("workspace_bytes", c_size_t),
+                ("variant_args", c_void_p), ("num_variant_args", c_int)]
+
+
+class MergeStatesArgs(Struct):
+    c_name = "fi_merge_states_args"
+    _fields_ = [("version", c_uint), ("v", c_void_p), ("lse", c_void_p), ("v_out", c_void_p),
+                ("lse_out", c_void_p), ("seq_len", c_int), ("num_states", c_int),
+                ("num_heads", c_int), ("v_stride_seq", i64), ("v_stride_state", i64),
+                ("v_stride_h", i64), ("lse_stride_seq", i64), ("lse_stride_state", i64),
+                ("v_out_stride_seq", i64), ("v_out_stride_h", i64)]
+
+
+class PrefillArgs(Struct):
+    c_name = "fi_prefill_args"
+    _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
+                ("o", c_void_p), ("lse", c_void_p), ("num_qo_heads", c_int),
+                ("num_kv_heads", c_int), ("qo_len", c_int), ("kv_len", c_int),
+                ("q_stride_n", i64), ("q_stride_h", i64), ("o_stride_n", i64),
+                ("o_stride_h", i64), ("k_stride_n", i64), ("k_stride_h", i64),
+                ("v_stride_n", i64), ("v_stride_h", i64), ("sm_scale", c_float),
+                ("logits_soft_cap", c_float), ("rope_scale", c_float), ("rope_theta", c_float),
+                ("rope_offset", c_int), ("window_left", c_int), ("alibi_slopes", c_void_p),
+                ("custom_mask", c_void_p), ("cta_tile_q", c_int),
+                ("variant_args", c_void_p), ("num_variant_args", c_int),      # version 2
+                ("workspace", c_void_p), ("workspace_bytes", c_size_t)]       # version 3
+
+
+class BatchPrefillPlanArgs(Struct):
+    c_name = "fi_batch_prefill_plan_args"
+    _fields_ = [("version", c_uint), ("batch_size", c_int), ("qo_indptr", i32_p),
+                ("kv_indptr", i32_p), ("kv_last_page_len", i32_p), ("num_qo_heads", c_int),
+                ("num_kv_heads", c_int), ("page_size", c_int), ("window_left", c_int),
+                ("sm_count", c_int), ("cta_tile_q", c_int)]
+
+
+class BatchPrefillArgs(Struct):
+    c_name = "fi_batch_prefill_args"
+    _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
+                ("o", c_void_p), ("lse", c_void_p), ("qo_indptr", c_void_p),
+                ("kv_indptr", c_void_p), ("kv_indices", c_void_p),
+                ("kv_last_page_len", c_void_p), ("q_stride_n", i64), ("q_stride_h", i64),
+                ("o_stride_n", i64), ("o_stride_h", i64), ("k_stride_page", i64),
+                ("k_stride_n", i64), ("k_stride_h", i64), ("v_stride_page", i64),
+                ("v_stride_n", i64), ("v_stride_h", i64), ("sm_scale", c_float),
+                ("logits_soft_cap", c_float), ("rope_scale", c_float), ("rope_theta", c_float),
+                ("rope_offset", c_int), ("alibi_slopes", c_void_p), ("custom_mask", c_void_p),
+                ("custom_mask_offsets", c_void_p), ("variant_args", c_void_p),
+                ("num_variant_args", c_int)]
+
+
+# Every mirrored struct, for the layout test.
+ALL = (JitSpec, JitOptions, JitStats, JitKernel, VariantArg, DecodeArgs, BatchDecodePlanArgs,
+       BatchDecodeArgs, MergeStatesArgs, PrefillArgs, BatchPrefillPlanArgs, BatchPrefillArgs)
+
+
+def new(cls, version, **defaults):
+    """A struct at `version`, zeroed, with the *_INIT macro's non-zero defaults."""
+    s = cls()
+    s.version = version
+    for k, v in defaults.items():
+        setattr(s, k, v)
+    return s

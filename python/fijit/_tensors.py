@@ -1,0 +1,149 @@
+"""Torch tensors to what the C API takes: dtype names, device pointers, element
+strides, the CUDA stream, variant argument arrays. Checks here are the cheap ones
+that name the Python argument (type, device, dtype, rank, shapes, a contiguous last
+dimension, 16-byte alignment); the C library checks the rest and names the field."""
+import ctypes
+
+import torch
+
+from . import _structs as S
+
+DTYPE_NAME = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+for _name, _fp8 in (("fp8_e4m3", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")):
+    if hasattr(torch, _fp8):
+        DTYPE_NAME[getattr(torch, _fp8)] = _name
+TORCH_DTYPE = {v: k for k, v in DTYPE_NAME.items()}
+_16BIT = (torch.float16, torch.bfloat16)
+
+
+def tensor(name, t, ndim, *, dtypes=None, device=None):
+    """Check that `t` is a CUDA tensor of rank `ndim` (and dtype in `dtypes`, on
+    `device`) whose last dimension is contiguous and 16-byte aligned."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name}: must be on a CUDA device, is on {t.device}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name}: on {t.device}, but q is on {device}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(t.shape)}")
+    if dtypes is not None and t.dtype not in dtypes:
+        raise TypeError(f"{name}: dtype {t.dtype} not supported (expected "
+                        f"{' or '.join(str(d) for d in dtypes)})")
+    if t.numel():
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), strides "
+                             f"are {tuple(t.stride())}")
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name}: data must start 16-byte aligned (a view at an odd offset?)")
+    return t
+
+
+def qkv(q, k, v, q_ndim, kv_ndim):
+    """Check q, k, v together: 16-bit q, k and v of one dtype, one device."""
+    tensor("q", q, q_ndim, dtypes=_16BIT)
+    tensor("k", k, kv_ndim, dtypes=tuple(DTYPE_NAME), device=q.device)
+    tensor("v", v, kv_ndim, dtypes=(k.dtype,), device=q.device)
+    if k.shape != v.shape:
+        raise ValueError(f"k and v: shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k: head_dim {k.shape[-1]} differs from q's {q.shape[-1]}")
+
+
+def output(name, given, shape, dtype, device):
+    """`given` (checked: shape, dtype, device) or a new tensor."""
+    if given is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    tensor(name, given, len(shape), dtypes=(dtype,), device=device)
+    if tuple(given.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(given.shape)}")
+    return given
+
+
+def optional(name, t, shape, dtype, device):
+    """A checked optional input (alibi_slopes, rope_offsets ...): pointer or None."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or t.device != device or t.dtype != dtype:
+        raise ValueError(f"{name}: expected a {dtype} tensor on {device}")
+    if tuple(t.shape) != tuple(shape) or not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor of shape {tuple(shape)}, got "
+                         f"{tuple(t.shape)}")
+    return t.data_ptr()
+
+
+def kv_strides(name, t, layout):
+    """(len, heads, stride_n, stride_h) of k or v [L, H, D] (NHD) or [H, L, D] (HND)."""
+    if layout == "NHD":
+        return t.shape[0], t.shape[1], t.stride(0), t.stride(1)
+    if layout == "HND":
+        return t.shape[1], t.shape[0], t.stride(1), t.stride(0)
+    raise ValueError(f"kv_layout: {layout!r} is not 'NHD' or 'HND'")
+
+
+def page_strides(t, layout):
+    """(pages, page_size, heads, stride_page, stride_n, stride_h) of a paged cache."""
+    if layout == "NHD":  # [pages, page_size, heads, D]
+        return t.shape[0], t.shape[1], t.shape[2], t.stride(0), t.stride(1), t.stride(2)
+    if layout == "HND":  # [pages, heads, page_size, D]
+        return t.shape[0], t.shape[2], t.shape[1], t.stride(0), t.stride(2), t.stride(1)
+    raise ValueError(f"kv_layout: {layout!r} is not 'NHD' or 'HND'")
+
+
+def stream_handle(stream, device):
+    """The CUstream for `stream`: None (torch's current stream on `device`), a
+    torch.cuda.Stream, or a raw handle (int)."""
+    if stream is None:
+        return torch.cuda.current_stream(device).cuda_stream
+    if isinstance(stream, int):
+        return stream
+    return stream.cuda_stream
+
+
+class device_of:
+    """Make q's device current for the call (fijit uses the thread's current CUDA context);
+    a no-op when it already is."""
+
+    def __init__(self, t):
+        self.index = t.device.index
+        self.prev = None
+
+    def __enter__(self):
+        cur = torch.cuda.current_device()
+        if self.index is not None and cur != self.index:
+            self.prev = cur
+            torch.cuda.set_device(self.index)
+
+    def __exit__(self, *exc):
+        if self.prev is not None:
+            torch.cuda.set_device(self.prev)
+
+
+def variant_args(values, device):
+    """A variant's declared parameters ({name: value}) as (fi_variant_arg array or None,
+    count, keepalive). float -> FI_VARG_FLOAT, int -> FI_VARG_INT, tensor -> FI_VARG_PTR
+    (its device pointer); the C library refuses a name or type the snippet did not
+    declare."""
+    if not values:
+        return None, 0, ()
+    arr = (S.VariantArg * len(values))()
+    keep = [arr]
+    for i, (name, value) in enumerate(values.items()):
+        b = name.encode()
+        keep.append(b)
+        arr[i].name = b
+        if isinstance(value, bool):
+            raise TypeError(f"{name}: a bool variant parameter is ambiguous; pass 0 or 1 (int)")
+        if isinstance(value, float):
+            arr[i].type, arr[i].value.f = S.VARG_FLOAT, value
+        elif isinstance(value, int):
+            arr[i].type, arr[i].value.i = S.VARG_INT, value
+        elif isinstance(value, torch.Tensor):
+            if value.device != device:
+                raise ValueError(f"{name}: on {value.device}, but q is on {device}")
+            keep.append(value)
+            arr[i].type, arr[i].value.ptr = S.VARG_PTR, value.data_ptr()
+        else:
+            raise TypeError(f"{name}: variant parameters are float, int or tensor, got "
+                            f"{type(value).__name__}")
+    return ctypes.addressof(arr), len(values), tuple(keep)

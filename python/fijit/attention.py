@@ -1,0 +1,324 @@
+"""One-shot attention functions on torch tensors: decode, prefill, varlen_prefill
+(shaped like flash_attn_varlen_func) and merge_states.
+
+Conventions (as flash-attn): out= writes into a tensor you own; return_lse=True
+returns (out, lse) with lse the NATURAL log of the softmax denominator, float32,
+[tokens, heads]. sm_scale None means 1/sqrt(head_dim); softcap 0 means none; a
+sliding window (window_left >= 0: keys i+off-window_left .. i+off) is causal. Calls
+run on torch.cuda.current_stream() unless stream= is given. Inside torch.compile the
+functions go through the torch.library ops fijit::* (see _ops.py), without variants.
+"""
+import ctypes
+import functools
+
+import torch
+
+from . import _structs as S
+from . import _tensors as T
+from ._lib import lib
+from .context import default_context
+from .errors import check
+from .spec import Spec
+
+
+@functools.lru_cache(maxsize=1024)
+def spec_for(kind, q_dtype, kv_dtype, head_dim, mask, pos, soft_cap, variant):
+    """The Spec of a call (cached: building one per call would cost microseconds)."""
+    return Spec(kind=kind, q_dtype=T.DTYPE_NAME[q_dtype], kv_dtype=T.DTYPE_NAME[kv_dtype],
+                o_dtype=T.DTYPE_NAME[q_dtype], head_dim=head_dim, mask=mask, pos=pos,
+                soft_cap=soft_cap, variant=variant)
+
+
+def pos_name(rope, alibi_slopes):
+    if rope and alibi_slopes is not None:
+        raise ValueError("rope and alibi_slopes: choose one position encoding")
+    return "rope" if rope else ("alibi" if alibi_slopes is not None else "none")
+
+
+def prefill_mask(causal, window_left, custom_mask):
+    if custom_mask is not None:
+        if causal or window_left >= 0:
+            raise ValueError("custom_mask: give it alone (without causal or window_left)")
+        return "custom"
+    if window_left >= 0:
+        if not causal:
+            raise ValueError("window_left: fijit's sliding window is causal; pass causal=True")
+        return "window"
+    return "causal" if causal else "none"
+
+
+def pack_mask(mask, qo_len, kv_len):
+    """A bool [qo_len, kv_len] mask (True: visible) -> the bit-packed uint8 layout of
+    fijit_prefill.h (bit i*kv_len+j, least significant bit first); a uint8 tensor is
+    taken as packed already."""
+    if mask.dtype == torch.uint8:
+        return mask.contiguous()
+    if mask.dtype != torch.bool or tuple(mask.shape) != (qo_len, kv_len):
+        raise ValueError(f"custom_mask: expected a bool tensor of shape ({qo_len}, {kv_len}) or "
+                         f"packed uint8 bits, got {mask.dtype} {tuple(mask.shape)}")
+    bits = mask.reshape(-1)
+    pad = (-bits.numel()) % 8
+    if pad:
+        bits = torch.cat([bits, bits.new_zeros(pad)])
+    weights = (1 << torch.arange(8, device=mask.device, dtype=torch.int32))
+    return (bits.reshape(-1, 8).to(torch.int32) * weights).sum(1).to(torch.uint8)
+
+
+def _scale(sm_scale):
+    return 0.0 if sm_scale is None else float(sm_scale)
+
+
+def _compiling():
+    return torch.compiler.is_compiling()
+
+
+def _graph_result(o, lse, out, return_lse):
+    """What a traced call returns: the op's result, copied into out= when one is given."""
+    if out is not None:
+        out.copy_(o)
+        o = out
+    return (o, lse) if return_lse else o
+
+
+def _no_variant_in_graph(variant, variant_args):
+    if variant is not None or variant_args:
+        raise NotImplementedError("variants are not available inside torch.compile; call "
+                                  "fijit outside the compiled region for them")
+
+
+# ---- decode -------------------------------------------------------------------------
+def decode(q, k, v, *, kv_layout="NHD", sm_scale=None, softcap=0.0, window_left=-1,
+           alibi_slopes=None, rope=False, rope_theta=1e4, rope_scale=1.0, rope_offset=0,
+           k_scale=1.0, v_scale=1.0, max_splits=0, variant=None, out=None, return_lse=False,
+           stream=None, ctx=None, **variant_args):
+    """Single-request decode: q [num_qo_heads, head_dim] (one token) against k, v
+    [kv_len, num_kv_heads, head_dim] (kv_layout "NHD") or [num_kv_heads, kv_len,
+    head_dim] ("HND"), any token/head strides. GQA when num_qo_heads is a multiple of
+    num_kv_heads. fp8 k/v (torch.float8_e4m3fn / e5m2) hold k / k_scale, v / v_scale.
+    The query sits at position rope_offset + kv_len - 1 (RoPE; the window counts back
+    from it). Returns out [num_qo_heads, head_dim] (q's dtype), and lse
+    [num_qo_heads] with return_lse."""
+    if _compiling():
+        _no_variant_in_graph(variant, variant_args)
+        o, lse = torch.ops.fijit.decode(q, k, v, kv_layout, _scale(sm_scale), float(softcap),
+                                        int(window_left), alibi_slopes, bool(rope),
+                                        float(rope_theta), float(rope_scale), int(rope_offset))
+        return _graph_result(o, lse, out, return_lse)
+    T.qkv(q, k, v, 2, 3)
+    H, D = q.shape
+    o = T.output("out", out, (H, D), q.dtype, q.device)
+    lse = torch.empty((H,), dtype=torch.float32, device=q.device) if return_lse else None
+    decode_into(o, lse, q, k, v, kv_layout=kv_layout, sm_scale=sm_scale, softcap=softcap,
+                window_left=window_left, alibi_slopes=alibi_slopes, rope=rope,
+                rope_theta=rope_theta, rope_scale=rope_scale, rope_offset=rope_offset,
+                k_scale=k_scale, v_scale=v_scale, max_splits=max_splits, variant=variant,
+                stream=stream, ctx=ctx, variant_args=variant_args)
+    return (o, lse) if return_lse else o
+
+
+def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, softcap, window_left, alibi_slopes,
+                rope, rope_theta, rope_scale, rope_offset, k_scale=1.0, v_scale=1.0,
+                max_splits=0, variant=None, stream=None, ctx=None, variant_args=None):
+    """fi_decode_run into o (and lse, or None); inputs already checked."""
+    ctx = ctx or default_context()
+    H, D = q.shape
+    kv_len, hkv, ksn, ksh = T.kv_strides("k", k, kv_layout)
+    _, _, vsn, vsh = T.kv_strides("v", v, kv_layout)
+    spec = spec_for("decode", q.dtype, k.dtype, D, "window" if window_left >= 0 else "none",
+                    pos_name(rope, alibi_slopes), softcap > 0, variant)
+    varr, nvar, keep = T.variant_args(variant_args, q.device)
+    a = S.DecodeArgs(version=S.DECODE_ARGS_VERSION, q=q.data_ptr(), k=k.data_ptr(),
+                     v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else None,
+                     num_qo_heads=H, num_kv_heads=hkv, kv_len=kv_len, q_stride_h=q.stride(0),
+                     o_stride_h=o.stride(0), k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn,
+                     v_stride_h=vsh, sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+                     rope_scale=float(rope_scale), rope_theta=float(rope_theta),
+                     rope_offset=int(rope_offset), window_left=int(window_left),
+                     alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
+                                             q.device),
+                     max_splits=int(max_splits), k_scale=float(k_scale), v_scale=float(v_scale),
+                     variant_args=varr, num_variant_args=nvar)
+    L = lib()
+    spec_c = spec.to_c()
+    ws = None
+    with T.device_of(q):
+        n = ctypes.c_size_t()
+        check(L.fi_decode_workspace_size(ctypes.byref(n), ctypes.byref(spec_c), ctypes.byref(a)),
+              "fi_decode_workspace_size")
+        if n.value:
+            ws = torch.empty(n.value, dtype=torch.uint8, device=q.device)
+            a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
+        check(L.fi_decode_run(ctx.handle, ctypes.byref(spec_c), ctypes.byref(a),
+                              T.stream_handle(stream, q.device)), "fi_decode_run")
+    del keep, ws  # alive until the launch is queued; the caching allocator orders reuse
+    return o
+
+
+# ---- prefill ------------------------------------------------------------------------
+def prefill(q, k, v, *, causal=False, window_left=-1, softcap=0.0, sm_scale=None,
+            alibi_slopes=None, rope=False, rope_theta=1e4, rope_scale=1.0, rope_offset=0,
+            custom_mask=None, kv_layout="NHD", variant=None, out=None, return_lse=False,
+            stream=None, ctx=None, **variant_args):
+    """Single-request prefill: q [qo_len, num_qo_heads, head_dim] against k, v
+    [kv_len, num_kv_heads, head_dim] ("NHD") or [num_kv_heads, kv_len, head_dim]
+    ("HND"); any token/head strides (a q/k/v slice of a fused QKV tensor works). Causal
+    masks align bottom-right when qo_len < kv_len. custom_mask: bool [qo_len, kv_len]
+    (True: visible) or packed uint8 bits. Returns out [qo_len, num_qo_heads, head_dim]
+    and, with return_lse, lse [qo_len, num_qo_heads] (float32, natural log)."""
+    if _compiling():
+        _no_variant_in_graph(variant, variant_args)
+        if custom_mask is not None:
+            raise NotImplementedError("custom_mask is not available inside torch.compile")
+        o, lse = torch.ops.fijit.prefill(q, k, v, kv_layout, bool(causal), int(window_left),
+                                         float(softcap), _scale(sm_scale), alibi_slopes,
+                                         bool(rope), float(rope_theta), float(rope_scale),
+                                         int(rope_offset))
+        return _graph_result(o, lse, out, return_lse)
+    T.qkv(q, k, v, 3, 3)
+    Lq, H, D = q.shape
+    o = T.output("out", out, (Lq, H, D), q.dtype, q.device)
+    lse = torch.empty((Lq, H), dtype=torch.float32, device=q.device) if return_lse else None
+    prefill_into(o, lse, q, k, v, causal=causal, window_left=window_left, softcap=softcap,
+                 sm_scale=sm_scale, alibi_slopes=alibi_slopes, rope=rope, rope_theta=rope_theta,
+                 rope_scale=rope_scale, rope_offset=rope_offset, custom_mask=custom_mask,
+                 kv_layout=kv_layout, variant=variant, stream=stream, ctx=ctx,
+                 variant_args=variant_args)
+    return (o, lse) if return_lse else o
+
+
+def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, alibi_slopes, rope,
+                 rope_theta, rope_scale, rope_offset, kv_layout, custom_mask=None, variant=None,
+                 stream=None, ctx=None, variant_args=None):
+    """fi_prefill_run into o (and lse, or None); inputs already checked."""
+    ctx = ctx or default_context()
+    Lq, H, D = q.shape
+    kv_len, hkv, ksn, ksh = T.kv_strides("k", k, kv_layout)
+    _, _, vsn, vsh = T.kv_strides("v", v, kv_layout)
+    mask = prefill_mask(causal, window_left, custom_mask)
+    bits = pack_mask(custom_mask, Lq, kv_len) if custom_mask is not None else None
+    spec = spec_for("prefill", q.dtype, k.dtype, D, mask, pos_name(rope, alibi_slopes),
+                    softcap > 0, variant)
+    varr, nvar, keep = T.variant_args(variant_args, q.device)
+    a = S.PrefillArgs(version=S.PREFILL_ARGS_VERSION, q=q.data_ptr(), k=k.data_ptr(),
+                      v=v.data_ptr(), o=o.data_ptr(),
+                      lse=lse.data_ptr() if lse is not None else None, num_qo_heads=H,
+                      num_kv_heads=hkv, qo_len=Lq, kv_len=kv_len, q_stride_n=q.stride(0),
+                      q_stride_h=q.stride(1), o_stride_n=o.stride(0), o_stride_h=o.stride(1),
+                      k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn, v_stride_h=vsh,
+                      sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+                      rope_scale=float(rope_scale), rope_theta=float(rope_theta),
+                      rope_offset=int(rope_offset), window_left=int(window_left),
+                      alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
+                                              q.device),
+                      custom_mask=bits.data_ptr() if bits is not None else None,
+                      variant_args=varr, num_variant_args=nvar)
+    L = lib()
+    spec_c = spec.to_c()
+    ws = None
+    with T.device_of(q):
+        if rope:  # a workspace lets the keys be rotated once instead of per query tile
+            n = ctypes.c_size_t()
+            check(L.fi_prefill_workspace_size(ctypes.byref(n), ctypes.byref(spec_c),
+                                              ctypes.byref(a)), "fi_prefill_workspace_size")
+            if n.value:
+                ws = torch.empty(n.value, dtype=torch.uint8, device=q.device)
+                a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
+        check(L.fi_prefill_run(ctx.handle, ctypes.byref(spec_c), ctypes.byref(a),
+                               T.stream_handle(stream, q.device)), "fi_prefill_run")
+    del keep, ws, bits
+    return o
+
+
+# ---- varlen prefill (flash_attn_varlen_func's shape) ---------------------------------
+def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
+                   causal=False, window_left=-1, softcap=0.0, sm_scale=None, alibi_slopes=None,
+                   rope=False, rope_theta=1e4, rope_scale=1.0, rope_offset=0, variant=None,
+                   out=None, return_lse=False, stream=None, ctx=None, **variant_args):
+    """Packed batch prefill: q [total_q, H, D] and k, v [total_k, Hkv, D] with request b at
+    rows cu_seqlens_q[b]:cu_seqlens_q[b+1] (k, v: cu_seqlens_k), int32 CUDA tensors as in
+    flash-attn. max_seqlen_* are accepted for compatibility and not needed. The lengths
+    are read to the host (one synchronisation) to plan the batch; for repeated calls on
+    one layout, and for CUDA graphs, use BatchPrefillPlan. Returns out [total_q, H, D]
+    (and lse [total_q, H] with return_lse)."""
+    if _compiling():
+        _no_variant_in_graph(variant, variant_args)
+        o, lse = torch.ops.fijit.varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                bool(causal), int(window_left), float(softcap),
+                                                _scale(sm_scale), alibi_slopes, bool(rope),
+                                                float(rope_theta), float(rope_scale),
+                                                int(rope_offset))
+        return _graph_result(o, lse, out, return_lse)
+    from .plans import BatchPrefillPlan
+    T.qkv(q, k, v, 3, 3)
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.dtype not in (torch.int32,
+                                                                                  torch.int64):
+            raise ValueError(f"{name}: expected a 1-D int32 tensor of batch_size + 1 offsets")
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k: {cu_seqlens_q.numel()} vs "
+                         f"{cu_seqlens_k.numel()} entries (both batch_size + 1)")
+    qo_host = cu_seqlens_q.tolist()
+    kv_host = cu_seqlens_k.tolist()
+    if qo_host[-1] != q.shape[0] or kv_host[-1] != k.shape[0]:
+        raise ValueError(f"cu_seqlens: the last offsets ({qo_host[-1]}, {kv_host[-1]}) must equal "
+                         f"q's and k's token counts ({q.shape[0]}, {k.shape[0]})")
+    Lq, H, D = q.shape
+    ws = torch.empty(0, dtype=torch.uint8, device=q.device)
+    plan = BatchPrefillPlan(ws, ctx=ctx)
+    try:
+        plan.plan(qo_host, kv_host, H, k.shape[1], D, q_dtype=q.dtype, kv_dtype=k.dtype,
+                  causal=causal, window_left=window_left, softcap=softcap, sm_scale=sm_scale,
+                  pos_encoding=pos_name(rope, alibi_slopes), rope_theta=rope_theta,
+                  rope_scale=rope_scale, variant=variant, grow_workspace=True,
+                  qo_indptr_device=cu_seqlens_q, kv_indptr_device=cu_seqlens_k)
+        return plan.run(q, k, v, alibi_slopes=alibi_slopes, rope_offset=rope_offset, out=out,
+                        return_lse=return_lse, stream=stream, **variant_args)
+    finally:
+        plan.close()
+
+
+# ---- merge of attention states -------------------------------------------------------
+def merge_states(v, lse, *, out=None, lse_out=None, stream=None, ctx=None):
+    """Merge num_states partial results over disjoint key sets: v [seq, num_states, H, D]
+    (fp16/bf16, normalised outputs), lse [seq, num_states, H] (float32, natural log,
+    head stride 1). Returns (v_out [seq, H, D], lse_out [seq, H]). A row whose states all
+    have lse -inf gets 0 and -inf."""
+    if _compiling():
+        o, l = torch.ops.fijit.merge_states(v, lse)
+        if out is not None:
+            out.copy_(o)
+            o = out
+        if lse_out is not None:
+            lse_out.copy_(l)
+            l = lse_out
+        return o, l
+    T.tensor("v", v, 4, dtypes=T._16BIT)
+    T.tensor("lse", lse, 3, dtypes=(torch.float32,), device=v.device)
+    seq, n, H, D = v.shape
+    if tuple(lse.shape) != (seq, n, H):
+        raise ValueError(f"lse: expected shape {(seq, n, H)}, got {tuple(lse.shape)}")
+    o = T.output("out", out, (seq, H, D), v.dtype, v.device)
+    lo = T.output("lse_out", lse_out, (seq, H), torch.float32, v.device)
+    if lse_out is not None and not lse_out.is_contiguous():
+        raise ValueError("lse_out: must be contiguous")
+    merge_states_into(o, lo, v, lse, stream=stream, ctx=ctx)
+    return o, lo
+
+
+def merge_states_into(o, lo, v, lse, *, stream=None, ctx=None):
+    ctx = ctx or default_context()
+    seq, n, H, D = v.shape
+    spec = spec_for("batch_decode", v.dtype, v.dtype, D, "none", "none", False, None)
+    a = S.MergeStatesArgs(version=S.MERGE_STATES_ARGS_VERSION, v=v.data_ptr(),
+                          lse=lse.data_ptr(), v_out=o.data_ptr(), lse_out=lo.data_ptr(),
+                          seq_len=seq, num_states=n, num_heads=H, v_stride_seq=v.stride(0),
+                          v_stride_state=v.stride(1), v_stride_h=v.stride(2),
+                          lse_stride_seq=lse.stride(0), lse_stride_state=lse.stride(1),
+                          v_out_stride_seq=o.stride(0), v_out_stride_h=o.stride(1))
+    with T.device_of(v):
+        check(lib().fi_merge_states(ctx.handle, ctypes.byref(spec.to_c()), ctypes.byref(a),
+                                    T.stream_handle(stream, v.device)), "fi_merge_states")
+    return o
+
+
+from . import _ops  # noqa: E402,F401  (registers fijit::* when torch.library can)

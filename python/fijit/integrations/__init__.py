@@ -1,0 +1,1 @@
+"""Integrations of fijit with other libraries (transformers)."""

@@ -1,0 +1,337 @@
+"""Plan/run objects for the batch kinds, as serving engines use them: plan() once per
+batch layout on the host (lengths, head counts, page size, mask and position
+encoding), run() per layer with the tensors. The workspace is a uint8 CUDA tensor the
+caller owns and keeps alive; plan() writes the work list into it. run() only queues
+kernels (no host synchronisation, no allocation when out= and lse= are given), so it
+can be captured in a CUDA graph. Re-planning rewrites the workspace: capture again.
+One plan and workspace must not serve runs that may execute at the same time (give
+each stream its own)."""
+import ctypes
+
+import torch
+
+from . import _structs as S
+from . import _tensors as T
+from ._lib import lib
+from .attention import pos_name, prefill_mask, spec_for, _scale
+from .context import default_context
+from .errors import check
+
+_POS = ("none", "rope", "alibi")
+
+
+def _host_ints(name, x):
+    """Host copy of an index array: a list/tuple of ints or a tensor (a CUDA tensor costs
+    a synchronisation)."""
+    if isinstance(x, torch.Tensor):
+        if x.dim() != 1:
+            raise ValueError(f"{name}: expected a 1-D array, got shape {tuple(x.shape)}")
+        return [int(i) for i in x.tolist()]
+    try:
+        return [int(i) for i in x]
+    except TypeError:
+        raise TypeError(f"{name}: expected a list of ints or a 1-D tensor, got {type(x).__name__}")
+
+
+def _c_ints(values):
+    return (ctypes.c_int32 * max(len(values), 1))(*values)
+
+
+def _device_ints(name, host, given, device):
+    """A device int32 copy of `host`, or `given` (a CUDA int32 tensor with those values)."""
+    if given is not None:
+        if given.device != device or given.numel() != len(host):
+            raise ValueError(f"{name}: expected {len(host)} entries on {device}")
+        return given.to(torch.int32).contiguous()
+    return torch.tensor(host, dtype=torch.int32, device=device)
+
+
+def _outputs(out, lse, return_lse, shape, dtype, device):
+    """out (checked, or new) and lse (checked, new with return_lse, or None)."""
+    o = T.output("out", out, shape, dtype, device)
+    if lse is None and return_lse:
+        lse = torch.empty(shape[:2], dtype=torch.float32, device=device)
+    elif lse is not None:
+        T.output("lse", lse, shape[:2], torch.float32, device)
+    return o, lse
+
+
+class _Plan:
+    """What both batch kinds share: the workspace, the C plan handle and its free."""
+    _prefix = None  # "fi_batch_decode" or "fi_batch_prefill"
+
+    def __init__(self, workspace, kv_layout="NHD", *, ctx=None):
+        if not isinstance(workspace, torch.Tensor) or workspace.dtype != torch.uint8 \
+                or workspace.device.type != "cuda" or workspace.dim() != 1:
+            raise ValueError("workspace: expected a 1-D uint8 CUDA tensor (e.g. torch.empty("
+                             "128 << 20, dtype=torch.uint8, device='cuda'))")
+        if kv_layout not in ("NHD", "HND"):
+            raise ValueError(f"kv_layout: {kv_layout!r} is not 'NHD' or 'HND'")
+        self.workspace = workspace
+        self.kv_layout = kv_layout
+        self.ctx = ctx or default_context()
+        self._handle = ctypes.c_void_p()
+        self._lib = lib()
+        self.spec = None
+
+    def close(self):
+        """Free the C plan (the workspace stays the caller's)."""
+        if self._handle:
+            getattr(self._lib, self._prefix + "_plan_free")(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _new_and_upload(self, spec, plan_args, grow_workspace):
+        """<kind>_plan_new, _plan_workspace_size, _plan_upload into self.workspace."""
+        self.close()
+        L = self._lib
+        handle = ctypes.c_void_p()
+        with T.device_of(self.workspace):
+            check(getattr(L, self._prefix + "_plan_new")(ctypes.byref(handle), self.ctx.handle,
+                                                         ctypes.byref(spec.to_c()),
+                                                         ctypes.byref(plan_args)),
+                  self._prefix + "_plan_new")
+            try:
+                n = ctypes.c_size_t()
+                check(getattr(L, self._prefix + "_plan_workspace_size")(ctypes.byref(n), handle),
+                      self._prefix + "_plan_workspace_size")
+                if self.workspace.numel() < n.value:
+                    if not grow_workspace:
+                        raise ValueError(f"workspace: this plan needs {n.value} bytes, the "
+                                         f"workspace has {self.workspace.numel()}")
+                    self.workspace = torch.empty(n.value, dtype=torch.uint8,
+                                                 device=self.workspace.device)
+                check(getattr(L, self._prefix + "_plan_upload")(
+                    handle, self.workspace.data_ptr() or None, n.value),
+                    self._prefix + "_plan_upload")
+            except BaseException:
+                getattr(L, self._prefix + "_plan_free")(handle)
+                raise
+        self._handle = handle
+        self.spec = spec
+        self.workspace_bytes = n.value
+
+    def _need_plan(self):
+        if not self._handle:
+            raise RuntimeError(f"{type(self).__name__}.run: call plan() first")
+
+
+class BatchDecodePlan(_Plan):
+    """Batch decode over a paged KV cache: one query token per request."""
+    _prefix = "fi_batch_decode"
+
+    def plan(self, kv_indptr, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, *,
+             page_size=16, q_dtype=torch.float16, kv_dtype=None, window_left=-1, softcap=0.0,
+             sm_scale=None, pos_encoding="none", rope_theta=1e4, rope_scale=1.0, variant=None,
+             max_splits=0, grow_workspace=False):
+        """kv_indptr [B+1] (offsets into kv_indices: each request's pages) and
+        kv_last_page_len [B] (1..page_size), host lists or tensors. pos_encoding "none",
+        "rope" (rope_theta, rope_scale here; per-request offsets at run) or "alibi"
+        (slopes at run). softcap > 0 caps the logits."""
+        if pos_encoding not in _POS:
+            raise ValueError(f"pos_encoding: {pos_encoding!r} is not one of {', '.join(_POS)}")
+        indptr = _host_ints("kv_indptr", kv_indptr)
+        last = _host_ints("kv_last_page_len", kv_last_page_len)
+        if len(indptr) != len(last) + 1:
+            raise ValueError(f"kv_indptr: {len(indptr)} entries, kv_last_page_len {len(last)}; "
+                             "want batch_size + 1 and batch_size")
+        kv_dtype = kv_dtype or q_dtype
+        spec = spec_for("batch_decode", q_dtype, kv_dtype, int(head_dim),
+                        "window" if window_left >= 0 else "none", pos_encoding, softcap > 0,
+                        variant)
+        self._host = (_c_ints(indptr), _c_ints(last))  # the plan reads them in plan_new
+        pa = S.BatchDecodePlanArgs(version=S.BATCH_DECODE_PLAN_ARGS_VERSION,
+                                   batch_size=len(last), kv_indptr=self._host[0],
+                                   kv_last_page_len=self._host[1], num_qo_heads=num_qo_heads,
+                                   num_kv_heads=num_kv_heads, page_size=page_size,
+                                   window_left=window_left, max_splits=max_splits)
+        self._new_and_upload(spec, pa, grow_workspace)
+        self.batch_size, self.num_qo_heads, self.num_kv_heads = len(last), num_qo_heads, num_kv_heads
+        self.head_dim, self.page_size, self.num_pages = int(head_dim), page_size, indptr[-1]
+        self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
+        self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+                             rope_theta=float(rope_theta), rope_scale=float(rope_scale))
+        return self
+
+    def describe(self):
+        """(work items, the most chunks one request was split into)."""
+        self._need_plan()
+        a, b = ctypes.c_int(), ctypes.c_int()
+        check(self._lib.fi_batch_decode_plan_describe(ctypes.byref(a), ctypes.byref(b),
+                                                      self._handle), "fi_batch_decode_plan_describe")
+        return a.value, b.value
+
+    def run(self, q, k_cache, v_cache, kv_indices, *, alibi_slopes=None, rope_offsets=None,
+            k_scale=1.0, v_scale=1.0, out=None, lse=None, return_lse=False, stream=None,
+            **variant_args):
+        """q [B, H, D]; k_cache, v_cache paged: NHD [pages, page_size, Hkv, D] or HND
+        [pages, Hkv, page_size, D]; kv_indices int32 CUDA [kv_indptr[-1]] page ids;
+        rope_offsets None or int32 [B] (position of each request's key 0). Returns out
+        [B, H, D] (and lse [B, H], natural log, with return_lse or lse=)."""
+        self._need_plan()
+        dev = q.device
+        T.tensor("q", q, 3, dtypes=(self.q_dtype,))
+        T.tensor("k_cache", k_cache, 4, dtypes=(self.kv_dtype,), device=dev)
+        T.tensor("v_cache", v_cache, 4, dtypes=(self.kv_dtype,), device=dev)
+        B, H, D = self.batch_size, self.num_qo_heads, self.head_dim
+        if tuple(q.shape) != (B, H, D):
+            raise ValueError(f"q: expected shape {(B, H, D)} (the plan's), got {tuple(q.shape)}")
+        kp = T.page_strides(k_cache, self.kv_layout)
+        vp = T.page_strides(v_cache, self.kv_layout)
+        if kp[1:3] != (self.page_size, self.num_kv_heads) or k_cache.shape != v_cache.shape:
+            raise ValueError(f"k_cache: expected page_size {self.page_size} and "
+                             f"{self.num_kv_heads} kv heads in {self.kv_layout} layout, got "
+                             f"shape {tuple(k_cache.shape)} (v_cache {tuple(v_cache.shape)})")
+        if not isinstance(kv_indices, torch.Tensor) or kv_indices.dtype != torch.int32 \
+                or kv_indices.device != dev or kv_indices.numel() < self.num_pages:
+            raise ValueError(f"kv_indices: expected an int32 tensor on {dev} with at least "
+                             f"{self.num_pages} page ids")
+        o, lse = _outputs(out, lse, return_lse, (B, H, D), q.dtype, dev)
+        varr, nvar, keep = T.variant_args(variant_args, dev)
+        a = S.BatchDecodeArgs(version=S.BATCH_DECODE_ARGS_VERSION, q=q.data_ptr(),
+                              k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=o.data_ptr(),
+                              lse=lse.data_ptr() if lse is not None else None,
+                              kv_indices=kv_indices.data_ptr(), q_stride_b=q.stride(0),
+                              q_stride_h=q.stride(1), o_stride_b=o.stride(0),
+                              o_stride_h=o.stride(1), k_stride_page=kp[3], k_stride_n=kp[4],
+                              k_stride_h=kp[5], v_stride_page=vp[3], v_stride_n=vp[4],
+                              v_stride_h=vp[5],
+                              rope_offsets=T.optional("rope_offsets", rope_offsets, (B,),
+                                                      torch.int32, dev),
+                              alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,),
+                                                      torch.float32, dev),
+                              k_scale=float(k_scale), v_scale=float(v_scale),
+                              workspace=self.workspace.data_ptr(),
+                              workspace_bytes=self.workspace_bytes, variant_args=varr,
+                              num_variant_args=nvar, **self._scalars)
+        with T.device_of(q):
+            check(self._lib.fi_batch_decode_run(self.ctx.handle, self._handle, ctypes.byref(a),
+                                                T.stream_handle(stream, dev)),
+                  "fi_batch_decode_run")
+        del keep
+        return (o, lse) if (return_lse or lse is not None) else o
+
+
+class BatchPrefillPlan(_Plan):
+    """Batch prefill: ragged K/V (packed tokens, paged=False) or a paged K/V cache."""
+
+    _prefix = "fi_batch_prefill"
+
+    def __init__(self, workspace, kv_layout="NHD", *, paged=False, ctx=None):
+        super().__init__(workspace, kv_layout, ctx=ctx)
+        self.paged = bool(paged)
+
+    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim, *,
+             kv_last_page_len=None, page_size=16, q_dtype=torch.float16, kv_dtype=None,
+             causal=False, window_left=-1, softcap=0.0, sm_scale=None, pos_encoding="none",
+             rope_theta=1e4, rope_scale=1.0, variant=None, cta_tile_q=0, grow_workspace=False,
+             qo_indptr_device=None, kv_indptr_device=None, kv_last_page_len_device=None):
+        """qo_indptr [B+1] query token offsets; kv_indptr [B+1]: ragged, key token
+        offsets; paged, offsets into kv_indices (page counts), with kv_last_page_len [B].
+        Host lists or tensors; the plan keeps device copies (or the *_device tensors given,
+        which must hold the same values)."""
+        if pos_encoding not in _POS:
+            raise ValueError(f"pos_encoding: {pos_encoding!r} is not one of {', '.join(_POS)}")
+        qo = _host_ints("qo_indptr", qo_indptr)
+        kv = _host_ints("kv_indptr", kv_indptr)
+        if len(qo) != len(kv) or len(qo) < 2:
+            raise ValueError(f"qo_indptr and kv_indptr: {len(qo)} and {len(kv)} entries; both "
+                             "must be batch_size + 1 (>= 2)")
+        B = len(qo) - 1
+        if self.paged:
+            if kv_last_page_len is None:
+                raise ValueError("kv_last_page_len: required for a paged plan")
+            last = _host_ints("kv_last_page_len", kv_last_page_len)
+            if len(last) != B:
+                raise ValueError(f"kv_last_page_len: {len(last)} entries, want {B}")
+        else:
+            last = [0] * B
+        kv_dtype = kv_dtype or q_dtype
+        kind = "batch_prefill_paged" if self.paged else "batch_prefill_ragged"
+        spec = spec_for(kind, q_dtype, kv_dtype, int(head_dim),
+                        prefill_mask(causal, window_left, None), pos_encoding, softcap > 0,
+                        variant)
+        self._host = (_c_ints(qo), _c_ints(kv), _c_ints(last))
+        pa = S.BatchPrefillPlanArgs(version=S.BATCH_PREFILL_PLAN_ARGS_VERSION, batch_size=B,
+                                    qo_indptr=self._host[0], kv_indptr=self._host[1],
+                                    kv_last_page_len=self._host[2], num_qo_heads=num_qo_heads,
+                                    num_kv_heads=num_kv_heads, page_size=page_size,
+                                    window_left=window_left, cta_tile_q=cta_tile_q)
+        self._new_and_upload(spec, pa, grow_workspace)
+        dev = self.workspace.device
+        self._qo_d = _device_ints("qo_indptr_device", qo, qo_indptr_device, dev)
+        self._kv_d = _device_ints("kv_indptr_device", kv, kv_indptr_device, dev)
+        self._last_d = (_device_ints("kv_last_page_len_device", last, kv_last_page_len_device,
+                                     dev) if self.paged else None)
+        self.batch_size, self.num_qo_heads, self.num_kv_heads = B, num_qo_heads, num_kv_heads
+        self.head_dim, self.page_size = int(head_dim), page_size
+        self.total_q, self.total_kv = qo[-1], kv[-1]
+        self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
+        self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+                             rope_theta=float(rope_theta), rope_scale=float(rope_scale))
+        return self
+
+    def run(self, q, k, v, *, kv_indices=None, alibi_slopes=None, rope_offset=0, out=None,
+            lse=None, return_lse=False, stream=None, **variant_args):
+        """q [total_q, H, D]. Ragged: k, v [total_kv, Hkv, D] (NHD) or [Hkv, total_kv, D]
+        (HND), any strides. Paged: k, v caches NHD [pages, page_size, Hkv, D] or HND
+        [pages, Hkv, page_size, D] and kv_indices int32 [kv_indptr[-1]]. rope_offset: the
+        position of key 0 of every request. Returns out [total_q, H, D] (and lse
+        [total_q, H], natural log, with return_lse or lse=)."""
+        self._need_plan()
+        dev = q.device
+        H, D = self.num_qo_heads, self.head_dim
+        T.tensor("q", q, 3, dtypes=(self.q_dtype,))
+        ndim = 4 if self.paged else 3
+        T.tensor("k", k, ndim, dtypes=(self.kv_dtype,), device=dev)
+        T.tensor("v", v, ndim, dtypes=(self.kv_dtype,), device=dev)
+        if tuple(q.shape) != (self.total_q, H, D):
+            raise ValueError(f"q: expected shape {(self.total_q, H, D)} (the plan's), got "
+                             f"{tuple(q.shape)}")
+        if self.paged:
+            kp, vp = T.page_strides(k, self.kv_layout), T.page_strides(v, self.kv_layout)
+            if kp[1:3] != (self.page_size, self.num_kv_heads) or k.shape != v.shape:
+                raise ValueError(f"k: expected page_size {self.page_size} and "
+                                 f"{self.num_kv_heads} kv heads ({self.kv_layout}), got shape "
+                                 f"{tuple(k.shape)} (v {tuple(v.shape)})")
+            if not isinstance(kv_indices, torch.Tensor) or kv_indices.dtype != torch.int32 \
+                    or kv_indices.device != dev or kv_indices.numel() < self.total_kv:
+                raise ValueError(f"kv_indices: expected an int32 tensor on {dev} with at least "
+                                 f"{self.total_kv} page ids")
+            strides = dict(k_stride_page=kp[3], k_stride_n=kp[4], k_stride_h=kp[5],
+                           v_stride_page=vp[3], v_stride_n=vp[4], v_stride_h=vp[5])
+        else:
+            kl, kh, ksn, ksh = T.kv_strides("k", k, self.kv_layout)
+            vl, vh, vsn, vsh = T.kv_strides("v", v, self.kv_layout)
+            if (kl, kh) != (self.total_kv, self.num_kv_heads) or k.shape != v.shape:
+                raise ValueError(f"k: expected {self.total_kv} tokens and {self.num_kv_heads} "
+                                 f"kv heads ({self.kv_layout}), got shape {tuple(k.shape)} "
+                                 f"(v {tuple(v.shape)})")
+            strides = dict(k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn, v_stride_h=vsh)
+        o, lse = _outputs(out, lse, return_lse, (self.total_q, H, D), q.dtype, dev)
+        varr, nvar, keep = T.variant_args(variant_args, dev)
+        a = S.BatchPrefillArgs(version=S.BATCH_PREFILL_ARGS_VERSION, q=q.data_ptr(),
+                               k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                               lse=lse.data_ptr() if lse is not None else None,
+                               qo_indptr=self._qo_d.data_ptr(), kv_indptr=self._kv_d.data_ptr(),
+                               kv_indices=kv_indices.data_ptr() if self.paged else None,
+                               kv_last_page_len=(self._last_d.data_ptr() if self.paged
+                                                 else None),
+                               q_stride_n=q.stride(0), q_stride_h=q.stride(1),
+                               o_stride_n=o.stride(0), o_stride_h=o.stride(1),
+                               rope_offset=int(rope_offset),
+                               alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,),
+                                                       torch.float32, dev),
+                               variant_args=varr, num_variant_args=nvar, **strides,
+                               **self._scalars)
+        with T.device_of(q):
+            check(self._lib.fi_batch_prefill_run(self.ctx.handle, self._handle, ctypes.byref(a),
+                                                 T.stream_handle(stream, dev)),
+                  "fi_batch_prefill_run")
+        del keep
+        return (o, lse) if (return_lse or lse is not None) else o

@@ -1,0 +1,95 @@
+"""fijit.Spec: the kernel tuple (kind, dtypes, head_dim, mask, position encoding,
+soft-cap, variant), parsed, formatted and checked by the C library itself so that
+names and limits are defined once."""
+import ctypes
+from dataclasses import dataclass
+from typing import Optional
+
+from . import _structs as S
+from ._lib import lib
+from .errors import check
+
+_NAMES = {"kind": S.KIND, "q_dtype": S.DTYPE, "kv_dtype": S.DTYPE, "o_dtype": S.DTYPE,
+          "mask": S.MASK, "pos": S.POS}
+_VALUES = {field: {v: k for k, v in names.items()} for field, names in _NAMES.items()}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One kernel tuple. Field values are the names of the canonical spec text
+    ("decode", "fp16", "window", "rope"); soft_cap is a bool (the cap's value is a
+    launch argument); variant None is the built-in behaviour."""
+    kind: str = "decode"
+    q_dtype: str = "fp16"
+    kv_dtype: Optional[str] = None   # None: q_dtype
+    o_dtype: Optional[str] = None    # None: q_dtype
+    head_dim: int = 128
+    mask: str = "none"
+    pos: str = "none"
+    soft_cap: bool = False
+    variant: Optional[str] = None
+
+    def __post_init__(self):
+        # kv and o default to q, as in the spec text.
+        if self.kv_dtype is None:
+            object.__setattr__(self, "kv_dtype", self.q_dtype)
+        if self.o_dtype is None:
+            object.__setattr__(self, "o_dtype", self.q_dtype)
+        if self.variant == "default":
+            object.__setattr__(self, "variant", None)
+        for field, names in _NAMES.items():
+            value = getattr(self, field)
+            if value not in names:
+                raise ValueError(f"Spec.{field}: {value!r} is not one of {', '.join(names)}")
+        object.__setattr__(self, "soft_cap", bool(self.soft_cap))
+
+    @classmethod
+    def parse(cls, text):
+        """Spec from a canonical spec string ("prefill q=bf16 hd=128 mask=causal")."""
+        raw = S.new(S.JitSpec, S.JIT_SPEC_VERSION)
+        buf = ctypes.create_string_buffer(64)
+        check(lib().fi_jit_spec_parse(ctypes.byref(raw), buf, len(buf), text.encode()),
+              "fi_jit_spec_parse")
+        return cls._from_c(raw)
+
+    @classmethod
+    def _from_c(cls, raw):
+        return cls(kind=_VALUES["kind"][raw.kind], q_dtype=_VALUES["q_dtype"][raw.q_dtype],
+                   kv_dtype=_VALUES["kv_dtype"][raw.kv_dtype],
+                   o_dtype=_VALUES["o_dtype"][raw.o_dtype], head_dim=raw.head_dim,
+                   mask=_VALUES["mask"][raw.mask], pos=_VALUES["pos"][raw.pos],
+                   soft_cap=bool(raw.soft_cap),
+                   variant=raw.variant.decode() if raw.variant else None)
+
+    def to_c(self):
+        """The fi_jit_spec (cached: a Spec is immutable)."""
+        raw = self.__dict__.get("_c")
+        if raw is None:
+            raw = S.new(S.JitSpec, S.JIT_SPEC_VERSION, kind=S.KIND[self.kind],
+                        q_dtype=S.DTYPE[self.q_dtype], kv_dtype=S.DTYPE[self.kv_dtype],
+                        o_dtype=S.DTYPE[self.o_dtype], head_dim=int(self.head_dim),
+                        mask=S.MASK[self.mask], pos=S.POS[self.pos], soft_cap=int(self.soft_cap),
+                        variant=self.variant.encode() if self.variant else None)
+            object.__setattr__(self, "_c", raw)
+        return raw
+
+    def check(self):
+        """Raise fijit.InvalidError / UnsupportedError (the message names the field)
+        unless fijit can build this tuple."""
+        check(lib().fi_jit_spec_check(ctypes.byref(self.to_c())), "fi_jit_spec_check")
+        return self
+
+    def __str__(self):
+        buf = ctypes.create_string_buffer(512)
+        check(lib().fi_jit_spec_format(buf, len(buf), ctypes.byref(self.to_c())),
+              "fi_jit_spec_format")
+        return buf.value.decode()
+
+
+def as_spec(spec):
+    """A Spec from a Spec or a spec string."""
+    if isinstance(spec, Spec):
+        return spec
+    if isinstance(spec, str):
+        return Spec.parse(spec)
+    raise TypeError(f"spec: expected a fijit.Spec or a spec string, got {type(spec).__name__}")

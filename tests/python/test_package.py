@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""CPU tests of the fijit Python package (no GPU, no torch): struct layouts against the
+C headers (a generated C program of _Static_asserts: nothing hand-kept), library
+discovery and version check, Spec parse/format/check, error mapping, prewarm / stats /
+explain, a variant compile error with the snippet's line numbers, `python -m fijit`,
+and an offline `pip install` into a fresh venv.
+
+    python3 tests/python/test_package.py [build-dir]      (make test-python)
+
+Prints one line per check; exit status 1 if any failed.
+"""
+import ctypes
+import ctypes.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
+LIB = os.path.join(BUILD, "libfijit.so")
+PKG = os.path.join(ROOT, "python")
+sys.path.insert(0, PKG)
+os.environ["FIJIT_LIBRARY"] = LIB
+for var in ("FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE", "FIJIT_TEMPLATE_DIR"):
+    os.environ.pop(var, None)
+WORK = tempfile.mkdtemp(prefix="fijit-py.")
+os.environ["FIJIT_CACHE_DIR"] = os.path.join(WORK, "cache")
+
+import fijit  # noqa: E402
+from fijit import _structs as S  # noqa: E402
+from fijit import errors as E  # noqa: E402
+
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{'' if ok else ': ' + detail}", flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def raises(fn, cls):
+    try:
+        fn()
+    except cls as e:
+        return e
+    except Exception as e:  # the wrong exception: report it
+        return AssertionError(f"raised {type(e).__name__}: {e}")
+    return AssertionError("raised nothing")
+
+
+def run(cmd, env=None, cwd=None):
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+# ---- struct layouts and constants vs the C header --------------------------------------
+def c_type_size(ctype):
+    return ctypes.sizeof(ctype)
+
+
+def layout_program():
+    lines = ["#include <stddef.h>", "#include \"fijit.h\"",
+             "#define SAME(what, a, b) _Static_assert((a) == (b), what)"]
+    for cls in S.ALL:
+        t = cls.c_name
+        lines.append(f"SAME(\"sizeof {t}\", sizeof({t}), {ctypes.sizeof(cls)});")
+        for fname, ftype in cls._fields_:
+            off = getattr(cls, fname).offset
+            lines.append(f"SAME(\"{t}.{fname} offset\", offsetof({t}, {fname}), {off});")
+            lines.append(f"SAME(\"{t}.{fname} size\", sizeof((({t} *)0)->{fname}), "
+                         f"{c_type_size(ftype)});")
+    # enums and versions the package writes
+    for prefix, table in (("FI_KIND_", S.KIND), ("FI_DTYPE_", S.DTYPE), ("FI_MASK_", S.MASK)):
+        for name, value in table.items():
+            lines.append(f"SAME(\"{prefix}{name.upper()}\", {prefix}{name.upper()}, {value});")
+    pos_c = {"none": "FI_POS_NONE", "rope": "FI_POS_ROPE_LLAMA", "alibi": "FI_POS_ALIBI"}
+    for name, value in S.POS.items():
+        lines.append(f"SAME(\"{pos_c[name]}\", {pos_c[name]}, {value});")
+    for name in ("VARG_FLOAT", "VARG_INT", "VARG_PTR", "VARIANT_REPLACE"):
+        lines.append(f"SAME(\"FI_{name}\", FI_{name}, {getattr(S, name)});")
+    for name in dir(S):
+        if name.endswith("_VERSION") and name.isupper():
+            lines.append(f"SAME(\"FI_{name}\", FI_{name}, {getattr(S, name)});")
+    for code, cls in E.BY_CODE.items():
+        lines.append(f"SAME(\"{cls.__name__} code\", {code}, {code});")
+    major, minor, patch = fijit._lib.PACKAGE_VERSION
+    lines.append(f"SAME(\"package version\", FIJIT_VERSION_NUMBER, {major * 10000 + minor * 100 + patch});")
+    return "\n".join(lines) + "\nint main(void) { return 0; }\n"
+
+
+src = os.path.join(WORK, "layout.c")
+with open(src, "w") as f:
+    f.write(layout_program())
+cc = os.environ.get("CC", "cc")
+r = run([cc, "-std=c11", "-fsyntax-only", "-I", os.path.join(ROOT, "include"), src])
+nfields = sum(len(c._fields_) for c in S.ALL)
+check(f"layout: {len(S.ALL)} structs, {nfields} fields, enums and versions match the header",
+      r.returncode == 0, r.stderr[-2000:])
+# The check itself can fail: a wrong offset must be caught.
+with open(src, "w") as f:
+    f.write(layout_program().replace("offsetof(fi_decode_args, kv_len), ",
+                                     "offsetof(fi_decode_args, kv_len) + 4, "))
+r = run([cc, "-std=c11", "-fsyntax-only", "-I", os.path.join(ROOT, "include"), src])
+check("layout: a shifted field is caught", r.returncode != 0 and "kv_len" in r.stderr)
+e = raises(lambda: setattr(S.PrefillArgs(), "soft_cap", 1.0), AttributeError)
+check("structs refuse a field they lack", isinstance(e, AttributeError) and "soft_cap" in str(e))
+for code, cls in E.BY_CODE.items():
+    lname = fijit._lib.lib().fi_error_name(code).decode()
+    if not issubclass(cls, fijit.Error) or cls.code != code or not lname.startswith("FI_E"):
+        check(f"error class of {code}", False, f"{cls.__name__} / {lname}")
+check("every error code has a fijit.Error subclass", len(E.BY_CODE) == 11)
+
+# ---- library discovery and version -----------------------------------------------------
+PROBE = "import fijit, sys; print(fijit.library_path())"
+
+
+def probe(pkg_parent, extra_env, drop_library=True):
+    env = {k: v for k, v in os.environ.items() if k not in ("FIJIT_LIBRARY", "LD_LIBRARY_PATH")}
+    if not drop_library:
+        env["FIJIT_LIBRARY"] = os.environ["FIJIT_LIBRARY"]
+    env.update(extra_env)
+    env["PYTHONPATH"] = pkg_parent
+    return run([sys.executable, "-c", PROBE], env=env, cwd=WORK)
+
+
+r = probe(PKG, {"FIJIT_LIBRARY": LIB})
+check("discovery: $FIJIT_LIBRARY", r.returncode == 0 and r.stdout.strip() == LIB, r.stderr)
+r = probe(PKG, {"FIJIT_LIBRARY": "/nonexistent/libfijit.so"})
+check("discovery: a missing $FIJIT_LIBRARY is a clear error naming it",
+      r.returncode != 0 and "LibraryError" in r.stderr and "/nonexistent/libfijit.so" in r.stderr,
+      r.stderr[-500:])
+bare = os.path.join(WORK, "bare")
+shutil.copytree(os.path.join(PKG, "fijit"), os.path.join(bare, "fijit"),
+                ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
+nextto = os.path.join(WORK, "nextto")
+shutil.copytree(os.path.join(bare, "fijit"), os.path.join(nextto, "fijit"))
+shutil.copy(os.path.realpath(LIB), os.path.join(nextto, "fijit", "libfijit.so"))
+r = probe(nextto, {})
+check("discovery: libfijit.so next to the package",
+      r.returncode == 0 and r.stdout.strip() == os.path.join(nextto, "fijit", "libfijit.so"),
+      r.stdout + r.stderr)
+r = probe(bare, {"LD_LIBRARY_PATH": BUILD})
+check("discovery: the system loader (LD_LIBRARY_PATH)",
+      r.returncode == 0 and r.stdout.strip() == "libfijit.so.0", r.stdout + r.stderr)
+if ctypes.util.find_library("fijit") is None:
+    r = probe(bare, {})
+    check("discovery: none found is a clear error listing what was tried",
+          r.returncode != 0 and "cannot load libfijit.so" in r.stderr
+          and "next to the package" in r.stderr and "system loader" in r.stderr, r.stderr[-800:])
+else:
+    print("note: a libfijit is installed system-wide; the none-found case is not checked")
+fake_src = os.path.join(WORK, "fake.c")
+with open(fake_src, "w") as f:
+    f.write("int fi_version_number(void) { return 900; }\n")
+fake = os.path.join(WORK, "libfake.so")
+r = run([cc, "-shared", "-fPIC", "-o", fake, fake_src])
+r = probe(PKG, {"FIJIT_LIBRARY": fake})
+check("version: a 0.9 library is refused naming both versions",
+      r.returncode != 0 and "0.9.0" in r.stderr and "0.2.0" in r.stderr, r.stderr[-500:])
+
+# ---- Spec ------------------------------------------------------------------------------
+s = fijit.Spec.parse("prefill hd=64 q=bf16 mask=causal pos=rope softcap=1")
+check("Spec.parse fills defaults (kv, o from q)",
+      (s.kind, s.q_dtype, s.kv_dtype, s.o_dtype, s.head_dim, s.mask, s.pos, s.soft_cap) ==
+      ("prefill", "bf16", "bf16", "bf16", 64, "causal", "rope", True), repr(s))
+text = str(s)
+check("Spec formats canonically and round-trips",
+      text == "prefill q=bf16 kv=bf16 o=bf16 hd=64 mask=causal pos=rope softcap=1"
+      and fijit.Spec.parse(text) == s, text)
+check("Spec() defaults mirror FI_JIT_SPEC_INIT",
+      str(fijit.Spec()) == "decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0")
+e = raises(lambda: fijit.Spec.parse("decode q=fp99"), fijit.InvalidError)
+check("Spec.parse: a bad value is InvalidError (a ValueError) with the code name and message",
+      isinstance(e, fijit.InvalidError) and isinstance(e, ValueError) and e.code == -1
+      and e.name == "FI_EINVALID" and "fp99" in e.message and "fi_jit_spec_parse" in str(e),
+      repr(e))
+e = raises(lambda: fijit.Spec(head_dim=96).check(), fijit.Error)
+check("Spec.check refuses head_dim 96 naming the field",
+      isinstance(e, fijit.Error) and "head_dim" in str(e), repr(e))
+e = raises(lambda: fijit.Spec(mask="diagonal"), ValueError)
+check("Spec() refuses an unknown name", isinstance(e, ValueError) and "mask" in str(e))
+
+# ---- errors from a context -------------------------------------------------------------
+unsafe = os.path.join(WORK, "unsafe")
+os.makedirs(unsafe)
+os.chmod(unsafe, 0o777)
+e = raises(lambda: fijit.Context(unsafe), fijit.UnsafeCacheDirError)
+check("a world-writable cache dir is UnsafeCacheDirError (FI_EPERM)",
+      isinstance(e, fijit.UnsafeCacheDirError) and e.name == "FI_EPERM" and e.message, repr(e))
+ctx = fijit.Context(os.path.join(WORK, "ctxcache"))
+e = raises(lambda: ctx.register_variant("bad name!", "struct Variant : fijit::DefaultVariant {};\n"),
+           fijit.InvalidError)
+check("a bad variant name is InvalidError", isinstance(e, fijit.InvalidError), repr(e))
+e = raises(lambda: ctx.register_variant(None, os.path.join(WORK, "missing.cuh")),
+           fijit.NotFoundError)
+check("a missing variant file is NotFoundError", isinstance(e, fijit.NotFoundError), repr(e))
+
+# ---- prewarm, stats, explain, a variant that does not compile ---------------------------
+SPEC = "decode q=fp16 hd=64"
+res = fijit.prewarm([SPEC], arch="sm_90a")
+check("prewarm compiles without a GPU",
+      [(str(sp), a, o) for sp, a, o in res] ==
+      [("decode q=fp16 kv=fp16 o=fp16 hd=64 mask=none pos=none softcap=0", "sm_90a", "compiled")],
+      repr(res))
+res = fijit.prewarm(SPEC, arch="sm_90a")
+check("prewarm again: cached", res[0][2] == "cached", repr(res))
+st = fijit.stats()
+check("stats: one compile, one entry, one disk hit",
+      set(st) == set(S.STATS_COUNTERS) and st["compiles"] == 1 and st["entries"] == 1
+      and st["disk_hits"] == 1 and st["compile_ns"] > 0, repr(st))
+text = fijit.explain(SPEC, "sm_90a")
+check("explain names the arch and the spec", "sm_90a" in text and "hd=64" in text, text[:300])
+broken = os.path.join(WORK, "broken.cuh")
+with open(broken, "w") as f:
+    f.write("// Uses a name that does not exist.\n"
+            "struct Variant : fijit::DefaultVariant {\n"
+            "    template <class P>\n"
+            "    static __device__ __forceinline__ float query_transform(const P &p, float q, int h, int d)\n"
+            "    { return undefined_scale * q * p.sm_scale; }\n"
+            "};\n")
+name = fijit.register_variant(None, broken)
+e = raises(lambda: fijit.prewarm(f"{SPEC} variant={name}", arch="sm_90a"), fijit.CompileError)
+check("a variant that does not compile is CompileError with the snippet's file and line",
+      isinstance(e, fijit.CompileError) and e.name == "FI_ECOMPILE"
+      and f"{broken}(5)" in e.message and "undefined_scale" in e.message, repr(e)[:1500])
+check("the compile failure is counted", fijit.stats()["compile_failures"] == 1)
+
+# ---- python -m fijit -------------------------------------------------------------------
+env = dict(os.environ, PYTHONPATH=PKG)
+r = run([sys.executable, "-m", "fijit", "prewarm", "--kernel", "decode", "--dtype", "fp16",
+         "--head-dim", "64", "--arch", "sm_90a"], env=env)
+check("python -m fijit prewarm: the cached spec, exit 0",
+      r.returncode == 0 and r.stdout.startswith("cached    decode q=fp16 kv=fp16 o=fp16 hd=64")
+      and "1 spec, 0 compiled, 1 already cached, 0 failed" in r.stdout, r.stdout + r.stderr)
+r = run([sys.executable, "-m", "fijit", "prewarm", "--dtype", "fp99"], env=env)
+check("python -m fijit prewarm: a bad dtype is exit 2 naming it",
+      r.returncode == 2 and "fp99" in r.stderr, r.stdout + r.stderr)
+r = run([sys.executable, "-m", "fijit", "stats", "--json"], env=env)
+check("python -m fijit stats --json", r.returncode == 0 and '"entries": 1' in r.stdout, r.stdout)
+
+# ---- torch is optional -----------------------------------------------------------------
+try:
+    import torch  # noqa: F401
+    print("note: torch is importable here; the no-torch check is skipped")
+except ImportError:
+    e = raises(lambda: fijit.prefill, ImportError)
+    check("without torch, fijit imports and fijit.prefill raises ImportError",
+          isinstance(e, ImportError) and "torch" in str(e), repr(e))
+
+# ---- offline install into a fresh venv ---------------------------------------------------
+venv = os.path.join(WORK, "venv")
+r = run([sys.executable, "-m", "venv", venv])
+if r.returncode != 0:
+    check("offline install: python3 -m venv (Debian: python3-venv)", False, r.stderr[-500:])
+else:
+    pip = os.path.join(venv, "bin", "pip")
+    r = run([pip, "install", "-q", "--no-build-isolation", "--no-index", PKG],
+            env=dict(os.environ, FIJIT_BUILD_DIR=BUILD, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    check("offline install: pip install --no-build-isolation --no-index ./python",
+          r.returncode == 0, r.stdout[-500:] + r.stderr[-1500:])
+    env = {k: v for k, v in os.environ.items() if k not in ("FIJIT_LIBRARY", "PYTHONPATH")}
+    py = os.path.join(venv, "bin", "python")
+    r = run([py, "-c", "import fijit; print(fijit.library_path()); print(fijit.__version__)"],
+            env=env, cwd=WORK)
+    check("offline install: the installed package loads the library it carries",
+          r.returncode == 0 and r.stdout.split()[0].startswith(venv)
+          and r.stdout.split()[1] == "0.2.0", r.stdout + r.stderr)
+    r = run([py, "-m", "fijit", "prewarm", "--kernel", "decode", "--dtype", "fp16",
+             "--head-dim", "64", "--arch", "sm_90a"], env=env, cwd=WORK)
+    check("offline install: python -m fijit prewarm from the venv",
+          r.returncode == 0 and "1 already cached" in r.stdout, r.stdout + r.stderr)
+
+shutil.rmtree(WORK, ignore_errors=True)
+print(f"test_package: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")
+sys.exit(1 if failures else 0)
