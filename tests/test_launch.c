@@ -439,7 +439,7 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
     /* 4000 packed rows per kv head: 32 tiles of 128 x 8 kv heads, walked by a
      * CTA per SM of the (fake) device. */
     CHECK_MSG(seen.grid[0] == FAKE_CUDA_SM_COUNT && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
-    CHECK(seen.block[0] == FI_PREFILL_WS_THREADS && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1));
+    CHECK(seen.block[0] == FI_PREFILL_WS_THREADS && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 0)); /* lean */
     CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8);
     /* K and V in boxes of a K/V tile, Q of a tile's packed rows (4 heads x 32 tokens). */
     const int kv_box = FI_PREFILL_WS_TILE_KV(128, 1);
@@ -594,7 +594,7 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
             }
             /* 1200 and 68 packed rows: 10 + 1 tiles of 128, a CTA each. */
             CHECK(seen.ws.work_items == 11 && seen.ws.kv_heads == 8 && seen.grid[0] == 88);
-            CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0));
+            CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1));
         }
         fi_batch_prefill_plan_free(plan);
         free(ws);
@@ -981,7 +981,7 @@ TEST(every_prefill_tile_launches_with_its_shared_memory)
                 CHECK_MSG(rc == 0, "hd %d tile %d: %s", hd, a.cta_tile_q, fi_last_error());
                 if (idx < 0) {
                     CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0 &&
-                                  seen.smem == (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, 0) &&
+                                  seen.smem == (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, 1, 0) &&
                                   seen.smem <= FAKE_CUDA_SMEM_OPTIN_MAX,
                               "hd %d: %s smem %u", hd, seen.name, seen.smem);
                     continue;

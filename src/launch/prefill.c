@@ -195,11 +195,11 @@ _Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
 /* Index of the Hopper main loop among the module's entries (src/core/kinds.c). */
 #define WS_ENTRY (FI_PREFILL_NUM_TILES + 1)
 /* Measured on H100 (bench_prefill.py, batch 4; README): persistent CTAs, which
- * load the next block's Q while finishing this one, win where there are two Q
- * buffers (head_dim <= 128: 1.00-1.10x a CTA per block at seq 4k-8k,
- * 1.11-1.27x at 1k); at head_dim 256 (one buffer) the causal blocks' uneven
- * lengths make a CTA per block faster (a persistent CTA's share is fixed). */
-#define WS_DEFAULT(hd) (FI_PREFILL_WS_Q_BUFS(hd) == 2 ? WS_PERSISTENT : WS_GRID)
+ * load the next block's Q while finishing this one, win at head_dim <= 128
+ * (1.00-1.10x a CTA per block at seq 4k-8k, 1.11-1.27x at 1k); at head_dim
+ * 256 (one Q buffer) the causal blocks' uneven lengths make a CTA per block
+ * faster (0.75-0.92x persistent: a persistent CTA's share is fixed). */
+#define WS_DEFAULT(hd) ((hd) <= 128 ? WS_PERSISTENT : WS_GRID)
 
 /* How tile kernel 0's blocks are launched on sm_90a. */
 enum ws_mode {
@@ -211,6 +211,13 @@ enum ws_mode {
 static int mask_is_causal(const fi_jit_spec *spec)
 {
     return spec->mask == FI_MASK_CAUSAL || spec->mask == FI_MASK_WINDOW;
+}
+
+/* FI_PREFILL_WS_LEAN of the spec (the template computes it from the same fields). */
+static int ws_lean(const fi_jit_spec *spec)
+{
+    const int custom = spec->variant && *spec->variant && strcmp(spec->variant, "default") != 0;
+    return FI_PREFILL_WS_LEAN(spec->soft_cap, spec->pos == FI_POS_ALIBI, custom);
 }
 
 /* The Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) takes a launch of tile
@@ -226,7 +233,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     if (idx != 0 || !is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
         !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM) ||
-        (paged && !FI_PREFILL_WS_PAGE_OK(page_size, spec->head_dim, mask_is_causal(spec))) ||
+        (paged && !FI_PREFILL_WS_PAGE_OK(page_size, spec->head_dim, ws_lean(spec))) ||
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
         return WS_OFF;
     if (env && strcmp(env, "grid") == 0) return WS_GRID;
@@ -247,7 +254,7 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                           const struct ws_rows *rows)
 {
     const int hd = spec->head_dim, heads = p->num_kv_heads;
-    const int box = FI_PREFILL_WS_TILE_KV(hd, mask_is_causal(spec));
+    const int box = FI_PREFILL_WS_TILE_KV(hd, ws_lean(spec));
     if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
         int rc = p->rot_k ? (rows->k > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k,
                                                                p->k_stride_h, p->k_stride_n, 1, box)
@@ -275,7 +282,8 @@ static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
                          int q_rows)
 {
     const int group = p->group_size;
-    if (q_rows <= 0 || FI_PREFILL_WS_Q_BUFS(spec->head_dim) != 2 ||
+    const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
+    if (q_rows <= 0 || FI_PREFILL_WS_Q_BUFS(spec->head_dim, paged) != 2 ||
         FI_PREFILL_WS_TILE_Q % group != 0 || !(p->sm_scale > 0.f))
         return;
     if (fi__cuda_tma_map_3d(&ws->q, p->q, spec->head_dim, p->num_qo_heads, q_rows, p->q_stride_h,
@@ -291,10 +299,10 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
                      int sm_count, int items, int heads, fi_prefill_params *p,
                      const struct ws_rows *rows, CUstream stream, const char *who)
 {
-    const int hd = spec->head_dim, causal = mask_is_causal(spec);
+    const int hd = spec->head_dim, lean = ws_lean(spec);
+    const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     fi_prefill_ws ws;
     memset(&ws, 0, sizeof ws);
-    FI_UNUSED(causal); /* when the tile sizes do not depend on it */
     if (encode_kv_maps(&ws, spec, p, rows) < 0) return 0;
     encode_q_map(&ws, spec, p, rows->q);
     ws.work_items = items;
@@ -309,7 +317,8 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     void *args[] = {p, &ws};
     const unsigned block[3] = {FI_PREFILL_WS_THREADS, 1, 1};
     int rc = fi__cuda_launch_args(kernel->functions[WS_ENTRY], (unsigned)ctas, 1, block,
-                                  (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, causal), stream, args, who);
+                                  (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged), stream,
+                                  args, who);
     return rc < 0 ? rc : 1;
 }
 

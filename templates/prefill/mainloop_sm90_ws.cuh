@@ -51,14 +51,22 @@ namespace prefill {
 namespace ws {
 
 constexpr int kTileQ = FI_PREFILL_WS_TILE_Q;
-constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kCausal);
-constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim);
-constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim);
+#ifdef FIJIT_CUSTOM_VARIANT
+constexpr bool kCustomVariant = true;
+#else
+constexpr bool kCustomVariant = false;
+#endif
+constexpr bool kLean = FI_PREFILL_WS_LEAN(fijit_cfg::kSoftCap, fijit_cfg::kPos == fijit_cfg::kPosAlibi,
+                                         kCustomVariant);
+constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean);
+constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
+constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
+constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
 // and sm_scale, positive (the host checks), commutes with masks and maxima.
-// Not paged: its consumers have 8 registers fewer (kConsumerRegs), and a Q
-// buffer chosen at run time costs them a spill.
-constexpr bool kRawQTuple = kKind != FI_PREFILL_KIND_PAGED && kQBufs == 2 && !kRope && kSoftmax &&
+// Not paged (one Q buffer): its consumers have 8 registers fewer
+// (kConsumerRegs), and a Q buffer chosen at run time cost them a spill.
+constexpr bool kRawQTuple = kQBufs == 2 && !kRope && kSoftmax &&
                             KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value;
 constexpr int kPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
@@ -78,14 +86,14 @@ constexpr bool kPingPong = true;
 // (measured: 32 / 240 hangs). The paged producer (a warp that also reads page
 // ids and copies partial pages) spills below 32; 40 / 232 fits exactly and
 // spills nowhere on the plain tuples.
-constexpr int kProducerRegs = kKind == FI_PREFILL_KIND_PAGED ? 40 : 24;
-constexpr int kConsumerRegs = kKind == FI_PREFILL_KIND_PAGED ? 232 : 240;
+constexpr int kProducerRegs = kPaged ? 40 : 24;
+constexpr int kConsumerRegs = kPaged ? 232 : 240;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= FI_PREFILL_WS_THREADS * 168,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
 static_assert(kTileQ == FI_PREFILL_TILE_Q(0), "the Hopper loop replaces tile kernel 0");
 static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 64 rows");
-static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kCausal) >=
+static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kPaged) >=
                   kQBufs * kQBytes + 2u * kStages * kKVBytes + (4u * kStages + 2u * kQBufs) * 8u,
               "shared memory: Q, the K and V rings, their barriers");
 
@@ -524,14 +532,14 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     const bool raw_q = kRawQTuple && ws.q_rows > 0;
     if (tid < 128) {
         set_max_regs_dec<kProducerRegs>();
-        if (tid >= (kKind == FI_PREFILL_KIND_PAGED ? 32 : 1)) return;
+        if (tid >= (kPaged ? 32 : 1)) return;
         for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x) {
             const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
             const int row0 = w.tile * kTileQ;
             if (row0 >= w.qo_len * p.group_size) continue;
             const KeyRange kr = key_range(p, w, row0);
             if (raw_q && tid == 0) produce_q(p, ws, w, row0, sm, j);
-            if constexpr (kKind == FI_PREFILL_KIND_PAGED)
+            if constexpr (kPaged)
                 produce_paged(p, ws, w, kr, sm, it);
             else
                 produce(ws, w, kr, sm, it);

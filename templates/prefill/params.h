@@ -77,29 +77,39 @@
 /* Paged K/V takes it when a K/V tile is whole pages of a multiple of 8 rows
  * (a TMA per page, each on a 1024-byte swizzle atom); other page sizes stay
  * on the tile kernels. */
-#define FI_PREFILL_WS_PAGE_OK(page_size, hd, causal)                                \
+#define FI_PREFILL_WS_PAGE_OK(page_size, hd, lean)                                  \
     ((page_size) >= 8 && (page_size) % 8 == 0 && (page_size) <= 256 &&              \
-     FI_PREFILL_WS_TILE_KV(hd, causal) % (page_size) == 0)
+     FI_PREFILL_WS_TILE_KV(hd, lean) % (page_size) == 0)
 #define FI_PREFILL_WS_THREADS 384
 #define FI_PREFILL_WS_TILE_Q 128
-/* Keys per K/V tile (causal: sliding windows too): 128, or 80 at head_dim
- * 256 (the most that two stages of K and V fit beside Q: 64 + 4 x 40 KiB).
- * Measured on H100 at head_dim 256: 64 keys 0.86-0.96x cuDNN, 80 keys
- * 1.02-1.03x (batch 4, seq 4k-16k, 32/8, non-causal). */
+/* Keys per K/V tile: 128 at head_dim 64 and 128, 80 at 256 (the most that
+ * two stages of K and V fit beside Q: 64 + 4 x 40 KiB), and 192 at head_dim
+ * 64 for a lean tuple (FI_PREFILL_WS_LEAN: with a per-logit hook the 192-key
+ * tile spills). Measured on H100 (batch 4, seq 4k-16k, bench_prefill.py A/B in
+ * one process): head_dim 256, 64 keys 0.86-0.96x cuDNN, 80 keys 1.02-1.03x
+ * (32/8, non-causal); head_dim 64, 192 keys 1.01-1.06x 128 keys at seq
+ * 8k-16k, 0.96-1.01x at 4k; head_dim 128 non-causal, 176 keys did not beat
+ * 128 (0.98-1.03x, with one Q buffer). */
 #ifndef FI_PREFILL_WS_TILE_KV
-#define FI_PREFILL_WS_TILE_KV(hd, causal) ((hd) <= 128 ? 128 : 80)
+#define FI_PREFILL_WS_TILE_KV(hd, lean) ((hd) == 64 ? ((lean) ? 192 : 128) : (hd) == 128 ? 128 : 80)
 #endif
-#ifndef FI_PREFILL_WS_STAGES
-#define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
-#endif
+/* A lean tuple: no soft-cap, no ALiBi, no custom variant (no hook runs on
+ * every logit). */
+#define FI_PREFILL_WS_LEAN(soft_cap, alibi, custom_variant) (!(soft_cap) && !(alibi) && !(custom_variant))
 /* Q buffers: two where they fit beside the rings (the producer loads the next
- * block's Q while the consumers finish this one), else one. */
-#define FI_PREFILL_WS_Q_BUFS(hd) ((hd) <= 128 ? 2 : 1)
+ * block's Q while the consumers finish this one; only when Q comes by TMA),
+ * else one. Paged K/V gives the space to a third K/V stage instead (its
+ * page-by-page loads take longer to land). */
+#define FI_PREFILL_WS_Q_BUFS(hd, paged) (!(paged) && (hd) <= 128 ? 2 : 1)
+#ifndef FI_PREFILL_WS_STAGES
+#define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 || ((hd) == 128 && (paged)) ? 3 : 2)
+#endif
 /* The Q buffers + the K and V rings + 4 x STAGES + 2 x Q_BUFS mbarriers (8
- * bytes each). */
-#define FI_PREFILL_WS_SMEM_BYTES(hd, causal)                                        \
-    ((FI_PREFILL_WS_Q_BUFS(hd) * FI_PREFILL_WS_TILE_Q +                               \
-      2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, causal)) *             \
+ * bytes each): at most 224.25 KiB (head_dim 128 paged), under the 227 KiB an
+ * H100 CTA may opt in to. */
+#define FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged)                                    \
+    ((FI_PREFILL_WS_Q_BUFS(hd, paged) * FI_PREFILL_WS_TILE_Q +                        \
+      2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean)) *        \
          (hd) * 2 +                                                                   \
      256)
 
