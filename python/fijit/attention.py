@@ -15,7 +15,6 @@ import torch
 
 from . import _structs as S
 from . import _tensors as T
-from ._lib import lib
 from .context import default_context
 from .errors import check
 from .spec import Spec
@@ -138,18 +137,18 @@ def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, softcap, window_left, a
                                              q.device),
                      max_splits=int(max_splits), k_scale=float(k_scale), v_scale=float(v_scale),
                      variant_args=varr, num_variant_args=nvar)
-    L = lib()
+    L = ctx._lib
     spec_c = spec.to_c()
     ws = None
     with T.device_of(q):
         n = ctypes.c_size_t()
         check(L.fi_decode_workspace_size(ctypes.byref(n), ctypes.byref(spec_c), ctypes.byref(a)),
-              "fi_decode_workspace_size")
+              "fi_decode_workspace_size", L)
         if n.value:
             ws = torch.empty(n.value, dtype=torch.uint8, device=q.device)
             a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
         check(L.fi_decode_run(ctx.handle, ctypes.byref(spec_c), ctypes.byref(a),
-                              T.stream_handle(stream, q.device)), "fi_decode_run")
+                              T.stream_handle(stream, q.device)), "fi_decode_run", L)
     del keep, ws  # alive until the launch is queued; the caching allocator orders reuse
     return o
 
@@ -212,19 +211,19 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
                                               q.device),
                       custom_mask=bits.data_ptr() if bits is not None else None,
                       variant_args=varr, num_variant_args=nvar)
-    L = lib()
+    L = ctx._lib
     spec_c = spec.to_c()
     ws = None
     with T.device_of(q):
         if rope:  # a workspace lets the keys be rotated once instead of per query tile
             n = ctypes.c_size_t()
             check(L.fi_prefill_workspace_size(ctypes.byref(n), ctypes.byref(spec_c),
-                                              ctypes.byref(a)), "fi_prefill_workspace_size")
+                                              ctypes.byref(a)), "fi_prefill_workspace_size", L)
             if n.value:
                 ws = torch.empty(n.value, dtype=torch.uint8, device=q.device)
                 a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
         check(L.fi_prefill_run(ctx.handle, ctypes.byref(spec_c), ctypes.byref(a),
-                               T.stream_handle(stream, q.device)), "fi_prefill_run")
+                               T.stream_handle(stream, q.device)), "fi_prefill_run", L)
     del keep, ws, bits
     return o
 
@@ -316,8 +315,9 @@ def merge_states_into(o, lo, v, lse, *, stream=None, ctx=None):
                           lse_stride_seq=lse.stride(0), lse_stride_state=lse.stride(1),
                           v_out_stride_seq=o.stride(0), v_out_stride_h=o.stride(1))
     with T.device_of(v):
-        check(lib().fi_merge_states(ctx.handle, ctypes.byref(spec.to_c()), ctypes.byref(a),
-                                    T.stream_handle(stream, v.device)), "fi_merge_states")
+        check(ctx._lib.fi_merge_states(ctx.handle, ctypes.byref(spec.to_c()), ctypes.byref(a),
+                                       T.stream_handle(stream, v.device)), "fi_merge_states",
+              ctx._lib)
     return o
 
 
