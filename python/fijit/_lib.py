@@ -5,6 +5,10 @@ Search order: $FIJIT_LIBRARY (a path), then a libfijit.so shipped next to this p
 (LD_LIBRARY_PATH, the ldconfig cache: what `make install` provides). The library's
 major.minor version must equal the package's: the struct layouts of _structs.py are
 those of one API version.
+
+load_library(path) opens one given file instead (a Context made with library=path
+uses it: A/B benchmarks bind several builds of libfijit.so in one process, one per
+Context). Every handle is version-checked and declared the same way.
 """
 import ctypes
 import os
@@ -20,6 +24,7 @@ _SONAMES = ("libfijit.so.0", "libfijit.so")
 _lock = threading.Lock()
 _lib = None
 _path = None
+_by_path = {}  # realpath -> handle opened by load_library
 
 
 def _candidates():
@@ -104,7 +109,12 @@ def _declare(lib):
         "fi_batch_prefill_run": (ci, [vp, vp, P(S.BatchPrefillArgs), vp]),
     }
     for name, (restype, argtypes) in protos.items():
-        fn = getattr(lib, name)
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            # An older 0.2 build (an A/B baseline) may lack a newer entry point: calling
+            # it then fails by name (ctypes: "undefined symbol"), the rest still works.
+            continue
         fn.restype = restype
         fn.argtypes = argtypes
 
@@ -125,6 +135,29 @@ def lib():
                 _path = path
                 _lib = handle
     return _lib
+
+
+def load_library(path):
+    """The library at `path` (a file, or a bare soname for the system loader), opened,
+    version-checked and declared; one handle per file however often it is asked for.
+    Unlike lib() this ignores $FIJIT_LIBRARY: the caller chose the file."""
+    path = os.fspath(path)
+    if os.sep in path:
+        path = os.path.abspath(path)
+        if not os.path.exists(path):
+            raise LibraryError(f"fijit: cannot load {path}: no such file")
+    key = os.path.realpath(path) if os.sep in path else path
+    with _lock:
+        handle = _by_path.get(key)
+        if handle is None:
+            try:
+                handle = ctypes.CDLL(path)
+            except OSError as e:
+                raise LibraryError(f"fijit: cannot load {path}: {e}")
+            _check_version(handle, path)
+            _declare(handle)
+            _by_path[key] = handle
+    return handle
 
 
 def library_path():

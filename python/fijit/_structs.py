@@ -40,18 +40,23 @@ BATCH_PREFILL_PLAN_ARGS_VERSION = 2
 BATCH_PREFILL_ARGS_VERSION = 3
 
 
-class Struct(ctypes.Structure):
-    """A struct that refuses fields it does not have (a name from an older layout would
-    otherwise be stored as a Python attribute and silently ignored by C)."""
+class _StrictType(type(ctypes.Structure)):
+    """Gives every struct class `__slots__ = ()`: an instance then has no __dict__, so
+    setting a name that is not a field (a name of an older layout, say soft_cap on an
+    args struct) raises AttributeError naming it, instead of being stored as a Python
+    attribute that C never sees. Enforced by the interpreter, so setting a real field
+    costs no Python-level check (a struct is built on every kernel call)."""
 
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        cls._name_set = frozenset(f[0] for f in cls._fields_)
+    def __new__(mcls, name, bases, ns, **kw):
+        ns.setdefault("__slots__", ())
+        return super().__new__(mcls, name, bases, ns, **kw)
 
-    def __setattr__(self, name, value):
-        if name[0] != "_" and name not in self._name_set:
-            raise AttributeError(f"{type(self).__name__} has no field {name!r}")
-        super().__setattr__(name, value)
+
+class Struct(ctypes.Structure, metaclass=_StrictType):
+    """A struct that refuses fields it does not have. `_keepalive` is the one
+    Python-side attribute: objects the struct points at (a variant-argument array, the
+    tensors behind its pointers) that must live as long as the struct is used."""
+    __slots__ = ("_keepalive",)
 
 
 class JitSpec(Struct):

@@ -14,6 +14,10 @@ for _name, _fp8 in (("fp8_e4m3", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")):
         DTYPE_NAME[getattr(torch, _fp8)] = _name
 TORCH_DTYPE = {v: k for k, v in DTYPE_NAME.items()}
 _16BIT = (torch.float16, torch.bfloat16)
+_KV_DTYPES = tuple(DTYPE_NAME)
+# The raw CUstream of a device's current stream without building a torch.cuda.Stream
+# (what torch's own generated code uses); torch.cuda.current_stream where it is absent.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def tensor(name, t, ndim, *, dtypes=None, device=None):
@@ -21,7 +25,7 @@ def tensor(name, t, ndim, *, dtypes=None, device=None):
     `device`) whose last dimension is contiguous and 16-byte aligned."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cuda":
+    if not t.is_cuda:
         raise ValueError(f"{name}: must be on a CUDA device, is on {t.device}")
     if device is not None and t.device != device:
         raise ValueError(f"{name}: on {t.device}, but q is on {device}")
@@ -42,8 +46,9 @@ def tensor(name, t, ndim, *, dtypes=None, device=None):
 def qkv(q, k, v, q_ndim, kv_ndim):
     """Check q, k, v together: 16-bit q, k and v of one dtype, one device."""
     tensor("q", q, q_ndim, dtypes=_16BIT)
-    tensor("k", k, kv_ndim, dtypes=tuple(DTYPE_NAME), device=q.device)
-    tensor("v", v, kv_ndim, dtypes=(k.dtype,), device=q.device)
+    dev = q.device
+    tensor("k", k, kv_ndim, dtypes=_KV_DTYPES, device=dev)
+    tensor("v", v, kv_ndim, dtypes=(k.dtype,), device=dev)
     if k.shape != v.shape:
         raise ValueError(f"k and v: shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})")
     if k.shape[-1] != q.shape[-1]:
@@ -94,10 +99,30 @@ def stream_handle(stream, device):
     """The CUstream for `stream`: None (torch's current stream on `device`), a
     torch.cuda.Stream, or a raw handle (int)."""
     if stream is None:
+        if _raw_stream is not None and device.index is not None:
+            return _raw_stream(device.index)
         return torch.cuda.current_stream(device).cuda_stream
     if isinstance(stream, int):
         return stream
     return stream.cuda_stream
+
+
+def keep_for_stream(stream, device, *tensors):
+    """Temporaries this package allocated on the current stream (a workspace, a packed
+    mask) and that a launch on another `stream` reads: record that stream on them
+    (Tensor.record_stream) so that the caching allocator does not hand their memory to
+    later work before that launch has run. Nothing to do when stream is None (the launch
+    is on the current stream, which orders the reuse)."""
+    if stream is None:
+        return
+    if isinstance(stream, int):
+        if _raw_stream is not None and device.index is not None \
+                and stream == _raw_stream(device.index):
+            return
+        stream = torch.cuda.ExternalStream(stream, device=device)
+    for t in tensors:
+        if t is not None:
+            t.record_stream(stream)
 
 
 class device_of:

@@ -15,7 +15,6 @@ import torch
 
 from . import _structs as S
 from . import _tensors as T
-from ._lib import lib
 from .context import default_context
 from .errors import check
 from .spec import Spec
@@ -121,12 +120,13 @@ def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, softcap, window_left, a
                 max_splits=0, variant=None, stream=None, ctx=None, variant_args=None):
     """fi_decode_run into o (and lse, or None); inputs already checked."""
     ctx = ctx or default_context()
+    dev = q.device
     H, D = q.shape
     kv_len, hkv, ksn, ksh = T.kv_strides("k", k, kv_layout)
     _, _, vsn, vsh = T.kv_strides("v", v, kv_layout)
-    spec = spec_for("decode", q.dtype, k.dtype, D, "window" if window_left >= 0 else "none",
-                    pos_name(rope, alibi_slopes), softcap > 0, variant)
-    varr, nvar, keep = T.variant_args(variant_args, q.device)
+    spec_c = spec_for("decode", q.dtype, k.dtype, D, "window" if window_left >= 0 else "none",
+                      pos_name(rope, alibi_slopes), softcap > 0, variant).to_c()
+    varr, nvar, keep = T.variant_args(variant_args, dev)
     a = S.DecodeArgs(version=S.DECODE_ARGS_VERSION, q=q.data_ptr(), k=k.data_ptr(),
                      v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else None,
                      num_qo_heads=H, num_kv_heads=hkv, kv_len=kv_len, q_stride_h=q.stride(0),
@@ -135,21 +135,22 @@ def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, softcap, window_left, a
                      rope_scale=float(rope_scale), rope_theta=float(rope_theta),
                      rope_offset=int(rope_offset), window_left=int(window_left),
                      alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
-                                             q.device),
+                                             dev),
                      max_splits=int(max_splits), k_scale=float(k_scale), v_scale=float(v_scale),
                      variant_args=varr, num_variant_args=nvar)
-    L = lib()
-    spec_c = spec.to_c()
+    L = ctx._lib
     ws = None
+    spec_p, args_p = ctypes.byref(spec_c), ctypes.byref(a)
     with T.device_of(q):
         n = ctypes.c_size_t()
-        check(L.fi_decode_workspace_size(ctypes.byref(n), ctypes.byref(spec_c), ctypes.byref(a)),
-              "fi_decode_workspace_size")
+        check(L.fi_decode_workspace_size(ctypes.byref(n), spec_p, args_p),
+              "fi_decode_workspace_size", L)
         if n.value:
-            ws = torch.empty(n.value, dtype=torch.uint8, device=q.device)
+            ws = torch.empty(n.value, dtype=torch.uint8, device=dev)
             a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
-        check(L.fi_decode_run(ctx.handle, ctypes.byref(spec_c), ctypes.byref(a),
-                              T.stream_handle(stream, q.device)), "fi_decode_run")
+        check(L.fi_decode_run(ctx.handle, spec_p, args_p, T.stream_handle(stream, dev)),
+              "fi_decode_run", L)
+        T.keep_for_stream(stream, dev, ws)
     del keep, ws  # alive until the launch is queued; the caching allocator orders reuse
     return o
 
@@ -212,19 +213,20 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
                                               q.device),
                       custom_mask=bits.data_ptr() if bits is not None else None,
                       variant_args=varr, num_variant_args=nvar)
-    L = lib()
+    L = ctx._lib
     spec_c = spec.to_c()
     ws = None
     with T.device_of(q):
         if rope:  # a workspace lets the keys be rotated once instead of per query tile
             n = ctypes.c_size_t()
             check(L.fi_prefill_workspace_size(ctypes.byref(n), ctypes.byref(spec_c),
-                                              ctypes.byref(a)), "fi_prefill_workspace_size")
+                                              ctypes.byref(a)), "fi_prefill_workspace_size", L)
             if n.value:
                 ws = torch.empty(n.value, dtype=torch.uint8, device=q.device)
                 a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
         check(L.fi_prefill_run(ctx.handle, ctypes.byref(spec_c), ctypes.byref(a),
-                               T.stream_handle(stream, q.device)), "fi_prefill_run")
+                               T.stream_handle(stream, q.device)), "fi_prefill_run", L)
+        T.keep_for_stream(stream, q.device, ws, bits)
     del keep, ws, bits
     return o
 
@@ -271,8 +273,12 @@ def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_s
                   pos_encoding=pos_name(rope, alibi_slopes), rope_theta=rope_theta,
                   rope_scale=rope_scale, variant=variant, grow_workspace=True,
                   qo_indptr_device=cu_seqlens_q, kv_indptr_device=cu_seqlens_k)
-        return plan.run(q, k, v, alibi_slopes=alibi_slopes, rope_offset=rope_offset, out=out,
-                        return_lse=return_lse, stream=stream, **variant_args)
+        result = plan.run(q, k, v, alibi_slopes=alibi_slopes, rope_offset=rope_offset, out=out,
+                          return_lse=return_lse, stream=stream, **variant_args)
+        # The plan's workspace and device offsets are freed on return; a launch on another
+        # stream may not have read them yet.
+        T.keep_for_stream(stream, q.device, plan.workspace, plan._qo_d, plan._kv_d)
+        return result
     finally:
         plan.close()
 
@@ -316,8 +322,9 @@ def merge_states_into(o, lo, v, lse, *, stream=None, ctx=None):
                           lse_stride_seq=lse.stride(0), lse_stride_state=lse.stride(1),
                           v_out_stride_seq=o.stride(0), v_out_stride_h=o.stride(1))
     with T.device_of(v):
-        check(lib().fi_merge_states(ctx.handle, ctypes.byref(spec.to_c()), ctypes.byref(a),
-                                    T.stream_handle(stream, v.device)), "fi_merge_states")
+        check(ctx._lib.fi_merge_states(ctx.handle, ctypes.byref(spec.to_c()), ctypes.byref(a),
+                                       T.stream_handle(stream, v.device)), "fi_merge_states",
+              ctx._lib)
     return o
 
 

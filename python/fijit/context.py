@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _structs as S
-from ._lib import WRITE_FN, lib
+from ._lib import WRITE_FN, lib, load_library
 from .errors import check
 from .spec import as_spec
 
@@ -15,10 +15,15 @@ _LOG_LEVELS = {"off": 0, "error": 1, "warn": 2, "info": 3, "debug": 4}
 
 class Context:
     """A fijit context. Arguments left None come from the environment (FIJIT_CACHE_DIR,
-    FIJIT_ARCH, ...) and then the library's defaults, as in fi_jit_ctx_new. Needs no GPU."""
+    FIJIT_ARCH, ...) and then the library's defaults, as in fi_jit_ctx_new. Needs no GPU.
+
+    library: None for the package's library (found as _lib.py describes), or the path
+    of one libfijit.so to bind this context to; every call made with the context (the
+    functions' ctx=, the plans') goes to that library. Several contexts on different
+    builds can live in one process (A/B benchmarks)."""
 
     def __init__(self, cache_dir=None, *, arch=None, jit=True, use_disk_cache=True,
-                 log_level="warn", max_cache_bytes=0, allow_unsafe_dir=False):
+                 log_level="warn", max_cache_bytes=0, allow_unsafe_dir=False, library=None):
         if log_level not in _LOG_LEVELS:
             raise ValueError(f"log_level: {log_level!r} is not one of {', '.join(_LOG_LEVELS)}")
         # Kept as attributes: the C context keeps the pointers for its lifetime.
@@ -28,9 +33,10 @@ class Context:
                      arch=self._arch_b, jit=int(bool(jit)), use_disk_cache=int(bool(use_disk_cache)),
                      log_level=_LOG_LEVELS[log_level], max_cache_bytes=int(max_cache_bytes),
                      allow_unsafe_dir=int(bool(allow_unsafe_dir)))
-        self._lib = lib()
+        self._lib = lib() if library is None else load_library(library)
         handle = ctypes.c_void_p()
-        check(self._lib.fi_jit_ctx_new(ctypes.byref(handle), ctypes.byref(opts)), "fi_jit_ctx_new")
+        check(self._lib.fi_jit_ctx_new(ctypes.byref(handle), ctypes.byref(opts)), "fi_jit_ctx_new",
+              self._lib)
         self.handle = handle
         self._variants = {}
 
@@ -52,6 +58,15 @@ class Context:
         self.close()
 
     @property
+    def lib(self):
+        """The ctypes handle of the library this context belongs to."""
+        return self._lib
+
+    @property
+    def library_path(self):
+        return self._lib._name
+
+    @property
     def cache_dir(self):
         return self._lib.fi_jit_ctx_cache_dir(self.handle).decode()
 
@@ -65,14 +80,14 @@ class Context:
             path = os.fspath(source_or_path)
             check(self._lib.fi_jit_variant_register_file(
                 self.handle, name.encode() if name else None, os.fsencode(path), flags),
-                "fi_jit_variant_register_file")
+                "fi_jit_variant_register_file", self._lib)
             name = name or os.path.basename(path).split(".")[0]
         else:
             if not name:
                 raise ValueError("name: required when registering a variant from source text")
             check(self._lib.fi_jit_variant_register(self.handle, name.encode(),
                                                     source_or_path.encode(), flags),
-                  "fi_jit_variant_register")
+                  "fi_jit_variant_register", self._lib)
         self._variants[name] = source_or_path
         return name
 
@@ -85,14 +100,14 @@ class Context:
         if isinstance(specs, (str,)) or not hasattr(specs, "__iter__"):
             specs = [specs]
         arches = [arch] if arch is None or isinstance(arch, str) else list(arch)
-        todo = [(as_spec(s), a) for s in specs for a in arches]
+        todo = [(as_spec(s, self._lib), a) for s in specs for a in arches]
 
         def one(item):
             spec, a = item
             out = ctypes.c_int(-1)
             check(self._lib.fi_jit_prewarm(ctypes.byref(out), self.handle,
                                            ctypes.byref(spec.to_c()), a.encode() if a else None),
-                  "fi_jit_prewarm")
+                  "fi_jit_prewarm", self._lib)
             return spec, a, S.BUILD_OUTCOME.get(out.value, str(out.value))
 
         if jobs <= 1 or len(todo) <= 1:
@@ -113,16 +128,17 @@ class Context:
         """The cache's statistics (all processes) plus this context's unflushed counts:
         a dict of the FI_JIT_STATS_COUNTERS names to ints (compile_ns in ns, bytes)."""
         st = S.new(S.JitStats, S.JIT_STATS_VERSION)
-        check(self._lib.fi_jit_stats_get(ctypes.byref(st), self.handle), "fi_jit_stats_get")
+        check(self._lib.fi_jit_stats_get(ctypes.byref(st), self.handle), "fi_jit_stats_get",
+              self._lib)
         return {name: getattr(st, name) for name in S.STATS_COUNTERS}
 
     def explain(self, spec, arch=None):
         """The text of what the cache key of `spec` on `arch` is made of."""
         chunks = []
         cb = WRITE_FN(lambda _user, text: chunks.append(text.decode(errors="replace")))
-        check(self._lib.fi_jit_explain(self.handle, ctypes.byref(as_spec(spec).to_c()),
+        check(self._lib.fi_jit_explain(self.handle, ctypes.byref(as_spec(spec, self._lib).to_c()),
                                        arch.encode() if arch else None, cb, None),
-              "fi_jit_explain")
+              "fi_jit_explain", self._lib)
         return "".join(chunks)
 
 

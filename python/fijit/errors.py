@@ -81,14 +81,16 @@ BY_CODE = {c.code: c for c in (InvalidError, NotFoundError, CompileError, LoadEr
                                CudaError, UnsafeCacheDirError)}
 
 
-def check(rc, call):
-    """Raise the Error subclass for a negative return code of `call`; return rc otherwise."""
+def check(rc, call, lib=None):
+    """Raise the Error subclass for a negative return code of `call`; return rc otherwise.
+    `lib`: the library handle that made the call (its fi_last_error is the one that
+    holds the message); None is the package's default library."""
     if rc >= 0:
         return rc
-    from ._lib import lib
-    L = lib()
-    message = (L.fi_last_error() or b"").decode(errors="replace") or "(no message)"
-    name = (L.fi_error_name(rc) or b"").decode(errors="replace")
+    if lib is None:
+        from ._lib import lib as default_lib
+        lib = default_lib()
+    message = (lib.fi_last_error() or b"").decode(errors="replace") or "(no message)"
+    name = (lib.fi_error_name(rc) or b"").decode(errors="replace")
     cls = BY_CODE.get(rc, Error)
-    err = cls(message, code=rc, name=name, call=call)
-    raise err
+    raise cls(message, code=rc, name=name, call=call)

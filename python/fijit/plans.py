@@ -12,7 +12,6 @@ import torch
 
 from . import _structs as S
 from . import _tensors as T
-from ._lib import lib
 from .attention import pos_name, prefill_mask, spec_for, _scale
 from .context import default_context
 from .errors import check
@@ -71,7 +70,7 @@ class _Plan:
         self.kv_layout = kv_layout
         self.ctx = ctx or default_context()
         self._handle = ctypes.c_void_p()
-        self._lib = lib()
+        self._lib = self.ctx._lib
         self.spec = None
 
     def close(self):
@@ -95,11 +94,11 @@ class _Plan:
             check(getattr(L, self._prefix + "_plan_new")(ctypes.byref(handle), self.ctx.handle,
                                                          ctypes.byref(spec.to_c()),
                                                          ctypes.byref(plan_args)),
-                  self._prefix + "_plan_new")
+                  self._prefix + "_plan_new", L)
             try:
                 n = ctypes.c_size_t()
                 check(getattr(L, self._prefix + "_plan_workspace_size")(ctypes.byref(n), handle),
-                      self._prefix + "_plan_workspace_size")
+                      self._prefix + "_plan_workspace_size", L)
                 if self.workspace.numel() < n.value:
                     if not grow_workspace:
                         raise ValueError(f"workspace: this plan needs {n.value} bytes, the "
@@ -108,7 +107,7 @@ class _Plan:
                                                  device=self.workspace.device)
                 check(getattr(L, self._prefix + "_plan_upload")(
                     handle, self.workspace.data_ptr() or None, n.value),
-                    self._prefix + "_plan_upload")
+                    self._prefix + "_plan_upload", L)
             except BaseException:
                 getattr(L, self._prefix + "_plan_free")(handle)
                 raise
@@ -163,7 +162,8 @@ class BatchDecodePlan(_Plan):
         self._need_plan()
         a, b = ctypes.c_int(), ctypes.c_int()
         check(self._lib.fi_batch_decode_plan_describe(ctypes.byref(a), ctypes.byref(b),
-                                                      self._handle), "fi_batch_decode_plan_describe")
+                                                      self._handle), "fi_batch_decode_plan_describe",
+              self._lib)
         return a.value, b.value
 
     def run(self, q, k_cache, v_cache, kv_indices, *, alibi_slopes=None, rope_offsets=None,
@@ -212,7 +212,7 @@ class BatchDecodePlan(_Plan):
         with T.device_of(q):
             check(self._lib.fi_batch_decode_run(self.ctx.handle, self._handle, ctypes.byref(a),
                                                 T.stream_handle(stream, dev)),
-                  "fi_batch_decode_run")
+                  "fi_batch_decode_run", self._lib)
         del keep
         return (o, lse) if (return_lse or lse is not None) else o
 
@@ -332,6 +332,6 @@ class BatchPrefillPlan(_Plan):
         with T.device_of(q):
             check(self._lib.fi_batch_prefill_run(self.ctx.handle, self._handle, ctypes.byref(a),
                                                  T.stream_handle(stream, dev)),
-                  "fi_batch_prefill_run")
+                  "fi_batch_prefill_run", self._lib)
         del keep
         return (o, lse) if (return_lse or lse is not None) else o

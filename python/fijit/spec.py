@@ -44,12 +44,13 @@ class Spec:
         object.__setattr__(self, "soft_cap", bool(self.soft_cap))
 
     @classmethod
-    def parse(cls, text):
+    def parse(cls, text, _lib=None):
         """Spec from a canonical spec string ("prefill q=bf16 hd=128 mask=causal")."""
+        L = _lib or lib()
         raw = S.new(S.JitSpec, S.JIT_SPEC_VERSION)
         buf = ctypes.create_string_buffer(64)
-        check(lib().fi_jit_spec_parse(ctypes.byref(raw), buf, len(buf), text.encode()),
-              "fi_jit_spec_parse")
+        check(L.fi_jit_spec_parse(ctypes.byref(raw), buf, len(buf), text.encode()),
+              "fi_jit_spec_parse", L)
         return cls._from_c(raw)
 
     @classmethod
@@ -86,10 +87,10 @@ class Spec:
         return buf.value.decode()
 
 
-def as_spec(spec):
-    """A Spec from a Spec or a spec string."""
+def as_spec(spec, _lib=None):
+    """A Spec from a Spec or a spec string (parsed by `_lib`, None: the default library)."""
     if isinstance(spec, Spec):
         return spec
     if isinstance(spec, str):
-        return Spec.parse(spec)
+        return Spec.parse(spec, _lib)
     raise TypeError(f"spec: expected a fijit.Spec or a spec string, got {type(spec).__name__}")

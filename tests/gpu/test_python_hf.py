@@ -4,15 +4,24 @@ configs with random weights (nothing is downloaded): a Llama-3-style (32/8 heads
 RoPE theta 500000), a Qwen2-style (28/4, GQA group 7) and a Gemma-2-style (hd 256,
 attention soft-cap 50, sliding window on alternate layers), a few layers each, fp16.
 For each: logits of a 512-token prompt agree with the SDPA backend (max |diff| relative
-to max |logit| <= 2e-2), and greedy generation of 64 tokens gives the same tokens, or the
-first divergence is reported with SDPA's logit margin between the two choices (a
-divergence within the logit tolerance is a near-tie, not a failure). Prompt time and
-time per generated token are printed side by side with SDPA.
+to max |logit| <= 2e-2), and greedy generation of 64 tokens (16 with --quick) gives the
+same tokens, or the first divergence is reported with SDPA's logit margin between the two
+choices (a divergence within the logit tolerance is a near-tie, not a failure).
+
+Timing, side by side with SDPA and the same for both backends: one model object (so one
+generation config and one KV-cache implementation, printed), an untimed warm-up of every
+timed call per backend first (kernel loads, cuBLAS/SDPA selection, allocator growth), then
+rounds that alternate the backends; each call is bracketed by torch.cuda.synchronize()
+and the median over the rounds is printed. Prompt time is one forward over the prompt;
+time per token is that of the decode steps alone: (generate(N) - generate(1)) / (N - 1),
+both greedy with the same settings, so the prompt's prefill inside generate is not
+spread over the tokens.
 
     FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_python_hf.py [--quick]
 """
 import logging
 import os
+import statistics
 import sys
 import time
 
@@ -27,6 +36,7 @@ import transformers  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 PROMPT, NEW = 512, (16 if QUICK else 64)
+ROUNDS = 3 if QUICK else 5  # timed rounds per backend (after one warm-up); medians printed
 TOL = 2e-2
 logging.basicConfig(level=logging.WARNING)
 
@@ -53,6 +63,7 @@ def set_backend(model, name):
 
 
 def timed(fn):
+    """(fn(), seconds), with the GPU idle before and finished after."""
     torch.cuda.synchronize()
     t = time.perf_counter()
     r = fn()
@@ -60,11 +71,52 @@ def timed(fn):
     return r, time.perf_counter() - t
 
 
+def greedy(model, ids, n):
+    """Greedy generation of exactly n tokens, the same settings for both backends."""
+    return model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                          num_beams=1, use_cache=True, return_dict_in_generate=True)
+
+
+def run_backends(model, ids, backends):
+    """Per backend: the prompt logits, the generated tokens, the cache class generate
+    used, and the median prompt time and decode time per token over ROUNDS rounds that
+    alternate the backends, after one untimed warm-up of each timed call."""
+    calls = {
+        "prompt": lambda: model(ids).logits.float(),
+        "gen1": lambda: greedy(model, ids, 1),
+        "gen": lambda: greedy(model, ids, NEW),
+    }
+    res = {b: {"times": {c: [] for c in calls}} for b in backends}
+    with torch.no_grad():
+        for b in backends:  # warm-up: loads fijit's kernels, SDPA's and cuBLAS's choices
+            set_backend(model, b)
+            for fn in calls.values():
+                fn()
+        for _ in range(ROUNDS):
+            for b in backends:
+                set_backend(model, b)
+                for c, fn in calls.items():
+                    r, t = timed(fn)
+                    res[b]["times"][c].append(t)
+                    res[b].setdefault(c, r)  # the first timed round's result
+    out = {}
+    for b in backends:
+        med = {c: statistics.median(ts) for c, ts in res[b]["times"].items()}
+        gen = res[b]["gen"]
+        out[b] = dict(logits=res[b]["prompt"], tokens=gen.sequences[0, PROMPT:],
+                      cache=type(gen.past_key_values).__name__, t_prompt=med["prompt"],
+                      t_token=(med["gen"] - med["gen1"]) / (NEW - 1))
+    return out
+
+
 def main():
     fhf.register()
     failures = []
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, fijit "
-          f"{fijit.library_version()} ({fijit.library_path()})")
+          f"{fijit.library_version()} ({fijit.library_path()}); {torch.cuda.get_device_name()}")
+    print(f"note timing: warm-up per backend, then the median of {ROUNDS} alternating rounds, "
+          f"CUDA-synchronised; ms/token = decode steps only, (generate({NEW}) - generate(1)) / "
+          f"{NEW - 1}; logit tolerance {TOL:g} x max|logit|")
     print(f"{'model':8} {'logit err':>9} {'tokens':>14} {'prompt ms sdpa/fijit':>22} "
           f"{'ms/token sdpa/fijit':>21}")
     for name, cfg in configs():
@@ -72,24 +124,18 @@ def main():
         cfg._attn_implementation = "sdpa"
         model = transformers.AutoModelForCausalLM.from_config(cfg).to("cuda", torch.float16).eval()
         ids = torch.randint(0, cfg.vocab_size, (1, PROMPT), device="cuda")
-        res = {}
         fhf.calls.update(fijit=0, sdpa=0)
-        for backend in ("sdpa", fhf.NAME):
-            set_backend(model, backend)
-            with torch.no_grad():
-                model(ids)  # warm-up: compiles/loads fijit kernels
-                logits, t_prompt = timed(lambda: model(ids).logits.float())
-                gen, t_gen = timed(lambda: model.generate(ids, max_new_tokens=NEW, do_sample=False,
-                                                         min_new_tokens=NEW))
-            res[backend] = (logits, gen[0, PROMPT:], t_prompt, t_gen / NEW)
-        ls, lf = res["sdpa"][0], res[fhf.NAME][0]
+        res = run_backends(model, ids, ("sdpa", fhf.NAME))
+        rs, rf = res["sdpa"], res[fhf.NAME]
+        ls, lf = rs["logits"], rf["logits"]
         err = float((ls - lf).abs().max() / ls.abs().max())
         # Every attention call must have been fijit's: a fallback would compare SDPA with itself.
         served = dict(fhf.calls)
-        ok = err <= TOL and served["fijit"] > 0 and served["sdpa"] == 0
+        same_cache = rs["cache"] == rf["cache"]
+        ok = err <= TOL and served["fijit"] > 0 and served["sdpa"] == 0 and same_cache
         if not ok:
-            print(f"{name}: calls served {served}")
-        ts, tf = res["sdpa"][1], res[fhf.NAME][1]
+            print(f"{name}: calls served {served}; caches sdpa {rs['cache']}, fijit {rf['cache']}")
+        ts, tf = rs["tokens"], rf["tokens"]
         same = int((ts == tf).cumprod(0).sum())
         note = f"{same}/{NEW} same"
         if same < NEW:
@@ -100,12 +146,16 @@ def main():
                 prefix = torch.cat([ids[0], ts[:same]])[None]
                 lg = model(prefix).logits[0, -1].float()
             margin = float(lg[ts[same]] - lg[tf[same]])
-            near_tie = margin <= TOL * float(lg.abs().max())
-            note += f", diverge at {same}: margin {margin:.3g} ({'near-tie' if near_tie else 'NOT a tie'})"
+            bound = TOL * float(lg.abs().max())
+            near_tie = margin <= bound
+            note += (f", diverge at {same}: sdpa margin {margin:.3g} vs tolerance {bound:.3g} "
+                     f"({'near-tie' if near_tie else 'NOT a tie'})")
             ok = ok and near_tie
-        print(f"{name:8} {err:9.2e} {note:>14} {res['sdpa'][2] * 1e3:10.1f}/{res[fhf.NAME][2] * 1e3:<10.1f}"
-              f" {res['sdpa'][3] * 1e3:9.2f}/{res[fhf.NAME][3] * 1e3:<9.2f} {'ok' if ok else 'FAIL'}",
+        print(f"{name:8} {err:9.2e} {note:>14} {rs['t_prompt'] * 1e3:10.1f}/{rf['t_prompt'] * 1e3:<10.1f}"
+              f" {rs['t_token'] * 1e3:9.2f}/{rf['t_token'] * 1e3:<9.2f} {'ok' if ok else 'FAIL'}",
               flush=True)
+        print(f"note {name}: KV cache {rf['cache']} (both backends); fijit served "
+              f"{served['fijit']} attention calls, SDPA fallback {served['sdpa']}")
         if not ok:
             failures.append(name)
         del model

@@ -435,7 +435,10 @@ def variant_case():
 
 @case
 def overhead_bench():
-    """Host time per call of the Python functions (kernel time excluded by a tiny shape)."""
+    """Host time per call of the Python functions (kernel time excluded by a tiny shape):
+    argument checks, the args struct, fi_decode_workspace_size, the stream handle and the
+    fi_decode_run launch. 38 us on the H100 host before the structs lost their Python-level
+    __setattr__ (now __slots__) and the stream handle its torch.cuda.Stream object."""
     q, k, v = rnd(32, 128), rnd(16, 8, 128), rnd(16, 8, 128)
     out = torch.empty_like(q)
     for _ in range(20):

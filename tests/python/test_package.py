@@ -160,6 +160,60 @@ r = probe(PKG, {"FIJIT_LIBRARY": fake})
 check("version: a 0.9 library is refused naming both versions",
       r.returncode != 0 and "0.9.0" in r.stderr and "0.2.0" in r.stderr, r.stderr[-500:])
 
+# ---- a library per Context (A/B benchmarks bind several builds in one process) ----------
+other_dir = os.path.join(WORK, "other")
+os.makedirs(other_dir)
+other = os.path.join(other_dir, "libfijit.so")
+shutil.copy(os.path.realpath(LIB), other)
+ctx_b = fijit.Context(os.path.join(WORK, "cache_b"), library=other)
+check("Context(library=path) binds that file, not the default library",
+      ctx_b.library_path == other and ctx_b.lib is not fijit._lib.lib()
+      and fijit._lib.load_library(other) is ctx_b.lib, f"{ctx_b.library_path}")
+e = raises(lambda: ctx_b.register_variant(None, os.path.join(WORK, "missing-in-b.cuh")),
+           fijit.NotFoundError)
+check("an error of a Context on another library carries that library's message",
+      isinstance(e, fijit.NotFoundError) and "missing-in-b.cuh" in e.message, repr(e))
+check("a spec string is parsed and prewarmed through the Context's library",
+      ctx_b.prewarm("decode q=fp16 hd=64", "sm_90")[0][2] in ("compiled", "cached"))
+e = raises(lambda: fijit._lib.load_library(os.path.join(WORK, "nowhere", "libfijit.so")),
+           fijit.LibraryError)
+check("load_library: a missing file is LibraryError naming it",
+      isinstance(e, fijit.LibraryError) and "nowhere" in str(e), repr(e))
+e = raises(lambda: fijit.Context(library=fake), fijit.LibraryError)
+check("Context(library=) checks the version too",
+      isinstance(e, fijit.LibraryError) and "0.9.0" in str(e), repr(e))
+ctx_b.close()
+
+# ---- one ctypes binding in the repo: the GPU tests and benchmarks go through python/fijit
+bindings = []
+for top in ("tests", "bench", "examples", "tools"):
+    for dirpath, _dirs, files in os.walk(os.path.join(ROOT, top)):
+        for fname in files:
+            if fname.endswith(".py"):
+                path = os.path.join(dirpath, fname)
+                with open(path) as f:
+                    text = f.read()
+                for needle in ("ctypes.Structure", "ctypes.Union", "_fields_ =", ".argtypes",
+                               ".restype ="):
+                    if needle in text and path != os.path.abspath(__file__):
+                        bindings.append(f"{os.path.relpath(path, ROOT)}: {needle}")
+check("no ctypes struct or prototype outside python/fijit", not bindings, "; ".join(bindings))
+sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+import fijit_py  # noqa: E402  (the GPU tests' helper layer; needs no torch to import)
+fj = fijit_py.Fijit(other)
+check("tests/gpu/fijit_py: Fijit(lib) binds that file through the package",
+      fj.lib is fijit._lib.load_library(other) and fijit_py.DecodeArgs is S.DecodeArgs
+      and isinstance(fijit_py.BatchPrefillArgs(), S.BatchPrefillArgs)
+      and fijit_py.BatchPrefillArgs().version == S.BATCH_PREFILL_ARGS_VERSION)
+e = raises(lambda: setattr(fijit_py.BatchPrefillArgs(), "window_left", 3), AttributeError)
+check("tests/gpu/fijit_py: its structs refuse a field they lack",
+      isinstance(e, AttributeError) and "window_left" in str(e), repr(e))
+e = raises(lambda: fj.register_variant_file(os.path.join(WORK, "missing-fp.cuh")),
+           fijit_py.FijitError)
+check("tests/gpu/fijit_py: failures are fijit.Error with the library's message",
+      isinstance(e, fijit.NotFoundError) and "missing-fp.cuh" in str(e), repr(e))
+fj.close()
+
 # ---- Spec ------------------------------------------------------------------------------
 s = fijit.Spec.parse("prefill hd=64 q=bf16 mask=causal pos=rope softcap=1")
 check("Spec.parse fills defaults (kv, o from q)",
