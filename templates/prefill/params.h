@@ -89,7 +89,9 @@
  * one process): head_dim 256, 64 keys 0.86-0.96x cuDNN, 80 keys 1.02-1.03x
  * (32/8, non-causal); head_dim 64, 192 keys 1.01-1.06x 128 keys at seq
  * 8k-16k, 0.96-1.01x at 4k; head_dim 128 non-causal, 176 keys did not beat
- * 128 (0.98-1.03x, with one Q buffer). */
+ * 128 (0.98-1.03x, with one Q buffer). Not the MUFU: computing every 4th,
+ * 3rd or 2nd 8-key tile's exponentials on the FMA pipe (a cubic for 2^f)
+ * measured 0.93-1.01x, 0.90-1.00x and 0.81-0.95x at head_dim 64. */
 #ifndef FI_PREFILL_WS_TILE_KV
 #define FI_PREFILL_WS_TILE_KV(hd, lean) ((hd) == 64 ? ((lean) ? 192 : 128) : (hd) == 128 ? 128 : 80)
 #endif
