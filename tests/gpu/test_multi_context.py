@@ -176,8 +176,8 @@ def nan_like(shape, dtype):
 
 class Launches:
     """Inputs for one decode and one causal prefill, made on the CPU with their float64
-    references; run() uploads them to the current context, launches through fijit and
-    compares."""
+    references; decode() and prefill() upload them to the current context, launch through
+    fijit and compare."""
 
     def __init__(self, seed):
         g = torch.Generator().manual_seed(seed)
@@ -250,8 +250,15 @@ class Launches:
         return ok, err
 
     def both(self, fj, drv):
-        """[(name, ok, error)] for decode then prefill in the current context."""
-        return [("decode",) + self.decode(fj, drv), ("prefill",) + self.prefill(fj, drv)]
+        """[(name, ok, error)] for decode then prefill in the current context; a launch
+        that raises (a stale kernel fails with FI_ECUDA) is a failure, not the end."""
+        out = []
+        for name, run in (("decode", self.decode), ("prefill", self.prefill)):
+            try:
+                out.append((name,) + run(fj, drv))
+            except Exception as e:
+                out.append((f"{name} raised {e}", False, float("inf")))
+        return out
 
 
 def function_of(fj, spec):
