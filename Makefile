@@ -65,12 +65,13 @@ $(1)/fijit: $(CLI_SRC:tools/%.c=$(1)/obj/tools/%.o) $(1)/libfijit.a
 $(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/check.o $(1)/libfijit.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
-# The fake CUDA driver test_launch loads from its own directory (plain build:
-# it runs inside sanitized processes without being instrumented itself).
+# The fake CUDA driver test_launch and test_multi_context load from their own
+# directory (plain build: it runs inside sanitized processes without being
+# instrumented itself).
 $(1)/tests/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $$@ $$< -lpthread
-$(1)/tests/test_launch: | $(1)/tests/libcuda.so.1
+$(1)/tests/test_launch $(1)/tests/test_multi_context: | $(1)/tests/libcuda.so.1
 endef
 
 SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -107,9 +108,11 @@ test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%)
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp \
 	  $$t; done
 
-# TSan covers the concurrent parts: the in-process table and single flight.
-test-tsan: $(B)/tsan/tests/test_concurrency
-	@echo "== $<"; FIJIT_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp $<
+# TSan covers the concurrent parts: the in-process table and single flight,
+# and threads driving two (fake) devices at once.
+test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context
+	@set -e; for t in $^; do echo "== $$t"; FIJIT_TEST_QUICK=1 \
+	  TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp $$t; done
 
 test-cli: $(B)/fijit
 	@bash tests/cli/run.sh $(B)/fijit

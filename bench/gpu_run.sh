@@ -6,7 +6,7 @@
 # the -dev headers to build it exist.
 #
 #   bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|
-#                    variants|jit|sanitize|python]
+#                    variants|jit|sanitize|python|multi-gpu]
 #     --quick: fewer test shapes, shorter benches
 #     --only:  one part (the parts fit separate device calls); default all:
 #              decode (single + batch decode tests and benches), prefill
@@ -15,9 +15,13 @@
 #              jit (fijit demo + bench_jit on a GPU), sanitize
 #              (bench/gpu_sanitize.sh: compute-sanitizer memcheck on every
 #              kind, racecheck and synccheck per kernel family); decode-tests
-#              and decode-bench: the two halves of decode
-#              python (the Python package: installed into a venv, then
-#              tests/gpu/test_python_pkg.py and test_python_hf.py)
+#              and decode-bench: the two halves of decode;
+#              python (the Python package: installed with pip --target, then
+#              tests/gpu/test_python_pkg.py and test_python_hf.py); multi-gpu (only when
+#              named: tests/gpu/test_multi_context.py, two contexts on GPU 0 and
+#              8 ranks starting together on one empty cache, plus a thread per
+#              GPU and a process per GPU where there are 2 or more; says what
+#              it skipped)
 #     --sanitize: run the sanitize part too when --only names another
 # Raw results go to $OUT (test_*.json, bench_*.json, logs) when set. Each step
 # runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
@@ -32,7 +36,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --only) ONLY=$2; shift ;;
     --sanitize) SANITIZE=1 ;;
-    *) echo "usage: bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|variants|jit|sanitize|python]" >&2
+    *) echo "usage: bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|variants|jit|sanitize|python|multi-gpu]" >&2
        exit 2 ;;
     esac
     shift
@@ -60,6 +64,21 @@ export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
 chmod 700 "$FIJIT_CACHE_DIR"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null
 
+if [ "$ONLY" = multi-gpu ]; then
+    # The kernels it launches, prewarmed here so that no test compiles under
+    # its time limit; the ranks part measures a cold start on a cache of its own.
+    python3 tests/gpu/test_multi_context.py --print-manifest > "$OUT_DIR/multi_manifest.txt" &&
+        timeout "$STEP_TIMEOUT" build/fijit prewarm --manifest "$OUT_DIR/multi_manifest.txt" \
+            -j "$(nproc)" > "$OUT_DIR/multi_prewarm.log" 2>&1
+    echo "multi-gpu prewarm: rc $?: $(tail -1 "$OUT_DIR/multi_prewarm.log")"
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    parts=(contexts ranks)
+    if [ "$gpus" -ge 2 ]; then parts+=(devices mp-ranks)
+    else echo "multi-gpu: $gpus GPU: skipping devices and mp-ranks (they need 2 or more)"; fi
+    NCCL_NVLS_ENABLE=0 OUT=$OUT_DIR timeout "$STEP_TIMEOUT" python3 tests/gpu/test_multi_context.py \
+        "${parts[@]}" 2>&1 | tee "$OUT_DIR/test_multi_context.log"
+    exit "${PIPESTATUS[0]}"
+fi
 if run_part jit; then
     # The main job's GPU check on the default cache path, then the JIT benchmark
     # (its disk-hit split includes cuModuleLoadData here).

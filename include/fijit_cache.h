@@ -193,6 +193,8 @@ extern "C" {
     X(MemsetD8, "cuMemsetD8_v2", 1, (CUdeviceptr, unsigned char, size_t))                  \
     X(StreamSynchronize, "cuStreamSynchronize", 1, (CUstream))                             \
     X(CtxSynchronize, "cuCtxSynchronize", 1, (void))                                       \
+    /* A context's number, never reused in the process (handles are): CUDA 12.0+. */        \
+    X(CtxGetId, "cuCtxGetId", 0, (CUcontext, unsigned long long *))                        \
     /* TMA descriptors: drivers before CUDA 12 lack it. */                                 \
     X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", 0,                                   \
       (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,         \

@@ -47,6 +47,11 @@ int check_jobs(void);
 int check_prewarm_all(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, int want, char *err,
                       size_t err_size);
 extern int check_current_failed;
+/* The fake CUDA driver (tests/fake_cuda.c) built next to the test program as
+ * libcuda.so.1, loaded once with RTLD_GLOBAL before fijit's first driver
+ * call (which then finds it by soname); its handle, or NULL with a message
+ * on stderr. */
+void *check_fake_cuda(void);
 
 #define TEST(name)                                                             \
     static void test_##name(void);                                             \

@@ -16,11 +16,22 @@
 #define MAX_MODULES 64
 #define MAX_FUNCTIONS 256
 #define STATIC_SMEM_LIMIT (48 * 1024) /* dynamic shared memory without the opt-in */
+/* Slots 0..FAKE_CUDA_MAX_DEVICES-1 are the devices' primary contexts; the
+ * rest serve cuCtxCreate, first free slot first, so a destroyed context's
+ * handle comes back for the next one made, as real drivers' handles do. */
+#define MAX_CONTEXTS (FAKE_CUDA_MAX_DEVICES + 6)
+
+typedef struct fake_context {
+    int live;
+    CUdevice device;
+    unsigned long long id; /* cuCtxGetId: never reused */
+} fake_context;
 
 typedef struct fake_module {
     int loaded;
     const unsigned char *image;
     size_t size;
+    fake_context *context; /* where it was loaded */
 } fake_module;
 
 typedef struct fake_function {
@@ -39,7 +50,9 @@ static int uncapturable; /* see fake_cuda_uncapturable_calls */
 static int fault_countdown; /* > 0: the countdown-th fallible call from now fails */
 static CUresult fault_error;
 static int fault_fired;
-static int primary_context; /* its address is the device's one context */
+static int device_count = 1; /* fake_cuda_set_device_count */
+static fake_context contexts[MAX_CONTEXTS];
+static unsigned long long next_context_id = 1;
 static __thread CUcontext current_context;
 
 API void fake_cuda_set_launch_hook(fake_cuda_launch_hook hook, void *user)
@@ -148,25 +161,35 @@ API CUresult cuGetErrorString(CUresult error, const char **text)
     return CUDA_SUCCESS;
 }
 
+static int device_valid(CUdevice device)
+{
+    pthread_mutex_lock(&lock);
+    const int valid = device >= 0 && device < device_count;
+    pthread_mutex_unlock(&lock);
+    return valid;
+}
+
 API CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
     FAULT_POINT();
-    if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-    *device = 0;
+    if (!device_valid(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
     return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceGetCount(int *count)
 {
     FAULT_POINT();
-    *count = 1;
+    pthread_mutex_lock(&lock);
+    *count = device_count;
+    pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice device)
 {
     FAULT_POINT();
-    if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (!device_valid(device)) return CUDA_ERROR_INVALID_DEVICE;
     switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
@@ -178,18 +201,98 @@ API CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUde
     return CUDA_SUCCESS;
 }
 
+API void fake_cuda_set_device_count(int n)
+{
+    pthread_mutex_lock(&lock);
+    device_count = n < 1 ? 1 : n > FAKE_CUDA_MAX_DEVICES ? FAKE_CUDA_MAX_DEVICES : n;
+    pthread_mutex_unlock(&lock);
+}
+
+/* The live context behind a handle, or NULL; called with the lock held. */
+static fake_context *context_of(CUcontext c)
+{
+    fake_context *ctx = (fake_context *)(void *)c;
+    return ctx >= contexts && ctx < contexts + MAX_CONTEXTS && ctx->live ? ctx : NULL;
+}
+
+/* The current context if it is still live (NULL otherwise); lock held. */
+static fake_context *current_of_thread(void) { return context_of(current_context); }
+
+/* Unload every module of `ctx`, as the driver does when a context goes; lock held. */
+static void unload_modules_of(const fake_context *ctx)
+{
+    for (int i = 0; i < MAX_MODULES; i++) {
+        if (!modules[i].loaded || modules[i].context != ctx) continue;
+        modules[i].loaded = 0;
+        for (int f = 0; f < MAX_FUNCTIONS; f++)
+            if (functions[f].module == &modules[i]) functions[f].module = NULL;
+    }
+}
+
+/* The primary context stays live (with its modules) across retain and
+ * release: the tests never reset it. */
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device)
 {
     FAULT_POINT();
-    if (device != 0) return CUDA_ERROR_INVALID_DEVICE;
-    *context = (CUcontext)(void *)&primary_context;
+    if (!device_valid(device)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    fake_context *ctx = &contexts[device];
+    if (!ctx->live) *ctx = (fake_context){1, device, next_context_id++};
+    pthread_mutex_unlock(&lock);
+    *context = (CUcontext)(void *)ctx;
     return CUDA_SUCCESS;
 }
 
-API CUresult cuDevicePrimaryCtxRelease(CUdevice device)
+API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device)
 {
     FAULT_POINT();
-    return device == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+    return device_valid(device) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* cuCtxCreate in its CUDA 11-12 form; the new context is made current. */
+API CUresult cuCtxCreate_v2(CUcontext *context, unsigned int flags, CUdevice device)
+{
+    FAULT_POINT();
+    (void)flags;
+    if (!device_valid(device)) return CUDA_ERROR_INVALID_DEVICE;
+    CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    for (int i = FAKE_CUDA_MAX_DEVICES; i < MAX_CONTEXTS; i++)
+        if (!contexts[i].live) {
+            contexts[i] = (fake_context){1, device, next_context_id++};
+            *context = current_context = (CUcontext)(void *)&contexts[i];
+            res = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+/* Destroys a created context and its modules; its handle may come back from
+ * the next cuCtxCreate. Current on this thread: no context is current after. */
+API CUresult cuCtxDestroy_v2(CUcontext context)
+{
+    CUresult res = CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    fake_context *ctx = context_of(context);
+    if (ctx && ctx >= contexts + FAKE_CUDA_MAX_DEVICES) {
+        unload_modules_of(ctx);
+        ctx->live = 0;
+        res = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    if (res == CUDA_SUCCESS && current_context == context) current_context = NULL;
+    return res;
+}
+
+API CUresult cuCtxGetId(CUcontext context, unsigned long long *id)
+{
+    FAULT_POINT();
+    pthread_mutex_lock(&lock);
+    fake_context *ctx = context ? context_of(context) : current_of_thread();
+    if (ctx) *id = ctx->id;
+    pthread_mutex_unlock(&lock);
+    return ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 API CUresult cuCtxGetCurrent(CUcontext *context)
@@ -202,7 +305,10 @@ API CUresult cuCtxGetCurrent(CUcontext *context)
 API CUresult cuCtxSetCurrent(CUcontext context)
 {
     FAULT_POINT();
-    if (context && context != (CUcontext)(void *)&primary_context) return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&lock);
+    const int live = !context || context_of(context);
+    pthread_mutex_unlock(&lock);
+    if (!live) return CUDA_ERROR_INVALID_CONTEXT;
     current_context = context;
     return CUDA_SUCCESS;
 }
@@ -210,9 +316,11 @@ API CUresult cuCtxSetCurrent(CUcontext context)
 API CUresult cuCtxGetDevice(CUdevice *device)
 {
     FAULT_POINT();
-    if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
-    *device = 0;
-    return CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    fake_context *ctx = current_of_thread();
+    if (ctx) *device = ctx->device;
+    pthread_mutex_unlock(&lock);
+    return ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 API CUresult cuCtxSynchronize(void)
@@ -243,33 +351,41 @@ static size_t elf_size(const unsigned char *p)
 API CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
     FAULT_POINT();
-    if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
     count_uncapturable();
     const size_t size = image ? elf_size(image) : 0;
-    if (!size) return CUDA_ERROR_INVALID_IMAGE;
     CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < MAX_MODULES; i++)
-        if (!modules[i].loaded) {
-            modules[i] = (fake_module){1, image, size};
-            *module = (CUmodule)(void *)&modules[i];
-            res = CUDA_SUCCESS;
-            break;
-        }
+    fake_context *ctx = current_of_thread();
+    if (!ctx) res = CUDA_ERROR_INVALID_CONTEXT;
+    else if (!size) res = CUDA_ERROR_INVALID_IMAGE;
+    else
+        for (int i = 0; i < MAX_MODULES; i++)
+            if (!modules[i].loaded) {
+                modules[i] = (fake_module){1, image, size, ctx};
+                *module = (CUmodule)(void *)&modules[i];
+                res = CUDA_SUCCESS;
+                break;
+            }
     pthread_mutex_unlock(&lock);
     return res;
 }
 
+/* A module unloads from its own context, which must be current (the
+ * driver's documented contract; fijit switches to it first). */
 API CUresult cuModuleUnload(CUmodule module)
 {
     fake_module *m = (fake_module *)(void *)module;
     CUresult res = CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_lock(&lock);
     if (m >= modules && m < modules + MAX_MODULES && m->loaded) {
-        m->loaded = 0;
-        for (int i = 0; i < MAX_FUNCTIONS; i++)
-            if (functions[i].module == m) functions[i].module = NULL;
-        res = CUDA_SUCCESS;
+        if (m->context != current_of_thread()) {
+            res = CUDA_ERROR_INVALID_CONTEXT;
+        } else {
+            m->loaded = 0;
+            for (int i = 0; i < MAX_FUNCTIONS; i++)
+                if (functions[i].module == m) functions[i].module = NULL;
+            res = CUDA_SUCCESS;
+        }
     }
     pthread_mutex_unlock(&lock);
     return res;
@@ -349,11 +465,12 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                             void **params, void **extra)
 {
     FAULT_POINT();
-    if (!current_context) return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
+    fake_context *ctx = current_of_thread();
     fake_function *fn = function_of(f);
     CUresult res = CUDA_SUCCESS;
-    if (!fn) res = CUDA_ERROR_INVALID_HANDLE;
+    if (!ctx) res = CUDA_ERROR_INVALID_CONTEXT;
+    else if (!fn || fn->module->context != ctx) res = CUDA_ERROR_INVALID_HANDLE; /* another context's */
     else if (!params || extra) res = CUDA_ERROR_INVALID_VALUE; /* fijit passes kernelParams */
     else if (!gx || !gy || !gz || gx > INT32_MAX || gy > 65535 || gz > 65535)
         res = CUDA_ERROR_INVALID_VALUE;
@@ -369,6 +486,25 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
     pthread_mutex_unlock(&lock);
     if (res == CUDA_SUCCESS && hook) res = hook(&launch, user);
     return res;
+}
+
+API CUcontext fake_cuda_function_context(CUfunction f)
+{
+    pthread_mutex_lock(&lock);
+    fake_function *fn = function_of(f);
+    CUcontext ctx = fn ? (CUcontext)(void *)fn->module->context : NULL;
+    pthread_mutex_unlock(&lock);
+    return ctx;
+}
+
+API int fake_cuda_modules_in(CUcontext context)
+{
+    int n = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_MODULES; i++)
+        n += modules[i].loaded && (CUcontext)(void *)modules[i].context == context;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 /* ---- TMA descriptors (see fake_cuda.h) ----------------------------------------- */

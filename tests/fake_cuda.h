@@ -10,6 +10,14 @@
  * functions asked of them. Launches are checked as the driver checks them
  * (dynamic shared memory above 48 KiB needs the function's opt-in, block and
  * grid limits), then handed to the test's hook; nothing is executed.
+ *
+ * Devices and contexts: one device unless a test asks for more (up to
+ * FAKE_CUDA_MAX_DEVICES, all alike), each with a primary context; more come
+ * from cuCtxCreate_v2 and go with cuCtxDestroy_v2, which unloads their
+ * modules and lets the next cuCtxCreate reuse the handle (real drivers do),
+ * while cuCtxGetId gives every context a number never reused. A module
+ * belongs to the context current when it was loaded: its functions launch
+ * only there (else CUDA_ERROR_INVALID_HANDLE) and it unloads only there.
  */
 #ifndef FI_FAKE_CUDA_H
 #define FI_FAKE_CUDA_H
@@ -17,6 +25,7 @@
 #include <cuda.h>
 
 #define FAKE_CUDA_SM_COUNT 132
+#define FAKE_CUDA_MAX_DEVICES 8
 #define FAKE_CUDA_SMEM_OPTIN_MAX (227 * 1024)
 
 typedef struct fake_cuda_launch {
@@ -53,5 +62,11 @@ typedef int (*fake_cuda_uncapturable_calls_fn)(void);
  * `error`; fake_cuda_fault_fired says whether it has happened. */
 typedef void (*fake_cuda_fail_call_fn)(int n, CUresult error);
 typedef int (*fake_cuda_fault_fired_fn)(void);
+/* Devices cuDeviceGetCount reports from now (1 to FAKE_CUDA_MAX_DEVICES). */
+typedef void (*fake_cuda_set_device_count_fn)(int n);
+/* The context a function's module was loaded into; NULL: not a live function. */
+typedef CUcontext (*fake_cuda_function_context_fn)(CUfunction f);
+/* Modules loaded in `context` now. */
+typedef int (*fake_cuda_modules_in_fn)(CUcontext context);
 
 #endif

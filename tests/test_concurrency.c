@@ -34,19 +34,19 @@ static fi_spec_key key_number(int i)
 static void *hammer_table(void *p)
 {
     table_run *run = p;
-    void *device_ctx = (void *)0x1234;
+    const uint64_t device_id = 0x1234;
     for (int round = 0; round < 200; round++) {
         for (int i = 0; i < KEYS; i++) {
             fi_spec_key key = key_number(i);
-            uint64_t hash = fi__table_hash(&key, device_ctx);
-            fi_table_entry *e = fi__table_find(&run->table, hash, &key, device_ctx);
+            uint64_t hash = fi__table_hash(&key, device_id);
+            fi_table_entry *e = fi__table_find(&run->table, hash, &key, device_id);
             if (!e) {
                 pthread_mutex_lock(&run->build_lock);
-                if (!(e = fi__table_find(&run->table, hash, &key, device_ctx))) {
+                if (!(e = fi__table_find(&run->table, hash, &key, device_id))) {
                     e = fi__calloc(1, sizeof *e);
                     e->hash = hash;
                     e->spec = key;
-                    e->device_ctx = device_ctx;
+                    e->device_id = device_id;
                     e->kernel.registers = 64 + i;
                     fi__table_insert(&run->table, e);
                     atomic_fetch_add(&run->inserted, 1);

@@ -39,18 +39,8 @@ static struct {
 static int fake_ready(void)
 {
     if (fake.lib) return 1;
-    char path[PATH_MAX];
-    const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
-    if (n <= 0) return 0;
-    path[n] = '\0';
-    char *slash = strrchr(path, '/');
-    if (!slash) return 0;
-    strcpy(slash + 1, "libcuda.so.1");
-    void *lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    if (!lib) {
-        fprintf(stderr, "cannot load the fake driver %s: %s\n", path, dlerror());
-        return 0;
-    }
+    void *lib = check_fake_cuda();
+    if (!lib) return 0;
     CUresult (*retain)(CUcontext *, CUdevice) =
         (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
     CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");

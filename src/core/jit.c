@@ -449,7 +449,7 @@ int fi_jit_prewarm(fi_build_outcome *out, fi_jit_ctx *ctx, const fi_jit_spec *sp
         arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
         if (!ctx->arch[0] && fi__cuda_current_arch(device_arch, NULL, NULL) == 0) arch = device_arch;
     }
-    pthread_mutex_t *stripe = stripe_for(ctx, fi__table_hash(&key, arch));
+    pthread_mutex_t *stripe = stripe_for(ctx, fi__table_hash(&key, 0)); /* as get_kernel_slow */
     pthread_mutex_lock(stripe);
     rc = build_prepare(&b, spec, variant, arch, NULL, NULL);
     if (rc == 0) rc = build_obtain(ctx, &b, &compiled, not_stored);
@@ -536,20 +536,42 @@ out:
 
 /* ---- loading --------------------------------------------------------------- */
 
-/* The slow path of fi_jit_get_kernel: build or read, load, publish. */
+/* Load `object` into the current context as e's module and fill e's
+ * kernel: launch shape for `arch`, key, arch. */
+static int load_entry(fi_table_entry *e, const fi_jit_spec *spec, const fi_kind_info *kind,
+                      const char *arch, const void *object, const uint8_t key[16],
+                      int registers, int spill_bytes, const fi_cuda_api *cu)
+{
+    int rc = fi__load_module(e, object, kind, registers, spill_bytes, cu);
+    if (rc < 0) return rc;
+    fi_launch_shape shape;
+    kind->launch_shape(spec, arch, &shape);
+    memcpy(e->kernel.block_dim, shape.block_dim, sizeof shape.block_dim);
+    memcpy(e->kernel.merge_block_dim, shape.merge_block_dim, sizeof shape.merge_block_dim);
+    e->kernel.smem_bytes = shape.smem_bytes;
+    e->kernel.param_bytes = shape.param_bytes;
+    memcpy(e->kernel.key, key, sizeof e->kernel.key);
+    snprintf(e->kernel.arch, sizeof e->kernel.arch, "%s", arch);
+    return 0;
+}
+
+/* The slow path of fi_jit_get_kernel: load the object another context of
+ * this process already has, else build or read it; load, publish. Holds the
+ * stripe of the spec alone, so that devices asking for one kernel at once
+ * build it once and the others load that object. */
 static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_spec_key *key,
                            const fi_variant *variant, uint64_t hash, CUcontext device_ctx,
-                           const fi_cuda_api *cu, const fi_jit_kernel **out)
+                           uint64_t device_id, const fi_cuda_api *cu, const fi_jit_kernel **out)
 {
     int rc = 0, compiled = 0;
     fi_build b;
-    fi_table_entry *e = NULL;
+    fi_table_entry *e = NULL, *loaded;
     char arch[16];
-    pthread_mutex_t *stripe = stripe_for(ctx, hash);
+    pthread_mutex_t *stripe = stripe_for(ctx, fi__table_hash(key, 0));
     memset(&b, 0, sizeof b);
     pthread_mutex_lock(stripe);
     /* Another thread may have finished this spec while we waited. */
-    if ((e = fi__table_find(&ctx->table, hash, key, device_ctx))) {
+    if ((e = fi__table_find(&ctx->table, hash, key, device_id))) {
         count(ctx, C_MEMORY_HITS, 1);
         *out = &e->kernel;
         e = NULL;
@@ -560,21 +582,27 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
      * device: the portable kernels), else the device's own. */
     if (ctx->arch[0] && fi__arch_runs_on(ctx->arch, arch))
         snprintf(arch, sizeof arch, "%s", ctx->arch);
-    FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
-    FI_TRY(build_obtain(ctx, &b, &compiled, NULL));
     if (!(e = fi__calloc(1, sizeof *e))) FI_FAIL(FI_ENOMEM, "out of memory");
-    FI_TRY(fi__load_module(e, b.object, b.kind, b.meta.registers, b.meta.spill_bytes, cu));
     e->hash = hash;
     e->spec = *key;
+    e->device_id = device_id;
     e->device_ctx = device_ctx;
-    fi_launch_shape shape;
-    b.kind->launch_shape(spec, arch, &shape);
-    memcpy(e->kernel.block_dim, shape.block_dim, sizeof shape.block_dim);
-    memcpy(e->kernel.merge_block_dim, shape.merge_block_dim, sizeof shape.merge_block_dim);
-    e->kernel.smem_bytes = shape.smem_bytes;
-    e->kernel.param_bytes = shape.param_bytes;
-    memcpy(e->kernel.key, b.key, sizeof b.key);
-    snprintf(e->kernel.arch, sizeof e->kernel.arch, "%s", arch);
+    if ((loaded = fi__table_find_object(&ctx->table, key, arch))) {
+        /* Loaded in another context (a second device): the same object. */
+        count(ctx, C_MEMORY_HITS, 1);
+        FI_TRY(load_entry(e, spec, fi__kind_info(spec->kind), arch, loaded->object,
+                          loaded->kernel.key, loaded->kernel.registers,
+                          loaded->kernel.spill_bytes, cu));
+        e->object = loaded->object;
+    } else {
+        FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
+        FI_TRY(build_obtain(ctx, &b, &compiled, NULL));
+        FI_TRY(load_entry(e, spec, b.kind, arch, b.object, b.key, b.meta.registers,
+                          b.meta.spill_bytes, cu));
+        e->object = b.object; /* kept for the next context that asks */
+        e->owns_object = 1;
+        b.object = NULL;
+    }
     fi__table_insert(&ctx->table, e);
     *out = &e->kernel;
     e = NULL;
@@ -591,24 +619,21 @@ int fi_jit_get_kernel(const fi_jit_kernel **out, fi_jit_ctx *ctx, const fi_jit_s
     fi_spec_key key;
     const fi_cuda_api *cu;
     CUcontext device_ctx = NULL;
-    CUresult res;
+    uint64_t device_id = 0;
     if (!ctx || !out) return fi__error(FI_EINVALID, "fi_jit_get_kernel: NULL argument");
     const fi_variant *variant = NULL;
     if ((rc = fi__spec_key(&key, spec)) < 0 || (rc = variant_resolve(ctx, &key, &variant)) < 0)
         return rc;
-    if ((rc = fi__cuda_load(&cu)) < 0) return rc;
-    if ((res = cu->CtxGetCurrent(&device_ctx)) != CUDA_SUCCESS)
-        return fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetCurrent");
-    if (!device_ctx)
-        return fi__error(FI_ENODEVICE, "no current CUDA context on this thread (make one current first)");
-    uint64_t hash = fi__table_hash(&key, device_ctx);
-    fi_table_entry *e = fi__table_find(&ctx->table, hash, &key, device_ctx);
+    if ((rc = fi__cuda_load(&cu)) < 0 || (rc = fi__cuda_current_context(&device_ctx, &device_id)) < 0)
+        return rc;
+    uint64_t hash = fi__table_hash(&key, device_id);
+    fi_table_entry *e = fi__table_find(&ctx->table, hash, &key, device_id);
     if (e) {
         count(ctx, C_MEMORY_HITS, 1);
         *out = &e->kernel;
         return 0;
     }
-    return get_kernel_slow(ctx, spec, &key, variant, hash, device_ctx, cu, out);
+    return get_kernel_slow(ctx, spec, &key, variant, hash, device_ctx, device_id, cu, out);
 }
 
 /* Bytes of fi_jit_stats a caller of each version has (index: version). */

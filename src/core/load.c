@@ -35,11 +35,16 @@ int fi__load_module(fi_table_entry *e, const void *object, const fi_kind_info *k
 void fi__load_release(fi_table_entry *e)
 {
     const fi_cuda_api *cu;
-    CUcontext previous = NULL;
+    CUcontext previous = NULL, now = NULL;
+    uint64_t id = 0;
     if (!e->module || fi__cuda_load(&cu) < 0) return;
-    /* Unload in the module's own context; ignore errors from a context already destroyed. */
+    /* Unload in the module's own context, if it still exists. A destroyed
+     * context took its modules with it, and its handle may now name a new
+     * context whose module could have this module's handle too: unload only
+     * when the handle still has the id the module was loaded under. */
     cu->CtxGetCurrent(&previous);
-    if (cu->CtxSetCurrent((CUcontext)e->device_ctx) == CUDA_SUCCESS)
+    if (cu->CtxSetCurrent((CUcontext)e->device_ctx) == CUDA_SUCCESS &&
+        fi__cuda_current_context(&now, &id) == 0 && id == e->device_id)
         cu->ModuleUnload((CUmodule)e->module);
     cu->CtxSetCurrent(previous);
 }

@@ -18,6 +18,7 @@ void fi__table_destroy(fi_table *t, void (*release)(fi_table_entry *entry))
         while (e) {
             fi_table_entry *next = e->next;
             if (release) release(e);
+            if (e->owns_object) fi__free((void *)e->object);
             fi__free(e);
             e = next;
         }
@@ -26,20 +27,31 @@ void fi__table_destroy(fi_table *t, void (*release)(fi_table_entry *entry))
     pthread_mutex_destroy(&t->insert_lock);
 }
 
-uint64_t fi__table_hash(const fi_spec_key *spec, const void *device_ctx)
+uint64_t fi__table_hash(const fi_spec_key *spec, uint64_t device_id)
 {
-    return XXH3_64bits_withSeed(spec, sizeof *spec, (uint64_t)(uintptr_t)device_ctx);
+    return XXH3_64bits_withSeed(spec, sizeof *spec, device_id);
 }
 
 fi_table_entry *fi__table_find(fi_table *t, uint64_t hash, const fi_spec_key *spec,
-                               const void *device_ctx)
+                               uint64_t device_id)
 {
     fi_table_entry *e =
         atomic_load_explicit(&t->buckets[hash % FI_TABLE_BUCKETS], memory_order_acquire);
     for (; e; e = e->next)
-        if (e->hash == hash && e->device_ctx == device_ctx &&
+        if (e->hash == hash && e->device_id == device_id &&
             memcmp(&e->spec, spec, sizeof *spec) == 0)
             return e;
+    return NULL;
+}
+
+fi_table_entry *fi__table_find_object(fi_table *t, const fi_spec_key *spec, const char *arch)
+{
+    for (int i = 0; i < FI_TABLE_BUCKETS; i++)
+        for (fi_table_entry *e = atomic_load_explicit(&t->buckets[i], memory_order_acquire); e;
+             e = e->next)
+            if (e->object && strcmp(e->kernel.arch, arch) == 0 &&
+                memcmp(&e->spec, spec, sizeof *spec) == 0)
+                return e;
     return NULL;
 }
 

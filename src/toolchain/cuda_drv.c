@@ -60,6 +60,26 @@ int fi__cuda_error(int code, CUresult res, const char *what)
                      (int)res);
 }
 
+int fi__cuda_current_context(CUcontext *out, uint64_t *out_id)
+{
+    const fi_cuda_api *cu;
+    CUcontext ctx = NULL;
+    unsigned long long id = 0;
+    CUresult res;
+    int rc;
+    if ((rc = fi__cuda_load(&cu)) < 0) return rc;
+    if ((res = cu->CtxGetCurrent(&ctx)) != CUDA_SUCCESS)
+        return fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetCurrent");
+    if (!ctx)
+        return fi__error(FI_ENODEVICE, "no current CUDA context on this thread (make one current first)");
+    if (!cu->CtxGetId) id = (uint64_t)(uintptr_t)ctx;
+    else if ((res = cu->CtxGetId(ctx, &id)) != CUDA_SUCCESS)
+        return fi__cuda_error(FI_ENODEVICE, res, "cuCtxGetId (was the current context destroyed?)");
+    *out = ctx;
+    *out_id = id;
+    return 0;
+}
+
 int fi__cuda_sm_count(int *out)
 {
     const fi_cuda_api *cu;

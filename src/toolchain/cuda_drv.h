@@ -8,6 +8,7 @@
 #define FI_CUDA_DRV_H
 
 #include <cuda.h>
+#include <stdint.h>
 
 #include "fijit_cache.h"
 
@@ -26,6 +27,12 @@ int fi__cuda_error(int code, CUresult res, const char *what);
 /* Compute capability of the current context's device as an arch name
  * ("sm_90a" for 9.0, "sm_80", ...). */
 int fi__cuda_current_arch(char out[16], CUcontext *out_ctx, CUdevice *out_dev);
+
+/* The current context and its id: cuCtxGetId's number, unique for the
+ * process's life, so that a context destroyed and a new one given the same
+ * handle (drivers reuse them) are told apart; the handle itself where the
+ * driver predates cuCtxGetId (CUDA 11). FI_ENODEVICE when none is current. */
+int fi__cuda_current_context(CUcontext *out, uint64_t *out_id);
 
 /* SM count of the current context's device. */
 int fi__cuda_sm_count(int *out);
