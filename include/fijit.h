@@ -198,7 +198,12 @@ typedef struct fi_jit_options {
  * (FIJIT_CACHE_DIR, FIJIT_ARCH, FIJIT_JIT, FIJIT_LOG, FIJIT_MAX_CACHE_SIZE)
  * fill fields the options leave unset. No GPU is needed. */
 FI_API int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts);
-/* Unloads every module this context loaded. Accepts NULL. */
+/* Frees the context and unloads the modules it loaded in CUDA contexts that
+ * are certainly live: the current one and the devices' active primary
+ * contexts (when the module's context is the one that handle names now).
+ * Modules in other contexts (one made with cuCtxCreate and not current) are
+ * left to that context and go when it is destroyed: a destroyed context's
+ * handle may dangle, and fijit never hands one to the driver. Accepts NULL. */
 FI_API void fi_jit_ctx_free(fi_jit_ctx *ctx);
 /* The cache directory in use (borrowed); "" for a memory-only context when
  * none is configured (no FIJIT_CACHE_DIR, XDG_CACHE_HOME or HOME). */

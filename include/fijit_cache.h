@@ -178,6 +178,7 @@ extern "C" {
     X(DeviceGetAttribute, "cuDeviceGetAttribute", 1, (int *, CUdevice_attribute, CUdevice)) \
     X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 1, (CUcontext *, CUdevice))      \
     X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice))              \
+    X(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 0, (CUdevice, unsigned int *, int *)) \
     X(ModuleLoadData, "cuModuleLoadData", 1, (CUmodule *, const void *))                   \
     X(ModuleUnload, "cuModuleUnload", 1, (CUmodule))                                       \
     X(ModuleGetFunction, "cuModuleGetFunction", 1, (CUfunction *, CUmodule, const char *)) \

@@ -243,6 +243,17 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device)
     return CUDA_SUCCESS;
 }
 
+API CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned int *flags, int *active)
+{
+    FAULT_POINT();
+    if (!device_valid(device)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&lock);
+    *flags = 0;
+    *active = contexts[device].live;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
 API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device)
 {
     FAULT_POINT();

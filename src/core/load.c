@@ -32,16 +32,45 @@ int fi__load_module(fi_table_entry *e, const void *object, const fi_kind_info *k
     return 0;
 }
 
+/* Whether `ctx` is certainly a live context, so that its handle may be
+ * passed to the driver: the current context, or the active primary context
+ * of a device. A handle of a context destroyed since can dangle, and the
+ * driver does not always refuse one (seen on an H100: a crash inside
+ * cuCtxSetCurrent), so another context's modules are left to it: they go
+ * when it is destroyed. */
+static int context_is_live(const fi_cuda_api *cu, CUcontext ctx)
+{
+    CUcontext current = NULL;
+    int devices = 0;
+    if (cu->CtxGetCurrent(&current) == CUDA_SUCCESS && current == ctx) return 1;
+    if (!cu->DevicePrimaryCtxGetState || cu->DeviceGetCount(&devices) != CUDA_SUCCESS) return 0;
+    for (int i = 0; i < devices; i++) {
+        CUdevice dev;
+        CUcontext primary = NULL;
+        unsigned int flags = 0;
+        int active = 0;
+        if (cu->DeviceGet(&dev, i) != CUDA_SUCCESS ||
+            cu->DevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active ||
+            cu->DevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS)
+            continue;
+        cu->DevicePrimaryCtxRelease(dev);
+        if (primary == ctx) return 1;
+    }
+    return 0;
+}
+
 void fi__load_release(fi_table_entry *e)
 {
     const fi_cuda_api *cu;
     CUcontext previous = NULL, now = NULL;
     uint64_t id = 0;
-    if (!e->module || fi__cuda_load(&cu) < 0) return;
-    /* Unload in the module's own context, if it still exists. A destroyed
-     * context took its modules with it, and its handle may now name a new
-     * context whose module could have this module's handle too: unload only
-     * when the handle still has the id the module was loaded under. */
+    if (!e->module || fi__cuda_load(&cu) < 0 || !context_is_live(cu, (CUcontext)e->device_ctx))
+        return;
+    /* Unload in the module's own context. A live handle may still name a
+     * newer context than the module's (a primary context reset since, or a
+     * destroyed context's handle given to the next one made), whose module
+     * could have this module's handle too: unload only when the handle still
+     * has the id the module was loaded under. */
     cu->CtxGetCurrent(&previous);
     if (cu->CtxSetCurrent((CUcontext)e->device_ctx) == CUDA_SUCCESS &&
         fi__cuda_current_context(&now, &id) == 0 && id == e->device_id)

@@ -454,17 +454,21 @@ def part_ranks(rep, world, label):
         shutil.rmtree(cache_dir, ignore_errors=True)
 
 
+PARTS = ("contexts", "ranks", "devices", "mp-ranks")
+
+
 def main():
     if sys.argv[1:] == ["_rank"]:
         rank_main()
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("parts", nargs="*", default=["contexts", "ranks", "devices", "mp-ranks"],
-                    choices=["contexts", "ranks", "devices", "mp-ranks"])
+    # No list default: argparse checks a nargs="*" default against choices.
+    ap.add_argument("parts", nargs="*", choices=PARTS, help="default: all")
     ap.add_argument("--ranks", type=int, default=8, help="processes of the ranks part")
     ap.add_argument("--print-manifest", action="store_true",
                     help="print the kernels the parts use (for fijit prewarm --manifest)")
     a = ap.parse_args()
+    a.parts = a.parts or list(PARTS)
     if a.print_manifest:
         print("\n".join(MANIFEST))
         return 0
