@@ -207,18 +207,18 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         // The tile's page ids, one per lane, read at once (one latency, not n).
         const int my_page = lane < n ? p.kv_indices[w.kv_begin + t0 / p.page_size + lane] : 0;
         // Pages [0, count) of the tile into `slot`, a TMA per page and panel,
-        // completing `full` (the whole warp takes part: the ids are shuffled).
+        // completing `full`: lane i issues page i's (one instruction for the
+        // warp's pages, where one lane issuing them all in turn took as long
+        // as the tile's MMAs), after lane 0 has set the bytes to expect.
         auto load_pages = [&](unsigned int slot, const fi_tma_map *map, unsigned int full,
                               int count) {
             if (lane == 0) bar_expect(full, (unsigned int)(count * p.page_size) * 128u * kPanels);
-            for (int pg = 0; pg < count; ++pg) {
-                const int page = __shfl_sync(0xffffffffu, my_page, pg);
-                if (lane == 0)
+            __syncwarp();
+            if (lane < count)
 #pragma unroll
-                    for (int c = 0; c < kPanels; ++c)
-                        tma_load_page(slot + c * kTileKV * 128u + pg * p.page_size * 128u, map,
-                                      c * 64, w.kv_head, page, full);
-            }
+                for (int c = 0; c < kPanels; ++c)
+                    tma_load_page(slot + c * kTileKV * 128u + lane * p.page_size * 128u, map,
+                                  c * 64, w.kv_head, my_page, full);
         };
 
         bar_wait(sm.empty_k(s), free_parity);
