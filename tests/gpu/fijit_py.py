@@ -349,8 +349,8 @@ FI_BATCH_PREFILL_PLAN_ARGS_VERSION = 2
 
 
 class BatchPrefillArgs(_Strict):
-    """fi_batch_prefill_args, version 3 (the only one accepted). Build it field by
-    field: it starts at FI_BATCH_PREFILL_ARGS_VERSION, all else 0 / NULL."""
+    """fi_batch_prefill_args, version 4 (3 is accepted too: no rope_offsets). Build it
+    field by field: it starts at FI_BATCH_PREFILL_ARGS_VERSION, all else 0 / NULL."""
     _fields_ = [("version", ctypes.c_uint), ("q", ctypes.c_void_p), ("k", ctypes.c_void_p),
                 ("v", ctypes.c_void_p), ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p),
                 ("qo_indptr", ctypes.c_void_p), ("kv_indptr", ctypes.c_void_p),
@@ -364,7 +364,8 @@ class BatchPrefillArgs(_Strict):
                 ("rope_offset", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("custom_mask", ctypes.c_void_p),
                 ("custom_mask_offsets", ctypes.c_void_p),
-                ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int)]
+                ("variant_args", ctypes.c_void_p), ("num_variant_args", ctypes.c_int),
+                ("rope_offsets", ctypes.c_void_p)]
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -372,7 +373,7 @@ class BatchPrefillArgs(_Strict):
             self.version = FI_BATCH_PREFILL_ARGS_VERSION
 
 
-FI_BATCH_PREFILL_ARGS_VERSION = 3
+FI_BATCH_PREFILL_ARGS_VERSION = 4
 _VARIANT_ARGS_VERSION["BatchPrefillArgs"] = 3
 
 
