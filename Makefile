@@ -96,33 +96,43 @@ run: deps
 	$(B)/fijit demo
 
 # The suite CI runs. FIJIT_TEST_JOBS bounds parallel compiles in the tests.
-test: test-plain test-asan test-tsan test-cli test-install test-api test-fuzz test-python
+# The plain suite first: its NVRTC sweeps keep both cores busy. The others are
+# mostly one thread each (the fuzz run is timed, not CPU-bound), so they run two
+# at a time, each one's output kept together. Every suite and test prints its
+# seconds, to see where CI time goes.
+TEST_PARALLEL := test-asan test-tsan test-cli test-install test-api test-fuzz test-python
+test: test-plain
+	@$(MAKE) --no-print-directory -j2 --output-sync=target $(TEST_PARALLEL)
 	@echo "make test: all suites passed"
 
+# Runs a command and prints its wall time: $(call timed,NAME,COMMAND).
+timed = s=$$(date +%s); $(2) || exit $$?; echo "-- $(1): $$(( $$(date +%s) - s )) s"
+
 test-plain: all
-	@set -e; for t in $(TEST_SRC:tests/%.c=$(B)/tests/%); do echo "== $$t"; $$t; done
+	@set -e; for t in $(TEST_SRC:tests/%.c=$(B)/tests/%); do echo "== $$t"; \
+	  $(call timed,$$t,$$t); done
 
 # Sanitizer runs skip the exhaustive compile sweep (FIJIT_TEST_QUICK): it is NVRTC's code, not ours.
 test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%)
-	@set -e; for t in $^; do echo "== $$t"; FIJIT_TEST_QUICK=1 \
+	@set -e; for t in $^; do echo "== $$t"; $(call timed,$$t,FIJIT_TEST_QUICK=1 \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp \
-	  $$t; done
+	  $$t); done
 
 # TSan covers the concurrent parts: the in-process table and single flight,
 # and threads driving two (fake) devices at once.
 test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context
-	@set -e; for t in $^; do echo "== $$t"; FIJIT_TEST_QUICK=1 \
-	  TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp $$t; done
+	@set -e; for t in $^; do echo "== $$t"; $(call timed,$$t,FIJIT_TEST_QUICK=1 \
+	  TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp $$t); done
 
 test-cli: $(B)/fijit
-	@bash tests/cli/run.sh $(B)/fijit
+	@$(call timed,test-cli,bash tests/cli/run.sh $(B)/fijit)
 
 $(B)/bench_jit: $(B)/obj/tests/bench_jit.o $(B)/libfijit.a
 	$(CC) -o $@ $^ $(LDLIBS)
 
 # libFuzzer targets (fuzz/): a short run in `make test`, a long one with `make fuzz`.
 test-fuzz: $(B)/gen/embedded.c
-	@bash fuzz/run.sh 15
+	@$(call timed,test-fuzz,bash fuzz/run.sh 15)
 
 fuzz: $(B)/gen/embedded.c
 	bash fuzz/run.sh 300
@@ -147,7 +157,7 @@ test-python: $(B)/libfijit.so
 	@echo "== python package"; python3 tests/python/test_package.py $(B)
 
 test-install: all
-	@echo "== install check"; bash tests/install_check.sh
+	@echo "== install check"; $(call timed,test-install,bash tests/install_check.sh)
 
 bench: $(B)/bench_jit $(B)/fijit
 	$(B)/bench_jit

@@ -106,8 +106,8 @@ FI_API void fi_batch_decode_plan_free(fi_batch_decode_plan *plan);
  * starts 16-byte aligned. In bytes, stride_page and page_size * stride_n must
  * stay below 2 GiB (the kernel's offsets within the caches are 32-bit).
  * Request b's query is at position rope_offsets[b] + len_b - 1, its key j at
- * rope_offsets[b] + j (per request, unlike the single kinds' and batch
- * prefill's one rope_offset: the kernels take what they take). */
+ * rope_offsets[b] + j (per request, as batch prefill's rope_offsets; the
+ * single kinds take one rope_offset). */
 typedef struct fi_batch_decode_args {
     unsigned version;              /* FI_BATCH_DECODE_ARGS_VERSION */
     const void *q;                 /* [batch_size, num_qo_heads, hd], q_dtype */

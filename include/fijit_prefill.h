@@ -21,8 +21,9 @@
  *   sum_j exp(s_ij). A query with no visible key gets o = 0 and lse = -inf.
  *   RoPE (Llama, rotate-half): freq_d = (1/rope_scale) * rope_theta^(-2d/hd);
  *   query i at position rope_offset + off + i, key j at rope_offset + j:
- *   rope_offset shifts q and k together (one value for every request of a
- *   batch; batch decode takes one per request).
+ *   rope_offset shifts q and k together. A batch gives one rope_offset for
+ *   every request, or per request rope_offsets[b] in its place (a device
+ *   array, as batch decode takes).
  * GQA/MQA: num_qo_heads must be a multiple of num_kv_heads; query head h reads
  * kv head h / (num_qo_heads / num_kv_heads).
  *
@@ -173,9 +174,11 @@ FI_API int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *works
                                         size_t workspace_bytes);
 FI_API void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan);
 
-#define FI_BATCH_PREFILL_ARGS_VERSION 3 /* 3: window_left moved to the plan args, strides
-                                           in the order of every args struct, soft_cap
-                                           renamed logits_soft_cap; 1 and 2 are refused */
+#define FI_BATCH_PREFILL_ARGS_VERSION 4 /* 4: rope_offsets appended (3 is accepted: no
+                                           rope_offsets); 3: window_left moved to the plan
+                                           args, strides in the order of every args
+                                           struct, soft_cap renamed logits_soft_cap; 1 and
+                                           2 are refused */
 
 /* q and o [total_qo_tokens, num_qo_heads, hd] packed by qo_indptr.
  * Ragged: k and v [total_kv_tokens, num_kv_heads, hd] packed by kv_indptr
@@ -201,13 +204,19 @@ typedef struct fi_batch_prefill_args {
     float sm_scale;                      /* 0: 1/sqrt(hd) */
     float logits_soft_cap;               /* > 0, used when spec.soft_cap */
     float rope_scale, rope_theta;        /* FI_POS_ROPE_LLAMA; 0: 1 and 1e4 */
-    int rope_offset;                     /* position of key 0 of every request */
+    int rope_offset;                     /* position of key 0 of every request (0 when
+                                            rope_offsets is given) */
     const float *alibi_slopes;           /* [num_qo_heads] with FI_POS_ALIBI */
     const uint8_t *custom_mask;          /* FI_MASK_CUSTOM: see the layout above */
     const int64_t *custom_mask_offsets;  /* NULL or device [batch_size]: first bit of each
                                             request (NULL: 0 for every request) */
     const fi_variant_arg *variant_args;  /* the variant's declared parameters (none: NULL, 0) */
     int num_variant_args;
+    const int32_t *rope_offsets;         /* version 4, FI_POS_ROPE_LLAMA: NULL (rope_offset
+                                            for every request) or device [batch_size]:
+                                            position of key 0 of request b, >= 0, in place
+                                            of rope_offset (which must then be 0); as batch
+                                            decode's rope_offsets */
 } fi_batch_prefill_args;
 
 #define FI_BATCH_PREFILL_ARGS_INIT \

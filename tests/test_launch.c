@@ -665,6 +665,66 @@ TEST(batch_prefill_rope_rotates_keys_once_into_the_workspace)
     fi_jit_ctx_free(ctx);
 }
 
+/* Per-request RoPE offsets (args version 4, as batch decode's): the device
+ * array reaches the keys' pre-pass and the attention kernel, in place of
+ * rope_offset; both given, or a misaligned array, are refused before any
+ * launch; version 3 args (no such field) and kinds without RoPE never read it. */
+TEST(batch_prefill_rope_offsets_reach_both_launches)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    int32_t qo_indptr[3] = {0, 20, 37};
+    int32_t paged_indptr[3] = {0, 2, 4}, last[2] = {16, 3};
+    int32_t ragged_indptr[3] = {0, 32, 51};
+    const int32_t *offsets = DEV(8);
+    for (int paged = 0; paged < 2; paged++) {
+        const fi_kernel_kind kind = paged ? FI_KIND_BATCH_PREFILL_PAGED : FI_KIND_BATCH_PREFILL_RAGGED;
+        const fi_batch_prefill_plan_args pa = batch_prefill_plan_for(
+            2, qo_indptr, paged ? paged_indptr : ragged_indptr, paged ? last : NULL);
+        for (int rope = 0; rope < 2; rope++) {
+            fi_jit_spec s = spec_of(kind, FI_MASK_CAUSAL, rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE);
+            size_t bytes = 0;
+            CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
+            unsigned char *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+            CHECK(ws);
+            fi_batch_prefill_plan *plan = NULL;
+            CHECK_OK(fi_batch_prefill_plan_new(&plan, ctx, &s, &pa));
+            CHECK_OK(fi_batch_prefill_plan_upload(plan, ws, bytes));
+            fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
+            CHECK(a.version == 4 && a.rope_offsets == NULL);
+            batch_prefill_args_for(&a);
+            a.rope_offsets = offsets;
+            memset(&seen, 0, sizeof seen);
+            CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+            /* Without RoPE the array is not read: the kernel gets NULL. */
+            CHECK_MSG(seen.p.prefill.rope_offsets == (rope ? (const int *)offsets : NULL),
+                      "paged %d rope %d", paged, rope);
+            CHECK(seen.rope_count == rope && (!rope || seen.rope.rope_offsets == (const int *)offsets));
+            if (rope) {
+                a.rope_offset = 7; /* one position from two places */
+                CHECK_RC(fi_batch_prefill_run(ctx, plan, &a, NULL), FI_EINVALID);
+                CHECK(strstr(fi_last_error(), "rope_offset is 7 and rope_offsets is set"));
+                a.rope_offset = 0;
+                a.rope_offsets = (const int32_t *)((const char *)offsets + 2);
+                CHECK_RC(fi_batch_prefill_run(ctx, plan, &a, NULL), FI_EINVALID);
+                CHECK(strstr(fi_last_error(), "rope_offsets"));
+                CHECK(seen.count == 2); /* neither refused run launched anything */
+                /* Version 3 has no rope_offsets: whatever follows is not read. */
+                a.version = 3;
+                a.rope_offset = 7;
+                CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+                CHECK(seen.p.prefill.rope_offsets == NULL && seen.p.prefill.rope_offset == 7 &&
+                      seen.rope.rope_offsets == NULL && seen.rope.rope_offset == 7);
+                a.version = 5;
+                CHECK_RC(fi_batch_prefill_run(ctx, plan, &a, NULL), FI_EINVALID);
+            }
+            fi_batch_prefill_plan_free(plan);
+            free(ws);
+        }
+    }
+    fi_jit_ctx_free(ctx);
+}
+
 /* Single prefill with RoPE: with a workspace (args version 3) the keys are
  * rotated into it by a pre-pass and the tile kernel reads them there; without
  * one (or with version 2 args) one launch rotates K tiles itself; a workspace

@@ -37,7 +37,7 @@ BATCH_DECODE_ARGS_VERSION = 3
 MERGE_STATES_ARGS_VERSION = 1
 PREFILL_ARGS_VERSION = 3
 BATCH_PREFILL_PLAN_ARGS_VERSION = 2
-BATCH_PREFILL_ARGS_VERSION = 3
+BATCH_PREFILL_ARGS_VERSION = 4
 
 
 class _StrictType(type(ctypes.Structure)):
@@ -177,7 +177,9 @@ class BatchPrefillArgs(Struct):
                 ("logits_soft_cap", c_float), ("rope_scale", c_float), ("rope_theta", c_float),
                 ("rope_offset", c_int), ("alibi_slopes", c_void_p), ("custom_mask", c_void_p),
                 ("custom_mask_offsets", c_void_p), ("variant_args", c_void_p),
-                ("num_variant_args", c_int)]
+                ("num_variant_args", c_int),
+                # version 4
+                ("rope_offsets", c_void_p)]
 
 
 # Every mirrored struct, for the layout test.

@@ -832,6 +832,23 @@ void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan)
     fi__free(plan);
 }
 
+/* The per-request RoPE offsets of a batch run (args version 4): NULL, or a
+ * device array read in place of rope_offset, so rope_offset must be 0 (two
+ * positions for one key would be a caller's mistake, not a sum). Without
+ * RoPE they are not read. */
+static int batch_rope_offsets(const char *who, const fi_jit_spec *spec,
+                              const fi_batch_prefill_args *a, const int32_t **out)
+{
+    *out = NULL;
+    if (a->version < 4 || spec->pos != FI_POS_ROPE_LLAMA || !a->rope_offsets) return 0;
+    int rc = fi__check_opt_ptr(who, "rope_offsets", a->rope_offsets, 4);
+    if (rc == 0 && a->rope_offset != 0)
+        rc = fi__error(FI_EINVALID, "%s: rope_offset is %d and rope_offsets is set: give one "
+                       "(rope_offsets replaces rope_offset per request)", who, a->rope_offset);
+    if (rc == 0) *out = a->rope_offsets;
+    return rc;
+}
+
 int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
                          const fi_batch_prefill_args *a, struct CUstream_st *stream)
 {
@@ -839,14 +856,14 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
     const fi_jit_kernel *kernel = NULL;
     fi_prefill_params p;
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
+    const int32_t *rope_offsets = NULL;
 
     if (!ctx) FI_FAIL(FI_EINVALID, "batch prefill: ctx is NULL");
     if (!plan) FI_FAIL(FI_EINVALID, "batch prefill: plan is NULL");
     const fi_jit_spec *spec = &plan->spec;
     const char *who = batch_who(spec);
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
-    FI_TRY(fi__check_version(who, "args", a, a ? a->version : 0, FI_BATCH_PREFILL_ARGS_VERSION,
-                             FI_BATCH_PREFILL_ARGS_VERSION));
+    FI_TRY(fi__check_version(who, "args", a, a ? a->version : 0, 3, FI_BATCH_PREFILL_ARGS_VERSION));
     FI_TRY(fi__jit_variant_pack(ctx, spec, who, a->variant_args, a->num_variant_args,
                                 variant_params));
     if (plan->num_work == 0) goto out; /* no query in the batch */
@@ -874,6 +891,7 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
     FI_TRY(check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale, a->rope_theta,
                          a->rope_offset, a->alibi_slopes, a->custom_mask));
     FI_TRY(fi__check_opt_ptr(who, "custom_mask_offsets", a->custom_mask_offsets, 8));
+    FI_TRY(batch_rope_offsets(who, spec, a, &rope_offsets));
     FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
 
     memset(&p, 0, sizeof p);
@@ -885,6 +903,7 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
     p.work_request = plan->work_request;
     p.work_tile = plan->work_tile;
     p.custom_offsets = (const long long *)a->custom_mask_offsets;
+    p.rope_offsets = rope_offsets;
     p.k_stride_page = a->k_stride_page;
     p.v_stride_page = a->v_stride_page;
     p.num_qo_heads = plan->num_qo_heads;

@@ -13,8 +13,10 @@
 //                          custom mask's bits
 //   prefill/softmax.cuh    the online softmax of a row and the rescale of O
 //   prefill/epilogue.cuh   normalise, output hook, lse, the 16-byte stores
-//   prefill/mainloop_sm80.cuh     the tile kernels' main loop (mma.sync; on
-//                          sm_90a the 128- and 64-row tiles on wgmma)
+//   prefill/tile_loop.cuh  the tile kernels' CTA: Q, the K/V pipeline, masks,
+//                          softmax and epilogue around one K/V tile's products
+//   prefill/mainloop_sm80.cuh     those products on mma.sync (sm_80+)
+//   prefill/mainloop_sm90_tile.cuh  on wgmma (sm_90a, 128- and 64-row tiles)
 //   prefill/mainloop_sm90_ws.cuh  the warp-specialised Hopper kernel (TMA,
 //                          wgmma, producer and consumer warpgroups)
 //   prefill/kernels.cuh    the module's entry points
@@ -164,6 +166,22 @@ __device__ __forceinline__ void p_fragment(const float (&s)[kN][4], int kk, unsi
     a[2] = Traits<DTypeKV>::pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     a[3] = Traits<DTypeKV>::pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
+
+// A tile kernel's shape (prefill/params.h): query rows, warps, rows per
+// warp in 16-row MMA tiles, keys per K/V tile, and whether its products run
+// on wgmma (prefill/mainloop_sm90_tile.cuh) or mma.sync (mainloop_sm80.cuh).
+template <int kTileIdx>
+struct Cfg {
+    static constexpr int kTileQ = FI_PREFILL_TILE_Q(kTileIdx);
+    static constexpr bool kWgmma = FI_PREFILL_WGMMA(kTileIdx, kSm90a);
+    static constexpr int kWarps = FI_PREFILL_WARPS(kTileIdx, kHeadDim, kSm90a);
+    static constexpr int kThreads = kWarps * 32;
+    static constexpr int kMT = FI_PREFILL_ROWS_PER_WARP(kTileIdx, kHeadDim, kSm90a) / 16;
+    static constexpr int kTileKV = FI_PREFILL_TILE_KV(kTileIdx, kHeadDim, kSm90a);
+    static_assert(kTileKV <= 64, "a row's custom-mask bits of a K tile fit 64 bits");
+    static_assert(kWarps * kMT * 16 == kTileQ, "warps must cover the query tile");
+    static_assert(!kWgmma || (kMT == 1 && kTileQ % 64 == 0), "wgmma: warpgroups of 4 x 16 rows");
+};
 
 }  // namespace prefill
 }  // namespace fijit

@@ -1,10 +1,33 @@
 // The entry points of a prefill module, one per query tile (in the order of
 // src/core/kinds.c; tile sizes and warps in prefill/params.h), the RoPE
-// pre-pass, and the Hopper kernel (empty but on sm_90a).
+// pre-pass, and the Hopper kernel (empty but on sm_90a). The arch's paths
+// are picked here, at expansion: no kernel dispatches at run time.
 #pragma once
 
 #include "prefill/mainloop_sm80.cuh"
+#include "prefill/mainloop_sm90_tile.cuh"
 #include "prefill/mainloop_sm90_ws.cuh"
+#include "prefill/tile_loop.cuh"
+
+namespace fijit {
+namespace prefill {
+// The products of tile kernel i: wgmma for the 128- and 64-row tiles of an
+// sm_90a module (FI_PREFILL_WGMMA), mma.sync everywhere else.
+template <int kTileIdx, bool kWgmma = Cfg<kTileIdx>::kWgmma>
+struct TileMainloop {
+    using type = MainloopSm80<kTileIdx>;
+};
+template <int kTileIdx>
+struct TileMainloop<kTileIdx, true> {
+    using type = MainloopSm90Tile<kTileIdx>;
+};
+template <int kTileIdx>
+__device__ __forceinline__ void run_tile(const P &p, unsigned char *smem)
+{
+    run<kTileIdx, typename TileMainloop<kTileIdx>::type>(p, smem);
+}
+}  // namespace prefill
+}  // namespace fijit
 
 #define FI_PREFILL_BOUNDS(i)                                                                \
     __launch_bounds__(FI_PREFILL_WARPS(i, fijit_cfg::kHeadDim, fijit::prefill::kSm90a) * 32, \
@@ -12,19 +35,19 @@
 extern "C" __global__ void FI_PREFILL_BOUNDS(0) fi_prefill_kernel_q128(const fi_prefill_params p)
 {
     extern __shared__ __align__(1024) unsigned char smem_q128[];
-    fijit::prefill::run<0>(p, smem_q128);
+    fijit::prefill::run_tile<0>(p, smem_q128);
 }
 
 extern "C" __global__ void FI_PREFILL_BOUNDS(1) fi_prefill_kernel_q64(const fi_prefill_params p)
 {
     extern __shared__ __align__(1024) unsigned char smem_q64[];
-    fijit::prefill::run<1>(p, smem_q64);
+    fijit::prefill::run_tile<1>(p, smem_q64);
 }
 
 extern "C" __global__ void FI_PREFILL_BOUNDS(2) fi_prefill_kernel_q16(const fi_prefill_params p)
 {
     extern __shared__ __align__(1024) unsigned char smem_q16[];
-    fijit::prefill::run<2>(p, smem_q16);
+    fijit::prefill::run_tile<2>(p, smem_q16);
 }
 
 // The RoPE pre-pass (empty without RoPE).

@@ -1,436 +1,117 @@
-// Prefill's tile kernels (FlashAttention-2 style): run<tile>() is the main
-// loop of one CTA per query tile, on mma.sync (sm_80+), with the 128- and
-// 64-row tiles on wgmma when compiled for sm_90a. The Hopper kernel
-// (mainloop_sm90_ws.cuh) replaces tile 0 where it can.
-//
-// Organisation of one CTA (one query tile of one request x one KV head):
-//  * Rows of the query tile are packed (token, group head) pairs, so every
-//    query head of a GQA group is served by the same K/V tiles. Q is loaded
-//    once into shared memory, with RoPE and the variant's query_transform
-//    (which folds in sm_scale by default) applied on the way, and rounded
-//    back to the 16-bit input type.
-//  * K and V tiles stream in with cp.async, double-buffered: tile t + 1 is
-//    requested right after the one barrier per tile and lands while tile t is
-//    computed. With RoPE the K tile is rotated in shared memory once per CTA
-//    and tile (one more barrier).
-//  * Each warp owns 16 or 32 query rows; S = Q.K^T and O += P.V run on
-//    mma.sync m16n8k16 with fp32 accumulation, operands fed by ldmatrix
-//    from shared memory laid out in 16-byte chunks XOR-swizzled by row
-//    (chunk c of row r is stored at c ^ (r % 8)), which makes every ldmatrix
-//    phase and every cp.async write conflict-free.
-//  * Hopper (sm_90a), 128- and 64-row tiles: the warps form warpgroups of
-//    64 rows (two and one), and each product is one asynchronous wgmma
-//    per 16-wide k-step (common/wgmma_sm90.cuh) reading Q and K/V straight
-//    from shared memory, P.V with P from registers. The tiles are then stored in
-//    64-column panels with the same XOR (the hardware's 128-byte swizzle),
-//    and each writer fences its stores for the async proxy before the
-//    barrier that publishes them. Softmax, masks and the epilogue are shared:
-//    a wgmma accumulator has the mma.sync layout, 16 rows per warp.
-//  * Softmax is online, in registers (softmax.cuh: exp2 with log2e folded
-//    into one FFMA); P goes from the S accumulators straight into the A
-//    fragments of P.V.
-//  * Tiles of keys no query row of the CTA can see (causal, sliding window)
-//    are never loaded, and a warp skips the math of a tile none of its own
-//    rows can see. Masks are evaluated only on tiles that straddle a
-//    boundary: the causal diagonal, the window's lower edge, the end of the
-//    keys, and with kMaskCustom every tile. The variant's logits_mask hook
-//    (the sliding window is one) is called on those same tiles only, unless
-//    the variant sets mask_every_tile.
-//  * The output is normalised, passed through output_transform, staged in the
-//    warp's own rows of the Q buffer and written with 16-byte stores
-//    (epilogue.cuh).
+// The tile kernels' products on mma.sync (sm_80+; every tile but the 128-
+// and 64-row ones on sm_90a, prefill/mainloop_sm90_tile.cuh): S = Q.K^T and
+// O += P.V of one K/V tile for this warp's rows, and the shared-memory
+// layout their operands are read from. The CTA around them (work, loads,
+// masks, softmax, epilogue) is prefill/tile_loop.cuh.
+//  * Each warp owns 16 or 32 query rows; both products run on mma.sync
+//    m16n8k16 with fp32 accumulation, operands fed by ldmatrix from shared
+//    memory laid out in 16-byte chunks XOR-swizzled by row (chunk c of row r
+//    is stored at c ^ (r % 8)), which makes every ldmatrix phase and every
+//    cp.async write conflict-free.
+//  * With kXor (common.cuh) each operand's ldmatrix addresses come from one
+//    base register per K/V stage, one XOR per fragment (frag_at).
+//  * P goes from the S accumulators straight into the A fragments of P.V.
 #pragma once
 
-#include "prefill/epilogue.cuh"
-#include "prefill/mask.cuh"
-#include "prefill/rope.cuh"
-#include "prefill/softmax.cuh"
+#include "prefill/common.cuh"
 
 namespace fijit {
 namespace prefill {
 
+// (Constants are enumerators or locals: a static constexpr member would be
+// emitted into the cubin as a global.)
 template <int kTileIdx>
-struct Cfg {
-    static constexpr int kTileQ = FI_PREFILL_TILE_Q(kTileIdx);
-    static constexpr bool kWgmma = FI_PREFILL_WGMMA(kTileIdx, kSm90a);
-    static constexpr int kWarps = FI_PREFILL_WARPS(kTileIdx, kHeadDim, kSm90a);
-    static constexpr int kThreads = kWarps * 32;
-    static constexpr int kMT = FI_PREFILL_ROWS_PER_WARP(kTileIdx, kHeadDim, kSm90a) / 16;
-    static constexpr int kTileKV = FI_PREFILL_TILE_KV(kTileIdx, kHeadDim, kSm90a);
-    static_assert(kTileKV <= 64, "a row's custom-mask bits of a K tile fit 64 bits");
-    static_assert(kWarps * kMT * 16 == kTileQ, "warps must cover the query tile");
-    static_assert(!kWgmma || (kMT == 1 && kTileQ % 64 == 0), "wgmma: warpgroups of 4 x 16 rows");
-};
-
-template <int kTileIdx>
-__device__ __forceinline__ void run(const P &p, unsigned char *smem)
-{
+struct MainloopSm80 {
     using C = Cfg<kTileIdx>;
-    constexpr int kTileQ = C::kTileQ;
-    constexpr int kThreads = C::kThreads;
-    constexpr int kMT = C::kMT;           // 16-row MMA tiles per warp
-    constexpr bool kWg = C::kWgmma;       // S and P.V on wgmma, per warpgroup
-    constexpr bool kLdmXor = kXor && !kWg;  // kXor applies to ldmatrix addressing
-    constexpr int kTileKV = C::kTileKV;
-    constexpr unsigned int kKVTileBytes = kTileKV * kRowBytes;
-    // Width of the P.V wgmma: head_dim, spelled through C so that the name
-    // stays dependent (never instantiated for tiles without wgmma).
-    constexpr int kWgDim = C::kWgmma ? kHeadDim : 64;
-    constexpr int kNT = kTileKV / 8;      // 8-key column tiles of S
-    constexpr int kDT = kHeadDim / 8;     // 8-wide column tiles of O
-
-    const int tid = threadIdx.x;
-    const int warp = tid / 32;
-    const int lane = tid % 32;
-    const Work w = get_work(p, (int)blockIdx.y * (int)gridDim.x + (int)blockIdx.x, (int)gridDim.x,
-                            (int)gridDim.y);
-    const int kv_head = w.kv_head;
-    const int G = p.group_size;
-    const int rows = w.qo_len * G;
-    const int row0 = w.tile * kTileQ;
-    if (row0 >= rows) return;  // whole CTA: nothing to do
-    const int off = w.kv_len - w.qo_len;  // query i sits at key position i + off
-    const int tok_lo = row0 / G;
-    const int tok_hi = (imin(rows, row0 + kTileQ) - 1) / G;
-
-    // Keys any row of this CTA can see: [kv_lo, kv_hi).
-    int kv_lo = 0, kv_hi = w.kv_len;
-    if constexpr (kCausal) kv_hi = imax(0, imin(kv_hi, tok_hi + off + 1));
-    if constexpr (kWindow)
-        if (p.window_left >= 0) kv_lo = imax(0, tok_lo + off - p.window_left);
-    const int kv_start = kv_lo / kTileKV * kTileKV;
-    const int num_tiles = kv_hi > kv_start ? (kv_hi - kv_start + kTileKV - 1) / kTileKV : 0;
-
-    const unsigned int sq = smem_addr(smem);
-    const unsigned int sk = sq + kTileQ * kRowBytes;
-    const unsigned int sv = sk + kStages * kKVTileBytes;
-    // Where chunk ch of row r of the Q tile and of a K/V tile lives: the
-    // wgmma panel layout or the row-major one ldmatrix reads.
-    auto q_at = [](int r, int ch) { return kWg ? swz_panel<kTileQ>(r, ch) : swz(r, ch); };
-    auto kv_at = [](int r, int ch) { return kWg ? swz_panel<kTileKV>(r, ch) : swz(r, ch); };
-
-    const DTypeKV *kbase = static_cast<const DTypeKV *>(p.k) + kv_head * p.k_stride_h;
-    const DTypeKV *vbase = static_cast<const DTypeKV *>(p.v) + kv_head * p.v_stride_h;
-
-    // One cp.async group per tile (K and V); keys past the end are zero-filled.
-    // Each thread copies one 16-byte column of the tile, every kLoadRows-th row.
-    constexpr int kLoadRows = kThreads / kChunks;
-    static_assert(kThreads % kChunks == 0 && kTileKV % kLoadRows == 0, "whole rows per pass");
-    const int load_row = tid / kChunks, load_ch = tid % kChunks;
-    auto load_kv = [&](int stage, int tile) {
-        const int t0 = kv_start + tile * kTileKV;
-#pragma unroll 2
-        for (int i = 0; i < kTileKV / kLoadRows; ++i) {
-            const int r = load_row + i * kLoadRows;
-            const bool valid = t0 + r < w.kv_len;
-            long long ko = 0, vo = 0;
-            if (valid) kv_row_offsets(p, w, t0 + r, ko, vo);
-            if constexpr (kRotatedK) ko = (long long)(w.k_row0 + t0 + r) * p.k_stride_n;
-            const unsigned int dst = stage * kKVTileBytes + kv_at(r, load_ch);
-            cp_async16(sk + dst, kbase + ko + load_ch * 8, valid);
-            cp_async16(sv + dst, vbase + vo + load_ch * 8, valid);
-        }
-        cp_async_commit();
+    enum : int {
+        kMT = C::kMT,              // 16-row MMA tiles per warp
+        kNT = C::kTileKV / 8,      // 8-key column tiles of S
+        kDT = kHeadDim / 8,        // 8-wide column tiles of O
+        kSkipRows = C::kMT * 16,   // rows that skip a K/V tile together: the warp's
     };
+    static_assert(!C::kWgmma, "the tile runs on wgmma: prefill/mainloop_sm90_tile.cuh");
 
-    if (num_tiles > 0) load_kv(0, 0);
-
-    // Q: rotated, transformed, rounded to the MMA input type, swizzled.
-    // Rows past the request are zero and never stored.
-#pragma unroll
-    for (int c = tid; c < kTileQ * (kChunks / 2); c += kThreads) {
-        const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
-        vec16_t lo, hi;
-        query_chunks(p, w, row0 + r, ch, lo, hi);
-        sts128(sq + q_at(r, ch), lo);
-        sts128(sq + q_at(r, ch + kChunks / 2), hi);
-    }
-    if constexpr (kWg) wg::fence_proxy_async();  // Q is read by wgmma
-    __syncthreads();
-
-    // This thread holds rows g and g + 8 of each of its warp's MMA tiles.
-    // row_at gives the token and query head of row (mt, h); rows past the
-    // request borrow the last row (never stored). They are held in
-    // registers, or with kRecompute recomputed where needed (masked tiles,
-    // the epilogue, variants that read them).
-    const int g = lane / 4, t = lane % 4;
-    const int warp_row0 = warp * kMT * 16;
-    const int thr_row0 = row0 + warp_row0 + g;
-    int row_tok[kMT][2], row_head[kMT][2];
-    auto row_of = [&](int mt, int h, int pr, int &tok, int &head) {
-        pr = imin(pr + mt * 16 + 8 * h, rows - 1);
-        tok = pr / G;
-        head = kv_head * G + pr % G;
-    };
-    if constexpr (!kRecompute)
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) row_of(mt, h, thr_row0, row_tok[mt][h], row_head[mt][h]);
-    auto row_at = [&](int mt, int h, int &tok, int &head) {
-        if constexpr (kRecompute) {
-            row_of(mt, h, opaque(thr_row0), tok, head);
-        } else {
-            tok = row_tok[mt][h];
-            head = row_head[mt][h];
-        }
-    };
-    // fn(mt, h, tok, head) for each row this thread holds.
-    auto for_each_row = [&](auto fn) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                int tok, head;
-                row_at(mt, h, tok, head);
-                fn(mt, h, tok, head);
-            }
-    };
+    // Where chunk ch of row r of the Q tile and of a K/V tile lives.
+    static __device__ __forceinline__ unsigned int q_at(int r, int ch) { return swz(r, ch); }
+    static __device__ __forceinline__ unsigned int kv_at(int r, int ch) { return swz(r, ch); }
+    // Shared-memory writes need no fence before a barrier for ldmatrix.
+    static __device__ __forceinline__ void fence_operands() {}
 
     // Fragment bases (see frag_base): Q rows of this warp, K rows (keys of
     // B in S = Q K^T), V rows (keys of B in O += P V, transposed load).
-    const unsigned int q_frag = frag_base(sq, warp_row0 + (lane & 15), lane >> 4);
-    const unsigned int k_frag = frag_base(sk, ((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
-    const unsigned int v_frag = frag_base(sv, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
-
-    // Positions of the first and last query of the rows that skip a tile
-    // together: the warp's, or with wgmma its warpgroup's (they multiply as one).
-    constexpr int kSkipRows = kWg ? 64 : kMT * 16;
-    const int skip_row0 = warp_row0 / kSkipRows * kSkipRows;
-    const int warp_pos_lo = imin(row0 + skip_row0, rows - 1) / G + off;
-    const int warp_pos_hi = (imin(row0 + skip_row0 + kSkipRows, rows) - 1) / G + off;
-
-    float o[kMT][kDT][4];
-    float m[kMT][2], d[kMT][2];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-        for (int dt = 0; dt < kDT; ++dt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            m[mt][h] = kSoftmax ? -inf_() : 0.f;
-            d[mt][h] = 0.f;
-        }
+    unsigned int q_frag, k_frag, v_frag;
+    __device__ __forceinline__ MainloopSm80(unsigned int sq, unsigned int sk, unsigned int sv,
+                                            int warp_row0, int lane)
+        : q_frag(frag_base(sq, warp_row0 + (lane & 15), lane >> 4)),
+          k_frag(frag_base(sk, ((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1)),
+          v_frag(frag_base(sv, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4))
+    {
     }
 
-    for (int tile = 0; tile < num_tiles; ++tile) {
-        const int stage = tile & 1;
-        const unsigned int skt = sk + stage * kKVTileBytes;
-        // kXor: the fragment bases, opaque so that the per-fragment
-        // addresses are not hoisted out of the loop into registers.
-        // (wgmma reads shared memory through descriptors: none there.)
-        const unsigned int qf = kLdmXor ? opaque(q_frag) : 0u;
-        const unsigned int kf = kLdmXor ? opaque(k_frag + stage * kKVTileBytes) : 0u;
-        const unsigned int vf = kLdmXor ? opaque(v_frag + stage * kKVTileBytes) : 0u;
-        const unsigned int svt = sv + stage * kKVTileBytes;
-        const int t0 = kv_start + tile * kTileKV;
+    // The fragment bases of K/V stage `stage`; with kXor opaque, so that the
+    // per-fragment addresses are not hoisted out of the loop into registers.
+    struct Frags {
+        unsigned int q, k, v;
+    };
+    __device__ __forceinline__ Frags frags(int stage) const
+    {
+        constexpr unsigned int kKVTileBytes = C::kTileKV * kRowBytes;
+        return {kXor ? opaque(q_frag) : 0u, kXor ? opaque(k_frag + stage * kKVTileBytes) : 0u,
+                kXor ? opaque(v_frag + stage * kKVTileBytes) : 0u};
+    }
 
-        // This tile's K and V have landed and are visible to all, and every
-        // warp is done with the other stage: the next tile goes there and
-        // streams in while this one is computed.
-        cp_async_wait<0>();
-        if constexpr (kWg) wg::fence_proxy_async();  // the tile is read by wgmma
-        __syncthreads();
-        if (tile + 1 < num_tiles) load_kv(stage ^ 1, tile + 1);
-        if constexpr (kRope && !kRotatedK) {
-            if (p.rot_k == nullptr) {  // block-uniform
+    // S = Q K^T for this warp's rows (s zeroed by the caller).
+    static __device__ __forceinline__ void qk(float (&s)[kMT][kNT][4], const Frags &f,
+                                              unsigned int sq, unsigned int skt, int, int warp_row0,
+                                              int lane)
+    {
 #pragma unroll
-                for (int c = tid; c < kTileKV * (kChunks / 2); c += kThreads) {
-                    const int r = c / (kChunks / 2), ch = c % (kChunks / 2);
-                    vec16_t lo = lds128(skt + kv_at(r, ch));
-                    vec16_t hi = lds128(skt + kv_at(r, ch + kChunks / 2));
-                    rope_chunks(p, lo, hi, ch, (float)(p.rope_offset + t0 + r));
-                    sts128(skt + kv_at(r, ch), lo);
-                    sts128(skt + kv_at(r, ch + kChunks / 2), hi);
-                }
-                if constexpr (kWg) wg::fence_proxy_async();
-                __syncthreads();
-            }
-        }
-
-        if constexpr (kCausal) {
-            bool warp_skip = t0 > warp_pos_hi;
-            if constexpr (kWindow)
-                warp_skip = warp_skip ||
-                            (p.window_left >= 0 && t0 + kTileKV - 1 < warp_pos_lo - p.window_left);
-            if (warp_skip) continue;  // its state is what the hidden keys would leave
-        }
-        // kCustom: the bits of this thread's rows for the tile's keys, bit j - t0
-        // for key j, requested before S so that their latency hides behind it.
-        unsigned long long mask_bits[kMT][2];
-        if constexpr (kCustom)
-            for_each_row([&](int mt, int h, int tok, int) {
-                mask_bits[mt][h] = custom_bits(p, w, w.mask_offset + (long long)tok * w.kv_len + t0,
-                                               imin(kTileKV, w.kv_len - t0));
-            });
-        // S = Q K^T for this warp's rows.
-        float s[kMT][kNT][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-        if constexpr (kWg) {
-            // The warpgroup's 64 rows of Q times the tile's keys, one wgmma per
-            // 16 columns of head_dim: 32 bytes into the 128-byte rows of panel kk / 4.
-            const unsigned int q_wg = sq + (unsigned int)(warp / 4) * 64u * 128u;
-            wg::fence_regs(s[0]);
-            wg::fence();
-#pragma unroll
-            for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-                const unsigned int at = (unsigned int)(kk & 3) * 32u;
-                const unsigned int a = q_wg + (kk >> 2) * kTileQ * 128u + at;
-                const unsigned int b = skt + (kk >> 2) * kTileKV * 128u + at;
-                wg::Mma<DTypeKV, kTileKV>::ss(s[0], wg::desc(a, 0), wg::desc(b, 0), 1);
-            }
-            wg::commit();
-            wg::wait<0>();
-            wg::fence_regs(s[0]);
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-                unsigned int a[kMT][4];
-#pragma unroll
-                for (int mt = 0; mt < kMT; ++mt)
-                    ldmatrix_x4(a[mt], kLdmXor ? frag_at(qf, kk) + mt * 16 * kRowBytes
-                                             : sq + swz(warp_row0 + mt * 16 + (lane & 15),
-                                                        kk * 2 + (lane >> 4)));
-#pragma unroll
-                for (int np = 0; np < kNT / 2; ++np) {
-                    unsigned int b[4];
-                    ldmatrix_x4(b, kLdmXor ? frag_at(kf, kk) + np * 16 * kRowBytes
-                                         : skt + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7),
-                                                     kk * 2 + ((lane >> 3) & 1)));
-#pragma unroll
-                    for (int mt = 0; mt < kMT; ++mt) {
-                        Mma<DTypeKV>::run(s[mt][2 * np], a[mt], b[0], b[1]);
-                        Mma<DTypeKV>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-                    }
-                }
-            }
-        }
-
-        // Final logits (variant transform, natural units) are masked on
-        // boundary tiles only.
-        if (tile_needs_mask(p, w, t0, kTileKV, tok_lo, tok_hi, off)) {
-            for_each_row([&](int mt, int h, int tok, int head) {
-                const int qpos = tok + off;
-#pragma unroll
-                for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        const int j = t0 + nt * 8 + 2 * t + (e & 1);
-                        bool bit = true;
-                        if constexpr (kCustom) bit = (mask_bits[mt][h] >> (j - t0)) & 1;
-                        s[mt][nt][e] = masked_logit(p, w, s[mt][nt][e], head, j, qpos, bit);
-                    }
-            });
-        } else {
-            for_each_row([&](int mt, int h, int tok, int head) {
-#pragma unroll
-                for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e)
-                        s[mt][nt][e] = Variant::logits_transform(
-                            p, s[mt][nt][e], head, t0 + nt * 8 + 2 * t + (e & 1), tok + off);
-            });
-        }
-
-        // Online softmax (prefill/softmax.cuh). Without softmax, S already
-        // holds the weights.
-        if constexpr (kSoftmax) {
-            float scale[kMT][2];
-            bool grew = false;
+        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+            unsigned int a[kMT][4];
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt)
+                ldmatrix_x4(a[mt], kXor ? frag_at(f.q, kk) + mt * 16 * kRowBytes
+                                        : sq + swz(warp_row0 + mt * 16 + (lane & 15),
+                                                   kk * 2 + (lane >> 4)));
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    bool grew_row;
-                    softmax_row(s[mt], h, m[mt][h], d[mt][h], scale[mt][h], grew_row);
-                    grew = grew || grew_row;
-                    // kLazyRow: only when the maximum of one of these rows
-                    // (in the warp) grew.
-                    if constexpr (!kLazy)
-                        if (!kLazyRow || any_sync(grew_row)) rescale_half(o[mt], h, scale[mt][h]);
-                }
-            // kLazy: O is rescaled here, only when some row of the warp has
-            // a new maximum.
-            if constexpr (kLazy)
-                if (any_sync(grew))
+            for (int np = 0; np < kNT / 2; ++np) {
+                unsigned int b[4];
+                ldmatrix_x4(b, kXor ? frag_at(f.k, kk) + np * 16 * kRowBytes
+                                    : skt + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7),
+                                                kk * 2 + ((lane >> 3) & 1)));
 #pragma unroll
-                    for (int mt = 0; mt < kMT; ++mt) rescale_rows(o[mt], scale[mt]);
-        }
-
-        // O += P V: the S accumulators of two 8-key tiles form one A fragment.
-        if constexpr (kWg) {
-            // B = V, N-major: 16 keys per wgmma (rows kk * 16 of every panel).
-            unsigned int a[kTileKV / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < kTileKV / 16; ++kk) {
-                p_fragment(s[0], kk, a[kk]);
-            }
-            wg::fence_regs(o[0]);
-            wg::fence();
-#pragma unroll
-            for (int kk = 0; kk < kTileKV / 16; ++kk)
-                wg::Mma<DTypeKV, kWgDim>::rs(o[0], a[kk],
-                                             wg::desc(svt + kk * 16u * 128u, kTileKV * 128u), 1);
-            wg::commit();
-            wg::wait<0>();
-            wg::fence_regs(o[0]);
-            wg::fence_regs(a);
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < kTileKV / 16; ++kk) {
-                unsigned int a[kMT][4];
-#pragma unroll
-                for (int mt = 0; mt < kMT; ++mt) p_fragment(s[mt], kk, a[mt]);
-#pragma unroll
-                for (int dp = 0; dp < kHeadDim / 16; ++dp) {
-                    unsigned int b[4];
-                    ldmatrix_x4_trans(
-                        b, kLdmXor ? frag_at(vf, dp) + kk * 16 * kRowBytes
-                                 : svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                             dp * 2 + (lane >> 4)));
-#pragma unroll
-                    for (int mt = 0; mt < kMT; ++mt) {
-                        Mma<DTypeKV>::run(o[mt][2 * dp], a[mt], b[0], b[1]);
-                        Mma<DTypeKV>::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
-                    }
+                for (int mt = 0; mt < kMT; ++mt) {
+                    Mma<DTypeKV>::run(s[mt][2 * np], a[mt], b[0], b[1]);
+                    Mma<DTypeKV>::run(s[mt][2 * np + 1], a[mt], b[2], b[3]);
                 }
             }
         }
     }
-    cp_async_wait<0>();
 
-    // Epilogue: normalise, output hook, stage in this warp's Q rows (only
-    // this warp ever read them), then 16-byte stores of whole rows. The
-    // __syncwarp orders every lane's last ldmatrix of Q before any lane's
-    // staging store (compute-sanitizer racecheck reported the pair).
-    __syncwarp();
+    // O += P V: the S accumulators of two 8-key tiles form one A fragment.
+    static __device__ __forceinline__ void pv(float (&o)[kMT][kDT][4], float (&s)[kMT][kNT][4],
+                                              const Frags &f, unsigned int svt, int lane)
+    {
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+        for (int kk = 0; kk < C::kTileKV / 16; ++kk) {
+            unsigned int a[kMT][4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float inv, lse;
-            finish_row(d[mt][h], m[mt][h], inv, lse);
-            const int r = warp_row0 + mt * 16 + g + 8 * h;
-            int tok, head;
-            row_at(mt, h, tok, head);
-            stage_row(p, o[mt], h, inv, lse, head, t, [&](int dt) { return sq + q_at(r, dt); });
-            if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
+            for (int mt = 0; mt < kMT; ++mt) p_fragment(s[mt], kk, a[mt]);
+#pragma unroll
+            for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+                unsigned int b[4];
+                ldmatrix_x4_trans(b, kXor ? frag_at(f.v, dp) + kk * 16 * kRowBytes
+                                          : svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                      dp * 2 + (lane >> 4)));
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    Mma<DTypeKV>::run(o[mt][2 * dp], a[mt], b[0], b[1]);
+                    Mma<DTypeKV>::run(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                }
+            }
         }
-    __syncwarp();
-#pragma unroll
-    for (int c = lane; c < kMT * 16 * kChunks; c += 32) {
-        const int r = warp_row0 + c / kChunks, ch = c % kChunks;
-        const int pr = row0 + r;
-        if (pr < rows) store_chunk(p, w, G, pr, ch, [&] { return sq + q_at(r, ch); });
     }
-}
+};
 
 }  // namespace prefill
 }  // namespace fijit

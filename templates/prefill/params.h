@@ -199,7 +199,8 @@ typedef struct fi_prefill_params {
     float sm_scale;            /* resolved: never 0 here */
     float soft_cap;            /* > 0 when kSoftCap */
     int rope_offset;           /* key j at position rope_offset + j; query i at
-                                  rope_offset + kv_len - qo_len + i */
+                                  rope_offset + kv_len - qo_len + i (batch kinds:
+                                  unless rope_offsets is given) */
     int window_left;           /* kMaskWindow: keys j >= i + kv_len - qo_len - window_left
                                   (and causal); < 0: causal only */
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
@@ -217,6 +218,10 @@ typedef struct fi_prefill_params {
     const int *kv_token_start;
     int kv_tokens;
     int batch_size;
+    /* Batch kinds with RoPE: NULL, or [batch]: request b's keys and queries
+     * are positioned from rope_offsets[b] instead of rope_offset (batch
+     * decode's per-request offsets). */
+    const int *rope_offsets;
 } fi_prefill_params;
 
 #endif /* FIJIT_PREFILL_PARAMS_H */

@@ -35,7 +35,7 @@ __device__ __forceinline__ void rope_chunks(const P &p, vec16_t &lo, vec16_t &hi
 }
 
 // The RoPE pre-pass: key j of request b (single prefill: the one), kv head
-// blockIdx.y, rotated at position rope_offset + j in fp32 and rounded once
+// blockIdx.y, rotated at position rope_base(b) + j in fp32 and rounded once
 // (as the tile loop rotates a K tile: the same bits), to row
 // kv_token_start[b] + j of rot_k [kv_tokens, num_kv_heads, head_dim]. A
 // thread takes one pair of 16-byte chunks (ch, ch + kChunks / 2) of a row.
@@ -62,7 +62,7 @@ __device__ __forceinline__ void rotate_keys(const P &p)
             kv_row_offsets(p, w, j, ko, vo);
             const DTypeKV *src = static_cast<const DTypeKV *>(p.k) + h * p.k_stride_h + ko;
             vec16_t lo = ldg16(src + ch * 8), hi = ldg16(src + (ch + kPairs) * 8);
-            rope_chunks(p, lo, hi, ch, (float)(p.rope_offset + j));
+            rope_chunks(p, lo, hi, ch, (float)(rope_base(p, b) + j));
             DTypeKV *dst = static_cast<DTypeKV *>(p.rot_k) +
                            ((long long)t * p.num_kv_heads + h) * kHeadDim;
             stg16(dst + ch * 8, lo);
@@ -72,7 +72,7 @@ __device__ __forceinline__ void rotate_keys(const P &p)
 }
 
 // Chunks ch and ch + kChunks / 2 of packed query row pr of request w, as
-// the MMAs read them: RoPE'd (position rope_offset + kv_len - qo_len +
+// the MMAs read them: RoPE'd (position rope_base + kv_len - qo_len +
 // token), passed through the variant's query_transform (which folds in
 // sm_scale by default) and rounded to the 16-bit input type; zeros for a
 // row past the request.
@@ -92,7 +92,7 @@ __device__ __forceinline__ void query_chunks(const P &p, const Work &w, int pr, 
         unpack8<DTypeQ>(ldg16(src + ch * 8), x);
         unpack8<DTypeQ>(ldg16(src + (ch + kChunks / 2) * 8), y);
         if constexpr (kRope)
-            rope_pair(p, x, y, ch, (float)(p.rope_offset + w.kv_len - w.qo_len + token));
+            rope_pair(p, x, y, ch, (float)(w.rope_pos0 + w.kv_len - w.qo_len + token));
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
             x[e] = Variant::query_transform(p, x[e], head, ch * 8 + e);

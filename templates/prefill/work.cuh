@@ -18,7 +18,17 @@ struct Work {
     int kv_begin;     // ragged: first key token; paged: first kv_indices entry
     int k_row0;       // kRotatedK: the request's first row of the rotated keys
     long long mask_offset;  // kMaskCustom: first bit of the request
+    int rope_pos0;    // kRope: position of key 0 of the request (rope_base)
 };
+
+// RoPE position of key 0 of request b: the request's own offset when the
+// batch gives one per request (rope_offsets), else the one rope_offset.
+__device__ __forceinline__ int rope_base(const P &p, int b)
+{
+    if constexpr (kKind != FI_PREFILL_KIND_SINGLE)
+        if (p.rope_offsets != nullptr) return p.rope_offsets[b];
+    return p.rope_offset;
+}
 
 // Block b (in launch order, b = blockIdx.y * gridDim.x + blockIdx.x) of the
 // grid (work items, kv heads) takes work item `item` of kv head `kv_head`:
@@ -60,6 +70,7 @@ __device__ __forceinline__ Work get_work(const P &p, int b, int n, int heads)
         w.kv_begin = 0;
         w.k_row0 = 0;
         w.mask_offset = 0;
+        w.rope_pos0 = p.rope_offset;
     } else {
         const int b = p.work_request[item];
         w.tile = p.work_tile[item];
@@ -78,6 +89,8 @@ __device__ __forceinline__ Work get_work(const P &p, int b, int n, int heads)
         w.mask_offset = 0;
         if constexpr (kCustom)
             if (p.custom_offsets != nullptr) w.mask_offset = p.custom_offsets[b];
+        w.rope_pos0 = 0;
+        if constexpr (kRope) w.rope_pos0 = rope_base(p, b);
     }
     return w;
 }

@@ -179,7 +179,8 @@ int main(void)
     EXPECT(fi_batch_prefill_plan_workspace_size(&planned, NULL) == FI_EINVALID);
     EXPECT(fi_batch_prefill_plan_upload(NULL, NULL, 0) == FI_EINVALID);
     fi_batch_prefill_args bpr = FI_BATCH_PREFILL_ARGS_INIT;
-    EXPECT(bpr.version == FI_BATCH_PREFILL_ARGS_VERSION && bpr.custom_mask_offsets == NULL);
+    EXPECT(bpr.version == FI_BATCH_PREFILL_ARGS_VERSION && bpr.custom_mask_offsets == NULL &&
+           bpr.rope_offsets == NULL);
     EXPECT(fi_batch_prefill_run(ctx, NULL, &bpr, NULL) == FI_EINVALID);
     fi_batch_prefill_plan_free(pplan);
 

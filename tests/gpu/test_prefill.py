@@ -19,7 +19,8 @@ Reference semantics (the contract in include/fijit_prefill.h), off = kv_len - qo
   s_ij = cap * tanh(s_ij / cap)                                          [soft-cap]
   causal: j <= i + off; window: causal and j >= i + off - window_left; custom: bit
   o_i = softmax(s_i) @ v, lse_i = log sum exp s_ij; no visible key: o = 0, lse = -inf
-  rope: q_i at rope_offset + off + i, k_j at rope_offset + j.
+  rope: q_i at rope_offset + off + i, k_j at rope_offset + j; a batch given per-request
+  rope_offsets uses rope_offsets[b] in place of rope_offset for request b.
 """
 import argparse
 import itertools
@@ -163,9 +164,11 @@ class Case:
                     rope_theta=self.rope[1] if self.pos == "rope" else 0.0,
                     rope_offset=self.rope[2] if self.pos == "rope" else 0)
 
-    def ref(self, q, k, v, bits):
+    def ref(self, q, k, v, bits, rope_offset=None):
+        """rope_offset: this request's own (per-request rope_offsets), else the case's."""
         scale = self.sm_scale if self.sm_scale else 1.0 / math.sqrt(self.hd)
-        return reference(q, k, v, sm_scale=scale, cap=self.cap, pos=self.pos, rope=self.rope,
+        rope = self.rope if rope_offset is None else (self.rope[0], self.rope[1], rope_offset)
+        return reference(q, k, v, sm_scale=scale, cap=self.cap, pos=self.pos, rope=rope,
                          mask=self.mask, window_left=self.window_left, slopes=self.slopes,
                          bits=bits)
 
@@ -198,9 +201,10 @@ def run_single(pf, gen, tup, lq, lk, group, layout, tile, hkv=2):
 
 
 def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, tile, hkv=2,
-              stream=None, workspace=None):
+              stream=None, workspace=None, per_request_rope=False):
     """stream: run on it right after the plan, with every input ready beforehand (so the
-    run is ordered after nothing but what the plan itself guarantees); workspace: reused."""
+    run is ordered after nothing but what the plan itself guarantees); workspace: reused.
+    per_request_rope: RoPE positions from rope_offsets, a random one per request."""
     dtype, hd, mask, pos, sc = tup
     H = group * hkv
     dev = "cuda"
@@ -310,6 +314,12 @@ def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, ti
     args.alibi_slopes = c.slopes.data_ptr() if c.slopes is not None else None
     args.custom_mask = packed.data_ptr() if packed is not None else None
     args.custom_mask_offsets = offs_t.data_ptr() if offs_t is not None else None
+    rope_offsets = [None] * B
+    if per_request_rope:
+        rope_offsets = [int(x) for x in torch.randint(0, 200000, (B,), generator=gen, device=dev)]
+        rope_offsets_t = torch.tensor(rope_offsets, dtype=torch.int32, device=dev)
+        args.rope_offset = 0  # rope_offsets replaces it
+        args.rope_offsets = rope_offsets_t.data_ptr()
     try:
         pf.batch_run(plan, args, (stream or torch.cuda.current_stream()).cuda_stream)
         torch.cuda.synchronize()
@@ -320,7 +330,7 @@ def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, ti
     for b in range(B):
         a, e = qo_indptr[b], qo_indptr[b + 1]
         kb, vb = logical[b]
-        ro, rl = c.ref(q[a:e], kb, vb, bits_list[b] if bits_list else None)
+        ro, rl = c.ref(q[a:e], kb, vb, bits_list[b] if bits_list else None, rope_offsets[b])
         ref_o[a:e], ref_lse[a:e] = ro, rl
     if total_q == 0:
         return True, 0.0, 0.0, 0.0
@@ -343,6 +353,25 @@ def nonblocking_plan_run(pf, gen, rounds):
         worst = max(worst, emax)
         fails += not ok
     return fails, worst
+
+
+def per_request_rope_cases(pf, gen, kinds, dtypes, hds, masks, quick):
+    """Batch prefill with RoPE positioned per request (rope_offsets): yields (name, fn)."""
+    n = 0
+    for kind in [k for k in ("ragged", "paged") if k in kinds]:
+        for dtype, hd, mask in itertools.product(dtypes, hds, masks):
+            for qo, kv, group in (BATCHES[:2] if quick else BATCHES):
+                for ps in ([16] if kind == "ragged" or quick else [5, 16]):
+                    tile = TILES[n % len(TILES)]
+                    layout = ["NHD", "HND"][(n // 4) % 2]
+                    n += 1
+                    tup = (dtype, hd, mask, "rope", 0)
+                    name = (f"{kind} {tup} rope_offsets qo={qo} kv={kv} group={group} page={ps} "
+                            f"{layout} tile={tile}")
+                    yield name, (lambda kind=kind, tup=tup, qo=qo, kv=kv, group=group,
+                                 layout=layout, ps=ps, tile=tile:
+                                 run_batch(pf, gen, kind, tup, qo, kv, group, layout, ps, tile,
+                                           per_request_rope=True))
 
 
 def sdpa_agreement(pf, gen):
@@ -461,6 +490,28 @@ def main():
                     if failures <= 40:
                         print(f"FAIL {name}: max_rel {emax:.3g} mean_rel {emean:.3g} "
                               f"lse_err {lerr:.3g}", flush=True)
+    if "rope" in opt.pos.split(","):
+        rope_fails = rope_cases = 0
+        for name, fn in per_request_rope_cases(pf, gen, kinds, opt.dtypes.split(","),
+                                               [int(x) for x in opt.hds.split(",")],
+                                               [m for m in opt.masks.split(",")], opt.quick):
+            if opt.verbose:
+                print(f"case {name}", flush=True)
+            try:
+                ok, emax, emean, lerr = fn()
+            except Exception as e:
+                ok, emax, emean, lerr = False, float("inf"), float("inf"), float("inf")
+                print(f"ERROR {name}: {e}", flush=True)
+            rope_cases += 1
+            results.append({"case": name, "ok": ok, "max_rel": emax, "mean_rel": emean,
+                            "lse_err": lerr})
+            if not ok:
+                rope_fails += 1
+                print(f"FAIL {name}: max_rel {emax:.3g} mean_rel {emean:.3g} lse_err {lerr:.3g}",
+                      flush=True)
+        print(f"batch prefill with per-request rope_offsets: {rope_cases} cases, "
+              f"{rope_fails} failures")
+        failures += rope_fails
     elapsed = time.time() - t0
     print()
     print(f"prefill correctness vs float64 reference ({len(tuples)} tuples per kind, "
