@@ -60,20 +60,9 @@ HEAD_DIM = 128
 MANIFEST = [f"decode q={DTYPE} kv={DTYPE} o={DTYPE} hd={HEAD_DIM} mask=none pos=none softcap=0",
             f"prefill q={DTYPE} kv={DTYPE} o={DTYPE} hd={HEAD_DIM} mask=causal pos=none softcap=0"]
 KERNELS = len(MANIFEST)
-# include/fijit.h FI_JIT_STATS_COUNTERS, in order (version 1).
-STAT_NAMES = ["memory_hits", "disk_hits", "misses", "compiles", "compile_failures",
-              "compile_ns", "bytes_written", "corrupt", "entries", "bytes"]
-
-
-class Stats(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint)] + [(n, ctypes.c_int64) for n in STAT_NAMES]
-
-
 def stats(fj):
-    st = Stats(1)
-    fj.lib.fi_jit_stats_get.argtypes = [ctypes.POINTER(Stats), ctypes.c_void_p]
-    fj._check(fj.lib.fi_jit_stats_get(ctypes.byref(st), fj.ctx), "fi_jit_stats_get")
-    return {n: getattr(st, n) for n in STAT_NAMES}
+    """The cache's counters (the package's fi_jit_stats binding)."""
+    return fj.context.stats()
 
 
 # ---- the driver API --------------------------------------------------------------------
@@ -420,13 +409,13 @@ def part_ranks(rep, world, label):
     saved = os.environ.get("FIJIT_CACHE_DIR")
     try:
         os.environ["FIJIT_CACHE_DIR"] = cache_dir
-        previous = {n: 0 for n in STAT_NAMES}
+        previous = None
         for phase in ("cold", "warm"):
             results = launch_ranks(world, cache_dir, phase)
             fj = Fijit()
             now = stats(fj)
             fj.close()
-            delta = {n: now[n] - previous[n] for n in STAT_NAMES}
+            delta = {n: now[n] - (previous[n] if previous else 0) for n in now}
             previous = now
             firsts = []
             for rank, r in enumerate(results):
