@@ -15,7 +15,7 @@ WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-fie
 CPPFLAGS  += -D_GNU_SOURCE -DFIJIT_BUILDING -Iinclude -Isrc -Itemplates -Ibuild/gen -I$(CUDA_HOME)/include
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=c11 -fPIC -fvisibility=hidden $(WARN)
-LDLIBS    := -lsqlite3 -lxxhash -ldl -lpthread -lm
+LDLIBS    := -lsqlite3 -lxxhash -lhiredis -lsodium -ldl -lpthread -lm
 # The CLI is a client of the public headers only (include/, cuda.h): no -Isrc.
 TOOL_CPPFLAGS := -D_GNU_SOURCE -Iinclude -I$(CUDA_HOME)/include
 
@@ -34,7 +34,8 @@ all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
 deps:
-	@missing=""; for p in libsqlite3-dev libxxhash-dev pkg-config clang libclang-rt-14-dev; do \
+	@missing=""; for p in libsqlite3-dev libxxhash-dev libhiredis-dev libsodium-dev redis-server \
+	  pkg-config clang libclang-rt-14-dev; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
 
