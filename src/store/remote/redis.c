@@ -97,8 +97,8 @@ static fi_remote_result connection_failed(redis_remote *r, const redisContext *c
 {
     int timed_out = c && c->err == REDIS_ERR_IO &&
                     (err == EAGAIN || err == EWOULDBLOCK || err == ETIMEDOUT || err == EINPROGRESS);
-    fi__error(FI_EIO, "redis %s: %s%s", r->base.config.url, what,
-              c ? c->errstr : "out of memory");
+    (void)r;
+    fi__error(FI_EIO, "%s%s", what, c ? c->errstr : "out of memory");
     return timed_out ? FI_REMOTE_TIMEOUT : FI_REMOTE_ERROR;
 }
 
@@ -137,7 +137,7 @@ static fi_remote_result connect_new(redis_remote *r, redisContext **out)
         }
         if (!reply_ok(reply)) {
             /* Never echo what was sent: the server's words only. */
-            fi__error(FI_EIO, "redis %s: the server refused the password (%.200s)", cfg->url,
+            fi__error(FI_EIO, "the server refused the password (%.200s)",
                       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
             res = FI_REMOTE_ERROR;
             goto out;
@@ -155,7 +155,7 @@ static fi_remote_result connect_new(redis_remote *r, redisContext **out)
             goto out;
         }
         if (!reply_ok(reply)) {
-            fi__error(FI_EIO, "redis %s: cannot select database %d (%.200s)", cfg->url, cfg->db,
+            fi__error(FI_EIO, "cannot select database %d (%.200s)", cfg->db,
                       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
             res = FI_REMOTE_ERROR;
             goto out;
@@ -216,7 +216,7 @@ static fi_remote_result command(redis_remote *r, redisReply **out, int argc, con
     int reused = 0;
     *out = NULL;
     if (fi__fault(FI_FAULT_REMOTE)) {
-        fi__error(FI_EIO, "redis %s: %s: injected fault", r->base.config.url, argv[0]);
+        fi__error(FI_EIO, "%s: injected fault", argv[0]);
         return FI_REMOTE_ERROR;
     }
     sigpipe_block(&guard);
@@ -227,7 +227,7 @@ static fi_remote_result command(redis_remote *r, redisReply **out, int argc, con
         if (reply) {
             give_back(r, c);
             if (reply->type == REDIS_REPLY_ERROR) {
-                fi__error(FI_EIO, "redis %s: %s: %.300s", r->base.config.url, argv[0], reply->str);
+                fi__error(FI_EIO, "%s: %.300s", argv[0], reply->str);
                 freeReplyObject(reply);
                 res = FI_REMOTE_ERROR;
             } else {
@@ -256,15 +256,16 @@ static void key_name(char out[KEY_MAX], const redis_remote *r, const char *kind,
 
 static fi_remote_result unexpected(redis_remote *r, redisReply *reply, const char *verb)
 {
-    fi__error(FI_EIO, "redis %s: %s: unexpected reply type %d", r->base.config.url, verb,
-              reply->type);
+    (void)r;
+    fi__error(FI_EIO, "%s: unexpected reply type %d", verb, reply->type);
     freeReplyObject(reply);
     return FI_REMOTE_ERROR;
 }
 
 static fi_remote_result read_only(redis_remote *r, const char *verb)
 {
-    fi__error(FI_EINVALID, "redis %s: %s: the remote is read-only", r->base.config.url, verb);
+    (void)r;
+    fi__error(FI_EINVALID, "%s: the remote is read-only", verb);
     return FI_REMOTE_ERROR;
 }
 
@@ -284,7 +285,7 @@ static fi_remote_result redis_get(fi_remote *base, const uint8_t key[16], void *
     }
     if (reply->type != REDIS_REPLY_STRING) return unexpected(r, reply, "GET");
     if (!(*out = fi__malloc(reply->len))) {
-        fi__error(FI_ENOMEM, "out of memory reading %zu bytes from redis", reply->len);
+        fi__error(FI_ENOMEM, "out of memory reading %zu bytes", reply->len);
         freeReplyObject(reply);
         return FI_REMOTE_ERROR;
     }

@@ -86,6 +86,8 @@ typedef struct fi_remote_item {
 
 /* A backend's verbs. Each is called with the remote it belongs to; calls may
  * come from several threads at once, so a backend serialises what it must.
+ * A failing verb leaves words in fi_last_error() that name the command, not
+ * the remote: callers prefix its URL.
  * The optional ones (NULL in a backend without them) serve operators' tools. */
 typedef struct fi_remote_ops {
     const char *name; /* "redis": for messages */
