@@ -234,8 +234,12 @@ static int check_header(sqlite3 *db, const char *path, int *sealed)
 {
     int app_id = 0, schema = 0;
     char format[64], object_version[16], mac[32], want_version[16];
-    if (int_pragma(db, "PRAGMA application_id", &app_id) < 0)
+    if (int_pragma(db, "PRAGMA application_id", &app_id) < 0) {
+        if ((sqlite3_errcode(db) & 0xff) == SQLITE_NOTADB)
+            return fi__error(FI_EINVALID, "%s is not a fijit bundle (not even an SQLite file)",
+                             path);
         return sql_failed(db, FI_EINVALID, path, "cannot read it");
+    }
     if (app_id != FI_BUNDLE_APP_ID)
         return fi__error(FI_EINVALID, "%s is not a fijit bundle (make one with 'fijit export')",
                          path);

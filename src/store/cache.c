@@ -1,8 +1,8 @@
 /*
  * The cache half of fijit_cache.h: a cache directory opened for maintenance
  * (a handle over the tier front, store.h, whose maintenance is the local
- * tier's), bundles (bundle.c), and the one size parser that FIJIT_MAX_CACHE_SIZE and the CLI
- * share.
+ * tier's), its bundles (bundle.c), and the one size parser that
+ * FIJIT_MAX_CACHE_SIZE and the CLI share.
  */
 #include <ctype.h>
 #include <errno.h>
