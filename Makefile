@@ -108,9 +108,12 @@ test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%)
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp \
 	  $$t; done
 
-# TSan covers the concurrent parts: the in-process table and single flight.
-test-tsan: $(B)/tsan/tests/test_concurrency
+# TSan covers the concurrent parts: the in-process table and single flight,
+# and threads sharing one remote tier (connection pool, lease renewals).
+test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_remote_redis
 	@echo "== $<"; FIJIT_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp $<
+	@echo "== $(B)/tsan/tests/test_remote_redis redis_threads"; FIJIT_TEST_QUICK=1 \
+	  TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp $(B)/tsan/tests/test_remote_redis redis_threads
 
 test-cli: $(B)/fijit
 	@bash tests/cli/run.sh $(B)/fijit

@@ -646,3 +646,68 @@ TEST(redis_lease_expires_when_its_holder_dies)
     fi_store_close(st);
     check_redis_stop(&r);
 }
+
+/* ---- threads on one remote (also run under TSan) ------------------------------ */
+
+typedef struct thread_run {
+    fi_store *st;
+    atomic_int builds, failures;
+} thread_run;
+
+#define THREAD_KEYS 16
+
+/* What jit.c does per key: look up; on a miss lock (flock + fleet lease),
+ * look again, build, put, unlock. */
+static void *hammer_remote(void *arg)
+{
+    thread_run *run = arg;
+    for (int k = 0; k < THREAD_KEYS; k++) {
+        uint8_t key[16];
+        void *out = NULL;
+        size_t size;
+        fi_store_lock *lock = NULL;
+        key_of(key, k);
+        if (fi_store_get(run->st, key, &out, &size, NULL) == 0) {
+            fi__free(out);
+            continue;
+        }
+        if (fi_store_lock_key(run->st, key, &lock) < 0) {
+            atomic_fetch_add(&run->failures, 1);
+            continue;
+        }
+        if (fi_store_get(run->st, key, &out, &size, NULL) == 0) {
+            fi__free(out);
+        } else {
+            fi_object_meta m;
+            meta_of(&m, k);
+            usleep(30 * 1000); /* a "compile", long enough for lease renewals */
+            atomic_fetch_add(&run->builds, 1);
+            if (fi_store_put(run->st, key, payload, sizeof payload, &m) < 0)
+                atomic_fetch_add(&run->failures, 1);
+        }
+        fi_store_unlock(lock);
+    }
+    return NULL;
+}
+
+TEST(redis_threads_share_one_remote_and_build_each_key_once)
+{
+    enum { THREADS = 8 };
+    check_redis r;
+    static thread_run run;
+    pthread_t threads[THREADS];
+    START_REDIS(&r, NULL, "?lease=60"); /* renewed every 20 ms while a thread builds */
+    CHECK_OK(open_store(&run.st, "host", r.url, secret));
+    atomic_store(&run.builds, 0);
+    atomic_store(&run.failures, 0);
+    for (int t = 0; t < THREADS; t++) pthread_create(&threads[t], NULL, hammer_remote, &run);
+    for (int t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(run.st, &s));
+    fi_store_close(run.st);
+    check_redis_stop(&r);
+    CHECK(atomic_load(&run.failures) == 0);
+    CHECK_MSG(atomic_load(&run.builds) == THREAD_KEYS, "%d builds for %d keys",
+              atomic_load(&run.builds), THREAD_KEYS);
+    CHECK(s.remote_errors == 0 && s.remote_bytes_out > 0);
+}

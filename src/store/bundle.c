@@ -12,6 +12,8 @@
  *     mac            "blake2b-256" (every entry has one) or "none"
  *     created        unix seconds
  *     fijit          the version that wrote it
+ *     entries        how many rows `entries` holds (a file that lost some is
+ *                    refused as damaged, after the good rows it still had)
  *   entries(key TEXT PRIMARY KEY, spec TEXT, arch TEXT, size INTEGER,
  *           checksum INTEGER, mac BLOB, entry BLOB)
  *     key: 32 hex digits; size: bytes of `entry`; checksum: the XXH3-64 of
@@ -184,6 +186,8 @@ int fi_bundle_export(fi_bundle_counts *out, fi_store *store, const char *path,
         if (rc < 0) goto out;
         out->entries++;
     }
+    snprintf(created, sizeof created, "%" PRId64, out->entries);
+    FI_TRY(put_meta(db, meta_stmt, "entries", created, path));
     if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
         SQL_FAIL(FI_EIO, "cannot write it");
     sqlite3_finalize(meta_stmt);
@@ -230,10 +234,10 @@ static int meta_value(sqlite3 *db, const char *name, char *out, size_t size)
 }
 
 /* Refuse a file that is not a bundle this version reads, saying why. */
-static int check_header(sqlite3 *db, const char *path, int *sealed)
+static int check_header(sqlite3 *db, const char *path, int *sealed, int64_t *entries)
 {
     int app_id = 0, schema = 0;
-    char format[64], object_version[16], mac[32], want_version[16];
+    char format[64], object_version[16], mac[32], want_version[16], count[24];
     if (int_pragma(db, "PRAGMA application_id", &app_id) < 0) {
         if ((sqlite3_errcode(db) & 0xff) == SQLITE_NOTADB)
             return fi__error(FI_EINVALID, "%s is not a fijit bundle (not even an SQLite file)",
@@ -251,8 +255,11 @@ static int check_header(sqlite3 *db, const char *path, int *sealed)
                          FI_BUNDLE_SCHEMA);
     if (meta_value(db, "format", format, sizeof format) < 0 ||
         meta_value(db, "object_version", object_version, sizeof object_version) < 0 ||
-        meta_value(db, "mac", mac, sizeof mac) < 0)
+        meta_value(db, "mac", mac, sizeof mac) < 0 ||
+        meta_value(db, "entries", count, sizeof count) < 0)
         return sql_failed(db, FI_ECORRUPT, path, "cannot read its header");
+    if (sscanf(count, "%" SCNd64, entries) != 1 || *entries < 0)
+        return fi__error(FI_ECORRUPT, "bundle %s has a damaged header (no entry count)", path);
     snprintf(want_version, sizeof want_version, "%u", FI_OBJECT_VERSION);
     if (strcmp(format, FI_BUNDLE_FORMAT) != 0)
         return fi__error(FI_EINVALID, "%s is not a fijit bundle (format '%.32s')", path, format);
@@ -309,6 +316,7 @@ int fi_bundle_import(fi_bundle_counts *out, fi_store *store, const char *path,
                      void *user)
 {
     int rc = 0, sealed = 0, step;
+    int64_t want_entries = 0;
     sqlite3 *db = NULL;
     sqlite3_stmt *s = NULL;
     fi_seal_key seal;
@@ -319,7 +327,7 @@ int fi_bundle_import(fi_bundle_counts *out, fi_store *store, const char *path,
         FI_FAIL(FI_ENOTFOUND, "bundle %s: no such file", path);
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
         SQL_FAIL(FI_EIO, "cannot open it");
-    FI_TRY(check_header(db, path, &sealed));
+    FI_TRY(check_header(db, path, &sealed, &want_entries));
     if (secret && !sealed)
         FI_FAIL(FI_EINVALID, "bundle %s carries no MACs and a fleet secret is set: refusing it "
                 "(export it with the secret)", path);
@@ -354,6 +362,10 @@ int fi_bundle_import(fi_bundle_counts *out, fi_store *store, const char *path,
     }
     if (step != SQLITE_DONE)
         SQL_FAIL(FI_ECORRUPT, "cannot read its entries");
+    if (out->entries != want_entries)
+        FI_FAIL(FI_ECORRUPT, "bundle %s holds %" PRId64 " entries but was written with %" PRId64
+                " (truncated or damaged); the %" PRId64 " good ones were imported", path,
+                out->entries, want_entries, out->added + out->present);
 out:
     sqlite3_finalize(s);
     sqlite3_close(db);
