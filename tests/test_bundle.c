@@ -58,31 +58,24 @@ static int fill_cache(const char *name, int first, int last)
     return rc;
 }
 
-static int export_from(const char *name, const char *bundle, const char *with_secret,
-                       fi_bundle_counts *counts)
+/* Export cache `name` to `bundle`, or import `bundle` into cache `name`. */
+static int bundle_op(int export, const char *name, const char *bundle, const char *with_secret,
+                     fi_bundle_counts *counts)
 {
     char dir[4200], path[4200];
     fi_cache *cache = NULL;
     path_of(dir, sizeof dir, name);
     path_of(path, sizeof path, bundle);
     int rc = fi_cache_open(&cache, dir, 0);
-    if (rc == 0) rc = fi_cache_export(counts, cache, path, NULL, NULL, with_secret);
+    if (rc == 0)
+        rc = export ? fi_cache_export(counts, cache, path, NULL, NULL, with_secret)
+                    : fi_cache_import(counts, cache, path, with_secret, NULL, NULL);
     fi_cache_close(cache);
     return rc;
 }
 
-static int import_into(const char *name, const char *bundle, const char *with_secret,
-                       fi_bundle_counts *counts)
-{
-    char dir[4200], path[4200];
-    fi_cache *cache = NULL;
-    path_of(dir, sizeof dir, name);
-    path_of(path, sizeof path, bundle);
-    int rc = fi_cache_open(&cache, dir, 0);
-    if (rc == 0) rc = fi_cache_import(counts, cache, path, with_secret, NULL, NULL);
-    fi_cache_close(cache);
-    return rc;
-}
+#define export_from(name, bundle, secret, counts) bundle_op(1, name, bundle, secret, counts)
+#define import_into(name, bundle, secret, counts) bundle_op(0, name, bundle, secret, counts)
 
 static void count_problem(void *user, const char *problem)
 {

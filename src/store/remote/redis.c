@@ -308,16 +308,21 @@ static fi_remote_result integer_command(redis_remote *r, long long *value, int a
     return FI_REMOTE_OK;
 }
 
-static fi_remote_result redis_has(fi_remote *base, const uint8_t key[16])
+/* EXISTS or DEL on the value of `key`: OK when there was one, else NOT_FOUND. */
+static fi_remote_result value_command(redis_remote *r, const char *verb, const uint8_t key[16])
 {
-    redis_remote *r = (redis_remote *)base;
     char name[KEY_MAX];
     long long n = 0;
     key_name(name, r, "obj", key);
-    const char *argv[2] = {"EXISTS", name};
+    const char *argv[2] = {verb, name};
     fi_remote_result res = integer_command(r, &n, 2, argv, NULL);
     if (res != FI_REMOTE_OK) return res;
     return n > 0 ? FI_REMOTE_OK : FI_REMOTE_NOT_FOUND;
+}
+
+static fi_remote_result redis_has(fi_remote *base, const uint8_t key[16])
+{
+    return value_command((redis_remote *)base, "EXISTS", key);
 }
 
 static fi_remote_result redis_put(fi_remote *base, const uint8_t key[16], const void *value,
@@ -341,14 +346,8 @@ static fi_remote_result redis_put(fi_remote *base, const uint8_t key[16], const 
 static fi_remote_result redis_remove(fi_remote *base, const uint8_t key[16])
 {
     redis_remote *r = (redis_remote *)base;
-    char name[KEY_MAX];
-    long long n = 0;
     if (r->base.config.read_only) return read_only(r, "remove");
-    key_name(name, r, "obj", key);
-    const char *argv[2] = {"DEL", name};
-    fi_remote_result res = integer_command(r, &n, 2, argv, NULL);
-    if (res != FI_REMOTE_OK) return res;
-    return n > 0 ? FI_REMOTE_OK : FI_REMOTE_NOT_FOUND;
+    return value_command(r, "DEL", key);
 }
 
 static fi_remote_result redis_lease(fi_remote *base, const uint8_t key[16],
