@@ -121,8 +121,10 @@ static int parse_server(fi_remote_config *c, const char *p, const char *end, con
 {
     long long v;
     const char *at = NULL;
-    for (const char *q = p; q < end; q++)
-        if (*q == '@') at = q; /* the last '@': a password may hold one, encoded or not */
+    /* Credentials end at the last '@' before the path (a password may hold
+     * an '@', encoded or not; a '/' only encoded, as %2F). */
+    for (const char *q = p; q < end && *q != '/'; q++)
+        if (*q == '@') at = q;
     if (at) {
         const char *colon = memchr(p, ':', (size_t)(at - p));
         if (!colon)
