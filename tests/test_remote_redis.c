@@ -360,7 +360,7 @@ TEST(redis_killed_mid_run_then_restarted_empty)
     int64_t first = timed_miss(st, 3), during = timed_miss(st, 4);
     printf("  redis killed: first miss %lld ms, then %lld ms during the back-off\n",
            (long long)first, (long long)during);
-    CHECK(first >= 0 && first < 200 && during >= 0 && during < 50);
+    CHECK(first >= 0 && first < 300 && during >= 0 && during < 100);
     /* Local work goes on. */
     key_of(key, 5);
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
@@ -406,8 +406,8 @@ TEST(redis_paused_past_the_timeouts_costs_one_timeout_per_back_off)
            "operation timeout); next 20 misses at most %lld ms each (skipped for the back-off)\n",
            (long long)healthy, (long long)first, (long long)worst_after);
     CHECK(healthy >= 0 && healthy < 100);
-    CHECK_MSG(first >= 400 && first < 1000, "first miss %lld ms", (long long)first);
-    CHECK(worst_after >= 0 && worst_after < 50);
+    CHECK_MSG(first >= 400 && first < 1500, "first miss %lld ms", (long long)first);
+    CHECK(worst_after >= 0 && worst_after < 100);
     CHECK_OK(fi_store_stats_get(st, &s));
     CHECK(s.remote_errors == 1);
     /* Resumed: after the back-off (1 s) it answers again. */
