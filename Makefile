@@ -15,7 +15,7 @@ WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-fie
 CPPFLAGS  += -D_GNU_SOURCE -DFIJIT_BUILDING -Iinclude -Isrc -Itemplates -Ibuild/gen -I$(CUDA_HOME)/include
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=c11 -fPIC -fvisibility=hidden $(WARN)
-LDLIBS    := -lsqlite3 -lxxhash -ldl -lpthread -lm
+LDLIBS    := -lsqlite3 -lxxhash -lhiredis -lsodium -ldl -lpthread -lm
 # The CLI is a client of the public headers only (include/, cuda.h): no -Isrc.
 TOOL_CPPFLAGS := -D_GNU_SOURCE -Iinclude -I$(CUDA_HOME)/include
 
@@ -34,7 +34,8 @@ all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
 deps:
-	@missing=""; for p in libsqlite3-dev libxxhash-dev pkg-config clang libclang-rt-14-dev python3-venv; do \
+	@missing=""; for p in libsqlite3-dev libxxhash-dev libhiredis-dev libsodium-dev redis-server \
+	  pkg-config clang libclang-rt-14-dev python3-venv; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
 
@@ -119,10 +120,14 @@ test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%)
 	  $$t); done
 
 # TSan covers the concurrent parts: the in-process table and single flight,
-# and threads driving two (fake) devices at once.
-test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context
-	@set -e; for t in $^; do echo "== $$t"; $(call timed,$$t,FIJIT_TEST_QUICK=1 \
-	  TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp $$t); done
+# threads driving two (fake) devices at once, and threads sharing one remote
+# tier (connection pool, lease renewals).
+TSAN_ENV := FIJIT_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp
+test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context $(B)/tsan/tests/test_remote_redis
+	@set -e; for t in $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context; do \
+	  echo "== $$t"; $(call timed,$$t,$(TSAN_ENV) $$t); done
+	@echo "== $(B)/tsan/tests/test_remote_redis redis_threads"; \
+	  $(call timed,test_remote_redis redis_threads,$(TSAN_ENV) $(B)/tsan/tests/test_remote_redis redis_threads)
 
 test-cli: $(B)/fijit
 	@$(call timed,test-cli,bash tests/cli/run.sh $(B)/fijit)

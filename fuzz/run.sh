@@ -24,7 +24,7 @@ command -v "$CC" >/dev/null || { echo "fuzz: $CC not found (apt-get install clan
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CPPFLAGS="-D_GNU_SOURCE -DFIJIT_BUILDING -Iinclude -Isrc -Itools -Itemplates -Ibuild/gen -I$CUDA_HOME/include"
 CFLAGS="-std=c11 -g -O1 -Wall -Wno-unused-command-line-argument $SAN -fsanitize=fuzzer-no-link"
-LIBS="-lsqlite3 -lxxhash -ldl -lpthread -lm"
+LIBS="-lsqlite3 -lxxhash -lhiredis -lsodium -ldl -lpthread -lm"
 
 mkdir -p "$OUT/obj" "$OUT/crashes"
 objs=()
@@ -40,7 +40,7 @@ done
 rm -f "$OUT/libfijit_fuzz.a"
 ar rcs "$OUT/libfijit_fuzz.a" "${objs[@]}"
 
-targets=(fuzz_spec fuzz_manifest fuzz_object fuzz_snippet)
+targets=(fuzz_spec fuzz_manifest fuzz_object fuzz_snippet fuzz_remote)
 for t in "${targets[@]}"; do
     $CC $CPPFLAGS $CFLAGS -fsanitize=fuzzer "fuzz/$t.c" "$OUT/libfijit_fuzz.a" $LIBS -o "$OUT/$t"
 done
@@ -57,6 +57,9 @@ seed fuzz_manifest m3 'decode q=fp16 variant=caf\xc3\xa9\n'
 seed fuzz_object o1 '\x01\x00\x10decode q=fp16 hd=64 ELF payload bytes'
 seed fuzz_object o2 '\x02\x05\x08sm_90a..payload'
 seed fuzz_object o3 '\x00FIJITOB1\x01\x00\x00\x00'
+seed fuzz_remote r1 '\x00redis://app:s%40cret@cache.example:6380/2?prefix=prod&ttl=60&readonly'
+seed fuzz_remote r2 '\x00unix:///run/redis.sock?db=3&timeout=250'
+seed fuzz_remote r3 '\x01FIJITMC1................................FIJITOB1\x01\x00\x00\x00'
 seed fuzz_snippet v1 '\x00struct Variant : DefaultVariant {\n  template <typename T> __device__ static T logits_transform(T x) { return x * 2; }\n};\n'
 seed fuzz_snippet v2 '\x45#include "../../etc/passwd"\n}}}}\n/*'
 seed fuzz_snippet v3 '\x12%s%n%x\n#line 0\n'

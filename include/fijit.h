@@ -174,7 +174,7 @@ typedef enum fi_log_level {
     FI_LOG_OFF = 0, FI_LOG_ERROR = 1, FI_LOG_WARN = 2, FI_LOG_INFO = 3, FI_LOG_DEBUG = 4
 } fi_log_level;
 
-#define FI_JIT_OPTIONS_VERSION 1
+#define FI_JIT_OPTIONS_VERSION 2 /* 2 added remote, remote_secret; 1 is still accepted */
 
 typedef struct fi_jit_options {
     unsigned version;        /* FI_JIT_OPTIONS_VERSION */
@@ -187,6 +187,20 @@ typedef struct fi_jit_options {
     fi_log_level log_level;  /* messages go to stderr at or above this level */
     int64_t max_cache_bytes; /* 0: $FIJIT_MAX_CACHE_SIZE or unlimited */
     int allow_unsafe_dir;    /* 1: accept a cache dir writable by group/others */
+    /* Version 2: a remote tier shared by a fleet, behind the disk cache (NULL:
+     * $FIJIT_REMOTE, else none): redis://[[user]:password@]host[:port][/db]
+     * or unix:///path/to/redis.sock, with options after '?' joined by '&':
+     * readonly (never write), prefix=NAME (keys PREFIX:obj:<key>; default
+     * fijit), ttl=SECONDS, connect_timeout=MS (50), timeout=MS (500),
+     * backoff=MS (1000), lease=MS (3000), wait=MS (120000), db=N. What it
+     * returns is verified before it is stored or loaded; a sick remote costs
+     * its timeouts, then is skipped for its back-off. Needs use_disk_cache. */
+    const char *remote;
+    /* Version 2: the fleet secret (NULL: $FIJIT_REMOTE_SECRET, else none), at
+     * least 16 characters: entries pushed to the remote carry a keyed MAC
+     * (BLAKE2b) over key and bytes, and only entries with a valid MAC are
+     * taken from it. */
+    const char *remote_secret;
 } fi_jit_options;
 
 #define FI_JIT_OPTIONS_INIT                                                    \
@@ -195,8 +209,10 @@ typedef struct fi_jit_options {
              FI__SET(log_level, FI_LOG_WARN))
 
 /* Create a context. `opts` may be NULL for defaults. Environment variables
- * (FIJIT_CACHE_DIR, FIJIT_ARCH, FIJIT_JIT, FIJIT_LOG, FIJIT_MAX_CACHE_SIZE)
- * fill fields the options leave unset. No GPU is needed. */
+ * (FIJIT_CACHE_DIR, FIJIT_ARCH, FIJIT_JIT, FIJIT_LOG, FIJIT_MAX_CACHE_SIZE,
+ * FIJIT_REMOTE, FIJIT_REMOTE_SECRET) fill fields the options leave unset.
+ * No GPU is needed; an unreachable remote is not an error (FI_EINVALID for
+ * a bad remote URL or a short secret). */
 FI_API int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts);
 /* Frees the context and unloads the modules it loaded in CUDA contexts that
  * are certainly live: the current one and the devices' active primary
@@ -319,9 +335,16 @@ typedef struct fi_variant_arg {
     X(bytes_written, BYTES, "bytes written")                                   \
     X(corrupt, COUNT, "corrupt objects")                                       \
     X(entries, COUNT, "entries")                                               \
-    X(bytes, BYTES, "cache size")
+    X(bytes, BYTES, "cache size")                                              \
+    /* Version 2: the remote tier (fi_jit_options.remote). */                  \
+    X(remote_hits, COUNT, "remote hits")                                       \
+    X(remote_misses, COUNT, "remote misses")                                   \
+    X(remote_errors, COUNT, "remote errors")                                   \
+    X(remote_corrupt, COUNT, "remote corrupt")                                 \
+    X(remote_bytes_in, BYTES, "remote bytes in")                               \
+    X(remote_bytes_out, BYTES, "remote bytes out")
 
-#define FI_JIT_STATS_VERSION 1
+#define FI_JIT_STATS_VERSION 2 /* 2 added the remote_* counters; 1 is still accepted */
 
 typedef struct fi_jit_stats {
     unsigned version; /* FI_JIT_STATS_VERSION: the counters the caller has room for */

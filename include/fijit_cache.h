@@ -94,6 +94,64 @@ FI_API int fi_cache_gc(fi_cache *cache, int64_t max_bytes, int64_t older_than);
  * "1.5g". FI_EINVALID for anything else. */
 FI_API int fi_cache_size_parse(int64_t *out, const char *text);
 
+/* ---- bundles: a file of entries for hosts without a network ------------------
+ * A bundle is one SQLite database file (the layout is described in
+ * src/store/bundle.c): each entry's key, spec, arch, size, checksum, MAC
+ * (with a fleet secret) and bytes in the cache's own entry format. */
+typedef struct fi_bundle_counts {
+    int64_t entries; /* in the bundle (export: written) */
+    int64_t added;   /* import: verified and stored */
+    int64_t present; /* import: already in the cache, skipped */
+    int64_t refused; /* import: failed a check, not stored */
+} fi_bundle_counts;
+
+/* Write the entries `want` accepts (NULL: all) to a new bundle at `path`
+ * (refused when it exists). Each is read and verified first. With `secret`
+ * (NULL: none) every entry carries its keyed MAC. */
+FI_API int fi_cache_export(fi_bundle_counts *out, fi_cache *cache, const char *path,
+                           int (*want)(void *user, const fi_cache_entry *entry), void *user,
+                           const char *secret);
+/* Verify every entry of the bundle at `path` (header, checksum, key; its MAC
+ * when `secret` is given, and then entries without one are refused) and
+ * store the good ones the cache lacks. `report` (may be NULL) hears of each
+ * refused entry. FI_EINVALID for a file that is no bundle or one of another
+ * schema; FI_ECORRUPT when the file itself is damaged. */
+FI_API int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *path,
+                           const char *secret, void (*report)(void *user, const char *problem),
+                           void *user);
+
+/* ---- the remote tier: a fleet's shared cache ------------------------------ */
+
+/* Check a remote URL (the grammar of fi_jit_options.remote) and write it
+ * into `out` with its password masked, for showing. FI_EINVALID with words
+ * naming the bad part. */
+FI_API int fi_remote_url_check(char *out, size_t size, const char *url);
+
+/* A remote opened for an operator (ping, describe, list). */
+typedef struct fi_cache_remote fi_cache_remote;
+/* Nothing is sent before the first call. */
+FI_API int fi_cache_remote_open(fi_cache_remote **out, const char *url);
+FI_API void fi_cache_remote_close(fi_cache_remote *remote);
+/* One round trip; its time in `*out_ns`. */
+FI_API int fi_cache_remote_ping(int64_t *out_ns, fi_cache_remote *remote);
+/* What the server says of itself: version, memory used and allowed, eviction
+ * policy, evictions, hits and misses, as name/value pairs. */
+FI_API int fi_cache_remote_describe(fi_cache_remote *remote,
+                                    void (*line)(void *user, const char *name, const char *value),
+                                    void *user);
+
+typedef struct fi_cache_remote_entry {
+    fi_cache_entry entry; /* from the entry's header; size is the stored value's;
+                             created, last_used and hits are 0 (unknown) */
+    int sealed;           /* it carries a MAC */
+    int header_ok;        /* its header is well formed and holds its key */
+} fi_cache_remote_entry;
+/* Call `fn` for every value under the remote's prefix (in no order); stop
+ * when it returns nonzero. Reads headers only. */
+FI_API int fi_cache_remote_foreach(fi_cache_remote *remote,
+                                   int (*fn)(void *user, const fi_cache_remote_entry *entry),
+                                   void *user);
+
 /* ---- the toolchain ---------------------------------------------------------- */
 
 /* FI_EINVALID unless `arch` is "sm_" + 2 or 3 digits + an optional 'a'. */

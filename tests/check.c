@@ -3,13 +3,19 @@
 #include "check.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "store/remote/remote.h"
 
 #define CHECK_MAX_CASES 512
 
@@ -178,4 +184,93 @@ void *check_fake_cuda(void)
     if (!(lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL)))
         fprintf(stderr, "cannot load the fake driver %s: %s\n", path, dlerror());
     return lib;
+}
+
+/* ---- a private redis-server (check.h) --------------------------------------- */
+
+static int redis_answers(const char *url)
+{
+    fi_remote *remote = NULL;
+    if (fi_remote_open(&remote, url) < 0) return 0;
+    int ok = remote->ops->ping(remote) == FI_REMOTE_OK;
+    remote->ops->close(remote);
+    return ok;
+}
+
+static int redis_spawn(check_redis *r)
+{
+    char ping_url[4500];
+    unlink(r->socket);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        char log[4300];
+        snprintf(log, sizeof log, "%s/redis.log", r->dir);
+        const char *argv[24] = {"redis-server", "--port", "0", "--unixsocket", r->socket,
+                                "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
+                                "--dir", r->dir, "--logfile", log, "--daemonize", "no"};
+        int argc = 17;
+        if (r->password[0]) {
+            argv[argc++] = "--requirepass";
+            argv[argc++] = r->password;
+        }
+        argv[argc] = NULL;
+        execvp("redis-server", (char *const *)argv);
+        _exit(127);
+    }
+    r->pid = pid;
+    snprintf(ping_url, sizeof ping_url, "unix://%s?timeout=200", r->socket);
+    for (int i = 0; i < 500; i++) { /* up to 5 s */
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            r->pid = 0;
+            return WIFEXITED(status) && WEXITSTATUS(status) == 127 ? 1 : -1;
+        }
+        /* With a password PING answers NOAUTH, an error: the socket is up. */
+        if (access(r->socket, F_OK) == 0 && (r->password[0] || redis_answers(ping_url)))
+            return 0;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    check_redis_stop(r);
+    return -1;
+}
+
+int check_redis_start(check_redis *r, const char *dir, const char *password,
+                      const char *url_options)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    snprintf(r->socket, sizeof r->socket, "%s/redis.sock", dir);
+    if (password) snprintf(r->password, sizeof r->password, "%s", password);
+    snprintf(r->url, sizeof r->url, "unix://%s%s", r->socket, url_options ? url_options : "");
+    int rc = redis_spawn(r);
+    if (rc == 1)
+        printf("  SKIPPED: redis-server is not installed, so the remote tier is not tested "
+               "here (run 'make deps')\n");
+    return rc;
+}
+
+int check_redis_restart(check_redis *r)
+{
+    check_redis_stop(r);
+    return redis_spawn(r);
+}
+
+void check_redis_signal(check_redis *r, int sig)
+{
+    if (r->pid <= 0) return;
+    kill(r->pid, sig);
+    if (sig == SIGKILL) {
+        while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR) {}
+        r->pid = 0;
+    }
+}
+
+void check_redis_stop(check_redis *r)
+{
+    if (r->pid <= 0) return;
+    kill(r->pid, SIGCONT); /* a paused server cannot exit */
+    check_redis_signal(r, SIGKILL);
 }

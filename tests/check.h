@@ -53,6 +53,28 @@ extern int check_current_failed;
  * on stderr. */
 void *check_fake_cuda(void);
 
+/* A private redis-server for the remote-tier tests: on a unix socket in
+ * `dir` (no TCP port, nothing saved to disk), its URL in `url` (with
+ * `url_options`, e.g. "?backoff=100", appended). */
+typedef struct check_redis {
+    int pid;
+    char dir[4096];
+    char socket[4200];
+    char password[64]; /* "" none */
+    char url[4400];
+} check_redis;
+/* Start one (with a password unless NULL) and wait until it answers: 0, or
+ * 1 when redis-server is not installed (a loud SKIPPED line is printed:
+ * `make deps` installs it), or -1 when it failed to start. */
+int check_redis_start(check_redis *r, const char *dir, const char *password,
+                      const char *url_options);
+/* Start it again, empty, on the same socket (after check_redis_kill). */
+int check_redis_restart(check_redis *r);
+/* Send `sig` to it (SIGKILL: reaped; SIGSTOP/SIGCONT: paused, resumed). */
+void check_redis_signal(check_redis *r, int sig);
+/* Stop it (if running) and reap it. Accepts a server never started. */
+void check_redis_stop(check_redis *r);
+
 #define TEST(name)                                                             \
     static void test_##name(void);                                             \
     __attribute__((constructor)) static void register_##name(void)             \

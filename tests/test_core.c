@@ -8,6 +8,7 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -458,6 +459,43 @@ TEST(options_and_environment_are_validated)
     unsetenv("FIJIT_MAX_CACHE_SIZE");
     CHECK_RC(rc, FI_EINVALID);
     CHECK(fi_version_number() == FIJIT_VERSION_NUMBER);
+    /* A bad remote URL or a short fleet secret is refused, with words. */
+    opts.remote = "redis://cache-host:http";
+    CHECK_RC(fi_jit_ctx_new(&ctx, &opts), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "port") != NULL);
+    opts.remote = "redis://cache-host";
+    opts.remote_secret = "short";
+    CHECK_RC(fi_jit_ctx_new(&ctx, &opts), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "at least 16") != NULL);
+}
+
+/* A caller built against version 1 of the options and the statistics (no
+ * remote fields) keeps working: nothing past its structs is read or written. */
+TEST(version_1_options_and_stats_are_still_accepted)
+{
+    struct {
+        fi_jit_options v1;
+        char guard[64];
+    } old;
+    fi_jit_ctx *ctx = NULL;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    memset(&old, 0xa5, sizeof old);
+    fi_jit_options init = FI_JIT_OPTIONS_INIT;
+    memcpy(&old.v1, &init, offsetof(fi_jit_options, remote));
+    old.v1.version = 1;
+    old.v1.cache_dir = dir;
+    old.v1.log_level = FI_LOG_OFF;
+    CHECK_OK(fi_jit_ctx_new(&ctx, &old.v1)); /* remote's bytes are 0xa5: never read */
+    struct {
+        fi_jit_stats v1;
+    } stats;
+    memset(&stats, 0x5a, sizeof stats);
+    stats.v1.version = 1;
+    int rc = fi_jit_stats_get(&stats.v1, ctx);
+    fi_jit_ctx_free(ctx);
+    CHECK_OK(rc);
+    CHECK(stats.v1.entries == 0 && stats.v1.remote_hits == 0x5a5a5a5a5a5a5a5aLL);
 }
 
 TEST(memory_only_context_counts_and_serves)

@@ -2,12 +2,14 @@
  * Fault loops in the style of SQLite's malloc tests: for N = 1, 2, ... make
  * the Nth allocation / file operation / SQLite call / NVRTC call fail, once
  * and then persistently, while a context opens a cache, reads one kernel from
- * disk and compiles another. Every call must return OK or an fi_error with a
+ * disk and compiles another (and, with a Redis remote, the Nth command sent
+ * to it). Every call must return OK or an fi_error with a
  * message, nothing may leak (ASan/LSan in `make test`), and afterwards the
  * cache must verify clean and serve both kernels.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -170,6 +172,27 @@ static void fault_loop(unsigned mask, int persistent)
     CHECK_MSG(failed == 0, "%d of %d fault workers failed (mask %#x%s; their errors above)",
               failed, workers, mask, persistent ? ", persistent" : "");
 }
+
+/* The remote tier's calls, like every other seam: a context with a Redis
+ * remote (FIJIT_REMOTE, so that the forked workers and the health check
+ * use it too) where the Nth command sent to Redis fails. */
+static void remote_fault_loop(int persistent)
+{
+    check_redis r;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%.4000s/redis", check_tmpdir);
+    if (mkdir(dir, 0700) < 0) CHECK_MSG(0, "cannot create %s", dir);
+    int started = check_redis_start(&r, dir, NULL, NULL);
+    if (started == 1) return;
+    CHECK_MSG(started == 0, "redis-server did not start (see %s/redis.log)", dir);
+    setenv("FIJIT_REMOTE", r.url, 1);
+    fault_loop(FI_FAULT_REMOTE, persistent);
+    unsetenv("FIJIT_REMOTE");
+    check_redis_stop(&r);
+}
+
+TEST(faults_in_remote_calls_once) { remote_fault_loop(0); }
+TEST(faults_in_remote_calls_persistent) { remote_fault_loop(1); }
 
 TEST(faults_in_allocations_once) { fault_loop(FI_FAULT_ALLOC, 0); }
 TEST(faults_in_allocations_persistent) { fault_loop(FI_FAULT_ALLOC, 1); }

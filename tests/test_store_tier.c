@@ -2,13 +2,18 @@
  * (src/store/remote/remote.h): a remote hit is verified by the entry codec
  * and written back to the local tier, a corrupt remote entry is rejected and
  * removed, a remote error or timeout is a miss (and the remote is skipped
- * from then on), a put pushes to the remote, and the codec round-trips. */
+ * for its back-off, then asked again), a put pushes to the remote, the
+ * fleet lease is taken, waited for and given back, a read-only remote is
+ * never written, a secret seals pushes and refuses unsealed entries, and
+ * the codec round-trips. */
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "common/sys.h"
 #include "store/object.h"
 #include "store/remote/remote.h"
+#include "store/seal.h"
 #include "store/store.h"
 
 /* ---- a fake remote: one slot per key, and a scripted failure --------------- */
@@ -24,7 +29,9 @@ typedef struct fake_remote {
     } slots[FAKE_SLOTS];
     int count;
     fi_remote_result fail_with; /* FI_REMOTE_OK: answer normally */
-    int gets, puts, removes;
+    int gets, puts, removes, leases, releases;
+    uint8_t lease_key[16], lease_token[16]; /* one lease at a time */
+    int leased;
     int *closed; /* set to 1 by close */
 } fake_remote;
 
@@ -79,6 +86,38 @@ static fi_remote_result fake_remove(fi_remote *r, const uint8_t key[16])
     return FI_REMOTE_OK;
 }
 
+static fi_remote_result fake_has(fi_remote *r, const uint8_t key[16])
+{
+    fake_remote *f = (fake_remote *)r;
+    if (f->fail_with != FI_REMOTE_OK) return f->fail_with;
+    return fake_find(f, key) < 0 ? FI_REMOTE_NOT_FOUND : FI_REMOTE_OK;
+}
+
+static fi_remote_result fake_lease(fi_remote *r, const uint8_t key[16], const uint8_t token[16],
+                                   int ttl_ms)
+{
+    fake_remote *f = (fake_remote *)r;
+    (void)ttl_ms; /* the fake's leases never expire; a test frees them */
+    f->leases++;
+    if (f->fail_with != FI_REMOTE_OK) return f->fail_with;
+    if (f->leased && memcmp(f->lease_token, token, 16) != 0) return FI_REMOTE_HELD;
+    f->leased = 1;
+    memcpy(f->lease_key, key, 16);
+    memcpy(f->lease_token, token, 16);
+    return FI_REMOTE_OK;
+}
+
+static fi_remote_result fake_release(fi_remote *r, const uint8_t key[16], const uint8_t token[16])
+{
+    fake_remote *f = (fake_remote *)r;
+    f->releases++;
+    if (f->fail_with != FI_REMOTE_OK) return f->fail_with;
+    if (!f->leased || memcmp(f->lease_key, key, 16) || memcmp(f->lease_token, token, 16))
+        return FI_REMOTE_NOT_FOUND;
+    f->leased = 0;
+    return FI_REMOTE_OK;
+}
+
 static void fake_close(fi_remote *r)
 {
     fake_remote *f = (fake_remote *)r;
@@ -87,13 +126,25 @@ static void fake_close(fi_remote *r)
     free(f);
 }
 
-static const fi_remote_ops fake_ops = {"fake", fake_get, fake_put, fake_remove, fake_close};
+static const fi_remote_ops fake_ops = {
+    .name = "fake",
+    .get = fake_get,
+    .has = fake_has,
+    .put = fake_put,
+    .remove = fake_remove,
+    .lease = fake_lease,
+    .release = fake_release,
+    .close = fake_close,
+};
 
 static fake_remote *fake_new(int *closed)
 {
     fake_remote *f = calloc(1, sizeof *f);
     f->base.ops = &fake_ops;
-    f->base.url = "fake://test";
+    snprintf(f->base.config.url, sizeof f->base.config.url, "fake://test");
+    f->base.config.backoff_ms = 60000;
+    f->base.config.lease_ms = 60000; /* no renewal during a test */
+    f->base.config.wait_ms = 100;
     f->closed = closed;
     return f;
 }
@@ -230,6 +281,12 @@ TEST(tier_corrupt_remote_entry_is_rejected_and_removed)
     fi_store_close(st);
 }
 
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 static void check_failing_remote(fi_remote_result how)
 {
     fi_store *st = NULL;
@@ -237,24 +294,144 @@ static void check_failing_remote(fi_remote_result how)
     fi_object_meta m;
     void *out = NULL;
     size_t size = 0;
+    fi_jit_stats s;
     meta_of(&m);
     fake_seed(f, key1);
     f->fail_with = how;
+    f->base.config.backoff_ms = 200;
     CHECK_OK(open_with(&st, f));
     CHECK_RC(fi_store_get(st, key1, &out, &size, NULL), FI_ENOTFOUND);
     CHECK(f->gets == 1);
-    /* Skipped from then on: neither get nor put asks it again. */
+    /* Skipped during its back-off: neither get nor put asks it. */
     CHECK_RC(fi_store_get(st, key2, &out, &size, NULL), FI_ENOTFOUND);
     CHECK_OK(fi_store_put(st, key2, payload, sizeof payload, &m));
     CHECK(f->gets == 1 && f->puts == 0);
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK(s.remote_errors == 1 && s.remote_hits == 0);
     /* The local tier still works. */
     CHECK_OK(fi_store_get(st, key2, &out, &size, NULL));
     fi__free(out);
+    out = NULL;
+    /* After the back-off it is asked again, and serves once it answers. */
+    sleep_ms(250);
+    f->fail_with = FI_REMOTE_OK;
+    CHECK_OK(fi_store_get(st, key1, &out, &size, NULL));
+    CHECK(f->gets == 2 && size == sizeof payload);
+    fi__free(out);
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK(s.remote_errors == 1 && s.remote_hits == 1 && s.remote_bytes_in > 0);
     fi_store_close(st);
 }
 
-TEST(tier_remote_error_is_a_miss) { check_failing_remote(FI_REMOTE_ERROR); }
-TEST(tier_remote_timeout_is_a_miss) { check_failing_remote(FI_REMOTE_TIMEOUT); }
+TEST(tier_remote_error_is_a_miss_then_retried_after_back_off) { check_failing_remote(FI_REMOTE_ERROR); }
+TEST(tier_remote_timeout_is_a_miss_then_retried_after_back_off) { check_failing_remote(FI_REMOTE_TIMEOUT); }
+
+TEST(tier_back_off_doubles_with_failures_in_a_row)
+{
+    fi_store *st = NULL;
+    fake_remote *f = fake_new(NULL);
+    void *out = NULL;
+    size_t size = 0;
+    f->fail_with = FI_REMOTE_ERROR;
+    f->base.config.backoff_ms = 100;
+    CHECK_OK(open_with(&st, f));
+    CHECK_RC(fi_store_get(st, key1, &out, &size, NULL), FI_ENOTFOUND);
+    sleep_ms(130); /* past the first period (100 ms): asked again, fails again */
+    CHECK_RC(fi_store_get(st, key1, &out, &size, NULL), FI_ENOTFOUND);
+    CHECK(f->gets == 2);
+    sleep_ms(130); /* within the second period (200 ms): not asked */
+    CHECK_RC(fi_store_get(st, key1, &out, &size, NULL), FI_ENOTFOUND);
+    CHECK(f->gets == 2);
+    fi_store_close(st);
+}
+
+/* ---- the fleet lease ------------------------------------------------------------ */
+
+TEST(tier_lock_takes_the_fleet_lease_and_unlock_gives_it_back)
+{
+    fi_store *st = NULL;
+    fi_store_lock *lock = NULL;
+    fake_remote *f = fake_new(NULL);
+    CHECK_OK(open_with(&st, f));
+    CHECK_OK(fi_store_lock_key(st, key1, &lock));
+    CHECK(f->leased == 1 && memcmp(f->lease_key, key1, 16) == 0);
+    fi_store_unlock(lock);
+    CHECK(f->leased == 0 && f->releases == 1);
+    fi_store_close(st);
+}
+
+TEST(tier_lock_waits_bounded_for_another_hosts_lease)
+{
+    fi_store *st = NULL;
+    fi_store_lock *lock = NULL;
+    fake_remote *f = fake_new(NULL);
+    static const uint8_t other[16] = {0xee};
+    CHECK_OK(open_with(&st, f));
+    /* Another host holds key1's lease and never finishes: the wait ends at
+     * wait_ms (100 ms) and the caller builds without the lease. */
+    CHECK(fake_lease(&f->base, key1, other, 1000) == FI_REMOTE_OK);
+    int64_t start = fi__now_ns();
+    CHECK_OK(fi_store_lock_key(st, key1, &lock));
+    int64_t waited_ms = (fi__now_ns() - start) / 1000000;
+    CHECK_MSG(waited_ms >= 100 && waited_ms < 1000, "waited %lld ms", (long long)waited_ms);
+    CHECK(f->leased == 1 && memcmp(f->lease_token, other, 16) == 0);
+    fi_store_unlock(lock);
+    CHECK(f->leased == 1); /* not ours to release */
+    /* The other host's entry appears: the wait ends at once. */
+    fake_seed(f, key1);
+    start = fi__now_ns();
+    CHECK_OK(fi_store_lock_key(st, key1, &lock));
+    CHECK((fi__now_ns() - start) / 1000000 < 100);
+    fi_store_unlock(lock);
+    fi_store_close(st);
+}
+
+TEST(tier_read_only_remote_is_never_written_nor_leased)
+{
+    fi_store *st = NULL;
+    fi_store_lock *lock = NULL;
+    fake_remote *f = fake_new(NULL);
+    fi_object_meta m;
+    void *out = NULL;
+    size_t size = 0;
+    meta_of(&m);
+    f->base.config.read_only = 1;
+    fake_seed(f, key1);
+    ((uint8_t *)f->slots[0].entry)[f->slots[0].size - 1] ^= 1; /* bad, but not ours to remove */
+    CHECK_OK(open_with(&st, f));
+    CHECK_OK(fi_store_put(st, key2, payload, sizeof payload, &m));
+    CHECK_OK(fi_store_lock_key(st, key2, &lock));
+    fi_store_unlock(lock);
+    CHECK_RC(fi_store_get(st, key1, &out, &size, NULL), FI_ENOTFOUND);
+    CHECK(f->puts == 0 && f->leases == 0 && f->removes == 0 && f->count == 1);
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK(s.remote_corrupt == 1);
+    fi_store_close(st);
+}
+
+TEST(tier_secret_seals_pushes_and_refuses_unsealed_entries)
+{
+    fi_store *st = NULL;
+    fake_remote *f = fake_new(NULL);
+    fi_object_meta m;
+    void *out = NULL;
+    size_t size = 0;
+    meta_of(&m);
+    CHECK_OK(open_with(&st, f));
+    CHECK_RC(fi_store_set_secret(st, "short"), FI_EINVALID);
+    CHECK_OK(fi_store_set_secret(st, "a fleet secret of some length"));
+    CHECK_OK(fi_store_put(st, key1, payload, sizeof payload, &m));
+    CHECK(f->count == 1 && memcmp(f->slots[0].entry, FI_SEAL_MAGIC, 8) == 0);
+    /* A poisoner without the secret writes a valid but unsealed entry. */
+    fake_seed(f, key2);
+    CHECK_RC(fi_store_get(st, key2, &out, &size, NULL), FI_ENOTFOUND);
+    CHECK(f->removes == 1 && fake_find(f, key2) < 0);
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK(s.remote_corrupt == 1 && s.remote_bytes_out > (int64_t)sizeof payload);
+    fi_store_close(st);
+}
 
 TEST(tier_put_pushes_a_valid_entry_to_the_remote)
 {

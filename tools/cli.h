@@ -58,6 +58,17 @@ int cli_runtime_error(const cli_command *cmd, const char *what);
 
 /* --cache-dir as given (here or before the subcommand), or NULL. */
 extern const char *cli_cache_dir_option;
+/* --remote as given to a command that takes it, or NULL ($FIJIT_REMOTE). */
+extern const char *cli_remote_option;
+/* Take a command's --remote URL (may be NULL) and check it, or else
+ * FIJIT_REMOTE: -1 to go on, or CLI_EXIT_USAGE for a bad URL. */
+int cli_check_remote(const cli_command *cmd, const char *option);
+/* The remote URL in use (--remote, else FIJIT_REMOTE), or NULL. */
+const char *cli_remote_url(void);
+#define CLI_REMOTE_HELP "  --remote URL       the fleet's remote cache (default: $FIJIT_REMOTE), e.g.\n" \
+                        "                     redis://:PASSWORD@cache-host:6379/0 or\n" \
+                        "                     unix:///run/redis.sock (options after '?': README)\n"
+
 
 /* The cache directory the library would use (--cache-dir, FIJIT_CACHE_DIR,
  * XDG_CACHE_HOME/fijit if absolute, ~/.cache/fijit), copied into `out`, found
@@ -142,5 +153,8 @@ void cli_variants_free(cli_variant_set *set);
 /* Subcommands in their own files. */
 int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv);
 int cli_cmd_demo(const cli_command *cmd, int argc, char **argv);
+int cli_cmd_remote(const cli_command *cmd, int argc, char **argv);
+int cli_cmd_export(const cli_command *cmd, int argc, char **argv);
+int cli_cmd_import(const cli_command *cmd, int argc, char **argv);
 
 #endif

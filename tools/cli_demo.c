@@ -122,14 +122,16 @@ static int driver_failed(const cli_command *cmd, CUresult res, const char *what)
 
 int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
 {
-    enum { OPT_KV_LEN };
+    enum { OPT_KV_LEN, OPT_REMOTE };
     cli_option options[] = {
         [OPT_KV_LEN] = {"kv-len", 0, 1, 0, NULL},
+        [OPT_REMOTE] = {"remote", 0, 1, 0, NULL},
         {0},
     };
     int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
     if ((rc = cli_check_env(cmd, CLI_ENV_LOG | CLI_ENV_SIZE | CLI_ENV_ARCH)) >= 0) return rc;
+    if ((rc = cli_check_remote(cmd, options[OPT_REMOTE].value)) >= 0) return rc;
     int kv_len = 4096;
     if (options[OPT_KV_LEN].value && cli_parse_positive_int(options[OPT_KV_LEN].value, &kv_len) < 0)
         return cli_usage_error(cmd, "--kv-len '%s': expected a positive number",
@@ -175,6 +177,7 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
 
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     opts.cache_dir = cli_cache_dir_option;
+    opts.remote = cli_remote_option;
     if (fi_jit_ctx_new(&ctx, &opts) < 0) {
         rc = cli_runtime_error(cmd, "cannot create a context");
         goto out;

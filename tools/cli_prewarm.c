@@ -280,6 +280,7 @@ static int worker_context(fi_jit_ctx **out, const char *arch, const cli_variant_
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     opts.cache_dir = cli_cache_dir_option;
     opts.arch = arch;
+    opts.remote = cli_remote_option;
     int rc = fi_jit_ctx_new(out, &opts);
     if (rc == 0 && (rc = cli_variants_register(*out, variants, NULL)) < 0) {
         fi_jit_ctx_free(*out);
@@ -526,7 +527,7 @@ out:
 int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_KERNEL, OPT_DTYPE, OPT_HEAD_DIM, OPT_MASK, OPT_POS, OPT_SOFTCAP, OPT_VARIANT,
-           OPT_VARIANT_FILE, OPT_ARCH, OPT_MANIFEST, OPT_JOBS };
+           OPT_VARIANT_FILE, OPT_ARCH, OPT_MANIFEST, OPT_JOBS, OPT_REMOTE };
     cli_option options[] = {
         [OPT_KERNEL] = {"kernel", 0, 1, 1, NULL},
         [OPT_DTYPE] = {"dtype", 0, 1, 1, NULL},
@@ -539,6 +540,7 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
         [OPT_ARCH] = {"arch", 0, 1, 1, NULL},
         [OPT_MANIFEST] = {"manifest", 0, 1, 0, NULL},
         [OPT_JOBS] = {"jobs", 'j', 1, 0, NULL},
+        [OPT_REMOTE] = {"remote", 0, 1, 0, NULL},
         {0},
     };
     static const int dim_option[DIM_COUNT] = {OPT_DTYPE, OPT_HEAD_DIM, OPT_MASK, OPT_POS,
@@ -566,6 +568,7 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     if ((rc = cli_check_env(cmd, CLI_ENV_LOG | CLI_ENV_SIZE |
                                      (options[OPT_ARCH].value ? 0 : CLI_ENV_ARCH))) >= 0)
         return rc;
+    if ((rc = cli_check_remote(cmd, options[OPT_REMOTE].value)) >= 0) return rc;
 
     char **arches = NULL;
     int arch_count = 0;
@@ -623,6 +626,7 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     opts.cache_dir = cli_cache_dir_option;
     opts.arch = arches[0];
+    opts.remote = cli_remote_option;
     fi_jit_ctx *probe = NULL;
     fi_cache *store = NULL;
     if (fi_jit_ctx_new(&probe, &opts) < 0) {

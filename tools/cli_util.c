@@ -22,6 +22,7 @@
 #include "fijit_cache.h"
 
 const char *cli_cache_dir_option;
+const char *cli_remote_option;
 
 static void print_usage(FILE *f, const cli_command *cmd)
 {
@@ -278,6 +279,22 @@ int cli_open_store(const cli_command *cmd, fi_cache **out, char dir[4096])
         return cli_runtime_error(cmd, what);
     }
     return CLI_EXIT_OK;
+}
+
+const char *cli_remote_url(void)
+{
+    const char *env = getenv("FIJIT_REMOTE");
+    return cli_remote_option ? cli_remote_option : env && *env ? env : NULL;
+}
+
+int cli_check_remote(const cli_command *cmd, const char *option)
+{
+    char masked[512];
+    cli_remote_option = option;
+    const char *url = cli_remote_url();
+    if (url && fi_remote_url_check(masked, sizeof masked, url) < 0)
+        return cli_usage_error(cmd, "%s: %s", option ? "--remote" : "FIJIT_REMOTE", fi_last_error());
+    return -1;
 }
 
 int cli_check_env(const cli_command *cmd, unsigned which)

@@ -402,8 +402,14 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
 
 static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
 {
-    int rc = cli_parse_options(cmd, NULL, argc, argv);
+    enum { OPT_REMOTE };
+    cli_option options[] = {
+        [OPT_REMOTE] = {"remote", 0, 1, 0, NULL},
+        {0},
+    };
+    int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
+    if ((rc = cli_check_remote(cmd, options[OPT_REMOTE].value)) >= 0) return rc;
 
     printf("fijit version        %s (header %d.%d.%d)\n", fi_version_string(),
            FIJIT_VERSION_MAJOR, FIJIT_VERSION_MINOR, FIJIT_VERSION_PATCH);
@@ -450,14 +456,31 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
         printf("max cache size       unlimited\n");
     }
 
+    /* The remote's password and the fleet secret are never printed. */
+    char masked[512];
+    const char *remote = cli_remote_url();
+    if (remote && fi_remote_url_check(masked, sizeof masked, remote) == 0)
+        printf("remote cache         %s (%s)\n", masked,
+               cli_remote_option ? "--remote" : "FIJIT_REMOTE");
+    else
+        printf("remote cache         none\n");
+    const char *secret = getenv("FIJIT_REMOTE_SECRET");
+    printf("fleet secret         %s\n", secret && *secret ? "set (FIJIT_REMOTE_SECRET): entries "
+           "from the remote must carry its MAC" : "none");
+
     static const char *const env_names[] = {
         "FIJIT_CACHE_DIR", "FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE",
-        "FIJIT_LOCK_TIMEOUT_MS", "FIJIT_TEMPLATE_DIR", "XDG_CACHE_HOME", "CUDA_HOME",
-        "CUDA_CACHE_DISABLE",
+        "FIJIT_LOCK_TIMEOUT_MS", "FIJIT_TEMPLATE_DIR", "FIJIT_REMOTE", "FIJIT_REMOTE_SECRET",
+        "XDG_CACHE_HOME", "CUDA_HOME", "CUDA_CACHE_DISABLE",
     };
     printf("environment\n");
     for (size_t i = 0; i < sizeof env_names / sizeof *env_names; i++) {
         const char *value = getenv(env_names[i]);
+        if (value && strcmp(env_names[i], "FIJIT_REMOTE") == 0 &&
+            fi_remote_url_check(masked, sizeof masked, value) == 0)
+            value = masked;
+        else if (value && strcmp(env_names[i], "FIJIT_REMOTE_SECRET") == 0)
+            value = "(set)";
         printf("  %-20s %s\n", env_names[i], value ? value : "(unset)");
     }
     return CLI_EXIT_OK;
@@ -568,7 +591,7 @@ static const cli_command commands[] = {
      "usage: fijit prewarm [--kernel K] [--dtype D,..] [--head-dim N,..] [--mask M,..]\n"
      "                     [--pos P,..] [--softcap 0,1] [--variant V,..] [--arch A,..]\n"
      "                     [--variant-file FILE].. [--manifest FILE] [-j N]\n"
-     "                     [--cache-dir DIR]\n",
+     "                     [--remote URL] [--cache-dir DIR]\n",
      "\n"
      "Compile specs into the cache so that later processes only load them. Needs no GPU.\n"
      "The specs are the cartesian product of the list options below, and/or the lines\n"
@@ -599,6 +622,10 @@ static const cli_command commands[] = {
      "                     stops prewarm before anything is compiled.\n"
      "  -j, --jobs N       worker processes (default: number of online CPUs; at most\n"
      "                     twice that)\n"
+     CLI_REMOTE_HELP
+     "                     With a remote, specs it holds are fetched instead of\n"
+     "                     compiled, and what is compiled or cached here is pushed\n"
+     "                     to it (unless it is ?readonly): prewarm fills the fleet.\n"
      CACHE_DIR_HELP
      "\n"
      "Prints one line per spec (compiled / cached / FAILED) or, on a terminal, a\n"
@@ -628,7 +655,9 @@ static const cli_command commands[] = {
      "\n"
      "  --json             one JSON object on one line, integer values: memory_hits,\n"
      "                     disk_hits, misses, compiles, compile_failures, compile_ns,\n"
-     "                     bytes_written, corrupt, entries, bytes\n"
+     "                     bytes_written, corrupt, entries, bytes, remote_hits,\n"
+     "                     remote_misses, remote_errors, remote_corrupt,\n"
+     "                     remote_bytes_in, remote_bytes_out\n"
      "  -z, --zero         zero the counters first (entries and bytes are the cache's\n"
      "                     content and stay)\n"
      CACHE_DIR_HELP,
@@ -667,11 +696,13 @@ static const cli_command commands[] = {
      CACHE_DIR_HELP,
      cmd_gc},
     {"show-config",
-     "usage: fijit show-config [--cache-dir DIR]\n",
+     "usage: fijit show-config [--remote URL] [--cache-dir DIR]\n",
      "\n"
      "Print versions (fijit, NVRTC, CUDA driver), the GPU arch, the cache directory,\n"
-     "its size limit and the environment variables fijit reads.\n"
+     "its size limit, the remote cache (password masked) and the environment\n"
+     "variables fijit reads.\n"
      "\n"
+     CLI_REMOTE_HELP
      CACHE_DIR_HELP,
      cmd_show_config},
     {"explain",
@@ -696,8 +727,52 @@ static const cli_command commands[] = {
      "                     it; the output gives its size and xxh3-64 hash); repeatable\n"
      CACHE_DIR_HELP,
      cmd_explain},
+    {"remote",
+     "usage: fijit remote ping|stats|list [--keys] [--remote URL]\n",
+     "\n"
+     "Look at the fleet's remote cache.\n"
+     "  ping               one round trip, and its time\n"
+     "  stats              entries and bytes under this fleet's prefix, how many carry\n"
+     "                     a MAC, and what the server says of its memory, eviction\n"
+     "                     policy, evictions, hits and misses\n"
+     "  list               one line per entry (from its header): spec, arch, size,\n"
+     "                     'sealed' when it carries a MAC\n"
+     "\n"
+     "  --keys             list: start each line with the entry's key\n"
+     CLI_REMOTE_HELP
+     "\n"
+     "Exit status: 0 answered, 1 the remote failed, 2 bad arguments or no remote.\n",
+     cli_cmd_remote},
+    {"export",
+     "usage: fijit export -o FILE (--manifest M | SPEC... | --all) [--arch A,..]\n"
+     "                    [--cache-dir DIR]\n",
+     "\n"
+     "Write cache entries to a bundle, one file (SQLite) to carry to hosts that cannot\n"
+     "reach the remote cache: each entry's bytes, key, spec, arch, checksum and, with\n"
+     "FIJIT_REMOTE_SECRET set, its MAC. Each entry is verified as it is read.\n"
+     "\n"
+     "  -o, --output FILE  the bundle to create (refused if it exists)\n"
+     "  --manifest M       the entries of the specs in manifest M (as for prewarm)\n"
+     "  SPEC...            the entries of these canonical specs\n"
+     "  --all              every entry\n"
+     "  --arch A,..        only entries built for these arches\n"
+     CACHE_DIR_HELP,
+     cli_cmd_export},
+    {"import",
+     "usage: fijit import FILE [--cache-dir DIR]\n",
+     "\n"
+     "Add the entries of a bundle to the cache. Every entry is verified first (header,\n"
+     "checksum, key; with FIJIT_REMOTE_SECRET set, its MAC, and a bundle without MACs\n"
+     "is refused); entries the cache holds already are skipped. Prints the counts, and\n"
+     "each refused entry on stderr.\n"
+     "\n"
+     CACHE_DIR_HELP
+     "\n"
+     "Exit status: 0 every entry added or present, 1 some refused or the bundle is\n"
+     "unreadable, of another schema or damaged, 2 bad arguments.\n",
+     cli_cmd_import},
     {"demo",
-     "usage: fijit demo [--kv-len N] [--cache-dir DIR]\n",
+     "usage: fijit demo [--kv-len N] [--remote URL] [--cache-dir DIR]\n",
      "\n"
      "GPU smoke test: run decode fp16 hd128 (32 query heads, 8 KV heads, NHD) on CUDA\n"
      "device 0 with random inputs and compare with a float64 CPU reference.\n"
@@ -727,6 +802,9 @@ static void print_main_help(FILE *f)
             "  gc            evict entries by size or age\n"
             "  show-config   versions, GPU, cache directory and environment\n"
             "  explain       show what a spec's cache key is made of\n"
+            "  remote        ping, size up or list the fleet's remote cache\n"
+            "  export        write cache entries to a bundle file\n"
+            "  import        add a bundle's entries to the cache\n"
             "  demo          GPU smoke test against a CPU reference\n"
             "\n"
             "Run 'fijit COMMAND --help' for a command's options.\n"

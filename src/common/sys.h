@@ -25,7 +25,10 @@ typedef enum fi_fault_class {
     /* A full disk: only calls that need new space fail, with ENOSPC (write,
      * fsync, rename, mkdir, open with O_CREAT); reads keep working. Not in
      * FI_FAULT_ALL, so the existing fault loops are unchanged. */
-    FI_FAULT_DISK_FULL = 1u << 5
+    FI_FAULT_DISK_FULL = 1u << 5,
+    /* Every command sent to a remote tier fails as a lost connection would.
+     * Not in FI_FAULT_ALL either: only a context with a remote makes them. */
+    FI_FAULT_REMOTE = 1u << 6
 } fi_fault_class;
 
 /* Arm fault injection: the `nth` call (1-based) of a class in `mask` fails;

@@ -2,17 +2,19 @@
  * fi_jit_get_kernel and friends: the path from a spec to a loaded function.
  *
  *   hot:  spec key → in-memory table (no expansion, no hashing of source)
- *   miss: expand → key → disk cache → (per-key lock, check again) → NVRTC →
- *         store → cuModuleLoadData → publish in the table
+ *   miss: expand → key → store (disk, then remote) → (per-key lock, check
+ *         again) → NVRTC → store → cuModuleLoadData → publish in the table
  *
  * Single flight: threads of one process that miss on the same spec serialise
  * on one of FI_BUILD_STRIPES mutexes chosen by the spec's hash; processes
- * serialise on the store's per-key file lock.
+ * serialise on the store's per-key file lock, and hosts on its lease in the
+ * remote tier (both taken by fi_store_lock_key).
  *
  * The context's variants are in registry.c; an object becomes a module in
  * load.c.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,7 @@
 #include "core/registry.h"
 #include "toolchain/nvrtc.h"
 #include "core/spec.h"
+#include "store/remote/remote.h"
 #include "store/store.h"
 #include "common/sys.h"
 #include "core/table.h"
@@ -128,6 +131,25 @@ static void flush_counts(fi_jit_ctx *ctx)
     fi__free(first);
 }
 
+/* Bytes of fi_jit_options a caller of each version has (index: version). */
+static const size_t options_size[FI_JIT_OPTIONS_VERSION + 1] = {
+    0, offsetof(fi_jit_options, remote), sizeof(fi_jit_options)};
+
+/* The remote tier behind the store, as the options or FIJIT_REMOTE name it. */
+static int remote_attach(fi_store *store, const fi_jit_options *opts)
+{
+    int rc = 0;
+    fi_remote *remote = NULL;
+    const char *url = opts->remote ? opts->remote : getenv("FIJIT_REMOTE");
+    const char *secret = opts->remote_secret ? opts->remote_secret : getenv("FIJIT_REMOTE_SECRET");
+    if (!url || !*url) return 0;
+    if (secret && *secret) FI_TRY(fi_store_set_secret(store, secret));
+    FI_TRY(fi_remote_open(&remote, url));
+    rc = fi_store_add_remote(store, remote); /* takes it over */
+out:
+    return rc;
+}
+
 int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
 {
     int rc = 0;
@@ -136,10 +158,13 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
     const char *env;
     if (!out) return fi__error(FI_EINVALID, "fi_jit_ctx_new: out is NULL");
     *out = NULL;
-    if (!opts) opts = &defaults;
-    if (opts->version != FI_JIT_OPTIONS_VERSION)
-        return fi__error(FI_EINVALID, "options.version is %u, this library expects %d",
+    if (opts && (opts->version < 1 || opts->version > FI_JIT_OPTIONS_VERSION))
+        return fi__error(FI_EINVALID, "options.version is %u, this library expects 1 to %d",
                          opts->version, FI_JIT_OPTIONS_VERSION);
+    /* An older caller's struct ends before the fields its version lacks. */
+    if (opts) memcpy(&defaults, opts, options_size[opts->version]);
+    defaults.version = FI_JIT_OPTIONS_VERSION;
+    opts = &defaults;
     if (!(ctx = fi__calloc(1, sizeof *ctx))) return fi__error(FI_ENOMEM, "out of memory");
     fi__table_init(&ctx->table);
     fi__registry_init(&ctx->variants);
@@ -198,6 +223,9 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
             ctx->store = NULL;
             rc = 0;
         }
+        if (ctx->store) FI_TRY(remote_attach(ctx->store, opts));
+    } else if ((opts->remote && *opts->remote) || ((env = getenv("FIJIT_REMOTE")) && *env)) {
+        fi__log(FI_LOG_WARN, "the remote cache is not used: it needs the disk cache");
     }
     *out = ctx;
     ctx = NULL;
@@ -265,6 +293,7 @@ typedef struct fi_build {
     fi_object_meta meta;
     void *object;      /* the cubin */
     size_t object_size;
+    int from_local;    /* the object came from the disk cache */
 } fi_build;
 
 static void build_free(fi_build *b)
@@ -381,6 +410,19 @@ static int store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
     return rc;
 }
 
+/* b's object from the store's tiers; a disk hit is counted here, a remote
+ * one by the store. */
+static int store_lookup(fi_jit_ctx *ctx, fi_build *b)
+{
+    fi_store_tier tier;
+    int rc = fi_store_lookup(ctx->store, b->key, &b->object, &b->object_size, &b->meta, &tier);
+    if (rc == 0 && tier == FI_STORE_TIER_LOCAL) {
+        count(ctx, C_DISK_HITS, 1);
+        b->from_local = 1;
+    }
+    return rc;
+}
+
 /* Fill b->object from the disk cache or by compiling; *compiled says which.
  * `not_stored` (may be NULL; FI_NOT_STORED_MAX bytes) receives why a compiled
  * object could not be written to the disk cache; it stays "" when it was. */
@@ -392,11 +434,8 @@ static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled, char *not_s
     *compiled = 0;
     if (not_stored) not_stored[0] = '\0';
     if (ctx->store) {
-        rc = fi_store_get(ctx->store, b->key, &b->object, &b->object_size, &b->meta);
-        if (rc == 0) {
-            count(ctx, C_DISK_HITS, 1);
-            goto out;
-        }
+        rc = store_lookup(ctx, b);
+        if (rc == 0) goto out;
         if (rc != FI_ENOTFOUND) goto out;
         rc = 0;
     }
@@ -407,11 +446,8 @@ static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled, char *not_s
     if (ctx->store) {
         /* Another process may be building it: wait for its lock, then look again. */
         FI_TRY(fi_store_lock_key(ctx->store, b->key, &lock));
-        rc = fi_store_get(ctx->store, b->key, &b->object, &b->object_size, &b->meta);
-        if (rc == 0) {
-            count(ctx, C_DISK_HITS, 1);
-            goto out;
-        }
+        rc = store_lookup(ctx, b);
+        if (rc == 0) goto out;
         if (rc != FI_ENOTFOUND) goto out;
         rc = 0;
     }
@@ -453,6 +489,9 @@ int fi_jit_prewarm(fi_build_outcome *out, fi_jit_ctx *ctx, const fi_jit_spec *sp
     pthread_mutex_lock(stripe);
     rc = build_prepare(&b, spec, variant, arch, NULL, NULL);
     if (rc == 0) rc = build_obtain(ctx, &b, &compiled, not_stored);
+    /* Prewarm fills the remote too: an entry the disk held may be new to it. */
+    if (rc == 0 && b.from_local)
+        fi_store_publish(ctx->store, b.key, b.object, b.object_size, &b.meta);
     pthread_mutex_unlock(stripe);
     if (rc == 0 && not_stored[0]) /* prewarm's job is to store: say what was lost, and why */
         rc = fi__error(FI_EIO, "%s for %s compiled but not stored in the cache: %s", b.meta.spec,
@@ -637,7 +676,8 @@ int fi_jit_get_kernel(const fi_jit_kernel **out, fi_jit_ctx *ctx, const fi_jit_s
 }
 
 /* Bytes of fi_jit_stats a caller of each version has (index: version). */
-static const size_t stats_size[FI_JIT_STATS_VERSION + 1] = {0, sizeof(fi_jit_stats)};
+static const size_t stats_size[FI_JIT_STATS_VERSION + 1] = {
+    0, offsetof(fi_jit_stats, remote_hits), sizeof(fi_jit_stats)};
 
 static int stats_get(fi_jit_ctx *ctx, fi_jit_stats *out)
 {

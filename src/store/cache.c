@@ -1,8 +1,8 @@
 /*
  * The cache half of fijit_cache.h: a cache directory opened for maintenance
  * (a handle over the tier front, store.h, whose maintenance is the local
- * tier's), and the one size parser that FIJIT_MAX_CACHE_SIZE and the CLI
- * share.
+ * tier's), its bundles (bundle.c), and the one size parser that
+ * FIJIT_MAX_CACHE_SIZE and the CLI share.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/sys.h"
 #include "fijit_cache.h"
+#include "store/bundle.h"
 #include "store/store.h"
 
 _Static_assert((unsigned)FI_CACHE_READ_ONLY == (unsigned)FI_STORE_READ_ONLY &&
@@ -91,6 +92,21 @@ int fi_cache_gc(fi_cache *cache, int64_t max_bytes, int64_t older_than)
 {
     if (!cache) return fi__error(FI_EINVALID, "fi_cache_gc: NULL argument");
     return fi_store_gc(cache->store, max_bytes, older_than);
+}
+
+int fi_cache_export(fi_bundle_counts *out, fi_cache *cache, const char *path,
+                    int (*want)(void *user, const fi_cache_entry *entry), void *user,
+                    const char *secret)
+{
+    if (!out || !cache || !path) return fi__error(FI_EINVALID, "fi_cache_export: NULL argument");
+    return fi_bundle_export(out, cache->store, path, want, user, secret);
+}
+
+int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *path, const char *secret,
+                    void (*report)(void *user, const char *problem), void *user)
+{
+    if (!out || !cache || !path) return fi__error(FI_EINVALID, "fi_cache_import: NULL argument");
+    return fi_bundle_import(out, cache->store, path, secret, report, user);
 }
 
 int fi_cache_size_parse(int64_t *out, const char *text)

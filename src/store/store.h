@@ -3,11 +3,16 @@
  * order, each behind a small interface, and knows nothing of SQLite or
  * sockets (ccache's storage.cpp is the model):
  *   get   the local tier (store/local/), then each remote (store/remote/);
- *         an entry a remote returns is verified with the entry codec
- *         (store/object.h) and written back to the local tier
- *   put   the local tier, then every remote, best effort
- *   lock  the local tier's per-key build lock
- * Statistics and maintenance (list, verify, clear, gc) are the local tier's.
+ *         a value a remote returns is unsealed (store/seal.h: its MAC
+ *         checked when the fleet has a secret) and verified with the entry
+ *         codec (store/object.h), then written back to the local tier
+ *   put   the local tier, then every writable remote, best effort
+ *   lock  the local tier's per-key build lock, then the fleet's build lease
+ *         in the first writable remote (or a bounded wait for the entry
+ *         another host is building)
+ * A remote that fails is skipped for a back-off period (remote.h).
+ * Statistics and maintenance (list, verify, clear, gc) are the local tier's;
+ * the remote_* counters are counted here and saved with the caller's.
  *
  * The local tier is a cache directory (created 0700):
  *   index.sqlite          the index (WAL mode)
@@ -64,9 +69,15 @@ int fi_store_read_only(const fi_store *st);
 
 /* Add a remote tier behind the local one (and behind remotes added
  * before). The store takes `remote` over, also when this fails, and closes
- * it with itself. No remote is built today; tests add a fake one. */
+ * it with itself. Not thread-safe: add remotes before the store is shared. */
 typedef struct fi_remote fi_remote;
 int fi_store_add_remote(fi_store *st, fi_remote *remote);
+/* Seal what is pushed to the remotes with the fleet secret, and accept only
+ * what carries its MAC (store/seal.h). FI_EINVALID for a short secret. */
+int fi_store_set_secret(fi_store *st, const char *secret);
+
+/* Which tier served a get. */
+typedef enum fi_store_tier { FI_STORE_TIER_LOCAL = 0, FI_STORE_TIER_REMOTE = 1 } fi_store_tier;
 
 /* Read and verify the object for `key`. FI_ENOTFOUND when absent (also
  * when the index cannot be read: a damaged index must not stop the caller
@@ -80,6 +91,15 @@ int fi_store_add_remote(fi_store *st, fi_remote *remote);
  * from then on. */
 int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
                  fi_object_meta *meta);
+/* fi_store_get, saying in `*tier` (may be NULL) which tier served it. */
+int fi_store_lookup(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
+                    fi_object_meta *meta, fi_store_tier *tier);
+/* 1 when the local tier's index lists `key`, 0 when not, or an error code. */
+int fi_store_has_local(fi_store *st, const uint8_t key[16]);
+/* Push an entry the local tier served to every writable remote that lacks
+ * it (prewarm fills a remote from a warm local cache). Best effort. */
+void fi_store_publish(fi_store *st, const uint8_t key[16], const void *data, size_t size,
+                      const fi_object_meta *meta);
 
 /* Store an object atomically; replaces an existing entry for the key. Runs
  * eviction if a size limit is set. Then pushes the entry to every remote,
@@ -91,7 +111,13 @@ int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t s
  * most the store's lock timeout for another holder (which may be stopped or
  * hung), then returns a lock that holds nothing, so the caller builds
  * without it (puts are atomic, so a late second writer of the key is
- * harmless). Also holds nothing on a read-only store. */
+ * harmless). Also holds nothing on a read-only store.
+ * Then, with a writable remote, the fleet-wide lease on the key: taken (and
+ * renewed by a thread while the caller builds, so that it expires soon
+ * after a holder dies), or, while another host holds it, waited for until
+ * that host's entry appears in the remote, the lease is freed, or the
+ * remote's wait bound passes; the caller then looks the key up again and
+ * builds only on a miss. A sick remote only ends the wait. */
 typedef struct fi_store_lock fi_store_lock;
 int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out);
 /* Default wait for another process's build lock; FIJIT_LOCK_TIMEOUT_MS

@@ -54,7 +54,8 @@ int main(void)
 
     /* ---- context (memory only: nothing is written) ---- */
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    EXPECT(opts.jit == 1 && opts.use_disk_cache == 1 && opts.log_level == FI_LOG_WARN);
+    EXPECT(opts.jit == 1 && opts.use_disk_cache == 1 && opts.log_level == FI_LOG_WARN &&
+           opts.remote == NULL && opts.remote_secret == NULL);
     opts.use_disk_cache = 0;
     opts.log_level = FI_LOG_OFF;
     opts.arch = "sm_90a";

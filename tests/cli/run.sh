@@ -24,6 +24,7 @@ CACHE=$WORK/cache
 
 # Nothing from the caller's environment may change what the CLI does.
 unset FIJIT_CACHE_DIR FIJIT_ARCH FIJIT_JIT FIJIT_LOG FIJIT_MAX_CACHE_SIZE FIJIT_TEMPLATE_DIR \
+      FIJIT_REMOTE FIJIT_REMOTE_SECRET \
       XDG_CACHE_HOME
 export HOME=$WORK/home
 mkdir -p "$HOME"
@@ -48,7 +49,8 @@ normalise() {
         -e 's/\b[0-9]+(\.[0-9])? (B|KiB|MiB|GiB)\b/<size>/g' \
         -e 's/ is [0-9]+ bytes but its header says [0-9]+/ is N bytes but its header says M/' \
         -e 's/(<size> +)[0-9]+[smhd] /\1<age> /' \
-        -e 's/\b[0-9]+\.[0-9]+\.[0-9]+\b/<version>/g'
+        -e 's/\b[0-9]+\.[0-9]+\.[0-9]+\b/<version>/g' \
+        -e 's/answers in [0-9.]+ ms/answers in N ms/'
 }
 
 # run NAME [--sort] [--env VAR=VALUE].. -- ARGS...: run fijit and compare with
@@ -105,7 +107,7 @@ run version -- --version
 run no_command --
 run unknown_command -- frobnicate
 run unknown_top_option -- --frob list
-for cmd in prewarm list stats verify clear gc show-config explain demo; do
+for cmd in prewarm list stats verify clear gc show-config explain demo remote export import; do
     run "help_$cmd" -- "$cmd" --help
 done
 
@@ -143,6 +145,59 @@ printf '# already cached\n\ndecode q=fp16 hd=64   # same as above\ndecode q=fp16
 run prewarm_manifest -- prewarm --manifest "$WORK/good.manifest" --arch sm_90a --cache-dir "$CACHE"
 check prewarm_manifest_stats "expected no new compile" stat_is compiles 2
 
+# ---- the fleet: a remote cache (a private redis-server) and bundles -----------------
+FLEET=$WORK/fleet
+mkdir -p "$FLEET"
+cp -a "$CACHE" "$FLEET/a"
+fstat() { "$FIJIT" stats --json --cache-dir "$1" | sed -E "s/.*\"$2\":(-?[0-9]+).*/\1/"; }
+run remote_bad_url -- prewarm --dtype fp16 --head-dim 64 --remote 'redis://h:99999' --cache-dir "$FLEET/a"
+run remote_no_url -- remote ping
+run remote_bad_verb -- remote frob --remote 'unix:///nowhere.sock'
+"$FIJIT" show-config --remote 'redis://:hunter2@cache-host:6380/1?readonly' >"$WORK/fleet-config.txt" 2>&1
+check show_config_masks_the_password "show-config did not show the remote masked, or leaked it" \
+    eval "grep -q '^remote cache  *redis://:\*\*\*@cache-host:6380/1?readonly (--remote)' '$WORK/fleet-config.txt' && ! grep -q hunter2 '$WORK/fleet-config.txt'"
+if command -v redis-server >/dev/null; then
+    redis-server --port 0 --unixsocket "$FLEET/redis.sock" --unixsocketperm 700 --save '' \
+        --appendonly no --dir "$FLEET" --logfile "$FLEET/redis.log" --daemonize no &
+    REDIS_PID=$!
+    for _ in $(seq 100); do [ -S "$FLEET/redis.sock" ] && break; sleep 0.05; done
+    URL=unix://$FLEET/redis.sock
+    run fleet_prewarm_fills_the_remote -- prewarm "${SPECS[@]}" -j 1 --remote "$URL" --cache-dir "$FLEET/a"
+    run fleet_remote_list -- remote list --remote "$URL"
+    run fleet_remote_ping -- remote ping --remote "$URL"
+    "$FIJIT" remote stats --remote "$URL" >"$WORK/fleet-stats.txt" 2>&1
+    check fleet_remote_stats "remote stats did not count 2 entries: $(head -c 300 "$WORK/fleet-stats.txt")" \
+        eval "grep -qE '^entries +2$' '$WORK/fleet-stats.txt' && grep -q 'maxmemory_policy' '$WORK/fleet-stats.txt'"
+    run fleet_host_b_from_the_remote -- prewarm "${SPECS[@]}" -j 1 --remote "$URL" --cache-dir "$FLEET/b"
+    check fleet_host_b_compiled_nothing "host b: want 0 compiles and 2 remote hits" \
+        eval "[ $(fstat "$FLEET/b" compiles) = 0 ] && [ $(fstat "$FLEET/b" remote_hits) = 2 ]"
+    kill -9 "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null
+    run fleet_remote_ping_dead -- remote ping --remote "$URL"
+else
+    echo "SKIPPED the remote cases: redis-server is not installed (run 'make deps')"
+fi
+run bundle_export_all -- export -o "$FLEET/all.bundle" --all --cache-dir "$FLEET/a"
+run bundle_export_exists -- export -o "$FLEET/all.bundle" --all --cache-dir "$FLEET/a"
+run bundle_export_spec -- export -o "$FLEET/one.bundle" "decode q=bf16 hd=64" --arch sm_90a --cache-dir "$FLEET/a"
+run bundle_export_nothing_chosen -- export -o "$FLEET/x.bundle" --cache-dir "$FLEET/a"
+run bundle_import_one -- import "$FLEET/one.bundle" --cache-dir "$FLEET/c"
+run bundle_import_into_a_cache_with_some -- import "$FLEET/all.bundle" --cache-dir "$FLEET/c"
+run bundle_import_again -- import "$FLEET/all.bundle" --cache-dir "$FLEET/c"
+run bundle_verify_after_import -- verify --cache-dir "$FLEET/c"
+"$FIJIT" prewarm "${SPECS[@]}" -j 1 --cache-dir "$FLEET/c" >/dev/null 2>&1
+check bundle_import_serves_without_compiles "want 0 compiles after import" \
+    eval "[ $(fstat "$FLEET/c" compiles) = 0 ] && [ $(fstat "$FLEET/c" entries) = 2 ]"
+run bundle_import_not_a_bundle -- import "$WORK/good.manifest" --cache-dir "$FLEET/d"
+run bundle_import_missing -- import "$FLEET/none.bundle" --cache-dir "$FLEET/d"
+run bundle_import_unsealed_with_a_secret --env FIJIT_REMOTE_SECRET=0123456789abcdef-fleet \
+    -- import "$FLEET/all.bundle" --cache-dir "$FLEET/d"
+run bundle_export_sealed --env FIJIT_REMOTE_SECRET=0123456789abcdef-fleet \
+    -- export -o "$FLEET/sealed.bundle" --all --cache-dir "$FLEET/a"
+run bundle_import_sealed_wrong_secret --sort --env FIJIT_REMOTE_SECRET=another-secret-of-the-length \
+    -- import "$FLEET/sealed.bundle" --cache-dir "$FLEET/d"
+run bundle_import_sealed --env FIJIT_REMOTE_SECRET=0123456789abcdef-fleet \
+    -- import "$FLEET/sealed.bundle" --cache-dir "$FLEET/d"
+
 # ---- inspecting ----------------------------------------------------------------------
 run list -- list --cache-dir "$CACHE"
 run list_dtype -- list --dtype bf16 --cache-dir "$CACHE"
@@ -151,8 +206,8 @@ run list_via_top_option -- --cache-dir "$CACHE" list --kernel decode
 run list_repeated_and_inline -- list --dtype fp16 --dtype bf16 --arch=sm_90a --cache-dir="$CACHE"
 run verify_clean -- verify --cache-dir "$CACHE"
 "$FIJIT" stats --json --cache-dir "$CACHE" >"$WORK/stats.json"
-check stats_json_one_line "stats --json is not one JSON object with the 10 integer keys" \
-    eval "[ \$(wc -l <'$WORK/stats.json') = 1 ] && [ \$(grep -oE '\"[a-z_]+\":[0-9]+' '$WORK/stats.json' | wc -l) = 10 ]"
+check stats_json_one_line "stats --json is not one JSON object with the 16 integer keys" \
+    eval "[ \$(wc -l <'$WORK/stats.json') = 1 ] && [ \$(grep -oE '\"[a-z_]+\":[0-9]+' '$WORK/stats.json' | wc -l) = 16 ]"
 "$FIJIT" stats --cache-dir "$CACHE" >"$WORK/stats.txt"
 check stats_table "stats table lacks a compiles line" grep -qE '^compiles +2$' "$WORK/stats.txt"
 "$FIJIT" show-config --cache-dir "$CACHE" >"$WORK/config.txt" 2>&1

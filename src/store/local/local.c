@@ -190,6 +190,17 @@ out:
     return rc;
 }
 
+int fi_local_has(fi_local *st, const uint8_t key[16])
+{
+    char hex[33];
+    if (!st || !key) return fi__error(FI_EINVALID, "fi_store_has: NULL argument");
+    fi_key_hex(hex, key);
+    pthread_mutex_lock(&st->mu);
+    int rc = fi__local_row_exists(st, hex, NULL);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
 static int store_put_once(fi_local *st, const uint8_t key[16], const void *data, size_t size,
                           const fi_object_meta *meta);
 

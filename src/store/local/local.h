@@ -121,9 +121,13 @@ int fi_local_get(fi_local *st, const uint8_t key[16], void **out, size_t *out_si
                  fi_object_meta *meta);
 int fi_local_put(fi_local *st, const uint8_t key[16], const void *data, size_t size,
                  const fi_object_meta *meta);
-int fi_local_lock_key(fi_local *st, const uint8_t key[16], fi_store_lock **out);
+/* The per-key build lock (lock.c); the front's fi_store_lock wraps it. */
+typedef struct fi_local_lock fi_local_lock;
+int fi_local_lock_key(fi_local *st, const uint8_t key[16], fi_local_lock **out);
 void fi_local_set_lock_timeout(fi_local *st, int64_t timeout_ms);
-void fi_local_unlock(fi_store_lock *lock);
+void fi_local_unlock(fi_local_lock *lock);
+/* 1 when the index lists `key`, 0 when not, or an error code. */
+int fi_local_has(fi_local *st, const uint8_t key[16]);
 int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta);
 int fi_local_stats_get(fi_local *st, fi_jit_stats *out);
 int fi_local_stats_zero(fi_local *st);

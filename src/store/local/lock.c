@@ -20,7 +20,7 @@
 #include "common/sys.h"
 #include "store/local/local.h"
 
-struct fi_store_lock {
+struct fi_local_lock {
     int fd;
 };
 
@@ -81,11 +81,11 @@ void fi_local_set_lock_timeout(fi_local *st, int64_t timeout_ms)
     if (st) st->lock_timeout_ms = timeout_ms;
 }
 
-int fi_local_lock_key(fi_local *st, const uint8_t key[16], fi_store_lock **out)
+int fi_local_lock_key(fi_local *st, const uint8_t key[16], fi_local_lock **out)
 {
     int rc = 0, fd = -1;
     char hex[33], path[PATH_MAX_LEN];
-    fi_store_lock *lock = NULL;
+    fi_local_lock *lock = NULL;
     if (!st || !key || !out) return fi__error(FI_EINVALID, "fi_store_lock_key: NULL argument");
     *out = NULL;
     fi_key_hex(hex, key);
@@ -122,7 +122,7 @@ out:
     return rc;
 }
 
-void fi_local_unlock(fi_store_lock *lock)
+void fi_local_unlock(fi_local_lock *lock)
 {
     if (!lock) return;
     if (lock->fd >= 0) flock(lock->fd, LOCK_UN); /* closing would release it too; be explicit */

@@ -1,0 +1,713 @@
+/*
+ * The Redis remote tier against a real redis-server, started by each test on
+ * a private unix socket in its temp dir and stopped afterwards:
+ *   - URLs: parsing, every bad part named, the password masked;
+ *   - two hosts (separate processes and cache dirs): B gets A's compiles as
+ *     remote hits and compiles nothing;
+ *   - fleet single flight: 8 processes on 4 cache dirs, 2 threads each, on
+ *     one cold set: compiles across the fleet == distinct keys;
+ *   - faults: the server killed mid-run, paused past the timeouts (extra
+ *     latency measured and printed), restarted empty; corrupted, truncated
+ *     and foreign values under a valid key; poisoning without the secret; a
+ *     read-only remote; a wrong password.
+ * Most tests work at the store level on small synthetic entries; the two
+ * that go through fi_jit_prewarm compile two small decode kernels.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "check.h"
+#include "common/sys.h"
+#include "store/object.h"
+#include "store/remote/remote.h"
+#include "store/seal.h"
+#include "store/store.h"
+
+static const char secret[] = "0123456789abcdef-fleet";
+
+/* Start this test's server; skip the test (loudly, in check.c) when
+ * redis-server is missing. */
+#define START_REDIS(r, password, options)                                      \
+    do {                                                                       \
+        int started__ = check_redis_start((r), check_tmpdir, (password), (options)); \
+        if (started__ == 1) return;                                            \
+        CHECK_MSG(started__ == 0, "redis-server did not start (see %s/redis.log)", check_tmpdir); \
+    } while (0)
+
+static void key_of(uint8_t key[16], int i)
+{
+    memset(key, 0, 16);
+    key[0] = 0xab;
+    key[15] = (uint8_t)i;
+}
+
+static void meta_of(fi_object_meta *m, int i)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->spec, sizeof m->spec, "decode q=fp16 hd=%d", 64 + i);
+    snprintf(m->arch, sizeof m->arch, "sm_90a");
+}
+
+static const char payload[] = "the bytes of a cubin, for the store's purposes";
+
+static int open_store(fi_store **st, const char *name, const char *url, const char *fleet_secret)
+{
+    char dir[4300];
+    fi_remote *remote = NULL;
+    snprintf(dir, sizeof dir, "%s/%s", check_tmpdir, name);
+    int rc = fi_store_open(st, dir, 0, 0);
+    if (rc == 0 && fleet_secret) rc = fi_store_set_secret(*st, fleet_secret);
+    if (rc == 0 && url) rc = fi_remote_open(&remote, url);
+    if (rc == 0 && url) rc = fi_store_add_remote(*st, remote);
+    return rc;
+}
+
+/* A direct connection, for what a test does behind the tier's back. */
+static redisContext *redis_direct(const check_redis *r)
+{
+    redisContext *c = redisConnectUnix(r->socket);
+    if (c && r->password[0]) freeReplyObject(redisCommand(c, "AUTH %s", r->password));
+    return c;
+}
+
+static void value_name(char out[128], const uint8_t key[16])
+{
+    char hex[33];
+    fi_key_hex(hex, key);
+    snprintf(out, 128, "fijit:obj:%s", hex);
+}
+
+static long long redis_exists(redisContext *c, const uint8_t key[16])
+{
+    char name[128];
+    value_name(name, key);
+    redisReply *reply = redisCommand(c, "EXISTS %s", name);
+    long long n = reply && reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+    if (reply) freeReplyObject(reply);
+    return n;
+}
+
+static void redis_set(redisContext *c, const uint8_t key[16], const void *value, size_t size)
+{
+    char name[128];
+    value_name(name, key);
+    freeReplyObject(redisCommand(c, "SET %s %b", name, value, size));
+}
+
+/* The value Redis holds for `key` (caller frees), or NULL. */
+static void *redis_value(redisContext *c, const uint8_t key[16], size_t *size)
+{
+    char name[128];
+    value_name(name, key);
+    redisReply *reply = redisCommand(c, "GET %s", name);
+    void *copy = NULL;
+    if (reply && reply->type == REDIS_REPLY_STRING && (copy = malloc(reply->len))) {
+        memcpy(copy, reply->str, reply->len);
+        *size = reply->len;
+    }
+    if (reply) freeReplyObject(reply);
+    return copy;
+}
+
+static int64_t ms_since(int64_t start_ns) { return (fi__now_ns() - start_ns) / 1000000; }
+
+/* ---- URLs ---------------------------------------------------------------------- */
+
+TEST(remote_url_parses_and_names_what_is_wrong)
+{
+    fi_remote_config c;
+    char masked[512];
+    CHECK_OK(fi_remote_config_parse(&c, "redis://:s%40cret@cache.example:6380/2?prefix=prod&ttl=86400"
+                                        "&readonly&timeout=250&connect_timeout=20"));
+    CHECK(!c.unix_socket && strcmp(c.host, "cache.example") == 0 && c.port == 6380 && c.db == 2);
+    CHECK(strcmp(c.password, "s@cret") == 0 && c.user[0] == '\0');
+    CHECK(strcmp(c.prefix, "prod") == 0 && c.ttl_s == 86400 && c.read_only);
+    CHECK(c.timeout_ms == 250 && c.connect_timeout_ms == 20);
+    CHECK(strstr(c.url, "s%40cret") == NULL && strstr(c.url, ":***@cache.example") != NULL);
+    CHECK_OK(fi_remote_config_parse(&c, "redis://localhost"));
+    CHECK(c.port == 6379 && c.db == 0 && !c.read_only && strcmp(c.prefix, "fijit") == 0);
+    CHECK(c.timeout_ms == FI_REMOTE_OPERATION_TIMEOUT_MS &&
+          c.connect_timeout_ms == FI_REMOTE_CONNECT_TIMEOUT_MS);
+    CHECK_OK(fi_remote_config_parse(&c, "unix:///run/redis/redis.sock?db=3"));
+    CHECK(c.unix_socket && strcmp(c.path, "/run/redis/redis.sock") == 0 && c.db == 3);
+    CHECK_OK(fi_remote_config_parse(&c, "redis://app:pw@[::1]:7000"));
+    CHECK(strcmp(c.host, "::1") == 0 && c.port == 7000 && strcmp(c.user, "app") == 0);
+    static const struct {
+        const char *url, *words;
+    } bad[] = {
+        {"http://x", "expected redis://"},
+        {"redis://", "no host"},
+        {"redis://h:0", "port"},
+        {"redis://h:99999", "port"},
+        {"redis://h/abc", "database number"},
+        {"redis://pw@h", "credentials"},
+        {"redis://h?ttl=-1", "ttl="},
+        {"redis://h?timeout=0", "timeout="},
+        {"redis://h?prefix=a:b", "prefix="},
+        {"redis://h?colour=red", "unknown option 'colour'"},
+        {"unix://relative.sock", "unix:///absolute"},
+        {"redis://h x", "space"},
+        {"", "empty"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_RC(fi_remote_config_parse(&c, bad[i].url), FI_EINVALID);
+        CHECK_MSG(strstr(fi_last_error(), bad[i].words) != NULL, "%s: '%s'", bad[i].url,
+                  fi_last_error());
+    }
+    CHECK_OK(fi_remote_url_masked(masked, sizeof masked, "redis://u:topsecret@h:1/0?readonly"));
+    CHECK(strcmp(masked, "redis://u:***@h:1/0?readonly") == 0);
+    CHECK_OK(fi_remote_url_masked(masked, sizeof masked, "unix:///s.sock"));
+    CHECK(strcmp(masked, "unix:///s.sock") == 0);
+}
+
+/* ---- two hosts, and the fleet ------------------------------------------------- */
+
+static const char *const fleet_specs[] = {"decode q=fp16 hd=64", "decode q=bf16 hd=64"};
+#define FLEET_SPECS 2
+
+static int host_ctx(fi_jit_ctx **out, const char *name, const char *url)
+{
+    char dir[4300];
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    snprintf(dir, sizeof dir, "%s/%s", check_tmpdir, name);
+    opts.cache_dir = dir;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_OFF;
+    opts.remote = url;
+    return fi_jit_ctx_new(out, &opts);
+}
+
+/* Host `name` prewarms the fleet specs from `threads` threads, in a child
+ * process; exits 0 when every prewarm succeeded. */
+typedef struct host_run {
+    fi_jit_ctx *ctx;
+    atomic_int failures;
+} host_run;
+
+static void *host_thread(void *arg)
+{
+    host_run *run = arg;
+    for (int i = 0; i < FLEET_SPECS; i++) {
+        fi_jit_spec spec = parse_or_die(fleet_specs[i]);
+        if (fi_jit_prewarm(NULL, run->ctx, &spec, NULL) < 0) {
+            fprintf(stderr, "  %s: %s\n", fleet_specs[i], fi_last_error());
+            atomic_fetch_add(&run->failures, 1);
+        }
+    }
+    return NULL;
+}
+
+static pid_t host_start(const char *name, const char *url, int threads)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    static host_run run;
+    pthread_t t[4];
+    if (host_ctx(&run.ctx, name, url) < 0) _exit(2);
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, host_thread, &run);
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    fi_jit_ctx_free(run.ctx);
+    _exit(atomic_load(&run.failures) ? 1 : 0);
+}
+
+static int host_wait(pid_t pid)
+{
+    int status = 0;
+    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int host_stats(fi_jit_stats *out, const char *name)
+{
+    char dir[4300];
+    fi_store *st = NULL;
+    snprintf(dir, sizeof dir, "%s/%s", check_tmpdir, name);
+    int rc = fi_store_open(&st, dir, 0, 0);
+    if (rc == 0) rc = fi_store_stats_get(st, out);
+    fi_store_close(st);
+    return rc;
+}
+
+typedef struct key_list {
+    uint8_t keys[8][16];
+    int count;
+} key_list;
+
+static int collect_key(void *user, const fi_store_row *row)
+{
+    key_list *list = user;
+    if (list->count < 8) memcpy(list->keys[list->count++], row->key, 16);
+    return 0;
+}
+
+TEST(redis_host_b_gets_host_a_compiles_as_remote_hits)
+{
+    check_redis r;
+    fi_jit_stats a, b;
+    START_REDIS(&r, NULL, NULL);
+    int a_rc = host_wait(host_start("host-a", r.url, 1));
+    int b_rc = host_wait(host_start("host-b", r.url, 1));
+    check_redis_stop(&r);
+    CHECK(a_rc == 0 && b_rc == 0);
+    CHECK_OK(host_stats(&a, "host-a"));
+    CHECK_OK(host_stats(&b, "host-b"));
+    CHECK_MSG(a.compiles == FLEET_SPECS && a.remote_misses >= FLEET_SPECS &&
+                  a.remote_bytes_out > 0 && a.remote_errors == 0,
+              "host A: %lld compiles, %lld remote misses", (long long)a.compiles,
+              (long long)a.remote_misses);
+    CHECK_MSG(b.compiles == 0 && b.remote_hits == FLEET_SPECS && b.disk_hits == 0 &&
+                  b.entries == FLEET_SPECS && b.remote_corrupt == 0,
+              "host B: %lld compiles, %lld remote hits, %lld entries", (long long)b.compiles,
+              (long long)b.remote_hits, (long long)b.entries);
+    CHECK(b.remote_bytes_in >= a.remote_bytes_out / 2);
+    /* B holds A's bytes: the same cubins, written back to its disk. */
+    fi_store *sa = NULL, *sb = NULL;
+    key_list keys = {0};
+    CHECK_OK(open_store(&sa, "host-a", NULL, NULL));
+    CHECK_OK(open_store(&sb, "host-b", NULL, NULL));
+    CHECK_OK(fi_store_foreach(sb, collect_key, &keys));
+    int same = 0;
+    for (int i = 0; i < keys.count; i++) {
+        void *pa = NULL, *pb = NULL;
+        size_t na = 0, nb = 0;
+        if (fi_store_get(sa, keys.keys[i], &pa, &na, NULL) == 0 &&
+            fi_store_get(sb, keys.keys[i], &pb, &nb, NULL) == 0 && na == nb &&
+            memcmp(pa, pb, na) == 0)
+            same++;
+        fi__free(pa);
+        fi__free(pb);
+    }
+    fi_store_close(sa);
+    fi_store_close(sb);
+    CHECK_MSG(keys.count == FLEET_SPECS && same == FLEET_SPECS, "%d of %d entries identical",
+              same, keys.count);
+}
+
+TEST(redis_fleet_single_flight_compiles_each_key_once)
+{
+    enum { PROCESSES = 8, DIRS = 4, THREADS = 2 };
+    check_redis r;
+    pid_t pids[PROCESSES];
+    START_REDIS(&r, NULL, NULL);
+    int64_t start = fi__now_ns();
+    for (int p = 0; p < PROCESSES; p++) {
+        char name[32];
+        snprintf(name, sizeof name, "host-%d", p % DIRS);
+        pids[p] = host_start(name, r.url, THREADS);
+    }
+    int failed = 0;
+    for (int p = 0; p < PROCESSES; p++) failed += host_wait(pids[p]) != 0;
+    int64_t wall_ms = ms_since(start);
+    check_redis_stop(&r);
+    CHECK_MSG(failed == 0, "%d of %d hosts failed", failed, PROCESSES);
+    long long compiles = 0, remote_hits = 0, entries = 0;
+    for (int d = 0; d < DIRS; d++) {
+        char name[32];
+        fi_jit_stats s;
+        snprintf(name, sizeof name, "host-%d", d);
+        CHECK_OK(host_stats(&s, name));
+        compiles += s.compiles;
+        remote_hits += s.remote_hits;
+        entries += s.entries;
+    }
+    printf("  fleet: %d processes x %d threads on %d cache dirs, %d keys: %lld compiles, "
+           "%lld remote hits, %lld ms\n", PROCESSES, THREADS, DIRS, FLEET_SPECS, compiles,
+           remote_hits, (long long)wall_ms);
+    CHECK_MSG(compiles == FLEET_SPECS, "%lld compiles across the fleet for %d keys", compiles,
+              FLEET_SPECS);
+    CHECK(entries == DIRS * FLEET_SPECS && remote_hits == (DIRS - 1) * FLEET_SPECS);
+}
+
+/* ---- faults --------------------------------------------------------------------- */
+
+/* Get `key` (a miss everywhere) and return how long it took, in ms. */
+static int64_t timed_miss(fi_store *st, int i)
+{
+    uint8_t key[16];
+    void *out = NULL;
+    size_t size;
+    key_of(key, i);
+    int64_t start = fi__now_ns();
+    int rc = fi_store_get(st, key, &out, &size, NULL);
+    fi__free(out);
+    return rc == FI_ENOTFOUND ? ms_since(start) : -1;
+}
+
+TEST(redis_killed_mid_run_then_restarted_empty)
+{
+    check_redis r;
+    fi_store *st = NULL, *other = NULL;
+    fi_object_meta m;
+    uint8_t key[16];
+    void *out = NULL;
+    size_t size;
+    fi_jit_stats s;
+    START_REDIS(&r, NULL, "?backoff=100");
+    CHECK_OK(open_store(&st, "host", r.url, NULL));
+    key_of(key, 1);
+    meta_of(&m, 1);
+    CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
+    CHECK(timed_miss(st, 2) >= 0); /* the connection is pooled now */
+    check_redis_signal(&r, SIGKILL);
+    int64_t first = timed_miss(st, 3), during = timed_miss(st, 4);
+    printf("  redis killed: first miss %lld ms, then %lld ms during the back-off\n",
+           (long long)first, (long long)during);
+    CHECK(first >= 0 && first < 300 && during >= 0 && during < 100);
+    /* Local work goes on. */
+    key_of(key, 5);
+    CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
+    CHECK_OK(fi_store_get(st, key, &out, &size, NULL));
+    fi__free(out);
+    out = NULL;
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK(s.remote_errors >= 1);
+    /* Restarted empty: after the back-off the tier misses, then fills again. */
+    CHECK(check_redis_restart(&r) == 0);
+    usleep(250 * 1000);
+    key_of(key, 6);
+    CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
+    CHECK_OK(open_store(&other, "other", r.url, NULL));
+    CHECK_OK(fi_store_get(other, key, &out, &size, NULL));
+    CHECK(size == sizeof payload && memcmp(out, payload, size) == 0);
+    fi__free(out);
+    out = NULL;
+    key_of(key, 1); /* pushed before the restart: gone */
+    CHECK_RC(fi_store_get(other, key, &out, &size, NULL), FI_ENOTFOUND);
+    fi_store_close(other);
+    fi_store_close(st);
+    check_redis_stop(&r);
+}
+
+TEST(redis_paused_past_the_timeouts_costs_one_timeout_per_back_off)
+{
+    check_redis r;
+    fi_store *st = NULL;
+    fi_jit_stats s;
+    START_REDIS(&r, NULL, NULL); /* default timeouts: 50 ms connect, 500 ms per call */
+    CHECK_OK(open_store(&st, "host", r.url, NULL));
+    int64_t healthy = timed_miss(st, 1);
+    check_redis_signal(&r, SIGSTOP);
+    int64_t first = timed_miss(st, 2);
+    int64_t worst_after = 0;
+    for (int i = 0; i < 20; i++) {
+        int64_t t = timed_miss(st, 10 + i);
+        if (t > worst_after) worst_after = t;
+    }
+    check_redis_signal(&r, SIGCONT);
+    printf("  redis paused: healthy miss %lld ms; first miss while paused %lld ms (the 500 ms "
+           "operation timeout); next 20 misses at most %lld ms each (skipped for the back-off)\n",
+           (long long)healthy, (long long)first, (long long)worst_after);
+    CHECK(healthy >= 0 && healthy < 100);
+    CHECK_MSG(first >= 400 && first < 1500, "first miss %lld ms", (long long)first);
+    CHECK(worst_after >= 0 && worst_after < 100);
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK(s.remote_errors == 1);
+    /* Resumed: after the back-off (1 s) it answers again. */
+    usleep(1100 * 1000);
+    uint8_t key[16];
+    fi_object_meta m;
+    key_of(key, 40);
+    meta_of(&m, 40);
+    CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
+    redisContext *c = redis_direct(&r);
+    CHECK(redis_exists(c, key) == 1);
+    redisFree(c);
+    fi_store_close(st);
+    check_redis_stop(&r);
+}
+
+/* Replace the value of `key` in Redis by `bad` and check that a reader
+ * refuses it, counts it and removes it. */
+static void check_refused(check_redis *r, fi_store *reader, const uint8_t key[16],
+                          const void *bad, size_t bad_size, long long corrupt_before)
+{
+    redisContext *c = redis_direct(r);
+    void *out = NULL;
+    size_t size;
+    fi_jit_stats s;
+    redis_set(c, key, bad, bad_size);
+    CHECK_RC(fi_store_get(reader, key, &out, &size, NULL), FI_ENOTFOUND);
+    CHECK(out == NULL);
+    CHECK_OK(fi_store_stats_get(reader, &s));
+    CHECK_MSG(s.remote_corrupt == corrupt_before + 1, "remote_corrupt %lld",
+              (long long)s.remote_corrupt);
+    CHECK(redis_exists(c, key) == 0);
+    redisFree(c);
+}
+
+TEST(redis_corrupt_truncated_and_foreign_values_are_refused_and_removed)
+{
+    check_redis r;
+    fi_store *writer = NULL, *reader = NULL;
+    fi_object_meta m;
+    uint8_t key[16], other[16];
+    START_REDIS(&r, NULL, NULL);
+    CHECK_OK(open_store(&writer, "writer", r.url, NULL));
+    CHECK_OK(open_store(&reader, "reader", r.url, NULL));
+    key_of(key, 1);
+    key_of(other, 2);
+    meta_of(&m, 1);
+    CHECK_OK(fi_store_put(writer, key, payload, sizeof payload, &m));
+    CHECK_OK(fi_store_put(writer, other, payload, sizeof payload, &m));
+    redisContext *c = redis_direct(&r);
+    size_t size = 0, other_size = 0;
+    uint8_t *good = redis_value(c, key, &size), *foreign = redis_value(c, other, &other_size);
+    redisFree(c);
+    CHECK(good && foreign);
+    good[size - 3] ^= 0x10; /* a flipped payload byte */
+    check_refused(&r, reader, key, good, size, 0);
+    check_refused(&r, reader, key, good, size / 2, 1);      /* truncated */
+    check_refused(&r, reader, key, foreign, other_size, 2); /* another key's entry */
+    check_refused(&r, reader, key, "FIJITOB1 nonsense", 17, 3);
+    free(good);
+    free(foreign);
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(reader, &s));
+    CHECK(s.entries == 0); /* nothing bad was written back */
+    fi_store_close(reader);
+    fi_store_close(writer);
+    check_redis_stop(&r);
+}
+
+TEST(redis_poisoning_without_the_secret_is_refused)
+{
+    check_redis r;
+    fi_store *honest = NULL, *poisoner = NULL, *reader = NULL, *plain = NULL;
+    fi_object_meta m;
+    uint8_t key[16];
+    void *out = NULL;
+    size_t size;
+    static const char evil[] = "a cubin the attacker wants every host to load";
+    START_REDIS(&r, NULL, NULL);
+    CHECK_OK(open_store(&honest, "honest", r.url, secret));
+    CHECK_OK(open_store(&poisoner, "poisoner", r.url, NULL));
+    CHECK_OK(open_store(&reader, "reader", r.url, secret));
+    CHECK_OK(open_store(&plain, "plain", r.url, NULL));
+    key_of(key, 1);
+    meta_of(&m, 1);
+    CHECK_OK(fi_store_put(honest, key, payload, sizeof payload, &m));
+    /* A host without the secret reads sealed values (the codec checks them). */
+    CHECK_OK(fi_store_get(plain, key, &out, &size, NULL));
+    CHECK(size == sizeof payload);
+    fi__free(out);
+    out = NULL;
+    /* The poisoner overwrites it with a well-formed entry of its own... */
+    CHECK_OK(fi_store_put(poisoner, key, evil, sizeof evil, &m));
+    CHECK_RC(fi_store_get(reader, key, &out, &size, NULL), FI_ENOTFOUND);
+    /* ...and with a sealed-looking one whose MAC it had to guess. */
+    redisContext *c = redis_direct(&r);
+    void *entry = NULL, *forged = NULL;
+    size_t entry_size, forged_size;
+    fi_seal_key wrong;
+    CHECK_OK(fi_object_encode(&entry, &entry_size, key, &m, evil, sizeof evil));
+    CHECK_OK(fi_seal_key_derive(&wrong, "not the fleet's secret at all"));
+    CHECK_OK(fi_seal_wrap(&forged, &forged_size, &wrong, key, entry, entry_size));
+    redisFree(c);
+    check_refused(&r, reader, key, forged, forged_size, 1);
+    fi__free(entry);
+    fi__free(forged);
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(reader, &s));
+    CHECK(s.remote_hits == 0 && s.entries == 0);
+    fi_store_close(plain);
+    fi_store_close(reader);
+    fi_store_close(poisoner);
+    fi_store_close(honest);
+    check_redis_stop(&r);
+}
+
+TEST(redis_read_only_remote_serves_and_never_writes)
+{
+    check_redis r;
+    fi_store *writer = NULL, *consumer = NULL;
+    fi_store_lock *lock = NULL;
+    fi_object_meta m;
+    uint8_t key[16], mine[16];
+    void *out = NULL;
+    size_t size;
+    char url[4500];
+    START_REDIS(&r, NULL, NULL);
+    snprintf(url, sizeof url, "%s?readonly", r.url);
+    CHECK_OK(open_store(&writer, "writer", r.url, NULL));
+    CHECK_OK(open_store(&consumer, "consumer", url, NULL));
+    key_of(key, 1);
+    key_of(mine, 2);
+    meta_of(&m, 1);
+    CHECK_OK(fi_store_put(writer, key, payload, sizeof payload, &m));
+    CHECK_OK(fi_store_get(consumer, key, &out, &size, NULL));
+    fi__free(out);
+    CHECK_OK(fi_store_lock_key(consumer, mine, &lock));
+    CHECK_OK(fi_store_put(consumer, mine, payload, sizeof payload, &m));
+    fi_store_unlock(lock);
+    redisContext *c = redis_direct(&r);
+    CHECK(redis_exists(c, mine) == 0);
+    redisReply *leases = redisCommand(c, "KEYS fijit:lease:*");
+    CHECK(leases && leases->type == REDIS_REPLY_ARRAY && leases->elements == 0);
+    freeReplyObject(leases);
+    redisFree(c);
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(consumer, &s));
+    CHECK(s.remote_hits == 1 && s.remote_bytes_out == 0 && s.remote_errors == 0);
+    fi_store_close(consumer);
+    fi_store_close(writer);
+    check_redis_stop(&r);
+}
+
+TEST(redis_wrong_password_is_an_error_that_names_no_password)
+{
+    check_redis r;
+    fi_store *st = NULL;
+    fi_remote *remote = NULL;
+    fi_object_meta m;
+    uint8_t key[16];
+    void *out = NULL;
+    size_t size;
+    char url[4500];
+    START_REDIS(&r, "right-password", NULL);
+    snprintf(url, sizeof url, "unix://%s", r.socket);
+    /* unix:// URLs take no credentials; a TCP URL would be redis://:pw@host.
+     * Test both refusals through the backend directly. */
+    CHECK_OK(fi_remote_open(&remote, url));
+    CHECK(remote->ops->ping(remote) == FI_REMOTE_ERROR);
+    CHECK_MSG(strstr(fi_last_error(), "NOAUTH") != NULL, "%s", fi_last_error());
+    remote->ops->close(remote);
+    fi_remote_config config;
+    CHECK_OK(fi_remote_config_parse(&config, url));
+    snprintf(config.password, sizeof config.password, "wrong-password");
+    CHECK_OK(fi_redis_open(&remote, &config));
+    CHECK(remote->ops->ping(remote) == FI_REMOTE_ERROR);
+    CHECK_MSG(strstr(fi_last_error(), "refused the password") != NULL &&
+                  strstr(fi_last_error(), "wrong-password") == NULL, "%s", fi_last_error());
+    remote->ops->close(remote);
+    snprintf(config.password, sizeof config.password, "right-password");
+    CHECK_OK(fi_redis_open(&remote, &config));
+    CHECK(remote->ops->ping(remote) == FI_REMOTE_OK);
+    remote->ops->close(remote);
+    /* Through the store: a miss, counted, and the local tier serves. */
+    CHECK_OK(open_store(&st, "host", url, NULL));
+    key_of(key, 1);
+    meta_of(&m, 1);
+    CHECK_RC(fi_store_get(st, key, &out, &size, NULL), FI_ENOTFOUND);
+    CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
+    CHECK_OK(fi_store_get(st, key, &out, &size, NULL));
+    fi__free(out);
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK(s.remote_errors == 1 && s.remote_hits == 0);
+    fi_store_close(st);
+    check_redis_stop(&r);
+}
+
+TEST(redis_lease_expires_when_its_holder_dies)
+{
+    check_redis r;
+    fi_store *st = NULL;
+    fi_store_lock *lock = NULL;
+    uint8_t key[16];
+    START_REDIS(&r, NULL, "?lease=300");
+    key_of(key, 1);
+    /* A holder that dies mid-build (no release, no renewal). */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fi_store *mine = NULL;
+        fi_store_lock *held = NULL;
+        if (open_store(&mine, "dead", r.url, NULL) < 0 || fi_store_lock_key(mine, key, &held) < 0)
+            _exit(1);
+        kill(getpid(), SIGKILL);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status));
+    CHECK_OK(open_store(&st, "alive", r.url, NULL));
+    int64_t start = fi__now_ns();
+    CHECK_OK(fi_store_lock_key(st, key, &lock));
+    int64_t waited = ms_since(start);
+    printf("  lease holder killed: the next builder waited %lld ms (lease 300 ms)\n",
+           (long long)waited);
+    CHECK(waited < 1000);
+    redisContext *c = redis_direct(&r);
+    redisReply *leases = redisCommand(c, "KEYS fijit:lease:*");
+    CHECK(leases && leases->elements == 1); /* ours now */
+    freeReplyObject(leases);
+    fi_store_unlock(lock);
+    leases = redisCommand(c, "KEYS fijit:lease:*");
+    CHECK(leases && leases->elements == 0);
+    freeReplyObject(leases);
+    redisFree(c);
+    fi_store_close(st);
+    check_redis_stop(&r);
+}
+
+/* ---- threads on one remote (also run under TSan) ------------------------------ */
+
+typedef struct thread_run {
+    fi_store *st;
+    atomic_int builds, failures;
+} thread_run;
+
+#define THREAD_KEYS 16
+
+/* What jit.c does per key: look up; on a miss lock (flock + fleet lease),
+ * look again, build, put, unlock. */
+static void *hammer_remote(void *arg)
+{
+    thread_run *run = arg;
+    for (int k = 0; k < THREAD_KEYS; k++) {
+        uint8_t key[16];
+        void *out = NULL;
+        size_t size;
+        fi_store_lock *lock = NULL;
+        key_of(key, k);
+        if (fi_store_get(run->st, key, &out, &size, NULL) == 0) {
+            fi__free(out);
+            continue;
+        }
+        if (fi_store_lock_key(run->st, key, &lock) < 0) {
+            atomic_fetch_add(&run->failures, 1);
+            continue;
+        }
+        if (fi_store_get(run->st, key, &out, &size, NULL) == 0) {
+            fi__free(out);
+        } else {
+            fi_object_meta m;
+            meta_of(&m, k);
+            usleep(30 * 1000); /* a "compile", long enough for lease renewals */
+            atomic_fetch_add(&run->builds, 1);
+            if (fi_store_put(run->st, key, payload, sizeof payload, &m) < 0)
+                atomic_fetch_add(&run->failures, 1);
+        }
+        fi_store_unlock(lock);
+    }
+    return NULL;
+}
+
+TEST(redis_threads_share_one_remote_and_build_each_key_once)
+{
+    enum { THREADS = 8 };
+    check_redis r;
+    static thread_run run;
+    pthread_t threads[THREADS];
+    START_REDIS(&r, NULL, "?lease=60"); /* renewed every 20 ms while a thread builds */
+    CHECK_OK(open_store(&run.st, "host", r.url, secret));
+    atomic_store(&run.builds, 0);
+    atomic_store(&run.failures, 0);
+    for (int t = 0; t < THREADS; t++) pthread_create(&threads[t], NULL, hammer_remote, &run);
+    for (int t = 0; t < THREADS; t++) pthread_join(threads[t], NULL);
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(run.st, &s));
+    fi_store_close(run.st);
+    check_redis_stop(&r);
+    CHECK(atomic_load(&run.failures) == 0);
+    CHECK_MSG(atomic_load(&run.builds) == THREAD_KEYS, "%d builds for %d keys",
+              atomic_load(&run.builds), THREAD_KEYS);
+    CHECK(s.remote_errors == 0 && s.remote_bytes_out > 0);
+}
