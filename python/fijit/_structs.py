@@ -25,12 +25,15 @@ BUILD_OUTCOME = {0: "compiled", 1: "cached"}
 
 # The counters of FI_JIT_STATS_COUNTERS, in storage order.
 STATS_COUNTERS = ("memory_hits", "disk_hits", "misses", "compiles", "compile_failures",
-                  "compile_ns", "bytes_written", "corrupt", "entries", "bytes")
+                  "compile_ns", "bytes_written", "corrupt", "entries", "bytes",
+                  # version 2: the remote tier
+                  "remote_hits", "remote_misses", "remote_errors", "remote_corrupt",
+                  "remote_bytes_in", "remote_bytes_out")
 
 # ---- versions the package writes (the header's *_VERSION macros) ------------------------
 JIT_SPEC_VERSION = 1
-JIT_OPTIONS_VERSION = 1
-JIT_STATS_VERSION = 1
+JIT_OPTIONS_VERSION = 2
+JIT_STATS_VERSION = 2
 DECODE_ARGS_VERSION = 4
 BATCH_DECODE_PLAN_ARGS_VERSION = 1
 BATCH_DECODE_ARGS_VERSION = 3
@@ -70,7 +73,9 @@ class JitOptions(Struct):
     c_name = "fi_jit_options"
     _fields_ = [("version", c_uint), ("cache_dir", ctypes.c_char_p), ("arch", ctypes.c_char_p),
                 ("jit", c_int), ("use_disk_cache", c_int), ("log_level", c_int),
-                ("max_cache_bytes", i64), ("allow_unsafe_dir", c_int)]
+                ("max_cache_bytes", i64), ("allow_unsafe_dir", c_int),
+                # version 2
+                ("remote", ctypes.c_char_p), ("remote_secret", ctypes.c_char_p)]
 
 
 class JitStats(Struct):

@@ -20,19 +20,27 @@ class Context:
     library: None for the package's library (found as _lib.py describes), or the path
     of one libfijit.so to bind this context to; every call made with the context (the
     functions' ctx=, the plans') goes to that library. Several contexts on different
-    builds can live in one process (A/B benchmarks)."""
+    builds can live in one process (A/B benchmarks).
+
+    remote, remote_secret: the fleet tier (a redis:// or unix:// URL, and the secret
+    whose MAC remote entries must carry), as fi_jit_options' fields; None: from
+    $FIJIT_REMOTE and $FIJIT_REMOTE_SECRET."""
 
     def __init__(self, cache_dir=None, *, arch=None, jit=True, use_disk_cache=True,
-                 log_level="warn", max_cache_bytes=0, allow_unsafe_dir=False, library=None):
+                 log_level="warn", max_cache_bytes=0, allow_unsafe_dir=False, library=None,
+                 remote=None, remote_secret=None):
         if log_level not in _LOG_LEVELS:
             raise ValueError(f"log_level: {log_level!r} is not one of {', '.join(_LOG_LEVELS)}")
         # Kept as attributes: the C context keeps the pointers for its lifetime.
         self._cache_dir_b = os.fsencode(cache_dir) if cache_dir is not None else None
         self._arch_b = arch.encode() if arch else None
+        self._remote_b = remote.encode() if remote else None
+        self._secret_b = remote_secret.encode() if remote_secret else None
         opts = S.new(S.JitOptions, S.JIT_OPTIONS_VERSION, cache_dir=self._cache_dir_b,
                      arch=self._arch_b, jit=int(bool(jit)), use_disk_cache=int(bool(use_disk_cache)),
                      log_level=_LOG_LEVELS[log_level], max_cache_bytes=int(max_cache_bytes),
-                     allow_unsafe_dir=int(bool(allow_unsafe_dir)))
+                     allow_unsafe_dir=int(bool(allow_unsafe_dir)), remote=self._remote_b,
+                     remote_secret=self._secret_b)
         self._lib = lib() if library is None else load_library(library)
         handle = ctypes.c_void_p()
         check(self._lib.fi_jit_ctx_new(ctypes.byref(handle), ctypes.byref(opts)), "fi_jit_ctx_new",

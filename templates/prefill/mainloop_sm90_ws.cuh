@@ -1,6 +1,6 @@
 // Hopper main loop of prefill (sm_90a): warp-specialised, TMA-fed, with the
 // softmax overlapped with the tensor cores. It computes the same 128-row
-// query tiles as tile kernel 0 (prefill/mainloop_sm80.cuh) and is launched in
+// query tiles as tile kernel 0 (prefill/tile_loop.cuh) and is launched in
 // its place for the tuples FI_PREFILL_WS_TUPLE accepts (prefill/params.h).
 // Only the main loop is its own: the tile scheduler (prefill/work.cuh), the
 // query rows (rope.cuh), masks (mask.cuh), softmax (softmax.cuh), epilogue

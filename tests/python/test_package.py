@@ -183,6 +183,9 @@ check("load_library: a missing file is LibraryError naming it",
 e = raises(lambda: fijit.Context(library=fake), fijit.LibraryError)
 check("Context(library=) checks the version too",
       isinstance(e, fijit.LibraryError) and "0.9.0" in str(e), repr(e))
+e = raises(lambda: fijit.Context(cache_dir=tempfile.mkdtemp(), remote="bogus://x"), fijit.Error)
+check("Context(remote=) reaches fi_jit_options: a bad URL is InvalidError naming it",
+      isinstance(e, fijit.InvalidError) and "bogus://x" in str(e), repr(e))
 ctx_b.close()
 
 # ---- one ctypes binding in the repo: the GPU tests and benchmarks go through python/fijit
