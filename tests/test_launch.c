@@ -439,6 +439,10 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
           tma_map_is(&seen.ws.q, a.q, 1000, 32, 128, 4, FI_PREFILL_WS_TILE_Q / 4));
     CHECK(seen.p.prefill.q == a.q && seen.p.prefill.qo_len == 1000);
 
+    setenv("FIJIT_PREFILL_WS", "persistent:3", 1); /* the tests' cap: 3 CTAs */
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(seen.grid[0] == 3 && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
+
     setenv("FIJIT_PREFILL_WS", "grid", 1); /* a CTA per block, one grid row */
     CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
     unsetenv("FIJIT_PREFILL_WS");

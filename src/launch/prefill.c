@@ -291,6 +291,20 @@ static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
         ws->q_rows = q_rows;
 }
 
+/* How many CTAs a persistent launch has, into *sm_count: N with
+ * FIJIT_PREFILL_WS=persistent:N (so that tests walk several blocks per CTA on
+ * grids smaller than the device), else *sm_count as given, from the device
+ * when 0. Read where the launch mode is chosen, not per launch. */
+static int persistent_ctas(int *sm_count)
+{
+    const char *env = getenv("FIJIT_PREFILL_WS");
+    if (env && strncmp(env, "persistent:", 11) == 0 && atoi(env + 11) > 0) {
+        *sm_count = atoi(env + 11);
+        return 0;
+    }
+    return *sm_count ? 0 : fi__cuda_sm_count(sm_count);
+}
+
 /* Launch the Hopper main loop over `items` x `heads` blocks, with TMA maps of
  * p's tensors (see encode_kv_maps, encode_q_map); WS_PERSISTENT: on at most
  * sm_count CTAs. 1: launched; 0: K and V do not suit TMA, nothing was
@@ -308,11 +322,6 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     ws.work_items = items;
     ws.kv_heads = heads;
     const int64_t blocks = (int64_t)items * heads;
-    /* FIJIT_PREFILL_WS=persistent:N: N CTAs, so that tests walk several
-     * blocks per CTA on grids smaller than the device. */
-    const char *env = getenv("FIJIT_PREFILL_WS");
-    if (mode == WS_PERSISTENT && env && strncmp(env, "persistent:", 11) == 0 && atoi(env + 11) > 0)
-        sm_count = atoi(env + 11);
     const int64_t ctas = mode == WS_PERSISTENT && sm_count > 0 && blocks > sm_count ? sm_count : blocks;
     void *args[] = {p, &ws};
     const unsigned block[3] = {FI_PREFILL_WS_THREADS, 1, 1};
@@ -488,7 +497,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
     const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0);
-    if (ws == WS_PERSISTENT && !sm_count) FI_TRY(fi__cuda_sm_count(&sm_count));
+    if (ws == WS_PERSISTENT) FI_TRY(persistent_ctas(&sm_count));
     const struct ws_rows ws_rows = {a->qo_len, a->kv_len, a->kv_len};
     FI_TRY(launch(kernel, spec, idx, ws, sm_count, (unsigned)tiles[idx],
                   (unsigned)a->num_kv_heads, &p, &ws_rows, (CUstream)stream, "prefill"));
@@ -722,9 +731,9 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
     FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
     plan->ws = (int)ws_mode_for(kernel, spec, plan->tile, 1, paged ? a->page_size : 0);
-    if (plan->ws == WS_PERSISTENT && !sm_count) {
-        sm_count = a->sm_count;
-        if (!sm_count) FI_TRY(fi__cuda_sm_count(&sm_count));
+    if (plan->ws == WS_PERSISTENT) {
+        if (!sm_count) sm_count = a->sm_count;
+        FI_TRY(persistent_ctas(&sm_count));
     }
     plan->sm_count = sm_count;
     if (plan->num_work > 0) {
