@@ -98,8 +98,7 @@ int fi__registry_pack(fi_registry *r, const fi_jit_spec *spec, const char *who,
                       const fi_variant_arg *args, int count, unsigned long long *out)
 {
     const fi_variant *v = NULL;
-    if (spec->variant && strcmp(spec->variant, "default") != 0 &&
-        !(v = fi__registry_find(r, spec->variant)))
+    if (fi__spec_has_variant(spec) && !(v = fi__registry_find(r, spec->variant)))
         return fi__error(FI_ENOTFOUND, "%s: variant '%s' is not registered in this context", who,
                          spec->variant);
     return fi__variant_pack(v, who, args, count, out);

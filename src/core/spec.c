@@ -179,11 +179,15 @@ int fi_jit_spec_check(const fi_jit_spec *spec)
                          (int)spec->pos, fi__pos_names(names, sizeof names));
     if (spec->soft_cap != 0 && spec->soft_cap != 1)
         return fi__error(FI_EINVALID, "soft_cap is %d (expected 0 or 1)", spec->soft_cap);
-    if (spec->variant && strcmp(spec->variant, "default") != 0 &&
-        !fi__variant_name_ok(spec->variant))
+    if (fi__spec_has_variant(spec) && !fi__variant_name_ok(spec->variant))
         return fi__error(FI_EINVALID, "bad variant name '%.64s' (1-63 letters, digits, '_' or '-')",
                          spec->variant);
     return kind->check(spec);
+}
+
+int fi__spec_has_variant(const fi_jit_spec *spec)
+{
+    return spec->variant && strcmp(spec->variant, "default") != 0;
 }
 
 int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec)
@@ -199,7 +203,6 @@ int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec)
     out->mask = spec->mask;
     out->pos = spec->pos;
     out->soft_cap = spec->soft_cap;
-    if (spec->variant && strcmp(spec->variant, "default") != 0)
-        strcpy(out->variant, spec->variant);
+    if (fi__spec_has_variant(spec)) strcpy(out->variant, spec->variant);
     return 0;
 }

@@ -17,6 +17,10 @@ typedef struct fi_spec_key {
     uint64_t variant_hash;                 /* content of the registered snippet */
 } fi_spec_key;
 
+/* 1 if `spec` names a registered variant, 0 for the built-in one (NULL or
+ * "default"). */
+int fi__spec_has_variant(const fi_jit_spec *spec);
+
 /* Validate `spec` (fi_jit_spec_check) and fill its key form. */
 int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec);
 

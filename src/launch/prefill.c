@@ -216,8 +216,7 @@ static int mask_is_causal(const fi_jit_spec *spec)
 /* FI_PREFILL_WS_LEAN of the spec (the template computes it from the same fields). */
 static int ws_lean(const fi_jit_spec *spec)
 {
-    const int custom = spec->variant && *spec->variant && strcmp(spec->variant, "default") != 0;
-    return FI_PREFILL_WS_LEAN(spec->soft_cap, spec->pos == FI_POS_ALIBI, custom);
+    return FI_PREFILL_WS_LEAN(spec->soft_cap, spec->pos == FI_POS_ALIBI, fi__spec_has_variant(spec));
 }
 
 /* The Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) takes a launch of tile
