@@ -236,7 +236,6 @@ extern "C" {
     X(DeviceGetAttribute, "cuDeviceGetAttribute", 1, (int *, CUdevice_attribute, CUdevice)) \
     X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 1, (CUcontext *, CUdevice))      \
     X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice))              \
-    X(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 0, (CUdevice, unsigned int *, int *)) \
     X(ModuleLoadData, "cuModuleLoadData", 1, (CUmodule *, const void *))                   \
     X(ModuleUnload, "cuModuleUnload", 1, (CUmodule))                                       \
     X(ModuleGetFunction, "cuModuleGetFunction", 1, (CUfunction *, CUmodule, const char *)) \
@@ -252,13 +251,17 @@ extern "C" {
     X(MemsetD8, "cuMemsetD8_v2", 1, (CUdeviceptr, unsigned char, size_t))                  \
     X(StreamSynchronize, "cuStreamSynchronize", 1, (CUstream))                             \
     X(CtxSynchronize, "cuCtxSynchronize", 1, (void))                                       \
-    /* A context's number, never reused in the process (handles are): CUDA 12.0+. */        \
-    X(CtxGetId, "cuCtxGetId", 0, (CUcontext, unsigned long long *))                        \
     /* TMA descriptors: drivers before CUDA 12 lack it. */                                 \
     X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", 0,                                   \
       (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,         \
        const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,  \
-       CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))
+       CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))               \
+    /* Entries added since 0.2.0 come last, so that earlier fields keep their offsets. */ \
+    /* A context's number, never reused in the process (handles are): CUDA 12.0+. */        \
+    X(CtxGetId, "cuCtxGetId", 0, (CUcontext, unsigned long long *))                        \
+    /* Whether a device's primary context is active (fi_jit_ctx_free's liveness test). */   \
+    X(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 0,                           \
+      (CUdevice, unsigned int *, int *))
 
 typedef struct fi_cuda_api {
 #define FI_CUDA_FIELD(name, symbol, required, params) CUresult(*name) params;
