@@ -429,14 +429,15 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
     /* 4000 packed rows per kv head: 32 tiles of 128 x 8 kv heads, walked by a
      * CTA per SM of the (fake) device. */
     CHECK_MSG(seen.grid[0] == FAKE_CUDA_SM_COUNT && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
-    CHECK(seen.block[0] == FI_PREFILL_WS_THREADS && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 0)); /* lean */
+    CHECK(seen.block[0] == FI_PREFILL_WS_THREADS(128, 1) && seen.block[0] == 384 &&
+          seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 0)); /* lean */
     CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8);
     /* K and V in boxes of a K/V tile, Q of a tile's packed rows (4 heads x 32 tokens). */
     const int kv_box = FI_PREFILL_WS_TILE_KV(128, 1);
     CHECK(tma_map_is(&seen.ws.k, a.k, 1000, 8, 128, 1, kv_box) &&
           tma_map_is(&seen.ws.v, a.v, 1000, 8, 128, 1, kv_box));
     CHECK(seen.ws.q_rows == 1000 &&
-          tma_map_is(&seen.ws.q, a.q, 1000, 32, 128, 4, FI_PREFILL_WS_TILE_Q / 4));
+          tma_map_is(&seen.ws.q, a.q, 1000, 32, 128, 4, 32));
     CHECK(seen.p.prefill.q == a.q && seen.p.prefill.qo_len == 1000);
 
     setenv("FIJIT_PREFILL_WS", "persistent:3", 1); /* the tests' cap: 3 CTAs */
@@ -464,6 +465,36 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
     a.custom_mask = (const uint8_t *)DEV(4);
     CHECK_OK(fi_prefill_run(ctx, &custom, &a, NULL));
     CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_q128") == 0, "%s", seen.name);
+    fi_jit_ctx_free(ctx);
+}
+
+/* head_dim 64, lean tuple: three consumer warpgroups, so 192-row tiles (Q
+ * boxes of 4 heads x 48 tokens) and 512 threads; with a soft-cap (not lean)
+ * two consumers and 128-row tiles again. */
+TEST(prefill_hopper_main_loop_at_head_dim_64_takes_192_row_tiles)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_NONE, FI_POS_NONE);
+    s.head_dim = 64;
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    prefill_args_for(&a, 32, 8, 1000, 64);
+    CHECK_OK(launch_ctx(&ctx));
+    setenv("FIJIT_PREFILL_WS", "grid", 1);
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+    /* 4000 packed rows per kv head: 21 tiles of 192. */
+    CHECK_MSG(seen.ws.work_items == 21 && seen.grid[0] == 21 * 8, "items %d grid %u",
+              seen.ws.work_items, seen.grid[0]);
+    CHECK(FI_PREFILL_WS_TILE_Q(64, 1) == 192 && seen.block[0] == 512 &&
+          seen.smem == FI_PREFILL_WS_SMEM_BYTES(64, 1, 0));
+    CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 32, 64, 4, 48));
+
+    s.soft_cap = 1;
+    a.logits_soft_cap = 30.f;
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    unsetenv("FIJIT_PREFILL_WS");
+    CHECK_MSG(seen.ws.work_items == 32 && seen.block[0] == 384, "items %d block %u",
+              seen.ws.work_items, seen.block[0]);
     fi_jit_ctx_free(ctx);
 }
 
@@ -590,6 +621,61 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
             CHECK(seen.ws.work_items == 11 && seen.ws.kv_heads == 8 && seen.grid[0] == 88);
             CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1));
         }
+        fi_batch_prefill_plan_free(plan);
+        free(ws);
+    }
+    fi_jit_ctx_free(ctx);
+}
+
+/* A batch plan whose Hopper main loop has tiles of another size than tile
+ * kernel 0 (192 rows at head_dim 64) holds a second work list after the
+ * first: each launch reads its own, so tile kernel 0 (FIJIT_PREFILL_WS=0, or
+ * tensors TMA cannot read) still finds 128-row tiles. */
+TEST(batch_prefill_hopper_main_loop_reads_its_own_work_list)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_CAUSAL, FI_POS_NONE);
+    s.head_dim = 64;
+    CHECK_OK(launch_ctx(&ctx));
+    /* 300, 0, 17 queries over 640, 0, 21 keys: 1200 and 68 packed rows. */
+    int32_t qo_indptr[4] = {0, 300, 300, 317}, kv_indptr[4] = {0, 640, 640, 661};
+    fi_batch_prefill_plan_args pa = batch_prefill_plan_for(3, qo_indptr, kv_indptr, NULL);
+    pa.cta_tile_q = 128;
+    fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
+    batch_prefill_args_for(&a);
+    a.q_stride_n = a.o_stride_n = 32 * 64;
+    a.k_stride_n = a.v_stride_n = 8 * 64;
+    a.q_stride_h = a.o_stride_h = a.k_stride_h = a.v_stride_h = 64;
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("FIJIT_PREFILL_WS", "0", 1);
+        size_t bytes = 0;
+        CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
+        int *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+        fi_batch_prefill_plan *plan = NULL;
+        CHECK(ws);
+        CHECK_OK(fi_batch_prefill_plan_new(&plan, ctx, &s, &pa));
+        CHECK_OK(fi_batch_prefill_plan_upload(plan, ws, bytes));
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        unsetenv("FIJIT_PREFILL_WS");
+        const fi_prefill_params *p = &seen.p.prefill;
+        /* Tile kernel 0's list: 10 + 1 tiles of 128; the Hopper loop's: 7 + 1 of 192. */
+        const int tq = off ? 128 : 192, n = off ? 11 : 8;
+        const int *list = off ? ws : ws + 2 * 11;
+        CHECK_MSG(strcmp(seen.name, off ? "fi_prefill_kernel_q128" : "fi_prefill_kernel_ws") == 0,
+                  "%s", seen.name);
+        CHECK_MSG(p->work_request == list && p->work_tile == list + n, "off %d: list at %td", off,
+                  p->work_request - ws);
+        if (!off) CHECK(seen.ws.work_items == n && seen.ws.q_rows == 317);
+        if (off) CHECK(seen.grid[0] == (unsigned)n);
+        unsigned char listed[2][10] = {{0}}; /* each (request, tile) once */
+        for (int i = 0; i < n; i++) {
+            const int r = p->work_request[i], t = p->work_tile[i];
+            CHECK_MSG((r == 0 || r == 2) && t >= 0 && t * tq < (r == 0 ? 1200 : 68) &&
+                          !listed[r / 2][t]++,
+                      "off %d item %d: request %d tile %d", off, i, r, t);
+        }
+        /* Causal: the longest tile first, request 0's last one. */
+        CHECK(p->work_request[0] == 0 && p->work_tile[0] == (1200 + tq - 1) / tq - 1);
         fi_batch_prefill_plan_free(plan);
         free(ws);
     }

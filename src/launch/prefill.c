@@ -219,6 +219,20 @@ static int ws_lean(const fi_jit_spec *spec)
     return FI_PREFILL_WS_LEAN(spec->soft_cap, spec->pos == FI_POS_ALIBI, fi__spec_has_variant(spec));
 }
 
+/* Packed rows of the Hopper main loop's query tiles for the spec. */
+static int ws_tile_q(const fi_jit_spec *spec)
+{
+    return FI_PREFILL_WS_TILE_Q(spec->head_dim, ws_lean(spec));
+}
+
+/* The blocks of a launch per kv head: `items` query tiles; batch kinds: the
+ * plan's list of them in the workspace (device). Tile kernel 0 and the
+ * Hopper main loop each have theirs (their tiles may differ in size). */
+struct work_grid {
+    int items;
+    const int *request, *tile;
+};
+
 /* The Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) takes a launch of tile
  * kernel `idx` when the module was compiled for sm_90a for a tuple it serves,
  * the keys are read as they are or rotated once into a workspace (`rot_k`)
@@ -282,11 +296,12 @@ static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
 {
     const int group = p->group_size;
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
-    if (q_rows <= 0 || FI_PREFILL_WS_Q_BUFS(spec->head_dim, paged) != 2 ||
-        FI_PREFILL_WS_TILE_Q % group != 0 || !(p->sm_scale > 0.f))
+    const int tile_q = ws_tile_q(spec);
+    if (q_rows <= 0 || FI_PREFILL_WS_Q_BUFS(spec->head_dim, paged) != 2 || tile_q % group != 0 ||
+        !(p->sm_scale > 0.f))
         return;
     if (fi__cuda_tma_map_3d(&ws->q, p->q, spec->head_dim, p->num_qo_heads, q_rows, p->q_stride_h,
-                            p->q_stride_n, group, FI_PREFILL_WS_TILE_Q / group) == 0)
+                            p->q_stride_n, group, tile_q / group) == 0)
         ws->q_rows = q_rows;
 }
 
@@ -323,25 +338,31 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     const int64_t blocks = (int64_t)items * heads;
     const int64_t ctas = mode == WS_PERSISTENT && sm_count > 0 && blocks > sm_count ? sm_count : blocks;
     void *args[] = {p, &ws};
-    const unsigned block[3] = {FI_PREFILL_WS_THREADS, 1, 1};
+    const unsigned block[3] = {(unsigned)FI_PREFILL_WS_THREADS(hd, lean), 1, 1};
     int rc = fi__cuda_launch_args(kernel->functions[WS_ENTRY], (unsigned)ctas, 1, block,
                                   (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged), stream,
                                   args, who);
     return rc < 0 ? rc : 1;
 }
 
-/* Launch tile kernel `idx` of `kernel` on grid (gx, gy), or the Hopper main
- * loop in its place (`ws`, see ws_mode_for); sm_count and rows as
- * launch_ws takes them. */
+/* Launch tile kernel `idx` of `kernel` over `tiles` x `heads` blocks, or the
+ * Hopper main loop in its place over `ws_tiles` x `heads` (`ws`, see
+ * ws_mode_for); sm_count and rows as launch_ws takes them. */
 static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx, enum ws_mode ws,
-                  int sm_count, unsigned gx, unsigned gy, fi_prefill_params *p,
-                  const struct ws_rows *rows, CUstream stream, const char *who)
+                  int sm_count, const struct work_grid *tiles, const struct work_grid *ws_tiles,
+                  int heads, fi_prefill_params *p, const struct ws_rows *rows, CUstream stream,
+                  const char *who)
 {
     const int hd = spec->head_dim;
     if (ws != WS_OFF) {
-        int rc = launch_ws(kernel, spec, ws, sm_count, (int)gx, (int)gy, p, rows, stream, who);
+        p->work_request = ws_tiles->request;
+        p->work_tile = ws_tiles->tile;
+        int rc = launch_ws(kernel, spec, ws, sm_count, ws_tiles->items, heads, p, rows, stream, who);
         if (rc != 0) return rc < 0 ? rc : 0;
     }
+    p->work_request = tiles->request;
+    p->work_tile = tiles->tile;
+    const unsigned gx = (unsigned)tiles->items, gy = (unsigned)heads;
     CUfunction f = kernel->functions[idx];
     const int sm90a = is_sm90a(kernel->arch);
     const unsigned block[3] = {(unsigned)FI_PREFILL_WARPS(idx, hd, sm90a) * 32u, 1, 1};
@@ -498,8 +519,10 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0);
     if (ws == WS_PERSISTENT) FI_TRY(persistent_ctas(&sm_count));
     const struct ws_rows ws_rows = {a->qo_len, a->kv_len, a->kv_len};
-    FI_TRY(launch(kernel, spec, idx, ws, sm_count, (unsigned)tiles[idx],
-                  (unsigned)a->num_kv_heads, &p, &ws_rows, (CUstream)stream, "prefill"));
+    const struct work_grid tile_grid = {(int)tiles[idx], NULL, NULL};
+    const struct work_grid ws_grid = {(int)ceil_div(rows, ws_tile_q(spec)), NULL, NULL};
+    FI_TRY(launch(kernel, spec, idx, ws, sm_count, &tile_grid, &ws_grid, a->num_kv_heads, &p,
+                  &ws_rows, (CUstream)stream, "prefill"));
 out:
     return rc;
 }
@@ -513,14 +536,21 @@ struct fi_batch_prefill_plan {
     char variant[64];
     int batch_size, num_qo_heads, num_kv_heads, page_size, window_left;
     int tile;          /* index of the tile kernel */
-    int num_work;      /* grid x */
+    int num_work;      /* grid x of the tile kernel */
+    int num_ws_work;   /* grid x of the Hopper main loop */
+    int ws_list;       /* 1: the Hopper main loop's tiles differ, it has its own list */
     int heads_per_section;
-    int32_t *list;     /* host: work_request[num_work] then work_tile[num_work] */
+    /* host: work_request[num_work], work_tile[num_work], then, when the Hopper
+     * main loop's tiles differ from the tile kernel's, its own two arrays of
+     * num_ws_work */
+    int32_t *list;
     int32_t *starts;   /* host, paged RoPE: the requests' first rows [batch_size + 1]; else NULL */
     size_t rot_k_off, starts_off, workspace_bytes; /* the workspace's layout */
     int uploaded;      /* 1: the upload wrote the workspace */
     int *work_request; /* device, in the caller's workspace */
     int *work_tile;
+    int *ws_work_request;
+    int *ws_work_tile;
     void *rot_k;         /* RoPE: the rotated keys, in the workspace; else NULL */
     int *kv_token_start; /* paged RoPE: requests' first rows of rot_k; else NULL */
     int kv_rows;         /* rows of rot_k */
@@ -537,7 +567,8 @@ static const char *batch_who(const fi_jit_spec *spec)
 }
 
 /* Check the plan arguments; `*max_rows` gets the largest request's packed rows
- * and `bound` the work items with 16-row tiles (the workspace bound). */
+ * and `bound` the work items of the two lists a plan may have (the
+ * workspace bound): tiles of 16 rows and of 128 (the Hopper loop's least). */
 static int check_plan_args(const fi_jit_spec *spec, const fi_batch_prefill_plan_args *a,
                            int64_t *max_rows, int64_t *bound)
 {
@@ -589,7 +620,8 @@ static int check_plan_args(const fi_jit_spec *spec, const fi_batch_prefill_plan_
         const int64_t rows = qo * group;
         if (rows > INT_MAX - 128) FI_FAIL(FI_EINVALID, "%s: request %d has too many queries", who, b);
         if (rows > *max_rows) *max_rows = rows;
-        *bound += ceil_div(rows, FI_PREFILL_TILE_Q(FI_PREFILL_NUM_TILES - 1));
+        *bound += ceil_div(rows, FI_PREFILL_TILE_Q(FI_PREFILL_NUM_TILES - 1)) +
+                  ceil_div(rows, FI_PREFILL_TILE_Q(0));
     }
     if (*bound > INT_MAX / 2) FI_FAIL(FI_EINVALID, "%s: the batch has too many query tiles", who);
 out:
@@ -680,6 +712,39 @@ static int work_item_cmp(const void *pa, const void *pb)
     return (x->tile < y->tile) - (x->tile > y->tile);
 }
 
+/* Query tiles of tq packed rows in the batch. */
+static int64_t count_tiles(const fi_batch_prefill_plan_args *a, int group, int tq)
+{
+    int64_t n = 0;
+    for (int b = 0; b < a->batch_size; b++)
+        n += ceil_div((int64_t)(a->qo_indptr[b + 1] - a->qo_indptr[b]) * group, tq);
+    return n;
+}
+
+/* The work list of the batch's n query tiles of tq packed rows, longest
+ * first (work_item_cmp): request[i] and tile[i]; items: room for n. */
+static void build_work_list(const fi_batch_prefill_plan_args *a, int paged, int group, int tq,
+                            int causal, struct work_item *items, int n, int32_t *request,
+                            int32_t *tile)
+{
+    int k = 0;
+    for (int b = 0; b < a->batch_size; b++) {
+        const int qo = a->qo_indptr[b + 1] - a->qo_indptr[b];
+        const int kv = request_kv_len(a, paged, b);
+        for (int t = (int)ceil_div((int64_t)qo * group, tq) - 1; t >= 0; t--) {
+            items[k].request = b;
+            items[k].tile = t;
+            items[k].keys = work_keys(kv, qo, group, tq, t, causal);
+            k++;
+        }
+    }
+    qsort(items, (size_t)n, sizeof *items, work_item_cmp);
+    for (k = 0; k < n; k++) {
+        request[k] = items[k].request;
+        tile[k] = items[k].tile;
+    }
+}
+
 int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
                               const fi_jit_spec *spec, const fi_batch_prefill_plan_args *a)
 {
@@ -710,10 +775,8 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
 
     const int group = a->num_qo_heads / a->num_kv_heads;
     int64_t tiles[FI_PREFILL_NUM_TILES] = {0};
-    for (int b = 0; b < a->batch_size; b++)
-        for (int i = 0; i < FI_PREFILL_NUM_TILES; i++)
-            tiles[i] += ceil_div((int64_t)(a->qo_indptr[b + 1] - a->qo_indptr[b]) * group,
-                                 FI_PREFILL_TILE_Q(i));
+    for (int i = 0; i < FI_PREFILL_NUM_TILES; i++)
+        tiles[i] = count_tiles(a, group, FI_PREFILL_TILE_Q(i));
     if (a->cta_tile_q) {
         FI_TRY(tile_index_of(who, a->cta_tile_q, &plan->tile));
     } else {
@@ -735,30 +798,21 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
         FI_TRY(persistent_ctas(&sm_count));
     }
     plan->sm_count = sm_count;
+    /* The Hopper loop's own list when its tiles are not the tile kernel's. */
+    const int tq = FI_PREFILL_TILE_Q(plan->tile);
+    const int ws_tq = plan->ws != WS_OFF ? ws_tile_q(spec) : tq;
+    plan->ws_list = ws_tq != tq;
+    plan->num_ws_work = plan->ws_list ? (int)count_tiles(a, group, ws_tq) : plan->num_work;
     if (plan->num_work > 0) {
-        const int n = plan->num_work;
-        const int tq = FI_PREFILL_TILE_Q(plan->tile);
+        const int n = plan->num_work, m = plan->ws_list ? plan->num_ws_work : 0;
         const int causal = mask_is_causal(spec);
-        if (!(plan->list = fi__malloc(sizeof(int32_t) * 2 * (size_t)n)) ||
-            !(items = fi__malloc(sizeof *items * (size_t)n)))
+        if (!(plan->list = fi__malloc(sizeof(int32_t) * 2 * (size_t)(n + m))) ||
+            !(items = fi__malloc(sizeof *items * (size_t)(n > m ? n : m))))
             FI_FAIL(FI_ENOMEM, "out of memory");
-        int k = 0;
-        for (int b = 0; b < a->batch_size; b++) {
-            const int qo = a->qo_indptr[b + 1] - a->qo_indptr[b];
-            const int kv = request_kv_len(a, paged, b);
-            const int64_t rows = (int64_t)qo * group;
-            for (int t = (int)ceil_div(rows, tq) - 1; t >= 0; t--) {
-                items[k].request = b;
-                items[k].tile = t;
-                items[k].keys = work_keys(kv, qo, group, tq, t, causal);
-                k++;
-            }
-        }
-        qsort(items, (size_t)n, sizeof *items, work_item_cmp);
-        for (k = 0; k < n; k++) {
-            plan->list[k] = items[k].request;
-            plan->list[n + k] = items[k].tile;
-        }
+        build_work_list(a, paged, group, tq, causal, items, n, plan->list, plan->list + n);
+        if (m > 0)
+            build_work_list(a, paged, group, ws_tq, causal, items, m, plan->list + 2 * n,
+                            plan->list + 2 * n + m);
         if (spec->pos == FI_POS_ROPE_LLAMA) {
             plan->kv_rows = (int)layout.kv_rows;
             if (paged) {
@@ -803,11 +857,13 @@ int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
     FI_TRY(fi__cuda_load(&cu));
     plan->uploaded = 0;
     if (plan->num_work > 0) {
-        const int n = plan->num_work;
+        const int n = plan->num_work, m = plan->ws_list ? plan->num_ws_work : 0;
         plan->work_request = (int *)workspace;
         plan->work_tile = (int *)workspace + n;
+        plan->ws_work_request = m ? (int *)workspace + 2 * n : plan->work_request;
+        plan->ws_work_tile = m ? (int *)workspace + 2 * n + m : plan->work_tile;
         res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)workspace, plan->list,
-                             sizeof(int32_t) * 2 * (size_t)n);
+                             sizeof(int32_t) * 2 * (size_t)(n + m));
         if (res != CUDA_SUCCESS)
             CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (work list)"));
         if (plan->spec.pos == FI_POS_ROPE_LLAMA) {
@@ -908,8 +964,6 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
     p.kv_indptr = a->kv_indptr;
     p.kv_indices = a->kv_indices;
     p.kv_last_page_len = a->kv_last_page_len;
-    p.work_request = plan->work_request;
-    p.work_tile = plan->work_tile;
     p.custom_offsets = (const long long *)a->custom_mask_offsets;
     p.rope_offsets = rope_offsets;
     p.k_stride_page = a->k_stride_page;
@@ -925,9 +979,10 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
                            plan->kv_rows, plan->batch_size, &p, (CUstream)stream, who));
     const struct ws_rows rows = {plan->qo_tokens, paged ? plan->kv_rows : plan->kv_tokens,
                                  plan->kv_tokens};
-    FI_TRY(launch(kernel, spec, plan->tile, (enum ws_mode)plan->ws, plan->sm_count,
-                  (unsigned)plan->num_work, (unsigned)plan->num_kv_heads, &p, &rows,
-                  (CUstream)stream, who));
+    const struct work_grid tile_grid = {plan->num_work, plan->work_request, plan->work_tile};
+    const struct work_grid ws_grid = {plan->num_ws_work, plan->ws_work_request, plan->ws_work_tile};
+    FI_TRY(launch(kernel, spec, plan->tile, (enum ws_mode)plan->ws, plan->sm_count, &tile_grid,
+                  &ws_grid, plan->num_kv_heads, &p, &rows, (CUstream)stream, who));
 out:
     return rc;
 }

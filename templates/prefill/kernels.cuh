@@ -57,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(FI_PREFILL_ROPE_THREADS)
     fijit::prefill::rotate_keys(p);
 }
 
-// The Hopper main loop for 128-row tiles (mainloop_sm90_ws.cuh), in modules for
+// The Hopper main loop (mainloop_sm90_ws.cuh), in modules for
 // sm_90a of the tuples FI_PREFILL_WS_TUPLE accepts; empty elsewhere.
 namespace fijit {
 namespace prefill {
@@ -77,7 +77,7 @@ struct WsEntry<true, kUnused> {
 }  // namespace prefill
 }  // namespace fijit
 
-extern "C" __global__ void __launch_bounds__(FI_PREFILL_WS_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(fijit::prefill::ws::kThreads, 1)
     fi_prefill_kernel_ws(const fi_prefill_params p, const __grid_constant__ fi_prefill_ws maps)
 {
     extern __shared__ __align__(1024) unsigned char smem_ws[];

@@ -1,12 +1,13 @@
 // Hopper main loop of prefill (sm_90a): warp-specialised, TMA-fed, with the
-// softmax overlapped with the tensor cores. It computes the same 128-row
-// query tiles as tile kernel 0 (prefill/tile_loop.cuh) and is launched in
-// its place for the tuples FI_PREFILL_WS_TUPLE accepts (prefill/params.h).
+// softmax overlapped with the tensor cores. It computes query tiles of
+// kTileQ rows (128, or 192 at head_dim 64: FI_PREFILL_WS_TILE_Q) and is
+// launched in place of tile kernel 0 (prefill/tile_loop.cuh) for the tuples
+// FI_PREFILL_WS_TUPLE accepts (prefill/params.h).
 // Only the main loop is its own: the tile scheduler (prefill/work.cuh), the
 // query rows (rope.cuh), masks (mask.cuh), softmax (softmax.cuh), epilogue
 // (epilogue.cuh) and the variant hooks are the tile kernels'.
 //
-// One CTA = three warpgroups:
+// One CTA = a producer warpgroup and kConsumers (2 or 3) consumers:
 //  * the producer (warpgroup 0) gives its registers away (setmaxnreg) and
 //    one thread issues the Q, K and V tile loads: cp.async.bulk.tensor (TMA)
 //    through tensor maps the host encodes per launch, into a ring of
@@ -23,21 +24,23 @@
 //    (head_dim <= 128) the next block's Q lands while the consumers finish
 //    this one, so a persistent CTA goes from one block to the next without
 //    waiting for memory.
-//  * two consumers (warpgroups 1, 2), 64 query rows each, wait for Q or
+//  * the consumers (warpgroups 1, 2[, 3]), 64 query rows each, wait for Q or
 //    load and transform their rows themselves (RoPE, query_transform), then
 //    run the tile loop with the next tile's S = Q K^T issued before this tile's
 //    softmax (FlashAttention-3's intra-warpgroup overlap):
 //        issue S(i) ; issue O += P(i-1) V(i-1) ; wait S(i) ; softmax S(i)
 //        wait P V ; rescale O ; P(i-1) <- P(i)
-//    and the two consumers take turns issuing their MMAs (named barriers,
-//    "ping-pong"), so that one's softmax runs while the other's MMAs do.
+//    and the consumers take turns issuing their MMAs (named barriers,
+//    "ping-pong", round robin with three), so that one's softmax runs while
+//    another's MMAs do.
 //
 // A CTA takes blocks blockIdx.x, + gridDim.x, ... of the grid the tile
 // kernels would launch (fi_prefill_ws: work items x kv heads): one each in
 // the default launch, several in the persistent one, the rings' position
 // running on across them.
 //
-// Registers: consumers 240, producer 24 (paged: 232 and 40, kConsumerRegs).
+// Registers: consumers 240, producer 24 (paged: 232 and 40; three
+// consumers: 160 and 24, paged 32; kConsumerRegs).
 #pragma once
 
 #include "common/tma_sm90.cuh"
@@ -50,7 +53,6 @@ namespace fijit {
 namespace prefill {
 namespace ws {
 
-constexpr int kTileQ = FI_PREFILL_WS_TILE_Q;
 #ifdef FIJIT_CUSTOM_VARIANT
 constexpr bool kCustomVariant = true;
 #else
@@ -58,6 +60,9 @@ constexpr bool kCustomVariant = false;
 #endif
 constexpr bool kLean = FI_PREFILL_WS_LEAN(fijit_cfg::kSoftCap, fijit_cfg::kPos == fijit_cfg::kPosAlibi,
                                          kCustomVariant);
+constexpr int kConsumers = FI_PREFILL_WS_CONSUMERS(kHeadDim, kLean);
+constexpr int kTileQ = FI_PREFILL_WS_TILE_Q(kHeadDim, kLean);
+constexpr int kThreads = FI_PREFILL_WS_THREADS(kHeadDim, kLean);
 constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean);
 constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
 constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
@@ -76,23 +81,26 @@ constexpr unsigned int kKVBytes = kTileKV * kRowBytes;
 // Named barriers (0 is __syncthreads): the consumers' turns, then one per
 // consumer for its own 128 threads.
 constexpr int kBarTurn = 1;
-constexpr int kBarWg = 3;
+constexpr int kBarWg = kBarTurn + kConsumers;
 // The consumers alternate their MMA issue (see above). Not measured off here:
 // FlashAttention-3's ablation credits it with a good part of its speed.
 constexpr bool kPingPong = true;
 // Registers of the producer and of the consumers. setmaxnreg only moves
-// registers within what the CTA was launched with (168 a thread: 64K / 384,
-// in steps of 8), so an increase past that waits forever: the sum must fit
-// (measured: 32 / 240 hangs). The paged producer (a warp that also reads page
-// ids and copies partial pages) spills below 32; 40 / 232 fits exactly and
-// spills nowhere on the plain tuples.
-constexpr int kProducerRegs = kPaged ? 40 : 24;
-constexpr int kConsumerRegs = kPaged ? 232 : 240;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= FI_PREFILL_WS_THREADS * 168,
+// registers within what the CTA was launched with (64K / threads a thread,
+// in steps of 8: 168 with two consumers, 128 with three), so an increase
+// past that waits forever: the sum must fit (measured: 32 / 240 hangs). The
+// paged producer (a warp that also reads page ids and copies partial pages)
+// spills below 32; 40 / 232 fits exactly and spills nowhere on the plain
+// tuples; three consumers leave 32 / 160.
+constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+constexpr int kProducerRegs = kPaged ? (kConsumers == 3 ? 32 : 40) : 24;
+constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged ? 232 : 240;
+static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
-static_assert(kTileQ == FI_PREFILL_TILE_Q(0), "the Hopper loop replaces tile kernel 0");
-static_assert(kTileQ == 128 && FI_PREFILL_WS_THREADS == 384, "two consumers of 64 rows");
+static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
+              "a producer and consumers of 64 rows");
+static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
 static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kPaged) >=
                   kQBufs * kQBytes + 2u * kStages * kKVBytes + (4u * kStages + 2u * kQBufs) * 8u,
               "shared memory: Q, the K and V rings, their barriers");
@@ -402,21 +410,22 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
 #pragma unroll
         for (int kk = 0; kk < kTileKV / 16; ++kk) p_fragment(s, kk, pa[kk]);
     };
-    // The turn of this consumer to issue MMAs, and handing it to the other.
+    // The turn of this consumer to issue MMAs, and handing it to the next.
+    const int next_wg = wg + 1 == kConsumers ? 0 : wg + 1;
     auto turn_begin = [&]() {
         if constexpr (kPingPong) named_sync(kBarTurn + wg, 256);
     };
     auto turn_end = [&]() {
-        if constexpr (kPingPong) named_arrive(kBarTurn + (wg ^ 1), 256);
+        if constexpr (kPingPong) named_arrive(kBarTurn + next_wg, 256);
     };
 
     const int n = kr.n;
     if (n > 0) {
-        // Consumer 1 lets consumer 0 go first; each then takes n + 1 turns
-        // (S of tile 0, S + P.V of tiles 1..n-1, P.V of the last), and
-        // consumer 1 skips its last hand-over, so every turn barrier sees as
+        // The last consumer lets consumer 0 go first; each then takes n + 1
+        // turns (S of tile 0, S + P.V of tiles 1..n-1, P.V of the last), and
+        // the last skips its last hand-over, so every turn barrier sees as
         // many arrivals as waits.
-        if (kPingPong && wg == 1) named_arrive(kBarTurn + 0, 256);
+        if (kPingPong && next_wg == 0) named_arrive(kBarTurn + 0, 256);
         float scale[2];
         bool grew;
 
@@ -466,7 +475,7 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         wg::fence_regs(o);
         wg::fence();
         issue_pv(sl);
-        if (wg == 0) turn_end();
+        if (next_wg != 0) turn_end();
         wg::wait<0>();
         wg::fence_regs(o);
         wg::fence_regs(pa);
@@ -515,12 +524,12 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
         for (int s = 0; s < kStages; ++s) {
             bar_init(sm.full_k(s), 1);
             bar_init(sm.full_v(s), 1);
-            bar_init(sm.empty_k(s), 8);  // lane 0 of each consumer warp
-            bar_init(sm.empty_v(s), 8);
+            bar_init(sm.empty_k(s), 4 * kConsumers);  // lane 0 of each consumer warp
+            bar_init(sm.empty_v(s), 4 * kConsumers);
         }
         for (int b = 0; b < kQBufs; ++b) {
             bar_init(sm.full_q(b), 1);
-            bar_init(sm.empty_q(b), 8);
+            bar_init(sm.empty_q(b), 4 * kConsumers);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }

@@ -64,12 +64,13 @@
 
 /* ---- the Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) -------------
  * In a module compiled for sm_90a, every prefill kind without a custom
- * mask also holds fi_prefill_kernel_ws: the 128-row tiles of tile kernel 0
- * (same grid, work list and block order) computed by a producer warpgroup
- * issuing TMA loads and two consumer warpgroups of 64 rows, with kTileKV keys
- * per K/V tile in STAGES-deep rings. The host launches it instead of tile
- * kernel 0 when the tensors suit TMA (16-byte strides) and, with RoPE, the
- * keys were rotated into a workspace. Everywhere else the entry is empty.
+ * mask also holds fi_prefill_kernel_ws: query tiles of FI_PREFILL_WS_TILE_Q
+ * rows (the block order of tile kernel 0, over its own work items: tiles of
+ * its size) computed by a producer warpgroup issuing TMA loads and two or
+ * three consumer warpgroups of 64 rows, with kTileKV keys per K/V tile in
+ * STAGES-deep rings. The host launches it instead of tile kernel 0 when the
+ * tensors suit TMA (16-byte strides) and, with RoPE, the keys were rotated
+ * into a workspace. Everywhere else the entry is empty.
  * Paged K/V: one TMA per page and panel (FI_PREFILL_WS_PAGE_OK); a producer
  * warpgroup gathering pages with cp.async instead measured 0.40-0.42x single
  * prefill on a mixed batch (page 16, H100; commit 6b7f8f1). */
@@ -80,20 +81,29 @@
 #define FI_PREFILL_WS_PAGE_OK(page_size, hd, lean)                                  \
     ((page_size) >= 8 && (page_size) % 8 == 0 && (page_size) <= 256 &&              \
      FI_PREFILL_WS_TILE_KV(hd, lean) % (page_size) == 0)
-#define FI_PREFILL_WS_THREADS 384
-#define FI_PREFILL_WS_TILE_Q 128
+/* Consumer warpgroups, 64 query rows each, so the query tile's rows and the
+ * CTA's threads (a producer warpgroup besides): three at head_dim 64 for a
+ * lean tuple (FI_PREFILL_WS_LEAN), whose softmax is long beside its short
+ * MMAs, so that two warpgroups' softmax overlap the third's MMAs (as
+ * FlashAttention-3 does there); two elsewhere (their registers: 240 where
+ * three would have 160). */
+#ifndef FI_PREFILL_WS_CONSUMERS
+#define FI_PREFILL_WS_CONSUMERS(hd, lean) ((hd) == 64 && (lean) ? 3 : 2)
+#endif
+#define FI_PREFILL_WS_TILE_Q(hd, lean) (64 * FI_PREFILL_WS_CONSUMERS(hd, lean))
+#define FI_PREFILL_WS_THREADS(hd, lean) (128 * (1 + FI_PREFILL_WS_CONSUMERS(hd, lean)))
 /* Keys per K/V tile: 128 at head_dim 64 and 128, 80 at 256 (the most that
- * two stages of K and V fit beside Q: 64 + 4 x 40 KiB), and 192 at head_dim
- * 64 for a lean tuple (FI_PREFILL_WS_LEAN: with a per-logit hook the 192-key
- * tile spills). Measured on H100 (batch 4, seq 4k-16k, bench_prefill.py A/B in
- * one process): head_dim 256, 64 keys 0.86-0.96x cuDNN, 80 keys 1.02-1.03x
- * (32/8, non-causal); head_dim 64, 192 keys 1.01-1.06x 128 keys at seq
- * 8k-16k, 0.96-1.01x at 4k; head_dim 128 non-causal, 176 keys did not beat
- * 128 (0.98-1.03x, with one Q buffer). Not the MUFU: computing every 4th,
- * 3rd or 2nd 8-key tile's exponentials on the FMA pipe (a cubic for 2^f)
- * measured 0.93-1.01x, 0.90-1.00x and 0.81-0.95x at head_dim 64. */
+ * two stages of K and V fit beside Q: 64 + 4 x 40 KiB). Measured on H100
+ * (batch 4, seq 4k-16k, bench_prefill.py A/B in one process): head_dim 256,
+ * 64 keys 0.86-0.96x cuDNN, 80 keys 1.02-1.03x (32/8, non-causal); head_dim
+ * 128 non-causal, 176 keys did not beat 128 (0.98-1.03x, with one Q buffer);
+ * head_dim 64 with two consumers, 192 keys 1.01-1.06x 128 keys at seq
+ * 8k-16k, 0.96-1.01x at 4k (three consumers' 160 registers hold 128). Not
+ * the MUFU: computing every 4th, 3rd or 2nd 8-key tile's exponentials on the
+ * FMA pipe (a cubic for 2^f) measured 0.93-1.01x, 0.90-1.00x and 0.81-0.95x
+ * at head_dim 64. */
 #ifndef FI_PREFILL_WS_TILE_KV
-#define FI_PREFILL_WS_TILE_KV(hd, lean) ((hd) == 64 ? ((lean) ? 192 : 128) : (hd) == 128 ? 128 : 80)
+#define FI_PREFILL_WS_TILE_KV(hd, lean) ((hd) <= 128 ? 128 : 80)
 #endif
 /* A lean tuple: no soft-cap, no ALiBi, no custom variant (no hook runs on
  * every logit). */
@@ -110,7 +120,7 @@
  * bytes each): at most 224.25 KiB (head_dim 128 paged), under the 227 KiB an
  * H100 CTA may opt in to. */
 #define FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged)                                    \
-    ((FI_PREFILL_WS_Q_BUFS(hd, paged) * FI_PREFILL_WS_TILE_Q +                        \
+    ((FI_PREFILL_WS_Q_BUFS(hd, paged) * FI_PREFILL_WS_TILE_Q(hd, lean) +              \
       2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean)) *        \
          (hd) * 2 +                                                                   \
      256)
@@ -136,7 +146,7 @@ typedef struct fi_tma_map {
  * a persistent launch has fewer CTAs than blocks, and CTA c takes blocks c,
  * c + gridDim.x, ...
  * q: when q_rows > 0, a map of q {head_dim, num_qo_heads, q_rows tokens},
- * box {64, group, FI_PREFILL_WS_TILE_Q / group}: a box is one tile's packed
+ * box {64, group, FI_PREFILL_WS_TILE_Q(hd, lean) / group}: a box is one tile's packed
  * rows (token-major, the group's heads fastest) as they are in q. The host
  * makes it when the group divides the tile, Q_BUFS is 2, sm_scale > 0 and q
  * suits TMA; the kernel reads Q through it when its tuple changes q by
