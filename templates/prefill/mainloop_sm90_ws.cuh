@@ -8,8 +8,9 @@
 // (epilogue.cuh) and the variant hooks are the tile kernels'.
 //
 // One CTA = a producer warpgroup and kConsumers (2 or 3) consumers:
-//  * the producer (warpgroup 0) gives its registers away (setmaxnreg) and
-//    one thread issues the Q, K and V tile loads: cp.async.bulk.tensor (TMA)
+//  * the producer (warpgroup 0) gives its registers away (setmaxnreg); its
+//    first warp issues the K and V tile loads and a thread of its second
+//    warp those of Q: cp.async.bulk.tensor (TMA)
 //    through tensor maps the host encodes per launch, into a ring of
 //    kStages slots per operand, each slot with a "full" mbarrier (TMA
 //    transaction bytes) and an "empty" one (consumer warps arrive when
@@ -21,9 +22,10 @@
 //    Q comes by TMA too when the tuple changes it by sm_scale alone
 //    (kRawQTuple): as it is in q, one box per panel is a tile's packed rows;
 //    sm_scale then enters the softmax's exponent. With two Q buffers
-//    (head_dim <= 128) the next block's Q lands while the consumers finish
-//    this one, so a persistent CTA goes from one block to the next without
-//    waiting for memory.
+//    (head_dim <= 128 but paged) the next block's Q lands while the
+//    consumers finish this one, so a persistent CTA goes from one block to
+//    the next without waiting for memory; with one (paged), as soon as they
+//    have stored this block's output (staged in the Q rows).
 //  * the consumers (warpgroups 1, 2[, 3]), 64 query rows each, wait for Q or
 //    load and transform their rows themselves (RoPE, query_transform), then
 //    run the tile loop with the next tile's S = Q K^T issued before this tile's
@@ -39,8 +41,8 @@
 // the default launch, several in the persistent one, the rings' position
 // running on across them.
 //
-// Registers: consumers 240, producer 24 (paged: 232 and 40; three
-// consumers: 160 and 24, paged 32; kConsumerRegs).
+// Registers: consumers 240, producer 24 (paged: 224 and 56, or 232 and 40
+// without Q by TMA; three consumers: 160 and 32; kConsumerRegs).
 #pragma once
 
 #include "common/tma_sm90.cuh"
@@ -69,9 +71,8 @@ constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
 constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
 // and sm_scale, positive (the host checks), commutes with masks and maxima.
-// Not paged (one Q buffer): its consumers have 8 registers fewer
-// (kConsumerRegs), and a Q buffer chosen at run time cost them a spill.
-constexpr bool kRawQTuple = kQBufs == 2 && !kRope && kSoftmax &&
+// Where the host makes a q map (FI_PREFILL_WS_RAW_Q).
+constexpr bool kRawQTuple = FI_PREFILL_WS_RAW_Q(kHeadDim, kLean, kPaged) && !kRope && kSoftmax &&
                             KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value;
 constexpr int kPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
@@ -99,11 +100,14 @@ constexpr bool kOwnTiles = kConsumers == 3;
 // in steps of 8: 168 with two consumers, 128 with three), so an increase
 // past that waits forever: the sum must fit (measured: 32 / 240 hangs). The
 // paged producer (a warp that also reads page ids and copies partial pages)
-// spills below 32; 40 / 232 fits exactly and spills nowhere on the plain
-// tuples; three consumers leave 32 / 160.
+// spills below 32 and, beside the Q thread's code, at 40: 40 / 232 without
+// it, 56 / 224 with it spill nowhere on the plain tuples (the others, with
+// Q loaded by the consumers, spilled twice as much at 224). Three consumers
+// leave 32 / 160 (paged, whose consumers then load Q: with it by TMA and
+// 152 registers they spilled 48 bytes).
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-constexpr int kProducerRegs = kPaged ? (kConsumers == 3 ? 32 : 40) : 24;
-constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged ? 232 : 240;
+constexpr int kProducerRegs = kConsumers == 3 ? 32 : !kPaged ? 24 : kRawQTuple ? 56 : 40;
+constexpr int kConsumerRegs = kConsumers == 3 ? 160 : !kPaged ? 240 : kRawQTuple ? 224 : 232;
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
@@ -173,7 +177,7 @@ __device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps,
                  w.q_begin + row0 / G, sm.full_q(b));
 }
 
-// The producer's one thread: K and V of every tile of one block into the
+// The producer's first thread: K and V of every tile of one block into the
 // rings, whose tiles so far number `it` (the ring position runs on across
 // the blocks of a persistent CTA).
 __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w, const KeyRange &kr,
@@ -549,6 +553,26 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
     }
 }
 
+// The blocks of this CTA (blockIdx.x, + gridDim.x, ... of the grid
+// fi_prefill_ws describes) that have rows, in order: f(work, first row,
+// key range, it, j), where `it` counts the tiles the rings held before the
+// block and j the blocks before it (the Q buffers' turns). Every role walks
+// them alike.
+template <class F>
+__device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &ws, const F &f)
+{
+    const int blocks = ws.work_items * ws.kv_heads;
+    for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x) {
+        const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
+        const int row0 = w.tile * kTileQ;
+        if (row0 >= w.qo_len * p.group_size) continue;
+        const KeyRange kr = key_range(p, w, row0);
+        f(w, row0, kr, it, j);
+        it += kr.n;
+        ++j;
+    }
+}
+
 __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigned char *smem)
 {
     Smem sm;
@@ -572,37 +596,29 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     }
     __syncthreads();
 
-    // Every role walks the same blocks; `it` counts the tiles through the
-    // rings, j the blocks with rows (the Q buffers' turns).
-    const int blocks = ws.work_items * ws.kv_heads;
     const bool raw_q = kRawQTuple && ws.q_rows > 0;
     if (tid < 128) {
+        // The producer: its first warp loads K and V (paged: every lane, a
+        // page each; else one thread), the second warp's first thread Q,
+        // so that neither waits behind the other's barriers.
         set_max_regs_dec<kProducerRegs>();
-        if (tid >= (kPaged ? 32 : 1)) return;
-        for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x) {
-            const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
-            const int row0 = w.tile * kTileQ;
-            if (row0 >= w.qo_len * p.group_size) continue;
-            const KeyRange kr = key_range(p, w, row0);
-            if (raw_q && tid == 0) produce_q(p, ws, w, row0, sm, j);
-            if constexpr (kPaged)
-                produce_paged(p, ws, w, kr, sm, it);
-            else
-                produce(ws, w, kr, sm, it);
-            it += kr.n;
-            ++j;
+        if (tid == 32 && raw_q) {
+            for_each_block(p, ws, [&](const Work &w, int row0, const KeyRange &, int, int j) {
+                produce_q(p, ws, w, row0, sm, j);
+            });
+        } else if (tid < (kPaged ? 32 : 1)) {
+            for_each_block(p, ws, [&](const Work &w, int, const KeyRange &kr, int it, int) {
+                if constexpr (kPaged)
+                    produce_paged(p, ws, w, kr, sm, it);
+                else
+                    produce(ws, w, kr, sm, it);
+            });
         }
     } else {
         set_max_regs_inc<kConsumerRegs>();
-        for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x) {
-            const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
-            const int row0 = w.tile * kTileQ;
-            if (row0 >= w.qo_len * p.group_size) continue;
-            const KeyRange kr = key_range(p, w, row0);
+        for_each_block(p, ws, [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
             consume(p, w, kr, sm, row0, tid / 128 - 1, it, j, raw_q);
-            it += kr.n;
-            ++j;
-        }
+        });
     }
 }
 

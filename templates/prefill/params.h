@@ -113,6 +113,12 @@
  * else one. Paged K/V gives the space to a third K/V stage instead (its
  * page-by-page loads take longer to land). */
 #define FI_PREFILL_WS_Q_BUFS(hd, paged) (!(paged) && (hd) <= 128 ? 2 : 1)
+/* Q by TMA (fi_prefill_ws.q below): with two Q buffers, or paged with one
+ * and two consumers (the consumers of three, at 160 registers, spill with
+ * it). Measured on H100 (bench_batch_prefill.py, 16 requests of 975-7931
+ * tokens, page 16): see README. */
+#define FI_PREFILL_WS_RAW_Q(hd, lean, paged)                                           \
+    (FI_PREFILL_WS_Q_BUFS(hd, paged) == 2 || ((paged) && FI_PREFILL_WS_CONSUMERS(hd, lean) == 2))
 #ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 || ((hd) == 128 && (paged)) ? 3 : 2)
 #endif
@@ -148,7 +154,7 @@ typedef struct fi_tma_map {
  * q: when q_rows > 0, a map of q {head_dim, num_qo_heads, q_rows tokens},
  * box {64, group, FI_PREFILL_WS_TILE_Q(hd, lean) / group}: a box is one tile's packed
  * rows (token-major, the group's heads fastest) as they are in q. The host
- * makes it when the group divides the tile, Q_BUFS is 2, sm_scale > 0 and q
+ * makes it when the group divides the tile, FI_PREFILL_WS_RAW_Q, sm_scale > 0 and q
  * suits TMA; the kernel reads Q through it when its tuple changes q by
  * sm_scale alone (no RoPE, the default query and logits hooks). */
 typedef struct fi_prefill_ws {
