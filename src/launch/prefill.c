@@ -287,8 +287,8 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
 }
 
 /* The map of q (prefill/params.h) when Q may come by TMA: a tile's packed
- * rows are then one box (the group divides the tile), the loop's buffers
- * suit it (FI_PREFILL_WS_RAW_Q) and sm_scale is positive (the kernel applies it in the softmax,
+ * rows are then one box (the group divides the tile), the loop has two Q
+ * buffers (FI_PREFILL_WS_RAW_Q) and sm_scale is positive (the kernel applies it in the softmax,
  * after the maxima). Otherwise, or when q does not suit TMA, ws->q_rows
  * stays 0 and the consumers load Q themselves. */
 static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
@@ -297,7 +297,7 @@ static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
     const int group = p->group_size;
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     const int tile_q = ws_tile_q(spec);
-    if (q_rows <= 0 || !FI_PREFILL_WS_RAW_Q(spec->head_dim, ws_lean(spec), paged) || tile_q % group != 0 ||
+    if (q_rows <= 0 || !FI_PREFILL_WS_RAW_Q(spec->head_dim, paged) || tile_q % group != 0 ||
         !(p->sm_scale > 0.f))
         return;
     if (fi__cuda_tma_map_3d(&ws->q, p->q, spec->head_dim, p->num_qo_heads, q_rows, p->q_stride_h,

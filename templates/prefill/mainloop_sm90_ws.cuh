@@ -21,11 +21,10 @@
 //    arrive as zeros.
 //    Q comes by TMA too when the tuple changes it by sm_scale alone
 //    (kRawQTuple): as it is in q, one box per panel is a tile's packed rows;
-//    sm_scale then enters the softmax's exponent. With two Q buffers
-//    (head_dim <= 128 but paged) the next block's Q lands while the
+//    sm_scale then enters the softmax's exponent. It needs two Q buffers
+//    (head_dim <= 128 but paged): the next block's Q lands while the
 //    consumers finish this one, so a persistent CTA goes from one block to
-//    the next without waiting for memory; with one (paged), as soon as they
-//    have stored this block's output (staged in the Q rows).
+//    the next without waiting for memory.
 //  * the consumers (warpgroups 1, 2[, 3]), 64 query rows each, wait for Q or
 //    load and transform their rows themselves (RoPE, query_transform), then
 //    run the tile loop with the next tile's S = Q K^T issued before this tile's
@@ -41,8 +40,8 @@
 // the default launch, several in the persistent one, the rings' position
 // running on across them.
 //
-// Registers: consumers 240, producer 24 (paged: 224 and 56, or 232 and 40
-// without Q by TMA; three consumers: 160 and 32; kConsumerRegs).
+// Registers: consumers 240, producer 24 (paged: 232 and 40; three
+// consumers: 160 and 32; kConsumerRegs).
 #pragma once
 
 #include "common/tma_sm90.cuh"
@@ -72,7 +71,7 @@ constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
 // and sm_scale, positive (the host checks), commutes with masks and maxima.
 // Where the host makes a q map (FI_PREFILL_WS_RAW_Q).
-constexpr bool kRawQTuple = FI_PREFILL_WS_RAW_Q(kHeadDim, kLean, kPaged) && !kRope && kSoftmax &&
+constexpr bool kRawQTuple = FI_PREFILL_WS_RAW_Q(kHeadDim, kPaged) && !kRope && kSoftmax &&
                             KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value;
 constexpr int kPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
@@ -100,14 +99,11 @@ constexpr bool kOwnTiles = kConsumers == 3;
 // in steps of 8: 168 with two consumers, 128 with three), so an increase
 // past that waits forever: the sum must fit (measured: 32 / 240 hangs). The
 // paged producer (a warp that also reads page ids and copies partial pages)
-// spills below 32 and, beside the Q thread's code, at 40: 40 / 232 without
-// it, 56 / 224 with it spill nowhere on the plain tuples (the others, with
-// Q loaded by the consumers, spilled twice as much at 224). Three consumers
-// leave 32 / 160 (paged, whose consumers then load Q: with it by TMA and
-// 152 registers they spilled 48 bytes).
+// spills below 32; 40 / 232 fits exactly and spills nowhere on the plain
+// tuples. Three consumers leave 32 / 160.
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-constexpr int kProducerRegs = kConsumers == 3 ? 32 : !kPaged ? 24 : kRawQTuple ? 56 : 40;
-constexpr int kConsumerRegs = kConsumers == 3 ? 160 : !kPaged ? 240 : kRawQTuple ? 224 : 232;
+constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged ? 40 : 24;
+constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged ? 232 : 240;
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 

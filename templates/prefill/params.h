@@ -113,12 +113,12 @@
  * else one. Paged K/V gives the space to a third K/V stage instead (its
  * page-by-page loads take longer to land). */
 #define FI_PREFILL_WS_Q_BUFS(hd, paged) (!(paged) && (hd) <= 128 ? 2 : 1)
-/* Q by TMA (fi_prefill_ws.q below): with two Q buffers, or paged with one
- * and two consumers (the consumers of three, at 160 registers, spill with
- * it). Measured on H100 (bench_batch_prefill.py, 16 requests of 975-7931
- * tokens, page 16): see README. */
-#define FI_PREFILL_WS_RAW_Q(hd, lean, paged)                                           \
-    (FI_PREFILL_WS_Q_BUFS(hd, paged) == 2 || ((paged) && FI_PREFILL_WS_CONSUMERS(hd, lean) == 2))
+/* Q by TMA (fi_prefill_ws.q below) with two Q buffers. Paged with one,
+ * loaded once both consumers have stored the previous block's output (it is
+ * staged in the Q rows), measured 0.73-0.87x single prefill against
+ * 0.83-0.91x with the consumers loading Q (H100, bench_batch_prefill.py, 16
+ * requests of 975-7931 tokens, page 16, head_dim 128). */
+#define FI_PREFILL_WS_RAW_Q(hd, paged) (FI_PREFILL_WS_Q_BUFS(hd, paged) == 2)
 #ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 || ((hd) == 128 && (paged)) ? 3 : 2)
 #endif
