@@ -3,7 +3,8 @@
 # every kind at small shapes (prefill: every mask, the custom mask included, page
 # sizes 1 and 7; decode and batch decode: their --tiny sets, fp16 and fp8 KV,
 # page sizes 1, 7, 16, 64), racecheck and synccheck on one small tuple per kernel
-# family. STEP_TIMEOUT (s) bounds each run; SANITIZE_RUNS (a regex) picks runs. Each tensor
+# family (the Hopper prefill loop in both its two- and three-consumer forms).
+# STEP_TIMEOUT (s) bounds each run; SANITIZE_RUNS (a regex) picks runs. Each tensor
 # is its own allocation (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so a read past the
 # end of a buffer is seen. 0 errors is the bar; a table is printed last.
 # Build on the build host (`make`) and carry build/ here.
@@ -35,6 +36,8 @@ build/fijit prewarm --manifest "$manifest" -j "$(nproc)" | tail -1
 
 PREFILL_SMALL=(--quick --no-sdpa --dtypes fp16 --hds 64,128 --pos none,rope --softcaps 0)
 ONE_PREFILL=(--quick --no-sdpa --dtypes fp16 --hds 128 --masks causal --pos none --softcaps 0)
+# The Hopper loop's three-consumer form (head_dim 64, lean tuples; 192-row tiles).
+ONE_PREFILL_3WG=(--quick --no-sdpa --dtypes fp16 --hds 64 --masks causal --pos none --softcaps 0 --kinds single,ragged)
 declare -a names=() errors=() rcs=()
 run() {  # run NAME TOOL CMD...: errors from the sanitizer's summary line
     local name=$1 tool=$2
@@ -56,6 +59,8 @@ run memcheck_decode memcheck python3 tests/gpu/test_decode.py --tiny
 run memcheck_batch_decode memcheck python3 tests/gpu/test_batch_decode.py --tiny
 run racecheck_prefill racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7,16
 run synccheck_prefill synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7,16
+run racecheck_prefill_3wg racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL_3WG[@]}"
+run synccheck_prefill_3wg synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL_3WG[@]}"
 run racecheck_decode racecheck python3 tests/gpu/test_decode.py --tiny
 run synccheck_decode synccheck python3 tests/gpu/test_decode.py --tiny
 run racecheck_batch_decode racecheck python3 tests/gpu/test_batch_decode.py --tiny
