@@ -198,7 +198,11 @@ _Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
  * load the next block's Q while finishing this one, win at head_dim <= 128
  * (1.00-1.10x a CTA per block at seq 4k-8k, 1.11-1.27x at 1k); at head_dim
  * 256 (one Q buffer) the causal blocks' uneven lengths make a CTA per block
- * faster (0.75-0.92x persistent: a persistent CTA's share is fixed). */
+ * faster (0.75-0.92x persistent: a persistent CTA's share is fixed). That
+ * fixed share costs some causal shapes at head_dim <= 128 too (a CTA per
+ * block 1.03-1.15x at hd 128 32/32 seq 16k and hd 64 32/32 seq 4k, but
+ * 0.88-0.95x at seq 1k and most 32/8 shapes; a zig-zag order of the blocks
+ * 0.80-1.12x): a dynamic scheduler would serve both. */
 #define WS_DEFAULT(hd) ((hd) <= 128 ? WS_PERSISTENT : WS_GRID)
 
 /* How tile kernel 0's blocks are launched on sm_90a. */
