@@ -135,28 +135,6 @@ struct Smem {
     }
 };
 
-// The keys the whole CTA reads: tiles [0, n) from key kv_start (as tile
-// kernel 0 computes them).
-struct KeyRange {
-    int kv_start, n;
-};
-__device__ __forceinline__ KeyRange key_range(const P &p, const Work &w, int row0)
-{
-    const int G = p.group_size;
-    const int rows = w.qo_len * G;
-    const int off = w.kv_len - w.qo_len;
-    const int tok_lo = row0 / G;
-    const int tok_hi = (imin(rows, row0 + kTileQ) - 1) / G;
-    int kv_lo = 0, kv_hi = w.kv_len;
-    if constexpr (kCausal) kv_hi = imax(0, imin(kv_hi, tok_hi + off + 1));
-    if constexpr (kWindow)
-        if (p.window_left >= 0) kv_lo = imax(0, tok_lo + off - p.window_left);
-    KeyRange r;
-    r.kv_start = kv_lo / kTileKV * kTileKV;
-    r.n = kv_hi > r.kv_start ? (kv_hi - r.kv_start + kTileKV - 1) / kTileKV : 0;
-    return r;
-}
-
 // The producer's one thread: Q of the CTA's block j, rows row0.. of request
 // w, into its buffer once the consumers have stored the output of block
 // j - kQBufs from it (they stage it there).
@@ -565,7 +543,7 @@ __device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &
         const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
         const int row0 = w.tile * kTileQ;
         if (row0 >= w.qo_len * p.group_size) continue;
-        const KeyRange kr = key_range(p, w, row0);
+        const KeyRange kr = key_range<kTileQ, kTileKV>(p, w, row0);
         f(w, row0, kr, it, j);
         it += kr.n;
         ++j;

@@ -66,13 +66,9 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     const int tok_lo = row0 / G;
     const int tok_hi = (imin(rows, row0 + kTileQ) - 1) / G;
 
-    // Keys any row of this CTA can see: [kv_lo, kv_hi).
-    int kv_lo = 0, kv_hi = w.kv_len;
-    if constexpr (kCausal) kv_hi = imax(0, imin(kv_hi, tok_hi + off + 1));
-    if constexpr (kWindow)
-        if (p.window_left >= 0) kv_lo = imax(0, tok_lo + off - p.window_left);
-    const int kv_start = kv_lo / kTileKV * kTileKV;
-    const int num_tiles = kv_hi > kv_start ? (kv_hi - kv_start + kTileKV - 1) / kTileKV : 0;
+    // The K/V tiles holding every key some row of this CTA can see.
+    const KeyRange keys = key_range<kTileQ, kTileKV>(p, w, row0);
+    const int kv_start = keys.kv_start, num_tiles = keys.n;
 
     const unsigned int sq = smem_addr(smem);
     const unsigned int sk = sq + kTileQ * kRowBytes;

@@ -95,6 +95,31 @@ __device__ __forceinline__ Work get_work(const P &p, int b, int n, int heads)
     return w;
 }
 
+// The keys a CTA reads for the query tile of kTileQ packed rows from row0
+// of request w: K/V tiles [0, n) of kTileKV keys from key kv_start, which
+// is tile-aligned, so that every key some row of the tile sees (causal:
+// up to the last row's position; window: from the first row's) is in one.
+struct KeyRange {
+    int kv_start, n;
+};
+template <int kTileQ, int kTileKV>
+__device__ __forceinline__ KeyRange key_range(const P &p, const Work &w, int row0)
+{
+    const int G = p.group_size;
+    const int rows = w.qo_len * G;
+    const int off = w.kv_len - w.qo_len;  // query i sits at key position i + off
+    const int tok_lo = row0 / G;
+    const int tok_hi = (imin(rows, row0 + kTileQ) - 1) / G;
+    int kv_lo = 0, kv_hi = w.kv_len;
+    if constexpr (kCausal) kv_hi = imax(0, imin(kv_hi, tok_hi + off + 1));
+    if constexpr (kWindow)
+        if (p.window_left >= 0) kv_lo = imax(0, tok_lo + off - p.window_left);
+    KeyRange r;
+    r.kv_start = kv_lo / kTileKV * kTileKV;
+    r.n = kv_hi > r.kv_start ? (kv_hi - r.kv_start + kTileKV - 1) / kTileKV : 0;
+    return r;
+}
+
 // Element offsets of key j of the request in k and v (before the head offset).
 __device__ __forceinline__ void kv_row_offsets(const P &p, const Work &w, int j, long long &ko,
                                                long long &vo)
