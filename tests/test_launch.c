@@ -265,6 +265,30 @@ static void batch_prefill_args_for(fi_batch_prefill_args *a)
     a->k_stride_page = a->v_stride_page = 16 * 8 * 128;
 }
 
+/* A plan of `pa` for s, uploaded into a new workspace of the size it asks
+ * for, poisoned first (what the upload leaves reads 0xab): the workspace,
+ * or NULL (nothing kept, *plan NULL) when a step failed. The caller frees
+ * both. */
+static void *plan_and_upload(fi_jit_ctx *ctx, const fi_jit_spec *s,
+                             const fi_batch_prefill_plan_args *pa, fi_batch_prefill_plan **plan)
+{
+    size_t bytes = 0;
+    void *ws = NULL;
+    *plan = NULL;
+    if (fi_batch_prefill_workspace_size(&bytes, s, pa) == 0 &&
+        (ws = aligned_alloc(256, (bytes + 255) / 256 * 256)) != NULL) {
+        memset(ws, 0xab, bytes);
+        if (fi_batch_prefill_plan_new(plan, ctx, s, pa) == 0 &&
+            fi_batch_prefill_plan_upload(*plan, ws, bytes) == 0)
+            return ws;
+    }
+    fprintf(stderr, "  plan_and_upload: %s\n", fi_last_error());
+    fi_batch_prefill_plan_free(*plan);
+    *plan = NULL;
+    free(ws);
+    return NULL;
+}
+
 TEST(decode_launch_matches_its_plan_and_workspace)
 {
     fi_jit_ctx *ctx = NULL;
@@ -539,13 +563,8 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
     int32_t kv_indptr[4] = {0, 40, 40, 42};
     int32_t last[3] = {16, 1, 5};
     const fi_batch_prefill_plan_args pa = batch_prefill_plan_for(3, qo_indptr, kv_indptr, last);
-    size_t bytes = 0;
-    CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
-    int *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
+    int *ws = plan_and_upload(ctx, &s, &pa, &plan);
     CHECK(ws);
-    memset(ws, 0xab, bytes);
-    CHECK_OK(fi_batch_prefill_plan_new(&plan, ctx, &s, &pa));
-    CHECK_OK(fi_batch_prefill_plan_upload(plan, ws, bytes));
     fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
     batch_prefill_args_for(&a);
     CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
@@ -593,13 +612,9 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
         fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, last);
         pa.page_size = ps;
         pa.cta_tile_q = 128;
-        size_t bytes = 0;
-        CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
-        int *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
         fi_batch_prefill_plan *plan = NULL;
+        int *ws = plan_and_upload(ctx, &s, &pa, &plan);
         CHECK(ws);
-        CHECK_OK(fi_batch_prefill_plan_new(&plan, ctx, &s, &pa));
-        CHECK_OK(fi_batch_prefill_plan_upload(plan, ws, bytes));
         fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
         batch_prefill_args_for(&a);
         a.k_stride_page = a.v_stride_page = (int64_t)ps * 8 * 128;
@@ -649,13 +664,9 @@ TEST(batch_prefill_hopper_main_loop_reads_its_own_work_list)
     a.q_stride_h = a.o_stride_h = a.k_stride_h = a.v_stride_h = 64;
     for (int off = 0; off < 2; off++) {
         if (off) setenv("FIJIT_PREFILL_WS", "0", 1);
-        size_t bytes = 0;
-        CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
-        int *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
         fi_batch_prefill_plan *plan = NULL;
+        int *ws = plan_and_upload(ctx, &s, &pa, &plan);
         CHECK(ws);
-        CHECK_OK(fi_batch_prefill_plan_new(&plan, ctx, &s, &pa));
-        CHECK_OK(fi_batch_prefill_plan_upload(plan, ws, bytes));
         CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
         unsetenv("FIJIT_PREFILL_WS");
         const fi_prefill_params *p = &seen.p.prefill;
@@ -774,13 +785,9 @@ TEST(batch_prefill_rope_offsets_reach_both_launches)
             2, qo_indptr, paged ? paged_indptr : ragged_indptr, paged ? last : NULL);
         for (int rope = 0; rope < 2; rope++) {
             fi_jit_spec s = spec_of(kind, FI_MASK_CAUSAL, rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE);
-            size_t bytes = 0;
-            CHECK_OK(fi_batch_prefill_workspace_size(&bytes, &s, &pa));
-            unsigned char *ws = aligned_alloc(256, (bytes + 255) / 256 * 256);
-            CHECK(ws);
             fi_batch_prefill_plan *plan = NULL;
-            CHECK_OK(fi_batch_prefill_plan_new(&plan, ctx, &s, &pa));
-            CHECK_OK(fi_batch_prefill_plan_upload(plan, ws, bytes));
+            unsigned char *ws = plan_and_upload(ctx, &s, &pa, &plan);
+            CHECK(ws);
             fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
             CHECK(a.version == 4 && a.rope_offsets == NULL);
             batch_prefill_args_for(&a);
