@@ -15,7 +15,11 @@ WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-fie
 CPPFLAGS  += -D_GNU_SOURCE -DFIJIT_BUILDING -Iinclude -Isrc -Itemplates -Ibuild/gen -I$(CUDA_HOME)/include
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=c11 -fPIC -fvisibility=hidden $(WARN)
-LDLIBS    := -lsqlite3 -lxxhash -lhiredis -lsodium -ldl -lpthread -lm
+# hiredis and libsodium (the fleet tier) are opened at run time, not linked
+# (src/common/dynlib.h); test_remote_redis talks to its server through hiredis
+# directly too.
+LDLIBS    := -lsqlite3 -lxxhash -ldl -lpthread -lm
+TEST_LDLIBS := $(LDLIBS) -lhiredis
 # The CLI is a client of the public headers only (include/, cuda.h): no -Isrc.
 TOOL_CPPFLAGS := -D_GNU_SOURCE -Iinclude -I$(CUDA_HOME)/include
 
@@ -65,7 +69,7 @@ $(1)/fijit: $(CLI_SRC:tools/%.c=$(1)/obj/tools/%.o) $(1)/libfijit.a
 	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
 $(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/check.o $(1)/libfijit.a
 	@mkdir -p $$(dir $$@)
-	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
+	$$(CC) $(2) -o $$@ $$^ $$(TEST_LDLIBS)
 # The fake CUDA driver test_launch and test_multi_context load from their own
 # directory (plain build: it runs inside sanitized processes without being
 # instrumented itself).

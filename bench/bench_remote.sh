@@ -19,7 +19,7 @@ export CUDA_CACHE_DISABLE=1 FIJIT_LOG=error
 unset FIJIT_REMOTE FIJIT_REMOTE_SECRET FIJIT_CACHE_DIR
 
 cc -O2 -I"$root/include" -o "$work/bench_remote" "$root/bench/bench_remote.c" \
-   "$root/build/libfijit.a" -lsqlite3 -lxxhash -lhiredis -lsodium -ldl -lpthread -lm
+   "$root/build/libfijit.a" -lsqlite3 -lxxhash -ldl -lpthread -lm
 
 port=$((20000 + RANDOM % 20000))
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \

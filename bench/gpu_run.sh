@@ -46,8 +46,9 @@ decode_part() { run_part decode || [ "$ONLY" = "decode-$1" ]; }  # decode_part t
 OUT_DIR=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
-# The GPU machine has libsqlite3 and libxxhash but not libhiredis or libsodium
-# (the fleet tier's): carry Debian's copies in build/deps (see README).
+# The GPU machine has libsqlite3 and libxxhash but not libhiredis or libsodium,
+# which the fleet tier opens when used (the Python package's remote tests): carry
+# Debian's copies in build/deps (see README).
 [ -d build/deps ] && export LD_LIBRARY_PATH=$PWD/build/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.2.0 ]; then

@@ -24,7 +24,7 @@ command -v "$CC" >/dev/null || { echo "fuzz: $CC not found (apt-get install clan
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CPPFLAGS="-D_GNU_SOURCE -DFIJIT_BUILDING -Iinclude -Isrc -Itools -Itemplates -Ibuild/gen -I$CUDA_HOME/include"
 CFLAGS="-std=c11 -g -O1 -Wall -Wno-unused-command-line-argument $SAN -fsanitize=fuzzer-no-link"
-LIBS="-lsqlite3 -lxxhash -lhiredis -lsodium -ldl -lpthread -lm"
+LIBS="-lsqlite3 -lxxhash -ldl -lpthread -lm"
 
 mkdir -p "$OUT/obj" "$OUT/crashes"
 objs=()

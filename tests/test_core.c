@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "common/dynlib.h"
 #include "common/embedded.h"
 #include "common/error.h"
 #include "core/expand.h"
@@ -640,4 +641,38 @@ TEST(environment_cache_dir_and_log_level_rules)
     text[n] = '\0';
     CHECK_MSG(strstr(text, "FIJIT_LOG='abc' is not a log level") && strstr(text, "a later warning") &&
               !strstr(text, "an info line"), "stderr was: %s", text);
+}
+
+/* ---- libraries opened at run time (common/dynlib.h) ----------------------------- */
+
+typedef struct math_api {
+    double (*cos)(double);
+    double (*missing)(double);
+} math_api;
+
+TEST(dynlib_fills_a_table_and_leaves_optional_entries_null)
+{
+    static const fi_dynlib_sym syms[] = {{"cos", offsetof(math_api, cos), 1},
+                                         {"fijit_no_such_symbol", offsetof(math_api, missing), 0}};
+    static const char *const names[] = {"libfijit-no-such-library.so.9", "libm.so.6", NULL};
+    math_api api;
+    char why[400] = "";
+    memset(&api, 0xab, sizeof api);
+    CHECK_MSG(fi__dynlib_load(&api, syms, 2, names, why, sizeof why) == 0, "%s", why);
+    CHECK(api.cos && api.cos(0.0) == 1.0); /* the fallback name loaded */
+    CHECK(api.missing == NULL);
+}
+
+TEST(dynlib_names_the_library_or_the_symbol_that_is_missing)
+{
+    static const fi_dynlib_sym required[] = {{"cos", offsetof(math_api, cos), 1},
+                                             {"fijit_no_such_symbol", offsetof(math_api, missing), 1}};
+    static const char *const absent[] = {"libfijit-no-such-library.so.9", NULL};
+    static const char *const libm[] = {"libm.so.6", NULL};
+    math_api api;
+    char why[400] = "";
+    CHECK(fi__dynlib_load(&api, required, 1, absent, why, sizeof why) == -1);
+    CHECK_MSG(strstr(why, "libfijit-no-such-library.so.9") != NULL, "%s", why);
+    CHECK(fi__dynlib_load(&api, required, 2, libm, why, sizeof why) == -1);
+    CHECK_MSG(strcmp(why, "libm.so.6 lacks fijit_no_such_symbol") == 0, "%s", why);
 }

@@ -1,12 +1,16 @@
 /*
  * Seals over entries with the fleet secret (see seal.h): libsodium's keyed
  * BLAKE2b, a constant-time compare, and the sealed value's framing.
+ * libsodium is opened at run time (common/dynlib.h) when a secret is first
+ * given, so that hosts without one need no libsodium.
  */
 #include <pthread.h>
 #include <sodium.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/dynlib.h"
 #include "common/error.h"
 #include "common/sys.h"
 #include "store/object.h"
@@ -16,10 +20,49 @@
 static const char KEY_DOMAIN[] = "fijit fleet secret v1";
 static const char MAC_DOMAIN[] = "fijit entry mac v1";
 
-static pthread_once_t sodium_once = PTHREAD_ONCE_INIT;
-static int sodium_ready;
+/* The libsodium functions used here: X(return type, name, symbol, parameters). */
+#define SODIUM_API(X)                                                                      \
+    X(int, init, "sodium_init", (void))                                                    \
+    X(size_t, statebytes, "crypto_generichash_statebytes", (void))                         \
+    X(int, hash_init, "crypto_generichash_init",                                           \
+      (crypto_generichash_state *, const unsigned char *, size_t, size_t))                 \
+    X(int, hash_update, "crypto_generichash_update",                                       \
+      (crypto_generichash_state *, const unsigned char *, unsigned long long))             \
+    X(int, hash_final, "crypto_generichash_final",                                         \
+      (crypto_generichash_state *, unsigned char *, size_t))                               \
+    X(int, verify_32, "crypto_verify_32", (const unsigned char *, const unsigned char *))  \
+    X(void, memzero, "sodium_memzero", (void *const, const size_t))
 
-static void sodium_start(void) { sodium_ready = sodium_init() >= 0; }
+static struct sodium_api {
+#define FIELD(ret, name, symbol, params) ret(*name) params;
+    SODIUM_API(FIELD)
+#undef FIELD
+} sodium;
+static int sodium_ok;
+static char sodium_error[512];
+static pthread_once_t sodium_once = PTHREAD_ONCE_INIT;
+
+static void sodium_start(void)
+{
+#define ROW(ret, name, symbol, params) {symbol, offsetof(struct sodium_api, name), 1},
+    static const fi_dynlib_sym syms[] = {SODIUM_API(ROW)};
+#undef ROW
+    static const char *const names[] = {"libsodium.so.23", "libsodium.so", NULL};
+    char why[320];
+    if (fi__dynlib_load(&sodium, syms, sizeof syms / sizeof syms[0], names, why, sizeof why) < 0)
+        snprintf(sodium_error, sizeof sodium_error, "a fleet secret needs libsodium "
+                 "(libsodium.so.23), which cannot be opened: %s (Debian: apt-get install "
+                 "libsodium23)", why);
+    else if (sodium.statebytes() > sizeof(crypto_generichash_state))
+        /* This build's state is too small for that library's BLAKE2b. */
+        snprintf(sodium_error, sizeof sodium_error, "the libsodium found needs %zu bytes of "
+                 "hash state, this build has %zu (rebuild fijit against it)",
+                 sodium.statebytes(), sizeof(crypto_generichash_state));
+    else if (sodium.init() < 0)
+        snprintf(sodium_error, sizeof sodium_error, "libsodium could not start (sodium_init failed)");
+    else
+        sodium_ok = 1;
+}
 
 int fi_seal_key_derive(fi_seal_key *out, const char *secret)
 {
@@ -30,24 +73,24 @@ int fi_seal_key_derive(fi_seal_key *out, const char *secret)
         return fi__error(FI_EINVALID, "the fleet secret is %zu characters; it must be at least %d "
                          "(e.g. 32 random hex digits)", n, FI_SEAL_SECRET_MIN);
     pthread_once(&sodium_once, sodium_start);
-    if (!sodium_ready) return fi__error(FI_EIO, "libsodium could not start (sodium_init failed)");
-    crypto_generichash_init(&state, NULL, 0, sizeof out->bytes);
-    crypto_generichash_update(&state, (const uint8_t *)KEY_DOMAIN, sizeof KEY_DOMAIN);
-    crypto_generichash_update(&state, (const uint8_t *)secret, n);
-    crypto_generichash_final(&state, out->bytes, sizeof out->bytes);
-    sodium_memzero(&state, sizeof state);
+    if (!sodium_ok) return fi__error(FI_EUNSUPPORTED, "%s", sodium_error);
+    sodium.hash_init(&state, NULL, 0, sizeof out->bytes);
+    sodium.hash_update(&state, (const uint8_t *)KEY_DOMAIN, sizeof KEY_DOMAIN);
+    sodium.hash_update(&state, (const uint8_t *)secret, n);
+    sodium.hash_final(&state, out->bytes, sizeof out->bytes);
+    sodium.memzero(&state, sizeof state);
     return 0;
 }
 
 void fi_seal_mac(uint8_t out[FI_SEAL_MAC_BYTES], const fi_seal_key *k, const uint8_t key[16],
                  const void *entry, size_t size)
 {
-    crypto_generichash_state state;
-    crypto_generichash_init(&state, k->bytes, sizeof k->bytes, FI_SEAL_MAC_BYTES);
-    crypto_generichash_update(&state, (const uint8_t *)MAC_DOMAIN, sizeof MAC_DOMAIN);
-    crypto_generichash_update(&state, key, 16);
-    crypto_generichash_update(&state, entry, size);
-    crypto_generichash_final(&state, out, FI_SEAL_MAC_BYTES);
+    crypto_generichash_state state; /* a key exists: fi_seal_key_derive opened libsodium */
+    sodium.hash_init(&state, k->bytes, sizeof k->bytes, FI_SEAL_MAC_BYTES);
+    sodium.hash_update(&state, (const uint8_t *)MAC_DOMAIN, sizeof MAC_DOMAIN);
+    sodium.hash_update(&state, key, 16);
+    sodium.hash_update(&state, entry, size);
+    sodium.hash_final(&state, out, FI_SEAL_MAC_BYTES);
 }
 
 int fi_seal_mac_ok(const uint8_t mac[FI_SEAL_MAC_BYTES], const fi_seal_key *k,
@@ -55,7 +98,7 @@ int fi_seal_mac_ok(const uint8_t mac[FI_SEAL_MAC_BYTES], const fi_seal_key *k,
 {
     uint8_t want[FI_SEAL_MAC_BYTES];
     fi_seal_mac(want, k, key, entry, size);
-    return crypto_verify_32(want, mac) == 0;
+    return sodium.verify_32(want, mac) == 0;
 }
 
 int fi_seal_wrap(void **out, size_t *out_size, const fi_seal_key *k, const uint8_t key[16],

@@ -32,7 +32,8 @@ typedef struct fi_seal_key {
 } fi_seal_key;
 
 /* The MAC key of `secret` (FI_EINVALID when it is shorter than
- * FI_SEAL_SECRET_MIN; FI_EIO when libsodium cannot start). */
+ * FI_SEAL_SECRET_MIN; FI_EUNSUPPORTED when libsodium cannot be opened or
+ * started). */
 int fi_seal_key_derive(fi_seal_key *out, const char *secret);
 
 /* The MAC of `entry` stored under `key`. */

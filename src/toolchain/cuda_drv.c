@@ -2,14 +2,15 @@
  * Lazy loader for the CUDA driver API (see cuda_drv.h). Nothing here runs
  * until a GPU is needed, so compile-only hosts never touch libcuda.
  */
-#include <dlfcn.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "toolchain/cuda_drv.h"
+#include "common/dynlib.h"
 #include "common/error.h"
 #include "common/sys.h"
 
@@ -20,19 +21,16 @@ static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
 static void load_api(void)
 {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(api_error, sizeof api_error, "no CUDA driver (libcuda.so.1): %s", dlerror());
+    /* Every entry of FI_CUDA_API, in its order; a missing optional one stays NULL. */
+#define ROW(name, symbol, required, params) {symbol, offsetof(fi_cuda_api, name), required},
+    static const fi_dynlib_sym syms[] = {FI_CUDA_API(ROW)};
+#undef ROW
+    static const char *const names[] = {"libcuda.so.1", NULL};
+    char why[320];
+    if (fi__dynlib_load(&api, syms, sizeof syms / sizeof syms[0], names, why, sizeof why) < 0) {
+        snprintf(api_error, sizeof api_error, "no usable CUDA driver: %s", why);
         return;
     }
-    /* Every entry of FI_CUDA_API, in its order; a missing optional one stays NULL. */
-#define LOAD(name, symbol, required, params)                                   \
-    if (!(*(void **)&api.name = dlsym(lib, symbol)) && (required)) {           \
-        snprintf(api_error, sizeof api_error, "CUDA driver lacks %s", symbol); \
-        return;                                                                \
-    }
-    FI_CUDA_API(LOAD)
-#undef LOAD
     CUresult res = api.Init(0);
     if (res != CUDA_SUCCESS) {
         const char *text = NULL;

@@ -3,11 +3,12 @@
  * builds against the toolkit's nvrtc.h but links no CUDA library: the same
  * binary runs on a build host and on a GPU machine with a different layout.
  */
-#include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/dynlib.h"
 #include "common/error.h"
 #include "toolchain/nvrtc.h"
 #include "common/sys.h"
@@ -52,24 +53,18 @@ static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
 static void load_api(void)
 {
+#define ROW(ret, name, symbol, required, params) {symbol, offsetof(nvrtc_api, name), required},
+    static const fi_dynlib_sym syms[] = {NVRTC_API(ROW)};
+#undef ROW
     static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so",
-                                        "/usr/local/cuda/lib64/libnvrtc.so.13"};
-    void *lib = NULL;
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++)
-        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
+                                        "/usr/local/cuda/lib64/libnvrtc.so.13", NULL};
+    char why[320];
+    if (fi__dynlib_load(&api, syms, sizeof syms / sizeof syms[0], names, why, sizeof why) < 0) {
         snprintf(api_error, sizeof api_error,
-                 "NVRTC not found (libnvrtc.so.13): %s; install the CUDA 13 toolkit or add its lib64 to LD_LIBRARY_PATH",
-                 dlerror());
+                 "NVRTC not usable (%s); install the CUDA 13 toolkit or add its lib64 to "
+                 "LD_LIBRARY_PATH", why);
         return;
     }
-#define LOAD(ret, name, symbol, required, params)                              \
-    if (!(*(void **)&api.name = dlsym(lib, symbol)) && (required)) {           \
-        snprintf(api_error, sizeof api_error, "NVRTC lacks %s", symbol);       \
-        return;                                                                \
-    }
-    NVRTC_API(LOAD)
-#undef LOAD
     api_status = 0;
 }
 

@@ -573,5 +573,17 @@ check robust_bad_args_wrote_nothing "a bad argument wrote objects" \
     test -z "$(find "$BAD/objects" -type f 2>/dev/null)"
 check robust_nul_manifest_named "the NUL byte was not named" grep -q 'NUL byte' "$WORK/bad9.out"
 
+# The fleet tier's libraries are opened when a remote or a secret is used,
+# never linked: a serving engine links libfijit without them.
+needs_no_fleet_libs() {
+    ! readelf -d "$1" | grep -E 'NEEDED.*(hiredis|sodium)'
+}
+check cli_links_no_fleet_library "fijit links hiredis or libsodium" needs_no_fleet_libs "$FIJIT"
+LIBFIJIT=$(dirname "$FIJIT")/libfijit.so
+if [ -e "$LIBFIJIT" ]; then
+    check lib_links_no_fleet_library "libfijit.so links hiredis or libsodium" \
+        needs_no_fleet_libs "$LIBFIJIT"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
