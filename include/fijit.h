@@ -89,7 +89,8 @@ typedef enum fi_error {
     FI_ELOAD = -4,        /* the driver could not load the module or function */
     FI_EIO = -5,          /* a file or database operation failed */
     FI_ENOMEM = -6,       /* an allocation failed */
-    FI_EUNSUPPORTED = -7, /* the tuple is valid but not implemented */
+    FI_EUNSUPPORTED = -7, /* the tuple is valid but not implemented, or a feature's
+                             library (hiredis, libsodium) is missing */
     FI_ENODEVICE = -8,    /* no CUDA driver, device or current context */
     FI_ECORRUPT = -9,     /* a cache object or the index failed its checks */
     FI_ECUDA = -10,       /* a CUDA driver call failed at launch */
@@ -194,12 +195,15 @@ typedef struct fi_jit_options {
      * fijit), ttl=SECONDS, connect_timeout=MS (50), timeout=MS (500),
      * backoff=MS (1000), lease=MS (3000), wait=MS (120000), db=N. What it
      * returns is verified before it is stored or loaded; a sick remote costs
-     * its timeouts, then is skipped for its back-off. Needs use_disk_cache. */
+     * its timeouts, then is skipped for its back-off. Needs use_disk_cache.
+     * hiredis is opened when a remote is first given: without it (Debian:
+     * libhiredis0.14) fi_jit_ctx_new fails with FI_EUNSUPPORTED. */
     const char *remote;
     /* Version 2: the fleet secret (NULL: $FIJIT_REMOTE_SECRET, else none), at
      * least 16 characters: entries pushed to the remote carry a keyed MAC
      * (BLAKE2b) over key and bytes, and only entries with a valid MAC are
-     * taken from it. */
+     * taken from it. Needs libsodium (libsodium.so.23, opened then; without
+     * it fi_jit_ctx_new fails with FI_EUNSUPPORTED). */
     const char *remote_secret;
 } fi_jit_options;
 
