@@ -35,15 +35,13 @@ static void load_api(void)
     api_ok = 1;
 }
 
-int fi__hiredis_load(const fi_hiredis_api **out)
+int fi__hiredis_load(void)
 {
     pthread_once(&api_once, load_api);
-    if (!api_ok) return fi__error(FI_EUNSUPPORTED, "%s", api_error);
-    *out = &api;
-    return 0;
+    return api_ok ? 0 : fi__error(FI_EUNSUPPORTED, "%s", api_error);
 }
 
-const fi_hiredis_api *fi__hiredis_table(void)
+const fi_hiredis_api *fi__hiredis(void)
 {
     return &api;
 }

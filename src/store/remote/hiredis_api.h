@@ -31,11 +31,11 @@ typedef struct fi_hiredis_api {
 #undef FI_HIREDIS_FIELD
 } fi_hiredis_api;
 
-/* Open hiredis once (thread-safe) into *out, borrowed for the process's
- * life. FI_EUNSUPPORTED, saying which library to install, when it cannot. */
-int fi__hiredis_load(const fi_hiredis_api **out);
-/* The table fi__hiredis_load filled: for code that runs only after it
- * succeeded (a remote it opened). */
-const fi_hiredis_api *fi__hiredis_table(void);
+/* Open hiredis once (thread-safe): 0, or FI_EUNSUPPORTED saying which
+ * library to install. */
+int fi__hiredis_load(void);
+/* Its entry points, for code that runs only after fi__hiredis_load
+ * succeeded (a remote it opened); borrowed for the process's life. */
+const fi_hiredis_api *fi__hiredis(void);
 
 #endif

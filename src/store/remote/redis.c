@@ -49,12 +49,6 @@ static const char RELEASE_SCRIPT[] =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
     "return 0";
 
-/* hiredis's functions: fi_redis_open has opened the library. */
-static const fi_hiredis_api *hiredis(void)
-{
-    return fi__hiredis_table();
-}
-
 static struct timeval timeval_ms(int ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
@@ -120,15 +114,16 @@ static fi_remote_result connect_new(redis_remote *r, redisContext **out)
     struct timeval connect_tv = timeval_ms(cfg->connect_timeout_ms);
     fi_remote_result res = FI_REMOTE_OK;
     redisReply *reply = NULL;
-    redisContext *c = cfg->unix_socket ? hiredis()->ConnectUnixWithTimeout(cfg->path, connect_tv)
-                                       : hiredis()->ConnectWithTimeout(cfg->host, cfg->port, connect_tv);
+    const fi_hiredis_api *hr = fi__hiredis();
+    redisContext *c = cfg->unix_socket ? hr->ConnectUnixWithTimeout(cfg->path, connect_tv)
+                                       : hr->ConnectWithTimeout(cfg->host, cfg->port, connect_tv);
     int err = errno;
     *out = NULL;
     if (!c || c->err) {
         res = connection_failed(r, c, err, "cannot connect: ");
         goto out;
     }
-    if (hiredis()->SetTimeout(c, timeval_ms(cfg->timeout_ms)) != REDIS_OK) {
+    if (hr->SetTimeout(c, timeval_ms(cfg->timeout_ms)) != REDIS_OK) {
         res = connection_failed(r, c, errno, "cannot set the timeout: ");
         goto out;
     }
@@ -136,7 +131,7 @@ static fi_remote_result connect_new(redis_remote *r, redisContext **out)
         const char *argv[3] = {"AUTH", cfg->user, cfg->password};
         int first = cfg->user[0] ? 0 : 1;
         argv[first] = "AUTH";
-        reply = hiredis()->CommandArgv(c, 3 - first, argv + first, NULL);
+        reply = hr->CommandArgv(c, 3 - first, argv + first, NULL);
         if (!reply) {
             res = connection_failed(r, c, errno, "AUTH: ");
             goto out;
@@ -148,14 +143,14 @@ static fi_remote_result connect_new(redis_remote *r, redisContext **out)
             res = FI_REMOTE_ERROR;
             goto out;
         }
-        hiredis()->FreeReplyObject(reply);
+        hr->FreeReplyObject(reply);
         reply = NULL;
     }
     if (cfg->db) {
         char db[16];
         snprintf(db, sizeof db, "%d", cfg->db);
         const char *argv[2] = {"SELECT", db};
-        reply = hiredis()->CommandArgv(c, 2, argv, NULL);
+        reply = hr->CommandArgv(c, 2, argv, NULL);
         if (!reply) {
             res = connection_failed(r, c, errno, "SELECT: ");
             goto out;
@@ -170,8 +165,8 @@ static fi_remote_result connect_new(redis_remote *r, redisContext **out)
     *out = c;
     c = NULL;
 out:
-    if (reply) hiredis()->FreeReplyObject(reply);
-    if (c) hiredis()->Free(c);
+    if (reply) hr->FreeReplyObject(reply);
+    if (c) hr->Free(c);
     return res;
 }
 
@@ -193,7 +188,7 @@ static void give_back(redis_remote *r, redisContext *c)
         c = NULL;
     }
     pthread_mutex_unlock(&r->mu);
-    if (c) hiredis()->Free(c);
+    if (c) fi__hiredis()->Free(c);
 }
 
 /* The server went away or stalled: the idle connections are as stale as
@@ -206,7 +201,7 @@ static void drop_idle(redis_remote *r)
     memcpy(stale, r->idle, (size_t)n * sizeof *stale);
     r->idle_count = 0;
     pthread_mutex_unlock(&r->mu);
-    for (int i = 0; i < n; i++) hiredis()->Free(stale[i]);
+    for (int i = 0; i < n; i++) fi__hiredis()->Free(stale[i]);
 }
 
 /* Run one command; `*out` is its reply (never an error reply: that is
@@ -228,13 +223,13 @@ static fi_remote_result command(redis_remote *r, redisReply **out, int argc, con
     sigpipe_block(&guard);
     for (int attempt = 0; attempt < 2; attempt++) {
         if ((res = take(r, &c, &reused)) != FI_REMOTE_OK) break;
-        redisReply *reply = hiredis()->CommandArgv(c, argc, argv, lens);
+        redisReply *reply = fi__hiredis()->CommandArgv(c, argc, argv, lens);
         int err = errno;
         if (reply) {
             give_back(r, c);
             if (reply->type == REDIS_REPLY_ERROR) {
                 fi__error(FI_EIO, "%s: %.300s", argv[0], reply->str);
-                hiredis()->FreeReplyObject(reply);
+                fi__hiredis()->FreeReplyObject(reply);
                 res = FI_REMOTE_ERROR;
             } else {
                 *out = reply;
@@ -244,7 +239,7 @@ static fi_remote_result command(redis_remote *r, redisReply **out, int argc, con
         char what[64];
         snprintf(what, sizeof what, "%s: ", argv[0]);
         res = connection_failed(r, c, err, what);
-        hiredis()->Free(c);
+        fi__hiredis()->Free(c);
         drop_idle(r);
         if (!reused || res == FI_REMOTE_TIMEOUT) break;
     }
@@ -264,7 +259,7 @@ static fi_remote_result unexpected(redis_remote *r, redisReply *reply, const cha
 {
     (void)r;
     fi__error(FI_EIO, "%s: unexpected reply type %d", verb, reply->type);
-    hiredis()->FreeReplyObject(reply);
+    fi__hiredis()->FreeReplyObject(reply);
     return FI_REMOTE_ERROR;
 }
 
@@ -286,18 +281,18 @@ static fi_remote_result redis_get(fi_remote *base, const uint8_t key[16], void *
     fi_remote_result res = command(r, &reply, 2, argv, NULL);
     if (res != FI_REMOTE_OK) return res;
     if (reply->type == REDIS_REPLY_NIL) {
-        hiredis()->FreeReplyObject(reply);
+        fi__hiredis()->FreeReplyObject(reply);
         return FI_REMOTE_NOT_FOUND;
     }
     if (reply->type != REDIS_REPLY_STRING) return unexpected(r, reply, "GET");
     if (!(*out = fi__malloc(reply->len))) {
         fi__error(FI_ENOMEM, "out of memory reading %zu bytes", reply->len);
-        hiredis()->FreeReplyObject(reply);
+        fi__hiredis()->FreeReplyObject(reply);
         return FI_REMOTE_ERROR;
     }
     memcpy(*out, reply->str, reply->len);
     *out_size = reply->len;
-    hiredis()->FreeReplyObject(reply);
+    fi__hiredis()->FreeReplyObject(reply);
     return FI_REMOTE_OK;
 }
 
@@ -310,7 +305,7 @@ static fi_remote_result integer_command(redis_remote *r, long long *value, int a
     if (res != FI_REMOTE_OK) return res;
     if (reply->type != REDIS_REPLY_INTEGER) return unexpected(r, reply, argv[0]);
     *value = reply->integer;
-    hiredis()->FreeReplyObject(reply);
+    fi__hiredis()->FreeReplyObject(reply);
     return FI_REMOTE_OK;
 }
 
@@ -345,7 +340,7 @@ static fi_remote_result redis_put(fi_remote *base, const uint8_t key[16], const 
     fi_remote_result res = command(r, &reply, r->base.config.ttl_s ? 5 : 3, argv, lens);
     if (res != FI_REMOTE_OK) return res;
     if (!reply_ok(reply)) return unexpected(r, reply, "SET");
-    hiredis()->FreeReplyObject(reply);
+    fi__hiredis()->FreeReplyObject(reply);
     return FI_REMOTE_OK;
 }
 
@@ -395,7 +390,7 @@ static fi_remote_result redis_ping(fi_remote *base)
     fi_remote_result res = command(r, &reply, 1, argv, NULL);
     if (res != FI_REMOTE_OK) return res;
     if (reply->type != REDIS_REPLY_STATUS) return unexpected(r, reply, "PING");
-    hiredis()->FreeReplyObject(reply);
+    fi__hiredis()->FreeReplyObject(reply);
     return FI_REMOTE_OK;
 }
 
@@ -429,7 +424,7 @@ static fi_remote_result redis_describe(fi_remote *base,
         }
         line(user, INFO_FIELDS[f], value);
     }
-    hiredis()->FreeReplyObject(reply);
+    fi__hiredis()->FreeReplyObject(reply);
     return FI_REMOTE_OK;
 }
 
@@ -450,16 +445,16 @@ static fi_remote_result scan_batch(redis_remote *r, redisReply *keys, size_t hea
         const char *name = keys->element[i]->str;
         const char *range[4] = {"GETRANGE", name, "0", last};
         const char *len[2] = {"STRLEN", name};
-        hiredis()->AppendCommandArgv(c, 4, range, NULL);
-        hiredis()->AppendCommandArgv(c, 2, len, NULL);
+        fi__hiredis()->AppendCommandArgv(c, 4, range, NULL);
+        fi__hiredis()->AppendCommandArgv(c, 2, len, NULL);
     }
     for (size_t i = 0; i < keys->elements; i++) {
         redisReply *head = NULL, *size = NULL;
-        if (hiredis()->GetReply(c, (void **)&head) != REDIS_OK ||
-            hiredis()->GetReply(c, (void **)&size) != REDIS_OK) {
+        if (fi__hiredis()->GetReply(c, (void **)&head) != REDIS_OK ||
+            fi__hiredis()->GetReply(c, (void **)&size) != REDIS_OK) {
             res = connection_failed(r, c, errno, "SCAN: ");
-            if (head) hiredis()->FreeReplyObject(head);
-            hiredis()->Free(c);
+            if (head) fi__hiredis()->FreeReplyObject(head);
+            fi__hiredis()->Free(c);
             return res;
         }
         fi_remote_item item = {{0}, NULL, 0, 0};
@@ -471,8 +466,8 @@ static fi_remote_result scan_batch(redis_remote *r, redisReply *keys, size_t hea
             item.size = size->integer;
             if (item.size > 0) *stop = fn(user, &item);
         }
-        hiredis()->FreeReplyObject(head);
-        hiredis()->FreeReplyObject(size);
+        fi__hiredis()->FreeReplyObject(head);
+        fi__hiredis()->FreeReplyObject(size);
     }
     give_back(r, c);
     return res;
@@ -499,7 +494,7 @@ static fi_remote_result redis_scan(fi_remote *base, size_t head_size,
         sigpipe_block(&guard);
         res = scan_batch(r, reply->element[1], head_size, fn, user, &stop);
         sigpipe_restore(&guard);
-        hiredis()->FreeReplyObject(reply);
+        fi__hiredis()->FreeReplyObject(reply);
         if (res != FI_REMOTE_OK) return res;
     } while (strcmp(cursor, "0") != 0 && !stop);
     return FI_REMOTE_OK;
@@ -531,10 +526,9 @@ static const fi_remote_ops redis_ops = {
 int fi_redis_open(fi_remote **out, const fi_remote_config *config)
 {
     redis_remote *r;
-    const fi_hiredis_api *api;
     if (!out || !config) return fi__error(FI_EINVALID, "fi_redis_open: NULL argument");
     *out = NULL;
-    int rc = fi__hiredis_load(&api);
+    int rc = fi__hiredis_load(); /* every other function here runs after it */
     if (rc < 0) return rc;
     if (!(r = fi__calloc(1, sizeof *r))) return fi__error(FI_ENOMEM, "out of memory");
     r->base.ops = &redis_ops;
