@@ -148,8 +148,8 @@ typedef struct fi_batch_prefill_plan_args {
              FI__SET(version, FI_BATCH_PREFILL_PLAN_ARGS_VERSION)              \
              FI__SET(page_size, 16) FI__SET(window_left, -1))
 
-/* Device workspace bytes the plan for these arguments needs: the work list;
- * with pos = RoPE also the keys rotated once per run (kv tokens x
+/* Device workspace bytes the plan for these arguments needs: the work list
+ * and a counter of the blocks claimed during a run (Hopper); with pos = RoPE also the keys rotated once per run (kv tokens x
  * num_kv_heads x head_dim x 2 bytes, ragged: kv tokens as kv_indptr counts
  * them) and, paged, one int per request. Needs no device. */
 FI_API int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
@@ -166,10 +166,11 @@ FI_API int fi_batch_prefill_plan_workspace_size(size_t *out, const fi_batch_pref
 /* Write the plan's work list into `workspace` (device memory of the current
  * context, 16-byte aligned, at least the plan's workspace bytes; NULL is
  * accepted when that is 0), which must stay allocated and unchanged while
- * the plan is used (RoPE: runs write the rotated keys there, so runs of one
- * plan must not overlap in time; give each stream its own plan and
- * workspace). Synchronous; once per plan and workspace, before the first
- * run. */
+ * the plan is used. Runs write there (a counter of claimed blocks on
+ * Hopper, and with RoPE the rotated keys), so runs of one plan must not
+ * overlap in time: give each stream its own plan and workspace, or order
+ * the runs with events. Synchronous; once per plan and workspace, before
+ * the first run. */
 FI_API int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
                                         size_t workspace_bytes);
 FI_API void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan);

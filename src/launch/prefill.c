@@ -209,7 +209,10 @@ _Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
 enum ws_mode {
     WS_OFF = 0,        /* the tile kernel */
     WS_GRID = 1,       /* the Hopper main loop, a CTA per block */
-    WS_PERSISTENT = 2, /* the Hopper main loop, a CTA per SM walking the blocks */
+    WS_PERSISTENT = 2, /* the Hopper main loop, a CTA per SM walking the blocks: each
+                        * claims the next unclaimed one where the launch has a
+                        * counter (batch kinds), else every gridDim.x-th */
+    WS_STATIC = 3,     /* as WS_PERSISTENT, every gridDim.x-th block always (A/B) */
 };
 
 static int mask_is_causal(const fi_jit_spec *spec)
@@ -235,14 +238,15 @@ static int ws_tile_q(const fi_jit_spec *spec)
 struct work_grid {
     int items;
     const int *request, *tile;
+    unsigned int *claims; /* the Hopper loop's claimed-block counter (device), or NULL */
 };
 
 /* The Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) takes a launch of tile
  * kernel `idx` when the module was compiled for sm_90a for a tuple it serves,
  * the keys are read as they are or rotated once into a workspace (`rot_k`)
  * and, paged, its K/V tiles are whole pages of `page_size` rows;
- * FIJIT_PREFILL_WS=0|grid|persistent[:N] chooses for A/B measurements. Batch
- * kinds decide once, in the plan. */
+ * FIJIT_PREFILL_WS=0|grid|persistent[:N]|static[:N] chooses for A/B
+ * measurements. Batch kinds decide once, in the plan. */
 static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
                                 int rot_k, int page_size)
 {
@@ -255,6 +259,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
         return WS_OFF;
     if (env && strcmp(env, "grid") == 0) return WS_GRID;
     if (env && strncmp(env, "persistent", 10) == 0) return WS_PERSISTENT;
+    if (env && strncmp(env, "static", 6) == 0) return WS_STATIC;
     return WS_DEFAULT(spec->head_dim);
 }
 
@@ -310,27 +315,30 @@ static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
 }
 
 /* How many CTAs a persistent launch has, into *sm_count: N with
- * FIJIT_PREFILL_WS=persistent:N (so that tests walk several blocks per CTA on
- * grids smaller than the device), else *sm_count as given, from the device
- * when 0. Read where the launch mode is chosen, not per launch. */
+ * FIJIT_PREFILL_WS=persistent:N or static:N (so that tests walk several
+ * blocks per CTA on grids smaller than the device), else *sm_count as
+ * given, from the device when 0. Read where the launch mode is chosen, not
+ * per launch. */
 static int persistent_ctas(int *sm_count)
 {
     const char *env = getenv("FIJIT_PREFILL_WS");
-    if (env && strncmp(env, "persistent:", 11) == 0 && atoi(env + 11) > 0) {
-        *sm_count = atoi(env + 11);
+    const char *colon = env ? strchr(env, ':') : NULL;
+    if (colon && atoi(colon + 1) > 0) {
+        *sm_count = atoi(colon + 1);
         return 0;
     }
     return *sm_count ? 0 : fi__cuda_sm_count(sm_count);
 }
 
-/* Launch the Hopper main loop over `items` x `heads` blocks, with TMA maps of
- * p's tensors (see encode_kv_maps, encode_q_map); WS_PERSISTENT: on at most
- * sm_count CTAs. 1: launched; 0: K and V do not suit TMA, nothing was
- * launched. */
+/* Launch the Hopper main loop over `grid` x `heads` blocks, with TMA maps of
+ * p's tensors (see encode_kv_maps, encode_q_map); WS_PERSISTENT and
+ * WS_STATIC: on at most sm_count CTAs. 1: launched; 0: K and V do not suit
+ * TMA, nothing was launched. */
 static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum ws_mode mode,
-                     int sm_count, int items, int heads, fi_prefill_params *p,
+                     int sm_count, const struct work_grid *grid, int heads, fi_prefill_params *p,
                      const struct ws_rows *rows, CUstream stream, const char *who)
 {
+    const int items = grid->items;
     const int hd = spec->head_dim, lean = ws_lean(spec);
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     fi_prefill_ws ws;
@@ -340,7 +348,9 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     ws.work_items = items;
     ws.kv_heads = heads;
     const int64_t blocks = (int64_t)items * heads;
-    const int64_t ctas = mode == WS_PERSISTENT && sm_count > 0 && blocks > sm_count ? sm_count : blocks;
+    const int persistent = mode == WS_PERSISTENT || mode == WS_STATIC;
+    const int64_t ctas = persistent && sm_count > 0 && blocks > sm_count ? sm_count : blocks;
+    if (mode == WS_PERSISTENT && ctas < blocks) ws.claims = grid->claims;
     void *args[] = {p, &ws};
     const unsigned block[3] = {(unsigned)FI_PREFILL_WS_THREADS(hd, lean), 1, 1};
     int rc = fi__cuda_launch_args(kernel->functions[WS_ENTRY], (unsigned)ctas, 1, block,
@@ -361,7 +371,7 @@ static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
     if (ws != WS_OFF) {
         p->work_request = ws_tiles->request;
         p->work_tile = ws_tiles->tile;
-        int rc = launch_ws(kernel, spec, ws, sm_count, ws_tiles->items, heads, p, rows, stream, who);
+        int rc = launch_ws(kernel, spec, ws, sm_count, ws_tiles, heads, p, rows, stream, who);
         if (rc != 0) return rc < 0 ? rc : 0;
     }
     p->work_request = tiles->request;
@@ -521,10 +531,10 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
     const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0);
-    if (ws == WS_PERSISTENT) FI_TRY(persistent_ctas(&sm_count));
+    if (ws == WS_PERSISTENT || ws == WS_STATIC) FI_TRY(persistent_ctas(&sm_count));
     const struct ws_rows ws_rows = {a->qo_len, a->kv_len, a->kv_len};
-    const struct work_grid tile_grid = {(int)tiles[idx], NULL, NULL};
-    const struct work_grid ws_grid = {(int)ceil_div(rows, ws_tile_q(spec)), NULL, NULL};
+    const struct work_grid tile_grid = {(int)tiles[idx], NULL, NULL, NULL};
+    const struct work_grid ws_grid = {(int)ceil_div(rows, ws_tile_q(spec)), NULL, NULL, NULL};
     FI_TRY(launch(kernel, spec, idx, ws, sm_count, &tile_grid, &ws_grid, a->num_kv_heads, &p,
                   &ws_rows, (CUstream)stream, "prefill"));
 out:
@@ -549,12 +559,13 @@ struct fi_batch_prefill_plan {
      * num_ws_work */
     int32_t *list;
     int32_t *starts;   /* host, paged RoPE: the requests' first rows [batch_size + 1]; else NULL */
-    size_t rot_k_off, starts_off, workspace_bytes; /* the workspace's layout */
+    size_t claims_off, rot_k_off, starts_off, workspace_bytes; /* the workspace's layout */
     int uploaded;      /* 1: the upload wrote the workspace */
     int *work_request; /* device, in the caller's workspace */
     int *work_tile;
     int *ws_work_request;
     int *ws_work_tile;
+    unsigned int *claims; /* device: the Hopper loop's claimed-block counter */
     void *rot_k;         /* RoPE: the rotated keys, in the workspace; else NULL */
     int *kv_token_start; /* paged RoPE: requests' first rows of rot_k; else NULL */
     int kv_rows;         /* rows of rot_k */
@@ -643,11 +654,12 @@ static int request_kv_len(const fi_batch_prefill_plan_args *a, int paged, int b)
 }
 
 /* The plan's parts of the workspace, each 16-byte aligned: the work list
- * (`bound` items), then with RoPE the rotated keys [kv_rows, kv heads,
- * head_dim] (ragged: rows as kv_indptr counts them) and, paged, the
- * requests' first rows [batch + 1]. */
+ * (`bound` items), the Hopper loop's claimed-block counter (one uint32,
+ * prefill/params.h: fi_prefill_ws), then with RoPE the rotated keys
+ * [kv_rows, kv heads, head_dim] (ragged: rows as kv_indptr counts them)
+ * and, paged, the requests' first rows [batch + 1]. */
 typedef struct workspace_layout {
-    size_t rot_k_off, starts_off, total;
+    size_t claims_off, rot_k_off, starts_off, total;
     int64_t kv_rows;
 } workspace_layout;
 
@@ -656,7 +668,8 @@ static int layout_workspace(const fi_jit_spec *spec, const fi_batch_prefill_plan
 {
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     memset(l, 0, sizeof *l);
-    l->total = work_bytes(bound);
+    l->claims_off = work_bytes(bound);
+    l->total = l->claims_off + 16;
     if (spec->pos != FI_POS_ROPE_LLAMA) return 0;
     int64_t rows = a->kv_indptr[a->batch_size];
     if (paged) {
@@ -776,6 +789,7 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
     plan->num_kv_heads = a->num_kv_heads;
     plan->page_size = a->page_size;
     plan->window_left = a->window_left;
+    plan->claims_off = layout.claims_off;
     plan->rot_k_off = layout.rot_k_off;
     plan->starts_off = layout.starts_off;
     plan->workspace_bytes = layout.total;
@@ -800,7 +814,7 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
     FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
     plan->ws = (int)ws_mode_for(kernel, spec, plan->tile, 1, paged ? a->page_size : 0);
-    if (plan->ws == WS_PERSISTENT) {
+    if (plan->ws == WS_PERSISTENT || plan->ws == WS_STATIC) {
         if (!sm_count) sm_count = a->sm_count;
         FI_TRY(persistent_ctas(&sm_count));
     }
@@ -873,6 +887,11 @@ int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
                              sizeof(int32_t) * 2 * (size_t)(n + m));
         if (res != CUDA_SUCCESS)
             CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (work list)"));
+        /* Launches leave the counter at 0 (prefill/params.h); it starts there. */
+        plan->claims = (unsigned int *)((char *)workspace + plan->claims_off);
+        res = cu->MemsetD8((CUdeviceptr)(uintptr_t)plan->claims, 0, sizeof(unsigned int));
+        if (res != CUDA_SUCCESS)
+            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemsetD8 (block claims)"));
         if (plan->spec.pos == FI_POS_ROPE_LLAMA) {
             plan->rot_k = (char *)workspace + plan->rot_k_off;
             if (plan->starts) {
@@ -986,8 +1005,9 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
                            plan->kv_rows, plan->batch_size, &p, (CUstream)stream, who));
     const struct ws_rows rows = {plan->qo_tokens, paged ? plan->kv_rows : plan->kv_tokens,
                                  plan->kv_tokens};
-    const struct work_grid tile_grid = {plan->num_work, plan->work_request, plan->work_tile};
-    const struct work_grid ws_grid = {plan->num_ws_work, plan->ws_work_request, plan->ws_work_tile};
+    const struct work_grid tile_grid = {plan->num_work, plan->work_request, plan->work_tile, NULL};
+    const struct work_grid ws_grid = {plan->num_ws_work, plan->ws_work_request, plan->ws_work_tile,
+                                      plan->claims};
     FI_TRY(launch(kernel, spec, plan->tile, (enum ws_mode)plan->ws, plan->sm_count, &tile_grid,
                   &ws_grid, plan->num_kv_heads, &p, &rows, (CUstream)stream, who));
 out:

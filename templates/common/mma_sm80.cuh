@@ -63,6 +63,12 @@ __device__ __forceinline__ void sts32(unsigned int smem_address, unsigned int v)
 {
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem_address), "r"(v) : "memory");
 }
+__device__ __forceinline__ unsigned int lds32(unsigned int smem_address)
+{
+    unsigned int v;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(smem_address) : "memory");
+    return v;
+}
 
 __device__ __forceinline__ void sts128(unsigned int smem_address, const vec16_t &v)
 {

@@ -35,10 +35,13 @@
 //    "ping-pong", round robin with three), so that one's softmax runs while
 //    another's MMAs do.
 //
-// A CTA takes blocks blockIdx.x, + gridDim.x, ... of the grid the tile
-// kernels would launch (fi_prefill_ws: work items x kv heads): one each in
-// the default launch, several in the persistent one, the rings' position
-// running on across them.
+// A CTA takes blocks of the grid the tile kernels would launch
+// (fi_prefill_ws: work items x kv heads): one each in a launch of a CTA per
+// block, several in the persistent one, the rings' position running on
+// across them. A thread of the producer's third warp chooses them
+// (blockIdx.x first, then + gridDim.x, ..., or the next unclaimed block of
+// the grid: fi_prefill_ws.claims) and hands them to every role through a
+// ring of kFeedSlots in shared memory.
 //
 // Registers: consumers 240, producer 24 (paged: 232 and 40; three
 // consumers: 160 and 32; kConsumerRegs).
@@ -107,18 +110,30 @@ constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged ? 232 : 240;
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
+// A scheduler thread passes the blocks on (not paged: the paged K/V warp,
+// which would then read them, has no registers to spare: 16-48 bytes of
+// spills at 40 / 232, and the consumers spill at 224; paged CTAs take
+// every gridDim.x-th block).
+constexpr bool kFeed = !kPaged;
+// Blocks passed on ahead of their use: the K/V loader starts block k + 1
+// while the consumers compute block k (a claim further ahead would hold a
+// short block back from an idle CTA at the grid's end).
+constexpr int kFeedSlots = 2;
+
 static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
               "a producer and consumers of 64 rows");
 static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
 static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kPaged) >=
-                  kQBufs * kQBytes + 2u * kStages * kKVBytes + (4u * kStages + 2u * kQBufs) * 8u,
-              "shared memory: Q, the K and V rings, their barriers");
+                  kQBufs * kQBytes + 2u * kStages * kKVBytes +
+                      (4u * kStages + 2u * kQBufs + 2u * kFeedSlots) * 8u + 4u * kFeedSlots,
+              "shared memory: Q, the K and V rings, the block feed, their barriers");
 
 // Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
 // (panel layout, swz_panel), then the barriers: full K, full V, empty K,
-// empty V, one per slot, then full Q and empty Q, one per buffer. Block j
-// of a CTA (its j-th with rows) uses Q buffer j % kQBufs when Q comes by
-// TMA, else the first.
+// empty V, one per slot, full Q and empty Q, one per buffer, full and
+// empty of the block feed, one per slot; then the feed's slots (block
+// numbers). Block j of a CTA (its j-th with rows) uses Q buffer j % kQBufs
+// when Q comes by TMA, else the first.
 struct Smem {
     unsigned int q, k, v, bars;
     __device__ __forceinline__ unsigned int q_buf(int b) const { return q + b * kQBytes; }
@@ -133,7 +148,63 @@ struct Smem {
     {
         return bars + 8u * (4 * kStages + kQBufs + b);
     }
+    __device__ __forceinline__ unsigned int full_feed(int s) const
+    {
+        return bars + 8u * (4 * kStages + 2 * kQBufs + s);
+    }
+    __device__ __forceinline__ unsigned int empty_feed(int s) const
+    {
+        return bars + 8u * (4 * kStages + 2 * kQBufs + kFeedSlots + s);
+    }
+    __device__ __forceinline__ unsigned int feed(int s) const
+    {
+        return bars + 8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots) + 4u * s;
+    }
 };
+
+// The next block of this CTA after `b` in a grid of `blocks`: the next
+// unclaimed one when the launch counts claims, else b + gridDim.x.
+__device__ __forceinline__ int next_block(const fi_prefill_ws &ws, int b, int blocks)
+{
+    if (ws.claims == nullptr) return b + (int)gridDim.x;
+    const unsigned int c = atomicAdd(ws.claims, 1u);
+    // Every CTA claims until it gets a block past the grid, so a launch
+    // makes `blocks` claims (it has at most one CTA per block) and the one
+    // that returns blocks - 1 is its last: it leaves the counter at 0.
+    if (c == (unsigned int)blocks - 1u) atomicExch(ws.claims, 0u);
+    return (int)gridDim.x + (int)c;
+}
+
+// The scheduler (one thread): the CTA's blocks that have rows, in order,
+// into the feed, then one past the grid, which ends every role's walk.
+__device__ __forceinline__ void feed_blocks(const P &p, const fi_prefill_ws &ws, const Smem &sm)
+{
+    const int blocks = ws.work_items * ws.kv_heads;
+    for (int k = 0, b = (int)blockIdx.x;; ++k) {
+        for (; b < blocks; b = next_block(ws, b, blocks)) {
+            const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
+            if (w.tile * kTileQ < w.qo_len * p.group_size) break;
+        }
+        const int s = k % kFeedSlots;
+        bar_wait(sm.empty_feed(s), ((k / kFeedSlots) & 1) ^ 1);
+        sts32(sm.feed(s), (unsigned int)b);
+        bar_arrive(sm.full_feed(s));  // release: the slot's write is seen with the phase
+        if (b >= blocks) return;
+        b = next_block(ws, b, blocks);
+    }
+}
+
+// The k-th block of the CTA from the feed, read by the threads `lanes` of
+// the calling warp; its first lane frees the slot when all have read it.
+__device__ __forceinline__ int take_block(const Smem &sm, int k, unsigned int lanes)
+{
+    const int s = k % kFeedSlots;
+    bar_wait(sm.full_feed(s), (k / kFeedSlots) & 1);
+    const int b = (int)lds32(sm.feed(s));
+    __syncwarp(lanes);
+    if ((int)threadIdx.x % 32 == __ffs(lanes) - 1) bar_arrive(sm.empty_feed(s));
+    return b;
+}
 
 // The producer's one thread: Q of the CTA's block j, rows row0.. of request
 // w, into its buffer once the consumers have stored the output of block
@@ -530,19 +601,21 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
     }
 }
 
-// The blocks of this CTA (blockIdx.x, + gridDim.x, ... of the grid
-// fi_prefill_ws describes) that have rows, in order: f(work, first row,
-// key range, it, j), where `it` counts the tiles the rings held before the
-// block and j the blocks before it (the Q buffers' turns). Every role walks
-// them alike.
+// The blocks of this CTA (from the feed), in order: f(work,
+// first row, key range, it, j), where `it` counts the tiles the rings held
+// before the block and j the blocks before it (the Q buffers' turns). Every
+// role walks them alike; `lanes` of the calling warp take part.
 template <class F>
-__device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &ws, const F &f)
+__device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &ws, const Smem &sm,
+                                               unsigned int lanes, const F &f)
 {
     const int blocks = ws.work_items * ws.kv_heads;
-    for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x) {
+    for (int k = 0, j = 0, it = 0;; ++k) {
+        const int b = kFeed ? take_block(sm, k, lanes) : (int)blockIdx.x + k * (int)gridDim.x;
+        if (b >= blocks) break;
         const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
         const int row0 = w.tile * kTileQ;
-        if (row0 >= w.qo_len * p.group_size) continue;
+        if (!kFeed && row0 >= w.qo_len * p.group_size) continue;  // the feed skips them
         const KeyRange kr = key_range<kTileQ, kTileKV>(p, w, row0);
         f(w, row0, kr, it, j);
         it += kr.n;
@@ -558,6 +631,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     sm.v = sm.k + kStages * kKVBytes;
     sm.bars = sm.v + kStages * kKVBytes;
     const int tid = (int)threadIdx.x;
+    const bool raw_q = kRawQTuple && ws.q_rows > 0;
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
             bar_init(sm.full_k(s), 1);
@@ -569,22 +643,29 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             bar_init(sm.full_q(b), 1);
             bar_init(sm.empty_q(b), 4 * kConsumers);
         }
+        // The feed's readers: the consumer warps and the Q loader.
+        for (int s = 0; s < (kFeed ? kFeedSlots : 0); ++s) {
+            bar_init(sm.full_feed(s), 1);
+            bar_init(sm.empty_feed(s), 4 * kConsumers + 1 + (raw_q ? 1 : 0));
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    const bool raw_q = kRawQTuple && ws.q_rows > 0;
     if (tid < 128) {
         // The producer: its first warp loads K and V (paged: every lane, a
         // page each; else one thread), the second warp's first thread Q,
-        // so that neither waits behind the other's barriers.
+        // so that neither waits behind the other's barriers; the third
+        // warp's first thread chooses the blocks.
         set_max_regs_dec<kProducerRegs>();
-        if (tid == 32 && raw_q) {
-            for_each_block(p, ws, [&](const Work &w, int row0, const KeyRange &, int, int j) {
-                produce_q(p, ws, w, row0, sm, j);
-            });
+        if (kFeed && tid == 64) {
+            feed_blocks(p, ws, sm);
+        } else if (tid == 32 && raw_q) {
+            for_each_block(p, ws, sm, 1u, [&](const Work &w, int row0, const KeyRange &, int,
+                                                     int j) { produce_q(p, ws, w, row0, sm, j); });
         } else if (tid < (kPaged ? 32 : 1)) {
-            for_each_block(p, ws, [&](const Work &w, int, const KeyRange &kr, int it, int) {
+            for_each_block(p, ws, sm, kPaged ? 0xffffffffu : 1u,
+                           [&](const Work &w, int, const KeyRange &kr, int it, int) {
                 if constexpr (kPaged)
                     produce_paged(p, ws, w, kr, sm, it);
                 else
@@ -593,7 +674,8 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
         }
     } else {
         set_max_regs_inc<kConsumerRegs>();
-        for_each_block(p, ws, [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
+        for_each_block(p, ws, sm, 0xffffffffu,
+                       [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
             consume(p, w, kr, sm, row0, tid / 128 - 1, it, j, raw_q);
         });
     }

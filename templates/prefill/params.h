@@ -149,8 +149,14 @@ typedef struct fi_tma_map {
 } fi_tma_map;
 /* The Hopper kernel's second parameter: the maps, and the grid of blocks it
  * walks (work items x kv heads, in the launch order the tile kernels use);
- * a persistent launch has fewer CTAs than blocks, and CTA c takes blocks c,
- * c + gridDim.x, ...
+ * a persistent launch has fewer CTAs than blocks. CTA c takes block c
+ * first; then, with no claims counter, c + gridDim.x, c + 2 gridDim.x, ...;
+ * with one (`claims`, in the batch plan's workspace), the next unclaimed
+ * block, gridDim.x + atomicAdd(claims, 1), so that CTAs whose blocks were
+ * short take more of them (causal blocks differ in length). The claim that
+ * returns blocks - 1 is the launch's last (each CTA claims until it gets a
+ * block past the grid): its CTA sets the counter back to 0 for the next
+ * launch (the plan's upload zeroes it first).
  * q: when q_rows > 0, a map of q {head_dim, num_qo_heads, q_rows tokens},
  * box {64, group, FI_PREFILL_WS_TILE_Q(hd, lean) / group}: a box is one tile's packed
  * rows (token-major, the group's heads fastest) as they are in q. The host
@@ -159,6 +165,7 @@ typedef struct fi_tma_map {
  * sm_scale alone (no RoPE, the default query and logits hooks). */
 typedef struct fi_prefill_ws {
     fi_tma_map k, v, q;
+    unsigned int *claims;
     int work_items, kv_heads, q_rows;
 } fi_prefill_ws;
 
