@@ -677,7 +677,8 @@ TEST(batch_prefill_hopper_main_loop_reads_its_own_work_list)
                   "%s", seen.name);
         CHECK_MSG(p->work_request == list && p->work_tile == list + n, "off %d: list at %td", off,
                   p->work_request - ws);
-        if (!off) CHECK(seen.ws.work_items == n && seen.ws.q_rows == 317);
+        /* 8 x 8 kv heads = 64 blocks: fewer than the SMs, a CTA each, nothing to claim. */
+        if (!off) CHECK(seen.ws.work_items == n && seen.ws.q_rows == 317 && !seen.ws.claims);
         if (off) CHECK(seen.grid[0] == (unsigned)n);
         unsigned char listed[2][10] = {{0}}; /* each (request, tile) once */
         for (int i = 0; i < n; i++) {
@@ -688,6 +689,48 @@ TEST(batch_prefill_hopper_main_loop_reads_its_own_work_list)
         }
         /* Causal: the longest tile first, request 0's last one. */
         CHECK(p->work_request[0] == 0 && p->work_tile[0] == (1200 + tq - 1) / tq - 1);
+        fi_batch_prefill_plan_free(plan);
+        free(ws);
+    }
+    fi_jit_ctx_free(ctx);
+}
+
+/* Persistent CTAs fewer than the blocks claim them from a counter in the
+ * plan's workspace, which the upload zeroes; FIJIT_PREFILL_WS=static:N
+ * walks every N-th block instead (no counter). */
+TEST(batch_prefill_persistent_ctas_claim_blocks_from_the_workspace)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_CAUSAL, FI_POS_NONE);
+    CHECK_OK(launch_ctx(&ctx));
+    int32_t qo_indptr[3] = {0, 1000, 1100}, kv_indptr[3] = {0, 1000, 1100};
+    fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, NULL);
+    pa.cta_tile_q = 128;
+    fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
+    batch_prefill_args_for(&a);
+    static const char *const modes[] = {"persistent:3", "static:3"};
+    for (int m = 0; m < 2; m++) {
+        setenv("FIJIT_PREFILL_WS", modes[m], 1);
+        fi_batch_prefill_plan *plan = NULL;
+        unsigned char *ws = plan_and_upload(ctx, &s, &pa, &plan);
+        unsetenv("FIJIT_PREFILL_WS");
+        CHECK(ws);
+        size_t bytes = 0;
+        CHECK_OK(fi_batch_prefill_plan_workspace_size(&bytes, plan));
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+        /* (32 x 4 + 4) packed rows / 128 = 32 + 4 tiles, x 8 kv heads: 3 CTAs walk them. */
+        CHECK(seen.grid[0] == 3 && seen.ws.work_items == 36 && seen.ws.kv_heads == 8);
+        if (m == 0) {
+            const unsigned char *claims = (const unsigned char *)seen.ws.claims;
+            /* After the work list (both lists: the loop's tiles are the tile kernel's). */
+            CHECK_MSG(claims && claims >= ws + 2 * 36 * sizeof(int32_t) &&
+                          claims + sizeof(unsigned) <= ws + bytes,
+                      "claims at %td of %zu", claims ? claims - ws : -1, bytes);
+            CHECK(*seen.ws.claims == 0); /* zeroed over the poison */
+        } else {
+            CHECK(seen.ws.claims == NULL);
+        }
         fi_batch_prefill_plan_free(plan);
         free(ws);
     }
