@@ -117,7 +117,7 @@ static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads
 constexpr bool kFeed = !kPaged;
 // Blocks passed on ahead of their use: the K/V loader starts block k + 1
 // while the consumers compute block k (a claim further ahead would hold a
-// short block back from an idle CTA at the grid's end).
+// short block back from an idle CTA at the grid's end: see feed_blocks).
 constexpr int kFeedSlots = 2;
 
 static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
@@ -176,21 +176,22 @@ __device__ __forceinline__ int next_block(const fi_prefill_ws &ws, int b, int bl
 }
 
 // The scheduler (one thread): the CTA's blocks that have rows, in order,
-// into the feed, then one past the grid, which ends every role's walk.
+// into the feed, then one past the grid, which ends every role's walk. A
+// block is claimed only once its slot is free (the block kFeedSlots
+// before it has begun), so that a CTA holds no more blocks than the feed.
 __device__ __forceinline__ void feed_blocks(const P &p, const fi_prefill_ws &ws, const Smem &sm)
 {
     const int blocks = ws.work_items * ws.kv_heads;
     for (int k = 0, b = (int)blockIdx.x;; ++k) {
-        for (; b < blocks; b = next_block(ws, b, blocks)) {
+        const int s = k % kFeedSlots;
+        bar_wait(sm.empty_feed(s), ((k / kFeedSlots) & 1) ^ 1);
+        for (b = k == 0 ? b : next_block(ws, b, blocks); b < blocks; b = next_block(ws, b, blocks)) {
             const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
             if (w.tile * kTileQ < w.qo_len * p.group_size) break;
         }
-        const int s = k % kFeedSlots;
-        bar_wait(sm.empty_feed(s), ((k / kFeedSlots) & 1) ^ 1);
         sts32(sm.feed(s), (unsigned int)b);
         bar_arrive(sm.full_feed(s));  // release: the slot's write is seen with the phase
         if (b >= blocks) return;
-        b = next_block(ws, b, blocks);
     }
 }
 
