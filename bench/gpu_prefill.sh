@@ -11,7 +11,9 @@
 #   bench/gpu_prefill.sh [--quick]    (--quick: fewer test shapes, fewer reps)
 # PREFILL_BASELINE=LIB[,TEMPLATE_DIR] also times that build ("before": a copy of an
 # older build/libfijit.so and its templates) against this one ("after"), interleaved
-# in one process on the same tensors (bench_prefill.py --config).
+# in one process on the same tensors (bench_prefill.py --config);
+# PREFILL_AB=NAME,VAR=VAL times this build against itself under that environment
+# (e.g. PREFILL_AB=static,FIJIT_PREFILL_WS=static: the blocks' static order).
 # Raw results go to $OUT (test_prefill.json, bench_prefill.json, logs) when set.
 set -u
 cd "$(dirname "$0")/.."
@@ -64,8 +66,20 @@ FIJIT_PREFILL_WS=0 OUT=$OUT_DIR/tiles timeout "${PREFILL_TEST_TIMEOUT:-900}" \
     > "$OUT_DIR/test_prefill_tiles.log" 2>&1
 tiles_rc=$?
 [ $test_rc = 0 ] && test_rc=$tiles_rc
+# Three persistent CTAs, so that each claims many blocks from the plan's counter
+# (and single prefill, which has none, walks every third).
+mkdir -p "$OUT_DIR/claims"
+FIJIT_PREFILL_WS=persistent:3 OUT=$OUT_DIR/claims timeout "${PREFILL_TEST_TIMEOUT:-900}" \
+    python3 tests/gpu/test_prefill.py --quick --kinds single,ragged --no-sdpa \
+    > "$OUT_DIR/test_prefill_claims.log" 2>&1
+claims_rc=$?
+[ $test_rc = 0 ] && test_rc=$claims_rc
 if [ -n "${PREFILL_BASELINE:-}" ]; then
     BENCH_ARGS+=(--rounds 5 --config "before,$PREFILL_BASELINE" --config "after,")
+elif [ -n "${PREFILL_AB:-}" ]; then
+    # This build as it is against itself under an environment: NAME,VAR=VAL[;VAR=VAL].
+    BENCH_ARGS+=(--rounds 5 --config "default,build/libfijit.so"
+                 --config "${PREFILL_AB%%,*},build/libfijit.so,,${PREFILL_AB#*,}")
 else
     # The Hopper main loop against the tile kernels it replaces, side by side.
     BENCH_ARGS+=(--config "ws,build/libfijit.so" --config "tiles,build/libfijit.so,,FIJIT_PREFILL_WS=0")
@@ -89,6 +103,7 @@ echo "==== prefill summary ===="
 sed -n '/^prefill correctness/,/^test_prefill:/p' "$OUT_DIR/test_prefill.log"
 echo "portable kernels (FIJIT_ARCH=sm_90, --quick): $(tail -1 "$OUT_DIR/test_prefill_sm90.log")"
 echo "tile kernels on sm_90a (FIJIT_PREFILL_WS=0, --quick): $(tail -1 "$OUT_DIR/test_prefill_tiles.log")"
+echo "three persistent CTAs claiming blocks (FIJIT_PREFILL_WS=persistent:3, --quick): $(tail -1 "$OUT_DIR/test_prefill_claims.log")"
 [ -e "$OUT_DIR/ws_resources.log" ] && tail -1 "$OUT_DIR/ws_resources.log"
 cat "$OUT_DIR/bench_batch_prefill.log"
 grep -v '^  ' "$OUT_DIR/bench_prefill.log" | sed -n '/^ERROR/p'
