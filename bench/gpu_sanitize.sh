@@ -61,6 +61,11 @@ run racecheck_prefill racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL
 run synccheck_prefill synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7,16
 run racecheck_prefill_3wg racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL_3WG[@]}"
 run synccheck_prefill_3wg synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL_3WG[@]}"
+# Three persistent CTAs, each walking many blocks through the feed and claiming them.
+run racecheck_prefill_claims racecheck env FIJIT_PREFILL_WS=persistent:3 \
+    python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --kinds single,ragged
+run synccheck_prefill_claims synccheck env FIJIT_PREFILL_WS=persistent:3 \
+    python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --kinds single,ragged
 run racecheck_decode racecheck python3 tests/gpu/test_decode.py --tiny
 run synccheck_decode synccheck python3 tests/gpu/test_decode.py --tiny
 run racecheck_batch_decode racecheck python3 tests/gpu/test_batch_decode.py --tiny
