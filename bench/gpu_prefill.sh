@@ -77,8 +77,9 @@ claims_rc=$?
 if [ -n "${PREFILL_BASELINE:-}" ]; then
     BENCH_ARGS+=(--rounds 5 --config "before,$PREFILL_BASELINE" --config "after,")
 elif [ -n "${PREFILL_AB:-}" ]; then
-    # This build as it is against itself under an environment: NAME,VAR=VAL[;VAR=VAL].
-    BENCH_ARGS+=(--rounds 5 --config "default,build/libfijit.so"
+    # This build as it is against itself under an environment: NAME,VAR=VAL[;VAR=VAL];
+    # seq 16k too, even --quick (the long causal shapes are where block orders differ).
+    BENCH_ARGS+=(--rounds 5 --seqs 1024,4096,16384 --config "default,build/libfijit.so"
                  --config "${PREFILL_AB%%,*},build/libfijit.so,,${PREFILL_AB#*,}")
 else
     # The Hopper main loop against the tile kernels it replaces, side by side.
