@@ -110,10 +110,10 @@ constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged ? 232 : 240;
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
-// A scheduler thread passes the blocks on (not paged: the paged K/V warp,
-// which would then read them, has no registers to spare: 16-48 bytes of
-// spills at 40 / 232, and the consumers spill at 224; paged CTAs take
-// every gridDim.x-th block).
+// A scheduler thread passes the blocks on (not paged: reading them from the
+// feed costs the paged K/V warp 20 bytes of spills at 40 registers and its
+// consumers 24 at 232, each alone; the consumers spill at 224 too. Paged
+// CTAs take every gridDim.x-th block).
 constexpr bool kFeed = !kPaged;
 // Blocks passed on ahead of their use: the K/V loader starts block k + 1
 // while the consumers compute block k (a claim further ahead would hold a
@@ -602,25 +602,31 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
     }
 }
 
-// The blocks of this CTA (from the feed), in order: f(work,
-// first row, key range, it, j), where `it` counts the tiles the rings held
-// before the block and j the blocks before it (the Q buffers' turns). Every
-// role walks them alike; `lanes` of the calling warp take part.
+// The blocks of this CTA that have rows, in order (from the feed, or
+// blockIdx.x, + gridDim.x, ...): f(work, first row, key range, it, j),
+// where `it` counts the tiles the rings held before the block and j the
+// blocks before it (the Q buffers' turns). Every role walks them alike;
+// `lanes` of the calling warp take part.
 template <class F>
 __device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &ws, const Smem &sm,
                                                unsigned int lanes, const F &f)
 {
     const int blocks = ws.work_items * ws.kv_heads;
-    for (int k = 0, j = 0, it = 0;; ++k) {
-        const int b = kFeed ? take_block(sm, k, lanes) : (int)blockIdx.x + k * (int)gridDim.x;
-        if (b >= blocks) break;
+    auto visit = [&](int b, int &it, int j) {
         const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
         const int row0 = w.tile * kTileQ;
-        if (!kFeed && row0 >= w.qo_len * p.group_size) continue;  // the feed skips them
+        if (!kFeed && row0 >= w.qo_len * p.group_size) return false;  // the feed skips them
         const KeyRange kr = key_range<kTileQ, kTileKV>(p, w, row0);
         f(w, row0, kr, it, j);
         it += kr.n;
-        ++j;
+        return true;
+    };
+    if constexpr (kFeed) {
+        for (int j = 0, it = 0, b; (b = take_block(sm, j, lanes)) < blocks; ++j) visit(b, it, j);
+    } else {
+        // The loop as it was before the feed: paged registers are that tight.
+        for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x)
+            j += visit(b, it, j);
     }
 }
 
