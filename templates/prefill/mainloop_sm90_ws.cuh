@@ -650,7 +650,8 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             bar_init(sm.full_q(b), 1);
             bar_init(sm.empty_q(b), 4 * kConsumers);
         }
-        // The feed's readers: the consumer warps and the Q loader.
+        // The feed's readers: the consumer warps, the K/V loader and, when Q
+        // comes by TMA, the Q loader.
         for (int s = 0; s < (kFeed ? kFeedSlots : 0); ++s) {
             bar_init(sm.full_feed(s), 1);
             bar_init(sm.empty_feed(s), 4 * kConsumers + 1 + (raw_q ? 1 : 0));
