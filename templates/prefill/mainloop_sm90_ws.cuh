@@ -195,15 +195,15 @@ __device__ __forceinline__ void feed_blocks(const P &p, const fi_prefill_ws &ws,
     }
 }
 
-// The k-th block of the CTA from the feed, read by the threads `lanes` of
-// the calling warp; its first lane frees the slot when all have read it.
-__device__ __forceinline__ int take_block(const Smem &sm, int k, unsigned int lanes)
+// The k-th block of the CTA from the feed. Every reading thread frees the
+// slot itself, so its own read is ordered before the rewrite (a warp that
+// left the arrive to one lane after __syncwarp raced it in racecheck).
+__device__ __forceinline__ int take_block(const Smem &sm, int k)
 {
     const int s = k % kFeedSlots;
     bar_wait(sm.full_feed(s), (k / kFeedSlots) & 1);
     const int b = (int)lds32(sm.feed(s));
-    __syncwarp(lanes);
-    if ((int)threadIdx.x % 32 == __ffs(lanes) - 1) bar_arrive(sm.empty_feed(s));
+    bar_arrive(sm.empty_feed(s));
     return b;
 }
 
@@ -605,11 +605,10 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
 // The blocks of this CTA that have rows, in order (from the feed, or
 // blockIdx.x, + gridDim.x, ...): f(work, first row, key range, it, j),
 // where `it` counts the tiles the rings held before the block and j the
-// blocks before it (the Q buffers' turns). Every role walks them alike;
-// `lanes` of the calling warp take part.
+// blocks before it (the Q buffers' turns). Every role walks them alike.
 template <class F>
 __device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &ws, const Smem &sm,
-                                               unsigned int lanes, const F &f)
+                                               const F &f)
 {
     const int blocks = ws.work_items * ws.kv_heads;
     auto visit = [&](int b, int &it, int j) {
@@ -622,7 +621,7 @@ __device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &
         return true;
     };
     if constexpr (kFeed) {
-        for (int j = 0, it = 0, b; (b = take_block(sm, j, lanes)) < blocks; ++j) visit(b, it, j);
+        for (int j = 0, it = 0, b; (b = take_block(sm, j)) < blocks; ++j) visit(b, it, j);
     } else {
         // The loop as it was before the feed: paged registers are that tight.
         for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x)
@@ -650,11 +649,11 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             bar_init(sm.full_q(b), 1);
             bar_init(sm.empty_q(b), 4 * kConsumers);
         }
-        // The feed's readers: the consumer warps, the K/V loader and, when Q
-        // comes by TMA, the Q loader.
+        // The feed's readers: the consumer threads, the K/V loader and, when
+        // Q comes by TMA, the Q loader.
         for (int s = 0; s < (kFeed ? kFeedSlots : 0); ++s) {
             bar_init(sm.full_feed(s), 1);
-            bar_init(sm.empty_feed(s), 4 * kConsumers + 1 + (raw_q ? 1 : 0));
+            bar_init(sm.empty_feed(s), 128 * kConsumers + 1 + (raw_q ? 1 : 0));
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -669,11 +668,11 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
         if (kFeed && tid == 64) {
             feed_blocks(p, ws, sm);
         } else if (tid == 32 && raw_q) {
-            for_each_block(p, ws, sm, 1u, [&](const Work &w, int row0, const KeyRange &, int,
-                                                     int j) { produce_q(p, ws, w, row0, sm, j); });
+            for_each_block(p, ws, sm, [&](const Work &w, int row0, const KeyRange &, int, int j) {
+                produce_q(p, ws, w, row0, sm, j);
+            });
         } else if (tid < (kPaged ? 32 : 1)) {
-            for_each_block(p, ws, sm, kPaged ? 0xffffffffu : 1u,
-                           [&](const Work &w, int, const KeyRange &kr, int it, int) {
+            for_each_block(p, ws, sm, [&](const Work &w, int, const KeyRange &kr, int it, int) {
                 if constexpr (kPaged)
                     produce_paged(p, ws, w, kr, sm, it);
                 else
@@ -682,8 +681,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
         }
     } else {
         set_max_regs_inc<kConsumerRegs>();
-        for_each_block(p, ws, sm, 0xffffffffu,
-                       [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
+        for_each_block(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
             consume(p, w, kr, sm, row0, tid / 128 - 1, it, j, raw_q);
         });
     }
