@@ -149,9 +149,10 @@ typedef struct fi_batch_prefill_plan_args {
              FI__SET(page_size, 16) FI__SET(window_left, -1))
 
 /* Device workspace bytes the plan for these arguments needs: the work list
- * and a counter of the blocks claimed during a run (Hopper); with pos = RoPE also the keys rotated once per run (kv tokens x
- * num_kv_heads x head_dim x 2 bytes, ragged: kv tokens as kv_indptr counts
- * them) and, paged, one int per request. Needs no device. */
+ * and a counter of the blocks claimed during a run (Hopper); with pos = RoPE
+ * also the keys rotated once per run (kv tokens x num_kv_heads x head_dim x
+ * 2 bytes, ragged: kv tokens as kv_indptr counts them) and, paged, one int
+ * per request. Needs no device. */
 FI_API int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
                                            const fi_batch_prefill_plan_args *args);
 
