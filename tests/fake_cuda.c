@@ -540,13 +540,15 @@ API CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, 
         if (i > 0 && (!strides || strides[i - 1] % 16 != 0)) return CUDA_ERROR_INVALID_VALUE;
     }
     if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * 2 > 128) return CUDA_ERROR_INVALID_VALUE;
+    _Static_assert(sizeof(CUtensorMap) >= (FAKE_TMA_SWIZZLE + 1) * sizeof(cuuint64_t),
+                   "the fake's record fits a map");
     cuuint64_t *w = (cuuint64_t *)map;
     memset(map, 0, sizeof *map);
     w[FAKE_TMA_ADDRESS] = (cuuint64_t)(uintptr_t)address;
-    for (cuuint32_t i = 0; i < rank && i < 3; i++) {
+    for (cuuint32_t i = 0; i < rank; i++) {
         w[FAKE_TMA_DIMS + i] = dims[i];
         w[FAKE_TMA_BOX + i] = box[i];
-        if (i > 0 && i < 3) w[FAKE_TMA_STRIDES + i - 1] = strides[i - 1];
+        if (i > 0) w[FAKE_TMA_STRIDES + i - 1] = strides[i - 1];
     }
     w[FAKE_TMA_SWIZZLE] = (cuuint64_t)swizzle;
     return CUDA_SUCCESS;

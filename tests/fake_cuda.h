@@ -46,10 +46,10 @@ typedef CUresult (*fake_cuda_launch_hook)(const fake_cuda_launch *launch, void *
  * writes what it was given into the map's words, for tests to read back. */
 enum {
     FAKE_TMA_ADDRESS = 0,  /* global address */
-    FAKE_TMA_DIMS = 1,     /* 3 words: sizes, innermost first */
-    FAKE_TMA_STRIDES = 4,  /* 2 words: byte strides of dims 1 and 2 */
-    FAKE_TMA_BOX = 6,      /* 3 words */
-    FAKE_TMA_SWIZZLE = 9,  /* CUtensorMapSwizzle */
+    FAKE_TMA_DIMS = 1,     /* 5 words: sizes, innermost first (0 past the rank) */
+    FAKE_TMA_STRIDES = 6,  /* 4 words: byte strides of dims 1-4 */
+    FAKE_TMA_BOX = 10,     /* 5 words */
+    FAKE_TMA_SWIZZLE = 15, /* CUtensorMapSwizzle */
 };
 
 /* Exported by the fake; look them up with dlsym on its handle. */

@@ -596,8 +596,9 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
 }
 
 /* Paged K/V on sm_90a: the Hopper main loop takes 128-row tiles when a K/V
- * tile is whole pages of a multiple of 8 rows, with 4-D maps of the page
- * pools (box: one page); other page sizes keep tile kernel 0. */
+ * tile is whole pages of a multiple of 8 rows, with 5-D maps of the page
+ * pools (box: one whole page, all its panels); other page sizes keep tile
+ * kernel 0. */
 TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
 {
     fi_jit_ctx *ctx = NULL;
@@ -623,19 +624,74 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
         CHECK_MSG(strcmp(seen.name, whole_pages ? "fi_prefill_kernel_ws" : "fi_prefill_kernel_q128") == 0,
                   "page %d: %s", ps, seen.name);
         if (whole_pages) {
+            /* NHD pages (heads contiguous): {64 columns, 8 rows, 8 heads x 2
+             * panels, ps / 8 row groups, pages}, one box a whole page; the
+             * head is in the panel coordinate. */
             for (int m = 0; m < 2; m++) {
                 const unsigned long long *w = m ? seen.ws.v.words : seen.ws.k.words;
+                const int *c = m ? seen.ws.v_coords : seen.ws.k_coords;
                 CHECK(w[FAKE_TMA_ADDRESS] == (unsigned long long)(uintptr_t)(m ? a.v : a.k));
-                CHECK(w[FAKE_TMA_DIMS] == 128 && w[FAKE_TMA_DIMS + 1] == 8 &&
-                      w[FAKE_TMA_DIMS + 2] == (unsigned long long)ps);
-                CHECK(w[FAKE_TMA_STRIDES] == 128 * 2 && w[FAKE_TMA_STRIDES + 1] == 8 * 128 * 2);
-                CHECK(w[FAKE_TMA_BOX] == 64 && w[FAKE_TMA_BOX + 1] == 1 &&
-                      w[FAKE_TMA_BOX + 2] == (unsigned long long)ps);
+                CHECK(w[FAKE_TMA_DIMS] == 64 && w[FAKE_TMA_DIMS + 1] == 8 &&
+                      w[FAKE_TMA_DIMS + 2] == 16 &&
+                      w[FAKE_TMA_DIMS + 3] == (unsigned long long)ps / 8);
+                CHECK(w[FAKE_TMA_STRIDES] == 8 * 128 * 2 && w[FAKE_TMA_STRIDES + 1] == 128 &&
+                      w[FAKE_TMA_STRIDES + 2] == 8 * 8 * 128 * 2 &&
+                      w[FAKE_TMA_STRIDES + 3] == (unsigned long long)ps * 8 * 128 * 2);
+                CHECK(w[FAKE_TMA_BOX] == 64 && w[FAKE_TMA_BOX + 1] == 8 &&
+                      w[FAKE_TMA_BOX + 2] == 2 && w[FAKE_TMA_BOX + 3] == (unsigned long long)ps / 8 &&
+                      w[FAKE_TMA_BOX + 4] == 1);
+                CHECK(c[0] == 2 && c[1] == 1 && c[2] == 0);
             }
             /* 1200 and 68 packed rows: 10 + 1 tiles of 128, a CTA each. */
             CHECK(seen.ws.work_items == 11 && seen.ws.kv_heads == 8 && seen.grid[0] == 88);
             CHECK(seen.ws.q_rows == 0); /* one Q buffer: the consumers load Q */
             CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1));
+        }
+        fi_batch_prefill_plan_free(plan);
+        free(ws);
+    }
+    fi_jit_ctx_free(ctx);
+}
+
+/* Paged K/V in HND pages (a page holds whole heads): the kv head joins the
+ * page coordinate (page * heads + head), the map's pages are one head's
+ * rows. A layout that is neither NHD nor whole-head pages keeps tile
+ * kernel 0, whose loads take any strides. */
+TEST(batch_prefill_paged_hopper_main_loop_maps_hnd_pages_and_refuses_others)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_PAGED, FI_MASK_NONE, FI_POS_NONE);
+    CHECK_OK(launch_ctx(&ctx));
+    int32_t qo_indptr[3] = {0, 300, 317};
+    int32_t kv_indptr[3] = {0, 40, 42};
+    int32_t last[2] = {16, 3};
+    fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, last);
+    pa.cta_tile_q = 128;
+    for (int layout = 0; layout < 2; layout++) {
+        fi_batch_prefill_plan *plan = NULL;
+        int *ws = plan_and_upload(ctx, &s, &pa, &plan);
+        CHECK(ws);
+        fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
+        batch_prefill_args_for(&a);
+        if (layout == 0) { /* HND: [page][head][row][col] */
+            a.k_stride_n = a.v_stride_n = 128;
+            a.k_stride_h = a.v_stride_h = 16 * 128;
+        } else { /* heads 256 apart in rows of 8 x 256: neither form */
+            a.k_stride_n = a.v_stride_n = 8 * 256;
+            a.k_stride_h = a.v_stride_h = 256;
+            a.k_stride_page = a.v_stride_page = 16 * 8 * 256;
+        }
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        CHECK_MSG(strcmp(seen.name, layout == 0 ? "fi_prefill_kernel_ws" : "fi_prefill_kernel_q128") == 0,
+                  "layout %d: %s", layout, seen.name);
+        for (int m = 0; layout == 0 && m < 2; m++) {
+            const unsigned long long *w = m ? seen.ws.v.words : seen.ws.k.words;
+            const int *c = m ? seen.ws.v_coords : seen.ws.k_coords;
+            CHECK(w[FAKE_TMA_DIMS] == 64 && w[FAKE_TMA_DIMS + 1] == 8 && w[FAKE_TMA_DIMS + 2] == 2 &&
+                  w[FAKE_TMA_DIMS + 3] == 2);
+            CHECK(w[FAKE_TMA_STRIDES] == 128 * 2 && w[FAKE_TMA_STRIDES + 1] == 128 &&
+                  w[FAKE_TMA_STRIDES + 2] == 8 * 128 * 2 && w[FAKE_TMA_STRIDES + 3] == 16 * 128 * 2);
+            CHECK(c[0] == 0 && c[1] == 8 && c[2] == 1);
         }
         fi_batch_prefill_plan_free(plan);
         free(ws);

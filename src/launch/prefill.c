@@ -282,10 +282,12 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                                                                p->k_stride_h, p->k_stride_n, 1, box)
                                          : 0)
                           : fi__cuda_tma_map_paged(&ws->k, p->k, hd, heads, p->page_size,
-                                                   p->k_stride_h, p->k_stride_n, p->k_stride_page);
+                                                   p->k_stride_h, p->k_stride_n, p->k_stride_page,
+                                                   ws->k_coords);
         return rc < 0 ? rc
                       : fi__cuda_tma_map_paged(&ws->v, p->v, hd, heads, p->page_size,
-                                               p->v_stride_h, p->v_stride_n, p->v_stride_page);
+                                               p->v_stride_h, p->v_stride_n, p->v_stride_page,
+                                               ws->v_coords);
     }
     if (rows->k <= 0) return 0;
     int rc = fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k, p->k_stride_h, p->k_stride_n, 1,

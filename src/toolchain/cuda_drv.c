@@ -114,7 +114,7 @@ static int tma_map(void *out, const void *base, int rank, const cuuint64_t *dims
     for (int i = 0; i + 1 < rank; i++)
         if (strides[i] == 0 || strides[i] % 16 != 0)
             return fi__error(FI_EUNSUPPORTED, "TMA needs 16-byte aligned rows and strides");
-    const cuuint32_t unit[4] = {1, 1, 1, 1};
+    const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
     CUresult res = cu->TensorMapEncodeTiled(
         (CUtensorMap *)out, CU_TENSOR_MAP_DATA_TYPE_UINT16, (cuuint32_t)rank, (void *)base, dims,
         strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -138,18 +138,31 @@ int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int ro
 }
 
 int fi__cuda_tma_map_paged(void *out, const void *base, int cols, int heads, int page_size,
-                           long long stride_h, long long stride_n, long long stride_page)
+                           long long stride_h, long long stride_n, long long stride_page,
+                           int coords[3])
 {
     if (heads <= 1) stride_h = cols;
     if (stride_h <= 0 || stride_n <= 0 || stride_page <= 0)
         return fi__error(FI_EUNSUPPORTED, "TMA needs positive strides");
+    if (cols % 64 != 0 || page_size % 8 != 0 || page_size / 8 > 256)
+        return fi__error(FI_EUNSUPPORTED, "paged TMA needs 64-column panels and 8-row groups");
+    const int panels = cols / 64;
+    /* The head joins the panel coordinate where heads are contiguous, else
+     * the page coordinate where a page holds whole heads. */
+    const int in_panels = stride_h == cols;
+    if (!in_panels && stride_page != (long long)heads * stride_h)
+        return fi__error(FI_EUNSUPPORTED, "paged TMA needs contiguous heads (stride_h == head_dim) "
+                                          "or pages of whole heads (stride_page == heads x stride_h)");
+    coords[0] = in_panels ? panels : 0;
+    coords[1] = in_panels ? 1 : heads;
+    coords[2] = in_panels ? 0 : 1;
     /* Page ids are the caller's (any int); the map's extent only bounds them. */
-    const cuuint64_t dims[4] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)page_size,
-                                (cuuint64_t)INT_MAX};
-    const cuuint64_t strides[3] = {(cuuint64_t)stride_h * 2, (cuuint64_t)stride_n * 2,
-                                   (cuuint64_t)stride_page * 2};
-    const cuuint32_t box[4] = {64, 1, (cuuint32_t)page_size, 1};
-    return tma_map(out, base, 4, dims, strides, box);
+    const cuuint64_t dims[5] = {64, 8, (cuuint64_t)(in_panels ? heads * panels : panels),
+                                (cuuint64_t)page_size / 8, (cuuint64_t)INT_MAX};
+    const cuuint64_t strides[4] = {(cuuint64_t)stride_n * 2, 128, (cuuint64_t)stride_n * 16,
+                                   (cuuint64_t)(in_panels ? stride_page : stride_h) * 2};
+    const cuuint32_t box[5] = {64, 8, (cuuint32_t)panels, (cuuint32_t)page_size / 8, 1};
+    return tma_map(out, base, 5, dims, strides, box);
 }
 
 int fi__cuda_launch_args(CUfunction f, unsigned gx, unsigned gy, const unsigned block[3],

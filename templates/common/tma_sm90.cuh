@@ -43,16 +43,17 @@ __device__ __forceinline__ void tma_load(unsigned int dst, const void *map, int 
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(head), "r"(key), "r"(bar)
         : "memory");
 }
-// Box {64 columns, 1 head, page_size keys, 1 page} at (col, head, 0, page) of
-// a paged map into `dst`, completing `bar`'s transaction bytes.
-__device__ __forceinline__ void tma_load_page(unsigned int dst, const void *map, int col, int head,
-                                              int page, unsigned int bar)
+// One whole page of a paged map (prefill/params.h: {64 columns, 8 rows,
+// panels, row groups, pages}) at panel coordinate `panel` and page
+// coordinate `page` into `dst`, completing `bar`'s transaction bytes.
+__device__ __forceinline__ void tma_load_page(unsigned int dst, const void *map, int panel, int page,
+                                              unsigned int bar)
 {
     asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(head), "r"(0), "r"(page),
-        "r"(bar)
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(0), "r"(0), "r"(panel), "r"(0),
+        "r"(page), "r"(bar)
         : "memory");
 }
 template <int kCount>

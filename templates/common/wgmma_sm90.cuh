@@ -33,13 +33,16 @@ namespace wg {
 
 // Descriptor of a shared-memory operand in the 128-byte swizzle layout
 // starting at `addr` (byte address in the shared window), with `lbo` bytes
-// between panels along N (N-major operands only; K-major ones ignore it).
-__device__ __forceinline__ unsigned long long desc(unsigned int addr, unsigned int lbo)
+// between panels along N (N-major operands only; K-major ones ignore it)
+// and `sbo` from one 8-row group to the next (1024 where a panel's rows are
+// contiguous; more where groups of the panels interleave, as paged K/V's do).
+__device__ __forceinline__ unsigned long long desc(unsigned int addr, unsigned int lbo,
+                                                   unsigned int sbo = 1024u)
 {
     return (unsigned long long)((addr & 0x3FFFFu) >> 4) |
            ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16) |
-           ((unsigned long long)(1024u >> 4) << 32) |  // SBO: 8 rows of 128 bytes
-           (1ull << 62);                                // 128-byte swizzle
+           ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32) |
+           (1ull << 62);  // 128-byte swizzle
 }
 
 __device__ __forceinline__ void fence()

@@ -17,8 +17,8 @@
 //    their wgmma has finished reading it). K and V have separate rings so
 //    that K of the next tile can land while V of this one is still read.
 //    TMA writes the 128-byte swizzle that the wgmma descriptors read, one
-//    box of 64 columns x kTileKV keys per panel; keys past the tensor's end
-//    arrive as zeros.
+//    box of 64 columns x kTileKV keys per panel (paged: one box per page,
+//    all its panels; SlotLayout); keys past the tensor's end arrive as zeros.
 //    Q comes by TMA too when the tuple changes it by sm_scale alone
 //    (kRawQTuple): as it is in q, one box per panel is a tile's packed rows;
 //    sm_scale then enters the softmax's exponent. It needs two Q buffers
@@ -81,6 +81,31 @@ constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
 constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
 constexpr unsigned int kQBytes = kTileQ * kRowBytes;
 constexpr unsigned int kKVBytes = kTileKV * kRowBytes;
+// Layout of a K or V slot. Panel-major (a panel's kTileKV rows, then the
+// next panel's), as a tile-sized TMA box per panel lands; or, for pages,
+// group-major (8 rows of every panel, then the next 8 rows), as a page's
+// one box lands (prefill/params.h), so that a page costs one TMA, not one
+// per panel. The descriptors' strides: from one panel to the next and from
+// one 8-row group to the next.
+struct SlotLayout {
+    unsigned int panel, group;
+};
+constexpr SlotLayout kPanelMajor = {kTileKV * 128u, 1024u};
+constexpr SlotLayout kGroupMajor = {1024u, kPanels * 1024u};
+constexpr SlotLayout kKLayout = kPaged && !kRotatedK ? kGroupMajor : kPanelMajor;
+constexpr SlotLayout kVLayout = kPaged ? kGroupMajor : kPanelMajor;
+
+// Byte offset of 16-byte chunk `ch` of row `row` in a slot of layout `L`,
+// with the 128-byte swizzle. Where a panel's rows are contiguous the row
+// offset is spelt row x 128: ptxas does not fold the group form back into
+// it, and the paged K/V warp at head_dim 64 spilled for the difference.
+__device__ __forceinline__ unsigned int slot_offset(const SlotLayout &L, int row, int ch)
+{
+    const unsigned int row_at = L.group == 1024u
+                                    ? (unsigned int)row * 128u
+                                    : (unsigned int)(row >> 3) * L.group + (unsigned int)(row & 7) * 128u;
+    return row_at + (unsigned int)(ch >> 3) * L.panel + (unsigned int)(((ch & 7) ^ (row & 7)) * 16);
+}
 // Named barriers (0 is __syncthreads): the consumers' turns, then one per
 // consumer for its own 128 threads.
 constexpr int kBarTurn = 1;
@@ -252,8 +277,8 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
 
 // Paged K/V: the producer's first warp. A tile is kTileKV / page_size whole
 // pages (the host launches this only when page_size divides kTileKV and is
-// a multiple of 8, so that every page lands on a swizzle atom), each one TMA
-// per 64-column panel through maps {head_dim, kv heads, page_size, pages}.
+// a multiple of 8, so that every page lands on swizzle atoms), each one TMA
+// of all its panels (group-major slots: kKLayout, kVLayout).
 // The request's last page may be partial and the tile may run past it: K
 // rows there are left as they are (those keys are masked), while V rows
 // must be finite, since P.V multiplies them by a zero weight: the warp
@@ -273,19 +298,18 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         const int whole = keys / p.page_size;
         // The tile's page ids, one per lane, read at once (one latency, not n).
         const int my_page = lane < n ? p.kv_indices[w.kv_begin + t0 / p.page_size + lane] : 0;
-        // Pages [0, count) of the tile into `slot`, a TMA per page and panel,
+        // Pages [0, count) of the tile into `slot`, a TMA per page,
         // completing `full`: lane i issues page i's (one instruction for the
         // warp's pages, where one lane issuing them all in turn took as long
         // as the tile's MMAs), after lane 0 has set the bytes to expect.
-        auto load_pages = [&](unsigned int slot, const fi_tma_map *map, unsigned int full,
-                              int count) {
-            if (lane == 0) bar_expect(full, (unsigned int)(count * p.page_size) * 128u * kPanels);
+        auto load_pages = [&](unsigned int slot, const fi_tma_map *map, const int (&coords)[3],
+                              unsigned int full, int count) {
+            const unsigned int page_bytes = (unsigned int)p.page_size * kRowBytes;
+            if (lane == 0) bar_expect(full, (unsigned int)count * page_bytes);
             __syncwarp();
             if (lane < count)
-#pragma unroll
-                for (int c = 0; c < kPanels; ++c)
-                    tma_load_page(slot + c * kTileKV * 128u + lane * p.page_size * 128u, map,
-                                  c * 64, w.kv_head, my_page, full);
+                tma_load_page(slot + (unsigned int)lane * page_bytes, map, w.kv_head * coords[0],
+                              my_page * coords[1] + w.kv_head * coords[2], full);
         };
 
         bar_wait(sm.empty_k(s), free_parity);
@@ -298,7 +322,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
                              w.k_row0 + t0, sm.full_k(s));
             }
         } else {
-            load_pages(sm.k_slot(s), &maps.k, sm.full_k(s), n);
+            load_pages(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), n);
         }
 
         bar_wait(sm.empty_v(s), free_parity);
@@ -313,7 +337,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
             for (int c = lane; c < (kTileKV - rows) * kChunks; c += 32) {
                 const int r = c / kChunks, ch = c % kChunks;
                 const bool real = rows + r < keys;
-                cp_async16(sm.v_slot(s) + swz_panel<kTileKV>(rows + r, ch),
+                cp_async16(sm.v_slot(s) + slot_offset(kVLayout, rows + r, ch),
                            real ? tail + (long long)r * p.v_stride_n + ch * 8 : tail, real);
             }
             cp_async_commit();
@@ -321,7 +345,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
             wg::fence_proxy_async();  // read by wgmma after the barrier
         }
         __syncwarp();
-        load_pages(sm.v_slot(s), &maps.v, sm.full_v(s), whole);
+        load_pages(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s), whole);
     }
 }
 
@@ -403,9 +427,9 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
 #pragma unroll
         for (int kk = 0; kk < kHeadDim / 16; ++kk) {
             const unsigned int at = (unsigned int)(kk & 3) * 32u;
-            wg::Mma<DTypeKV, kTileKV>::ss(s, wg::desc(q_wg + (kk >> 2) * kTileQ * 128u + at, 0),
-                                          wg::desc(kt + (kk >> 2) * kTileKV * 128u + at, 0),
-                                          kk != 0);
+            wg::Mma<DTypeKV, kTileKV>::ss(
+                s, wg::desc(q_wg + (kk >> 2) * kTileQ * 128u + at, 0),
+                wg::desc(kt + (kk >> 2) * kKLayout.panel + at, 0, kKLayout.group), kk != 0);
         }
         wg::commit();
     };
@@ -414,8 +438,8 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         const unsigned int vt = sm.v_slot(slot);
 #pragma unroll
         for (int kk = 0; kk < kTileKV / 16; ++kk)
-            wg::Mma<DTypeKV, kHeadDim>::rs(o, pa[kk], wg::desc(vt + kk * 16u * 128u, kTileKV * 128u),
-                                           1);
+            wg::Mma<DTypeKV, kHeadDim>::rs(
+                o, pa[kk], wg::desc(vt + kk * 2u * kVLayout.group, kVLayout.panel, kVLayout.group), 1);
         wg::commit();
     };
     auto release = [&](unsigned int bar) {

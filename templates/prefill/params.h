@@ -137,8 +137,15 @@
  * {head_dim, num_kv_heads, tokens} (innermost first) of 16-bit elements, box
  * {64, 1, FI_PREFILL_WS_TILE_KV}, 128-byte swizzle. Tokens: single prefill
  * the keys (k: or the rotated keys), ragged every token of the batch. Paged
- * maps are 4-D, {head_dim, num_kv_heads, page_size, pages}, box {64, 1,
- * page_size, 1} (K: 3-D over the rotated keys with RoPE). */
+ * maps (K: 3-D as above over the rotated keys with RoPE) are 5-D, {64
+ * columns, 8 rows, panels, page_size / 8 row groups, pages}, one box a whole
+ * page: it lands as row groups of 8 rows x every 64-column panel, so that a
+ * page takes one TMA however many panels a row has (the wgmma descriptors
+ * step over the interleaved panels). The kv head is folded into the panel
+ * coordinate (head * panels, where heads are contiguous: stride_h ==
+ * head_dim) or into the page one (page * num_kv_heads + head, where a page
+ * holds whole heads: stride_page == num_kv_heads * stride_h); other layouts
+ * take the tile kernels. */
 #ifdef __cplusplus
 #define FI_ALIGN64 alignas(64)
 #else
@@ -167,6 +174,9 @@ typedef struct fi_prefill_ws {
     fi_tma_map k, v, q;
     unsigned int *claims;
     int work_items, kv_heads, q_rows;
+    /* Paged maps: kv head h of page g is at panel coordinate h * c[0] and
+     * page coordinate g * c[1] + h * c[2] (see above). */
+    int k_coords[3], v_coords[3];
 } fi_prefill_ws;
 
 /* Values of fijit_cfg::kKind, equal to fi_kernel_kind. */
