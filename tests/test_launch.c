@@ -457,7 +457,7 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
           seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 0)); /* lean */
     CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8);
     /* K and V in boxes of a K/V tile, Q of a tile's packed rows (4 heads x 32 tokens). */
-    const int kv_box = FI_PREFILL_WS_TILE_KV(128, 1);
+    const int kv_box = FI_PREFILL_WS_TILE_KV(128, 1, 0);
     CHECK(tma_map_is(&seen.ws.k, a.k, 1000, 8, 128, 1, kv_box) &&
           tma_map_is(&seen.ws.v, a.v, 1000, 8, 128, 1, kv_box));
     CHECK(seen.ws.q_rows == 1000 &&

@@ -276,7 +276,7 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                           const struct ws_rows *rows)
 {
     const int hd = spec->head_dim, heads = p->num_kv_heads;
-    const int box = FI_PREFILL_WS_TILE_KV(hd, ws_lean(spec));
+    const int box = FI_PREFILL_WS_TILE_KV(hd, ws_lean(spec), spec->kind == FI_KIND_BATCH_PREFILL_PAGED);
     if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
         int rc = p->rot_k ? (rows->k > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k,
                                                                p->k_stride_h, p->k_stride_n, 1, box)

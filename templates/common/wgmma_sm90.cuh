@@ -89,7 +89,7 @@ __device__ __forceinline__ void fence_regs(unsigned int (&x)[kN][4])
 template <class T, int N>
 struct Mma;
 
-// Operand lists: the accumulator registers, 4 per 8 columns (N = 64, 80, 128, 176, 192, 256).
+// Operand lists: the accumulator registers, 4 per 8 columns (N = 64, 80, 128, 160, 176, 192, 256).
 #define FI_WG_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 #define FI_WG_D32(i)                                                                        \
     FI_WG_D4(i), FI_WG_D4(i + 1), FI_WG_D4(i + 2), FI_WG_D4(i + 3), FI_WG_D4(i + 4),        \
@@ -106,6 +106,8 @@ struct Mma;
     ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define FI_WG_N128_OPS FI_WG_D32(0), FI_WG_D32(8)
+#define FI_WG_N160_REGS FI_WG_N128_REGS ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define FI_WG_N160_OPS FI_WG_N128_OPS, FI_WG_D4(16), FI_WG_D4(17), FI_WG_D4(18), FI_WG_D4(19)
 #define FI_WG_N176_REGS FI_WG_N128_REGS ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
 #define FI_WG_N176_OPS FI_WG_N128_OPS, FI_WG_D4(16), FI_WG_D4(17), FI_WG_D4(18), FI_WG_D4(19), \
     FI_WG_D4(20), FI_WG_D4(21)
@@ -152,6 +154,8 @@ FI_WG_DEFINE(half_t, "f16", 80, "40", "41", "42", "43", "44", "45")
 FI_WG_DEFINE(bf16_t, "bf16", 80, "40", "41", "42", "43", "44", "45")
 FI_WG_DEFINE(half_t, "f16", 128, "64", "65", "66", "67", "68", "69")
 FI_WG_DEFINE(bf16_t, "bf16", 128, "64", "65", "66", "67", "68", "69")
+FI_WG_DEFINE(half_t, "f16", 160, "80", "81", "82", "83", "84", "85")
+FI_WG_DEFINE(bf16_t, "bf16", 160, "80", "81", "82", "83", "84", "85")
 FI_WG_DEFINE(half_t, "f16", 176, "88", "89", "90", "91", "92", "93")
 FI_WG_DEFINE(bf16_t, "bf16", 176, "88", "89", "90", "91", "92", "93")
 FI_WG_DEFINE(half_t, "f16", 192, "96", "97", "98", "99", "100", "101")
@@ -166,6 +170,8 @@ FI_WG_DEFINE(bf16_t, "bf16", 256, "128", "129", "130", "131", "132", "133")
 #undef FI_WG_N128_REGS
 #undef FI_WG_N192_OPS
 #undef FI_WG_N192_REGS
+#undef FI_WG_N160_OPS
+#undef FI_WG_N160_REGS
 #undef FI_WG_N176_OPS
 #undef FI_WG_N176_REGS
 #undef FI_WG_N80_OPS

@@ -67,8 +67,8 @@ constexpr bool kLean = FI_PREFILL_WS_LEAN(fijit_cfg::kSoftCap, fijit_cfg::kPos =
 constexpr int kConsumers = FI_PREFILL_WS_CONSUMERS(kHeadDim, kLean);
 constexpr int kTileQ = FI_PREFILL_WS_TILE_Q(kHeadDim, kLean);
 constexpr int kThreads = FI_PREFILL_WS_THREADS(kHeadDim, kLean);
-constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean);
 constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
+constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kPaged);
 constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
 constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,

@@ -80,7 +80,7 @@
  * on the tile kernels. */
 #define FI_PREFILL_WS_PAGE_OK(page_size, hd, lean)                                  \
     ((page_size) >= 8 && (page_size) % 8 == 0 && (page_size) <= 256 &&              \
-     FI_PREFILL_WS_TILE_KV(hd, lean) % (page_size) == 0)
+     FI_PREFILL_WS_TILE_KV(hd, lean, 1) % (page_size) == 0)
 /* Consumer warpgroups, 64 query rows each, so the query tile's rows and the
  * CTA's threads (a producer warpgroup besides): three at head_dim 64 for a
  * lean tuple (FI_PREFILL_WS_LEAN), whose softmax is long beside its short
@@ -103,7 +103,8 @@
  * FMA pipe (a cubic for 2^f) measured 0.93-1.01x, 0.90-1.00x and 0.81-0.95x
  * at head_dim 64. */
 #ifndef FI_PREFILL_WS_TILE_KV
-#define FI_PREFILL_WS_TILE_KV(hd, lean) ((hd) <= 128 ? 128 : 80)
+#define FI_PREFILL_WS_TILE_KV(hd, lean, paged) \
+    ((hd) == 128 && (lean) && !(paged) ? 160 : (hd) <= 128 ? 128 : 80)
 #endif
 /* A lean tuple: no soft-cap, no ALiBi, no custom variant (no hook runs on
  * every logit). */
@@ -127,7 +128,7 @@
  * H100 CTA may opt in to. */
 #define FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged)                                    \
     ((FI_PREFILL_WS_Q_BUFS(hd, paged) * FI_PREFILL_WS_TILE_Q(hd, lean) +              \
-      2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean)) *        \
+      2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean, paged)) *        \
          (hd) * 2 +                                                                   \
      256)
 
