@@ -454,10 +454,12 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
      * CTA per SM of the (fake) device. */
     CHECK_MSG(seen.grid[0] == FAKE_CUDA_SM_COUNT && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
     CHECK(seen.block[0] == FI_PREFILL_WS_THREADS(128, 1) && seen.block[0] == 384 &&
-          seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 0)); /* lean */
+          seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 0, 1)); /* lean, causal */
     CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8);
-    /* K and V in boxes of a K/V tile, Q of a tile's packed rows (4 heads x 32 tokens). */
-    const int kv_box = FI_PREFILL_WS_TILE_KV(128, 1, 0);
+    /* K and V in boxes of a K/V tile (160 keys: lean, causal, head_dim 128),
+     * Q of a tile's packed rows (4 heads x 32 tokens). */
+    const int kv_box = FI_PREFILL_WS_TILE_KV(128, 1, 0, 1);
+    CHECK(kv_box == 160);
     CHECK(tma_map_is(&seen.ws.k, a.k, 1000, 8, 128, 1, kv_box) &&
           tma_map_is(&seen.ws.v, a.v, 1000, 8, 128, 1, kv_box));
     CHECK(seen.ws.q_rows == 1000 &&
@@ -510,7 +512,7 @@ TEST(prefill_hopper_main_loop_at_head_dim_64_takes_192_row_tiles)
     CHECK_MSG(seen.ws.work_items == 21 && seen.grid[0] == 21 * 8, "items %d grid %u",
               seen.ws.work_items, seen.grid[0]);
     CHECK(FI_PREFILL_WS_TILE_Q(64, 1) == 192 && seen.block[0] == 512 &&
-          seen.smem == FI_PREFILL_WS_SMEM_BYTES(64, 1, 0));
+          seen.smem == FI_PREFILL_WS_SMEM_BYTES(64, 1, 0, 1));
     CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 32, 64, 4, 48));
 
     s.soft_cap = 1;
@@ -645,7 +647,7 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
             /* 1200 and 68 packed rows: 10 + 1 tiles of 128, a CTA each. */
             CHECK(seen.ws.work_items == 11 && seen.ws.kv_heads == 8 && seen.grid[0] == 88);
             CHECK(seen.ws.q_rows == 0); /* one Q buffer: the consumers load Q */
-            CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1));
+            CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1, 0));
         }
         fi_batch_prefill_plan_free(plan);
         free(ws);
@@ -1228,7 +1230,7 @@ TEST(every_prefill_tile_launches_with_its_shared_memory)
                 CHECK_MSG(rc == 0, "hd %d tile %d: %s", hd, a.cta_tile_q, fi_last_error());
                 if (idx < 0) {
                     CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0 &&
-                                  seen.smem == (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, 1, 0) &&
+                                  seen.smem == (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, 1, 0, 0) &&
                                   seen.smem <= FAKE_CUDA_SMEM_OPTIN_MAX,
                               "hd %d: %s smem %u", hd, seen.name, seen.smem);
                     continue;

@@ -276,7 +276,8 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                           const struct ws_rows *rows)
 {
     const int hd = spec->head_dim, heads = p->num_kv_heads;
-    const int box = FI_PREFILL_WS_TILE_KV(hd, ws_lean(spec), spec->kind == FI_KIND_BATCH_PREFILL_PAGED);
+    const int box = FI_PREFILL_WS_TILE_KV(hd, ws_lean(spec), spec->kind == FI_KIND_BATCH_PREFILL_PAGED,
+                                          spec->mask == FI_MASK_CAUSAL);
     if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
         int rc = p->rot_k ? (rows->k > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k,
                                                                p->k_stride_h, p->k_stride_n, 1, box)
@@ -356,7 +357,8 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     void *args[] = {p, &ws};
     const unsigned block[3] = {(unsigned)FI_PREFILL_WS_THREADS(hd, lean), 1, 1};
     int rc = fi__cuda_launch_args(kernel->functions[WS_ENTRY], (unsigned)ctas, 1, block,
-                                  (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged), stream,
+                                  (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged, spec->mask == FI_MASK_CAUSAL),
+                                  stream,
                                   args, who);
     return rc < 0 ? rc : 1;
 }

@@ -68,7 +68,9 @@ constexpr int kConsumers = FI_PREFILL_WS_CONSUMERS(kHeadDim, kLean);
 constexpr int kTileQ = FI_PREFILL_WS_TILE_Q(kHeadDim, kLean);
 constexpr int kThreads = FI_PREFILL_WS_THREADS(kHeadDim, kLean);
 constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
-constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kPaged);
+// A causal mask proper (kCausal also holds for windows): the host's test.
+constexpr bool kCausalMask = fijit_cfg::kMask == fijit_cfg::kMaskCausal;
+constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kPaged, kCausalMask);
 constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
 constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
@@ -148,7 +150,7 @@ constexpr int kFeedSlots = 2;
 static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
               "a producer and consumers of 64 rows");
 static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
-static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kPaged) >=
+static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kPaged, kCausalMask) >=
                   kQBufs * kQBytes + 2u * kStages * kKVBytes +
                       (4u * kStages + 2u * kQBufs + 2u * kFeedSlots) * 8u + 4u * kFeedSlots,
               "shared memory: Q, the K and V rings, the block feed, their barriers");

@@ -80,7 +80,7 @@
  * on the tile kernels. */
 #define FI_PREFILL_WS_PAGE_OK(page_size, hd, lean)                                  \
     ((page_size) >= 8 && (page_size) % 8 == 0 && (page_size) <= 256 &&              \
-     FI_PREFILL_WS_TILE_KV(hd, lean, 1) % (page_size) == 0)
+     FI_PREFILL_WS_TILE_KV(hd, lean, 1, 0) % (page_size) == 0)
 /* Consumer warpgroups, 64 query rows each, so the query tile's rows and the
  * CTA's threads (a producer warpgroup besides): three at head_dim 64 for a
  * lean tuple (FI_PREFILL_WS_LEAN), whose softmax is long beside its short
@@ -93,7 +93,13 @@
 #define FI_PREFILL_WS_TILE_Q(hd, lean) (64 * FI_PREFILL_WS_CONSUMERS(hd, lean))
 #define FI_PREFILL_WS_THREADS(hd, lean) (128 * (1 + FI_PREFILL_WS_CONSUMERS(hd, lean)))
 /* Keys per K/V tile: 128 at head_dim 64 and 128, 80 at 256 (the most that
- * two stages of K and V fit beside Q: 64 + 4 x 40 KiB). Measured on H100
+ * two stages of K and V fit beside Q: 64 + 4 x 40 KiB); 160 at head_dim 128
+ * for lean, non-paged tuples with a causal mask (two stages beside two Q
+ * buffers: 64 + 4 x 40 KiB): H100, batch 4, A/B in one process against 128,
+ * fp16 and bf16, 32/32 and 32/8, causal seq 4k-16k 0.99-1.05x (10 of 12
+ * shapes >= 1.01x), no mask 0.96-1.06x (mean 1.00), seq 1k 0.93-0.98x (the
+ * last tile's unused keys); paged keeps 128, which its page sizes divide.
+ * Measured on H100
  * (batch 4, seq 4k-16k, bench_prefill.py A/B in one process): head_dim 256,
  * 64 keys 0.86-0.96x cuDNN, 80 keys 1.02-1.03x (32/8, non-causal); head_dim
  * 128 non-causal, 176 keys did not beat 128 (0.98-1.03x, with one Q buffer);
@@ -103,8 +109,8 @@
  * FMA pipe (a cubic for 2^f) measured 0.93-1.01x, 0.90-1.00x and 0.81-0.95x
  * at head_dim 64. */
 #ifndef FI_PREFILL_WS_TILE_KV
-#define FI_PREFILL_WS_TILE_KV(hd, lean, paged) \
-    ((hd) == 128 && (lean) && !(paged) ? 160 : (hd) <= 128 ? 128 : 80)
+#define FI_PREFILL_WS_TILE_KV(hd, lean, paged, causal) \
+    ((hd) == 128 && (lean) && !(paged) && (causal) ? 160 : (hd) <= 128 ? 128 : 80)
 #endif
 /* A lean tuple: no soft-cap, no ALiBi, no custom variant (no hook runs on
  * every logit). */
@@ -124,12 +130,12 @@
 #define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 || ((hd) == 128 && (paged)) ? 3 : 2)
 #endif
 /* The Q buffers + the K and V rings + 4 x STAGES + 2 x Q_BUFS mbarriers (8
- * bytes each): at most 224.25 KiB (head_dim 128 paged), under the 227 KiB an
- * H100 CTA may opt in to. */
-#define FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged)                                    \
-    ((FI_PREFILL_WS_Q_BUFS(hd, paged) * FI_PREFILL_WS_TILE_Q(hd, lean) +              \
-      2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean, paged)) *        \
-         (hd) * 2 +                                                                   \
+ * bytes each): at most 224.25 KiB (head_dim 128 paged, and with 160-key
+ * tiles), under the 227 KiB an H100 CTA may opt in to. */
+#define FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged, causal)                                 \
+    ((FI_PREFILL_WS_Q_BUFS(hd, paged) * FI_PREFILL_WS_TILE_Q(hd, lean) +                   \
+      2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean, paged, causal)) * \
+         (hd) * 2 +                                                                        \
      256)
 
 /* A CUtensorMap (cuda.h), which NVRTC does not see: 128 opaque bytes,
