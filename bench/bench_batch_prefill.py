@@ -5,6 +5,9 @@ batch prefill, and single prefill of the length whose L^2 equals the batch's sum
 L_i^2, the same pairs of (query, key). CUDA events around each launch, warm-up first,
 median of --reps runs in --rounds interleaved rounds; TFLOP/s counts 4 * heads * hd *
 visible pairs. The batch kinds should run within 10% of single prefill.
+--ab NAME,VAR=VAL[;VAR=VAL] also plans each batch kind under that environment (plans
+read FIJIT_PREFILL_WS, for one) and times it interleaved with the rest, in the same
+process on the same tensors: its TFLOP/s and ratio to the default plan are printed after.
 Raw numbers go to $OUT/bench_batch_prefill.json when OUT is set.
 """
 import argparse
@@ -20,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "gpu"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_prefill import TORCH_DTYPES, time_once  # noqa: E402
+from bench_prefill import TORCH_DTYPES, environment, time_once  # noqa: E402
 from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
 
 
@@ -85,7 +88,11 @@ def main():
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--page", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--ab", default="", help="NAME,VAR=VAL[;VAR=VAL]: batch plans made "
+                    "under that environment too, timed alongside")
     opt = ap.parse_args()
+    ab_name, ab_env = (opt.ab.split(",", 1) + [""])[:2] if opt.ab else ("", "")
+    ab_env = dict(kv.split("=", 1) for kv in ab_env.split(";") if kv)
     lo, hi = (int(x) for x in opt.lens.split(","))
     lens = [random.Random(opt.seed + i).randint(lo, hi) for i in range(opt.batch)]
     fj = Fijit()
@@ -115,11 +122,15 @@ def main():
                     runners = {"single": lambda: pf.run(sspec, sargs, stream)}
                     plans, keep = [], []
                     for kind in ("ragged", "paged"):
-                        fn, kp, plan = batch_runner(pf, kind, prefill_spec(kind, dtype, hd, mask),
-                                                    lens, H, Hkv, hd, tdt, opt.page)
-                        runners[kind] = fn
-                        plans.append(plan)
-                        keep.append(kp)
+                        for name, env in [(kind, {})] + ([(f"{kind}:{ab_name}", ab_env)]
+                                                         if ab_name else []):
+                            with environment(env):
+                                fn, kp, plan = batch_runner(pf, kind,
+                                                            prefill_spec(kind, dtype, hd, mask),
+                                                            lens, H, Hkv, hd, tdt, opt.page)
+                            runners[name] = fn
+                            plans.append(plan)
+                            keep.append(kp)
                     times = {n: [] for n in runners}
                     for fn in runners.values():
                         for _ in range(3):
@@ -131,11 +142,13 @@ def main():
                             for _ in range(opt.reps):
                                 times[n].append(time_once(runners[n]))
                     flops = {"single": 4.0 * H * hd * pairs(Ls, causal)}
-                    flops["ragged"] = flops["paged"] = 4.0 * H * hd * work
-                    tf = {n: flops[n] / statistics.median(t) / 1e12 for n, t in times.items()}
+                    tf = {n: (flops["single"] if n == "single" else 4.0 * H * hd * work) /
+                          statistics.median(t) / 1e12 for n, t in times.items()}
+                    ab = "".join(f" | {n} {tf[n]:7.1f} x default {tf[n] / tf[n.split(':')[0]]:.2f}"
+                                 for n in tf if ":" in n)
                     print(f"{dtype:5} {hd:3d} {mask:6} {heads:>6} | {tf['single']:7.1f} ({Ls}) | "
                           f"{tf['ragged']:7.1f} {tf['ragged'] / tf['single']:8.2f} | "
-                          f"{tf['paged']:7.1f} {tf['paged'] / tf['single']:8.2f}", flush=True)
+                          f"{tf['paged']:7.1f} {tf['paged'] / tf['single']:8.2f}{ab}", flush=True)
                     rows.append({"dtype": dtype, "hd": hd, "mask": mask, "heads": heads,
                                  "lens": lens, "single_len": Ls, "tflops": tf})
                     for plan in plans:

@@ -59,24 +59,29 @@ class Config:
         self.fj = Fijit(self.lib)
         self.pf = Prefill(self.fj)
 
-    @contextlib.contextmanager
     def applied(self):
         """This config's environment in force (plans read it, and compile or load)."""
-        saved = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        try:
-            yield self
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        return environment(self.env)
 
     def plan(self, *args, **kw):
         """Plan (and compile or load) with this config's environment in force."""
         with self.applied():
             return self.pf.plan(*args, **kw)
+
+
+@contextlib.contextmanager
+def environment(env):
+    """The variables of `env` set for the block (plans read them), then restored."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def time_once(fn):
