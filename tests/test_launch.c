@@ -597,60 +597,82 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
     fi_jit_ctx_free(ctx);
 }
 
+/* A paged batch prefill (no mask, hd 128, 8 kv heads) of two requests, 300
+ * and 17 queries over 40 and 2 pages of `ps` keys (the last page holds 3),
+ * planned with 128-row tiles and run with K and V strides (elements) of a
+ * kv head, a row and a page; `seen` holds the launch. 0 when every step
+ * succeeded. */
+static int run_paged_batch(fi_jit_ctx *ctx, int ps, int64_t stride_h, int64_t stride_n,
+                           int64_t stride_page, fi_batch_prefill_args *a)
+{
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_PAGED, FI_MASK_NONE, FI_POS_NONE);
+    int32_t qo_indptr[3] = {0, 300, 317};
+    int32_t kv_indptr[3] = {0, 40, 42};
+    int32_t last[2] = {ps, 3};
+    fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, last);
+    pa.page_size = ps;
+    pa.cta_tile_q = 128;
+    fi_batch_prefill_plan *plan = NULL;
+    int *ws = plan_and_upload(ctx, &s, &pa, &plan);
+    if (!ws) return -1;
+    const fi_batch_prefill_args init = FI_BATCH_PREFILL_ARGS_INIT;
+    *a = init;
+    batch_prefill_args_for(a);
+    a->k_stride_h = a->v_stride_h = stride_h;
+    a->k_stride_n = a->v_stride_n = stride_n;
+    a->k_stride_page = a->v_stride_page = stride_page;
+    const int rc = fi_batch_prefill_run(ctx, plan, a, NULL);
+    fi_batch_prefill_plan_free(plan);
+    free(ws);
+    return rc;
+}
+
+/* Whether the launch's paged map `m` (0: K, 1: V) has these 5-D sizes,
+ * byte strides, box and kv-head coordinate factors. */
+static int paged_map_is(int m, const unsigned long long dims[4], const unsigned long long strides[4],
+                        const unsigned long long box[5], const int coords[3])
+{
+    const unsigned long long *w = m ? seen.ws.v.words : seen.ws.k.words;
+    const int *c = m ? seen.ws.v_coords : seen.ws.k_coords;
+    for (int i = 0; i < 4; i++)
+        if (w[FAKE_TMA_DIMS + i] != dims[i] || w[FAKE_TMA_STRIDES + i] != strides[i]) return 0;
+    for (int i = 0; i < 5; i++)
+        if (w[FAKE_TMA_BOX + i] != box[i]) return 0;
+    return c[0] == coords[0] && c[1] == coords[1] && c[2] == coords[2];
+}
+
 /* Paged K/V on sm_90a: the Hopper main loop takes 128-row tiles when a K/V
  * tile is whole pages of a multiple of 8 rows, with 5-D maps of the page
  * pools (box: one whole page, all its panels); other page sizes keep tile
- * kernel 0. */
+ * kernel 0. NHD pages (heads contiguous): {64 columns, 8 rows, 8 heads x 2
+ * panels, ps / 8 row groups, pages}, the head in the panel coordinate. */
 TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
 {
     fi_jit_ctx *ctx = NULL;
-    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_PAGED, FI_MASK_NONE, FI_POS_NONE);
     CHECK_OK(launch_ctx(&ctx));
-    int32_t qo_indptr[3] = {0, 300, 317};
-    int32_t kv_indptr[3] = {0, 40, 42};
     const int sizes[] = {16, 8, 5, 48};
     for (int i = 0; i < 4; i++) {
         const int ps = sizes[i];
-        int32_t last[2] = {ps, 3};
-        fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, last);
-        pa.page_size = ps;
-        pa.cta_tile_q = 128;
-        fi_batch_prefill_plan *plan = NULL;
-        int *ws = plan_and_upload(ctx, &s, &pa, &plan);
-        CHECK(ws);
-        fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
-        batch_prefill_args_for(&a);
-        a.k_stride_page = a.v_stride_page = (int64_t)ps * 8 * 128;
-        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        fi_batch_prefill_args a;
+        CHECK_OK(run_paged_batch(ctx, ps, 128, 8 * 128, (int64_t)ps * 8 * 128, &a));
         const int whole_pages = ps % 8 == 0 && 128 % ps == 0;
         CHECK_MSG(strcmp(seen.name, whole_pages ? "fi_prefill_kernel_ws" : "fi_prefill_kernel_q128") == 0,
                   "page %d: %s", ps, seen.name);
-        if (whole_pages) {
-            /* NHD pages (heads contiguous): {64 columns, 8 rows, 8 heads x 2
-             * panels, ps / 8 row groups, pages}, one box a whole page; the
-             * head is in the panel coordinate. */
-            for (int m = 0; m < 2; m++) {
-                const unsigned long long *w = m ? seen.ws.v.words : seen.ws.k.words;
-                const int *c = m ? seen.ws.v_coords : seen.ws.k_coords;
-                CHECK(w[FAKE_TMA_ADDRESS] == (unsigned long long)(uintptr_t)(m ? a.v : a.k));
-                CHECK(w[FAKE_TMA_DIMS] == 64 && w[FAKE_TMA_DIMS + 1] == 8 &&
-                      w[FAKE_TMA_DIMS + 2] == 16 &&
-                      w[FAKE_TMA_DIMS + 3] == (unsigned long long)ps / 8);
-                CHECK(w[FAKE_TMA_STRIDES] == 8 * 128 * 2 && w[FAKE_TMA_STRIDES + 1] == 128 &&
-                      w[FAKE_TMA_STRIDES + 2] == 8 * 8 * 128 * 2 &&
-                      w[FAKE_TMA_STRIDES + 3] == (unsigned long long)ps * 8 * 128 * 2);
-                CHECK(w[FAKE_TMA_BOX] == 64 && w[FAKE_TMA_BOX + 1] == 8 &&
-                      w[FAKE_TMA_BOX + 2] == 2 && w[FAKE_TMA_BOX + 3] == (unsigned long long)ps / 8 &&
-                      w[FAKE_TMA_BOX + 4] == 1);
-                CHECK(c[0] == 2 && c[1] == 1 && c[2] == 0);
-            }
-            /* 1200 and 68 packed rows: 10 + 1 tiles of 128, a CTA each. */
-            CHECK(seen.ws.work_items == 11 && seen.ws.kv_heads == 8 && seen.grid[0] == 88);
-            CHECK(seen.ws.q_rows == 0); /* one Q buffer: the consumers load Q */
-            CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1, 0));
-        }
-        fi_batch_prefill_plan_free(plan);
-        free(ws);
+        if (!whole_pages) continue;
+        const unsigned long long dims[4] = {64, 8, 16, (unsigned long long)ps / 8};
+        const unsigned long long strides[4] = {8 * 128 * 2, 128, 8 * 8 * 128 * 2,
+                                               (unsigned long long)ps * 8 * 128 * 2};
+        const unsigned long long box[5] = {64, 8, 2, (unsigned long long)ps / 8, 1};
+        const int coords[3] = {2, 1, 0};
+        CHECK(seen.ws.k.words[FAKE_TMA_ADDRESS] == (unsigned long long)(uintptr_t)a.k &&
+              seen.ws.v.words[FAKE_TMA_ADDRESS] == (unsigned long long)(uintptr_t)a.v);
+        CHECK_MSG(paged_map_is(0, dims, strides, box, coords) &&
+                      paged_map_is(1, dims, strides, box, coords),
+                  "page %d", ps);
+        /* 1200 and 68 packed rows: 10 + 1 tiles of 128, a CTA each. */
+        CHECK(seen.ws.work_items == 11 && seen.ws.kv_heads == 8 && seen.grid[0] == 88);
+        CHECK(seen.ws.q_rows == 0); /* one Q buffer: the consumers load Q */
+        CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1, 0));
     }
     fi_jit_ctx_free(ctx);
 }
@@ -662,42 +684,18 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
 TEST(batch_prefill_paged_hopper_main_loop_maps_hnd_pages_and_refuses_others)
 {
     fi_jit_ctx *ctx = NULL;
-    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_PAGED, FI_MASK_NONE, FI_POS_NONE);
     CHECK_OK(launch_ctx(&ctx));
-    int32_t qo_indptr[3] = {0, 300, 317};
-    int32_t kv_indptr[3] = {0, 40, 42};
-    int32_t last[2] = {16, 3};
-    fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, last);
-    pa.cta_tile_q = 128;
-    for (int layout = 0; layout < 2; layout++) {
-        fi_batch_prefill_plan *plan = NULL;
-        int *ws = plan_and_upload(ctx, &s, &pa, &plan);
-        CHECK(ws);
-        fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
-        batch_prefill_args_for(&a);
-        if (layout == 0) { /* HND: [page][head][row][col] */
-            a.k_stride_n = a.v_stride_n = 128;
-            a.k_stride_h = a.v_stride_h = 16 * 128;
-        } else { /* heads 256 apart in rows of 8 x 256: neither form */
-            a.k_stride_n = a.v_stride_n = 8 * 256;
-            a.k_stride_h = a.v_stride_h = 256;
-            a.k_stride_page = a.v_stride_page = 16 * 8 * 256;
-        }
-        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
-        CHECK_MSG(strcmp(seen.name, layout == 0 ? "fi_prefill_kernel_ws" : "fi_prefill_kernel_q128") == 0,
-                  "layout %d: %s", layout, seen.name);
-        for (int m = 0; layout == 0 && m < 2; m++) {
-            const unsigned long long *w = m ? seen.ws.v.words : seen.ws.k.words;
-            const int *c = m ? seen.ws.v_coords : seen.ws.k_coords;
-            CHECK(w[FAKE_TMA_DIMS] == 64 && w[FAKE_TMA_DIMS + 1] == 8 && w[FAKE_TMA_DIMS + 2] == 2 &&
-                  w[FAKE_TMA_DIMS + 3] == 2);
-            CHECK(w[FAKE_TMA_STRIDES] == 128 * 2 && w[FAKE_TMA_STRIDES + 1] == 128 &&
-                  w[FAKE_TMA_STRIDES + 2] == 8 * 128 * 2 && w[FAKE_TMA_STRIDES + 3] == 16 * 128 * 2);
-            CHECK(c[0] == 0 && c[1] == 8 && c[2] == 1);
-        }
-        fi_batch_prefill_plan_free(plan);
-        free(ws);
-    }
+    fi_batch_prefill_args a;
+    CHECK_OK(run_paged_batch(ctx, 16, 16 * 128, 128, 8 * 16 * 128, &a)); /* [page][head][row] */
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "HND: %s", seen.name);
+    const unsigned long long dims[4] = {64, 8, 2, 2};
+    const unsigned long long strides[4] = {128 * 2, 128, 8 * 128 * 2, 16 * 128 * 2};
+    const unsigned long long box[5] = {64, 8, 2, 2, 1};
+    const int coords[3] = {0, 8, 1};
+    CHECK(paged_map_is(0, dims, strides, box, coords) && paged_map_is(1, dims, strides, box, coords));
+    /* Heads 256 apart in rows of 8 x 256: neither form. */
+    CHECK_OK(run_paged_batch(ctx, 16, 256, 8 * 256, 16 * 8 * 256, &a));
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_q128") == 0, "other: %s", seen.name);
     fi_jit_ctx_free(ctx);
 }
 
