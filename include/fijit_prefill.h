@@ -189,7 +189,12 @@ FI_API void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan);
  * (stride_page = page_size*heads*hd, stride_n = heads*hd, stride_h = hd) or
  * HND [pages, heads, page_size, hd] (stride_page = heads*page_size*hd,
  * stride_n = hd, stride_h = page_size*hd). Key j of request b is in page
- * kv_indices[kv_indptr[b] + j / page_size], slot j % page_size. */
+ * kv_indices[kv_indptr[b] + j / page_size], slot j % page_size. On sm_90a
+ * the Hopper main loop reads a page with one TMA where stride_h = hd (NHD,
+ * any 16-byte multiple stride_n and stride_page) or stride_page =
+ * heads*stride_h (HND), and page_size is a multiple of 8 dividing its K/V
+ * tile (128 keys; 80 at hd 256); other layouts run the tile kernels,
+ * correct but slower. */
 typedef struct fi_batch_prefill_args {
     unsigned version;                    /* FI_BATCH_PREFILL_ARGS_VERSION */
     const void *q;
