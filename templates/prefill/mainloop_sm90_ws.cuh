@@ -156,11 +156,11 @@ static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kPaged, kCausalMask) >=
               "shared memory: Q, the K and V rings, the block feed, their barriers");
 
 // Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
-// (panel layout, swz_panel), then the barriers: full K, full V, empty K,
-// empty V, one per slot, full Q and empty Q, one per buffer, full and
-// empty of the block feed, one per slot; then the feed's slots (block
-// numbers). Block j of a CTA (its j-th with rows) uses Q buffer j % kQBufs
-// when Q comes by TMA, else the first.
+// (slots panel-major, group-major for pages: SlotLayout), then the
+// barriers: full K, full V, empty K, empty V, one per slot, full Q and
+// empty Q, one per buffer, full and empty of the block feed, one per slot;
+// then the feed's slots (block numbers). Block j of a CTA (its j-th with
+// rows) uses Q buffer j % kQBufs when Q comes by TMA, else the first.
 struct Smem {
     unsigned int q, k, v, bars;
     __device__ __forceinline__ unsigned int q_buf(int b) const { return q + b * kQBytes; }
