@@ -141,8 +141,9 @@ def main():
                         for n in order:
                             for _ in range(opt.reps):
                                 times[n].append(time_once(runners[n]))
-                    flops = {"single": 4.0 * H * hd * pairs(Ls, causal)}
-                    tf = {n: (flops["single"] if n == "single" else 4.0 * H * hd * work) /
+                    single_flops = 4.0 * H * hd * pairs(Ls, causal)
+                    batch_flops = 4.0 * H * hd * work
+                    tf = {n: (single_flops if n == "single" else batch_flops) /
                           statistics.median(t) / 1e12 for n, t in times.items()}
                     ab = "".join(f" | {n} {tf[n]:7.1f} x default {tf[n] / tf[n.split(':')[0]]:.2f}"
                                  for n in tf if ":" in n)

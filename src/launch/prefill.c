@@ -232,6 +232,22 @@ static int ws_tile_q(const fi_jit_spec *spec)
     return FI_PREFILL_WS_TILE_Q(spec->head_dim, ws_lean(spec));
 }
 
+/* Keys of its K/V tiles and its dynamic shared memory (the template takes
+ * the same paged and causal-mask flags; a window is not a causal mask here). */
+static int ws_tile_kv(const fi_jit_spec *spec)
+{
+    return FI_PREFILL_WS_TILE_KV(spec->head_dim, ws_lean(spec),
+                                 spec->kind == FI_KIND_BATCH_PREFILL_PAGED,
+                                 spec->mask == FI_MASK_CAUSAL);
+}
+
+static unsigned ws_smem_bytes(const fi_jit_spec *spec)
+{
+    return (unsigned)FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec),
+                                              spec->kind == FI_KIND_BATCH_PREFILL_PAGED,
+                                              spec->mask == FI_MASK_CAUSAL);
+}
+
 /* The blocks of a launch per kv head: `items` query tiles; batch kinds: the
  * plan's list of them in the workspace (device). Tile kernel 0 and the
  * Hopper main loop each have theirs (their tiles may differ in size). */
@@ -276,8 +292,7 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                           const struct ws_rows *rows)
 {
     const int hd = spec->head_dim, heads = p->num_kv_heads;
-    const int box = FI_PREFILL_WS_TILE_KV(hd, ws_lean(spec), spec->kind == FI_KIND_BATCH_PREFILL_PAGED,
-                                          spec->mask == FI_MASK_CAUSAL);
+    const int box = ws_tile_kv(spec);
     if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
         int rc = p->rot_k ? (rows->k > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k,
                                                                p->k_stride_h, p->k_stride_n, 1, box)
@@ -342,8 +357,6 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
                      const struct ws_rows *rows, CUstream stream, const char *who)
 {
     const int items = grid->items;
-    const int hd = spec->head_dim, lean = ws_lean(spec);
-    const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     fi_prefill_ws ws;
     memset(&ws, 0, sizeof ws);
     if (encode_kv_maps(&ws, spec, p, rows) < 0) return 0;
@@ -355,11 +368,9 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     const int64_t ctas = persistent && sm_count > 0 && blocks > sm_count ? sm_count : blocks;
     if (mode == WS_PERSISTENT && ctas < blocks) ws.claims = grid->claims;
     void *args[] = {p, &ws};
-    const unsigned block[3] = {(unsigned)FI_PREFILL_WS_THREADS(hd, lean), 1, 1};
+    const unsigned block[3] = {(unsigned)FI_PREFILL_WS_THREADS(spec->head_dim, ws_lean(spec)), 1, 1};
     int rc = fi__cuda_launch_args(kernel->functions[WS_ENTRY], (unsigned)ctas, 1, block,
-                                  (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged, spec->mask == FI_MASK_CAUSAL),
-                                  stream,
-                                  args, who);
+                                  ws_smem_bytes(spec), stream, args, who);
     return rc < 0 ? rc : 1;
 }
 
