@@ -2,19 +2,22 @@
 """Registers and spills of each prefill module's Hopper main loop (fi_prefill_kernel_ws),
 from a prewarm log written with FIJIT_LOG=4 (ptxas' resource lines per entry):
     python3 bench/ws_resources.py LOG
-prints one line per spec, then a summary of the spill sizes."""
+prints one line per spec that spills or whose wgmmas ptxas serialises (its note C7520:
+every MMA then waits for the one before, which costs 25-40%), then a summary."""
 import collections
 import re
 import sys
 
 
 def main():
-    spec, want, spill, rows = None, False, 0, []
+    spec, want, spill, rows, serial = None, False, 0, [], set()
     for line in open(sys.argv[1]):
         m = re.search(r"(\S+ q=.*?) on (\S+), ptxas", line)
         if m:  # the loop is empty but on sm_90a
             spec = m.group(1) if m.group(2) == "sm_90a" else None
             continue
+        if spec and "C7520" in line and "'fi_prefill_kernel_ws'" in line:
+            serial.add(spec)
         if spec and "entry function 'fi_prefill_kernel_ws'" in line:
             want = True
             continue
@@ -27,10 +30,13 @@ def main():
     for spec, regs, spill in sorted(rows, key=lambda r: (-r[2], r[0])):
         if spill:
             print(f"  {spill:4d} B spilled, {regs} registers (kernel-wide): {spec}")
+    for spec in sorted(serial):
+        print(f"  wgmma serialised (C7520): {spec}")
     hist = collections.Counter(spill for _, _, spill in rows)
     print(f"Hopper main loop (fi_prefill_kernel_ws): {len(rows)} modules, "
           f"{hist.get(0, 0)} without spills; spill bytes: "
-          + (", ".join(f"{b} B x{n}" for b, n in sorted(hist.items()) if b) or "none"))
+          + (", ".join(f"{b} B x{n}" for b, n in sorted(hist.items()) if b) or "none")
+          + f"; wgmma serialised in {len(serial)}")
 
 
 if __name__ == "__main__":

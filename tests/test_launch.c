@@ -438,8 +438,8 @@ static int tma_map_is(const fi_tma_map *m, const void *base, int rows, int heads
 
 /* sm_90a: the 128-row tiles of single and ragged prefill go to the Hopper
  * main loop with TMA maps of K, V and (when the group divides the tile) Q,
- * persistent at head_dim <= 128 (a CTA per SM), a CTA per block at 256 or
- * with FIJIT_PREFILL_WS=grid; FIJIT_PREFILL_WS=0 keeps tile kernel 0, and a
+ * persistent at head_dim <= 128 (a CTA per SM; at 256: below), a CTA per
+ * block with FIJIT_PREFILL_WS=grid; FIJIT_PREFILL_WS=0 keeps tile kernel 0, and a
  * custom mask always does. */
 TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
 {
@@ -494,17 +494,25 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
     fi_jit_ctx_free(ctx);
 }
 
+/* A single prefill of 1000 tokens, 32 q heads on 8 kv heads, no mask, at
+ * head_dim hd, on a fresh context: the Hopper main loop's tests. */
+static int hopper_single_setup(fi_jit_ctx **ctx, fi_jit_spec *s, fi_prefill_args *a, int hd)
+{
+    *s = spec_of(FI_KIND_PREFILL, FI_MASK_NONE, FI_POS_NONE);
+    s->head_dim = hd;
+    prefill_args_for(a, 32, 8, 1000, hd);
+    return launch_ctx(ctx);
+}
+
 /* head_dim 64, lean tuple: three consumer warpgroups, so 192-row tiles (Q
  * boxes of 4 heads x 48 tokens) and 512 threads; with a soft-cap (not lean)
  * two consumers and 128-row tiles again. */
 TEST(prefill_hopper_main_loop_at_head_dim_64_takes_192_row_tiles)
 {
     fi_jit_ctx *ctx = NULL;
-    fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_NONE, FI_POS_NONE);
-    s.head_dim = 64;
+    fi_jit_spec s;
     fi_prefill_args a = FI_PREFILL_ARGS_INIT;
-    prefill_args_for(&a, 32, 8, 1000, 64);
-    CHECK_OK(launch_ctx(&ctx));
+    CHECK_OK(hopper_single_setup(&ctx, &s, &a, 64));
     setenv("FIJIT_PREFILL_WS", "grid", 1);
     CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
     CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
@@ -521,6 +529,35 @@ TEST(prefill_hopper_main_loop_at_head_dim_64_takes_192_row_tiles)
     unsetenv("FIJIT_PREFILL_WS");
     CHECK_MSG(seen.ws.work_items == 32 && seen.block[0] == 384, "items %d block %u",
               seen.ws.work_items, seen.block[0]);
+    fi_jit_ctx_free(ctx);
+}
+
+/* head_dim 256: one Q buffer, filled by TMA too (its box a tile's packed
+ * rows), 80-key K/V tiles; persistent CTAs without a causal mask, a CTA per
+ * block with one (prefill.c, WS_DEFAULT). */
+TEST(prefill_hopper_main_loop_at_head_dim_256_loads_q_by_tma)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s;
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    CHECK_OK(hopper_single_setup(&ctx, &s, &a, 256));
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+    CHECK_MSG(seen.grid[0] == FAKE_CUDA_SM_COUNT, "grid %u", seen.grid[0]);
+    CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8 && seen.block[0] == 384 &&
+          seen.smem == FI_PREFILL_WS_SMEM_BYTES(256, 1, 0, 0));
+    CHECK(FI_PREFILL_WS_TILE_KV(256, 1, 0, 0) == 80 &&
+          tma_map_is(&seen.ws.k, a.k, 1000, 8, 256, 1, 80));
+    CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 32, 256, 4, 32));
+
+    s.mask = FI_MASK_CAUSAL; /* 32 tiles x 8 kv heads, a CTA each */
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(seen.grid[0] == 32 * 8 && seen.ws.q_rows == 1000, "grid %u q_rows %d", seen.grid[0],
+              seen.ws.q_rows);
+
+    a.sm_scale = -0.5f; /* applied to Q, not in the exponent: the consumers load Q */
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK(strcmp(seen.name, "fi_prefill_kernel_ws") == 0 && seen.ws.q_rows == 0);
     fi_jit_ctx_free(ctx);
 }
 

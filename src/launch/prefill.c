@@ -196,14 +196,12 @@ _Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
 #define WS_ENTRY (FI_PREFILL_NUM_TILES + 1)
 /* Measured on H100 (bench_prefill.py, batch 4; README): persistent CTAs, which
  * load the next block's Q while finishing this one, win at head_dim <= 128
- * (1.00-1.10x a CTA per block at seq 4k-8k, 1.11-1.27x at 1k); at head_dim
- * 256 (one Q buffer) the causal blocks' uneven lengths make a CTA per block
- * faster (0.75-0.92x persistent: a persistent CTA's share is fixed). That
- * fixed share costs some causal shapes at head_dim <= 128 too (a CTA per
- * block 1.03-1.15x at hd 128 32/32 seq 16k and hd 64 32/32 seq 4k, but
- * 0.88-0.95x at seq 1k and most 32/8 shapes; a zig-zag order of the blocks
- * 0.80-1.12x): a dynamic scheduler would serve both. */
-#define WS_DEFAULT(hd) ((hd) <= 128 ? WS_PERSISTENT : WS_GRID)
+ * (1.00-1.10x a CTA per block at seq 4k-8k, 1.11-1.27x at 1k). At head_dim
+ * 256 (one Q buffer, freed once a block's last S has run) they win without
+ * a causal mask (0.96-1.13x a CTA per block, most >= 1.0) and lose with one
+ * (0.91-0.96x at 32/32 seq 8k-16k; 0.97-1.12x at 32/8), so
+ * causal head_dim 256 keeps a CTA per block. */
+#define WS_DEFAULT(hd, causal) ((hd) <= 128 || !(causal) ? WS_PERSISTENT : WS_GRID)
 
 /* How tile kernel 0's blocks are launched on sm_90a. */
 enum ws_mode {
@@ -276,7 +274,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
     if (env && strcmp(env, "grid") == 0) return WS_GRID;
     if (env && strncmp(env, "persistent", 10) == 0) return WS_PERSISTENT;
     if (env && strncmp(env, "static", 6) == 0) return WS_STATIC;
-    return WS_DEFAULT(spec->head_dim);
+    return WS_DEFAULT(spec->head_dim, mask_is_causal(spec));
 }
 
 /* Rows of the tensors the Hopper main loop's TMA maps describe: q's tokens,
@@ -314,9 +312,9 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
 }
 
 /* The map of q (prefill/params.h) when Q may come by TMA: a tile's packed
- * rows are then one box (the group divides the tile), the loop has two Q
- * buffers (FI_PREFILL_WS_RAW_Q) and sm_scale is positive (the kernel applies it in the softmax,
- * after the maxima). Otherwise, or when q does not suit TMA, ws->q_rows
+ * rows are then one box (the group divides the tile), the loop takes Q so
+ * (FI_PREFILL_WS_RAW_Q) and sm_scale is positive (the kernel applies it in
+ * the softmax, after the maxima). Otherwise, or when q does not suit TMA, ws->q_rows
  * stays 0 and the consumers load Q themselves. */
 static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
                          int q_rows)

@@ -128,7 +128,7 @@ __device__ __forceinline__ vec16_t pack8(const float (&f)[8])
     return v;
 }
 
-// ---- 16-byte memory access -------------------------------------------------------
+// ---- 16- and 4-byte memory access ---------------------------------------------------
 // Read-only global load through the non-coherent path: inputs are never
 // written while a kernel runs.
 __device__ __forceinline__ vec16_t ldg16(const void *p)
@@ -144,6 +144,16 @@ __device__ __forceinline__ void stg16(void *p, const vec16_t &v)
 {
     asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.w[0]), "r"(v.w[1]),
                  "r"(v.w[2]), "r"(v.w[3])
+                 : "memory");
+}
+
+// A 4-byte store made only where `store` holds, predicated, not branched
+// around: code that reads wgmma accumulators on a divergent path makes
+// ptxas serialise every wgmma of the kernel (its note C7520).
+__device__ __forceinline__ void stg4_if(void *p, unsigned int v, bool store)
+{
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\t@q st.global.u32 [%0], %1;\n\t}"
+                 ::"l"(p), "r"(v), "r"((unsigned int)store)
                  : "memory");
 }
 

@@ -3,7 +3,9 @@
 // the variant's output_transform, rounds it to DTypeO and stages it in the
 // rows of the Q buffer the MMAs have finished with; then whole rows leave
 // shared memory with 16-byte stores. The callers order the two steps (a
-// __syncwarp or a named barrier between them).
+// __syncwarp or a named barrier between them). Or, where the Q buffer is
+// wanted for the next block's Q first (store_row_direct), O leaves the
+// registers as they are, two values a store.
 #pragma once
 
 #include "prefill/work.cuh"
@@ -36,6 +38,27 @@ __device__ __forceinline__ void stage_row(const P &p, const float (&o)[kDT][4], 
         const float v0 = Variant::output_transform(p, o[dt][2 * h] * inv, head, col, lse);
         const float v1 = Variant::output_transform(p, o[dt][2 * h + 1] * inv, head, col + 1, lse);
         sts32(at(dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
+    }
+}
+
+// Row half h of O, as stage_row makes it, straight to o where `real`:
+// packed row pr of the request (< its rows unless !real), query head
+// `head`; each 8-wide tile's two values of this thread are one 4-byte
+// store (4 lanes write 16 bytes of a row, the next tile the next 16, which
+// L2 merges). Every thread reads its accumulators (see stg4_if).
+template <int kDT>
+__device__ __forceinline__ void store_row_direct(const P &p, const Work &w, int G, int pr, bool real,
+                                                 const float (&o)[kDT][4], int h, float inv,
+                                                 float lse, int head, int t)
+{
+    DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + pr / G) * p.o_stride_n +
+                  (long long)head * p.o_stride_h + 2 * t;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+        const int col = dt * 8 + 2 * t;
+        const float v0 = Variant::output_transform(p, o[dt][2 * h] * inv, head, col, lse);
+        const float v1 = Variant::output_transform(p, o[dt][2 * h + 1] * inv, head, col + 1, lse);
+        stg4_if(dst + dt * 8, Traits<DTypeO>::pack2(v0, v1), real);
     }
 }
 

@@ -21,10 +21,12 @@
 //    all its panels; SlotLayout); keys past the tensor's end arrive as zeros.
 //    Q comes by TMA too when the tuple changes it by sm_scale alone
 //    (kRawQTuple): as it is in q, one box per panel is a tile's packed rows;
-//    sm_scale then enters the softmax's exponent. It needs two Q buffers
-//    (head_dim <= 128 but paged): the next block's Q lands while the
-//    consumers finish this one, so a persistent CTA goes from one block to
-//    the next without waiting for memory.
+//    sm_scale then enters the softmax's exponent. The next block's Q lands
+//    while the consumers finish this one, so a persistent CTA goes from one
+//    block to the next without waiting for memory: into the second of two
+//    Q buffers (head_dim <= 128), or into the one (head_dim 256) once the
+//    block's last S has run, the output then leaving from registers
+//    (kDirectOut). Paged K/V keeps the consumers loading Q.
 //  * the consumers (warpgroups 1, 2[, 3]), 64 query rows each, wait for Q or
 //    load and transform their rows themselves (RoPE, query_transform), then
 //    run the tile loop with the next tile's S = Q K^T issued before this tile's
@@ -78,6 +80,12 @@ constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
 // Where the host makes a q map (FI_PREFILL_WS_RAW_Q).
 constexpr bool kRawQTuple = FI_PREFILL_WS_RAW_Q(kHeadDim, kPaged) && !kRope && kSoftmax &&
                             KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value;
+// With one Q buffer, loaded by TMA, the output leaves the registers as
+// they are (store_row_direct), not staged in the Q rows, so that Q is free
+// once the block's last S = Q K^T has run: the next block's Q lands while
+// the consumers finish this one (its last P.V, the epilogue). Where the
+// consumers load Q (paged, RoPE, query hooks) staging costs nothing more.
+constexpr bool kDirectOut = kQBufs == 1 && kRawQTuple;
 constexpr int kPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
 constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
@@ -377,8 +385,8 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         bar_wait(sm.full_q(j % kQBufs), (j / kQBufs) & 1);
     } else {
         // Q rows of this warpgroup: rotated, transformed, rounded, swizzled
-        // (the previous block's epilogue has read them out: the sync before
-        // this function's last loop).
+        // (the previous block's MMAs and epilogue are done with them: the
+        // sync at this function's end).
 #pragma unroll 2
         for (int c = wtid; c < 64 * (kChunks / 2); c += 128) {
             const int r = wg_row0 + c / (kChunks / 2), ch = c % (kChunks / 2);
@@ -525,6 +533,11 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         if (!last || next_wg != 0) turn_end();
     };
     if (kPingPong && n > 0 && next_wg == 0) named_arrive(kBarTurn + 0, 256);
+    // Q by TMA into the one buffer: freed for the next block's once this
+    // warpgroup's last S has run (kDirectOut), else after the epilogue.
+    const bool early_q = kDirectOut && raw_q;
+    auto free_q = [&]() { release(sm.empty_q(j % kQBufs)); };
+    if (early_q && n_own == 0) free_q();
     if (n_own > 0) {
         float scale[2];
         bool grew;
@@ -539,6 +552,7 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         wg::wait<0>();
         wg::fence_regs(s);
         release(sm.empty_k(s0));
+        if (early_q && n_own == 1) free_q();
         transform(kr.kv_start);
         softmax(scale, grew);
         take_p();
@@ -561,6 +575,7 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
             wg::wait<1>();  // S of tile i
             wg::fence_regs(s);
             release(sm.empty_k(sc));
+            if (early_q && i + 1 == n_own) free_q();
             transform(kr.kv_start + i * kTileKV);
             softmax(scale, grew);
             wg::wait<0>();  // P.V of tile i - 1
@@ -599,17 +614,29 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
     }
 
     // Epilogue (prefill/epilogue.cuh, as tile kernel 0): normalise, output
-    // hook, stage in this warpgroup's own Q rows, then 16-byte stores of
-    // whole rows.
+    // hook, then straight from the registers (kDirectOut), or staged in this
+    // warpgroup's own Q rows and 16-byte stores of whole rows.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float inv, lse;
         finish_row(d[h], m[h] * logit_scale(), inv, lse);
         const int r = wg_row0 + warp * 16 + g + 8 * h;
         const int tok = row_tok[h], head = row_head[h];
-        stage_row(p, o, h, inv, lse, head, t,
-                  [&](int dt) { return q_tile + swz_panel<kTileQ>(r, dt); });
+        if constexpr (kDirectOut) {
+            store_row_direct(p, w, G, imin(row0 + r, rows - 1), row0 + r < rows, o, h, inv, lse,
+                             head, t);
+        } else {
+            stage_row(p, o, h, inv, lse, head, t,
+                      [&](int dt) { return q_tile + swz_panel<kTileQ>(r, dt); });
+        }
         if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
+    }
+    if constexpr (kDirectOut) {
+        // Q by TMA was freed above. Else every warp writes the next block's
+        // Q rows: each waits until the warpgroup's MMAs are all done (a
+        // barrier made only then, on raw_q, serialised the wgmmas: C7520).
+        named_sync(kBarWg + wg, 128);
+        return;
     }
     named_sync(kBarWg + wg, 128);
 #pragma unroll 4

@@ -120,12 +120,16 @@
  * else one. Paged K/V gives the space to a third K/V stage instead (its
  * page-by-page loads take longer to land). */
 #define FI_PREFILL_WS_Q_BUFS(hd, paged) (!(paged) && (hd) <= 128 ? 2 : 1)
-/* Q by TMA (fi_prefill_ws.q below) with two Q buffers. Paged with one,
- * loaded once both consumers have stored the previous block's output (it is
- * staged in the Q rows), measured 0.73-0.87x single prefill against
+/* Q by TMA (fi_prefill_ws.q below): with two Q buffers, and with one at
+ * head_dim 256, where the output leaves from registers and Q is freed once
+ * a block's last S has run (mainloop_sm90_ws.cuh, kDirectOut). Paged with
+ * one, loaded once both consumers had stored the previous block's output
+ * (staged in the Q rows then), measured 0.73-0.87x single prefill against
  * 0.83-0.91x with the consumers loading Q (H100, bench_batch_prefill.py, 16
  * requests of 975-7931 tokens, page 16, head_dim 128). */
-#define FI_PREFILL_WS_RAW_Q(hd, paged) (FI_PREFILL_WS_Q_BUFS(hd, paged) == 2)
+#ifndef FI_PREFILL_WS_RAW_Q
+#define FI_PREFILL_WS_RAW_Q(hd, paged) (!(paged))
+#endif
 #ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 || ((hd) == 128 && (paged)) ? 3 : 2)
 #endif
