@@ -311,20 +311,18 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                                         p->v_stride_n, 1, box);
 }
 
-/* The map of q (prefill/params.h) when Q may come by TMA: a tile's packed
- * rows are then one box (the group divides the tile), the loop takes Q so
- * (FI_PREFILL_WS_RAW_Q) and sm_scale is positive (the kernel applies it in
- * the softmax, after the maxima). Otherwise, or when q does not suit TMA, ws->q_rows
- * stays 0 and the consumers load Q themselves. */
+/* The map of q (prefill/params.h) when a tile's packed rows are one box (the
+ * group divides the tile) and sm_scale is positive: the loop then loads Q
+ * through it where its tuple takes Q so (FI_PREFILL_WS_RAW_Q; the softmax
+ * applies sm_scale, after the maxima), and paged prefetches the rows the
+ * consumers load. Otherwise, or when q does not suit TMA, ws->q_rows stays
+ * 0 and the consumers load Q themselves. */
 static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
                          int q_rows)
 {
     const int group = p->group_size;
-    const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     const int tile_q = ws_tile_q(spec);
-    if (q_rows <= 0 || !FI_PREFILL_WS_RAW_Q(spec->head_dim, paged) || tile_q % group != 0 ||
-        !(p->sm_scale > 0.f))
-        return;
+    if (q_rows <= 0 || tile_q % group != 0 || !(p->sm_scale > 0.f)) return;
     if (fi__cuda_tma_map_3d(&ws->q, p->q, spec->head_dim, p->num_qo_heads, q_rows, p->q_stride_h,
                             p->q_stride_n, group, tile_q / group) == 0)
         ws->q_rows = q_rows;

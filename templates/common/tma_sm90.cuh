@@ -43,6 +43,15 @@ __device__ __forceinline__ void tma_load(unsigned int dst, const void *map, int 
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(head), "r"(key), "r"(bar)
         : "memory");
 }
+// Box {64 columns, ...} at (col, head, key) of `map` into L2 (a hint:
+// nothing waits for it).
+__device__ __forceinline__ void tma_prefetch(const void *map, int col, int head, int key)
+{
+    asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(col), "r"(head), "r"(key)
+                 : "memory");
+}
 // One whole page of a paged map (prefill/params.h: {64 columns, 8 rows,
 // panels, row groups, pages}) at panel coordinate `panel` and page
 // coordinate `page` into `dst`, completing `bar`'s transaction bytes.

@@ -178,9 +178,10 @@ typedef struct fi_tma_map {
  * q: when q_rows > 0, a map of q {head_dim, num_qo_heads, q_rows tokens},
  * box {64, group, FI_PREFILL_WS_TILE_Q(hd, lean) / group}: a box is one tile's packed
  * rows (token-major, the group's heads fastest) as they are in q. The host
- * makes it when the group divides the tile, FI_PREFILL_WS_RAW_Q, sm_scale > 0 and q
- * suits TMA; the kernel reads Q through it when its tuple changes q by
- * sm_scale alone (no RoPE, the default query and logits hooks). */
+ * makes it when the group divides the tile, sm_scale > 0 and q suits TMA;
+ * the kernel reads Q through it when its tuple changes q by sm_scale alone
+ * (no RoPE, the default query and logits hooks: FI_PREFILL_WS_RAW_Q), and
+ * with paged K/V prefetches each block's Q rows into L2 through it. */
 typedef struct fi_prefill_ws {
     fi_tma_map k, v, q;
     unsigned int *claims;
