@@ -305,9 +305,12 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     // here up to kStages tiles before them, so it asks L2 for those rows
     // (through the map of q, when the host made one): the consumers' loads
     // then wait for L2, not for HBM. Measured (H100, bench_batch_prefill.py,
-    // fp16 32/8, two runs each): hd 128 causal 463-467 -> 476-479 TFLOP/s
-    // (0.85-0.86x single prefill -> 0.88-0.90x), the rest within the runs'
-    // spread (+-2%); issuing all of a thread's Q loads at once added nothing.
+    // fp16 32/8): hd 128 causal 463-467 TFLOP/s without, 464-479 with (four
+    // runs in two device calls), the rest within the runs' spread (+-2%):
+    // a small gain at best, kept as it costs no registers. Issuing all of a
+    // thread's Q loads at once added nothing; nor did Q by TMA into two
+    // buffers (two K/V stages at hd 128: paged x single 0.81-0.92x against
+    // 0.81-0.94x).
     if (lane == 0 && maps.q_rows > 0) {
 #pragma unroll
         for (int c = 0; c < kPanels; ++c)
