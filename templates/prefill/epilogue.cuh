@@ -25,27 +25,33 @@ __device__ __forceinline__ void finish_row(float &d, float m, float &inv, float 
     lse = !kSoftmax ? 0.f : d > 0.f ? fma_(log2_fast(d), kLn2, m) : -inf_();
 }
 
-// Row half h of O (kDT 8-wide tiles) of query head `head`, normalised,
-// transformed and rounded, into shared memory: tile dt's two values at
+// Tile dt of row half h of O (kDT 8-wide tiles) of query head `head`: this
+// thread's two values, normalised, transformed and rounded into one word.
+template <int kDT>
+__device__ __forceinline__ unsigned int out_pair(const P &p, const float (&o)[kDT][4], int dt, int h,
+                                                 float inv, float lse, int head, int t)
+{
+    const int col = dt * 8 + 2 * t;
+    const float v0 = Variant::output_transform(p, o[dt][2 * h] * inv, head, col, lse);
+    const float v1 = Variant::output_transform(p, o[dt][2 * h + 1] * inv, head, col + 1, lse);
+    return Traits<DTypeO>::pack2(v0, v1);
+}
+
+// Row half h of O into shared memory: tile dt's word (out_pair) at
 // at(dt) + 4t.
 template <int kDT, class At>
 __device__ __forceinline__ void stage_row(const P &p, const float (&o)[kDT][4], int h, float inv,
                                           float lse, int head, int t, At at)
 {
 #pragma unroll
-    for (int dt = 0; dt < kDT; ++dt) {
-        const int col = dt * 8 + 2 * t;
-        const float v0 = Variant::output_transform(p, o[dt][2 * h] * inv, head, col, lse);
-        const float v1 = Variant::output_transform(p, o[dt][2 * h + 1] * inv, head, col + 1, lse);
-        sts32(at(dt) + 4 * t, Traits<DTypeO>::pack2(v0, v1));
-    }
+    for (int dt = 0; dt < kDT; ++dt) sts32(at(dt) + 4 * t, out_pair(p, o, dt, h, inv, lse, head, t));
 }
 
 // Row half h of O, as stage_row makes it, straight to o where `real`:
 // packed row pr of the request (< its rows unless !real), query head
-// `head`; each 8-wide tile's two values of this thread are one 4-byte
-// store (4 lanes write 16 bytes of a row, the next tile the next 16, which
-// L2 merges). Every thread reads its accumulators (see stg4_if).
+// `head`; each 8-wide tile's word is one 4-byte store (4 lanes write 16
+// bytes of a row, the next tile the next 16, which L2 merges). Every
+// thread reads its accumulators (see stg4_if).
 template <int kDT>
 __device__ __forceinline__ void store_row_direct(const P &p, const Work &w, int G, int pr, bool real,
                                                  const float (&o)[kDT][4], int h, float inv,
@@ -54,12 +60,8 @@ __device__ __forceinline__ void store_row_direct(const P &p, const Work &w, int 
     DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + pr / G) * p.o_stride_n +
                   (long long)head * p.o_stride_h + 2 * t;
 #pragma unroll
-    for (int dt = 0; dt < kDT; ++dt) {
-        const int col = dt * 8 + 2 * t;
-        const float v0 = Variant::output_transform(p, o[dt][2 * h] * inv, head, col, lse);
-        const float v1 = Variant::output_transform(p, o[dt][2 * h + 1] * inv, head, col + 1, lse);
-        stg4_if(dst + dt * 8, Traits<DTypeO>::pack2(v0, v1), real);
-    }
+    for (int dt = 0; dt < kDT; ++dt)
+        stg4_if(dst + dt * 8, out_pair(p, o, dt, h, inv, lse, head, t), real);
 }
 
 // The lse of query `tok` of the request, head `head`.

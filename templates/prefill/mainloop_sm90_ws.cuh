@@ -649,14 +649,12 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         }
         if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
     }
-    if constexpr (kDirectOut) {
-        // Q by TMA was freed above. Else every warp writes the next block's
-        // Q rows: each waits until the warpgroup's MMAs are all done (a
-        // barrier made only then, on raw_q, serialised the wgmmas: C7520).
-        named_sync(kBarWg + wg, 128);
-        return;
-    }
+    // Staged: the rows are whole before they leave. Direct: Q by TMA was
+    // freed above, else every warp writes the next block's Q rows, so each
+    // waits until the warpgroup's MMAs are all done (a barrier made only
+    // then, on raw_q, serialised the wgmmas: C7520).
     named_sync(kBarWg + wg, 128);
+    if constexpr (kDirectOut) return;
 #pragma unroll 4
     for (int c = wtid; c < 64 * kChunks; c += 128) {
         const int r = wg_row0 + c / kChunks, ch = c % kChunks;
