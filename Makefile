@@ -113,13 +113,26 @@ test: test-plain
 # Runs a command and prints its wall time: $(call timed,NAME,COMMAND).
 timed = s=$$(date +%s); $(2) || exit $$?; echo "-- $(1): $$(( $$(date +%s) - s )) s"
 
-test-plain: all
+# Suites that compile the same kernels over and over (test_faults at each
+# fault point, test_launch in each case) load NVRTC through
+# tests/nvrtc_memo.c, which compiles each distinct input once per process.
+# Not the others: the kill and crowd tests in test_robust need compiles that
+# take their real time. $(call memo_env,TEST) is the environment for TEST.
+NVRTC_MEMO := $(B)/tests/memo/libnvrtc.so.13
+MEMO_TESTS := test_faults test_launch
+memo_env = $$(case " $(MEMO_TESTS) " in *" $$(basename $(1)) "*) \
+  echo LD_LIBRARY_PATH=$(abspath $(dir $(NVRTC_MEMO)))$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH};; esac)
+$(NVRTC_MEMO): tests/nvrtc_memo.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -shared -o $@ $< -lxxhash -ldl -lpthread
+
+test-plain: all $(NVRTC_MEMO)
 	@set -e; for t in $(TEST_SRC:tests/%.c=$(B)/tests/%); do echo "== $$t"; \
-	  $(call timed,$$t,$$t); done
+	  $(call timed,$$t,env $(call memo_env,$$t) $$t); done
 
 # Sanitizer runs skip the exhaustive compile sweep (FIJIT_TEST_QUICK): it is NVRTC's code, not ours.
-test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%)
-	@set -e; for t in $^; do echo "== $$t"; $(call timed,$$t,FIJIT_TEST_QUICK=1 \
+test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%) $(NVRTC_MEMO)
+	@set -e; for t in $(filter-out $(NVRTC_MEMO),$^); do echo "== $$t"; $(call timed,$$t,env $(call memo_env,$$t) FIJIT_TEST_QUICK=1 \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp \
 	  $$t); done
 
