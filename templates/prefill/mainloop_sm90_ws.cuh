@@ -24,10 +24,11 @@
 //    sm_scale then enters the softmax's exponent. The next block's Q lands
 //    while the consumers finish this one, so a persistent CTA goes from one
 //    block to the next without waiting for memory: into the second of two
-//    Q buffers (head_dim <= 128), or into the one (head_dim 256) once the
-//    block's last S has run, the output then leaving from registers
-//    (kDirectOut). Paged K/V keeps the consumers loading Q, its rows
-//    prefetched into L2 by the K/V warp (produce_paged).
+//    Q buffers (head_dim <= 128), or into the one (head_dim 256, and paged
+//    K/V at 128) once the block's last S has run, the output then leaving
+//    from registers (kDirectOut). Paged K/V at head_dim 64 and 256 keeps the
+//    consumers loading Q; the K/V warp prefetches a paged block's Q rows
+//    into L2 either way (produce_paged).
 //  * the consumers (warpgroups 1, 2[, 3]), 64 query rows each, wait for Q or
 //    load and transform their rows themselves (RoPE, query_transform), then
 //    run the tile loop with the next tile's S = Q K^T issued before this tile's
@@ -44,10 +45,11 @@
 // across them. A thread of the producer's third warp chooses them
 // (blockIdx.x first, then + gridDim.x, ..., or the next unclaimed block of
 // the grid: fi_prefill_ws.claims) and hands them to every role through a
-// ring of kFeedSlots in shared memory.
+// ring of kFeedSlots in shared memory (kFeed; where the consumers load the
+// Q of paged K/V, every role walks blockIdx.x + k gridDim.x itself).
 //
-// Registers: consumers 240, producer 24 (paged: 232 and 40; three
-// consumers: 160 and 32; kConsumerRegs).
+// Registers: consumers 240, producer 24 (paged: 232 and 40, or 224 and 56
+// with Q by TMA; three consumers: 160 and 32; kConsumerRegs).
 #pragma once
 
 #include "common/tma_sm90.cuh"
@@ -139,18 +141,20 @@ constexpr bool kOwnTiles = kConsumers == 3;
 // past that waits forever: the sum must fit (measured: 32 / 240 hangs). The
 // paged producer (a warp that also reads page ids and copies partial pages)
 // spills below 32; 40 / 232 fits exactly and spills nowhere on the plain
-// tuples. Three consumers leave 32 / 160.
+// tuples; with Q by TMA and the block feed besides (kRawQTuple) it needs
+// 56 (48: 24 B of spills), beside consumers of 224. Three consumers leave
+// 32 / 160.
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged ? 40 : 24;
-constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged ? 232 : 240;
+constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged ? (kRawQTuple ? 56 : 40) : 24;
+constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged ? (kRawQTuple ? 224 : 232) : 240;
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
-// A scheduler thread passes the blocks on (not paged: reading them from the
-// feed costs the paged K/V warp 20 bytes of spills at 40 registers and its
-// consumers 24 at 232, each alone; the consumers spill at 224 too. Paged
-// CTAs take every gridDim.x-th block).
-constexpr bool kFeed = !kPaged;
+// A scheduler thread passes the blocks on: everywhere but paged K/V with the
+// consumers loading Q, where reading the feed costs the K/V warp 20 bytes of
+// spills at 40 registers and its consumers 24 at 232 (those CTAs take every
+// gridDim.x-th block; at the grid's end their SMs idle ~3% of the time).
+constexpr bool kFeed = !kPaged || kRawQTuple;
 // Blocks passed on ahead of their use: the K/V loader starts block k + 1
 // while the consumers compute block k (a claim further ahead would hold a
 // short block back from an idle CTA at the grid's end: see feed_blocks).
@@ -718,11 +722,11 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             bar_init(sm.full_q(b), 1);
             bar_init(sm.empty_q(b), 4 * kConsumers);
         }
-        // The feed's readers: the consumer threads, the K/V loader and, when
-        // Q comes by TMA, the Q loader.
+        // The feed's readers: the consumer threads, the K/V loader (paged:
+        // its warp) and, when Q comes by TMA, the Q loader.
         for (int s = 0; s < (kFeed ? kFeedSlots : 0); ++s) {
             bar_init(sm.full_feed(s), 1);
-            bar_init(sm.empty_feed(s), 128 * kConsumers + 1 + (raw_q ? 1 : 0));
+            bar_init(sm.empty_feed(s), 128 * kConsumers + (kPaged ? 32 : 1) + (raw_q ? 1 : 0));
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }

@@ -120,15 +120,23 @@
  * else one. Paged K/V gives the space to a third K/V stage instead (its
  * page-by-page loads take longer to land). */
 #define FI_PREFILL_WS_Q_BUFS(hd, paged) (!(paged) && (hd) <= 128 ? 2 : 1)
-/* Q by TMA (fi_prefill_ws.q below): with two Q buffers, and with one at
- * head_dim 256, where the output leaves from registers and Q is freed once
- * a block's last S has run (mainloop_sm90_ws.cuh, kDirectOut). Paged with
- * one, loaded once both consumers had stored the previous block's output
- * (staged in the Q rows then), measured 0.73-0.87x single prefill against
- * 0.83-0.91x with the consumers loading Q (H100, bench_batch_prefill.py, 16
- * requests of 975-7931 tokens, page 16, head_dim 128). */
+/* Q by TMA (fi_prefill_ws.q below): with two Q buffers, and with one where
+ * the output leaves from registers and Q is freed once a block's last S has
+ * run (mainloop_sm90_ws.cuh, kDirectOut): head_dim 256, and paged K/V at 128,
+ * whose CTAs then also take their blocks from the feed (dynamic claims).
+ * Measured there (H100, the batch of bench_batch_prefill.py: 16 requests of
+ * 975-7931 tokens, page 16, fp16 32/8, causal): under ncu the SMs walking
+ * paged blocks in a fixed order idled 3.4% of the kernel's time at its end
+ * (active cycles 93-99.6% of elapsed), claiming 0.2%, and the kernel took
+ * 4.04 ms against 4.25; paged x single causal 0.88-0.90x against 0.85-0.90x,
+ * no mask 0.81-0.93x against 0.83-0.91x (four runs each, two device calls).
+ * Not at head_dim 64, whose producer (32 registers beside three consumers)
+ * spills 52-56 B with either: 0.85-0.87x against 0.88-0.91x; nor at 256:
+ * 0.82-0.87x against 0.85-0.94x. Before kDirectOut, paged Q by TMA into one
+ * buffer, loaded once both consumers had stored the previous block's output
+ * there, measured 0.73-0.87x against 0.83-0.91x. */
 #ifndef FI_PREFILL_WS_RAW_Q
-#define FI_PREFILL_WS_RAW_Q(hd, paged) (!(paged))
+#define FI_PREFILL_WS_RAW_Q(hd, paged) (!(paged) || (hd) == 128)
 #endif
 #ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 || ((hd) == 128 && (paged)) ? 3 : 2)
