@@ -18,7 +18,11 @@
 //   prefill/mainloop_sm80.cuh     those products on mma.sync (sm_80+)
 //   prefill/mainloop_sm90_tile.cuh  on wgmma (sm_90a, 128- and 64-row tiles)
 //   prefill/mainloop_sm90_ws.cuh  the warp-specialised Hopper kernel (TMA,
-//                          wgmma, producer and consumer warpgroups)
+//                          wgmma, producer and consumer warpgroups): its CTA,
+//                          over prefill/ws/: config.cuh (tiles, rings,
+//                          registers, shared memory), schedule.cuh (the
+//                          blocks a CTA takes), produce.cuh (TMA loads of Q,
+//                          K and V), consume.cuh (a consumer warpgroup)
 //   prefill/kernels.cuh    the module's entry points
 // Every part calls the variant hooks of common/variant.cuh the same way.
 //

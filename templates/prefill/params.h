@@ -122,7 +122,7 @@
 #define FI_PREFILL_WS_Q_BUFS(hd, paged) (!(paged) && (hd) <= 128 ? 2 : 1)
 /* Q by TMA (fi_prefill_ws.q below): with two Q buffers, and with one where
  * the output leaves from registers and Q is freed once a block's last S has
- * run (mainloop_sm90_ws.cuh, kDirectOut): head_dim 256, and paged K/V at 128,
+ * run (prefill/ws/config.cuh, kDirectOut): head_dim 256, and paged K/V at 128,
  * whose CTAs then also take their blocks from the feed (dynamic claims).
  * Measured there (H100, the batch of bench_batch_prefill.py: 16 requests of
  * 975-7931 tokens, page 16, fp16 32/8, causal): under ncu the SMs walking

@@ -1,0 +1,155 @@
+// The Hopper main loop's shape for the tuple (prefill/mainloop_sm90_ws.cuh):
+// its tiles, rings and registers, the layout of a K/V slot, the named
+// barriers, and the shared memory map. Compile-time only.
+#pragma once
+
+#include "prefill/common.cuh"
+
+namespace fijit {
+namespace prefill {
+namespace ws {
+
+#ifdef FIJIT_CUSTOM_VARIANT
+constexpr bool kCustomVariant = true;
+#else
+constexpr bool kCustomVariant = false;
+#endif
+constexpr bool kLean = FI_PREFILL_WS_LEAN(fijit_cfg::kSoftCap, fijit_cfg::kPos == fijit_cfg::kPosAlibi,
+                                         kCustomVariant);
+constexpr int kConsumers = FI_PREFILL_WS_CONSUMERS(kHeadDim, kLean);
+constexpr int kTileQ = FI_PREFILL_WS_TILE_Q(kHeadDim, kLean);
+constexpr int kThreads = FI_PREFILL_WS_THREADS(kHeadDim, kLean);
+constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
+// A causal mask proper (kCausal also holds for windows): the host's test.
+constexpr bool kCausalMask = fijit_cfg::kMask == fijit_cfg::kMaskCausal;
+constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kPaged, kCausalMask);
+constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
+constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
+// Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
+// and sm_scale, positive (the host checks), commutes with masks and maxima.
+// Where the host makes a q map (FI_PREFILL_WS_RAW_Q).
+constexpr bool kRawQTuple = FI_PREFILL_WS_RAW_Q(kHeadDim, kPaged) && !kRope && kSoftmax &&
+                            KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value;
+// With one Q buffer, loaded by TMA, the output leaves the registers as
+// they are (store_row_direct), not staged in the Q rows, so that Q is free
+// once the block's last S = Q K^T has run: the next block's Q lands while
+// the consumers finish this one (its last P.V, the epilogue). Where the
+// consumers load Q (paged, RoPE, query hooks) staging costs nothing more.
+constexpr bool kDirectOut = kQBufs == 1 && kRawQTuple;
+constexpr int kPanels = kHeadDim / 64;
+constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
+constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
+constexpr unsigned int kQBytes = kTileQ * kRowBytes;
+constexpr unsigned int kKVBytes = kTileKV * kRowBytes;
+// Layout of a K or V slot. Panel-major (a panel's kTileKV rows, then the
+// next panel's), as a tile-sized TMA box per panel lands; or, for pages,
+// group-major (8 rows of every panel, then the next 8 rows), as a page's
+// one box lands (prefill/params.h), so that a page costs one TMA, not one
+// per panel. The descriptors' strides: from one panel to the next and from
+// one 8-row group to the next.
+struct SlotLayout {
+    unsigned int panel, group;
+};
+constexpr SlotLayout kPanelMajor = {kTileKV * 128u, 1024u};
+constexpr SlotLayout kGroupMajor = {1024u, kPanels * 1024u};
+constexpr SlotLayout kKLayout = kPaged && !kRotatedK ? kGroupMajor : kPanelMajor;
+constexpr SlotLayout kVLayout = kPaged ? kGroupMajor : kPanelMajor;
+
+// Byte offset of 16-byte chunk `ch` of row `row` in a slot of layout `L`,
+// with the 128-byte swizzle. Where a panel's rows are contiguous the row
+// offset is spelt row x 128: ptxas does not fold the group form back into
+// it, and the paged K/V warp at head_dim 64 spilled for the difference.
+__device__ __forceinline__ unsigned int slot_offset(const SlotLayout &L, int row, int ch)
+{
+    const unsigned int row_at = L.group == 1024u
+                                    ? (unsigned int)row * 128u
+                                    : (unsigned int)(row >> 3) * L.group + (unsigned int)(row & 7) * 128u;
+    return row_at + (unsigned int)(ch >> 3) * L.panel + (unsigned int)(((ch & 7) ^ (row & 7)) * 16);
+}
+// Named barriers (0 is __syncthreads): the consumers' turns, then one per
+// consumer for its own 128 threads.
+constexpr int kBarTurn = 1;
+constexpr int kBarWg = kBarTurn + kConsumers;
+// The consumers alternate their MMA issue ("ping-pong": consume.cuh).
+// Measured with three consumers (head_dim 64, H100, bench_prefill.py A/B in
+// one process): round robin 1.05-1.17x no turns at seq 4k-8k, 0.97-1.10x at
+// 16k.
+constexpr bool kPingPong = true;
+// Each consumer skips the tiles it has no key of (past the request, or
+// causal past its last row), only with three: a 192-row tile of a group of
+// 1 spans 192 tokens, and a short request's last tile is often a third
+// full. Measured at head_dim 64 (H100, A/B in one process, seq 1k-16k):
+// causal 32/32 1.01-1.12x, causal 32/8 0.94-1.08x, no mask 0.93-1.06x (as
+// the noise); with two consumers its registers cost 0.86-0.96x at head_dim
+// 256.
+constexpr bool kOwnTiles = kConsumers == 3;
+// Registers of the producer and of the consumers. setmaxnreg only moves
+// registers within what the CTA was launched with (64K / threads a thread,
+// in steps of 8: 168 with two consumers, 128 with three), so an increase
+// past that waits forever: the sum must fit (measured: 32 / 240 hangs). The
+// paged producer (a warp that also reads page ids and copies partial pages)
+// spills below 32; 40 / 232 fits exactly and spills nowhere on the plain
+// tuples; with Q by TMA and the block feed besides (kRawQTuple) it needs
+// 56 (48: 24 B of spills), beside consumers of 224. Three consumers leave
+// 32 / 160.
+constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged ? (kRawQTuple ? 56 : 40) : 24;
+constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged ? (kRawQTuple ? 224 : 232) : 240;
+static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
+              "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
+
+// A scheduler thread passes the blocks on: everywhere but paged K/V with the
+// consumers loading Q, where reading the feed costs the K/V warp 20 bytes of
+// spills at 40 registers and its consumers 24 at 232 (those CTAs take every
+// gridDim.x-th block; at the grid's end their SMs idle ~3% of the time).
+constexpr bool kFeed = !kPaged || kRawQTuple;
+// Blocks passed on ahead of their use: the K/V loader starts block k + 1
+// while the consumers compute block k (a claim further ahead would hold a
+// short block back from an idle CTA at the grid's end: see feed_blocks).
+constexpr int kFeedSlots = 2;
+
+static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
+              "a producer and consumers of 64 rows");
+static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
+static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kPaged, kCausalMask) >=
+                  kQBufs * kQBytes + 2u * kStages * kKVBytes +
+                      (4u * kStages + 2u * kQBufs + 2u * kFeedSlots) * 8u + 4u * kFeedSlots,
+              "shared memory: Q, the K and V rings, the block feed, their barriers");
+
+// Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
+// (slots panel-major, group-major for pages: SlotLayout), then the
+// barriers: full K, full V, empty K, empty V, one per slot, full Q and
+// empty Q, one per buffer, full and empty of the block feed, one per slot;
+// then the feed's slots (block numbers). Block j of a CTA (its j-th with
+// rows) uses Q buffer j % kQBufs when Q comes by TMA, else the first.
+struct Smem {
+    unsigned int q, k, v, bars;
+    __device__ __forceinline__ unsigned int q_buf(int b) const { return q + b * kQBytes; }
+    __device__ __forceinline__ unsigned int k_slot(int s) const { return k + s * kKVBytes; }
+    __device__ __forceinline__ unsigned int v_slot(int s) const { return v + s * kKVBytes; }
+    __device__ __forceinline__ unsigned int full_k(int s) const { return bars + 8u * s; }
+    __device__ __forceinline__ unsigned int full_v(int s) const { return bars + 8u * (kStages + s); }
+    __device__ __forceinline__ unsigned int empty_k(int s) const { return bars + 8u * (2 * kStages + s); }
+    __device__ __forceinline__ unsigned int empty_v(int s) const { return bars + 8u * (3 * kStages + s); }
+    __device__ __forceinline__ unsigned int full_q(int b) const { return bars + 8u * (4 * kStages + b); }
+    __device__ __forceinline__ unsigned int empty_q(int b) const
+    {
+        return bars + 8u * (4 * kStages + kQBufs + b);
+    }
+    __device__ __forceinline__ unsigned int full_feed(int s) const
+    {
+        return bars + 8u * (4 * kStages + 2 * kQBufs + s);
+    }
+    __device__ __forceinline__ unsigned int empty_feed(int s) const
+    {
+        return bars + 8u * (4 * kStages + 2 * kQBufs + kFeedSlots + s);
+    }
+    __device__ __forceinline__ unsigned int feed(int s) const
+    {
+        return bars + 8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots) + 4u * s;
+    }
+};
+
+}  // namespace ws
+}  // namespace prefill
+}  // namespace fijit

@@ -1,0 +1,313 @@
+// A consumer warpgroup of the Hopper main loop: its 64 query rows through
+// every K/V tile of the block (S = Q K^T, masks and hooks, online softmax,
+// O += P V, in turns with the other consumers), then the epilogue.
+#pragma once
+
+#include "common/tma_sm90.cuh"
+#include "prefill/epilogue.cuh"
+#include "prefill/mask.cuh"
+#include "prefill/rope.cuh"
+#include "prefill/softmax.cuh"
+#include "prefill/ws/config.cuh"
+
+namespace fijit {
+namespace prefill {
+namespace ws {
+
+// One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile of
+// the CTA's block j; the rings hold `it` tiles before its first
+// (produce.cuh). raw_q: Q comes by TMA, unscaled.
+__device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRange &kr,
+                                        const Smem &sm, int row0, int wg, int it, int j,
+                                        bool raw_q)
+{
+    const int wtid = (int)threadIdx.x % 128;
+    const int warp = wtid / 32, lane = wtid % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int G = p.group_size;
+    const int kv_head = w.kv_head;
+    const int rows = w.qo_len * G;
+    const int off = w.kv_len - w.qo_len;
+    const int wg_row0 = wg * 64;  // in the tile
+
+    // Q's buffer: the producer's turn j when it loads Q, else always the first
+    // (a fixed address keeps the wgmma descriptors out of registers).
+    const unsigned int q_tile = raw_q ? sm.q_buf(j % kQBufs) : sm.q;
+    // The factor the logits lack: sm_scale when Q came as it is in q (read
+    // from the parameters where used: registers are what this loop lacks).
+    auto logit_scale = [&]() { return raw_q ? p.sm_scale : 1.f; };
+    if (raw_q) {
+        bar_wait(sm.full_q(j % kQBufs), (j / kQBufs) & 1);
+    } else {
+        // Q rows of this warpgroup: rotated, transformed, rounded, swizzled
+        // (the previous block's MMAs and epilogue are done with them: the
+        // sync at this function's end).
+#pragma unroll 2
+        for (int c = wtid; c < 64 * (kChunks / 2); c += 128) {
+            const int r = wg_row0 + c / (kChunks / 2), ch = c % (kChunks / 2);
+            vec16_t lo, hi;
+            query_chunks(p, w, row0 + r, ch, lo, hi);
+            sts128(q_tile + swz_panel<kTileQ>(r, ch), lo);
+            sts128(q_tile + swz_panel<kTileQ>(r, ch + kChunks / 2), hi);
+        }
+        wg::fence_proxy_async();  // Q is read by wgmma
+        named_sync(kBarWg + wg, 128);
+    }
+
+    // This thread's rows: g and g + 8 of its warp's 16; rows past the
+    // request borrow the last one (never stored).
+    int row_tok[2], row_head[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int pr = imin(row0 + wg_row0 + warp * 16 + g + 8 * h, rows - 1);
+        row_tok[h] = pr / G;
+        row_head[h] = kv_head * G + pr % G;
+    }
+    // Tokens of the warpgroup's first and last rows: tiles that need masks.
+    const int wg_tok_lo = imin(row0 + wg_row0, rows - 1) / G;
+    const int wg_tok_hi = imin(row0 + wg_row0 + 63, rows - 1) / G;
+
+    float o[kDT][4];
+    float s[kNT][4];
+    unsigned int pa[kTileKV / 16][4];  // P of the previous tile, A fragments of P.V
+    float m[2], d[2];
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dt][e] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        m[h] = kSoftmax ? -inf_() : 0.f;
+        d[h] = 0.f;
+    }
+    const unsigned int q_wg = q_tile + (unsigned int)wg_row0 * 128u;
+
+    // S = Q K^T of slot s, issued (not waited for).
+    auto issue_s = [&](int slot) {
+        const unsigned int kt = sm.k_slot(slot);
+#pragma unroll
+        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+            const unsigned int at = (unsigned int)(kk & 3) * 32u;
+            wg::Mma<DTypeKV, kTileKV>::ss(
+                s, wg::desc(q_wg + (kk >> 2) * kTileQ * 128u + at, 0),
+                wg::desc(kt + (kk >> 2) * kKLayout.panel + at, 0, kKLayout.group), kk != 0);
+        }
+        wg::commit();
+    };
+    // O += P V of slot s, issued.
+    auto issue_pv = [&](int slot) {
+        const unsigned int vt = sm.v_slot(slot);
+#pragma unroll
+        for (int kk = 0; kk < kTileKV / 16; ++kk)
+            wg::Mma<DTypeKV, kHeadDim>::rs(
+                o, pa[kk], wg::desc(vt + kk * 2u * kVLayout.group, kVLayout.panel, kVLayout.group), 1);
+        wg::commit();
+    };
+    auto release = [&](unsigned int bar) {
+        if (lane == 0) bar_arrive(bar);
+    };
+    // Masks and the variant's logits hooks on S of the tile at key t0.
+    auto transform = [&](int t0) {
+        const bool need_mask = tile_needs_mask(p, w, t0, kTileKV, wg_tok_lo, wg_tok_hi, off);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int qpos = row_tok[h] + off, head = row_head[h];
+            if (need_mask) {
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e)
+                        s[nt][e] = masked_logit(p, w, s[nt][e], head, t0 + nt * 8 + 2 * t + (e & 1),
+                                                qpos, true);
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e)
+                        s[nt][e] = Variant::logits_transform(p, s[nt][e], head,
+                                                             t0 + nt * 8 + 2 * t + (e & 1), qpos);
+            }
+        }
+    };
+    // Online softmax of S into the new maximum and sums (prefill/softmax.cuh);
+    // returns the factor O must be rescaled by, per row half (1 without
+    // softmax), and sets `grew` when a maximum changed (else the factor is 1).
+    auto softmax = [&](float (&scale)[2], bool &grew) {
+        grew = false;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if constexpr (!kSoftmax) {
+                scale[h] = 1.f;
+                continue;
+            }
+            bool grew_row;
+            softmax_row(s, h, m[h], d[h], scale[h], grew_row, logit_scale() * kLog2e);
+            grew = grew || grew_row;
+        }
+    };
+    // O *= scale, skipped when no row of the warp has a new maximum (most
+    // tiles after the first few): a warp-uniform branch.
+    auto rescale = [&](const float (&scale)[2], bool grew) {
+        if (kSoftmax && any_sync(grew)) rescale_rows(o, scale);
+    };
+    auto take_p = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < kTileKV / 16; ++kk) p_fragment(s, kk, pa[kk]);
+    };
+    // The turn of this consumer to issue MMAs, and handing it to the next.
+    const int next_wg = wg + 1 == kConsumers ? 0 : wg + 1;
+    auto turn_begin = [&]() {
+        if constexpr (kPingPong) named_sync(kBarTurn + wg, 256);
+    };
+    auto turn_end = [&]() {
+        if constexpr (kPingPong) named_arrive(kBarTurn + next_wg, 256);
+    };
+
+    // The CTA's tiles (kr.n), and those of them this warpgroup computes
+    // (kOwnTiles): none when its rows all lie past the request, and with a
+    // causal mask none past its own last row's keys (the CTA's range runs
+    // to the tile's last row). Through the others it only keeps the rings
+    // and the turns going.
+    const int n = kr.n;
+    int n_own = n;
+    if constexpr (kOwnTiles) {
+        if (row0 + wg_row0 >= rows) n_own = 0;
+        if (kCausal && n_own > 0)
+            n_own = imax(0, imin(n, (imin(w.kv_len, wg_tok_hi + off + 1) - kr.kv_start + kTileKV - 1) /
+                                        kTileKV));
+    }
+    // The last consumer lets consumer 0 go first; each then takes n + 1
+    // turns (S of tile 0, S + P.V of tiles 1..n-1, P.V of the last; a
+    // tile passed through takes one too), and the last skips its last
+    // hand-over, so every turn barrier sees as many arrivals as waits.
+    auto pass_turn = [&](bool last) {
+        if (!last || next_wg != 0) turn_end();
+    };
+    if (kPingPong && n > 0 && next_wg == 0) named_arrive(kBarTurn + 0, 256);
+    // Q by TMA into the one buffer: freed for the next block's once this
+    // warpgroup's last S has run (kDirectOut), else after the epilogue.
+    const bool early_q = kDirectOut && raw_q;
+    auto free_q = [&]() { release(sm.empty_q(j % kQBufs)); };
+    if (early_q && n_own == 0) free_q();
+    if (n_own > 0) {
+        float scale[2];
+        bool grew;
+
+        const int s0 = it % kStages;
+        bar_wait(sm.full_k(s0), (it / kStages) & 1);
+        turn_begin();
+        wg::fence_regs(s);
+        wg::fence();
+        issue_s(s0);
+        turn_end();
+        wg::wait<0>();
+        wg::fence_regs(s);
+        release(sm.empty_k(s0));
+        if (early_q && n_own == 1) free_q();
+        transform(kr.kv_start);
+        softmax(scale, grew);
+        take_p();
+
+        for (int i = 1; i < n_own; ++i) {
+            const int ic = it + i, ip = ic - 1;  // ring positions of tiles i, i - 1
+            const int sc = ic % kStages, sp = ip % kStages;
+            bar_wait(sm.full_k(sc), (ic / kStages) & 1);
+            turn_begin();
+            wg::fence_regs(s);
+            wg::fence_regs(o);
+            wg::fence();
+            issue_s(sc);
+            // V waited for here, after the fence: ptxas then re-fences the
+            // registers of P.V (its note C7519); waiting before the fence
+            // avoids that but measured no faster (0.93-1.10x, H100 A/B).
+            bar_wait(sm.full_v(sp), (ip / kStages) & 1);
+            issue_pv(sp);
+            turn_end();
+            wg::wait<1>();  // S of tile i
+            wg::fence_regs(s);
+            release(sm.empty_k(sc));
+            if (early_q && i + 1 == n_own) free_q();
+            transform(kr.kv_start + i * kTileKV);
+            softmax(scale, grew);
+            wg::wait<0>();  // P.V of tile i - 1
+            wg::fence_regs(o);
+            wg::fence_regs(pa);
+            release(sm.empty_v(sp));
+            rescale(scale, grew);
+            take_p();
+        }
+
+        const int il = it + n_own - 1;
+        const int sl = il % kStages;
+        bar_wait(sm.full_v(sl), (il / kStages) & 1);
+        turn_begin();
+        wg::fence_regs(o);
+        wg::fence();
+        issue_pv(sl);
+        pass_turn(n_own == n);
+        wg::wait<0>();
+        wg::fence_regs(o);
+        wg::fence_regs(pa);
+        release(sm.empty_v(sl));
+    }
+    for (int i = n_own; i < n; ++i) {  // tiles only passed through
+        const int ic = it + i, sc = ic % kStages;
+        bar_wait(sm.full_k(sc), (ic / kStages) & 1);
+        turn_begin();
+        pass_turn(n_own > 0 && i + 1 == n);
+        release(sm.empty_k(sc));
+        bar_wait(sm.full_v(sc), (ic / kStages) & 1);
+        release(sm.empty_v(sc));
+    }
+    if (n_own == 0 && n > 0) {  // the turn of the last P.V
+        turn_begin();
+        pass_turn(true);
+    }
+
+    // Epilogue (prefill/epilogue.cuh, as tile kernel 0): normalise, output
+    // hook, then straight from the registers (kDirectOut), or staged in this
+    // warpgroup's own Q rows and 16-byte stores of whole rows.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float inv, lse;
+        finish_row(d[h], m[h] * logit_scale(), inv, lse);
+        const int r = wg_row0 + warp * 16 + g + 8 * h;
+        const int tok = row_tok[h], head = row_head[h];
+        if constexpr (kDirectOut) {
+            store_row_direct(p, w, G, imin(row0 + r, rows - 1), row0 + r < rows, o, h, inv, lse,
+                             head, t);
+        } else {
+            stage_row(p, o, h, inv, lse, head, t,
+                      [&](int dt) { return q_tile + swz_panel<kTileQ>(r, dt); });
+        }
+        if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
+    }
+    // Staged: the rows are whole before they leave. Direct: Q by TMA was
+    // freed above, else every warp writes the next block's Q rows, so each
+    // waits until the warpgroup's MMAs are all done (a barrier made only
+    // then, on raw_q, serialised the wgmmas: C7520).
+    named_sync(kBarWg + wg, 128);
+    if constexpr (kDirectOut) return;
+#pragma unroll 4
+    for (int c = wtid; c < 64 * kChunks; c += 128) {
+        const int r = wg_row0 + c / kChunks, ch = c % kChunks;
+        const int pr = row0 + r;
+        if (pr < rows)
+            store_chunk(p, w, G, pr, ch, [&] { return q_tile + swz_panel<kTileQ>(r, ch); });
+    }
+    named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
+    if (raw_q) {
+        // The producer's TMA writes the buffer next: order this warpgroup's
+        // generic-proxy accesses before them.
+        wg::fence_proxy_async();
+        release(sm.empty_q(j % kQBufs));
+    }
+}
+
+}  // namespace ws
+}  // namespace prefill
+}  // namespace fijit

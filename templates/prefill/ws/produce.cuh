@@ -1,0 +1,150 @@
+// The Hopper main loop's producer warpgroup: TMA loads of Q (produce_q) and
+// of the K and V tiles into their rings, contiguous (produce) or page by page
+// (produce_paged).
+#pragma once
+
+#include "common/tma_sm90.cuh"
+#include "prefill/work.cuh"
+#include "prefill/ws/config.cuh"
+
+namespace fijit {
+namespace prefill {
+namespace ws {
+
+// The producer's one thread: Q of the CTA's block j, rows row0.. of request
+// w, into its buffer once the consumers have freed it: after block
+// j - kQBufs's output was staged there, or (kDirectOut) its last S ran.
+__device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps, const Work &w,
+                                          int row0, const Smem &sm, int j)
+{
+    const int b = j % kQBufs;
+    bar_wait(sm.empty_q(b), ((j / kQBufs) & 1) ^ 1);
+    bar_expect(sm.full_q(b), kQBytes);
+    const int G = p.group_size;
+#pragma unroll
+    for (int c = 0; c < kPanels; ++c)
+        tma_load(sm.q_buf(b) + c * kTileQ * 128u, &maps.q, c * 64, w.kv_head * G,
+                 w.q_begin + row0 / G, sm.full_q(b));
+}
+
+// The producer's first thread: K and V of every tile of one block into the
+// rings, whose tiles so far number `it` (the ring position runs on across
+// the blocks of a persistent CTA).
+__device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w, const KeyRange &kr,
+                                        const Smem &sm, int it)
+{
+    // Row of key 0 of the request in the tensors the maps describe.
+    const int k_row = kRotatedK || kKind == FI_PREFILL_KIND_SINGLE ? w.k_row0 : w.kv_begin;
+    const int v_row = kKind == FI_PREFILL_KIND_SINGLE ? 0 : w.kv_begin;
+    // One tile of one operand into `slot`, once the consumers freed it.
+    auto load = [&](unsigned int slot, const fi_tma_map *map, unsigned int empty,
+                    unsigned int full, unsigned int free_parity, int row) {
+        bar_wait(empty, free_parity);
+        bar_expect(full, kKVBytes);
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c)
+            tma_load(slot + c * kTileKV * 128u, map, c * 64, w.kv_head, row, full);
+    };
+    for (int i = 0; i < kr.n; ++i, ++it) {
+        const int s = it % kStages;
+        const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
+        const int t0 = kr.kv_start + i * kTileKV;
+        load(sm.k_slot(s), &maps.k, sm.empty_k(s), sm.full_k(s), free_parity, k_row + t0);
+        load(sm.v_slot(s), &maps.v, sm.empty_v(s), sm.full_v(s), free_parity, v_row + t0);
+    }
+}
+
+// Paged K/V: the producer's first warp. A tile is kTileKV / page_size whole
+// pages (the host launches this only when page_size divides kTileKV and is
+// a multiple of 8, so that every page lands on swizzle atoms), each one TMA
+// of all its panels (group-major slots: kKLayout, kVLayout).
+// The request's last page may be partial and the tile may run past it: K
+// rows there are left as they are (those keys are masked), while V rows
+// must be finite, since P.V multiplies them by a zero weight: the warp
+// copies the partial page's rows itself and zeroes the rest, before the
+// full barrier's arrival publishes them.
+__device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &maps, const Work &w,
+                                              const KeyRange &kr, const Smem &sm, int it)
+{
+    static_assert(kTileKV / 8 <= 32, "a lane per page of a tile");
+    const int lane = (int)threadIdx.x % 32;
+    // The consumers load this block's Q themselves once they have finished
+    // the previous block, from memory no CTA has read yet. This warp gets
+    // here up to kStages tiles before them, so it asks L2 for those rows
+    // (through the map of q, when the host made one): the consumers' loads
+    // then wait for L2, not for HBM. Measured (H100, bench_batch_prefill.py,
+    // fp16 32/8): hd 128 causal 463-467 TFLOP/s without, 464-479 with (four
+    // runs in two device calls), the rest within the runs' spread (+-2%):
+    // a small gain at best, kept as it costs no registers. Issuing all of a
+    // thread's Q loads at once added nothing; nor did Q by TMA into two
+    // buffers (two K/V stages at hd 128: paged x single 0.81-0.92x against
+    // 0.81-0.94x).
+    if (lane == 0 && maps.q_rows > 0) {
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c)
+            tma_prefetch(&maps.q, c * 64, w.kv_head * p.group_size,
+                         w.q_begin + w.tile * kTileQ / p.group_size);
+    }
+    for (int i = 0; i < kr.n; ++i, ++it) {
+        const int s = it % kStages;
+        const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
+        const int t0 = kr.kv_start + i * kTileKV;
+        const int keys = imin(kTileKV, w.kv_len - t0);
+        const int n = (keys + p.page_size - 1) / p.page_size;  // pages, the partial one too
+        const int whole = keys / p.page_size;
+        // The tile's page ids, one per lane, read at once (one latency, not n).
+        const int my_page = lane < n ? p.kv_indices[w.kv_begin + t0 / p.page_size + lane] : 0;
+        // Pages [0, count) of the tile into `slot`, a TMA per page,
+        // completing `full`: lane i issues page i's (one instruction for the
+        // warp's pages, where one lane issuing them all in turn took as long
+        // as the tile's MMAs), after lane 0 has set the bytes to expect.
+        auto load_pages = [&](unsigned int slot, const fi_tma_map *map, const int (&coords)[3],
+                              unsigned int full, int count) {
+            const unsigned int page_bytes = (unsigned int)p.page_size * kRowBytes;
+            if (lane == 0) bar_expect(full, (unsigned int)count * page_bytes);
+            __syncwarp();
+            if (lane < count)
+                tma_load_page(slot + (unsigned int)lane * page_bytes, map, w.kv_head * coords[0],
+                              my_page * coords[1] + w.kv_head * coords[2], full);
+        };
+
+        bar_wait(sm.empty_k(s), free_parity);
+        if constexpr (kRotatedK) {
+            if (lane == 0) {
+                bar_expect(sm.full_k(s), kKVBytes);
+#pragma unroll
+                for (int c = 0; c < kPanels; ++c)
+                    tma_load(sm.k_slot(s) + c * kTileKV * 128u, &maps.k, c * 64, w.kv_head,
+                             w.k_row0 + t0, sm.full_k(s));
+            }
+        } else {
+            load_pages(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), n);
+        }
+
+        bar_wait(sm.empty_v(s), free_parity);
+        const int rows = whole * p.page_size;
+        if (rows < kTileKV) {
+            const int tail_page = __shfl_sync(0xffffffffu, my_page, imin(whole, 31));
+            const DTypeKV *tail = static_cast<const DTypeKV *>(p.v) +
+                                  (long long)w.kv_head * p.v_stride_h +
+                                  (keys > rows ? (long long)tail_page * p.v_stride_page : 0);
+            // cp.async zero-fills the rows past the keys; waited for here, as
+            // the generic-proxy writes must be fenced before the arrival.
+            for (int c = lane; c < (kTileKV - rows) * kChunks; c += 32) {
+                const int r = c / kChunks, ch = c % kChunks;
+                const bool real = rows + r < keys;
+                cp_async16(sm.v_slot(s) + slot_offset(kVLayout, rows + r, ch),
+                           real ? tail + (long long)r * p.v_stride_n + ch * 8 : tail, real);
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+            wg::fence_proxy_async();  // read by wgmma after the barrier
+        }
+        __syncwarp();
+        load_pages(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s), whole);
+    }
+}
+
+}  // namespace ws
+}  // namespace prefill
+}  // namespace fijit

@@ -1,0 +1,88 @@
+// Which blocks a CTA of the Hopper main loop computes, and in what order:
+// the claims (next_block), the scheduler thread's feed (feed_blocks,
+// take_block), and the walk every role makes over them (for_each_block).
+#pragma once
+
+#include "common/tma_sm90.cuh"
+#include "prefill/work.cuh"
+#include "prefill/ws/config.cuh"
+
+namespace fijit {
+namespace prefill {
+namespace ws {
+
+// The next block of this CTA after `b` in a grid of `blocks`: the next
+// unclaimed one when the launch counts claims, else b + gridDim.x.
+__device__ __forceinline__ int next_block(const fi_prefill_ws &ws, int b, int blocks)
+{
+    if (ws.claims == nullptr) return b + (int)gridDim.x;
+    const unsigned int c = atomicAdd(ws.claims, 1u);
+    // Every CTA claims until it gets a block past the grid, so a launch
+    // makes `blocks` claims (it has at most one CTA per block) and the one
+    // that returns blocks - 1 is its last: it leaves the counter at 0.
+    if (c == (unsigned int)blocks - 1u) atomicExch(ws.claims, 0u);
+    return (int)gridDim.x + (int)c;
+}
+
+// The scheduler (one thread): the CTA's blocks that have rows, in order,
+// into the feed, then one past the grid, which ends every role's walk. A
+// block is claimed only once its slot is free (the block kFeedSlots
+// before it has begun), so that a CTA holds no more blocks than the feed.
+__device__ __forceinline__ void feed_blocks(const P &p, const fi_prefill_ws &ws, const Smem &sm)
+{
+    const int blocks = ws.work_items * ws.kv_heads;
+    for (int k = 0, b = (int)blockIdx.x;; ++k) {
+        const int s = k % kFeedSlots;
+        bar_wait(sm.empty_feed(s), ((k / kFeedSlots) & 1) ^ 1);
+        for (b = k == 0 ? b : next_block(ws, b, blocks); b < blocks; b = next_block(ws, b, blocks)) {
+            const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
+            if (w.tile * kTileQ < w.qo_len * p.group_size) break;
+        }
+        sts32(sm.feed(s), (unsigned int)b);
+        bar_arrive(sm.full_feed(s));  // release: the slot's write is seen with the phase
+        if (b >= blocks) return;
+    }
+}
+
+// The k-th block of the CTA from the feed. Every reading thread frees the
+// slot itself, so its own read is ordered before the rewrite (a warp that
+// left the arrive to one lane after __syncwarp raced it in racecheck).
+__device__ __forceinline__ int take_block(const Smem &sm, int k)
+{
+    const int s = k % kFeedSlots;
+    bar_wait(sm.full_feed(s), (k / kFeedSlots) & 1);
+    const int b = (int)lds32(sm.feed(s));
+    bar_arrive(sm.empty_feed(s));
+    return b;
+}
+
+// The blocks of this CTA that have rows, in order (from the feed, or
+// blockIdx.x, + gridDim.x, ...): f(work, first row, key range, it, j),
+// where `it` counts the tiles the rings held before the block and j the
+// blocks before it (the Q buffers' turns). Every role walks them alike.
+template <class F>
+__device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &ws, const Smem &sm,
+                                               const F &f)
+{
+    const int blocks = ws.work_items * ws.kv_heads;
+    auto visit = [&](int b, int &it, int j) {
+        const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
+        const int row0 = w.tile * kTileQ;
+        if (!kFeed && row0 >= w.qo_len * p.group_size) return false;  // the feed skips them
+        const KeyRange kr = key_range<kTileQ, kTileKV>(p, w, row0);
+        f(w, row0, kr, it, j);
+        it += kr.n;
+        return true;
+    };
+    if constexpr (kFeed) {
+        for (int j = 0, it = 0, b; (b = take_block(sm, j)) < blocks; ++j) visit(b, it, j);
+    } else {
+        // The loop as it was before the feed: paged registers are that tight.
+        for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x)
+            j += visit(b, it, j);
+    }
+}
+
+}  // namespace ws
+}  // namespace prefill
+}  // namespace fijit
