@@ -4,7 +4,9 @@ lengths (qo = kv, drawn in --lens, seeded) run as one ragged and one paged (page
 batch prefill, and single prefill of the length whose L^2 equals the batch's sum of
 L_i^2, the same pairs of (query, key). CUDA events around each launch, warm-up first,
 median of --reps runs in --rounds interleaved rounds; TFLOP/s counts 4 * heads * hd *
-visible pairs. The batch kinds should run within 10% of single prefill.
+visible pairs. The batch kinds should run within 10% of single prefill. [lo-hi] after a
+ratio: the lowest and highest of the rounds' own ratios (each round's medians), which
+the clocks' drift between rounds does not move: an A/B whose ranges overlap is noise.
 --ab NAME,VAR=VAL[;VAR=VAL] also plans each batch kind under that environment (plans
 read FIJIT_PREFILL_WS, for one) and times it interleaved with the rest, in the same
 process on the same tensors: its TFLOP/s and ratio to the default plan are printed after.
@@ -29,6 +31,19 @@ from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spe
 
 def pairs(L, causal):
     return L * (L + 1) // 2 if causal else L * L
+
+
+def round_ratio_range(times, flops, n, base):
+    """The lowest and highest of the rounds' ratios of n's throughput to base's, each from
+    that round's medians: the clocks drift between rounds and move both alike within one,
+    so this spread is what the ratio itself is known to."""
+    ratios = [flops[n] / statistics.median(tn) / (flops[base] / statistics.median(tb))
+              for tn, tb in zip(times[n], times[base])]
+    return min(ratios), max(ratios)
+
+
+def range_text(lo_hi):
+    return f"[{lo_hi[0]:.2f}-{lo_hi[1]:.2f}]"
 
 
 def batch_runner(pf, kind, spec, lens, H, Hkv, hd, tdt, page):
@@ -101,7 +116,7 @@ def main():
     print(f"device: {dev}; batch {opt.batch}, lengths {min(lens)}-{max(lens)} "
           f"(sum {sum(lens)}), page {opt.page}")
     print(f"{'dtype':5} {'hd':>3} {'mask':6} {'heads':>6} | {'single':>7} (L) | "
-          f"{'ragged':>7} {'x single':>8} | {'paged':>7} {'x single':>8}")
+          f"{'ragged':>7} {'x single':>8} [rounds] | {'paged':>7} {'x single':>8} [rounds]")
     rows = []
     for dtype in opt.dtypes.split(","):
         tdt = TORCH_DTYPES[dtype]
@@ -131,7 +146,7 @@ def main():
                             runners[name] = fn
                             plans.append(plan)
                             keep.append(kp)
-                    times = {n: [] for n in runners}
+                    times = {n: [[] for _ in range(opt.rounds)] for n in runners}
                     for fn in runners.values():
                         for _ in range(3):
                             fn()
@@ -140,18 +155,25 @@ def main():
                         order = list(runners) if r % 2 == 0 else list(reversed(runners))
                         for n in order:
                             for _ in range(opt.reps):
-                                times[n].append(time_once(runners[n]))
+                                times[n][r].append(time_once(runners[n]))
                     single_flops = 4.0 * H * hd * pairs(Ls, causal)
                     batch_flops = 4.0 * H * hd * work
-                    tf = {n: (single_flops if n == "single" else batch_flops) /
-                          statistics.median(t) / 1e12 for n, t in times.items()}
+                    flops = {n: single_flops if n == "single" else batch_flops for n in runners}
+                    tf = {n: flops[n] / statistics.median(sum(t, [])) / 1e12
+                          for n, t in times.items()}
+                    spread = {n: round_ratio_range(times, flops, n, "single")
+                              for n in ("ragged", "paged")}
                     ab = "".join(f" | {n} {tf[n]:7.1f} x default {tf[n] / tf[n.split(':')[0]]:.2f}"
+                                 f" {range_text(round_ratio_range(times, flops, n, n.split(':')[0]))}"
                                  for n in tf if ":" in n)
                     print(f"{dtype:5} {hd:3d} {mask:6} {heads:>6} | {tf['single']:7.1f} ({Ls}) | "
-                          f"{tf['ragged']:7.1f} {tf['ragged'] / tf['single']:8.2f} | "
-                          f"{tf['paged']:7.1f} {tf['paged'] / tf['single']:8.2f}{ab}", flush=True)
+                          f"{tf['ragged']:7.1f} {tf['ragged'] / tf['single']:8.2f} "
+                          f"{range_text(spread['ragged'])} | "
+                          f"{tf['paged']:7.1f} {tf['paged'] / tf['single']:8.2f} "
+                          f"{range_text(spread['paged'])}{ab}", flush=True)
                     rows.append({"dtype": dtype, "hd": hd, "mask": mask, "heads": heads,
-                                 "lens": lens, "single_len": Ls, "tflops": tf})
+                                 "lens": lens, "single_len": Ls, "tflops": tf,
+                                 "round_ratio_range": spread})
                     for plan in plans:
                         pf.plan_free(plan)
     out = os.environ.get("OUT")
