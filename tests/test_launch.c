@@ -708,8 +708,9 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
                   "page %d", ps);
         /* 1200 and 68 packed rows: 10 + 1 tiles of 128, a CTA each. */
         CHECK(seen.ws.work_items == 11 && seen.ws.kv_heads == 8 && seen.grid[0] == 88);
-        /* One Q buffer: the consumers load Q; the map of q (317 tokens, a
-         * tile's 4 heads x 32 tokens a box) prefetches it. */
+        /* The map of q (317 tokens, a tile's 4 heads x 32 tokens a box):
+         * at head_dim 128 the loop loads Q through it into its one buffer
+         * (and prefetches it). */
         CHECK(seen.ws.q_rows == 317 && tma_map_is(&seen.ws.q, a.q, 317, 32, 128, 4, 32));
         CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1, 0));
     }

@@ -85,11 +85,11 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             bar_init(sm.full_q(b), 1);
             bar_init(sm.empty_q(b), 4 * kConsumers);
         }
-        // The feed's readers: the consumer threads, the K/V loader (paged:
-        // its warp) and, when Q comes by TMA, the Q loader.
+        // The feed's readers: the consumer threads, the K/V loaders and,
+        // when Q comes by TMA, the Q loader.
         for (int s = 0; s < (kFeed ? kFeedSlots : 0); ++s) {
             bar_init(sm.full_feed(s), 1);
-            bar_init(sm.empty_feed(s), 128 * kConsumers + (kPaged ? 32 : 1) + (raw_q ? 1 : 0));
+            bar_init(sm.empty_feed(s), 128 * kConsumers + kKVLoaders + (raw_q ? 1 : 0));
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -107,7 +107,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             for_each_block(p, ws, sm, [&](const Work &w, int row0, const KeyRange &, int, int j) {
                 produce_q(p, ws, w, row0, sm, j);
             });
-        } else if (tid < (kPaged ? 32 : 1)) {
+        } else if (tid < kKVLoaders) {
             for_each_block(p, ws, sm, [&](const Work &w, int, const KeyRange &kr, int it, int) {
                 if constexpr (kPaged)
                     produce_paged(p, ws, w, kr, sm, it);

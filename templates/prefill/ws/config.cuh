@@ -103,6 +103,8 @@ static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads
 // spills at 40 registers and its consumers 24 at 232 (those CTAs take every
 // gridDim.x-th block; at the grid's end their SMs idle ~3% of the time).
 constexpr bool kFeed = !kPaged || kRawQTuple;
+// Threads that load K and V: a warp for pages (a lane per page), else one.
+constexpr int kKVLoaders = kPaged ? 32 : 1;
 // Blocks passed on ahead of their use: the K/V loader starts block k + 1
 // while the consumers compute block k (a claim further ahead would hold a
 // short block back from an idle CTA at the grid's end: see feed_blocks).

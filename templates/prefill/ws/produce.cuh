@@ -68,11 +68,12 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
 {
     static_assert(kTileKV / 8 <= 32, "a lane per page of a tile");
     const int lane = (int)threadIdx.x % 32;
-    // The consumers load this block's Q themselves once they have finished
-    // the previous block, from memory no CTA has read yet. This warp gets
-    // here up to kStages tiles before them, so it asks L2 for those rows
-    // (through the map of q, when the host made one): the consumers' loads
-    // then wait for L2, not for HBM. Measured (H100, bench_batch_prefill.py,
+    // This block's Q is loaded once the previous block is done with its
+    // buffer (by the consumers, or at head_dim 128 by the Q thread's TMA),
+    // from memory no CTA has read yet. This warp gets here up to kStages
+    // tiles before that, so it asks L2 for those rows (through the map of
+    // q, when the host made one): the Q loads then wait for L2, not for
+    // HBM. Measured with the consumers loading Q (H100, bench_batch_prefill.py,
     // fp16 32/8): hd 128 causal 463-467 TFLOP/s without, 464-479 with (four
     // runs in two device calls), the rest within the runs' spread (+-2%):
     // a small gain at best, kept as it costs no registers. Issuing all of a
