@@ -10,6 +10,10 @@ the clocks' drift between rounds does not move: an A/B whose ranges overlap is n
 --ab NAME,VAR=VAL[;VAR=VAL] also plans each batch kind under that environment (plans
 read FIJIT_PREFILL_WS, for one) and times it interleaved with the rest, in the same
 process on the same tensors: its TFLOP/s and ratio to the default plan are printed after.
+Single prefill is timed under it too (it reads FIJIT_PREFILL_WS per launch), with a
+workspace (the counter its persistent CTAs claim blocks through). --ab-lib LIB runs the
+--ab side on another build (its own libfijit.so: a template change needs one, as a
+process keeps the kernel it first served for a spec).
 Raw numbers go to $OUT/bench_batch_prefill.json when OUT is set.
 """
 import argparse
@@ -105,13 +109,18 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ab", default="", help="NAME,VAR=VAL[;VAR=VAL]: batch plans made "
                     "under that environment too, timed alongside")
+    ap.add_argument("--ab-lib", default="", help="libfijit.so of the --ab side")
     opt = ap.parse_args()
+    if opt.ab_lib and not opt.ab:
+        ap.error("--ab-lib needs --ab NAME[,VAR=VAL...]")
     ab_name, ab_env = (opt.ab.split(",", 1) + [""])[:2] if opt.ab else ("", "")
     ab_env = dict(kv.split("=", 1) for kv in ab_env.split(";") if kv)
     lo, hi = (int(x) for x in opt.lens.split(","))
     lens = [random.Random(opt.seed + i).randint(lo, hi) for i in range(opt.batch)]
     fj = Fijit()
     pf = Prefill(fj)
+    ab_fj = Fijit(opt.ab_lib) if opt.ab_lib else None
+    ab_pf = Prefill(ab_fj) if ab_fj else pf
     dev = torch.cuda.get_device_name()
     print(f"device: {dev}; batch {opt.batch}, lengths {min(lens)}-{max(lens)} "
           f"(sum {sum(lens)}), page {opt.page}")
@@ -133,14 +142,21 @@ def main():
                     o = torch.empty_like(q)
                     sargs = prefill_args(q, k, v, o)
                     sspec = prefill_spec("single", dtype, hd, mask)
+                    # Its workspace holds the counter of the persistent CTAs' claims.
+                    sws = pf.workspace(sspec, sargs)  # noqa: F841 (kept alive)
                     stream = torch.cuda.current_stream().cuda_stream
                     runners = {"single": lambda: pf.run(sspec, sargs, stream)}
+                    if ab_name:
+                        def single_ab():  # single prefill reads FIJIT_PREFILL_WS per launch
+                            with environment(ab_env):
+                                ab_pf.run(sspec, sargs, stream)
+                        runners[f"single:{ab_name}"] = single_ab
                     plans, keep = [], []
                     for kind in ("ragged", "paged"):
-                        for name, env in [(kind, {})] + ([(f"{kind}:{ab_name}", ab_env)]
-                                                         if ab_name else []):
+                        for name, env, bpf in [(kind, {}, pf)] + (
+                                [(f"{kind}:{ab_name}", ab_env, ab_pf)] if ab_name else []):
                             with environment(env):
-                                fn, kp, plan = batch_runner(pf, kind,
+                                fn, kp, plan = batch_runner(bpf, kind,
                                                             prefill_spec(kind, dtype, hd, mask),
                                                             lens, H, Hkv, hd, tdt, opt.page)
                             runners[name] = fn
@@ -174,13 +190,15 @@ def main():
                     rows.append({"dtype": dtype, "hd": hd, "mask": mask, "heads": heads,
                                  "lens": lens, "single_len": Ls, "tflops": tf,
                                  "round_ratio_range": spread})
-                    for plan in plans:
-                        pf.plan_free(plan)
+                    for plan, name in zip(plans, [n for n in runners if not n.startswith("single")]):
+                        (ab_pf if ":" in name else pf).plan_free(plan)
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "bench_batch_prefill.json"), "w") as f:
             json.dump({"device": dev, "rows": rows}, f)
     fj.close()
+    if ab_fj:
+        ab_fj.close()
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ FIJIT_PREFILL_WS=0 OUT=$OUT_DIR/tiles timeout "${PREFILL_TEST_TIMEOUT:-900}" \
 tiles_rc=$?
 [ $test_rc = 0 ] && test_rc=$tiles_rc
 # Three persistent CTAs, so that each claims many blocks from the plan's counter
-# (and single prefill, which has none, walks every third).
+# (single prefill: from its workspace's in half the cases, else walks every third).
 mkdir -p "$OUT_DIR/claims"
 FIJIT_PREFILL_WS=persistent:3 OUT=$OUT_DIR/claims timeout "${PREFILL_TEST_TIMEOUT:-900}" \
     python3 tests/gpu/test_prefill.py --quick --kinds single,ragged --no-sdpa \

@@ -261,7 +261,9 @@ extern "C" {
     X(CtxGetId, "cuCtxGetId", 0, (CUcontext, unsigned long long *))                        \
     /* Whether a device's primary context is active (fi_jit_ctx_free's liveness test). */   \
     X(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 0,                           \
-      (CUdevice, unsigned int *, int *))
+      (CUdevice, unsigned int *, int *))                                                   \
+    /* Zeroes single prefill's block-claim counter on the launch's stream (capturable). */  \
+    X(MemsetD32Async, "cuMemsetD32Async", 0, (CUdeviceptr, unsigned int, size_t, CUstream))
 
 typedef struct fi_cuda_api {
 #define FI_CUDA_FIELD(name, symbol, required, params) CUresult(*name) params;

@@ -82,11 +82,16 @@ typedef struct fi_prefill_args {
     /* Version 2: values of the variant's declared parameters (none: NULL, 0). */
     const fi_variant_arg *variant_args;
     int num_variant_args;
-    /* Version 3, optional (NULL: none): device memory, 16-byte aligned, of at
-     * least fi_prefill_workspace_size bytes. With FI_POS_ROPE_LLAMA the keys
-     * are rotated once into it (a short first launch) instead of in every
-     * block that reads them: 1.4-1.7x faster at 4k+ keys. Runs that share a
-     * workspace must not overlap in time. Unused without RoPE. */
+    /* Version 3, optional (NULL: none): device memory, 16-byte aligned, of
+     * fi_prefill_workspace_size bytes; needs no initialisation. With
+     * FI_POS_ROPE_LLAMA the keys are rotated once into it (a short first
+     * launch) instead of in every block that reads them: 1.4-1.7x faster at
+     * 4k+ keys (a workspace too small for them is refused). After them, a
+     * counter through which sm_90a's persistent CTAs claim their blocks
+     * (zeroed by a memset on the stream before the launch), so that none
+     * idles at a causal grid's end: 1.08x at seq 15.5k, causal, 32/8, hd
+     * 128 (README); without room for it they walk the blocks in a fixed
+     * order. Runs that share a workspace must not overlap in time. */
     void *workspace;
     size_t workspace_bytes;
 } fi_prefill_args;
@@ -95,8 +100,8 @@ typedef struct fi_prefill_args {
     FI__INIT(fi_prefill_args, FI__SET(version, FI_PREFILL_ARGS_VERSION)       \
              FI__SET(window_left, -1))
 
-/* Workspace bytes fi_prefill_run can use for these arguments (0 when the
- * spec has no RoPE). Needs no device. */
+/* Workspace bytes fi_prefill_run can use for these arguments: RoPE's
+ * rotated keys and 16 for the block claims. Needs no device. */
 FI_API int fi_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
                                      const fi_prefill_args *args);
 

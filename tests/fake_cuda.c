@@ -596,3 +596,13 @@ API CUresult cuMemsetD8(CUdeviceptr dst, unsigned char value, size_t count)
     memset((void *)(uintptr_t)dst, value, count);
     return CUDA_SUCCESS;
 }
+
+/* Stream-ordered, so capturable: a fake stream runs everything at once. */
+API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUstream stream)
+{
+    (void)stream;
+    FAULT_POINT();
+    unsigned int *words = (unsigned int *)(uintptr_t)dst;
+    for (size_t i = 0; i < count; i++) words[i] = value;
+    return CUDA_SUCCESS;
+}

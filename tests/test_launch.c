@@ -248,8 +248,8 @@ static fi_batch_prefill_plan_args batch_prefill_plan_for(int batch, const int32_
     return pa;
 }
 
-/* Its run: NHD rows (and NHD pages of 16, which the ragged kind ignores), hd 128. */
-static void batch_prefill_args_for(fi_batch_prefill_args *a)
+/* Its run: NHD rows (and NHD pages of 16, which the ragged kind ignores) at head_dim hd. */
+static void batch_prefill_args_at(fi_batch_prefill_args *a, int hd)
 {
     a->q = DEV(0);
     a->k = DEV(1);
@@ -259,11 +259,14 @@ static void batch_prefill_args_for(fi_batch_prefill_args *a)
     a->kv_indptr = DEV(5);
     a->kv_indices = DEV(6);
     a->kv_last_page_len = DEV(7);
-    a->q_stride_n = a->o_stride_n = 32 * 128;
-    a->k_stride_n = a->v_stride_n = 8 * 128;
-    a->q_stride_h = a->o_stride_h = a->k_stride_h = a->v_stride_h = 128;
-    a->k_stride_page = a->v_stride_page = 16 * 8 * 128;
+    a->q_stride_n = a->o_stride_n = 32 * hd;
+    a->k_stride_n = a->v_stride_n = 8 * hd;
+    a->q_stride_h = a->o_stride_h = a->k_stride_h = a->v_stride_h = hd;
+    a->k_stride_page = a->v_stride_page = 16 * 8 * hd;
 }
+
+/* The same at head_dim 128. */
+static void batch_prefill_args_for(fi_batch_prefill_args *a) { batch_prefill_args_at(a, 128); }
 
 /* A plan of `pa` for s, uploaded into a new workspace of the size it asks
  * for, poisoned first (what the upload leaves reads 0xab): the workspace,
@@ -534,7 +537,8 @@ TEST(prefill_hopper_main_loop_at_head_dim_64_takes_192_row_tiles)
 
 /* head_dim 256: one Q buffer, filled by TMA too (its box a tile's packed
  * rows), 80-key K/V tiles; persistent CTAs without a causal mask, a CTA per
- * block with one (prefill.c, WS_DEFAULT). */
+ * block with one where they cannot claim (no workspace: prefill.c, ws_default;
+ * where they can, the next test). */
 TEST(prefill_hopper_main_loop_at_head_dim_256_loads_q_by_tma)
 {
     fi_jit_ctx *ctx = NULL;
@@ -558,6 +562,50 @@ TEST(prefill_hopper_main_loop_at_head_dim_256_loads_q_by_tma)
     a.sm_scale = -0.5f; /* applied to Q, not in the exponent: the consumers load Q */
     CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
     CHECK(strcmp(seen.name, "fi_prefill_kernel_ws") == 0 && seen.ws.q_rows == 0);
+    fi_jit_ctx_free(ctx);
+}
+
+/* Causal head_dim 256: persistent CTAs claiming their blocks where query rows
+ * see at most WS_SHORT_KEYS (3072) keys on average and the launch has a
+ * counter (single prefill: a workspace; batch: the plan's), else a CTA per
+ * block: single 1000 over 1000 keys and ragged 1000 + 2000 (means 500 and
+ * 834) claim; 1000 queries over 8000 keys (7500) and ragged 2 x 8000 (4000) do not. */
+TEST(prefill_at_head_dim_256_causal_claims_where_rows_see_few_keys)
+{
+    static _Alignas(256) unsigned char ws[16];
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s;
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    CHECK_OK(hopper_single_setup(&ctx, &s, &a, 256));
+    s.mask = FI_MASK_CAUSAL;
+    a.workspace = ws;
+    a.workspace_bytes = sizeof ws;
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(seen.grid[0] == FAKE_CUDA_SM_COUNT && seen.ws.claims == (unsigned int *)(void *)ws,
+              "grid %u", seen.grid[0]);
+    a.kv_len = 8000;
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(seen.grid[0] == 32 * 8 && !seen.ws.claims, "grid %u", seen.grid[0]);
+
+    fi_jit_spec r = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_CAUSAL, FI_POS_NONE);
+    r.head_dim = 256;
+    fi_batch_prefill_args b = FI_BATCH_PREFILL_ARGS_INIT;
+    batch_prefill_args_at(&b, 256);
+    static const int32_t shorter[3] = {0, 1000, 3000}, longer[3] = {0, 8000, 16000};
+    for (int l = 0; l < 2; l++) {
+        const int32_t *indptr = l ? longer : shorter;
+        fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, indptr, indptr, NULL);
+        fi_batch_prefill_plan *plan = NULL;
+        void *pws = plan_and_upload(ctx, &r, &pa, &plan);
+        CHECK(pws);
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &b, NULL));
+        /* 4000 + 8000 or 32000 + 32000 packed rows: 94 or 500 tiles of 128, x 8 kv heads. */
+        const unsigned blocks = l ? 500 * 8 : 94 * 8;
+        CHECK_MSG(seen.grid[0] == (l ? blocks : FAKE_CUDA_SM_COUNT) && (seen.ws.claims == NULL) == l,
+                  "%s: grid %u", l ? "longer" : "shorter", seen.grid[0]);
+        fi_batch_prefill_plan_free(plan);
+        free(pws);
+    }
     fi_jit_ctx_free(ctx);
 }
 
@@ -754,10 +802,7 @@ TEST(batch_prefill_hopper_main_loop_reads_its_own_work_list)
     fi_batch_prefill_plan_args pa = batch_prefill_plan_for(3, qo_indptr, kv_indptr, NULL);
     pa.cta_tile_q = 128;
     fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
-    batch_prefill_args_for(&a);
-    a.q_stride_n = a.o_stride_n = 32 * 64;
-    a.k_stride_n = a.v_stride_n = 8 * 64;
-    a.q_stride_h = a.o_stride_h = a.k_stride_h = a.v_stride_h = 64;
+    batch_prefill_args_at(&a, 64);
     for (int off = 0; off < 2; off++) {
         if (off) setenv("FIJIT_PREFILL_WS", "0", 1);
         fi_batch_prefill_plan *plan = NULL;
@@ -963,12 +1008,14 @@ TEST(batch_prefill_rope_offsets_reach_both_launches)
 }
 
 /* Single prefill with RoPE: with a workspace (args version 3) the keys are
- * rotated into it by a pre-pass and the tile kernel reads them there; without
- * one (or with version 2 args) one launch rotates K tiles itself; a workspace
- * too small is refused before anything is launched. */
+ * rotated into it by a pre-pass and the tile kernel reads them there, the
+ * block claims' counter after them; without one (or with version 2 args) one
+ * launch rotates K tiles itself; a workspace too small for the keys is
+ * refused before anything is launched. */
 TEST(single_prefill_rope_uses_an_optional_workspace)
 {
-    static _Alignas(256) unsigned char ws[500 * 8 * 64 * 2];
+    enum { ROT_BYTES = 500 * 8 * 64 * 2 };
+    static _Alignas(256) unsigned char ws[ROT_BYTES + 16];
     fi_jit_ctx *ctx = NULL;
     CHECK_OK(launch_ctx(&ctx));
     fi_jit_spec rope = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_ROPE_LLAMA);
@@ -978,17 +1025,23 @@ TEST(single_prefill_rope_uses_an_optional_workspace)
     prefill_args_for(&a, 32, 8, 500, 64);
     size_t bytes = 1;
     CHECK_OK(fi_prefill_workspace_size(&bytes, &plain, &a));
-    CHECK(bytes == 0);
+    CHECK(bytes == 16); /* the claims' counter alone */
     CHECK_OK(fi_prefill_workspace_size(&bytes, &rope, &a));
     CHECK(bytes == sizeof ws);
 
     a.workspace = ws;
-    a.workspace_bytes = bytes - 16;
+    a.workspace_bytes = ROT_BYTES - 16;
     CHECK_RC(fi_prefill_run(ctx, &rope, &a, NULL), FI_EINVALID);
     CHECK(seen.count == 0 && strstr(fi_last_error(), "fi_prefill_workspace_size"));
 
     a.workspace_bytes = bytes;
+    a.cta_tile_q = 128; /* the Hopper loop's: 11 tiles of 192 x 8 kv heads, on 3 CTAs */
+    setenv("FIJIT_PREFILL_WS", "persistent:3", 1);
     CHECK_OK(fi_prefill_run(ctx, &rope, &a, NULL));
+    unsetenv("FIJIT_PREFILL_WS");
+    a.cta_tile_q = 0;
+    CHECK_MSG(seen.ws.claims == (unsigned int *)(void *)(ws + ROT_BYTES), "%s: claims at %td",
+              seen.name, (unsigned char *)seen.ws.claims - ws);
     const fi_prefill_params *r = &seen.rope, *p = &seen.p.prefill;
     CHECK_MSG(seen.count == 2 && seen.rope_count == 1, "%d launches", seen.count);
     CHECK(seen.rope_grid[1] == 8 && seen.rope_grid[0] * FI_PREFILL_ROPE_THREADS >= 500 * 4);
@@ -1003,6 +1056,47 @@ TEST(single_prefill_rope_uses_an_optional_workspace)
         CHECK_MSG(seen.count == 3 + (version - 2) && seen.rope_count == 1, "version %d", version);
         CHECK(p->k == a.k && p->rot_k == NULL && p->k_stride_n == a.k_stride_n);
     }
+    fi_jit_ctx_free(ctx);
+}
+
+/* Single prefill's persistent CTAs claim their blocks through a counter in
+ * the optional workspace (after RoPE's keys: above), zeroed on the stream
+ * before each launch; without a workspace, with one too small for the
+ * counter, with FIJIT_PREFILL_WS=static:N or a CTA per block, they claim
+ * nothing and nothing is written to it. A misaligned workspace is refused. */
+TEST(single_prefill_persistent_ctas_claim_blocks_from_an_optional_workspace)
+{
+    static _Alignas(256) unsigned char ws[64];
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_CAUSAL, FI_POS_NONE);
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    prefill_args_for(&a, 32, 8, 1000, 128); /* 32 tiles x 8 kv heads */
+    CHECK_OK(launch_ctx(&ctx));
+    size_t bytes = 0;
+    CHECK_OK(fi_prefill_workspace_size(&bytes, &s, &a));
+    CHECK(bytes == 16);
+    a.workspace = ws;
+    a.workspace_bytes = bytes;
+    memset(ws, 0xab, sizeof ws);
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+    CHECK(seen.grid[0] == FAKE_CUDA_SM_COUNT && seen.ws.claims == (unsigned int *)(void *)ws);
+    CHECK(*seen.ws.claims == 0 && ws[4] == 0xab); /* that word alone, zeroed */
+
+    static const char *const fixed[] = {"static:3", "grid", NULL};
+    for (int m = 0; m < 4; m++) {
+        memset(ws, 0xab, sizeof ws);
+        if (m < 2) setenv("FIJIT_PREFILL_WS", fixed[m], 1);
+        a.workspace = m == 2 ? NULL : ws;
+        a.workspace_bytes = m == 3 ? 8 : bytes;
+        CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+        unsetenv("FIJIT_PREFILL_WS");
+        CHECK_MSG(seen.ws.claims == NULL && ws[0] == 0xab, "case %d", m);
+    }
+    a.workspace = ws + 4;
+    const int launches = seen.count;
+    CHECK_RC(fi_prefill_run(ctx, &s, &a, NULL), FI_EINVALID);
+    CHECK(seen.count == launches && strstr(fi_last_error(), "workspace"));
     fi_jit_ctx_free(ctx);
 }
 

@@ -217,13 +217,14 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
     spec_c = spec.to_c()
     ws = None
     with T.device_of(q):
-        if rope:  # a workspace lets the keys be rotated once instead of per query tile
-            n = ctypes.c_size_t()
-            check(L.fi_prefill_workspace_size(ctypes.byref(n), ctypes.byref(spec_c),
-                                              ctypes.byref(a)), "fi_prefill_workspace_size", L)
-            if n.value:
-                ws = torch.empty(n.value, dtype=torch.uint8, device=q.device)
-                a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
+        # A workspace: RoPE's keys rotated once instead of per query tile, and the
+        # counter through which persistent CTAs claim blocks (fi_prefill_args).
+        n = ctypes.c_size_t()
+        check(L.fi_prefill_workspace_size(ctypes.byref(n), ctypes.byref(spec_c), ctypes.byref(a)),
+              "fi_prefill_workspace_size", L)
+        if n.value:
+            ws = torch.empty(n.value, dtype=torch.uint8, device=q.device)
+            a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
         check(L.fi_prefill_run(ctx.handle, ctypes.byref(spec_c), ctypes.byref(a),
                                T.stream_handle(stream, q.device)), "fi_prefill_run", L)
         T.keep_for_stream(stream, q.device, ws, bits)

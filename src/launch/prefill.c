@@ -29,6 +29,14 @@
  * Batch kinds: after the work list (paged: then the requests' first rows).
  * Single prefill: the caller's optional workspace; without one, the tile
  * loop rotates K tiles.
+ *
+ * Claims. The Hopper main loop's persistent CTAs take their next block from
+ * a counter in the workspace (batch kinds: zeroed by the plan upload; single
+ * prefill: by a memset on the stream before each launch), so a CTA that
+ * finishes early takes the next longest block; every run leaves it at 0.
+ * Without a counter they walk their blocks in a fixed order, which at the
+ * end of a causal grid leaves SMs idle (single prefill, 32/8 seq 15.5k: see
+ * the README).
  */
 #include <limits.h>
 #include <math.h>
@@ -194,14 +202,9 @@ _Static_assert(FI_PREFILL_KIND_SINGLE == FI_KIND_PREFILL &&
 
 /* Index of the Hopper main loop among the module's entries (src/core/kinds.c). */
 #define WS_ENTRY (FI_PREFILL_NUM_TILES + 1)
-/* Measured on H100 (bench_prefill.py, batch 4; README): persistent CTAs, which
- * load the next block's Q while finishing this one, win at head_dim <= 128
- * (1.00-1.10x a CTA per block at seq 4k-8k, 1.11-1.27x at 1k). At head_dim
- * 256 (one Q buffer, freed once a block's last S has run) they win without
- * a causal mask (0.96-1.13x a CTA per block, most >= 1.0) and lose with one
- * (0.91-0.96x at 32/32 seq 8k-16k; 0.97-1.12x at 32/8), so
- * causal head_dim 256 keeps a CTA per block. */
-#define WS_DEFAULT(hd, causal) ((hd) <= 128 || !(causal) ? WS_PERSISTENT : WS_GRID)
+/* Keys a query row sees on average, at most, beyond which causal head_dim
+ * 256 keeps a CTA per block (ws_default). */
+#define WS_SHORT_KEYS 3072
 
 /* How tile kernel 0's blocks are launched on sm_90a. */
 enum ws_mode {
@@ -253,16 +256,51 @@ struct work_grid {
     int items;
     const int *request, *tile;
     unsigned int *claims; /* the Hopper loop's claimed-block counter (device), or NULL */
+    int zero_claims;      /* 1: zero it before a launch that claims (single prefill, which
+                           * has no plan upload to zero it once; a run leaves it at 0) */
 };
+
+/* How the Hopper main loop launches by default, for launches whose query
+ * rows see `mean_keys` keys on average and that can claim blocks (a counter;
+ * paged head_dim 256's loop walks a fixed order, having no feed). Measured
+ * on H100 (README): persistent CTAs, which load the next block's Q while
+ * finishing this one, win at head_dim <= 128 (1.00-1.10x a CTA per block at
+ * seq 4k-8k, 1.11-1.27x at 1k; bench_prefill.py, batch 4) and at 256 without
+ * a causal mask (0.96-1.13x, most >= 1.0). At 256 with one (one Q buffer,
+ * freed once a block's last S has run), claiming CTAs win where rows see few
+ * keys and lose where they see many: batch 4 seq 1k (mean 512) 1.01x, 4k
+ * (2048) 1.01-1.05x, bench_batch_prefill.py's batch (16 requests of
+ * 975-7931, mean 1830) ragged 1.02-1.07x; seq 8k 0.92-0.94x, 16k
+ * 0.93-0.98x, single seq 15.5k 0.95-0.99x; in a fixed order (paged, or
+ * single prefill without a workspace) 0.84-0.95x. A window keeps a CTA per
+ * block at 256 (not measured). */
+static enum ws_mode ws_default(const fi_jit_spec *spec, double mean_keys, int can_claim)
+{
+    if (spec->head_dim <= 128 || !mask_is_causal(spec)) return WS_PERSISTENT;
+    return spec->mask == FI_MASK_CAUSAL && can_claim && spec->kind != FI_KIND_BATCH_PREFILL_PAGED &&
+                   mean_keys <= WS_SHORT_KEYS
+               ? WS_PERSISTENT
+               : WS_GRID;
+}
+
+/* Keys a query row sees on average in a request of qo queries over kv keys
+ * (the queries the last ones): kv, or with a causal mask kv - qo + (qo + 1) / 2. */
+static double row_mean_keys(const fi_jit_spec *spec, int64_t qo, int64_t kv)
+{
+    if (spec->mask != FI_MASK_CAUSAL) return (double)kv;
+    const double m = (double)(kv - qo) + (double)(qo + 1) / 2.0;
+    return m < 0 ? 0 : m > (double)kv ? (double)kv : m;
+}
 
 /* The Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) takes a launch of tile
  * kernel `idx` when the module was compiled for sm_90a for a tuple it serves,
  * the keys are read as they are or rotated once into a workspace (`rot_k`)
  * and, paged, its K/V tiles are whole pages of `page_size` rows;
  * FIJIT_PREFILL_WS=0|grid|persistent[:N]|static[:N] chooses for A/B
- * measurements. Batch kinds decide once, in the plan. */
+ * measurements, else ws_default (mean_keys, can_claim). Batch kinds decide
+ * once, in the plan. */
 static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
-                                int rot_k, int page_size)
+                                int rot_k, int page_size, double mean_keys, int can_claim)
 {
     const char *env = getenv("FIJIT_PREFILL_WS");
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
@@ -274,7 +312,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
     if (env && strcmp(env, "grid") == 0) return WS_GRID;
     if (env && strncmp(env, "persistent", 10) == 0) return WS_PERSISTENT;
     if (env && strncmp(env, "static", 6) == 0) return WS_STATIC;
-    return WS_DEFAULT(spec->head_dim, mask_is_causal(spec));
+    return ws_default(spec, mean_keys, can_claim);
 }
 
 /* Rows of the tensors the Hopper main loop's TMA maps describe: q's tokens,
@@ -344,6 +382,23 @@ static int persistent_ctas(int *sm_count)
     return *sm_count ? 0 : fi__cuda_sm_count(sm_count);
 }
 
+/* Zero the claimed-block counter on the launch's stream: 1 when done, 0
+ * when the driver lacks cuMemsetD32Async (the CTAs then walk their blocks in
+ * a fixed order), <0 on error. */
+static int zero_claims(unsigned int *claims, CUstream stream)
+{
+    int rc = 0;
+    const fi_cuda_api *cu;
+    FI_TRY(fi__cuda_load(&cu));
+    if (!cu->MemsetD32Async) return 0;
+    const CUresult res = cu->MemsetD32Async((CUdeviceptr)(uintptr_t)claims, 0, 1, stream);
+    if (res != CUDA_SUCCESS)
+        CU_FAIL(fi__cuda_error(FI_ECUDA, res, "prefill: cuMemsetD32Async (block claims)"));
+    rc = 1;
+out:
+    return rc;
+}
+
 /* Launch the Hopper main loop over `grid` x `heads` blocks, with TMA maps of
  * p's tensors (see encode_kv_maps, encode_q_map); WS_PERSISTENT and
  * WS_STATIC: on at most sm_count CTAs. 1: launched; 0: K and V do not suit
@@ -362,7 +417,11 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     const int64_t blocks = (int64_t)items * heads;
     const int persistent = mode == WS_PERSISTENT || mode == WS_STATIC;
     const int64_t ctas = persistent && sm_count > 0 && blocks > sm_count ? sm_count : blocks;
-    if (mode == WS_PERSISTENT && ctas < blocks) ws.claims = grid->claims;
+    if (mode == WS_PERSISTENT && ctas < blocks && grid->claims) {
+        const int zeroed = grid->zero_claims ? zero_claims(grid->claims, stream) : 1;
+        if (zeroed < 0) return zeroed;
+        if (zeroed) ws.claims = grid->claims;
+    }
     void *args[] = {p, &ws};
     const unsigned block[3] = {(unsigned)FI_PREFILL_WS_THREADS(spec->head_dim, ws_lean(spec)), 1, 1};
     int rc = fi__cuda_launch_args(kernel->functions[WS_ENTRY], (unsigned)ctas, 1, block,
@@ -434,6 +493,27 @@ static size_t rotated_keys_bytes(int64_t rows, int kv_heads, int hd)
 
 /* ---- single prefill --------------------------------------------------------------- */
 
+/* Single prefill's workspace: RoPE's rotated keys, then the Hopper main
+ * loop's claimed-block counter (optional: without room for it, the CTAs walk
+ * their blocks in a fixed order, as with no workspace at all). */
+#define SINGLE_CLAIMS_BYTES 16
+
+static size_t single_rot_bytes(const fi_jit_spec *spec, const fi_prefill_args *a)
+{
+    return spec->pos == FI_POS_ROPE_LLAMA ? rotated_keys_bytes(a->kv_len, a->num_kv_heads,
+                                                                spec->head_dim)
+                                          : 0;
+}
+
+/* The counter in the caller's workspace, or NULL where it has no room. */
+static unsigned int *single_claims(const fi_jit_spec *spec, const fi_prefill_args *a)
+{
+    if (a->version < 3 || !a->workspace) return NULL;
+    const size_t at = single_rot_bytes(spec, a);
+    if (a->workspace_bytes < at + SINGLE_CLAIMS_BYTES) return NULL;
+    return (unsigned int *)(void *)((unsigned char *)a->workspace + at);
+}
+
 /* 1 when a single prefill rotates its keys once into the caller's workspace
  * (RoPE, args version 3 with a workspace, queries and keys to compute). */
 static int single_rotates_keys(const fi_jit_spec *spec, const fi_prefill_args *a)
@@ -479,12 +559,12 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
     FI_TRY(fi__check_window(who, spec, a->window_left));
     if (spec->pos == FI_POS_ROPE_LLAMA && (int64_t)a->rope_offset + a->kv_len + a->qo_len > INT_MAX)
         FI_FAIL(FI_EINVALID, "prefill: rope_offset %d + lengths must fit in an int", a->rope_offset);
+    if (a->version >= 3 && a->workspace) FI_TRY(fi__check_ptr(who, "workspace", a->workspace, 16));
     if (single_rotates_keys(spec, a)) {
-        const size_t need = rotated_keys_bytes(a->kv_len, a->num_kv_heads, spec->head_dim);
+        const size_t need = single_rot_bytes(spec, a);
         if (a->workspace_bytes < need)
             FI_FAIL(FI_EINVALID, "prefill: workspace has %zu bytes, RoPE's rotated keys need %zu "
                     "(see fi_prefill_workspace_size; or pass no workspace)", a->workspace_bytes, need);
-        FI_TRY(fi__check_ptr(who, "workspace", a->workspace, 16));
     }
 out:
     return rc;
@@ -499,8 +579,7 @@ int fi_prefill_workspace_size(size_t *out, const fi_jit_spec *spec, const fi_pre
     if (!a) FI_FAIL(FI_EINVALID, "prefill: args is NULL");
     FI_TRY(check_heads("prefill", a->num_qo_heads, a->num_kv_heads));
     if (a->kv_len < 0) FI_FAIL(FI_EINVALID, "prefill: kv_len is %d, must be >= 0", a->kv_len);
-    if (spec->pos == FI_POS_ROPE_LLAMA)
-        *out = rotated_keys_bytes(a->kv_len, a->num_kv_heads, spec->head_dim);
+    *out = single_rot_bytes(spec, a) + SINGLE_CLAIMS_BYTES;
 out:
     return rc;
 }
@@ -541,11 +620,13 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
-    const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0);
+    unsigned int *claims = single_claims(spec, a);
+    const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0,
+                                        row_mean_keys(spec, a->qo_len, a->kv_len), claims != NULL);
     if (ws == WS_PERSISTENT || ws == WS_STATIC) FI_TRY(persistent_ctas(&sm_count));
     const struct ws_rows ws_rows = {a->qo_len, a->kv_len, a->kv_len};
     const struct work_grid tile_grid = {(int)tiles[idx], NULL, NULL, NULL};
-    const struct work_grid ws_grid = {(int)ceil_div(rows, ws_tile_q(spec)), NULL, NULL, NULL};
+    const struct work_grid ws_grid = {(int)ceil_div(rows, ws_tile_q(spec)), NULL, NULL, claims, 1};
     FI_TRY(launch(kernel, spec, idx, ws, sm_count, &tile_grid, &ws_grid, a->num_kv_heads, &p,
                   &ws_rows, (CUstream)stream, "prefill"));
 out:
@@ -818,13 +899,19 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
     }
     plan->num_work = (int)tiles[plan->tile];
     int64_t kv_tokens = 0;
-    for (int b = 0; b < a->batch_size; b++) kv_tokens += request_kv_len(a, paged, b);
+    double row_keys = 0; /* keys all query rows see */
+    for (int b = 0; b < a->batch_size; b++) {
+        const int64_t qo = a->qo_indptr[b + 1] - a->qo_indptr[b], kv = request_kv_len(a, paged, b);
+        kv_tokens += kv;
+        row_keys += (double)qo * row_mean_keys(spec, qo, kv);
+    }
     plan->heads_per_section = heads_per_section(kv_tokens, spec->head_dim, a->num_kv_heads);
     plan->kv_tokens = paged ? 0 : a->kv_indptr[a->batch_size];
     plan->qo_tokens = a->qo_indptr[a->batch_size];
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
     FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
-    plan->ws = (int)ws_mode_for(kernel, spec, plan->tile, 1, paged ? a->page_size : 0);
+    plan->ws = (int)ws_mode_for(kernel, spec, plan->tile, 1, paged ? a->page_size : 0,
+                                plan->qo_tokens > 0 ? row_keys / (double)plan->qo_tokens : 0, 1);
     if (plan->ws == WS_PERSISTENT || plan->ws == WS_STATIC) {
         if (!sm_count) sm_count = a->sm_count;
         FI_TRY(persistent_ctas(&sm_count));
