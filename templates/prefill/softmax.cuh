@@ -22,16 +22,24 @@ namespace prefill {
 // written in place.) log2_scale: log2(e) times a positive factor the logits
 // still lack (the Hopper loop's unscaled Q: sm_scale), folded into the
 // exponent's FFMA; m then stays in the logits' unscaled units.
-template <int kNT>
+// kSlack > 0: m stays as it is while the tile's maximum exceeds it by at
+// most kSlack in the exponent (base 2), so that O is rescaled only when a
+// maximum grows by more than 2^kSlack, not at nearly every tile; the
+// weights then reach 2^kSlack, which the fp32 sums and 16-bit P hold with
+// the precision they have at 1, and the result is the same (m is only the
+// reference every weight and the sum share).
+template <int kNT, int kSlack = 0>
 __device__ __forceinline__ void softmax_row(float (&s)[kNT][4], int h, float &m, float &d,
                                             float &scale, bool &grew,
                                             const float log2_scale = kLog2e)
 {
-    float mx = m;
+    float mx = kSlack > 0 ? -inf_() : m;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) mx = fmax_(mx, fmax_(s[nt][2 * h], s[nt][2 * h + 1]));
     mx = fmax_(mx, shfl_xor(mx, 1));
     mx = fmax_(mx, shfl_xor(mx, 2));
+    if constexpr (kSlack > 0)  // mx: the tile's maximum; grows past m by more than the slack
+        mx = m == -inf_() || (mx - m) * log2_scale > (float)kSlack ? fmax_(m, mx) : m;
     const float base2 = (mx == -inf_() ? 0.f : mx) * log2_scale;
     scale = exp2_fast(fma_(m, log2_scale, -base2));
     grew = mx != m;

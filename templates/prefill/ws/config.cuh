@@ -103,6 +103,12 @@ static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads
 // spills at 40 registers and its consumers 24 at 232 (those CTAs take every
 // gridDim.x-th block; at the grid's end their SMs idle ~3% of the time).
 constexpr bool kFeed = !kPaged || kRawQTuple;
+// O is rescaled only where a row's maximum grows by more than 2^8 in the
+// weights (prefill/softmax.cuh, kSlack): with random logits nearly every
+// tile of a long row raised some row's maximum of a warp a little, and the
+// warp then rescaled all of its O. Not with three consumers, where ptxas
+// then serialises the batch kinds' wgmmas (C7520).
+constexpr int kRescaleSlack = kConsumers == 3 ? 0 : 8;
 // Threads that load K and V: a warp for pages (a lane per page), else one.
 constexpr int kKVLoaders = kPaged ? 32 : 1;
 // Blocks passed on ahead of their use: the K/V loader starts block k + 1

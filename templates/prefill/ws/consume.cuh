@@ -145,7 +145,8 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
                 continue;
             }
             bool grew_row;
-            softmax_row(s, h, m[h], d[h], scale[h], grew_row, logit_scale() * kLog2e);
+            softmax_row<kNT, kRescaleSlack>(s, h, m[h], d[h], scale[h], grew_row,
+                                            logit_scale() * kLog2e);
             grew = grew || grew_row;
         }
     };
