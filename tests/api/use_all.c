@@ -156,7 +156,8 @@ int main(void)
     pa.num_qo_heads = 32;
     pa.num_kv_heads = 8;
     pa.qo_len = pa.kv_len = 100;
-    EXPECT(fi_prefill_workspace_size(&bytes, &ps, &pa) == 0 && bytes == 100 * 8 * 128 * 2);
+    /* RoPE's rotated keys, then the 16 bytes of the block claims' counter. */
+    EXPECT(fi_prefill_workspace_size(&bytes, &ps, &pa) == 0 && bytes == 100 * 8 * 128 * 2 + 16);
     EXPECT(fi_prefill_run(NULL, &ps, &pa, NULL) == FI_EINVALID);
 
     fi_jit_spec bps = FI_JIT_SPEC_INIT;
