@@ -160,7 +160,7 @@ def main():
                                                             prefill_spec(kind, dtype, hd, mask),
                                                             lens, H, Hkv, hd, tdt, opt.page)
                             runners[name] = fn
-                            plans.append(plan)
+                            plans.append((bpf, plan))
                             keep.append(kp)
                     times = {n: [[] for _ in range(opt.rounds)] for n in runners}
                     for fn in runners.values():
@@ -174,7 +174,8 @@ def main():
                                 times[n][r].append(time_once(runners[n]))
                     single_flops = 4.0 * H * hd * pairs(Ls, causal)
                     batch_flops = 4.0 * H * hd * work
-                    flops = {n: single_flops if n == "single" else batch_flops for n in runners}
+                    flops = {n: single_flops if n.split(":")[0] == "single" else batch_flops
+                             for n in runners}
                     tf = {n: flops[n] / statistics.median(sum(t, [])) / 1e12
                           for n, t in times.items()}
                     spread = {n: round_ratio_range(times, flops, n, "single")
@@ -190,8 +191,8 @@ def main():
                     rows.append({"dtype": dtype, "hd": hd, "mask": mask, "heads": heads,
                                  "lens": lens, "single_len": Ls, "tflops": tf,
                                  "round_ratio_range": spread})
-                    for plan, name in zip(plans, [n for n in runners if not n.startswith("single")]):
-                        (ab_pf if ":" in name else pf).plan_free(plan)
+                    for bpf, plan in plans:
+                        bpf.plan_free(plan)
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "bench_batch_prefill.json"), "w") as f:
