@@ -366,6 +366,20 @@ static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
         ws->q_rows = q_rows;
 }
 
+/* The map of o (prefill/params.h) when a consumer's 64 packed rows are one
+ * box (the group divides 64): the loop then stores the output it stages in
+ * shared memory through it. Otherwise, or when o does not suit TMA,
+ * ws->o_rows stays 0 and the consumers store the rows themselves. */
+static void encode_o_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
+                         int o_rows)
+{
+    const int group = p->group_size;
+    if (o_rows <= 0 || 64 % group != 0) return;
+    if (fi__cuda_tma_map_3d(&ws->o, p->o, spec->head_dim, p->num_qo_heads, o_rows, p->o_stride_h,
+                            p->o_stride_n, group, 64 / group) == 0)
+        ws->o_rows = o_rows;
+}
+
 /* How many CTAs a persistent launch has, into *sm_count: N with
  * FIJIT_PREFILL_WS=persistent:N or static:N (so that tests walk several
  * blocks per CTA on grids smaller than the device), else *sm_count as
@@ -412,6 +426,7 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     memset(&ws, 0, sizeof ws);
     if (encode_kv_maps(&ws, spec, p, rows) < 0) return 0;
     encode_q_map(&ws, spec, p, rows->q);
+    encode_o_map(&ws, spec, p, rows->q); /* o has q's tokens */
     ws.work_items = items;
     ws.kv_heads = heads;
     const int64_t blocks = (int64_t)items * heads;

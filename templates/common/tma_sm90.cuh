@@ -65,6 +65,28 @@ __device__ __forceinline__ void tma_load_page(unsigned int dst, const void *map,
         "r"(page), "r"(bar)
         : "memory");
 }
+// Box {64 columns, ...} from `src` (shared memory, written by the generic
+// proxy and fenced: fence.proxy.async, then a barrier) to (col, head, key)
+// of `map`; rows past the map's extent are not written. In the thread's
+// current bulk group (bulk_commit).
+__device__ __forceinline__ void tma_store(const void *map, int col, int head, int key,
+                                          unsigned int src)
+{
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group"
+                 " [%0, {%1, %2, %3}], [%4];" ::"l"(reinterpret_cast<unsigned long long>(map)),
+                 "r"(col), "r"(head), "r"(key), "r"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit()
+{
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Until the thread's bulk groups have read their shared memory (it may then
+// be written again; the global writes complete later).
+__device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
 template <int kCount>
 __device__ __forceinline__ void set_max_regs_inc()
 {

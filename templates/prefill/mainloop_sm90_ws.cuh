@@ -118,7 +118,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     } else {
         set_max_regs_inc<kConsumerRegs>();
         for_each_block(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
-            consume(p, w, kr, sm, row0, tid / 128 - 1, it, j, raw_q);
+            consume(p, ws, w, kr, sm, row0, tid / 128 - 1, it, j, raw_q);
         });
     }
 }

@@ -189,11 +189,15 @@ typedef struct fi_tma_map {
  * makes it when the group divides the tile, sm_scale > 0 and q suits TMA;
  * the kernel reads Q through it when its tuple changes q by sm_scale alone
  * (no RoPE, the default query and logits hooks: FI_PREFILL_WS_RAW_Q), and
- * with paged K/V prefetches each block's Q rows into L2 through it. */
+ * with paged K/V prefetches each block's Q rows into L2 through it.
+ * o: when o_rows > 0, a map of o {head_dim, num_qo_heads, o_rows tokens},
+ * box {64, group, 64 / group}: a consumer's 64 packed rows. The host makes
+ * it when the group divides 64 and o suits TMA; the kernel stores the output
+ * staged in shared memory through it (not where it stores from registers). */
 typedef struct fi_prefill_ws {
-    fi_tma_map k, v, q;
+    fi_tma_map k, v, q, o;
     unsigned int *claims;
-    int work_items, kv_heads, q_rows;
+    int work_items, kv_heads, q_rows, o_rows;
     /* Paged maps: kv head h of page g is at panel coordinate h * c[0] and
      * page coordinate g * c[1] + h * c[2] (see above). */
     int k_coords[3], v_coords[3];

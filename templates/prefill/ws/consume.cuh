@@ -16,10 +16,10 @@ namespace ws {
 
 // One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile of
 // the CTA's block j; the rings hold `it` tiles before its first
-// (produce.cuh). raw_q: Q comes by TMA, unscaled.
-__device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRange &kr,
-                                        const Smem &sm, int row0, int wg, int it, int j,
-                                        bool raw_q)
+// (produce.cuh). raw_q: Q comes by TMA, unscaled. maps: the output's map.
+__device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, const Work &w,
+                                        const KeyRange &kr, const Smem &sm, int row0, int wg,
+                                        int it, int j, bool raw_q)
 {
     const int wtid = (int)threadIdx.x % 128;
     const int warp = wtid / 32, lane = wtid % 32;
@@ -271,7 +271,15 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
 
     // Epilogue (prefill/epilogue.cuh, as tile kernel 0): normalise, output
     // hook, then straight from the registers (kDirectOut), or staged in this
-    // warpgroup's own Q rows and 16-byte stores of whole rows.
+    // warpgroup's own Q rows, which leave by TMA where the host made a map
+    // of o and the 64 rows are the request's (single prefill: the map ends
+    // with its rows; a ragged request's are followed by the next one's),
+    // else by 16-byte stores of whole rows. The store by TMA is one thread's
+    // instruction: the 8 rounds of shared loads and global stores of 64
+    // rows cost the warps ~2.6k cycles a block (H100, hd 128), while the
+    // other consumer, in the same place, left the tensor cores idle.
+    const bool by_tma = !kDirectOut && maps.o_rows > 0 &&
+                        (kKind == FI_PREFILL_KIND_SINGLE || row0 + wg_row0 + 64 <= rows);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float inv, lse;
@@ -287,18 +295,34 @@ __device__ __forceinline__ void consume(const P &p, const Work &w, const KeyRang
         }
         if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
     }
-    // Staged: the rows are whole before they leave. Direct: Q by TMA was
-    // freed above, else every warp writes the next block's Q rows, so each
-    // waits until the warpgroup's MMAs are all done (a barrier made only
-    // then, on raw_q, serialised the wgmmas: C7520).
+    // Staged: the rows are whole before they leave (and, for TMA, seen by
+    // the async proxy). Direct: Q by TMA was freed above, else every warp
+    // writes the next block's Q rows, so each waits until the warpgroup's
+    // MMAs are all done (a barrier made only then, on raw_q, serialised the
+    // wgmmas: C7520).
+    if (by_tma) wg::fence_proxy_async();
     named_sync(kBarWg + wg, 128);
     if constexpr (kDirectOut) return;
+    if (by_tma) {
+        // A box per panel: the group's heads x 64 / G tokens (the host makes
+        // the map only where G divides 64). Its thread waits until TMA has
+        // read the rows, then frees them with the others (below).
+        if (wtid == 0) {
+#pragma unroll
+            for (int c = 0; c < kPanels; ++c)
+                tma_store(&maps.o, c * 64, kv_head * G, w.q_begin + (row0 + wg_row0) / G,
+                          q_tile + (unsigned int)(c * kTileQ + wg_row0) * 128u);
+            bulk_commit();
+            bulk_wait_read();
+        }
+    } else {
 #pragma unroll 4
-    for (int c = wtid; c < 64 * kChunks; c += 128) {
-        const int r = wg_row0 + c / kChunks, ch = c % kChunks;
-        const int pr = row0 + r;
-        if (pr < rows)
-            store_chunk(p, w, G, pr, ch, [&] { return q_tile + swz_panel<kTileQ>(r, ch); });
+        for (int c = wtid; c < 64 * kChunks; c += 128) {
+            const int r = wg_row0 + c / kChunks, ch = c % kChunks;
+            const int pr = row0 + r;
+            if (pr < rows)
+                store_chunk(p, w, G, pr, ch, [&] { return q_tile + swz_panel<kTileQ>(r, ch); });
+        }
     }
     named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
     if (raw_q) {
