@@ -117,9 +117,12 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
         }
     } else {
         set_max_regs_inc<kConsumerRegs>();
+        int blocks = 0;
         for_each_block(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
             consume(p, ws, w, kr, sm, row0, tid / 128 - 1, it, j, raw_q);
+            blocks = j + 1;
         });
+        end_turns(tid / 128 - 1, blocks);
     }
 }
 

@@ -17,6 +17,13 @@ namespace ws {
 // One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile of
 // the CTA's block j; the rings hold `it` tiles before its first
 // (produce.cuh). raw_q: Q comes by TMA, unscaled. maps: the output's map.
+// After a consumer's last block (of `blocks`, the CTA's with rows): consumer
+// 0 takes the hand-over of the last consumer's last turn (consume).
+__device__ __forceinline__ void end_turns(int wg, int blocks)
+{
+    if (kPingPong && wg == 0 && blocks > 0) named_sync(kBarTurn + 0, 256);
+}
+
 __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, const Work &w,
                                         const KeyRange &kr, const Smem &sm, int row0, int wg,
                                         int it, int j, bool raw_q)
@@ -181,14 +188,16 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
             n_own = imax(0, imin(n, (imin(w.kv_len, wg_tok_hi + off + 1) - kr.kv_start + kTileKV - 1) /
                                         kTileKV));
     }
-    // The last consumer lets consumer 0 go first; each then takes n + 1
-    // turns (S of tile 0, S + P.V of tiles 1..n-1, P.V of the last; a
-    // tile passed through takes one too), and the last skips its last
-    // hand-over, so every turn barrier sees as many arrivals as waits.
-    auto pass_turn = [&](bool last) {
-        if (!last || next_wg != 0) turn_end();
-    };
-    if (kPingPong && n > 0 && next_wg == 0) named_arrive(kBarTurn + 0, 256);
+    // Each consumer takes n + 1 turns a block (S of tile 0, S + P.V of
+    // tiles 1..n-1, P.V of the last; a tile passed through takes one too),
+    // round robin across the blocks: the last consumer's last turn of a
+    // block hands consumer 0 the next block's first, so that consumer 0's
+    // first S runs while the others finish the block (their last P.V, the
+    // epilogue), instead of waiting for them to begin the next. The last
+    // consumer lets consumer 0 go first at the CTA's first block, and
+    // consumer 0 takes its hand-over after the last (end_turns), so that
+    // every turn barrier sees as many arrivals as waits.
+    if (kPingPong && j == 0 && next_wg == 0) named_arrive(kBarTurn + 0, 256);
     // Q by TMA into the one buffer: freed for the next block's once this
     // warpgroup's last S has run (kDirectOut), else after the epilogue.
     const bool early_q = kDirectOut && raw_q;
@@ -249,7 +258,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         wg::fence_regs(o);
         wg::fence();
         issue_pv(sl);
-        pass_turn(n_own == n);
+        turn_end();
         wg::wait<0>();
         wg::fence_regs(o);
         wg::fence_regs(pa);
@@ -259,14 +268,14 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         const int ic = it + i, sc = ic % kStages;
         bar_wait(sm.full_k(sc), (ic / kStages) & 1);
         turn_begin();
-        pass_turn(n_own > 0 && i + 1 == n);
+        turn_end();
         release(sm.empty_k(sc));
         bar_wait(sm.full_v(sc), (ic / kStages) & 1);
         release(sm.empty_v(sc));
     }
     if (n_own == 0 && n > 0) {  // the turn of the last P.V
         turn_begin();
-        pass_turn(true);
+        turn_end();
     }
 
     // Epilogue (prefill/epilogue.cuh, as tile kernel 0): normalise, output
