@@ -467,6 +467,8 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
           tma_map_is(&seen.ws.v, a.v, 1000, 8, 128, 1, kv_box));
     CHECK(seen.ws.q_rows == 1000 &&
           tma_map_is(&seen.ws.q, a.q, 1000, 32, 128, 4, 32));
+    /* O of a consumer's 64 packed rows (4 heads x 16 tokens), stored by TMA. */
+    CHECK(seen.ws.o_rows == 1000 && tma_map_is(&seen.ws.o, a.o, 1000, 32, 128, 4, 16));
     CHECK(seen.p.prefill.q == a.q && seen.p.prefill.qo_len == 1000);
 
     setenv("FIJIT_PREFILL_WS", "persistent:3", 1); /* the tests' cap: 3 CTAs */
@@ -478,11 +480,12 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
     unsetenv("FIJIT_PREFILL_WS");
     CHECK_MSG(seen.grid[0] == 32 * 8 && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
 
-    /* A group of 3 does not divide the tile: no map of q, the consumers load it. */
+    /* A group of 3 divides neither the tile nor a consumer's 64 rows: no map
+     * of q or o, the consumers load Q and store O themselves. */
     prefill_args_for(&a, 24, 8, 1000, 128);
     CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
     CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
-    CHECK(seen.ws.q_rows == 0);
+    CHECK(seen.ws.q_rows == 0 && seen.ws.o_rows == 0);
     prefill_args_for(&a, 32, 8, 1000, 128);
 
     setenv("FIJIT_PREFILL_WS", "0", 1);

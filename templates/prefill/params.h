@@ -116,15 +116,23 @@
  * every logit). */
 #define FI_PREFILL_WS_LEAN(soft_cap, alibi, custom_variant) (!(soft_cap) && !(alibi) && !(custom_variant))
 /* Q buffers: two where they fit beside the rings (the producer loads the next
- * block's Q while the consumers finish this one; only when Q comes by TMA),
- * else one. Paged K/V gives the space to a third K/V stage instead (its
- * page-by-page loads take longer to land). */
-#define FI_PREFILL_WS_Q_BUFS(hd, paged) (!(paged) && (hd) <= 128 ? 2 : 1)
+ * block's Q while the consumers finish this one, whose output leaves by TMA
+ * from the rows of its own; only when Q comes by TMA), else one. Paged K/V
+ * at head_dim 64, whose consumers load Q, gives the space to a third K/V
+ * stage instead (its page-by-page loads take longer to land). */
+#ifndef FI_PREFILL_WS_Q_BUFS
+#define FI_PREFILL_WS_Q_BUFS(hd, paged) ((hd) <= 128 && (!(paged) || (hd) == 128) ? 2 : 1)
+#endif
 /* Q by TMA (fi_prefill_ws.q below): with two Q buffers, and with one where
  * the output leaves from registers and Q is freed once a block's last S has
- * run (prefill/ws/config.cuh, kDirectOut): head_dim 256, and paged K/V at 128,
- * whose CTAs then also take their blocks from the feed (dynamic claims).
- * Measured there (H100, the batch of bench_batch_prefill.py: 16 requests of
+ * run (prefill/ws/config.cuh, kDirectOut): head_dim 256. Paged K/V at 128
+ * takes Q so too, into two buffers since the output leaves by TMA from
+ * them (its registers' 4-byte stores took the consumers 1.6-2.7k cycles a
+ * block in a cycle trace), its CTAs then also taking their
+ * blocks from the feed (dynamic claims). Two Q buffers and two K/V stages
+ * against one and three (the H100 batch below, A/B in one process, two
+ * runs): causal 1.04-1.11x, no mask 1.03-1.06x. The feed, measured with
+ * one buffer (H100, the batch of bench_batch_prefill.py: 16 requests of
  * 975-7931 tokens, page 16, fp16 32/8, causal): under ncu the SMs walking
  * paged blocks in a fixed order idled 3.4% of the kernel's time at its end
  * (active cycles 93-99.6% of elapsed), claiming 0.2%, and the kernel took
@@ -139,11 +147,11 @@
 #define FI_PREFILL_WS_RAW_Q(hd, paged) (!(paged) || (hd) == 128)
 #endif
 #ifndef FI_PREFILL_WS_STAGES
-#define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 || ((hd) == 128 && (paged)) ? 3 : 2)
+#define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 ? 3 : 2)
 #endif
 /* The Q buffers + the K and V rings + 4 x STAGES + 2 x Q_BUFS mbarriers (8
- * bytes each): at most 224.25 KiB (head_dim 128 paged, and with 160-key
- * tiles), under the 227 KiB an H100 CTA may opt in to. */
+ * bytes each): at most 224.25 KiB (head_dim 128 with 160-key tiles), under
+ * the 227 KiB an H100 CTA may opt in to. */
 #define FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged, causal)                                 \
     ((FI_PREFILL_WS_Q_BUFS(hd, paged) * FI_PREFILL_WS_TILE_Q(hd, lean) +                   \
       2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean, paged, causal)) * \

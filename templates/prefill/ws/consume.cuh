@@ -14,9 +14,6 @@ namespace fijit {
 namespace prefill {
 namespace ws {
 
-// One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile of
-// the CTA's block j; the rings hold `it` tiles before its first
-// (produce.cuh). raw_q: Q comes by TMA, unscaled. maps: the output's map.
 // After a consumer's last block (of `blocks`, the CTA's with rows): consumer
 // 0 takes the hand-over of the last consumer's last turn (consume).
 __device__ __forceinline__ void end_turns(int wg, int blocks)
@@ -24,6 +21,9 @@ __device__ __forceinline__ void end_turns(int wg, int blocks)
     if (kPingPong && wg == 0 && blocks > 0) named_sync(kBarTurn + 0, 256);
 }
 
+// One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile of
+// the CTA's block j; the rings hold `it` tiles before its first
+// (produce.cuh). raw_q: Q comes by TMA, unscaled. maps: the output's map.
 __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, const Work &w,
                                         const KeyRange &kr, const Smem &sm, int row0, int wg,
                                         int it, int j, bool raw_q)

@@ -77,9 +77,9 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     // fp16 32/8): hd 128 causal 463-467 TFLOP/s without, 464-479 with (four
     // runs in two device calls), the rest within the runs' spread (+-2%):
     // a small gain at best, kept as it costs no registers. Issuing all of a
-    // thread's Q loads at once added nothing; nor did Q by TMA into two
-    // buffers (two K/V stages at hd 128: paged x single 0.81-0.92x against
-    // 0.81-0.94x).
+    // thread's Q loads at once added nothing; Q by TMA into two buffers
+    // (two K/V stages at hd 128) measured no faster until the output left
+    // by TMA from them (params.h: FI_PREFILL_WS_Q_BUFS).
     if (lane == 0 && maps.q_rows > 0) {
 #pragma unroll
         for (int c = 0; c < kPanels; ++c)
