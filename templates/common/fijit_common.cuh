@@ -147,16 +147,6 @@ __device__ __forceinline__ void stg16(void *p, const vec16_t &v)
                  : "memory");
 }
 
-// A 4-byte store made only where `store` holds, predicated, not branched
-// around: code that reads wgmma accumulators on a divergent path makes
-// ptxas serialise every wgmma of the kernel (its note C7520).
-__device__ __forceinline__ void stg4_if(void *p, unsigned int v, bool store)
-{
-    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %2, 0;\n\t@q st.global.u32 [%0], %1;\n\t}"
-                 ::"l"(p), "r"(v), "r"((unsigned int)store)
-                 : "memory");
-}
-
 __device__ __forceinline__ unsigned int smem_addr(const void *p)
 {
     // Shared-window address for PTX instructions that take a .shared operand.

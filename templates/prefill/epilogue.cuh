@@ -2,10 +2,9 @@
 // row halves (the four lanes' sums added up, 1/d and lse), passes O through
 // the variant's output_transform, rounds it to DTypeO and stages it in the
 // rows of the Q buffer the MMAs have finished with; then whole rows leave
-// shared memory with 16-byte stores. The callers order the two steps (a
-// __syncwarp or a named barrier between them). Or, where the Q buffer is
-// wanted for the next block's Q first (store_row_direct), O leaves the
-// registers as they are, two values a store.
+// shared memory with 16-byte stores (or, in the Hopper main loop, by TMA).
+// The callers order the two steps (a __syncwarp or a named barrier between
+// them).
 #pragma once
 
 #include "prefill/work.cuh"
@@ -45,23 +44,6 @@ __device__ __forceinline__ void stage_row(const P &p, const float (&o)[kDT][4], 
 {
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt) sts32(at(dt) + 4 * t, out_pair(p, o, dt, h, inv, lse, head, t));
-}
-
-// Row half h of O, as stage_row makes it, straight to o where `real`:
-// packed row pr of the request (< its rows unless !real), query head
-// `head`; each 8-wide tile's word is one 4-byte store (4 lanes write 16
-// bytes of a row, the next tile the next 16, which L2 merges). Every
-// thread reads its accumulators (see stg4_if).
-template <int kDT>
-__device__ __forceinline__ void store_row_direct(const P &p, const Work &w, int G, int pr, bool real,
-                                                 const float (&o)[kDT][4], int h, float inv,
-                                                 float lse, int head, int t)
-{
-    DTypeO *dst = static_cast<DTypeO *>(p.o) + (long long)(w.q_begin + pr / G) * p.o_stride_n +
-                  (long long)head * p.o_stride_h + 2 * t;
-#pragma unroll
-    for (int dt = 0; dt < kDT; ++dt)
-        stg4_if(dst + dt * 8, out_pair(p, o, dt, h, inv, lse, head, t), real);
 }
 
 // The lse of query `tok` of the request, head `head`.

@@ -27,12 +27,11 @@
 //    (kRawQTuple): as it is in q, one box per panel is a tile's packed rows;
 //    sm_scale then enters the softmax's exponent. The next block's Q lands
 //    while the consumers finish this one, so a persistent CTA goes from one
-//    block to the next without waiting for memory: into the second of two
-//    Q buffers (head_dim <= 128, the output staged in the first and stored
-//    by TMA), or into the one (head_dim 256) once the block's last S has
-//    run, the output then leaving from registers (kDirectOut). Paged K/V at
-//    head_dim 64 and 256 keeps the consumers loading Q; the K/V warp
-//    prefetches a paged block's Q rows into L2 either way (produce_paged).
+//    block to the next without waiting for memory where there are two Q
+//    buffers (head_dim <= 128; at 256 the one is refilled once the block's
+//    output, staged there, has left by TMA). Paged K/V at head_dim 64 and
+//    256 keeps the consumers loading Q; the K/V warp prefetches a paged
+//    block's Q rows into L2 either way (produce_paged).
 //  * the consumers (warpgroups 1, 2[, 3]), 64 query rows each, wait for Q or
 //    load and transform their rows themselves (RoPE, query_transform), then
 //    run the tile loop with the next tile's S = Q K^T issued before this tile's

@@ -123,26 +123,24 @@
 #ifndef FI_PREFILL_WS_Q_BUFS
 #define FI_PREFILL_WS_Q_BUFS(hd, paged) ((hd) <= 128 && (!(paged) || (hd) == 128) ? 2 : 1)
 #endif
-/* Q by TMA (fi_prefill_ws.q below): with two Q buffers, and with one where
- * the output leaves from registers and Q is freed once a block's last S has
- * run (prefill/ws/config.cuh, kDirectOut): head_dim 256. Paged K/V at 128
- * takes Q so too, into two buffers since the output leaves by TMA from
- * them (its registers' 4-byte stores took the consumers 1.6-2.7k cycles a
- * block in a cycle trace), its CTAs then also taking their
- * blocks from the feed (dynamic claims). Two Q buffers and two K/V stages
- * against one and three (the H100 batch below, A/B in one process, two
- * runs): causal 1.04-1.11x, no mask 1.03-1.06x. The feed, measured with
- * one buffer (H100, the batch of bench_batch_prefill.py: 16 requests of
- * 975-7931 tokens, page 16, fp16 32/8, causal): under ncu the SMs walking
- * paged blocks in a fixed order idled 3.4% of the kernel's time at its end
- * (active cycles 93-99.6% of elapsed), claiming 0.2%, and the kernel took
- * 4.04 ms against 4.25; paged x single causal 0.88-0.90x against 0.85-0.90x,
- * no mask 0.81-0.93x against 0.83-0.91x (four runs each, two device calls).
- * Not at head_dim 64, whose producer (32 registers beside three consumers)
- * spills 52-56 B with either: 0.85-0.87x against 0.88-0.91x; nor at 256:
- * 0.82-0.87x against 0.85-0.94x. Before kDirectOut, paged Q by TMA into one
- * buffer, loaded once both consumers had stored the previous block's output
- * there, measured 0.73-0.87x against 0.83-0.91x. */
+/* Q by TMA (fi_prefill_ws.q below): everywhere but paged K/V at head_dim 64
+ * and 256, whose consumers load it. With one Q buffer (head_dim 256) the
+ * next block's Q lands once this block's output, staged there, has left by
+ * TMA. Paged K/V at 128 takes it into two buffers beside two K/V stages
+ * (against one buffer and three stages, where the output had left the
+ * registers by 4-byte stores: 1.6-2.7k cycles a block in a cycle trace;
+ * H100, the batch below, A/B in one process, two runs: causal 1.04-1.11x,
+ * no mask 1.03-1.06x), its CTAs then also taking their blocks from the
+ * feed (dynamic claims). The feed, measured with one buffer (H100, the
+ * batch of bench_batch_prefill.py: 16 requests of 975-7931 tokens, page
+ * 16, fp16 32/8, causal): under ncu the SMs walking paged blocks in a fixed
+ * order idled 3.4% of the kernel's time at its end (active cycles 93-99.6%
+ * of elapsed), claiming 0.2%, and the kernel took 4.04 ms against 4.25;
+ * paged x single causal 0.88-0.90x against 0.85-0.90x, no mask 0.81-0.93x
+ * against 0.83-0.91x (four runs each, two device calls). Not at head_dim
+ * 64, whose producer (32 registers beside three consumers) spills 52-56 B
+ * with either: 0.85-0.87x against 0.88-0.91x; nor at 256: 0.82-0.87x
+ * against 0.85-0.94x. */
 #ifndef FI_PREFILL_WS_RAW_Q
 #define FI_PREFILL_WS_RAW_Q(hd, paged) (!(paged) || (hd) == 128)
 #endif

@@ -30,12 +30,6 @@ constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
 // Where the host makes a q map (FI_PREFILL_WS_RAW_Q).
 constexpr bool kRawQTuple = FI_PREFILL_WS_RAW_Q(kHeadDim, kPaged) && !kRope && kSoftmax &&
                             KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value;
-// With one Q buffer, loaded by TMA, the output leaves the registers as
-// they are (store_row_direct), not staged in the Q rows, so that Q is free
-// once the block's last S = Q K^T has run: the next block's Q lands while
-// the consumers finish this one (its last P.V, the epilogue). Where the
-// consumers load Q (paged, RoPE, query hooks) staging costs nothing more.
-constexpr bool kDirectOut = kQBufs == 1 && kRawQTuple;
 constexpr int kPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
 constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O

@@ -198,11 +198,6 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // consumer 0 takes its hand-over after the last (end_turns), so that
     // every turn barrier sees as many arrivals as waits.
     if (kPingPong && j == 0 && next_wg == 0) named_arrive(kBarTurn + 0, 256);
-    // Q by TMA into the one buffer: freed for the next block's once this
-    // warpgroup's last S has run (kDirectOut), else after the epilogue.
-    const bool early_q = kDirectOut && raw_q;
-    auto free_q = [&]() { release(sm.empty_q(j % kQBufs)); };
-    if (early_q && n_own == 0) free_q();
     if (n_own > 0) {
         float scale[2];
         bool grew;
@@ -217,7 +212,6 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         wg::wait<0>();
         wg::fence_regs(s);
         release(sm.empty_k(s0));
-        if (early_q && n_own == 1) free_q();
         transform(kr.kv_start);
         softmax(scale, grew);
         take_p();
@@ -240,7 +234,6 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
             wg::wait<1>();  // S of tile i
             wg::fence_regs(s);
             release(sm.empty_k(sc));
-            if (early_q && i + 1 == n_own) free_q();
             transform(kr.kv_start + i * kTileKV);
             softmax(scale, grew);
             wg::wait<0>();  // P.V of tile i - 1
@@ -279,39 +272,34 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     }
 
     // Epilogue (prefill/epilogue.cuh, as tile kernel 0): normalise, output
-    // hook, then straight from the registers (kDirectOut), or staged in this
-    // warpgroup's own Q rows, which leave by TMA where the host made a map
-    // of o and the 64 rows are the request's (single prefill: the map ends
-    // with its rows; a ragged request's are followed by the next one's),
-    // else by 16-byte stores of whole rows. The store by TMA is one thread's
-    // instruction: the 8 rounds of shared loads and global stores of 64
-    // rows cost the warps ~2.6k cycles a block (H100, hd 128), while the
-    // other consumer, in the same place, left the tensor cores idle.
-    const bool by_tma = !kDirectOut && maps.o_rows > 0 &&
-                        (kKind == FI_PREFILL_KIND_SINGLE || row0 + wg_row0 + 64 <= rows);
+    // hook, staged in this warpgroup's own Q rows, which leave by TMA where
+    // the host made a map of o and the 64 rows are the request's (single
+    // prefill: the map ends with its rows; a ragged request's are followed
+    // by the next one's), else by 16-byte stores of whole rows. The store by
+    // TMA is one thread's instruction: the 8 rounds of shared loads and
+    // global stores of 64 rows cost the warps ~2.6k cycles a block (H100,
+    // hd 128), while the other consumer, in the same place, left the tensor
+    // cores idle. (With one Q buffer, at head_dim 256, the output once left
+    // from registers, 4-byte stores, so that the next block's Q could land
+    // during the epilogue: 4-6k cycles a block; staged and stored by TMA,
+    // the Q after it, measured 1.01-1.15x that on bench_prefill's hd 256
+    // shapes and ragged 1.01-1.08x, H100 A/B in one process.)
+    const bool by_tma =
+        maps.o_rows > 0 && (kKind == FI_PREFILL_KIND_SINGLE || row0 + wg_row0 + 64 <= rows);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float inv, lse;
         finish_row(d[h], m[h] * logit_scale(), inv, lse);
         const int r = wg_row0 + warp * 16 + g + 8 * h;
         const int tok = row_tok[h], head = row_head[h];
-        if constexpr (kDirectOut) {
-            store_row_direct(p, w, G, imin(row0 + r, rows - 1), row0 + r < rows, o, h, inv, lse,
-                             head, t);
-        } else {
-            stage_row(p, o, h, inv, lse, head, t,
-                      [&](int dt) { return q_tile + swz_panel<kTileQ>(r, dt); });
-        }
+        stage_row(p, o, h, inv, lse, head, t,
+                  [&](int dt) { return q_tile + swz_panel<kTileQ>(r, dt); });
         if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
     }
-    // Staged: the rows are whole before they leave (and, for TMA, seen by
-    // the async proxy). Direct: Q by TMA was freed above, else every warp
-    // writes the next block's Q rows, so each waits until the warpgroup's
-    // MMAs are all done (a barrier made only then, on raw_q, serialised the
-    // wgmmas: C7520).
+    // The rows are whole before they leave (and, for TMA, seen by the async
+    // proxy).
     if (by_tma) wg::fence_proxy_async();
     named_sync(kBarWg + wg, 128);
-    if constexpr (kDirectOut) return;
     if (by_tma) {
         // A box per panel: the group's heads x 64 / G tokens (the host makes
         // the map only where G divides 64). Its thread waits until TMA has

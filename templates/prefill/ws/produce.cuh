@@ -13,7 +13,7 @@ namespace ws {
 
 // The producer's one thread: Q of the CTA's block j, rows row0.. of request
 // w, into its buffer once the consumers have freed it: after block
-// j - kQBufs's output was staged there, or (kDirectOut) its last S ran.
+// j - kQBufs's output was staged there and has left.
 __device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps, const Work &w,
                                           int row0, const Smem &sm, int j)
 {
