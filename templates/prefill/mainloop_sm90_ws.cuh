@@ -39,8 +39,9 @@
 //        issue S(i) ; issue O += P(i-1) V(i-1) ; wait S(i) ; softmax S(i)
 //        wait P V ; rescale O ; P(i-1) <- P(i)
 //    and the consumers take turns issuing their MMAs (named barriers,
-//    "ping-pong", round robin with three), so that one's softmax runs while
-//    another's MMAs do.
+//    "ping-pong", round robin with three, and on across the blocks), so that
+//    one's softmax runs while another's MMAs do. Each stages its output in
+//    its own Q rows, and one of its threads stores them by TMA (consume).
 //
 // A CTA takes blocks of the grid the tile kernels would launch
 // (fi_prefill_ws: work items x kv heads): one each in a launch of a CTA per

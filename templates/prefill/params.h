@@ -199,7 +199,8 @@ typedef struct fi_tma_map {
  * o: when o_rows > 0, a map of o {head_dim, num_qo_heads, o_rows tokens},
  * box {64, group, 64 / group}: a consumer's 64 packed rows. The host makes
  * it when the group divides 64 and o suits TMA; the kernel stores the output
- * staged in shared memory through it (not where it stores from registers). */
+ * it stages in shared memory through it where the 64 rows are the request's
+ * (a ragged request's last tile may not be: 16-byte stores there). */
 typedef struct fi_prefill_ws {
     fi_tma_map k, v, q, o;
     unsigned int *claims;
