@@ -729,28 +729,30 @@ static int paged_map_is(int m, const unsigned long long dims[4], const unsigned 
     return c[0] == coords[0] && c[1] == coords[1] && c[2] == coords[2];
 }
 
-/* Paged K/V on sm_90a: the Hopper main loop takes 128-row tiles when a K/V
- * tile is whole pages of a multiple of 8 rows, with 5-D maps of the page
- * pools (box: one whole page, all its panels); other page sizes keep tile
- * kernel 0. NHD pages (heads contiguous): {64 columns, 8 rows, 8 heads x 2
- * panels, ps / 8 row groups, pages}, the head in the panel coordinate. */
-TEST(batch_prefill_paged_hopper_main_loop_reads_whole_pages)
+/* Paged K/V on sm_90a: the Hopper main loop takes 128-row tiles when the
+ * page size is a multiple of 8 rows, with 5-D maps of the page pools (box:
+ * all panels of the greatest common divisor of the page and the 128-key
+ * K/V tile, a whole page where it divides the tile); other page sizes keep
+ * tile kernel 0. NHD pages (heads contiguous): {64 columns, 8 rows, 8 heads
+ * x 2 panels, ps / 8 row groups, pages}, the head in the panel coordinate. */
+TEST(batch_prefill_paged_hopper_main_loop_reads_pages_in_boxes)
 {
     fi_jit_ctx *ctx = NULL;
     CHECK_OK(launch_ctx(&ctx));
-    const int sizes[] = {16, 8, 5, 48};
-    for (int i = 0; i < 4; i++) {
+    const int sizes[] = {16, 8, 5, 48, 24, 64, 12};
+    const int boxes[] = {16, 8, 0, 16, 8, 64, 0}; /* 0: the tile kernel */
+    for (int i = 0; i < 7; i++) {
         const int ps = sizes[i];
         fi_batch_prefill_args a;
         CHECK_OK(run_paged_batch(ctx, ps, 128, 8 * 128, (int64_t)ps * 8 * 128, &a));
-        const int whole_pages = ps % 8 == 0 && 128 % ps == 0;
-        CHECK_MSG(strcmp(seen.name, whole_pages ? "fi_prefill_kernel_ws" : "fi_prefill_kernel_q128") == 0,
+        CHECK_MSG(strcmp(seen.name, boxes[i] ? "fi_prefill_kernel_ws" : "fi_prefill_kernel_q128") == 0,
                   "page %d: %s", ps, seen.name);
-        if (!whole_pages) continue;
+        if (!boxes[i]) continue;
         const unsigned long long dims[4] = {64, 8, 16, (unsigned long long)ps / 8};
         const unsigned long long strides[4] = {8 * 128 * 2, 128, 8 * 8 * 128 * 2,
                                                (unsigned long long)ps * 8 * 128 * 2};
-        const unsigned long long box[5] = {64, 8, 2, (unsigned long long)ps / 8, 1};
+        const unsigned long long box[5] = {64, 8, 2, (unsigned long long)boxes[i] / 8, 1};
+        CHECK_MSG(seen.ws.page_box == boxes[i], "page %d: box %d", ps, seen.ws.page_box);
         const int coords[3] = {2, 1, 0};
         CHECK(seen.ws.k.words[FAKE_TMA_ADDRESS] == (unsigned long long)(uintptr_t)a.k &&
               seen.ws.v.words[FAKE_TMA_ADDRESS] == (unsigned long long)(uintptr_t)a.v);

@@ -140,6 +140,16 @@ static int tile_index_of(const char *who, int cta_tile_q, int *out)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+static int gcd(int a, int b)
+{
+    while (b != 0) {
+        const int r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
 /* Heads per block-order section: as many kv heads as keep the K/V they read
  * (kv_tokens keys of K and V per head, all requests) within the L2 budget. */
 static int heads_per_section(int64_t kv_tokens, int hd, int kv_heads)
@@ -295,7 +305,7 @@ static double row_mean_keys(const fi_jit_spec *spec, int64_t qo, int64_t kv)
 /* The Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) takes a launch of tile
  * kernel `idx` when the module was compiled for sm_90a for a tuple it serves,
  * the keys are read as they are or rotated once into a workspace (`rot_k`)
- * and, paged, its K/V tiles are whole pages of `page_size` rows;
+ * and, paged, `page_size` is a multiple of 8 rows (FI_PREFILL_WS_PAGE_OK);
  * FIJIT_PREFILL_WS=0|grid|persistent[:N]|static[:N] chooses for A/B
  * measurements, else ws_default (mean_keys, can_claim). Batch kinds decide
  * once, in the plan. */
@@ -306,7 +316,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     if (idx != 0 || !is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
         !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM) ||
-        (paged && !FI_PREFILL_WS_PAGE_OK(page_size, spec->head_dim, ws_lean(spec))) ||
+        (paged && !FI_PREFILL_WS_PAGE_OK(page_size)) ||
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
         return WS_OFF;
     if (env && strcmp(env, "grid") == 0) return WS_GRID;
@@ -330,14 +340,15 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
     const int hd = spec->head_dim, heads = p->num_kv_heads;
     const int box = ws_tile_kv(spec);
     if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
+        ws->page_box = gcd(p->page_size, box);
         int rc = p->rot_k ? (rows->k > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k,
                                                                p->k_stride_h, p->k_stride_n, 1, box)
                                          : 0)
                           : fi__cuda_tma_map_paged(&ws->k, p->k, hd, heads, p->page_size,
-                                                   p->k_stride_h, p->k_stride_n, p->k_stride_page,
-                                                   ws->k_coords);
+                                                   ws->page_box, p->k_stride_h, p->k_stride_n,
+                                                   p->k_stride_page, ws->k_coords);
         return rc < 0 ? rc
-                      : fi__cuda_tma_map_paged(&ws->v, p->v, hd, heads, p->page_size,
+                      : fi__cuda_tma_map_paged(&ws->v, p->v, hd, heads, p->page_size, ws->page_box,
                                                p->v_stride_h, p->v_stride_n, p->v_stride_page,
                                                ws->v_coords);
     }

@@ -138,14 +138,16 @@ int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int ro
 }
 
 int fi__cuda_tma_map_paged(void *out, const void *base, int cols, int heads, int page_size,
-                           long long stride_h, long long stride_n, long long stride_page,
-                           int coords[3])
+                           int box_rows, long long stride_h, long long stride_n,
+                           long long stride_page, int coords[3])
 {
     if (heads <= 1) stride_h = cols;
     if (stride_h <= 0 || stride_n <= 0 || stride_page <= 0)
         return fi__error(FI_EUNSUPPORTED, "TMA needs positive strides");
-    if (cols % 64 != 0 || page_size % 8 != 0 || page_size / 8 > 256)
-        return fi__error(FI_EUNSUPPORTED, "paged TMA needs 64-column panels and 8-row groups");
+    if (cols % 64 != 0 || page_size % 8 != 0 || box_rows < 8 || box_rows % 8 != 0 ||
+        page_size % box_rows != 0 || box_rows / 8 > 256)
+        return fi__error(FI_EUNSUPPORTED, "paged TMA needs 64-column panels and boxes of 8-row "
+                                          "groups that divide the page");
     const int panels = cols / 64;
     /* The head joins the panel coordinate where heads are contiguous, else
      * the page coordinate where a page holds whole heads. */
@@ -161,7 +163,7 @@ int fi__cuda_tma_map_paged(void *out, const void *base, int cols, int heads, int
                                 (cuuint64_t)page_size / 8, (cuuint64_t)INT_MAX};
     const cuuint64_t strides[4] = {(cuuint64_t)stride_n * 2, 128, (cuuint64_t)stride_n * 16,
                                    (cuuint64_t)(in_panels ? stride_page : stride_h) * 2};
-    const cuuint32_t box[5] = {64, 8, (cuuint32_t)panels, (cuuint32_t)page_size / 8, 1};
+    const cuuint32_t box[5] = {64, 8, (cuuint32_t)panels, (cuuint32_t)box_rows / 8, 1};
     return tma_map(out, base, 5, dims, strides, box);
 }
 

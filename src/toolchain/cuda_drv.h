@@ -55,14 +55,15 @@ int fi__cuda_launch_args(CUfunction f, unsigned gx, unsigned gy, const unsigned 
 int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int rows,
                         long long stride_h, long long stride_n, int box_heads, int box_rows);
 /* The same for paged K/V (strides in elements): a 5-D map of a page pool,
- * one box a whole page that lands as 8-row groups of every 64-column panel
+ * one box `box_rows` rows of a page (a multiple of 8 that divides
+ * page_size) that lands as 8-row groups of every 64-column panel
  * (prefill/params.h). The kv head is folded into the panel coordinate when
  * heads are contiguous, else into the page one when a page holds whole
  * heads: head h of page g is at panel coordinate h * coords[0] and page
  * coordinate g * coords[1] + h * coords[2]. Other layouts are
  * FI_EUNSUPPORTED. */
 int fi__cuda_tma_map_paged(void *out, const void *base, int cols, int heads, int page_size,
-                           long long stride_h, long long stride_n, long long stride_page,
-                           int coords[3]);
+                           int box_rows, long long stride_h, long long stride_n,
+                           long long stride_page, int coords[3]);
 
 #endif

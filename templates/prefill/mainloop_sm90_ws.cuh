@@ -21,8 +21,8 @@
 //    their wgmma has finished reading it). K and V have separate rings so
 //    that K of the next tile can land while V of this one is still read.
 //    TMA writes the 128-byte swizzle that the wgmma descriptors read, one
-//    box of 64 columns x kTileKV keys per panel (paged: one box per page,
-//    all its panels; SlotLayout); keys past the tensor's end arrive as zeros.
+//    box of 64 columns x kTileKV keys per panel (paged: one box per run of
+//    a page's rows, all its panels; SlotLayout); keys past the tensor's end arrive as zeros.
 //    Q comes by TMA too when the tuple changes it by sm_scale alone
 //    (kRawQTuple): as it is in q, one box per panel is a tile's packed rows;
 //    sm_scale then enters the softmax's exponent. The next block's Q lands

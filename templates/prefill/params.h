@@ -71,16 +71,15 @@
  * STAGES-deep rings. The host launches it instead of tile kernel 0 when the
  * tensors suit TMA (16-byte strides) and, with RoPE, the keys were rotated
  * into a workspace. Everywhere else the entry is empty.
- * Paged K/V: one TMA per page and panel (FI_PREFILL_WS_PAGE_OK); a producer
+ * Paged K/V: one TMA per box of a page's rows, all panels (FI_PREFILL_WS_PAGE_OK); a producer
  * warpgroup gathering pages with cp.async instead measured 0.40-0.42x single
  * prefill on a mixed batch (page 16, H100; commit 6b7f8f1). */
 #define FI_PREFILL_WS_TUPLE(kind, custom_mask) (!(custom_mask))
-/* Paged K/V takes it when a K/V tile is whole pages of a multiple of 8 rows
- * (a TMA per page, each on a 1024-byte swizzle atom); other page sizes stay
- * on the tile kernels. */
-#define FI_PREFILL_WS_PAGE_OK(page_size, hd, lean)                                  \
-    ((page_size) >= 8 && (page_size) % 8 == 0 && (page_size) <= 256 &&              \
-     FI_PREFILL_WS_TILE_KV(hd, lean, 1, 0) % (page_size) == 0)
+/* Paged K/V takes it when the page size is a multiple of 8 rows: a K/V
+ * tile is then boxes of fi_prefill_ws.page_box rows, a TMA each, every box
+ * on 1024-byte swizzle atoms and in one page; other page sizes stay on the
+ * tile kernels. */
+#define FI_PREFILL_WS_PAGE_OK(page_size) ((page_size) >= 8 && (page_size) % 8 == 0 && (page_size) <= 256)
 /* Consumer warpgroups, 64 query rows each, so the query tile's rows and the
  * CTA's threads (a producer warpgroup besides): three at head_dim 64 for a
  * lean tuple (FI_PREFILL_WS_LEAN), whose softmax is long beside its short
@@ -98,7 +97,7 @@
  * buffers: 64 + 4 x 40 KiB): H100, batch 4, A/B in one process against 128,
  * fp16 and bf16, 32/32 and 32/8, causal seq 4k-16k 0.99-1.05x (10 of 12
  * shapes >= 1.01x), no mask 0.96-1.06x (mean 1.00), seq 1k 0.93-0.98x (the
- * last tile's unused keys); paged keeps 128, which its page sizes divide.
+ * last tile's unused keys); paged keeps 128 (A/B: see README).
  * Measured on H100
  * (batch 4, seq 4k-16k, bench_prefill.py A/B in one process): head_dim 256,
  * 64 keys 0.86-0.96x cuDNN, 80 keys 1.02-1.03x (32/8, non-causal); head_dim
@@ -163,10 +162,12 @@
  * {64, 1, FI_PREFILL_WS_TILE_KV}, 128-byte swizzle. Tokens: single prefill
  * the keys (k: or the rotated keys), ragged every token of the batch. Paged
  * maps (K: 3-D as above over the rotated keys with RoPE) are 5-D, {64
- * columns, 8 rows, panels, page_size / 8 row groups, pages}, one box a whole
- * page: it lands as row groups of 8 rows x every 64-column panel, so that a
- * page takes one TMA however many panels a row has (the wgmma descriptors
- * step over the interleaved panels). The kv head is folded into the panel
+ * columns, 8 rows, panels, page_size / 8 row groups, pages}, box {64, 8,
+ * panels, page_box / 8, 1}: page_box rows of a page (the greatest common
+ * divisor of page_size and FI_PREFILL_WS_TILE_KV, so that a K/V tile is
+ * whole boxes and none crosses a page), landing as row groups of 8 rows x
+ * every 64-column panel, so that a box takes one TMA however many panels a
+ * row has (the wgmma descriptors step over the interleaved panels). The kv head is folded into the panel
  * coordinate (head * panels, where heads are contiguous: stride_h ==
  * head_dim) or into the page one (page * num_kv_heads + head, where a page
  * holds whole heads: stride_page == num_kv_heads * stride_h); other layouts
@@ -206,8 +207,10 @@ typedef struct fi_prefill_ws {
     unsigned int *claims;
     int work_items, kv_heads, q_rows, o_rows;
     /* Paged maps: kv head h of page g is at panel coordinate h * c[0] and
-     * page coordinate g * c[1] + h * c[2] (see above). */
+     * page coordinate g * c[1] + h * c[2]; a box is page_box rows (see
+     * above). */
     int k_coords[3], v_coords[3];
+    int page_box;
 } fi_prefill_ws;
 
 /* Values of fijit_cfg::kKind, equal to fi_kernel_kind. */

@@ -37,9 +37,9 @@ constexpr unsigned int kQBytes = kTileQ * kRowBytes;
 constexpr unsigned int kKVBytes = kTileKV * kRowBytes;
 // Layout of a K or V slot. Panel-major (a panel's kTileKV rows, then the
 // next panel's), as a tile-sized TMA box per panel lands; or, for pages,
-// group-major (8 rows of every panel, then the next 8 rows), as a page's
-// one box lands (prefill/params.h), so that a page costs one TMA, not one
-// per panel. The descriptors' strides: from one panel to the next and from
+// group-major (8 rows of every panel, then the next 8 rows), as a box of a
+// page's rows lands (prefill/params.h), so that a box costs one TMA, not
+// one per panel. The descriptors' strides: from one panel to the next and from
 // one 8-row group to the next.
 struct SlotLayout {
     unsigned int panel, group;

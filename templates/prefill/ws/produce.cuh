@@ -54,19 +54,20 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
     }
 }
 
-// Paged K/V: the producer's first warp. A tile is kTileKV / page_size whole
-// pages (the host launches this only when page_size divides kTileKV and is
-// a multiple of 8, so that every page lands on swizzle atoms), each one TMA
-// of all its panels (group-major slots: kKLayout, kVLayout).
+// Paged K/V: the producer's first warp. A tile is kTileKV / page_box boxes
+// of page_box rows (maps.page_box: the greatest common divisor of the page
+// size and kTileKV, a multiple of 8, so that every box lands on swizzle
+// atoms and lies in one page), each one TMA of all its panels (group-major
+// slots: kKLayout, kVLayout).
 // The request's last page may be partial and the tile may run past it: K
 // rows there are left as they are (those keys are masked), while V rows
 // must be finite, since P.V multiplies them by a zero weight: the warp
-// copies the partial page's rows itself and zeroes the rest, before the
-// full barrier's arrival publishes them.
+// copies the rows of the box the keys end in itself and zeroes the rest,
+// before the full barrier's arrival publishes them.
 __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &maps, const Work &w,
                                               const KeyRange &kr, const Smem &sm, int it)
 {
-    static_assert(kTileKV / 8 <= 32, "a lane per page of a tile");
+    static_assert(kTileKV / 8 <= 32, "a lane per box of a tile");
     const int lane = (int)threadIdx.x % 32;
     // This block's Q is loaded once the previous block is done with its
     // buffer (by the consumers, or at head_dim 128 by the Q thread's TMA),
@@ -91,22 +92,26 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
         const int t0 = kr.kv_start + i * kTileKV;
         const int keys = imin(kTileKV, w.kv_len - t0);
-        const int n = (keys + p.page_size - 1) / p.page_size;  // pages, the partial one too
-        const int whole = keys / p.page_size;
-        // The tile's page ids, one per lane, read at once (one latency, not n).
-        const int my_page = lane < n ? p.kv_indices[w.kv_begin + t0 / p.page_size + lane] : 0;
-        // Pages [0, count) of the tile into `slot`, a TMA per page,
-        // completing `full`: lane i issues page i's (one instruction for the
-        // warp's pages, where one lane issuing them all in turn took as long
-        // as the tile's MMAs), after lane 0 has set the bytes to expect.
-        auto load_pages = [&](unsigned int slot, const fi_tma_map *map, const int (&coords)[3],
+        const int box = maps.page_box;
+        const int n = (keys + box - 1) / box;  // boxes with keys, the partial one too
+        const int whole = keys / box;
+        // The page id and row group of this lane's box, read at once (one
+        // latency, not n).
+        const int key = t0 + lane * box;
+        const int my_page = lane < n ? p.kv_indices[w.kv_begin + key / p.page_size] : 0;
+        const int my_group = key % p.page_size / 8;
+        // Boxes [0, count) of the tile into `slot`, a TMA each, completing
+        // `full`: lane i issues box i's (one instruction for the warp's
+        // boxes, where one lane issuing them all in turn took as long as the
+        // tile's MMAs), after lane 0 has set the bytes to expect.
+        auto load_boxes = [&](unsigned int slot, const fi_tma_map *map, const int (&coords)[3],
                               unsigned int full, int count) {
-            const unsigned int page_bytes = (unsigned int)p.page_size * kRowBytes;
-            if (lane == 0) bar_expect(full, (unsigned int)count * page_bytes);
+            const unsigned int box_bytes = (unsigned int)box * kRowBytes;
+            if (lane == 0) bar_expect(full, (unsigned int)count * box_bytes);
             __syncwarp();
             if (lane < count)
-                tma_load_page(slot + (unsigned int)lane * page_bytes, map, w.kv_head * coords[0],
-                              my_page * coords[1] + w.kv_head * coords[2], full);
+                tma_load_page(slot + (unsigned int)lane * box_bytes, map, w.kv_head * coords[0],
+                              my_group, my_page * coords[1] + w.kv_head * coords[2], full);
         };
 
         bar_wait(sm.empty_k(s), free_parity);
@@ -119,16 +124,19 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
                              w.k_row0 + t0, sm.full_k(s));
             }
         } else {
-            load_pages(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), n);
+            load_boxes(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), n);
         }
 
         bar_wait(sm.empty_v(s), free_parity);
-        const int rows = whole * p.page_size;
+        const int rows = whole * box;
         if (rows < kTileKV) {
+            // The partial box's rows: from key t0 + rows, in one page.
             const int tail_page = __shfl_sync(0xffffffffu, my_page, imin(whole, 31));
             const DTypeKV *tail = static_cast<const DTypeKV *>(p.v) +
                                   (long long)w.kv_head * p.v_stride_h +
-                                  (keys > rows ? (long long)tail_page * p.v_stride_page : 0);
+                                  (keys > rows ? (long long)tail_page * p.v_stride_page +
+                                                     (long long)((t0 + rows) % p.page_size) * p.v_stride_n
+                                               : 0);
             // cp.async zero-fills the rows past the keys; waited for here, as
             // the generic-proxy writes must be fenced before the arrival.
             for (int c = lane; c < (kTileKV - rows) * kChunks; c += 32) {
@@ -142,7 +150,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
             wg::fence_proxy_async();  // read by wgmma after the barrier
         }
         __syncwarp();
-        load_pages(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s), whole);
+        load_boxes(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s), whole);
     }
 }
 
