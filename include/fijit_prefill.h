@@ -198,8 +198,10 @@ FI_API void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan);
  * the Hopper main loop reads a page with one TMA where stride_h = hd (NHD,
  * any 16-byte multiple stride_n and stride_page) or stride_page =
  * heads*stride_h (HND), and page_size is a multiple of 8 dividing its K/V
- * tile (128 keys; 80 at hd 256); other layouts run the tile kernels,
- * correct but slower. */
+ * tile (128 keys; 80 at hd 256), or any multiple of 8 where the tile holds
+ * 160 keys (hd 128 with a causal mask, no per-logit hook: pages that do not
+ * divide it are read in parts); other layouts run the tile kernels, correct
+ * but slower. */
 typedef struct fi_batch_prefill_args {
     unsigned version;                    /* FI_BATCH_PREFILL_ARGS_VERSION */
     const void *q;

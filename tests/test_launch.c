@@ -571,8 +571,9 @@ TEST(prefill_hopper_main_loop_at_head_dim_256_loads_q_by_tma)
 /* Causal head_dim 256: persistent CTAs claiming their blocks where query rows
  * see at most WS_SHORT_KEYS (3072) keys on average and the launch has a
  * counter (single prefill: a workspace; batch: the plan's), else a CTA per
- * block: single 1000 over 1000 keys and ragged 1000 + 2000 (means 500 and
- * 834) claim; 1000 queries over 8000 keys (7500) and ragged 2 x 8000 (4000) do not. */
+ * block: single 1000 over 1000 keys and ragged or paged 1000 + 2000 (means
+ * 500 and 834) claim; 1000 queries over 8000 keys (7500) and 2 x 8000
+ * (4000) do not. */
 TEST(prefill_at_head_dim_256_causal_claims_where_rows_see_few_keys)
 {
     static _Alignas(256) unsigned char ws[16];
@@ -590,22 +591,36 @@ TEST(prefill_at_head_dim_256_causal_claims_where_rows_see_few_keys)
     CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
     CHECK_MSG(seen.grid[0] == 32 * 8 && !seen.ws.claims, "grid %u", seen.grid[0]);
 
-    fi_jit_spec r = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_CAUSAL, FI_POS_NONE);
-    r.head_dim = 256;
+    /* The same batches paged (pages of 16; 1000 keys end in a page of 8),
+     * whose Q comes by TMA too; with RoPE (rotated keys, Q loaded by the
+     * consumers, no feed) a CTA per block. */
     fi_batch_prefill_args b = FI_BATCH_PREFILL_ARGS_INIT;
     batch_prefill_args_at(&b, 256);
     static const int32_t shorter[3] = {0, 1000, 3000}, longer[3] = {0, 8000, 16000};
-    for (int l = 0; l < 2; l++) {
+    static const int32_t shorter_pages[3] = {0, 63, 188}, longer_pages[3] = {0, 500, 1000};
+    static const int32_t shorter_last[2] = {8, 16}, longer_last[2] = {16, 16};
+    for (int c = 0; c < 5; c++) {
+        const int l = c % 2, paged = c >= 2, rope = c == 4;
+        fi_jit_spec r = spec_of(paged ? FI_KIND_BATCH_PREFILL_PAGED : FI_KIND_BATCH_PREFILL_RAGGED,
+                                FI_MASK_CAUSAL, rope ? FI_POS_ROPE_LLAMA : FI_POS_NONE);
+        r.head_dim = 256;
         const int32_t *indptr = l ? longer : shorter;
-        fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, indptr, indptr, NULL);
+        fi_batch_prefill_plan_args pa =
+            paged ? batch_prefill_plan_for(2, indptr, l ? longer_pages : shorter_pages,
+                                           l ? longer_last : shorter_last)
+                  : batch_prefill_plan_for(2, indptr, indptr, NULL);
         fi_batch_prefill_plan *plan = NULL;
         void *pws = plan_and_upload(ctx, &r, &pa, &plan);
         CHECK(pws);
         CHECK_OK(fi_batch_prefill_run(ctx, plan, &b, NULL));
-        /* 4000 + 8000 or 32000 + 32000 packed rows: 94 or 500 tiles of 128, x 8 kv heads. */
-        const unsigned blocks = l ? 500 * 8 : 94 * 8;
-        CHECK_MSG(seen.grid[0] == (l ? blocks : FAKE_CUDA_SM_COUNT) && (seen.ws.claims == NULL) == l,
-                  "%s: grid %u", l ? "longer" : "shorter", seen.grid[0]);
+        /* 4000 + 8000 or 32000 + 32000 packed rows: 32 + 63 or 500 tiles of 128, x 8 kv heads. */
+        const int claims = !l && !rope;
+        const unsigned blocks = l ? 500 * 8 : 95 * 8;
+        CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0 &&
+                      seen.grid[0] == (claims ? FAKE_CUDA_SM_COUNT : blocks) &&
+                      (seen.ws.claims != NULL) == claims,
+                  "%s %s%s: %s grid %u", paged ? "paged" : "ragged", l ? "longer" : "shorter",
+                  rope ? " rope" : "", seen.name, seen.grid[0]);
         fi_batch_prefill_plan_free(plan);
         free(pws);
     }
@@ -685,15 +700,15 @@ TEST(batch_prefill_paged_launch_reads_its_work_list)
     fi_jit_ctx_free(ctx);
 }
 
-/* A paged batch prefill (no mask, hd 128, 8 kv heads) of two requests, 300
+/* A paged batch prefill (`mask`, hd 128, 8 kv heads) of two requests, 300
  * and 17 queries over 40 and 2 pages of `ps` keys (the last page holds 3),
  * planned with 128-row tiles and run with K and V strides (elements) of a
  * kv head, a row and a page; `seen` holds the launch. 0 when every step
  * succeeded. */
-static int run_paged_batch(fi_jit_ctx *ctx, int ps, int64_t stride_h, int64_t stride_n,
-                           int64_t stride_page, fi_batch_prefill_args *a)
+static int run_paged_batch_masked(fi_jit_ctx *ctx, fi_mask mask, int ps, int64_t stride_h,
+                                  int64_t stride_n, int64_t stride_page, fi_batch_prefill_args *a)
 {
-    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_PAGED, FI_MASK_NONE, FI_POS_NONE);
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_PAGED, mask, FI_POS_NONE);
     int32_t qo_indptr[3] = {0, 300, 317};
     int32_t kv_indptr[3] = {0, 40, 42};
     int32_t last[2] = {ps, 3};
@@ -715,6 +730,13 @@ static int run_paged_batch(fi_jit_ctx *ctx, int ps, int64_t stride_h, int64_t st
     return rc;
 }
 
+/* The same without a mask. */
+static int run_paged_batch(fi_jit_ctx *ctx, int ps, int64_t stride_h, int64_t stride_n,
+                           int64_t stride_page, fi_batch_prefill_args *a)
+{
+    return run_paged_batch_masked(ctx, FI_MASK_NONE, ps, stride_h, stride_n, stride_page, a);
+}
+
 /* Whether the launch's paged map `m` (0: K, 1: V) has these 5-D sizes,
  * byte strides, box and kv-head coordinate factors. */
 static int paged_map_is(int m, const unsigned long long dims[4], const unsigned long long strides[4],
@@ -730,17 +752,18 @@ static int paged_map_is(int m, const unsigned long long dims[4], const unsigned 
 }
 
 /* Paged K/V on sm_90a: the Hopper main loop takes 128-row tiles when the
- * page size is a multiple of 8 rows, with 5-D maps of the page pools (box:
- * all panels of the greatest common divisor of the page and the 128-key
- * K/V tile, a whole page where it divides the tile); other page sizes keep
- * tile kernel 0. NHD pages (heads contiguous): {64 columns, 8 rows, 8 heads
- * x 2 panels, ps / 8 row groups, pages}, the head in the panel coordinate. */
+ * page size is a multiple of 8 rows that divides its 128-key K/V tiles, with
+ * 5-D maps of the page pools (box: a whole page, all its panels); other page
+ * sizes keep tile kernel 0. NHD pages (heads contiguous): {64 columns, 8
+ * rows, 8 heads x 2 panels, ps / 8 row groups, pages}, the head in the panel
+ * coordinate. With a causal mask, 160-key tiles, any multiple of 8: boxes of
+ * the greatest common divisor of the page and 160 rows. */
 TEST(batch_prefill_paged_hopper_main_loop_reads_pages_in_boxes)
 {
     fi_jit_ctx *ctx = NULL;
     CHECK_OK(launch_ctx(&ctx));
     const int sizes[] = {16, 8, 5, 48, 24, 64, 12};
-    const int boxes[] = {16, 8, 0, 16, 8, 64, 0}; /* 0: the tile kernel */
+    const int boxes[] = {16, 8, 0, 0, 0, 64, 0}; /* 0: the tile kernel */
     for (int i = 0; i < 7; i++) {
         const int ps = sizes[i];
         fi_batch_prefill_args a;
@@ -766,6 +789,24 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_pages_in_boxes)
          * (and prefetches it). */
         CHECK(seen.ws.q_rows == 317 && tma_map_is(&seen.ws.q, a.q, 317, 32, 128, 4, 32));
         CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1, 0));
+    }
+    /* A causal mask: 160-key K/V tiles, so pages of 64 come in boxes of 32
+     * rows, two a page, of 48 in boxes of 16, and pages of 16 whole. */
+    for (int i = 0; i < 3; i++) {
+        const int ps = (int[]){64, 48, 16}[i], box_rows = (int[]){32, 16, 16}[i];
+        fi_batch_prefill_args a;
+        CHECK_OK(run_paged_batch_masked(ctx, FI_MASK_CAUSAL, ps, 128, 8 * 128, (int64_t)ps * 8 * 128, &a));
+        const unsigned long long dims[4] = {64, 8, 16, (unsigned long long)ps / 8};
+        const unsigned long long strides[4] = {8 * 128 * 2, 128, 8 * 8 * 128 * 2,
+                                               (unsigned long long)ps * 8 * 128 * 2};
+        const unsigned long long box[5] = {64, 8, 2, (unsigned long long)box_rows / 8, 1};
+        const int coords[3] = {2, 1, 0};
+        CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0 && seen.ws.page_box == box_rows &&
+                      paged_map_is(0, dims, strides, box, coords) &&
+                      paged_map_is(1, dims, strides, box, coords),
+                  "causal page %d: %s, box %d", ps, seen.name, seen.ws.page_box);
+        CHECK(FI_PREFILL_WS_TILE_KV(128, 1, 1, 1) == 160 &&
+              seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 1, 1));
     }
     fi_jit_ctx_free(ctx);
 }

@@ -272,7 +272,8 @@ struct work_grid {
 
 /* How the Hopper main loop launches by default, for launches whose query
  * rows see `mean_keys` keys on average and that can claim blocks (a counter;
- * paged head_dim 256's loop walks a fixed order, having no feed). Measured
+ * paged K/V whose consumers load Q, RoPE or a hook on every logit, walks a
+ * fixed order, having no feed). Measured
  * on H100 (README): persistent CTAs, which load the next block's Q while
  * finishing this one, win at head_dim <= 128 (1.00-1.10x a CTA per block at
  * seq 4k-8k, 1.11-1.27x at 1k; bench_prefill.py, batch 4) and at 256 without
@@ -281,14 +282,15 @@ struct work_grid {
  * keys and lose where they see many: batch 4 seq 1k (mean 512) 1.01x, 4k
  * (2048) 1.01-1.05x, bench_batch_prefill.py's batch (16 requests of
  * 975-7931, mean 1830) ragged 1.02-1.07x; seq 8k 0.92-0.94x, 16k
- * 0.93-0.98x, single seq 15.5k 0.95-0.99x; in a fixed order (paged, or
- * single prefill without a workspace) 0.84-0.95x. A window keeps a CTA per
- * block at 256 (not measured). */
+ * 0.93-0.98x, single seq 15.5k 0.95-0.99x; in a fixed order (single
+ * prefill without a workspace, paged K/V when it loaded Q in its consumers)
+ * 0.84-0.95x. A window keeps a CTA per block at 256 (not measured). */
 static enum ws_mode ws_default(const fi_jit_spec *spec, double mean_keys, int can_claim)
 {
     if (spec->head_dim <= 128 || !mask_is_causal(spec)) return WS_PERSISTENT;
-    return spec->mask == FI_MASK_CAUSAL && can_claim && spec->kind != FI_KIND_BATCH_PREFILL_PAGED &&
-                   mean_keys <= WS_SHORT_KEYS
+    const int fixed_order = spec->kind == FI_KIND_BATCH_PREFILL_PAGED &&
+                            (spec->pos == FI_POS_ROPE_LLAMA || !ws_lean(spec));
+    return spec->mask == FI_MASK_CAUSAL && can_claim && !fixed_order && mean_keys <= WS_SHORT_KEYS
                ? WS_PERSISTENT
                : WS_GRID;
 }
@@ -305,7 +307,7 @@ static double row_mean_keys(const fi_jit_spec *spec, int64_t qo, int64_t kv)
 /* The Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) takes a launch of tile
  * kernel `idx` when the module was compiled for sm_90a for a tuple it serves,
  * the keys are read as they are or rotated once into a workspace (`rot_k`)
- * and, paged, `page_size` is a multiple of 8 rows (FI_PREFILL_WS_PAGE_OK);
+ * and, paged, `page_size` suits its K/V tiles (FI_PREFILL_WS_PAGE_OK);
  * FIJIT_PREFILL_WS=0|grid|persistent[:N]|static[:N] chooses for A/B
  * measurements, else ws_default (mean_keys, can_claim). Batch kinds decide
  * once, in the plan. */
@@ -316,7 +318,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     if (idx != 0 || !is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
         !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM) ||
-        (paged && !FI_PREFILL_WS_PAGE_OK(page_size)) ||
+        (paged && !FI_PREFILL_WS_PAGE_OK(page_size, ws_tile_kv(spec))) ||
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
         return WS_OFF;
     if (env && strcmp(env, "grid") == 0) return WS_GRID;

@@ -52,12 +52,23 @@ __device__ __forceinline__ void tma_prefetch(const void *map, int col, int head,
                  "r"(col), "r"(head), "r"(key)
                  : "memory");
 }
-// A box of a paged map (prefill/params.h: {64 columns, 8 rows, panels, row
-// groups, pages}; box: every panel of a run of a page's row groups) at panel
-// coordinate `panel`, row group `group` of page coordinate `page` into
-// `dst`, completing `bar`'s transaction bytes.
-__device__ __forceinline__ void tma_load_page(unsigned int dst, const void *map, int panel, int group,
-                                              int page, unsigned int bar)
+// One whole page of a paged map (prefill/params.h: {64 columns, 8 rows,
+// panels, row groups, pages}) at panel coordinate `panel` and page
+// coordinate `page` into `dst`, completing `bar`'s transaction bytes.
+__device__ __forceinline__ void tma_load_page(unsigned int dst, const void *map, int panel, int page,
+                                              unsigned int bar)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(0), "r"(0), "r"(panel), "r"(0),
+        "r"(page), "r"(bar)
+        : "memory");
+}
+// A box of part of a page: `group`, its first 8-row group in the page
+// (the map's box then spans fewer row groups than a page).
+__device__ __forceinline__ void tma_load_page_part(unsigned int dst, const void *map, int panel,
+                                                   int group, int page, unsigned int bar)
 {
     asm volatile(
         "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"

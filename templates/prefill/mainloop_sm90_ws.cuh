@@ -21,8 +21,9 @@
 //    their wgmma has finished reading it). K and V have separate rings so
 //    that K of the next tile can land while V of this one is still read.
 //    TMA writes the 128-byte swizzle that the wgmma descriptors read, one
-//    box of 64 columns x kTileKV keys per panel (paged: one box per run of
-//    a page's rows, all its panels; SlotLayout); keys past the tensor's end arrive as zeros.
+//    box of 64 columns x kTileKV keys per panel (paged: one box per page,
+//    all its panels, or per part of a page where 160-key tiles take pages
+//    that do not divide them; SlotLayout); keys past the tensor's end arrive as zeros.
 //    Q comes by TMA too when the tuple changes it by sm_scale alone
 //    (kRawQTuple): as it is in q, one box per panel is a tile's packed rows;
 //    sm_scale then enters the softmax's exponent. The next block's Q lands
@@ -109,7 +110,9 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             });
         } else if (tid < kKVLoaders) {
             for_each_block(p, ws, sm, [&](const Work &w, int, const KeyRange &kr, int it, int) {
-                if constexpr (kPaged)
+                if (kPagesInParts && ws.page_box != p.page_size)  // pages not dividing the tile
+                    produce_paged_parts(p, ws, w, kr, sm, it);
+                else if constexpr (kPaged)
                     produce_paged(p, ws, w, kr, sm, it);
                 else
                     produce(ws, w, kr, sm, it);

@@ -75,11 +75,16 @@
  * warpgroup gathering pages with cp.async instead measured 0.40-0.42x single
  * prefill on a mixed batch (page 16, H100; commit 6b7f8f1). */
 #define FI_PREFILL_WS_TUPLE(kind, custom_mask) (!(custom_mask))
-/* Paged K/V takes it when the page size is a multiple of 8 rows: a K/V
- * tile is then boxes of fi_prefill_ws.page_box rows, a TMA each, every box
- * on 1024-byte swizzle atoms and in one page; other page sizes stay on the
- * tile kernels. */
-#define FI_PREFILL_WS_PAGE_OK(page_size) ((page_size) >= 8 && (page_size) % 8 == 0 && (page_size) <= 256)
+/* Paged K/V takes it when the page size is a multiple of 8 rows that
+ * divides the K/V tile, or any multiple of 8 where the tile is taken in
+ * boxes of part of a page (FI_PREFILL_WS_PART_PAGES: 160 keys, which pages of
+ * 64 do not divide). A tile is boxes of fi_prefill_ws.page_box rows, a TMA
+ * each, every box on 1024-byte swizzle atoms and in one page; other page
+ * sizes stay on the tile kernels. */
+#define FI_PREFILL_WS_PART_PAGES(tile_kv) ((tile_kv) == 160)
+#define FI_PREFILL_WS_PAGE_OK(page_size, tile_kv)                                     \
+    ((page_size) >= 8 && (page_size) % 8 == 0 && (page_size) <= 256 &&                \
+     ((tile_kv) % (page_size) == 0 || FI_PREFILL_WS_PART_PAGES(tile_kv)))
 /* Consumer warpgroups, 64 query rows each, so the query tile's rows and the
  * CTA's threads (a producer warpgroup besides): three at head_dim 64 for a
  * lean tuple (FI_PREFILL_WS_LEAN), whose softmax is long beside its short
@@ -93,11 +98,15 @@
 #define FI_PREFILL_WS_THREADS(hd, lean) (128 * (1 + FI_PREFILL_WS_CONSUMERS(hd, lean)))
 /* Keys per K/V tile: 128 at head_dim 64 and 128, 80 at 256 (the most that
  * two stages of K and V fit beside Q: 64 + 4 x 40 KiB); 160 at head_dim 128
- * for lean, non-paged tuples with a causal mask (two stages beside two Q
- * buffers: 64 + 4 x 40 KiB): H100, batch 4, A/B in one process against 128,
- * fp16 and bf16, 32/32 and 32/8, causal seq 4k-16k 0.99-1.05x (10 of 12
- * shapes >= 1.01x), no mask 0.96-1.06x (mean 1.00), seq 1k 0.93-0.98x (the
- * last tile's unused keys); paged keeps 128 (A/B: see README).
+ * for lean tuples with a causal mask (two stages beside two Q buffers: 64 +
+ * 4 x 40 KiB): H100, batch 4, A/B in one process against 128, fp16 and
+ * bf16, 32/32 and 32/8, causal seq 4k-16k 0.99-1.05x (10 of 12 shapes >=
+ * 1.01x), no mask 0.96-1.06x (mean 1.00), seq 1k 0.93-0.98x (the last
+ * tile's unused keys); paged K/V 1.06-1.10x against 128 keys with the
+ * producer's boxes of part of a page in both (bench_batch_prefill.py, page
+ * 16, fp16, 32/8 and 32/32, two runs), and with whole pages where they
+ * divide the tile 1.00-1.01x a build that took only those (pages of 64 take
+ * boxes of 32 rows: 1.94x the tile kernels they ran on before, page 64).
  * Measured on H100
  * (batch 4, seq 4k-16k, bench_prefill.py A/B in one process): head_dim 256,
  * 64 keys 0.86-0.96x cuDNN, 80 keys 1.02-1.03x (32/8, non-causal); head_dim
@@ -109,7 +118,7 @@
  * at head_dim 64. */
 #ifndef FI_PREFILL_WS_TILE_KV
 #define FI_PREFILL_WS_TILE_KV(hd, lean, paged, causal) \
-    ((hd) == 128 && (lean) && !(paged) && (causal) ? 160 : (hd) <= 128 ? 128 : 80)
+    ((hd) == 128 && (lean) && (causal) ? 160 : (hd) <= 128 ? 128 : 80)
 #endif
 /* A lean tuple: no soft-cap, no ALiBi, no custom variant (no hook runs on
  * every logit). */
@@ -122,8 +131,8 @@
 #ifndef FI_PREFILL_WS_Q_BUFS
 #define FI_PREFILL_WS_Q_BUFS(hd, paged) ((hd) <= 128 && (!(paged) || (hd) == 128) ? 2 : 1)
 #endif
-/* Q by TMA (fi_prefill_ws.q below): everywhere but paged K/V at head_dim 64
- * and 256, whose consumers load it. With one Q buffer (head_dim 256) the
+/* Q by TMA (fi_prefill_ws.q below): everywhere but paged K/V at head_dim
+ * 64, whose consumers load it. With one Q buffer (head_dim 256) the
  * next block's Q lands once this block's output, staged there, has left by
  * TMA. Paged K/V at 128 takes it into two buffers beside two K/V stages
  * (against one buffer and three stages, where the output had left the
@@ -138,10 +147,16 @@
  * paged x single causal 0.88-0.90x against 0.85-0.90x, no mask 0.81-0.93x
  * against 0.83-0.91x (four runs each, two device calls). Not at head_dim
  * 64, whose producer (32 registers beside three consumers) spills 52-56 B
- * with either: 0.85-0.87x against 0.88-0.91x; nor at 256: 0.82-0.87x
- * against 0.85-0.94x. */
+ * with either: 0.85-0.87x against 0.88-0.91x (consumers of 152 registers
+ * beside a producer of 56 serialise their wgmmas). At 256 it measured
+ * 0.82-0.87x against 0.85-0.94x while the output left the registers by
+ * 4-byte stores; with the output by TMA and causal CTAs claiming blocks
+ * (prefill.c: ws_default), 1.00-1.05x the consumers loading Q on 7 of 8
+ * shapes (one 0.97x; H100, the batch below, two runs in one call), and
+ * 0.97-1.04x session 17's build (the consumers loading Q) in another: kept
+ * for one form of Q loading and block claims at every head_dim but 64. */
 #ifndef FI_PREFILL_WS_RAW_Q
-#define FI_PREFILL_WS_RAW_Q(hd, paged) (!(paged) || (hd) == 128)
+#define FI_PREFILL_WS_RAW_Q(hd, paged) (!(paged) || (hd) >= 128)
 #endif
 #ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 ? 3 : 2)

@@ -425,7 +425,7 @@ def main():
     ap.add_argument("--no-sdpa", action="store_true", help="skip the SDPA comparison")
     ap.add_argument("--verbose", action="store_true", help="name each case before it runs")
     ap.add_argument("--pages", default=None,
-                    help="page sizes of the paged cases (default: 1,16 quick, else 1,5,16)")
+                    help="page sizes of the paged cases (default: 1,16,48 quick, else 1,5,16,24,64)")
     opt = ap.parse_args()
 
     seed = int(os.environ.get("FIJIT_TEST_SEED", time.time_ns() % (2**31)))
@@ -450,9 +450,11 @@ def main():
                 shapes = [("single", s) for s in (SINGLE_QUICK if opt.quick else SINGLE_SHAPES)]
             else:
                 batches = BATCHES[:2] if opt.quick else BATCHES
-                pages = [1, 16] if kind == "paged" else [0]
+                # Page 48 and 24: Hopper boxes of a part of a page (16 and 8
+                # rows) at a row group other than the page's first.
+                pages = [1, 16, 48] if kind == "paged" else [0]
                 if kind == "paged" and not opt.quick:
-                    pages = [1, 5, 16]
+                    pages = [1, 5, 16, 24, 64]
                 if kind == "paged" and opt.pages:
                     pages = [int(x) for x in opt.pages.split(",")]
                 shapes = [("batch", (b, ps)) for b in batches for ps in pages]

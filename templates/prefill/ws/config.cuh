@@ -24,12 +24,19 @@ constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
 constexpr bool kCausalMask = fijit_cfg::kMask == fijit_cfg::kMaskCausal;
 constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kPaged, kCausalMask);
 constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
+// Paged K/V tiles that may be boxes of part of a page (produce.cuh:
+// produce_paged_parts), where pages need not divide the tile:
+// FI_PREFILL_WS_PAGE_OK.
+constexpr bool kPagesInParts = kPaged && FI_PREFILL_WS_PART_PAGES(kTileKV);
 constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
 // and sm_scale, positive (the host checks), commutes with masks and maxima.
 // Where the host makes a q map (FI_PREFILL_WS_RAW_Q).
+// Not paged head_dim 256 with a window, whose consumers spill beside a
+// producer that loads Q (4 B at 224 registers).
 constexpr bool kRawQTuple = FI_PREFILL_WS_RAW_Q(kHeadDim, kPaged) && !kRope && kSoftmax &&
-                            KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value;
+                            KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value &&
+                            !(kPaged && kHeadDim == 256 && kWindow);
 constexpr int kPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
 constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
@@ -84,11 +91,16 @@ constexpr bool kOwnTiles = kConsumers == 3;
 // paged producer (a warp that also reads page ids and copies partial pages)
 // spills below 32; 40 / 232 fits exactly and spills nowhere on the plain
 // tuples; with Q by TMA and the block feed besides (kRawQTuple) it needs
-// 56 (48: 24 B of spills), beside consumers of 224. Three consumers leave
-// 32 / 160.
+// 56 (48: 24 B of spills), beside consumers of 224, and 64 where its boxes
+// may start inside a page (kPagesInParts; 56: 4-20 B), beside 216, which
+// hold 160-key tiles. Three consumers leave 32 / 160.
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged ? (kRawQTuple ? 56 : 40) : 24;
-constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged ? (kRawQTuple ? 224 : 232) : 240;
+constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged ? (kRawQTuple ? (kPagesInParts ? 64 : 56) : 40) : 24;
+constexpr int kConsumerRegs = kConsumers == 3   ? 160
+                              : !kPaged         ? 240
+                              : !kRawQTuple     ? 232
+                              : kPagesInParts   ? 216
+                                                : 224;
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 

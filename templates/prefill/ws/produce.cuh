@@ -1,6 +1,6 @@
 // The Hopper main loop's producer warpgroup: TMA loads of Q (produce_q) and
 // of the K and V tiles into their rings, contiguous (produce) or page by page
-// (produce_paged).
+// (produce_paged, produce_paged_parts).
 #pragma once
 
 #include "common/tma_sm90.cuh"
@@ -54,20 +54,66 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
     }
 }
 
-// Paged K/V: the producer's first warp. A tile is kTileKV / page_box boxes
-// of page_box rows (maps.page_box: the greatest common divisor of the page
-// size and kTileKV, a multiple of 8, so that every box lands on swizzle
-// atoms and lies in one page), each one TMA of all its panels (group-major
-// slots: kKLayout, kVLayout).
+// Paged K/V: this block's Q rows into L2 (lane 0, through the map of q when
+// the host made one): see produce_paged.
+__device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws &maps, const Work &w,
+                                                int lane)
+{
+    if (lane == 0 && maps.q_rows > 0) {
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c)
+            tma_prefetch(&maps.q, c * 64, w.kv_head * p.group_size,
+                         w.q_begin + w.tile * kTileQ / p.group_size);
+    }
+}
+
+// Paged K/V, rotated keys (RoPE): K of the tile at key t0 from the contiguous
+// rotated rows (lane 0), into slot s.
+__device__ __forceinline__ void load_rotated_k(const fi_prefill_ws &maps, const Work &w, int t0,
+                                               const Smem &sm, int s, int lane)
+{
+    if (lane == 0) {
+        bar_expect(sm.full_k(s), kKVBytes);
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c)
+            tma_load(sm.k_slot(s) + c * kTileKV * 128u, &maps.k, c * 64, w.kv_head, w.k_row0 + t0,
+                     sm.full_k(s));
+    }
+}
+
+// Paged K/V: V rows [rows, kTileKV) of slot s, the first keys - rows of them
+// copied from `tail` (the key at row `rows`, rows apart by v_stride_n), the
+// rest zeroed. cp.async zero-fills the rows past the keys; waited for here,
+// as the generic-proxy writes must be fenced before the full barrier's
+// arrival.
+__device__ __forceinline__ void copy_v_tail(const P &p, const Smem &sm, int s, const DTypeKV *tail,
+                                            int rows, int keys, int lane)
+{
+    for (int c = lane; c < (kTileKV - rows) * kChunks; c += 32) {
+        const int r = c / kChunks, ch = c % kChunks;
+        const bool real = rows + r < keys;
+        cp_async16(sm.v_slot(s) + slot_offset(kVLayout, rows + r, ch),
+                   real ? tail + (long long)r * p.v_stride_n + ch * 8 : tail, real);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    wg::fence_proxy_async();  // read by wgmma after the barrier
+}
+
+// Paged K/V: the producer's first warp. A tile is kTileKV / page_size whole
+// pages (the host launches this only when page_size divides kTileKV and is
+// a multiple of 8, so that every page lands on swizzle atoms; pages that do
+// not divide 160-key tiles take produce_paged_parts), each one TMA
+// of all its panels (group-major slots: kKLayout, kVLayout).
 // The request's last page may be partial and the tile may run past it: K
 // rows there are left as they are (those keys are masked), while V rows
 // must be finite, since P.V multiplies them by a zero weight: the warp
-// copies the rows of the box the keys end in itself and zeroes the rest,
-// before the full barrier's arrival publishes them.
+// copies the partial page's rows itself and zeroes the rest, before the
+// full barrier's arrival publishes them.
 __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &maps, const Work &w,
                                               const KeyRange &kr, const Smem &sm, int it)
 {
-    static_assert(kTileKV / 8 <= 32, "a lane per box of a tile");
+    static_assert(kTileKV / 8 <= 32, "a lane per page of a tile");
     const int lane = (int)threadIdx.x % 32;
     // This block's Q is loaded once the previous block is done with its
     // buffer (by the consumers, or at head_dim 128 by the Q thread's TMA),
@@ -81,12 +127,68 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     // thread's Q loads at once added nothing; Q by TMA into two buffers
     // (two K/V stages at hd 128) measured no faster until the output left
     // by TMA from them (params.h: FI_PREFILL_WS_Q_BUFS).
-    if (lane == 0 && maps.q_rows > 0) {
-#pragma unroll
-        for (int c = 0; c < kPanels; ++c)
-            tma_prefetch(&maps.q, c * 64, w.kv_head * p.group_size,
-                         w.q_begin + w.tile * kTileQ / p.group_size);
+    prefetch_q_rows(p, maps, w, lane);
+    for (int i = 0; i < kr.n; ++i, ++it) {
+        const int s = it % kStages;
+        const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
+        const int t0 = kr.kv_start + i * kTileKV;
+        const int keys = imin(kTileKV, w.kv_len - t0);
+        const int n = (keys + p.page_size - 1) / p.page_size;  // pages, the partial one too
+        const int whole = keys / p.page_size;
+        // The tile's page ids, one per lane, read at once (one latency, not n).
+        const int my_page = lane < n ? p.kv_indices[w.kv_begin + t0 / p.page_size + lane] : 0;
+        // Pages [0, count) of the tile into `slot`, a TMA per page,
+        // completing `full`: lane i issues page i's (one instruction for the
+        // warp's pages, where one lane issuing them all in turn took as long
+        // as the tile's MMAs), after lane 0 has set the bytes to expect.
+        auto load_pages = [&](unsigned int slot, const fi_tma_map *map, const int (&coords)[3],
+                              unsigned int full, int count) {
+            const unsigned int page_bytes = (unsigned int)p.page_size * kRowBytes;
+            if (lane == 0) bar_expect(full, (unsigned int)count * page_bytes);
+            __syncwarp();
+            if (lane < count)
+                tma_load_page(slot + (unsigned int)lane * page_bytes, map, w.kv_head * coords[0],
+                              my_page * coords[1] + w.kv_head * coords[2], full);
+        };
+
+        bar_wait(sm.empty_k(s), free_parity);
+        if constexpr (kRotatedK) {
+            load_rotated_k(maps, w, t0, sm, s, lane);
+        } else {
+            load_pages(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), n);
+        }
+
+        bar_wait(sm.empty_v(s), free_parity);
+        const int rows = whole * p.page_size;
+        if (rows < kTileKV) {
+            const int tail_page = __shfl_sync(0xffffffffu, my_page, imin(whole, 31));
+            const DTypeKV *tail = static_cast<const DTypeKV *>(p.v) +
+                                  (long long)w.kv_head * p.v_stride_h +
+                                  (keys > rows ? (long long)tail_page * p.v_stride_page : 0);
+            copy_v_tail(p, sm, s, tail, rows, keys, lane);
+        }
+        __syncwarp();
+        load_pages(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s), whole);
     }
+}
+
+// Paged K/V in 160-key tiles (kPagesInParts) from pages that do not divide
+// them (of 24, 48, 56 or 64 rows): a tile is kTileKV / page_box boxes of
+// page_box rows (maps.page_box: the greatest common divisor of the page
+// size and kTileKV, a multiple of 8, so that every box lands on swizzle
+// atoms and lies in one page), each one TMA of all its panels at its row
+// group of its page; otherwise as produce_paged, the V rows of the box the
+// keys end in copied from their row in the page. Not the general form of
+// produce_paged: where pages divide the tile that measured 0.92-0.95x the
+// whole-page form (H100, bench_batch_prefill.py, page 16, hd 64-256, A/B in
+// one process), though ptxas gave the two near the same instructions.
+__device__ __forceinline__ void produce_paged_parts(const P &p, const fi_prefill_ws &maps,
+                                                    const Work &w, const KeyRange &kr,
+                                                    const Smem &sm, int it)
+{
+    static_assert(kTileKV / 8 <= 32, "a lane per box of a tile");
+    const int lane = (int)threadIdx.x % 32;
+    prefetch_q_rows(p, maps, w, lane);
     for (int i = 0; i < kr.n; ++i, ++it) {
         const int s = it % kStages;
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
@@ -110,19 +212,13 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
             if (lane == 0) bar_expect(full, (unsigned int)count * box_bytes);
             __syncwarp();
             if (lane < count)
-                tma_load_page(slot + (unsigned int)lane * box_bytes, map, w.kv_head * coords[0],
-                              my_group, my_page * coords[1] + w.kv_head * coords[2], full);
+                tma_load_page_part(slot + (unsigned int)lane * box_bytes, map, w.kv_head * coords[0],
+                                   my_group, my_page * coords[1] + w.kv_head * coords[2], full);
         };
 
         bar_wait(sm.empty_k(s), free_parity);
         if constexpr (kRotatedK) {
-            if (lane == 0) {
-                bar_expect(sm.full_k(s), kKVBytes);
-#pragma unroll
-                for (int c = 0; c < kPanels; ++c)
-                    tma_load(sm.k_slot(s) + c * kTileKV * 128u, &maps.k, c * 64, w.kv_head,
-                             w.k_row0 + t0, sm.full_k(s));
-            }
+            load_rotated_k(maps, w, t0, sm, s, lane);
         } else {
             load_boxes(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), n);
         }
@@ -137,17 +233,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
                                   (keys > rows ? (long long)tail_page * p.v_stride_page +
                                                      (long long)((t0 + rows) % p.page_size) * p.v_stride_n
                                                : 0);
-            // cp.async zero-fills the rows past the keys; waited for here, as
-            // the generic-proxy writes must be fenced before the arrival.
-            for (int c = lane; c < (kTileKV - rows) * kChunks; c += 32) {
-                const int r = c / kChunks, ch = c % kChunks;
-                const bool real = rows + r < keys;
-                cp_async16(sm.v_slot(s) + slot_offset(kVLayout, rows + r, ch),
-                           real ? tail + (long long)r * p.v_stride_n + ch * 8 : tail, real);
-            }
-            cp_async_commit();
-            cp_async_wait<0>();
-            wg::fence_proxy_async();  // read by wgmma after the barrier
+            copy_v_tail(p, sm, s, tail, rows, keys, lane);
         }
         __syncwarp();
         load_boxes(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s), whole);
