@@ -450,8 +450,10 @@ def main():
                 shapes = [("single", s) for s in (SINGLE_QUICK if opt.quick else SINGLE_SHAPES)]
             else:
                 batches = BATCHES[:2] if opt.quick else BATCHES
-                # Page 48 and 24: Hopper boxes of a part of a page (16 and 8
-                # rows) at a row group other than the page's first.
+                # Page 48 (and 24, 64): where the Hopper loop's K/V tiles hold
+                # 160 keys (hd 128 causal), boxes of part of a page (16, 8, 32
+                # rows) at row groups past the page's first; elsewhere the
+                # tile kernels.
                 pages = [1, 16, 48] if kind == "paged" else [0]
                 if kind == "paged" and not opt.quick:
                     pages = [1, 5, 16, 24, 64]
