@@ -243,20 +243,21 @@ static int ws_tile_q(const fi_jit_spec *spec)
     return FI_PREFILL_WS_TILE_Q(spec->head_dim, ws_lean(spec));
 }
 
-/* Keys of its K/V tiles and its dynamic shared memory (the template takes
- * the same paged and causal-mask flags; a window is not a causal mask here). */
+/* The paged and causal-mask flags the template's shape takes (a window is
+ * not a causal mask here). */
+static int ws_paged(const fi_jit_spec *spec) { return spec->kind == FI_KIND_BATCH_PREFILL_PAGED; }
+static int ws_causal(const fi_jit_spec *spec) { return spec->mask == FI_MASK_CAUSAL; }
+
+/* Keys of its K/V tiles and its dynamic shared memory. */
 static int ws_tile_kv(const fi_jit_spec *spec)
 {
-    return FI_PREFILL_WS_TILE_KV(spec->head_dim, ws_lean(spec),
-                                 spec->kind == FI_KIND_BATCH_PREFILL_PAGED,
-                                 spec->mask == FI_MASK_CAUSAL);
+    return FI_PREFILL_WS_TILE_KV(spec->head_dim, ws_lean(spec), ws_paged(spec), ws_causal(spec));
 }
 
 static unsigned ws_smem_bytes(const fi_jit_spec *spec)
 {
-    return (unsigned)FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec),
-                                              spec->kind == FI_KIND_BATCH_PREFILL_PAGED,
-                                              spec->mask == FI_MASK_CAUSAL);
+    return (unsigned)FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec), ws_paged(spec),
+                                              ws_causal(spec));
 }
 
 /* The blocks of a launch per kv head: `items` query tiles; batch kinds: the
