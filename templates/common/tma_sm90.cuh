@@ -55,7 +55,7 @@ __device__ __forceinline__ void tma_prefetch(const void *map, int col, int head,
 // A box of a paged map (prefill/params.h: {64 columns, 8 rows, panels, row
 // groups, pages}) at panel coordinate `panel`, its first 8-row group `group`
 // of page coordinate `page`, into `dst`, completing `bar`'s transaction
-// bytes. Where the map's box is a whole page, `group` is 0 (tma_load_page).
+// bytes. Where the map's box is a whole page, `group` is 0.
 __device__ __forceinline__ void tma_load_page_part(unsigned int dst, const void *map, int panel,
                                                    int group, int page, unsigned int bar)
 {
@@ -65,12 +65,6 @@ __device__ __forceinline__ void tma_load_page_part(unsigned int dst, const void 
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(0), "r"(0), "r"(panel), "r"(group),
         "r"(page), "r"(bar)
         : "memory");
-}
-// One whole page at panel coordinate `panel` and page coordinate `page`.
-__device__ __forceinline__ void tma_load_page(unsigned int dst, const void *map, int panel, int page,
-                                              unsigned int bar)
-{
-    tma_load_page_part(dst, map, panel, 0, page, bar);
 }
 // Box {64 columns, ...} from `src` (shared memory, written by the generic
 // proxy and fenced: fence.proxy.async, then a barrier) to (col, head, key)

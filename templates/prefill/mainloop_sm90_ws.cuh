@@ -111,9 +111,9 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
         } else if (tid < kKVLoaders) {
             for_each_block(p, ws, sm, [&](const Work &w, int, const KeyRange &kr, int it, int) {
                 if (kPagesInParts && ws.page_box != p.page_size)  // pages not dividing the tile
-                    produce_paged_parts(p, ws, w, kr, sm, it);
+                    produce_paged<true>(p, ws, w, kr, sm, it);
                 else if constexpr (kPaged)
-                    produce_paged(p, ws, w, kr, sm, it);
+                    produce_paged<false>(p, ws, w, kr, sm, it);
                 else
                     produce(ws, w, kr, sm, it);
             });

@@ -25,7 +25,7 @@ constexpr bool kCausalMask = fijit_cfg::kMask == fijit_cfg::kMaskCausal;
 constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kPaged, kCausalMask);
 constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
 // Paged K/V tiles that may be boxes of part of a page (produce.cuh:
-// produce_paged_parts), where pages need not divide the tile:
+// produce_paged<true>), where pages need not divide the tile:
 // FI_PREFILL_WS_PAGE_OK.
 constexpr bool kPagesInParts = kPaged && FI_PREFILL_WS_PART_PAGES(kTileKV);
 constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);

@@ -1,6 +1,6 @@
 // The Hopper main loop's producer warpgroup: TMA loads of Q (produce_q) and
 // of the K and V tiles into their rings, contiguous (produce) or page by page
-// (produce_paged, produce_paged_parts).
+// (produce_paged: whole pages, or boxes of part of a page).
 #pragma once
 
 #include "common/tma_sm90.cuh"
@@ -100,20 +100,29 @@ __device__ __forceinline__ void copy_v_tail(const P &p, const Smem &sm, int s, c
     wg::fence_proxy_async();  // read by wgmma after the barrier
 }
 
-// Paged K/V: the producer's first warp. A tile is kTileKV / page_size whole
-// pages (the host launches this only when page_size divides kTileKV and is
-// a multiple of 8, so that every page lands on swizzle atoms; pages that do
-// not divide 160-key tiles take produce_paged_parts), each one TMA
-// of all its panels (group-major slots: kKLayout, kVLayout).
+// Paged K/V: the producer's first warp. A tile is boxes of whole pages
+// (the host launches this only when page_size is a multiple of 8 and
+// divides kTileKV, so that every page lands on swizzle atoms), or with
+// kParts boxes of part of a page: 160-key tiles (kPagesInParts) from pages
+// that do not divide them (of 24, 48, 56 or 64 rows) take kTileKV /
+// page_box boxes of page_box rows (maps.page_box: the greatest common
+// divisor of the page size and kTileKV, a multiple of 8, so that every box
+// lands on swizzle atoms and lies in one page). Each box is one TMA of all
+// its panels at its row group of its page (group-major slots: kKLayout,
+// kVLayout). Whole pages are not the parts form with a box of a page: that
+// measured 0.92-0.95x this (H100, bench_batch_prefill.py, page 16, hd
+// 64-256, A/B in one process), though ptxas gave the two near the same
+// instructions; each form is compiled as it was measured.
 // The request's last page may be partial and the tile may run past it: K
 // rows there are left as they are (those keys are masked), while V rows
 // must be finite, since P.V multiplies them by a zero weight: the warp
-// copies the partial page's rows itself and zeroes the rest, before the
-// full barrier's arrival publishes them.
+// copies the keys of the box they end in from their rows of the page and
+// zeroes the rest, before the full barrier's arrival publishes them.
+template <bool kParts>
 __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &maps, const Work &w,
                                               const KeyRange &kr, const Smem &sm, int it)
 {
-    static_assert(kTileKV / 8 <= 32, "a lane per page of a tile");
+    static_assert(kTileKV / 8 <= 32, "a lane per box of a tile");
     const int lane = (int)threadIdx.x % 32;
     // This block's Q is loaded once the previous block is done with its
     // buffer (by the consumers, or at head_dim 128 by the Q thread's TMA),
@@ -133,75 +142,17 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
         const int t0 = kr.kv_start + i * kTileKV;
         const int keys = imin(kTileKV, w.kv_len - t0);
-        const int n = (keys + p.page_size - 1) / p.page_size;  // pages, the partial one too
-        const int whole = keys / p.page_size;
-        // The tile's page ids, one per lane, read at once (one latency, not n).
-        const int my_page = lane < n ? p.kv_indices[w.kv_begin + t0 / p.page_size + lane] : 0;
-        // Pages [0, count) of the tile into `slot`, a TMA per page,
-        // completing `full`: lane i issues page i's (one instruction for the
-        // warp's pages, where one lane issuing them all in turn took as long
-        // as the tile's MMAs), after lane 0 has set the bytes to expect.
-        auto load_pages = [&](unsigned int slot, const fi_tma_map *map, const int (&coords)[3],
-                              unsigned int full, int count) {
-            const unsigned int page_bytes = (unsigned int)p.page_size * kRowBytes;
-            if (lane == 0) bar_expect(full, (unsigned int)count * page_bytes);
-            __syncwarp();
-            if (lane < count)
-                tma_load_page(slot + (unsigned int)lane * page_bytes, map, w.kv_head * coords[0],
-                              my_page * coords[1] + w.kv_head * coords[2], full);
-        };
-
-        bar_wait(sm.empty_k(s), free_parity);
-        if constexpr (kRotatedK) {
-            load_rotated_k(maps, w, t0, sm, s, lane);
-        } else {
-            load_pages(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), n);
-        }
-
-        bar_wait(sm.empty_v(s), free_parity);
-        const int rows = whole * p.page_size;
-        if (rows < kTileKV) {
-            const int tail_page = __shfl_sync(0xffffffffu, my_page, imin(whole, 31));
-            const DTypeKV *tail = static_cast<const DTypeKV *>(p.v) +
-                                  (long long)w.kv_head * p.v_stride_h +
-                                  (keys > rows ? (long long)tail_page * p.v_stride_page : 0);
-            copy_v_tail(p, sm, s, tail, rows, keys, lane);
-        }
-        __syncwarp();
-        load_pages(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s), whole);
-    }
-}
-
-// Paged K/V in 160-key tiles (kPagesInParts) from pages that do not divide
-// them (of 24, 48, 56 or 64 rows): a tile is kTileKV / page_box boxes of
-// page_box rows (maps.page_box: the greatest common divisor of the page
-// size and kTileKV, a multiple of 8, so that every box lands on swizzle
-// atoms and lies in one page), each one TMA of all its panels at its row
-// group of its page; otherwise as produce_paged, the V rows of the box the
-// keys end in copied from their row in the page. Not the general form of
-// produce_paged: where pages divide the tile that measured 0.92-0.95x the
-// whole-page form (H100, bench_batch_prefill.py, page 16, hd 64-256, A/B in
-// one process), though ptxas gave the two near the same instructions.
-__device__ __forceinline__ void produce_paged_parts(const P &p, const fi_prefill_ws &maps,
-                                                    const Work &w, const KeyRange &kr,
-                                                    const Smem &sm, int it)
-{
-    static_assert(kTileKV / 8 <= 32, "a lane per box of a tile");
-    const int lane = (int)threadIdx.x % 32;
-    prefetch_q_rows(p, maps, w, lane);
-    for (int i = 0; i < kr.n; ++i, ++it) {
-        const int s = it % kStages;
-        const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
-        const int t0 = kr.kv_start + i * kTileKV;
-        const int keys = imin(kTileKV, w.kv_len - t0);
-        const int box = maps.page_box;
+        const int box = kParts ? maps.page_box : p.page_size;
         const int n = (keys + box - 1) / box;  // boxes with keys, the partial one too
         const int whole = keys / box;
         // The page id and row group of this lane's box, read at once (one
         // latency, not n).
         const int key = t0 + lane * box;
-        const int my_page = lane < n ? p.kv_indices[w.kv_begin + key / p.page_size] : 0;
-        const int my_group = key % p.page_size / 8;
+        const int my_page =
+            lane < n ? p.kv_indices[kParts ? w.kv_begin + key / p.page_size
+                                           : w.kv_begin + t0 / p.page_size + lane]
+                     : 0;
+        const int my_group = kParts ? key % p.page_size / 8 : 0;
         // Boxes [0, count) of the tile into `slot`, a TMA each, completing
         // `full`: lane i issues box i's (one instruction for the warp's
         // boxes, where one lane issuing them all in turn took as long as the
@@ -226,13 +177,14 @@ __device__ __forceinline__ void produce_paged_parts(const P &p, const fi_prefill
         bar_wait(sm.empty_v(s), free_parity);
         const int rows = whole * box;
         if (rows < kTileKV) {
-            // The partial box's rows: from key t0 + rows, in one page.
+            // The partial box's rows: from key t0 + rows, in one page (its
+            // first row where boxes are pages).
             const int tail_page = __shfl_sync(0xffffffffu, my_page, imin(whole, 31));
-            const DTypeKV *tail = static_cast<const DTypeKV *>(p.v) +
-                                  (long long)w.kv_head * p.v_stride_h +
-                                  (keys > rows ? (long long)tail_page * p.v_stride_page +
-                                                     (long long)((t0 + rows) % p.page_size) * p.v_stride_n
-                                               : 0);
+            const DTypeKV *tail =
+                static_cast<const DTypeKV *>(p.v) + (long long)w.kv_head * p.v_stride_h +
+                (keys > rows ? (long long)tail_page * p.v_stride_page +
+                                   (kParts ? (long long)((t0 + rows) % p.page_size) * p.v_stride_n : 0)
+                             : 0);
             copy_v_tail(p, sm, s, tail, rows, keys, lane);
         }
         __syncwarp();
