@@ -461,7 +461,7 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
     CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8);
     /* K and V in boxes of a K/V tile (160 keys: lean, causal, head_dim 128),
      * Q of a tile's packed rows (4 heads x 32 tokens). */
-    const int kv_box = FI_PREFILL_WS_TILE_KV(128, 1, 0, 1);
+    const int kv_box = FI_PREFILL_WS_TILE_KV(128, 1, 1);
     CHECK(kv_box == 160);
     CHECK(tma_map_is(&seen.ws.k, a.k, 1000, 8, 128, 1, kv_box) &&
           tma_map_is(&seen.ws.v, a.v, 1000, 8, 128, 1, kv_box));
@@ -553,7 +553,7 @@ TEST(prefill_hopper_main_loop_at_head_dim_256_loads_q_by_tma)
     CHECK_MSG(seen.grid[0] == FAKE_CUDA_SM_COUNT, "grid %u", seen.grid[0]);
     CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8 && seen.block[0] == 384 &&
           seen.smem == FI_PREFILL_WS_SMEM_BYTES(256, 1, 0, 0));
-    CHECK(FI_PREFILL_WS_TILE_KV(256, 1, 0, 0) == 80 &&
+    CHECK(FI_PREFILL_WS_TILE_KV(256, 1, 0) == 80 &&
           tma_map_is(&seen.ws.k, a.k, 1000, 8, 256, 1, 80));
     CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 32, 256, 4, 32));
 
@@ -805,7 +805,7 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_pages_in_boxes)
                       paged_map_is(0, dims, strides, box, coords) &&
                       paged_map_is(1, dims, strides, box, coords),
                   "causal page %d: %s, box %d", ps, seen.name, seen.ws.page_box);
-        CHECK(FI_PREFILL_WS_TILE_KV(128, 1, 1, 1) == 160 &&
+        CHECK(FI_PREFILL_WS_TILE_KV(128, 1, 1) == 160 &&
               seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 1, 1));
     }
     fi_jit_ctx_free(ctx);

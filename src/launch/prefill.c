@@ -251,7 +251,7 @@ static int ws_causal(const fi_jit_spec *spec) { return spec->mask == FI_MASK_CAU
 /* Keys of its K/V tiles and its dynamic shared memory. */
 static int ws_tile_kv(const fi_jit_spec *spec)
 {
-    return FI_PREFILL_WS_TILE_KV(spec->head_dim, ws_lean(spec), ws_paged(spec), ws_causal(spec));
+    return FI_PREFILL_WS_TILE_KV(spec->head_dim, ws_lean(spec), ws_causal(spec));
 }
 
 static unsigned ws_smem_bytes(const fi_jit_spec *spec)

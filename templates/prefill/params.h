@@ -117,7 +117,7 @@
  * FMA pipe (a cubic for 2^f) measured 0.93-1.01x, 0.90-1.00x and 0.81-0.95x
  * at head_dim 64. */
 #ifndef FI_PREFILL_WS_TILE_KV
-#define FI_PREFILL_WS_TILE_KV(hd, lean, paged, causal) \
+#define FI_PREFILL_WS_TILE_KV(hd, lean, causal) \
     ((hd) == 128 && (lean) && (causal) ? 160 : (hd) <= 128 ? 128 : 80)
 #endif
 /* A lean tuple: no soft-cap, no ALiBi, no custom variant (no hook runs on
@@ -166,7 +166,7 @@
  * the 227 KiB an H100 CTA may opt in to. */
 #define FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged, causal)                                 \
     ((FI_PREFILL_WS_Q_BUFS(hd, paged) * FI_PREFILL_WS_TILE_Q(hd, lean) +                   \
-      2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean, paged, causal)) * \
+      2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean, causal)) *     \
          (hd) * 2 +                                                                        \
      256)
 

@@ -22,7 +22,7 @@ constexpr int kThreads = FI_PREFILL_WS_THREADS(kHeadDim, kLean);
 constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
 // A causal mask proper (kCausal also holds for windows): the host's test.
 constexpr bool kCausalMask = fijit_cfg::kMask == fijit_cfg::kMaskCausal;
-constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kPaged, kCausalMask);
+constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kCausalMask);
 constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
 // Paged K/V tiles that may be boxes of part of a page (produce.cuh:
 // produce_paged<true>), where pages need not divide the tile:

@@ -27,6 +27,16 @@ __device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps,
                  w.q_begin + row0 / G, sm.full_q(b));
 }
 
+// One K or V tile of a contiguous map (kTileKV rows from `row`, a box per
+// panel) into `slot`, completing `full`'s transaction bytes.
+__device__ __forceinline__ void load_tile(unsigned int slot, const fi_tma_map *map, int kv_head, int row,
+                                          unsigned int full)
+{
+    bar_expect(full, kKVBytes);
+#pragma unroll
+    for (int c = 0; c < kPanels; ++c) tma_load(slot + c * kTileKV * 128u, map, c * 64, kv_head, row, full);
+}
+
 // The producer's first thread: K and V of every tile of one block into the
 // rings, whose tiles so far number `it` (the ring position runs on across
 // the blocks of a persistent CTA).
@@ -40,10 +50,7 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
     auto load = [&](unsigned int slot, const fi_tma_map *map, unsigned int empty,
                     unsigned int full, unsigned int free_parity, int row) {
         bar_wait(empty, free_parity);
-        bar_expect(full, kKVBytes);
-#pragma unroll
-        for (int c = 0; c < kPanels; ++c)
-            tma_load(slot + c * kTileKV * 128u, map, c * 64, w.kv_head, row, full);
+        load_tile(slot, map, w.kv_head, row, full);
     };
     for (int i = 0; i < kr.n; ++i, ++it) {
         const int s = it % kStages;
@@ -64,20 +71,6 @@ __device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws 
         for (int c = 0; c < kPanels; ++c)
             tma_prefetch(&maps.q, c * 64, w.kv_head * p.group_size,
                          w.q_begin + w.tile * kTileQ / p.group_size);
-    }
-}
-
-// Paged K/V, rotated keys (RoPE): K of the tile at key t0 from the contiguous
-// rotated rows (lane 0), into slot s.
-__device__ __forceinline__ void load_rotated_k(const fi_prefill_ws &maps, const Work &w, int t0,
-                                               const Smem &sm, int s, int lane)
-{
-    if (lane == 0) {
-        bar_expect(sm.full_k(s), kKVBytes);
-#pragma unroll
-        for (int c = 0; c < kPanels; ++c)
-            tma_load(sm.k_slot(s) + c * kTileKV * 128u, &maps.k, c * 64, w.kv_head, w.k_row0 + t0,
-                     sm.full_k(s));
     }
 }
 
@@ -168,8 +161,8 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         };
 
         bar_wait(sm.empty_k(s), free_parity);
-        if constexpr (kRotatedK) {
-            load_rotated_k(maps, w, t0, sm, s, lane);
+        if constexpr (kRotatedK) {  // K from the contiguous rotated rows
+            if (lane == 0) load_tile(sm.k_slot(s), &maps.k, w.kv_head, w.k_row0 + t0, sm.full_k(s));
         } else {
             load_boxes(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), n);
         }
