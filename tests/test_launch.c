@@ -457,7 +457,7 @@ TEST(prefill_hopper_main_loop_takes_the_128_row_tiles)
      * CTA per SM of the (fake) device. */
     CHECK_MSG(seen.grid[0] == FAKE_CUDA_SM_COUNT && seen.grid[1] == 1, "grid %u x %u", seen.grid[0], seen.grid[1]);
     CHECK(seen.block[0] == FI_PREFILL_WS_THREADS(128, 1) && seen.block[0] == 384 &&
-          seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 0, 1)); /* lean, causal */
+          seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 1)); /* lean, causal */
     CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8);
     /* K and V in boxes of a K/V tile (160 keys: lean, causal, head_dim 128),
      * Q of a tile's packed rows (4 heads x 32 tokens). */
@@ -526,7 +526,7 @@ TEST(prefill_hopper_main_loop_at_head_dim_64_takes_192_row_tiles)
     CHECK_MSG(seen.ws.work_items == 21 && seen.grid[0] == 21 * 8, "items %d grid %u",
               seen.ws.work_items, seen.grid[0]);
     CHECK(FI_PREFILL_WS_TILE_Q(64, 1) == 192 && seen.block[0] == 512 &&
-          seen.smem == FI_PREFILL_WS_SMEM_BYTES(64, 1, 0, 1));
+          seen.smem == FI_PREFILL_WS_SMEM_BYTES(64, 1, 1));
     CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 32, 64, 4, 48));
 
     s.soft_cap = 1;
@@ -552,7 +552,7 @@ TEST(prefill_hopper_main_loop_at_head_dim_256_loads_q_by_tma)
     CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
     CHECK_MSG(seen.grid[0] == FAKE_CUDA_SM_COUNT, "grid %u", seen.grid[0]);
     CHECK(seen.ws.work_items == 32 && seen.ws.kv_heads == 8 && seen.block[0] == 384 &&
-          seen.smem == FI_PREFILL_WS_SMEM_BYTES(256, 1, 0, 0));
+          seen.smem == FI_PREFILL_WS_SMEM_BYTES(256, 1, 0));
     CHECK(FI_PREFILL_WS_TILE_KV(256, 1, 0) == 80 &&
           tma_map_is(&seen.ws.k, a.k, 1000, 8, 256, 1, 80));
     CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 32, 256, 4, 32));
@@ -788,7 +788,7 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_pages_in_boxes)
          * at head_dim 128 the loop loads Q through it into its one buffer
          * (and prefetches it). */
         CHECK(seen.ws.q_rows == 317 && tma_map_is(&seen.ws.q, a.q, 317, 32, 128, 4, 32));
-        CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 1, 0));
+        CHECK(seen.p.prefill.page_size == ps && seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 0, 0));
     }
     /* A causal mask: 160-key K/V tiles, so pages of 64 come in boxes of 32
      * rows, two a page, of 48 in boxes of 16, and pages of 16 whole. */
@@ -806,7 +806,7 @@ TEST(batch_prefill_paged_hopper_main_loop_reads_pages_in_boxes)
                       paged_map_is(1, dims, strides, box, coords),
                   "causal page %d: %s, box %d", ps, seen.name, seen.ws.page_box);
         CHECK(FI_PREFILL_WS_TILE_KV(128, 1, 1) == 160 &&
-              seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 1, 1));
+              seen.smem == FI_PREFILL_WS_SMEM_BYTES(128, 1, 1));
     }
     fi_jit_ctx_free(ctx);
 }
@@ -1408,7 +1408,7 @@ TEST(every_prefill_tile_launches_with_its_shared_memory)
                 CHECK_MSG(rc == 0, "hd %d tile %d: %s", hd, a.cta_tile_q, fi_last_error());
                 if (idx < 0) {
                     CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0 &&
-                                  seen.smem == (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, 1, 0, 0) &&
+                                  seen.smem == (unsigned)FI_PREFILL_WS_SMEM_BYTES(hd, 1, 0) &&
                                   seen.smem <= FAKE_CUDA_SMEM_OPTIN_MAX,
                               "hd %d: %s smem %u", hd, seen.name, seen.smem);
                     continue;

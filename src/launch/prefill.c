@@ -243,9 +243,8 @@ static int ws_tile_q(const fi_jit_spec *spec)
     return FI_PREFILL_WS_TILE_Q(spec->head_dim, ws_lean(spec));
 }
 
-/* The paged and causal-mask flags the template's shape takes (a window is
- * not a causal mask here). */
-static int ws_paged(const fi_jit_spec *spec) { return spec->kind == FI_KIND_BATCH_PREFILL_PAGED; }
+/* The causal-mask flag the template's shape takes (a window is not a causal
+ * mask here). */
 static int ws_causal(const fi_jit_spec *spec) { return spec->mask == FI_MASK_CAUSAL; }
 
 /* Keys of its K/V tiles and its dynamic shared memory. */
@@ -256,8 +255,7 @@ static int ws_tile_kv(const fi_jit_spec *spec)
 
 static unsigned ws_smem_bytes(const fi_jit_spec *spec)
 {
-    return (unsigned)FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec), ws_paged(spec),
-                                              ws_causal(spec));
+    return (unsigned)FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec), ws_causal(spec));
 }
 
 /* The blocks of a launch per kv head: `items` query tiles; batch kinds: the
@@ -365,7 +363,7 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
 
 /* The map of q (prefill/params.h) when a tile's packed rows are one box (the
  * group divides the tile) and sm_scale is positive: the loop then loads Q
- * through it where its tuple takes Q so (FI_PREFILL_WS_RAW_Q; the softmax
+ * through it where its tuple takes Q so (FI_PREFILL_WS_Q_BUFS; the softmax
  * applies sm_scale, after the maxima), and paged prefetches the rows the
  * consumers load. Otherwise, or when q does not suit TMA, ws->q_rows stays
  * 0 and the consumers load Q themselves. */

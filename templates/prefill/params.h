@@ -125,48 +125,44 @@
 #define FI_PREFILL_WS_LEAN(soft_cap, alibi, custom_variant) (!(soft_cap) && !(alibi) && !(custom_variant))
 /* Q buffers: two where they fit beside the rings (the producer loads the next
  * block's Q while the consumers finish this one, whose output leaves by TMA
- * from the rows of its own; only when Q comes by TMA), else one. Paged K/V
- * at head_dim 64, whose consumers load Q, gives the space to a third K/V
- * stage instead (its page-by-page loads take longer to land). */
+ * from the rows of its own; only when Q comes by TMA), else one (head_dim
+ * 256: its next block's Q lands once this block's output, staged there, has
+ * left by TMA).
+ * Q comes by TMA (fi_prefill_ws.q below) wherever the tuple changes q by
+ * sm_scale alone (ws/config.cuh: kRawQTuple), and the CTAs then take their
+ * blocks from the feed (dynamic claims). Paged K/V at 128 takes it into two
+ * buffers beside two K/V stages (against one buffer and three stages, where
+ * the output had left the registers by 4-byte stores: 1.6-2.7k cycles a
+ * block in a cycle trace; H100, the batch below, A/B in one process, two
+ * runs: causal 1.04-1.11x, no mask 1.03-1.06x). The feed, measured with one
+ * buffer (H100, the batch of bench_batch_prefill.py: 16 requests of
+ * 975-7931 tokens, page 16, fp16 32/8, causal): under ncu the SMs walking
+ * paged blocks in a fixed order idled 3.4% of the kernel's time at its end
+ * (active cycles 93-99.6% of elapsed), claiming 0.2%, and the kernel took
+ * 4.04 ms against 4.25. At 256 it measured 0.82-0.87x against 0.85-0.94x
+ * while the output left the registers by 4-byte stores; with the output by
+ * TMA and causal CTAs claiming blocks (prefill.c: ws_default), 1.00-1.05x
+ * the consumers loading Q on 7 of 8 shapes (one 0.97x; H100, the batch
+ * below, two runs in one call). Paged K/V at 64, whose consumers loaded Q
+ * (its producer, 32 registers beside three consumers, spilled 52-56 B with
+ * Q by TMA while it also copied the partial last page: 0.85-0.87x against
+ * 0.88-0.91x), takes it since the consumers zero that page's tail instead
+ * (ws/consume.cuh: zero_v_tail; no spills): 1.01-1.03x, 1.03x on three of
+ * its four shapes (H100, the batch below, fp16 32/8 and 32/32, A/B in one
+ * process), where a fourth K/V stage in the second Q buffer's place
+ * measured 0.99-1.03x three (1.00x on three shapes). */
 #ifndef FI_PREFILL_WS_Q_BUFS
-#define FI_PREFILL_WS_Q_BUFS(hd, paged) ((hd) <= 128 && (!(paged) || (hd) == 128) ? 2 : 1)
-#endif
-/* Q by TMA (fi_prefill_ws.q below): everywhere but paged K/V at head_dim
- * 64, whose consumers load it. With one Q buffer (head_dim 256) the
- * next block's Q lands once this block's output, staged there, has left by
- * TMA. Paged K/V at 128 takes it into two buffers beside two K/V stages
- * (against one buffer and three stages, where the output had left the
- * registers by 4-byte stores: 1.6-2.7k cycles a block in a cycle trace;
- * H100, the batch below, A/B in one process, two runs: causal 1.04-1.11x,
- * no mask 1.03-1.06x), its CTAs then also taking their blocks from the
- * feed (dynamic claims). The feed, measured with one buffer (H100, the
- * batch of bench_batch_prefill.py: 16 requests of 975-7931 tokens, page
- * 16, fp16 32/8, causal): under ncu the SMs walking paged blocks in a fixed
- * order idled 3.4% of the kernel's time at its end (active cycles 93-99.6%
- * of elapsed), claiming 0.2%, and the kernel took 4.04 ms against 4.25;
- * paged x single causal 0.88-0.90x against 0.85-0.90x, no mask 0.81-0.93x
- * against 0.83-0.91x (four runs each, two device calls). Not at head_dim
- * 64, whose producer (32 registers beside three consumers) spills 52-56 B
- * with either: 0.85-0.87x against 0.88-0.91x (consumers of 152 registers
- * beside a producer of 56 serialise their wgmmas). At 256 it measured
- * 0.82-0.87x against 0.85-0.94x while the output left the registers by
- * 4-byte stores; with the output by TMA and causal CTAs claiming blocks
- * (prefill.c: ws_default), 1.00-1.05x the consumers loading Q on 7 of 8
- * shapes (one 0.97x; H100, the batch below, two runs in one call), and
- * 0.97-1.04x session 17's build (the consumers loading Q) in another: kept
- * for one form of Q loading and block claims at every head_dim but 64. */
-#ifndef FI_PREFILL_WS_RAW_Q
-#define FI_PREFILL_WS_RAW_Q(hd, paged) (!(paged) || (hd) >= 128)
+#define FI_PREFILL_WS_Q_BUFS(hd) ((hd) <= 128 ? 2 : 1)
 #endif
 #ifndef FI_PREFILL_WS_STAGES
-#define FI_PREFILL_WS_STAGES(hd, paged) ((hd) == 64 ? 3 : 2)
+#define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
 #endif
 /* The Q buffers + the K and V rings + 4 x STAGES + 2 x Q_BUFS mbarriers (8
  * bytes each): at most 224.25 KiB (head_dim 128 with 160-key tiles), under
  * the 227 KiB an H100 CTA may opt in to. */
-#define FI_PREFILL_WS_SMEM_BYTES(hd, lean, paged, causal)                                 \
-    ((FI_PREFILL_WS_Q_BUFS(hd, paged) * FI_PREFILL_WS_TILE_Q(hd, lean) +                   \
-      2 * FI_PREFILL_WS_STAGES(hd, paged) * FI_PREFILL_WS_TILE_KV(hd, lean, causal)) *     \
+#define FI_PREFILL_WS_SMEM_BYTES(hd, lean, causal)                                        \
+    ((FI_PREFILL_WS_Q_BUFS(hd) * FI_PREFILL_WS_TILE_Q(hd, lean) +                          \
+      2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, lean, causal)) *            \
          (hd) * 2 +                                                                        \
      256)
 
@@ -210,7 +206,7 @@ typedef struct fi_tma_map {
  * rows (token-major, the group's heads fastest) as they are in q. The host
  * makes it when the group divides the tile, sm_scale > 0 and q suits TMA;
  * the kernel reads Q through it when its tuple changes q by sm_scale alone
- * (no RoPE, the default query and logits hooks: FI_PREFILL_WS_RAW_Q), and
+ * (no RoPE, the default query and logits hooks: FI_PREFILL_WS_Q_BUFS), and
  * with paged K/V prefetches each block's Q rows into L2 through it.
  * o: when o_rows > 0, a map of o {head_dim, num_qo_heads, o_rows tokens},
  * box {64, group, 64 / group}: a consumer's 64 packed rows. The host makes

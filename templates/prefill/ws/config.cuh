@@ -23,20 +23,17 @@ constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
 // A causal mask proper (kCausal also holds for windows): the host's test.
 constexpr bool kCausalMask = fijit_cfg::kMask == fijit_cfg::kMaskCausal;
 constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kCausalMask);
-constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim, kPaged);
+constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim);
 // Paged K/V tiles that may be boxes of part of a page (produce.cuh:
 // produce_paged<true>), where pages need not divide the tile:
 // FI_PREFILL_WS_PAGE_OK.
 constexpr bool kPagesInParts = kPaged && FI_PREFILL_WS_PART_PAGES(kTileKV);
-constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim, kPaged);
+constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim);
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
 // and sm_scale, positive (the host checks), commutes with masks and maxima.
-// Where the host makes a q map (FI_PREFILL_WS_RAW_Q).
-// Not paged head_dim 256 with a window, whose consumers spill beside a
-// producer that loads Q (4 B at 224 registers).
-constexpr bool kRawQTuple = FI_PREFILL_WS_RAW_Q(kHeadDim, kPaged) && !kRope && kSoftmax &&
-                            KeepsBaseQuery<Variant, P>::value && KeepsBaseLogits<Variant, P>::value &&
-                            !(kPaged && kHeadDim == 256 && kWindow);
+// Where the host makes a q map (params.h: FI_PREFILL_WS_Q_BUFS).
+constexpr bool kRawQTuple = !kRope && kSoftmax && KeepsBaseQuery<Variant, P>::value &&
+                            KeepsBaseLogits<Variant, P>::value;
 constexpr int kPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
 constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
@@ -88,19 +85,18 @@ constexpr bool kOwnTiles = kConsumers == 3;
 // registers within what the CTA was launched with (64K / threads a thread,
 // in steps of 8: 168 with two consumers, 128 with three), so an increase
 // past that waits forever: the sum must fit (measured: 32 / 240 hangs). The
-// paged producer (a warp that also reads page ids and copies partial pages)
-// spills below 32; 40 / 232 fits exactly and spills nowhere on the plain
-// tuples; with Q by TMA and the block feed besides (kRawQTuple) it needs
-// 56 (48: 24 B of spills), beside consumers of 224, and 64 where its boxes
-// may start inside a page (kPagesInParts; 56: 4-20 B), beside 216, which
-// hold 160-key tiles. Three consumers leave 32 / 160.
+// paged producer is a warp that also reads page ids: with the consumers
+// loading Q it fits 24, beside consumers of 240; with Q by TMA and the
+// block feed besides (kRawQTuple) it needs 40 (24: 12-16 B of spills),
+// beside 232. (While it also copied the partial page's keys, before
+// consume.cuh's zero_v_tail, it needed 40, 56 and 64.) Three consumers
+// leave 32 / 160.
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged ? (kRawQTuple ? (kPagesInParts ? 64 : 56) : 40) : 24;
+constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged ? (kRawQTuple ? 40 : 24) : 24;
 constexpr int kConsumerRegs = kConsumers == 3   ? 160
                               : !kPaged         ? 240
-                              : !kRawQTuple     ? 232
-                              : kPagesInParts   ? 216
-                                                : 224;
+                              : !kRawQTuple     ? 240
+                                                : 232;
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
@@ -125,7 +121,7 @@ constexpr int kFeedSlots = 2;
 static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
               "a producer and consumers of 64 rows");
 static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
-static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kPaged, kCausalMask) >=
+static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask) >=
                   kQBufs * kQBytes + 2u * kStages * kKVBytes +
                       (4u * kStages + 2u * kQBufs + 2u * kFeedSlots) * 8u + 4u * kFeedSlots,
               "shared memory: Q, the K and V rings, the block feed, their barriers");

@@ -21,6 +21,22 @@ __device__ __forceinline__ void end_turns(int wg, int blocks)
     if (kPingPong && wg == 0 && blocks > 0) named_sync(kBarTurn + 0, 256);
 }
 
+// Paged K/V: V rows [keys, kTileKV) of slot `slot`, past the request's keys
+// in its last tile, hold what the page held past its last key or an earlier
+// tile's rows (produce_paged), which P.V weighs by zero: a NaN there would
+// still reach O. This consumer zeroes them before its P.V of the tile; the
+// other consumers write the same zeros, so that no read sees anything else.
+// The last page's read then goes out with the tile's other boxes, where a
+// copy of its keys by the producer waited for the slot to free.
+__device__ __forceinline__ void zero_v_tail(const Smem &sm, int slot, int keys, int wg, int wtid)
+{
+    const vec16_t zero = {{0u, 0u, 0u, 0u}};
+    for (int c = keys * kChunks + wtid; c < kTileKV * kChunks; c += 128)
+        sts128(sm.v_slot(slot) + slot_offset(kVLayout, c / kChunks, c % kChunks), zero);
+    wg::fence_proxy_async();  // read by wgmma
+    named_sync(kBarWg + wg, 128);
+}
+
 // One consumer warpgroup: 64 query rows from row0 + 64 * wg of the tile of
 // the CTA's block j; the rings hold `it` tiles before its first
 // (produce.cuh). raw_q: Q comes by TMA, unscaled. maps: the output's map.
@@ -247,6 +263,10 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         const int il = it + n_own - 1;
         const int sl = il % kStages;
         bar_wait(sm.full_v(sl), (il / kStages) & 1);
+        if constexpr (kPaged) {
+            const int keys = w.kv_len - (kr.kv_start + (n_own - 1) * kTileKV);
+            if (keys < kTileKV) zero_v_tail(sm, sl, keys, wg, wtid);
+        }
         turn_begin();
         wg::fence_regs(o);
         wg::fence();

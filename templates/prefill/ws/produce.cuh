@@ -74,25 +74,6 @@ __device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws 
     }
 }
 
-// Paged K/V: V rows [rows, kTileKV) of slot s, the first keys - rows of them
-// copied from `tail` (the key at row `rows`, rows apart by v_stride_n), the
-// rest zeroed. cp.async zero-fills the rows past the keys; waited for here,
-// as the generic-proxy writes must be fenced before the full barrier's
-// arrival.
-__device__ __forceinline__ void copy_v_tail(const P &p, const Smem &sm, int s, const DTypeKV *tail,
-                                            int rows, int keys, int lane)
-{
-    for (int c = lane; c < (kTileKV - rows) * kChunks; c += 32) {
-        const int r = c / kChunks, ch = c % kChunks;
-        const bool real = rows + r < keys;
-        cp_async16(sm.v_slot(s) + slot_offset(kVLayout, rows + r, ch),
-                   real ? tail + (long long)r * p.v_stride_n + ch * 8 : tail, real);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    wg::fence_proxy_async();  // read by wgmma after the barrier
-}
-
 // Paged K/V: the producer's first warp. A tile is boxes of whole pages
 // (the host launches this only when page_size is a multiple of 8 and
 // divides kTileKV, so that every page lands on swizzle atoms), or with
@@ -106,11 +87,10 @@ __device__ __forceinline__ void copy_v_tail(const P &p, const Smem &sm, int s, c
 // measured 0.92-0.95x this (H100, bench_batch_prefill.py, page 16, hd
 // 64-256, A/B in one process), though ptxas gave the two near the same
 // instructions; each form is compiled as it was measured.
-// The request's last page may be partial and the tile may run past it: K
-// rows there are left as they are (those keys are masked), while V rows
-// must be finite, since P.V multiplies them by a zero weight: the warp
-// copies the keys of the box they end in from their rows of the page and
-// zeroes the rest, before the full barrier's arrival publishes them.
+// The request's last page may be partial and the tile may run past it: its
+// rows past the keys, K and V, land as the page holds them, and boxes past
+// the keys are not loaded (the slot keeps an earlier tile's rows). K there
+// is masked; V is zeroed by the consumers (consume.cuh: zero_v_tail).
 template <bool kParts>
 __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &maps, const Work &w,
                                               const KeyRange &kr, const Smem &sm, int it)
@@ -118,7 +98,8 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     static_assert(kTileKV / 8 <= 32, "a lane per box of a tile");
     const int lane = (int)threadIdx.x % 32;
     // This block's Q is loaded once the previous block is done with its
-    // buffer (by the consumers, or at head_dim 128 by the Q thread's TMA),
+    // buffer (by the Q thread's TMA, or by the consumers where the tuple
+    // changes Q: kRawQTuple),
     // from memory no CTA has read yet. This warp gets here up to kStages
     // tiles before that, so it asks L2 for those rows (through the map of
     // q, when the host made one): the Q loads then wait for L2, not for
@@ -137,7 +118,6 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         const int keys = imin(kTileKV, w.kv_len - t0);
         const int box = kParts ? maps.page_box : p.page_size;
         const int n = (keys + box - 1) / box;  // boxes with keys, the partial one too
-        const int whole = keys / box;
         // The page id and row group of this lane's box, read at once (one
         // latency, not n).
         const int key = t0 + lane * box;
@@ -146,16 +126,16 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
                                            : w.kv_begin + t0 / p.page_size + lane]
                      : 0;
         const int my_group = kParts ? key % p.page_size / 8 : 0;
-        // Boxes [0, count) of the tile into `slot`, a TMA each, completing
+        // The tile's boxes with keys into `slot`, a TMA each, completing
         // `full`: lane i issues box i's (one instruction for the warp's
         // boxes, where one lane issuing them all in turn took as long as the
         // tile's MMAs), after lane 0 has set the bytes to expect.
         auto load_boxes = [&](unsigned int slot, const fi_tma_map *map, const int (&coords)[3],
-                              unsigned int full, int count) {
+                              unsigned int full) {
             const unsigned int box_bytes = (unsigned int)box * kRowBytes;
-            if (lane == 0) bar_expect(full, (unsigned int)count * box_bytes);
+            if (lane == 0) bar_expect(full, (unsigned int)n * box_bytes);
             __syncwarp();
-            if (lane < count)
+            if (lane < n)
                 tma_load_page_part(slot + (unsigned int)lane * box_bytes, map, w.kv_head * coords[0],
                                    my_group, my_page * coords[1] + w.kv_head * coords[2], full);
         };
@@ -164,24 +144,11 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         if constexpr (kRotatedK) {  // K from the contiguous rotated rows
             if (lane == 0) load_tile(sm.k_slot(s), &maps.k, w.kv_head, w.k_row0 + t0, sm.full_k(s));
         } else {
-            load_boxes(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), n);
+            load_boxes(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s));
         }
 
         bar_wait(sm.empty_v(s), free_parity);
-        const int rows = whole * box;
-        if (rows < kTileKV) {
-            // The partial box's rows: from key t0 + rows, in one page (its
-            // first row where boxes are pages).
-            const int tail_page = __shfl_sync(0xffffffffu, my_page, imin(whole, 31));
-            const DTypeKV *tail =
-                static_cast<const DTypeKV *>(p.v) + (long long)w.kv_head * p.v_stride_h +
-                (keys > rows ? (long long)tail_page * p.v_stride_page +
-                                   (kParts ? (long long)((t0 + rows) % p.page_size) * p.v_stride_n : 0)
-                             : 0);
-            copy_v_tail(p, sm, s, tail, rows, keys, lane);
-        }
-        __syncwarp();
-        load_boxes(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s), whole);
+        load_boxes(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s));
     }
 }
 
