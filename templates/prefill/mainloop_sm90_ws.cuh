@@ -30,9 +30,8 @@
 //    while the consumers finish this one, so a persistent CTA goes from one
 //    block to the next without waiting for memory where there are two Q
 //    buffers (head_dim <= 128; at 256 the one is refilled once the block's
-//    output, staged there, has left by TMA). Paged K/V at head_dim 64 and
-//    256 keeps the consumers loading Q; the K/V warp prefetches a paged
-//    block's Q rows into L2 either way (produce_paged).
+//    output, staged there, has left by TMA). The K/V warp prefetches a
+//    paged block's Q rows into L2 either way (produce_paged).
 //  * the consumers (warpgroups 1, 2[, 3]), 64 query rows each, wait for Q or
 //    load and transform their rows themselves (RoPE, query_transform), then
 //    run the tile loop with the next tile's S = Q K^T issued before this tile's
@@ -50,11 +49,12 @@
 // across them. A thread of the producer's third warp chooses them
 // (blockIdx.x first, then + gridDim.x, ..., or the next unclaimed block of
 // the grid: fi_prefill_ws.claims) and hands them to every role through a
-// ring of kFeedSlots in shared memory (kFeed; where the consumers load the
-// Q of paged K/V, every role walks blockIdx.x + k gridDim.x itself).
+// ring of kFeedSlots in shared memory, each claimed once the K/V loader has
+// issued the block before it (kFeed; where the consumers load the Q of paged
+// K/V, every role walks blockIdx.x + k gridDim.x itself).
 //
-// Registers: consumers 240, producer 24 (paged: 232 and 40, or 224 and 56
-// with Q by TMA; three consumers: 160 and 32; kConsumerRegs).
+// Registers: consumers 240, producer 24 (paged with Q by TMA: 232 and 40;
+// three consumers: 160 and 32; kConsumerRegs).
 #pragma once
 
 #include "prefill/ws/config.cuh"
@@ -92,6 +92,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             bar_init(sm.full_feed(s), 1);
             bar_init(sm.empty_feed(s), 128 * kConsumers + kKVLoaders + (raw_q ? 1 : 0));
         }
+        if (kFeed) bar_init(sm.issued(), 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -116,6 +117,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
                     produce_paged<false>(p, ws, w, kr, sm, it);
                 else
                     produce(ws, w, kr, sm, it);
+                if (kFeed && tid == 0) bar_arrive(sm.issued());
             });
         }
     } else {

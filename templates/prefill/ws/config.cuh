@@ -123,14 +123,14 @@ static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
 static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
 static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask) >=
                   kQBufs * kQBytes + 2u * kStages * kKVBytes +
-                      (4u * kStages + 2u * kQBufs + 2u * kFeedSlots) * 8u + 4u * kFeedSlots,
+                      (4u * kStages + 2u * kQBufs + 2u * kFeedSlots + 1u) * 8u + 4u * kFeedSlots,
               "shared memory: Q, the K and V rings, the block feed, their barriers");
 
 // Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
 // (slots panel-major, group-major for pages: SlotLayout), then the
 // barriers: full K, full V, empty K, empty V, one per slot, full Q and
-// empty Q, one per buffer, full and empty of the block feed, one per slot;
-// then the feed's slots (block numbers). Block j of a CTA (its j-th with
+// empty Q, one per buffer, full and empty of the block feed, one per slot,
+// the K/V loader's "issued"; then the feed's slots (block numbers). Block j of a CTA (its j-th with
 // rows) uses Q buffer j % kQBufs when Q comes by TMA, else the first.
 struct Smem {
     unsigned int q, k, v, bars;
@@ -154,9 +154,14 @@ struct Smem {
     {
         return bars + 8u * (4 * kStages + 2 * kQBufs + kFeedSlots + s);
     }
+    // The K/V loader's arrival after each block's loads (feed_blocks).
+    __device__ __forceinline__ unsigned int issued() const
+    {
+        return bars + 8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots);
+    }
     __device__ __forceinline__ unsigned int feed(int s) const
     {
-        return bars + 8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots) + 4u * s;
+        return bars + 8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots + 1) + 4u * s;
     }
 };
 
