@@ -101,9 +101,11 @@ static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
 // A scheduler thread passes the blocks on: everywhere but paged K/V with the
-// consumers loading Q, where reading the feed costs the K/V warp 20 bytes of
-// spills at 40 registers and its consumers 24 at 232 (those CTAs take every
-// gridDim.x-th block; at the grid's end their SMs idle ~3% of the time).
+// consumers loading Q (RoPE, per-logit hooks), where at 24 / 240 registers
+// reading the feed spills 20-40 B with RoPE, which spills nowhere without
+// it (ALiBi: hd 64 0 -> 12 B, hd 128/256 44-92 -> 56-92 B). Those CTAs
+// take every gridDim.x-th block; at the grid's end their SMs idle ~3% of
+// the time.
 constexpr bool kFeed = !kPaged || kRawQTuple;
 // O is rescaled only where a row's maximum grows by more than 2^8 in the
 // weights (prefill/softmax.cuh, kSlack): with random logits nearly every
