@@ -363,7 +363,7 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
 
 /* The map of q (prefill/params.h) when a tile's packed rows are one box (the
  * group divides the tile) and sm_scale is positive: the loop then loads Q
- * through it where its tuple takes Q so (FI_PREFILL_WS_Q_BUFS; the softmax
+ * through it where its tuple takes Q so (ws/config.cuh: kRawQTuple; the softmax
  * applies sm_scale, after the maxima), and paged prefetches the rows the
  * consumers load. Otherwise, or when q does not suit TMA, ws->q_rows stays
  * 0 and the consumers load Q themselves. */

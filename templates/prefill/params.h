@@ -158,8 +158,8 @@
 #define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
 #endif
 /* The Q buffers + the K and V rings + 256 bytes for the mbarriers and the
- * block feed (ws/config.cuh: Smem): at most 224.25 KiB (head_dim 128 with 160-key tiles), under
- * the 227 KiB an H100 CTA may opt in to. */
+ * block feed (ws/config.cuh: Smem): at most 224.25 KiB (head_dim 128 with
+ * 160-key tiles), under the 227 KiB an H100 CTA may opt in to. */
 #define FI_PREFILL_WS_SMEM_BYTES(hd, lean, causal)                                        \
     ((FI_PREFILL_WS_Q_BUFS(hd) * FI_PREFILL_WS_TILE_Q(hd, lean) +                          \
       2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, lean, causal)) *            \
@@ -206,7 +206,7 @@ typedef struct fi_tma_map {
  * rows (token-major, the group's heads fastest) as they are in q. The host
  * makes it when the group divides the tile, sm_scale > 0 and q suits TMA;
  * the kernel reads Q through it when its tuple changes q by sm_scale alone
- * (no RoPE, the default query and logits hooks: FI_PREFILL_WS_Q_BUFS), and
+ * (no RoPE, the default query and logits hooks: ws/config.cuh kRawQTuple), and
  * with paged K/V prefetches each block's Q rows into L2 through it.
  * o: when o_rows > 0, a map of o {head_dim, num_qo_heads, o_rows tokens},
  * box {64, group, 64 / group}: a consumer's 64 packed rows. The host makes

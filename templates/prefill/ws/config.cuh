@@ -31,7 +31,7 @@ constexpr bool kPagesInParts = kPaged && FI_PREFILL_WS_PART_PAGES(kTileKV);
 constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim);
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
 // and sm_scale, positive (the host checks), commutes with masks and maxima.
-// Where the host makes a q map (params.h: FI_PREFILL_WS_Q_BUFS).
+// Where the host makes a q map (params.h: fi_prefill_ws.q).
 constexpr bool kRawQTuple = !kRope && kSoftmax && KeepsBaseQuery<Variant, P>::value &&
                             KeepsBaseLogits<Variant, P>::value;
 constexpr int kPanels = kHeadDim / 64;
@@ -92,11 +92,8 @@ constexpr bool kOwnTiles = kConsumers == 3;
 // consume.cuh's zero_v_tail, it needed 40, 56 and 64.) Three consumers
 // leave 32 / 160.
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged ? (kRawQTuple ? 40 : 24) : 24;
-constexpr int kConsumerRegs = kConsumers == 3   ? 160
-                              : !kPaged         ? 240
-                              : !kRawQTuple     ? 240
-                                                : 232;
+constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged && kRawQTuple ? 40 : 24;
+constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged && kRawQTuple ? 232 : 240;
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
@@ -132,8 +129,9 @@ static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask) >=
 // (slots panel-major, group-major for pages: SlotLayout), then the
 // barriers: full K, full V, empty K, empty V, one per slot, full Q and
 // empty Q, one per buffer, full and empty of the block feed, one per slot,
-// the K/V loader's "issued"; then the feed's slots (block numbers). Block j of a CTA (its j-th with
-// rows) uses Q buffer j % kQBufs when Q comes by TMA, else the first.
+// the K/V loader's "issued"; then the feed's slots (block numbers). Block j
+// of a CTA (its j-th with rows) uses Q buffer j % kQBufs when Q comes by
+// TMA, else the first.
 struct Smem {
     unsigned int q, k, v, bars;
     __device__ __forceinline__ unsigned int q_buf(int b) const { return q + b * kQBytes; }
