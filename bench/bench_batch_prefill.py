@@ -50,8 +50,9 @@ def range_text(lo_hi):
     return f"[{lo_hi[0]:.2f}-{lo_hi[1]:.2f}]"
 
 
-def batch_runner(pf, kind, spec, lens, H, Hkv, hd, tdt, page):
-    """A closure running one batch prefill of `lens` (qo = kv) of `kind`."""
+def batch_runner(pf, kind, spec, lens, H, Hkv, hd, tdt, page, page_order="random"):
+    """A closure running one batch prefill of `lens` (qo = kv) of `kind`; paged K/V's
+    pages in a random permutation of the pool, or in order (`page_order`)."""
     dev = "cuda"
     n = sum(lens)
     q = torch.randn(n, H, hd, device=dev, dtype=tdt)
@@ -75,7 +76,8 @@ def batch_runner(pf, kind, spec, lens, H, Hkv, hd, tdt, page):
         total = kv_indptr[-1]
         k = torch.randn(total, page, Hkv, hd, device=dev, dtype=tdt)
         v = torch.randn(total, page, Hkv, hd, device=dev, dtype=tdt)
-        idx = torch.randperm(total, device=dev).to(torch.int32)
+        idx = (torch.randperm(total, device=dev) if page_order == "random"
+               else torch.arange(total, device=dev)).to(torch.int32)
         last = [L - (p - 1) * page for L, p in zip(lens, npages)]
         last_t = torch.tensor(last, dtype=torch.int32, device=dev)
         keep += [idx, last_t]
@@ -106,6 +108,8 @@ def main():
     ap.add_argument("--heads", default="32/8")
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--page", type=int, default=16)
+    ap.add_argument("--page-order", choices=("random", "sequential"), default="random",
+                    help="paged K/V: pages a random permutation of the pool, or in order")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ab", default="", help="NAME,VAR=VAL[;VAR=VAL]: batch plans made "
                     "under that environment too, timed alongside")
@@ -158,7 +162,8 @@ def main():
                             with environment(env):
                                 fn, kp, plan = batch_runner(bpf, kind,
                                                             prefill_spec(kind, dtype, hd, mask),
-                                                            lens, H, Hkv, hd, tdt, opt.page)
+                                                            lens, H, Hkv, hd, tdt, opt.page,
+                                                            opt.page_order)
                             runners[name] = fn
                             plans.append((bpf, plan))
                             keep.append(kp)
