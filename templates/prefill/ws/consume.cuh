@@ -19,6 +19,9 @@ namespace ws {
 __device__ __forceinline__ void end_turns(int wg, int blocks)
 {
     if (kPingPong && wg == 0 && blocks > 0) named_sync(kBarTurn + 0, 256);
+    // The last block's output store has read its rows before the CTA's
+    // shared memory goes (kLateQRelease leaves the wait to the next block).
+    if (kLateQRelease && threadIdx.x % 128 == 0) bulk_wait_read();
 }
 
 // Paged K/V: V rows [keys, kTileKV) of slot `slot`, past the request's keys
@@ -52,6 +55,9 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     const int rows = w.qo_len * G;
     const int off = w.kv_len - w.qo_len;
     const int wg_row0 = wg * 64;  // in the tile
+    // Q by TMA into two buffers: this block's output leaves from its buffer
+    // while the next block runs on the other (kLateQRelease).
+    const bool late_q = kLateQRelease && raw_q;
 
     // Q's buffer: the producer's turn j when it loads Q, else always the first
     // (a fixed address keeps the wgmma descriptors out of registers).
@@ -214,6 +220,19 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // consumer 0 takes its hand-over after the last (end_turns), so that
     // every turn barrier sees as many arrivals as waits.
     if (kPingPong && j == 0 && next_wg == 0) named_arrive(kBarTurn + 0, 256);
+    // The previous block's Q buffer, where its output was staged, is freed
+    // here (kLateQRelease): once this block's first S is done, or at once
+    // where this warpgroup has no tile of the block.
+    auto release_previous_q = [&]() {
+        if (!late_q || j == 0) return;
+        // The store's TMA has read the rows: its thread waits; the others,
+        // with no bulk group, pass (a branch here serialises the wgmmas).
+        bulk_wait_read();
+        __syncwarp();
+        wg::fence_proxy_async();  // the producer's TMA writes the buffer next
+        release(sm.empty_q((j - 1) % kQBufs));
+    };
+    if (n_own == 0) release_previous_q();
     if (n_own > 0) {
         float scale[2];
         bool grew;
@@ -227,6 +246,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         turn_end();
         wg::wait<0>();
         wg::fence_regs(s);
+        release_previous_q();  // no wgmma in flight: ptxas serialises them around a branch
         release(sm.empty_k(s0));
         transform(kr.kv_start);
         softmax(scale, grew);
@@ -330,7 +350,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
                 tma_store(&maps.o, c * 64, kv_head * G, w.q_begin + (row0 + wg_row0) / G,
                           q_tile + (unsigned int)(c * kTileQ + wg_row0) * 128u);
             bulk_commit();
-            bulk_wait_read();
+            if (!late_q) bulk_wait_read();
         }
     } else {
 #pragma unroll 4
@@ -341,6 +361,10 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
                 store_chunk(p, w, G, pr, ch, [&] { return q_tile + swz_panel<kTileQ>(r, ch); });
         }
     }
+    // Converged before the next block's wgmmas (else ptxas serialises them:
+    // C7520); the rows are freed in that block (release_previous_q).
+    __syncwarp();
+    if (late_q) return;
     named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
     if (raw_q) {
         // The producer's TMA writes the buffer next: order this warpgroup's
