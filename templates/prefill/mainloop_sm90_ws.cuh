@@ -106,11 +106,11 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
         if (kFeed && tid == 64) {
             feed_blocks(p, ws, sm);
         } else if (tid == 32 && raw_q) {
-            for_each_block(p, ws, sm, [&](const Work &w, int row0, const KeyRange &, int, int j) {
+            for_each_block<kFeedWork>(p, ws, sm, [&](const Work &w, int row0, const KeyRange &, int, int j) {
                 produce_q(p, ws, w, row0, sm, j);
             });
         } else if (tid < kKVLoaders) {
-            for_each_block(p, ws, sm, [&](const Work &w, int, const KeyRange &kr, int it, int) {
+            for_each_block<kFeedWork && !kPaged>(p, ws, sm, [&](const Work &w, int, const KeyRange &kr, int it, int) {
                 if (kPagesInParts && ws.page_box != p.page_size)  // pages not dividing the tile
                     produce_paged<true>(p, ws, w, kr, sm, it);
                 else if constexpr (kPaged)
@@ -123,7 +123,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     } else {
         set_max_regs_inc<kConsumerRegs>();
         int blocks = 0;
-        for_each_block(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
+        for_each_block<kFeedWork>(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
             consume(p, ws, w, kr, sm, row0, tid / 128 - 1, it, j, raw_q);
             blocks = j + 1;
         });

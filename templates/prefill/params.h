@@ -157,14 +157,14 @@
 #ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
 #endif
-/* The Q buffers + the K and V rings + 256 bytes for the mbarriers and the
- * block feed (ws/config.cuh: Smem): at most 224.25 KiB (head_dim 128 with
+/* The Q buffers + the K and V rings + 320 bytes for the mbarriers and the
+ * block feed (ws/config.cuh: Smem): at most 224.31 KiB (head_dim 128 with
  * 160-key tiles), under the 227 KiB an H100 CTA may opt in to. */
 #define FI_PREFILL_WS_SMEM_BYTES(hd, lean, causal)                                        \
     ((FI_PREFILL_WS_Q_BUFS(hd) * FI_PREFILL_WS_TILE_Q(hd, lean) +                          \
       2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, lean, causal)) *            \
          (hd) * 2 +                                                                        \
-     256)
+     320)
 
 /* A CUtensorMap (cuda.h), which NVRTC does not see: 128 opaque bytes,
  * 64-byte aligned. The kernel takes the K and V maps by value

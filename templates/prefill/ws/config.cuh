@@ -122,20 +122,24 @@ constexpr bool kLateQRelease = kQBufs == 2;
 // while the consumers compute block k (a claim further ahead would hold a
 // short block back from an idle CTA at the grid's end: see feed_blocks).
 constexpr int kFeedSlots = 2;
+// A feed slot: the block's number, then its Work (schedule.cuh), from 16
+// bytes on.
+constexpr unsigned int kFeedSlotBytes = 64;
+// The feed's slots follow the barriers, 16-byte aligned.
+constexpr unsigned int kFeedAt = (8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots + 1) + 15u) & ~15u;
 
 static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
               "a producer and consumers of 64 rows");
 static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
 static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask) >=
-                  kQBufs * kQBytes + 2u * kStages * kKVBytes +
-                      (4u * kStages + 2u * kQBufs + 2u * kFeedSlots + 1u) * 8u + 4u * kFeedSlots,
+                  kQBufs * kQBytes + 2u * kStages * kKVBytes + kFeedAt + kFeedSlotBytes * kFeedSlots,
               "shared memory: Q, the K and V rings, the block feed, their barriers");
 
 // Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
 // (slots panel-major, group-major for pages: SlotLayout), then the
 // barriers: full K, full V, empty K, empty V, one per slot, full Q and
 // empty Q, one per buffer, full and empty of the block feed, one per slot,
-// the K/V loader's "issued"; then the feed's slots (block numbers). Block j
+// the K/V loader's "issued"; then the feed's slots (a block and its Work). Block j
 // of a CTA (its j-th with rows) uses Q buffer j % kQBufs when Q comes by
 // TMA, else the first.
 struct Smem {
@@ -165,10 +169,7 @@ struct Smem {
     {
         return bars + 8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots);
     }
-    __device__ __forceinline__ unsigned int feed(int s) const
-    {
-        return bars + 8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots + 1) + 4u * s;
-    }
+    __device__ __forceinline__ unsigned int feed(int s) const { return bars + kFeedAt + kFeedSlotBytes * s; }
 };
 
 }  // namespace ws

@@ -11,6 +11,21 @@ namespace fijit {
 namespace prefill {
 namespace ws {
 
+// A Work as the words of a feed slot (Smem::feed), in whole 16-byte chunks.
+constexpr int kWorkWords = (int)(sizeof(Work) + 15) / 16 * 4;
+union WorkWords {
+    Work w;
+    unsigned int u[kWorkWords];
+};
+static_assert(16 + 4 * kWorkWords <= (int)kFeedSlotBytes, "a feed slot holds a block and its Work");
+// The scheduler passes each block's Work on with it where Q comes by TMA:
+// where the consumers load Q (RoPE, soft-cap, ALiBi, hooks), the Work's
+// words held from shared memory spill 4-100 B in 21 of those tuples' 108
+// ragged and single modules, which read them from global memory anew. The
+// paged K/V warp reads it anew too (with the words it spilled 4 B at
+// head_dim 64 beside three consumers).
+constexpr bool kFeedWork = kRawQTuple;
+
 // The next block of this CTA after `b` in a grid of `blocks`: the next
 // unclaimed one when the launch counts claims, else b + gridDim.x.
 __device__ __forceinline__ int next_block(const fi_prefill_ws &ws, int b, int blocks)
@@ -39,6 +54,9 @@ __device__ __forceinline__ int next_block(const fi_prefill_ws &ws, int b, int bl
 // 6.74 ms against 6.19; single prefill of its pairs read 9.8 GB persistent
 // against 0.8 GB with a CTA per block. bench_batch_prefill.py (A/B in one
 // process): causal 32/32 1.02-1.05x, the rest 0.98-1.04x.
+// The block's Work goes into the slot with it: read from the request's
+// list and offsets once, here, ahead of time, not by every thread at the
+// block's start, where each role waited for two dependent global reads.
 __device__ __forceinline__ void feed_blocks(const P &p, const fi_prefill_ws &ws, const Smem &sm)
 {
     const int blocks = ws.work_items * ws.kv_heads;
@@ -47,23 +65,42 @@ __device__ __forceinline__ void feed_blocks(const P &p, const fi_prefill_ws &ws,
         bar_wait(sm.empty_feed(s), ((k / kFeedSlots) & 1) ^ 1);
         if (k > 0) bar_wait(sm.issued(), (k - 1) & 1);
         for (b = k == 0 ? b : next_block(ws, b, blocks); b < blocks; b = next_block(ws, b, blocks)) {
-            const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
-            if (w.tile * kTileQ < w.qo_len * p.group_size) break;
+            WorkWords ww;
+            ww.w = get_work(p, b, ws.work_items, ws.kv_heads);
+            if (ww.w.tile * kTileQ < ww.w.qo_len * p.group_size) {
+                if constexpr (kFeedWork) {
+#pragma unroll
+                    for (int i = 0; i < kWorkWords; ++i) sts32(sm.feed(s) + 16u + 4u * i, ww.u[i]);
+                }
+                break;
+            }
         }
         sts32(sm.feed(s), (unsigned int)b);
-        bar_arrive(sm.full_feed(s));  // release: the slot's write is seen with the phase
+        bar_arrive(sm.full_feed(s));  // release: the slot's writes are seen with the phase
         if (b >= blocks) return;
     }
 }
 
-// The k-th block of the CTA from the feed. Every reading thread frees the
-// slot itself, so its own read is ordered before the rewrite (a warp that
-// left the arrive to one lane after __syncwarp raced it in racecheck).
-__device__ __forceinline__ int take_block(const Smem &sm, int k)
+// The k-th block of the CTA from the feed, and with kFedWork its Work when
+// it is one of the grid's. Every reading thread frees the slot itself, so its own reads
+// are ordered before the rewrite (a warp that left the arrive to one lane
+// after __syncwarp raced it in racecheck).
+template <bool kFedWork>
+__device__ __forceinline__ int take_block(const Smem &sm, int k, int blocks, Work &w)
 {
     const int s = k % kFeedSlots;
     bar_wait(sm.full_feed(s), (k / kFeedSlots) & 1);
     const int b = (int)lds32(sm.feed(s));
+    if (kFedWork && b < blocks) {
+        WorkWords ww;
+#pragma unroll
+        for (int i = 0; i < kWorkWords / 4; ++i) {
+            const vec16_t v = lds128(sm.feed(s) + 16u + 16u * i);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ww.u[4 * i + e] = v.w[e];
+        }
+        w = ww.w;
+    }
     bar_arrive(sm.empty_feed(s));
     return b;
 }
@@ -71,14 +108,14 @@ __device__ __forceinline__ int take_block(const Smem &sm, int k)
 // The blocks of this CTA that have rows, in order (from the feed, or
 // blockIdx.x, + gridDim.x, ...): f(work, first row, key range, it, j),
 // where `it` counts the tiles the rings held before the block and j the
-// blocks before it (the Q buffers' turns). Every role walks them alike.
-template <class F>
+// blocks before it (the Q buffers' turns). Every role walks them alike;
+// kFedWork: the role takes each block's Work from the feed (kFeedWork).
+template <bool kFedWork, class F>
 __device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &ws, const Smem &sm,
                                                const F &f)
 {
     const int blocks = ws.work_items * ws.kv_heads;
-    auto visit = [&](int b, int &it, int j) {
-        const Work w = get_work(p, b, ws.work_items, ws.kv_heads);
+    auto visit = [&](const Work &w, int &it, int j) {
         const int row0 = w.tile * kTileQ;
         if (!kFeed && row0 >= w.qo_len * p.group_size) return false;  // the feed skips them
         const KeyRange kr = key_range<kTileQ, kTileKV>(p, w, row0);
@@ -87,11 +124,13 @@ __device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &
         return true;
     };
     if constexpr (kFeed) {
-        for (int j = 0, it = 0, b; (b = take_block(sm, j)) < blocks; ++j) visit(b, it, j);
+        Work w;
+        for (int j = 0, it = 0, b; (b = take_block<kFedWork>(sm, j, blocks, w)) < blocks; ++j)
+            visit(kFedWork ? w : get_work(p, b, ws.work_items, ws.kv_heads), it, j);
     } else {
         // The loop as it was before the feed: paged registers are that tight.
         for (int b = (int)blockIdx.x, it = 0, j = 0; b < blocks; b += (int)gridDim.x)
-            j += visit(b, it, j);
+            j += visit(get_work(p, b, ws.work_items, ws.kv_heads), it, j);
     }
 }
 
