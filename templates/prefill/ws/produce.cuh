@@ -127,9 +127,10 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
                      : 0;
         const int my_group = kParts ? key % p.page_size / 8 : 0;
         // The tile's boxes with keys into `slot`, a TMA each, completing
-        // `full`: lane i issues box i's (one instruction for the warp's
-        // boxes, where one lane issuing them all in turn took as long as the
-        // tile's MMAs), after lane 0 has set the bytes to expect.
+        // `full`: lane i issues box i's, after lane 0 has set the bytes to
+        // expect. ptxas still issues them a lane at a time (a TMA's operands
+        // are uniform registers), yet one lane looping over the boxes took as
+        // long as the tile's MMAs.
         auto load_boxes = [&](unsigned int slot, const fi_tma_map *map, const int (&coords)[3],
                               unsigned int full) {
             const unsigned int box_bytes = (unsigned int)box * kRowBytes;
