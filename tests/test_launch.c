@@ -538,8 +538,8 @@ TEST(prefill_hopper_main_loop_at_head_dim_64_takes_192_row_tiles)
     fi_jit_ctx_free(ctx);
 }
 
-/* head_dim 256: one Q buffer, filled by TMA too (its box a tile's packed
- * rows), 80-key K/V tiles; persistent CTAs without a causal mask, a CTA per
+/* head_dim 256: one Q buffer, filled by TMA too (its box a consumer's 64
+ * packed rows, each consumer's refilled on its own), 80-key K/V tiles; persistent CTAs without a causal mask, a CTA per
  * block with one where they cannot claim (no workspace: prefill.c, ws_default;
  * where they can, the next test). */
 TEST(prefill_hopper_main_loop_at_head_dim_256_loads_q_by_tma)
@@ -555,7 +555,7 @@ TEST(prefill_hopper_main_loop_at_head_dim_256_loads_q_by_tma)
           seen.smem == FI_PREFILL_WS_SMEM_BYTES(256, 1, 0));
     CHECK(FI_PREFILL_WS_TILE_KV(256, 1, 0) == 80 &&
           tma_map_is(&seen.ws.k, a.k, 1000, 8, 256, 1, 80));
-    CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 32, 256, 4, 32));
+    CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 32, 256, 4, 16));
 
     s.mask = FI_MASK_CAUSAL; /* 32 tiles x 8 kv heads, a CTA each */
     CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));

@@ -361,8 +361,9 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                                         p->v_stride_n, 1, box);
 }
 
-/* The map of q (prefill/params.h) when a tile's packed rows are one box (the
- * group divides the tile) and sm_scale is positive: the loop then loads Q
+/* The map of q (prefill/params.h) when a box's packed rows (a tile's, or a
+ * consumer's: FI_PREFILL_WS_Q_BOX_ROWS) hold whole groups and sm_scale is
+ * positive: the loop then loads Q
  * through it where its tuple takes Q so (ws/config.cuh: kRawQTuple; the softmax
  * applies sm_scale, after the maxima), and paged prefetches the rows the
  * consumers load. Otherwise, or when q does not suit TMA, ws->q_rows stays
@@ -371,10 +372,10 @@ static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
                          int q_rows)
 {
     const int group = p->group_size;
-    const int tile_q = ws_tile_q(spec);
-    if (q_rows <= 0 || tile_q % group != 0 || !(p->sm_scale > 0.f)) return;
+    const int box_rows = FI_PREFILL_WS_Q_BOX_ROWS(spec->head_dim, ws_lean(spec));
+    if (q_rows <= 0 || box_rows % group != 0 || !(p->sm_scale > 0.f)) return;
     if (fi__cuda_tma_map_3d(&ws->q, p->q, spec->head_dim, p->num_qo_heads, q_rows, p->q_stride_h,
-                            p->q_stride_n, group, tile_q / group) == 0)
+                            p->q_stride_n, group, box_rows / group) == 0)
         ws->q_rows = q_rows;
 }
 

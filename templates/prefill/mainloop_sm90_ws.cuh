@@ -83,8 +83,10 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             bar_init(sm.empty_v(s), 4 * kConsumers);
         }
         for (int b = 0; b < kQBufs; ++b) {
-            bar_init(sm.full_q(b), 1);
-            bar_init(sm.empty_q(b), 4 * kConsumers);
+            for (int part = 0; part < kQParts; ++part) {
+                bar_init(sm.full_q(b, part), 1);
+                bar_init(sm.empty_q(b, part), 4 * kConsumers / kQParts);  // the part's warps
+            }
         }
         // The feed's readers: the consumer threads, the K/V loaders and,
         // when Q comes by TMA, the Q loader.

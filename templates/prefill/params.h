@@ -157,6 +157,11 @@
 #ifndef FI_PREFILL_WS_STAGES
 #define FI_PREFILL_WS_STAGES(hd) ((hd) == 64 ? 3 : 2)
 #endif
+/* Packed rows of one Q load (the box of fi_prefill_ws.q): a tile's, or with
+ * one Q buffer a consumer's 64, so that each consumer's rows are refilled as
+ * soon as its own output has left them (ws/config.cuh: kQParts). */
+#define FI_PREFILL_WS_Q_BOX_ROWS(hd, lean) \
+    (FI_PREFILL_WS_Q_BUFS(hd) == 1 ? 64 : FI_PREFILL_WS_TILE_Q(hd, lean))
 /* The Q buffers + the K and V rings + 320 bytes for the mbarriers and the
  * block feed (ws/config.cuh: Smem): at most 224.31 KiB (head_dim 128 with
  * 160-key tiles), under the 227 KiB an H100 CTA may opt in to. */
@@ -202,9 +207,10 @@ typedef struct fi_tma_map {
  * block past the grid): its CTA sets the counter back to 0 for the next
  * launch (the plan's upload zeroes it first).
  * q: when q_rows > 0, a map of q {head_dim, num_qo_heads, q_rows tokens},
- * box {64, group, FI_PREFILL_WS_TILE_Q(hd, lean) / group}: a box is one tile's packed
- * rows (token-major, the group's heads fastest) as they are in q. The host
- * makes it when the group divides the tile, sm_scale > 0 and q suits TMA;
+ * box {64, group, FI_PREFILL_WS_Q_BOX_ROWS(hd, lean) / group}: a box is a tile's
+ * packed rows, or a consumer's (token-major, the group's heads fastest) as
+ * they are in q. The host makes it when the group divides the box's rows,
+ * sm_scale > 0 and q suits TMA;
  * the kernel reads Q through it when its tuple changes q by sm_scale alone
  * (no RoPE, the default query and logits hooks: ws/config.cuh kRawQTuple), and
  * with paged K/V prefetches each block's Q rows into L2 through it.

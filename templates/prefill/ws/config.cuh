@@ -29,6 +29,11 @@ constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim);
 // FI_PREFILL_WS_PAGE_OK.
 constexpr bool kPagesInParts = kPaged && FI_PREFILL_WS_PART_PAGES(kTileKV);
 constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim);
+// Q loads per buffer, each on its own full and empty barriers: with one
+// buffer, a load per consumer's 64 rows, so that a consumer whose output
+// has left starts its next block without waiting for the others' epilogues.
+constexpr int kQParts = kTileQ / FI_PREFILL_WS_Q_BOX_ROWS(kHeadDim, kLean);
+constexpr int kQBars = kQBufs * kQParts;
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
 // and sm_scale, positive (the host checks), commutes with masks and maxima.
 // Where the host makes a q map (params.h: fi_prefill_ws.q).
@@ -126,11 +131,12 @@ constexpr int kFeedSlots = 2;
 // bytes on.
 constexpr unsigned int kFeedSlotBytes = 64;
 // The feed's slots follow the barriers, 16-byte aligned.
-constexpr unsigned int kFeedAt = (8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots + 1) + 15u) & ~15u;
+constexpr unsigned int kFeedAt = (8u * (4 * kStages + 2 * kQBars + 2 * kFeedSlots + 1) + 15u) & ~15u;
 
 static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
               "a producer and consumers of 64 rows");
 static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
+static_assert(kQParts == 1 || kQParts == kConsumers, "a Q load is a tile's rows or a consumer's");
 static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask) >=
                   kQBufs * kQBytes + 2u * kStages * kKVBytes + kFeedAt + kFeedSlotBytes * kFeedSlots,
               "shared memory: Q, the K and V rings, the block feed, their barriers");
@@ -138,7 +144,7 @@ static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask) >=
 // Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
 // (slots panel-major, group-major for pages: SlotLayout), then the
 // barriers: full K, full V, empty K, empty V, one per slot, full Q and
-// empty Q, one per buffer, full and empty of the block feed, one per slot,
+// empty Q, one per buffer and part (kQParts), full and empty of the block feed, one per slot,
 // the K/V loader's "issued"; then the feed's slots (a block and its Work). Block j
 // of a CTA (its j-th with rows) uses Q buffer j % kQBufs when Q comes by
 // TMA, else the first.
@@ -151,23 +157,26 @@ struct Smem {
     __device__ __forceinline__ unsigned int full_v(int s) const { return bars + 8u * (kStages + s); }
     __device__ __forceinline__ unsigned int empty_k(int s) const { return bars + 8u * (2 * kStages + s); }
     __device__ __forceinline__ unsigned int empty_v(int s) const { return bars + 8u * (3 * kStages + s); }
-    __device__ __forceinline__ unsigned int full_q(int b) const { return bars + 8u * (4 * kStages + b); }
-    __device__ __forceinline__ unsigned int empty_q(int b) const
+    __device__ __forceinline__ unsigned int full_q(int b, int part) const
     {
-        return bars + 8u * (4 * kStages + kQBufs + b);
+        return bars + 8u * (4 * kStages + b * kQParts + part);
+    }
+    __device__ __forceinline__ unsigned int empty_q(int b, int part) const
+    {
+        return bars + 8u * (4 * kStages + kQBars + b * kQParts + part);
     }
     __device__ __forceinline__ unsigned int full_feed(int s) const
     {
-        return bars + 8u * (4 * kStages + 2 * kQBufs + s);
+        return bars + 8u * (4 * kStages + 2 * kQBars + s);
     }
     __device__ __forceinline__ unsigned int empty_feed(int s) const
     {
-        return bars + 8u * (4 * kStages + 2 * kQBufs + kFeedSlots + s);
+        return bars + 8u * (4 * kStages + 2 * kQBars + kFeedSlots + s);
     }
     // The K/V loader's arrival after each block's loads (feed_blocks).
     __device__ __forceinline__ unsigned int issued() const
     {
-        return bars + 8u * (4 * kStages + 2 * kQBufs + 2 * kFeedSlots);
+        return bars + 8u * (4 * kStages + 2 * kQBars + 2 * kFeedSlots);
     }
     __device__ __forceinline__ unsigned int feed(int s) const { return bars + kFeedAt + kFeedSlotBytes * s; }
 };

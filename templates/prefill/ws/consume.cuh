@@ -58,6 +58,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // Q by TMA into two buffers: this block's output leaves from its buffer
     // while the next block runs on the other (kLateQRelease).
     const bool late_q = kLateQRelease && raw_q;
+    const int q_part = kQParts == 1 ? 0 : wg;  // this warpgroup's Q barriers
 
     // Q's buffer: the producer's turn j when it loads Q, else always the first
     // (a fixed address keeps the wgmma descriptors out of registers).
@@ -66,7 +67,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // from the parameters where used: registers are what this loop lacks).
     auto logit_scale = [&]() { return raw_q ? p.sm_scale : 1.f; };
     if (raw_q) {
-        bar_wait(sm.full_q(j % kQBufs), (j / kQBufs) & 1);
+        bar_wait(sm.full_q(j % kQBufs, q_part), (j / kQBufs) & 1);
     } else {
         // Q rows of this warpgroup: rotated, transformed, rounded, swizzled
         // (the previous block's MMAs and epilogue are done with them: the
@@ -230,7 +231,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         bulk_wait_read();
         __syncwarp();
         wg::fence_proxy_async();  // the producer's TMA writes the buffer next
-        release(sm.empty_q((j - 1) % kQBufs));
+        release(sm.empty_q((j - 1) % kQBufs, q_part));
     };
     if (n_own == 0) release_previous_q();
     if (n_own > 0) {
@@ -370,7 +371,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         // The producer's TMA writes the buffer next: order this warpgroup's
         // generic-proxy accesses before them.
         wg::fence_proxy_async();
-        release(sm.empty_q(j % kQBufs));
+        release(sm.empty_q(j % kQBufs, q_part));
     }
 }
 

@@ -13,18 +13,23 @@ namespace ws {
 
 // The producer's one thread: Q of the CTA's block j, rows row0.. of request
 // w, into its buffer once the consumers have freed it: after block
-// j - kQBufs's output was staged there and has left.
+// j - kQBufs's output was staged there and has left; part by part
+// (kQParts), each once its consumer is done with it.
 __device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps, const Work &w,
                                           int row0, const Smem &sm, int j)
 {
+    constexpr int kPartRows = kTileQ / kQParts;
     const int b = j % kQBufs;
-    bar_wait(sm.empty_q(b), ((j / kQBufs) & 1) ^ 1);
-    bar_expect(sm.full_q(b), kQBytes);
     const int G = p.group_size;
 #pragma unroll
-    for (int c = 0; c < kPanels; ++c)
-        tma_load(sm.q_buf(b) + c * kTileQ * 128u, &maps.q, c * 64, w.kv_head * G,
-                 w.q_begin + row0 / G, sm.full_q(b));
+    for (int part = 0; part < kQParts; ++part) {
+        bar_wait(sm.empty_q(b, part), ((j / kQBufs) & 1) ^ 1);
+        bar_expect(sm.full_q(b, part), kQBytes / kQParts);
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c)
+            tma_load(sm.q_buf(b) + (unsigned int)(c * kTileQ + part * kPartRows) * 128u, &maps.q, c * 64,
+                     w.kv_head * G, w.q_begin + (row0 + part * kPartRows) / G, sm.full_q(b, part));
+    }
 }
 
 // One K or V tile of a contiguous map (kTileKV rows from `row`, a box per
@@ -68,9 +73,11 @@ __device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws 
 {
     if (lane == 0 && maps.q_rows > 0) {
 #pragma unroll
-        for (int c = 0; c < kPanels; ++c)
-            tma_prefetch(&maps.q, c * 64, w.kv_head * p.group_size,
-                         w.q_begin + w.tile * kTileQ / p.group_size);
+        for (int part = 0; part < kQParts; ++part)
+#pragma unroll
+            for (int c = 0; c < kPanels; ++c)
+                tma_prefetch(&maps.q, c * 64, w.kv_head * p.group_size,
+                             w.q_begin + (w.tile * kTileQ + part * (kTileQ / kQParts)) / p.group_size);
     }
 }
 
