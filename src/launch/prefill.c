@@ -363,11 +363,11 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
 
 /* The map of q (prefill/params.h) when a box's packed rows (a tile's, or a
  * consumer's: FI_PREFILL_WS_Q_BOX_ROWS) hold whole groups and sm_scale is
- * positive: the loop then loads Q
- * through it where its tuple takes Q so (ws/config.cuh: kRawQTuple; the softmax
- * applies sm_scale, after the maxima), and paged prefetches the rows the
- * consumers load. Otherwise, or when q does not suit TMA, ws->q_rows stays
- * 0 and the consumers load Q themselves. */
+ * positive: the loop then loads Q through it where its tuple takes Q so
+ * (ws/config.cuh: kRawQTuple; the softmax applies sm_scale, after the
+ * maxima), and paged prefetches the rows the consumers load. Otherwise, or
+ * when q does not suit TMA, ws->q_rows stays 0 and the consumers load Q
+ * themselves. */
 static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
                          int q_rows)
 {

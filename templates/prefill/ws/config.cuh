@@ -32,7 +32,8 @@ constexpr int kQBufs = FI_PREFILL_WS_Q_BUFS(kHeadDim);
 // Q loads per buffer, each on its own full and empty barriers: with one
 // buffer, a load per consumer's 64 rows, so that a consumer whose output
 // has left starts its next block without waiting for the others' epilogues.
-constexpr int kQParts = kTileQ / FI_PREFILL_WS_Q_BOX_ROWS(kHeadDim, kLean);
+constexpr int kQPartRows = FI_PREFILL_WS_Q_BOX_ROWS(kHeadDim, kLean);
+constexpr int kQParts = kTileQ / kQPartRows;
 constexpr int kQBars = kQBufs * kQParts;
 // Q may come by TMA as it is in q: the tuple changes it by sm_scale alone,
 // and sm_scale, positive (the host checks), commutes with masks and maxima.
@@ -145,10 +146,10 @@ static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask) >=
 // Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
 // (slots panel-major, group-major for pages: SlotLayout), then the
 // barriers: full K, full V, empty K, empty V, one per slot, full Q and
-// empty Q, one per buffer and part (kQParts), full and empty of the block feed, one per slot,
-// the K/V loader's "issued"; then the feed's slots (a block and its Work). Block j
-// of a CTA (its j-th with rows) uses Q buffer j % kQBufs when Q comes by
-// TMA, else the first.
+// empty Q, one per buffer and part (kQParts), full and empty of the block
+// feed, one per slot, the K/V loader's "issued"; then the feed's slots (a
+// block and its Work). Block j of a CTA (its j-th with rows) uses Q buffer
+// j % kQBufs when Q comes by TMA, else the first.
 struct Smem {
     unsigned int q, k, v, bars;
     __device__ __forceinline__ unsigned int q_buf(int b) const { return q + b * kQBytes; }

@@ -18,7 +18,6 @@ namespace ws {
 __device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps, const Work &w,
                                           int row0, const Smem &sm, int j)
 {
-    constexpr int kPartRows = kTileQ / kQParts;
     const int b = j % kQBufs;
     const int G = p.group_size;
 #pragma unroll
@@ -27,8 +26,9 @@ __device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps,
         bar_expect(sm.full_q(b, part), kQBytes / kQParts);
 #pragma unroll
         for (int c = 0; c < kPanels; ++c)
-            tma_load(sm.q_buf(b) + (unsigned int)(c * kTileQ + part * kPartRows) * 128u, &maps.q, c * 64,
-                     w.kv_head * G, w.q_begin + (row0 + part * kPartRows) / G, sm.full_q(b, part));
+            tma_load(sm.q_buf(b) + (unsigned int)(c * kTileQ + part * kQPartRows) * 128u, &maps.q,
+                     c * 64, w.kv_head * G, w.q_begin + (row0 + part * kQPartRows) / G,
+                     sm.full_q(b, part));
     }
 }
 
@@ -77,7 +77,7 @@ __device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws 
 #pragma unroll
             for (int c = 0; c < kPanels; ++c)
                 tma_prefetch(&maps.q, c * 64, w.kv_head * p.group_size,
-                             w.q_begin + (w.tile * kTileQ + part * (kTileQ / kQParts)) / p.group_size);
+                             w.q_begin + (w.tile * kTileQ + part * kQPartRows) / p.group_size);
     }
 }
 

@@ -82,9 +82,9 @@ __device__ __forceinline__ void feed_blocks(const P &p, const fi_prefill_ws &ws,
 }
 
 // The k-th block of the CTA from the feed, and with kFedWork its Work when
-// it is one of the grid's. Every reading thread frees the slot itself, so its own reads
-// are ordered before the rewrite (a warp that left the arrive to one lane
-// after __syncwarp raced it in racecheck).
+// it is one of the grid's. Every reading thread frees the slot itself, so
+// its own reads are ordered before the rewrite (a warp that left the arrive
+// to one lane after __syncwarp raced it in racecheck).
 template <bool kFedWork>
 __device__ __forceinline__ int take_block(const Smem &sm, int k, int blocks, Work &w)
 {
