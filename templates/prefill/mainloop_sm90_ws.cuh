@@ -31,7 +31,7 @@
 //    block to the next without waiting for memory where there are two Q
 //    buffers (head_dim <= 128; at 256 the one is refilled once the block's
 //    output, staged there, has left by TMA). The K/V warp prefetches a
-//    paged block's Q rows into L2 either way (produce_paged).
+//    paged block's Q rows into L2 where Q waits for them (produce_paged).
 //  * the consumers (warpgroups 1, 2[, 3]), 64 query rows each, wait for Q or
 //    load and transform their rows themselves (RoPE, query_transform), then
 //    run the tile loop with the next tile's S = Q K^T issued before this tile's

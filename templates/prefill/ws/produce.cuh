@@ -104,20 +104,22 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
 {
     static_assert(kTileKV / 8 <= 32, "a lane per box of a tile");
     const int lane = (int)threadIdx.x % 32;
-    // This block's Q is loaded once the previous block is done with its
-    // buffer (by the Q thread's TMA, or by the consumers where the tuple
-    // changes Q: kRawQTuple),
-    // from memory no CTA has read yet. This warp gets here up to kStages
-    // tiles before that, so it asks L2 for those rows (through the map of
-    // q, when the host made one): the Q loads then wait for L2, not for
-    // HBM. Measured with the consumers loading Q (H100, bench_batch_prefill.py,
+    // Where the consumers load this block's Q (the tuple changes it: RoPE,
+    // per-logit hooks), they do so once the previous block is done, from
+    // memory no CTA has read yet. This warp gets here up to kStages tiles
+    // before that, so it asks L2 for those rows (through the map of q, when
+    // the host made one): the Q loads then wait for L2, not for HBM.
+    // Measured with the consumers loading Q (H100, bench_batch_prefill.py,
     // fp16 32/8): hd 128 causal 463-467 TFLOP/s without, 464-479 with (four
     // runs in two device calls), the rest within the runs' spread (+-2%):
-    // a small gain at best, kept as it costs no registers. Issuing all of a
-    // thread's Q loads at once added nothing; Q by TMA into two buffers
-    // (two K/V stages at hd 128) measured no faster until the output left
-    // by TMA from them (params.h: FI_PREFILL_WS_Q_BUFS).
-    prefetch_q_rows(p, maps, w, lane);
+    // a small gain at best, kept as it costs no registers. So does the Q
+    // thread's TMA into one buffer (head_dim 256), which waits for the
+    // output to leave. Into two buffers it loads a block ahead, and the
+    // prefetch only added L2 lookups: without it, hd 128 no mask 32/8 read
+    // 891 M L2 sectors, not 906 M, in 7.56 ms against 7.62 (ncu), and paged
+    // hd 64 and 128 measured 1.00-1.01x on the batch's 8 shapes (H200,
+    // session 23, A/B in one process).
+    if constexpr (!kRawQTuple || kQBufs == 1) prefetch_q_rows(p, maps, w, lane);
     for (int i = 0; i < kr.n; ++i, ++it) {
         const int s = it % kStages;
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
