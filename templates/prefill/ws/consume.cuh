@@ -9,6 +9,7 @@
 #include "prefill/rope.cuh"
 #include "prefill/softmax.cuh"
 #include "prefill/ws/config.cuh"
+#include "prefill/ws/trace.cuh"
 
 namespace fijit {
 namespace prefill {
@@ -19,6 +20,7 @@ namespace ws {
 __device__ __forceinline__ void end_turns(int wg, int blocks)
 {
     if (kPingPong && wg == 0 && blocks > 0) named_sync(kBarTurn + 0, 256);
+    trace_report();
     // The last block's output store has read its rows before the CTA's
     // shared memory goes (kLateQRelease leaves the wait to the next block).
     if (kLateQRelease && threadIdx.x % 128 == 0) bulk_wait_read();
@@ -59,6 +61,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // while the next block runs on the other (kLateQRelease).
     const bool late_q = kLateQRelease && raw_q;
     const int q_part = kQParts == 1 ? 0 : wg;  // this warpgroup's Q barriers
+    PhaseClock phases(wg, wtid, kr.n);  // FIJIT_WS_TRACE only (trace.cuh)
 
     // Q's buffer: the producer's turn j when it loads Q, else always the first
     // (a fixed address keeps the wgmma descriptors out of registers).
@@ -83,6 +86,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         wg::fence_proxy_async();  // Q is read by wgmma
         named_sync(kBarWg + wg, 128);
     }
+    phases.mark(kTrQWait);
 
     // This thread's rows: g and g + 8 of its warp's 16; rows past the
     // request borrow the last one (never stored).
@@ -240,46 +244,62 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
 
         const int s0 = it % kStages;
         bar_wait(sm.full_k(s0), (it / kStages) & 1);
+        phases.mark(kTrK0Wait);
         turn_begin();
+        phases.mark(kTrTurn0);
         wg::fence_regs(s);
         wg::fence();
         issue_s(s0);
         turn_end();
+        phases.mark(kTrS0Issue);
         wg::wait<0>();
         wg::fence_regs(s);
+        phases.mark(kTrS0Wait);
         release_previous_q();  // no wgmma in flight: ptxas serialises them around a branch
         release(sm.empty_k(s0));
         transform(kr.kv_start);
         softmax(scale, grew);
         take_p();
+        phases.mark(kTrSoftmax0);
 
         for (int i = 1; i < n_own; ++i) {
             const int ic = it + i, ip = ic - 1;  // ring positions of tiles i, i - 1
             const int sc = ic % kStages, sp = ip % kStages;
+            phases.mark(kTrIssue);
             bar_wait(sm.full_k(sc), (ic / kStages) & 1);
+            phases.mark(kTrKWait);
             turn_begin();
+            phases.mark(kTrTurn);
             wg::fence_regs(s);
             wg::fence_regs(o);
             wg::fence();
             issue_s(sc);
+            phases.mark(kTrIssue);
             // V waited for here, after the fence: ptxas then re-fences the
             // registers of P.V (its note C7519); waiting before the fence
             // avoids that but measured no faster (0.93-1.10x, H100 A/B).
             bar_wait(sm.full_v(sp), (ip / kStages) & 1);
+            phases.mark(kTrVWait);
             issue_pv(sp);
             turn_end();
+            phases.mark(kTrIssue);
             wg::wait<1>();  // S of tile i
             wg::fence_regs(s);
+            phases.mark(kTrSWait);
             release(sm.empty_k(sc));
             transform(kr.kv_start + i * kTileKV);
             softmax(scale, grew);
+            phases.mark(kTrSoftmax);
             wg::wait<0>();  // P.V of tile i - 1
             wg::fence_regs(o);
             wg::fence_regs(pa);
+            phases.mark(kTrPVWait);
             release(sm.empty_v(sp));
             rescale(scale, grew);
             take_p();
+            phases.mark(kTrRescale);
         }
+        phases.mark(kTrIssue);
 
         const int il = it + n_own - 1;
         const int sl = il % kStages;
@@ -288,15 +308,19 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
             const int keys = w.kv_len - (kr.kv_start + (n_own - 1) * kTileKV);
             if (keys < kTileKV) zero_v_tail(sm, sl, keys, wg, wtid);
         }
+        phases.mark(kTrVLast);
         turn_begin();
+        phases.mark(kTrTurnLast);
         wg::fence_regs(o);
         wg::fence();
         issue_pv(sl);
         turn_end();
+        phases.mark(kTrPVIssue);
         wg::wait<0>();
         wg::fence_regs(o);
         wg::fence_regs(pa);
         release(sm.empty_v(sl));
+        phases.mark(kTrPVLastWait);
     }
     for (int i = n_own; i < n; ++i) {  // tiles only passed through
         const int ic = it + i, sc = ic % kStages;
@@ -311,6 +335,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         turn_begin();
         turn_end();
     }
+    phases.mark(kTrPass);
 
     // Epilogue (prefill/epilogue.cuh, as tile kernel 0): normalise, output
     // hook, staged in this warpgroup's own Q rows, which leave by TMA where
@@ -341,6 +366,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // proxy).
     if (by_tma) wg::fence_proxy_async();
     named_sync(kBarWg + wg, 128);
+    phases.mark(kTrStage);
     if (by_tma) {
         // A box per panel: the group's heads x 64 / G tokens (the host makes
         // the map only where G divides 64). Its thread waits until TMA has
@@ -365,6 +391,8 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // Converged before the next block's wgmmas (else ptxas serialises them:
     // C7520); the rows are freed in that block (release_previous_q).
     __syncwarp();
+    phases.mark(kTrStore);
+    phases.end_block();
     if (late_q) return;
     named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
     if (raw_q) {

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Where the Hopper main loop's time goes: a cycle trace of its consumers
+(templates/prefill/ws/trace.cuh), side by side for several launches.
+
+    python3 bench/ws_trace.py [--cases ragged:64:8:causal,paged:64:8:causal] [--launches 2]
+
+A case is KIND:HD:KV_HEADS:MASK (fp16, 32 query heads): KIND single runs one request of
+--single-len tokens (default: the length whose square is the batch's sum of squares, as
+bench_batch_prefill.py), ragged and paged (page 16, pages in random order) the batch of
+bench_batch_prefill.py (16 requests of 100-8000 tokens, seeded). Each case runs in a
+child process on a copy of the templates with FIJIT_WS_TRACE defined (FIJIT_TEMPLATE_DIR)
+and a cache of its own; its last launch is reported (the first ones warm up). The table
+gives, per phase, cycles a block (block phases) or a steady-loop tile (the indented
+ones), the mean over the consumer warpgroups of every CTA. The marks themselves cost a
+few instructions each, and the held clock spills a few registers in some tuples (up to
+76 B at head_dim 256: bench/ws_resources.py on a FIJIT_LOG=4 prewarm of the copy):
+compare cases with one another, not with untraced timings.
+"""
+import argparse
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# trace.cuh's TracePhase, in order; True: a phase of the steady loop (per tile).
+PHASES = [("walk", False), ("Q wait", False), ("first K wait", False), ("first turn", False),
+          ("first S issue", False), ("first S wait", False), ("first softmax", False),
+          ("K wait", True), ("turn", True), ("issue S, P.V", True), ("V wait", True),
+          ("S wait", True), ("softmax", True), ("P.V wait", True), ("rescale, pack P", True),
+          ("last V wait", False), ("last turn", False), ("last P.V issue", False),
+          ("last P.V wait", False), ("passed tiles", False), ("stage O", False),
+          ("store O", False)]
+BATCH, LO, HI, SEED = 16, 100, 8000, 1
+
+
+def batch_lens():
+    return [random.Random(SEED + i).randint(LO, HI) for i in range(BATCH)]
+
+
+def traced_templates(tmp):
+    """A copy of the templates with FIJIT_WS_TRACE defined at the top of trace.cuh."""
+    src = os.environ.get("FIJIT_TEMPLATE_DIR") or os.path.join(ROOT, "templates")
+    dst = os.path.join(tmp, "templates")
+    shutil.copytree(src, dst)
+    path = os.path.join(dst, "prefill", "ws", "trace.cuh")
+    with open(path) as f:
+        text = f.read()
+    if "#pragma once\n" not in text:
+        sys.exit(f"ws_trace: {path} has no '#pragma once' to define FIJIT_WS_TRACE after")
+    with open(path, "w") as f:
+        f.write(text.replace("#pragma once\n", "#pragma once\n#define FIJIT_WS_TRACE 1\n", 1))
+    return dst
+
+
+def run_case(case, launches, single_len):
+    """In the child: launch the case `launches` times (its kernels print the trace)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import torch
+    from bench_batch_prefill import batch_runner
+    from fijit_py import Fijit, Prefill, prefill_args, prefill_spec
+    kind, hd, hkv, mask = case.split(":")
+    hd, hkv = int(hd), int(hkv)
+    pf = Prefill(Fijit())
+    stream = torch.cuda.current_stream().cuda_stream
+    if kind == "single":
+        q = torch.randn(single_len, 32, hd, device="cuda", dtype=torch.float16)
+        k = torch.randn(single_len, hkv, hd, device="cuda", dtype=torch.float16)
+        v = torch.randn_like(k)
+        o = torch.empty_like(q)
+        args, spec = prefill_args(q, k, v, o), prefill_spec("single", "fp16", hd, mask)
+        ws = pf.workspace(spec, args)  # noqa: F841 (kept alive: the claims' counter)
+        fn = lambda: pf.run(spec, args, stream)  # noqa: E731
+    else:
+        fn, keep, plan = batch_runner(pf, kind, prefill_spec(kind, "fp16", hd, mask), batch_lens(),
+                                      32, hkv, hd, torch.float16, 16)
+    for _ in range(launches):
+        fn()
+        torch.cuda.synchronize()
+
+
+def parse(out, launches):
+    """The last launch's lines: {wg: (blocks, tiles, [cycles per phase])}."""
+    rows = re.findall(r"FIJIT_WS_TRACE wg (\d+) blocks (\d+) tiles (\d+):((?: \d+)+)", out)
+    per_launch = len(rows) // launches if launches else 0
+    if per_launch == 0 or len(rows) % launches:
+        return None
+    return {int(wg): (int(b), int(t), [int(x) for x in vals.split()])
+            for wg, b, t, vals in rows[-per_launch:]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="ragged:64:8:causal,paged:64:8:causal")
+    ap.add_argument("--launches", type=int, default=2)
+    ap.add_argument("--single-len", type=int, default=0)
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # the child's case
+    opt = ap.parse_args()
+    single_len = opt.single_len or int(round(math.sqrt(sum(L * L for L in batch_lens()))))
+    if opt.one:
+        run_case(opt.one, opt.launches, single_len)
+        return
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="fijit-ws-trace.") as tmp:
+        env = dict(os.environ, FIJIT_TEMPLATE_DIR=traced_templates(tmp),
+                   FIJIT_CACHE_DIR=os.path.join(tmp, "cache"))
+        for case in opt.cases.split(","):
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", case,
+                                   "--launches", str(opt.launches),
+                                   "--single-len", str(single_len)],
+                                  env=env, capture_output=True, text=True)
+            res = parse(proc.stdout, opt.launches)
+            if proc.returncode != 0 or res is None:
+                sys.stderr.write(f"ws_trace: {case}: rc {proc.returncode}, no trace\n"
+                                 f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+                return 1
+            results[case] = res
+    cases = list(results)
+    print(f"cycles a block (steady-loop phases: a tile), mean of the consumer warpgroups; "
+          f"single: L={single_len}")
+    print(f"{'phase':22}" + "".join(f"{c:>22}" for c in cases))
+    for name, key in (("blocks", 0), ("tiles", 1)):
+        print(f"{name:22}" + "".join(f"{sum(r[key] for r in results[c].values()) // len(results[c]):>22}"
+                                     for c in cases))
+
+    def per(c, ph, steady):
+        vals = []
+        for blocks, tiles, cyc in results[c].values():
+            den = max(tiles - blocks, 1) if steady else max(blocks, 1)
+            vals.append(cyc[ph] / den)
+        return sum(vals) / len(vals)
+
+    totals = {c: 0.0 for c in cases}
+    for ph, (name, steady) in enumerate(PHASES):
+        label = ("  " if steady else "") + name
+        print(f"{label:22}" + "".join(f"{per(c, ph, steady):>22.0f}" for c in cases))
+    for c in cases:
+        totals[c] = sum(per(c, ph, True) for ph, (_, steady) in enumerate(PHASES) if steady)
+    print(f"{'  a steady tile':22}" + "".join(f"{totals[c]:>22.0f}" for c in cases))
+    for c in cases:
+        totals[c] = sum(per(c, ph, False) for ph, (_, steady) in enumerate(PHASES) if not steady)
+    print(f"{'a block, its ends':22}" + "".join(f"{totals[c]:>22.0f}" for c in cases))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+// An optional cycle trace of the Hopper main loop's consumers: where a
+// block's time goes (bench/ws_trace.py). Compiled in only where
+// FIJIT_WS_TRACE is defined, which the tool does in a copy of the templates
+// run through FIJIT_TEMPLATE_DIR; otherwise every hook below is empty and
+// the kernels are byte for byte what they are without them.
+//
+// Each consumer's first thread reads clock64() at every phase boundary and
+// adds the cycles since its last mark to its warpgroup's total for that
+// phase (a predicated red.global: a branch beside the wgmmas would make
+// ptxas serialise them). The first warp of every consumer shares its SM
+// sub-partition with the producer's first warp, so the trace also shows
+// what that warp's instructions cost the consumers. The last consumer to
+// finish the launch prints one line per warpgroup and clears the totals.
+#pragma once
+
+#include "prefill/ws/config.cuh"
+
+namespace fijit {
+namespace prefill {
+namespace ws {
+
+// A block's phases, in the order a consumer goes through them; the names
+// are what ws_trace.py prints.
+enum TracePhase {
+    kTrWalk,       // from the previous block's end to this one's start
+    kTrQWait,      // this block's Q (by TMA)
+    kTrK0Wait,     // the first K tile
+    kTrTurn0,      // the turn of the first S
+    kTrS0Issue,    // issuing the first S
+    kTrS0Wait,     // its completion
+    kTrSoftmax0,   // the previous Q buffer freed, the first tile's masks and softmax
+    kTrKWait,      // steady loop: K of the tile
+    kTrTurn,       //   the turn
+    kTrIssue,      //   issuing S and P.V (the tensor cores' queue), the loop's own work
+    kTrVWait,      //   V of the previous tile
+    kTrSWait,      //   S's completion
+    kTrSoftmax,    //   masks, hooks and softmax
+    kTrPVWait,     //   P.V's completion
+    kTrRescale,    //   slots freed, O rescaled, P packed
+    kTrVLast,      // V of the last tile (paged: its tail zeroed)
+    kTrTurnLast,   // the turn of the last P.V
+    kTrPVIssue,    // issuing it
+    kTrPVLastWait, // its completion
+    kTrPass,       // tiles passed through (no rows or keys of this consumer's)
+    kTrStage,      // the output normalised and staged
+    kTrStore,      // its store issued
+    kTrPhases
+};
+
+#ifdef FIJIT_WS_TRACE
+constexpr int kTrCtas = 1024;  // CTAs whose walk between blocks is traced
+__device__ unsigned long long g_trace[4][kTrPhases + 2];  // + blocks, tiles
+__device__ unsigned long long g_trace_end[4][kTrCtas];    // each CTA's last block end
+__device__ unsigned int g_trace_done;
+
+// One consumer's clock through a block.
+struct PhaseClock {
+    bool on;
+    int wg;
+    unsigned long long last;
+
+    __device__ __forceinline__ PhaseClock(int wg_, int wtid, int tiles) : on(wtid == 0), wg(wg_)
+    {
+        last = clock64();
+        const unsigned long long prev = blockIdx.x < kTrCtas ? g_trace_end[wg][blockIdx.x] : 0;
+        add(kTrWalk, prev != 0 ? last - prev : 0);
+        add(kTrPhases, 1);
+        add(kTrPhases + 1, (unsigned long long)tiles);
+    }
+    __device__ __forceinline__ void add(int slot, unsigned long long v) const
+    {
+        asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n @p red.global.add.u64 [%1], %2;\n}" ::"r"(
+                         (unsigned int)on),
+                     "l"(&g_trace[wg][slot]), "l"(v)
+                     : "memory");
+    }
+    __device__ __forceinline__ void mark(TracePhase ph)
+    {
+        const unsigned long long now = clock64();
+        add(ph, now - last);
+        last = now;
+    }
+    __device__ __forceinline__ void end_block() const
+    {
+        if (on && blockIdx.x < kTrCtas) g_trace_end[wg][blockIdx.x] = clock64();
+    }
+};
+
+// After a consumer's last block: the last of the launch prints the totals
+// (cycles summed over every CTA's warpgroup wg) and clears them.
+__device__ __forceinline__ void trace_report()
+{
+    if (threadIdx.x % 128 != 0) return;
+    __threadfence();
+    if (atomicAdd(&g_trace_done, 1u) != gridDim.x * kConsumers - 1) return;
+    g_trace_done = 0;
+    for (int wg = 0; wg < kConsumers; ++wg) {
+        unsigned long long *t = g_trace[wg];
+        printf("FIJIT_WS_TRACE wg %d blocks %llu tiles %llu:", wg, t[kTrPhases], t[kTrPhases + 1]);
+        for (int ph = 0; ph < kTrPhases; ++ph) printf(" %llu", t[ph]);
+        printf("\n");
+        for (int i = 0; i < kTrPhases + 2; ++i) t[i] = 0;
+        for (int c = 0; c < kTrCtas; ++c) g_trace_end[wg][c] = 0;
+    }
+}
+#else
+struct PhaseClock {
+    __device__ __forceinline__ PhaseClock(int, int, int) {}
+    __device__ __forceinline__ void mark(TracePhase) const {}
+    __device__ __forceinline__ void end_block() const {}
+};
+__device__ __forceinline__ void trace_report() {}
+#endif
+
+}  // namespace ws
+}  // namespace prefill
+}  // namespace fijit
