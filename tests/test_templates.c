@@ -3,8 +3,9 @@
  * tools/embed): names are paths relative to templates/, so templates live in
  * folders and include each other as "decode/params.h"; a name that could
  * reach outside templates/ (a '..' part, an absolute path) is refused, from
- * the embedded copies and from FIJIT_TEMPLATE_DIR alike; and a kind's key
- * hashes only the headers its translation unit includes.
+ * the embedded copies and from FIJIT_TEMPLATE_DIR alike; a kind's key
+ * hashes only the headers its translation unit includes; and the Hopper
+ * loop's trace hooks compile from a copy that enables them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -190,4 +191,46 @@ TEST(prefill_translation_units_hash_no_decode_header)
     int ok = tu_has(&tu, "decode/params.h") && !tu_has(&tu, "prefill/params.h");
     fi__tu_free(&tu);
     CHECK(ok);
+}
+
+/* The Hopper loop's cycle trace (prefill/ws/trace.cuh, bench/ws_trace.py)
+ * compiles where a template copy defines FIJIT_WS_TRACE, as the tool makes
+ * it, so that its hooks do not rot while no build uses them; and the define
+ * changes the key, so such a copy never shares a cache entry with the real
+ * kernels. */
+TEST(hopper_trace_hooks_compile_from_a_template_copy)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/templates_traced", check_tmpdir);
+    CHECK(copy_templates(dir) == 0);
+    char *text = NULL;
+    CHECK_OK(fi__template_load("prefill/ws/trace.cuh", &text));
+    char *once = strstr(text, "#pragma once\n");
+    CHECK(once != NULL);
+    size_t head = (size_t)(once - text) + strlen("#pragma once\n");
+    char traced[16384];
+    CHECK(strlen(text) + 64 < sizeof traced);
+    snprintf(traced, sizeof traced, "%.*s#define FIJIT_WS_TRACE 1\n%s", (int)head, text, text + head);
+    fi__free(text);
+    CHECK(write_file(dir, "prefill/ws/trace.cuh", traced, "w") == 0);
+
+    static const char *const specs[] = {"batch_prefill_ragged q=fp16 hd=64 mask=causal",
+                                        "batch_prefill_paged q=fp16 hd=128"};
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        fi_jit_spec spec = parse_or_die(specs[i]);
+        uint8_t plain[16], with_trace[16];
+        CHECK_OK(key_of(plain, &spec));
+        setenv("FIJIT_TEMPLATE_DIR", dir, 1);
+        int rc = key_of(with_trace, &spec);
+        if (rc == 0) rc = fi_jit_prewarm(NULL, ctx, &spec, "sm_90a");
+        unsetenv("FIJIT_TEMPLATE_DIR");
+        CHECK_MSG(rc == 0, "%s with FIJIT_WS_TRACE: %s", specs[i], fi_last_error());
+        CHECK(memcmp(plain, with_trace, 16) != 0);
+    }
+    fi_jit_stats st = FI_JIT_STATS_INIT;
+    CHECK_OK(fi_jit_stats_get(&st, ctx));
+    fi_jit_ctx_free(ctx);
+    CHECK(st.compiles == 2);
 }
