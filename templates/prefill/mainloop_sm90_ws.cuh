@@ -8,8 +8,9 @@
 // (epilogue.cuh) and the variant hooks are the tile kernels'. Its parts, in
 // prefill/ws/: config.cuh (the tuple's tiles, rings, registers and shared
 // memory), schedule.cuh (which blocks a CTA takes), produce.cuh (the
-// producer's loads), consume.cuh (a consumer warpgroup); this file sets up
-// the CTA and gives each warp its role (run).
+// producer's loads), consume.cuh (a consumer warpgroup), trace.cuh (an
+// optional cycle trace of the consumers, empty unless FIJIT_WS_TRACE is
+// defined); this file sets up the CTA and gives each warp its role (run).
 //
 // One CTA = a producer warpgroup and kConsumers (2 or 3) consumers:
 //  * the producer (warpgroup 0) gives its registers away (setmaxnreg); its
