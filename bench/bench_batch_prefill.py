@@ -33,6 +33,16 @@ from bench_prefill import TORCH_DTYPES, environment, time_once  # noqa: E402
 from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
 
 
+def batch_lens(batch=16, lo=100, hi=8000, seed=1):
+    """The batch's request lengths (qo = kv), seeded: the defaults are this benchmark's."""
+    return [random.Random(seed + i).randint(lo, hi) for i in range(batch)]
+
+
+def single_len(lens):
+    """The single prefill length whose L^2 equals the batch's sum of L_i^2 (the same pairs)."""
+    return int(round(math.sqrt(sum(L * L for L in lens))))
+
+
 def pairs(L, causal):
     return L * (L + 1) // 2 if causal else L * L
 
@@ -120,7 +130,7 @@ def main():
     ab_name, ab_env = (opt.ab.split(",", 1) + [""])[:2] if opt.ab else ("", "")
     ab_env = dict(kv.split("=", 1) for kv in ab_env.split(";") if kv)
     lo, hi = (int(x) for x in opt.lens.split(","))
-    lens = [random.Random(opt.seed + i).randint(lo, hi) for i in range(opt.batch)]
+    lens = batch_lens(opt.batch, lo, hi, opt.seed)
     fj = Fijit()
     pf = Prefill(fj)
     ab_fj = Fijit(opt.ab_lib) if opt.ab_lib else None
@@ -139,7 +149,7 @@ def main():
                 for heads in opt.heads.split(","):
                     H, Hkv = (int(x) for x in heads.split("/"))
                     work = sum(pairs(L, causal) for L in lens)
-                    Ls = int(round(math.sqrt(sum(L * L for L in lens))))
+                    Ls = single_len(lens)
                     q = torch.randn(Ls, H, hd, device="cuda", dtype=tdt)
                     k = torch.randn(Ls, Hkv, hd, device="cuda", dtype=tdt)
                     v = torch.randn(Ls, Hkv, hd, device="cuda", dtype=tdt)

@@ -17,9 +17,7 @@ few instructions each, and the held clock spills a few registers in some tuples 
 compare cases with one another, not with untraced timings.
 """
 import argparse
-import math
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -27,6 +25,9 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from bench_batch_prefill import batch_lens, batch_runner, single_len  # noqa: E402
 # trace.cuh's TracePhase, in order; True: a phase of the steady loop (per tile).
 PHASES = [("walk", False), ("Q wait", False), ("first K wait", False), ("first turn", False),
           ("first S issue", False), ("first S wait", False), ("first softmax", False),
@@ -35,12 +36,6 @@ PHASES = [("walk", False), ("Q wait", False), ("first K wait", False), ("first t
           ("last V wait", False), ("last turn", False), ("last P.V issue", False),
           ("last P.V wait", False), ("passed tiles", False), ("stage O", False),
           ("store O", False)]
-BATCH, LO, HI, SEED = 16, 100, 8000, 1
-
-
-def batch_lens():
-    return [random.Random(SEED + i).randint(LO, HI) for i in range(BATCH)]
-
 
 def traced_templates(tmp):
     """A copy of the templates with FIJIT_WS_TRACE defined at the top of trace.cuh."""
@@ -57,20 +52,17 @@ def traced_templates(tmp):
     return dst
 
 
-def run_case(case, launches, single_len):
+def run_case(case, launches, length):
     """In the child: launch the case `launches` times (its kernels print the trace)."""
-    sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
     import torch
-    from bench_batch_prefill import batch_runner
     from fijit_py import Fijit, Prefill, prefill_args, prefill_spec
     kind, hd, hkv, mask = case.split(":")
     hd, hkv = int(hd), int(hkv)
     pf = Prefill(Fijit())
     stream = torch.cuda.current_stream().cuda_stream
     if kind == "single":
-        q = torch.randn(single_len, 32, hd, device="cuda", dtype=torch.float16)
-        k = torch.randn(single_len, hkv, hd, device="cuda", dtype=torch.float16)
+        q = torch.randn(length, 32, hd, device="cuda", dtype=torch.float16)
+        k = torch.randn(length, hkv, hd, device="cuda", dtype=torch.float16)
         v = torch.randn_like(k)
         o = torch.empty_like(q)
         args, spec = prefill_args(q, k, v, o), prefill_spec("single", "fp16", hd, mask)
@@ -101,9 +93,9 @@ def main():
     ap.add_argument("--single-len", type=int, default=0)
     ap.add_argument("--one", help=argparse.SUPPRESS)  # the child's case
     opt = ap.parse_args()
-    single_len = opt.single_len or int(round(math.sqrt(sum(L * L for L in batch_lens()))))
+    length = opt.single_len or single_len(batch_lens())
     if opt.one:
-        run_case(opt.one, opt.launches, single_len)
+        run_case(opt.one, opt.launches, length)
         return
     results = {}
     with tempfile.TemporaryDirectory(prefix="fijit-ws-trace.") as tmp:
@@ -112,7 +104,7 @@ def main():
         for case in opt.cases.split(","):
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", case,
                                    "--launches", str(opt.launches),
-                                   "--single-len", str(single_len)],
+                                   "--single-len", str(length)],
                                   env=env, capture_output=True, text=True)
             res = parse(proc.stdout, opt.launches)
             if proc.returncode != 0 or res is None:
@@ -122,7 +114,7 @@ def main():
             results[case] = res
     cases = list(results)
     print(f"cycles a block (steady-loop phases: a tile), mean of the consumer warpgroups; "
-          f"single: L={single_len}")
+          f"single: L={length}")
     print(f"{'phase':22}" + "".join(f"{c:>22}" for c in cases))
     for name, key in (("blocks", 0), ("tiles", 1)):
         print(f"{name:22}" + "".join(f"{sum(r[key] for r in results[c].values()) // len(results[c]):>22}"
@@ -135,16 +127,14 @@ def main():
             vals.append(cyc[ph] / den)
         return sum(vals) / len(vals)
 
-    totals = {c: 0.0 for c in cases}
+    def row(label, value):
+        print(f"{label:22}" + "".join(f"{value(c):>22.0f}" for c in cases))
+
     for ph, (name, steady) in enumerate(PHASES):
-        label = ("  " if steady else "") + name
-        print(f"{label:22}" + "".join(f"{per(c, ph, steady):>22.0f}" for c in cases))
-    for c in cases:
-        totals[c] = sum(per(c, ph, True) for ph, (_, steady) in enumerate(PHASES) if steady)
-    print(f"{'  a steady tile':22}" + "".join(f"{totals[c]:>22.0f}" for c in cases))
-    for c in cases:
-        totals[c] = sum(per(c, ph, False) for ph, (_, steady) in enumerate(PHASES) if not steady)
-    print(f"{'a block, its ends':22}" + "".join(f"{totals[c]:>22.0f}" for c in cases))
+        row(("  " if steady else "") + name, lambda c: per(c, ph, steady))
+    for label, part in (("  a steady tile", True), ("a block, its ends", False)):
+        row(label, lambda c: sum(per(c, ph, part) for ph, (_, steady) in enumerate(PHASES)
+                                 if steady == part))
     return 0
 
 

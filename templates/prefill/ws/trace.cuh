@@ -23,7 +23,7 @@ namespace ws {
 // are what ws_trace.py prints.
 enum TracePhase {
     kTrWalk,       // from the previous block's end to this one's start
-    kTrQWait,      // this block's Q (by TMA)
+    kTrQWait,      // this block's Q (by TMA, or loaded by the consumers)
     kTrK0Wait,     // the first K tile
     kTrTurn0,      // the turn of the first S
     kTrS0Issue,    // issuing the first S
@@ -49,8 +49,8 @@ enum TracePhase {
 
 #ifdef FIJIT_WS_TRACE
 constexpr int kTrCtas = 1024;  // CTAs whose walk between blocks is traced
-__device__ unsigned long long g_trace[4][kTrPhases + 2];  // + blocks, tiles
-__device__ unsigned long long g_trace_end[4][kTrCtas];    // each CTA's last block end
+__device__ unsigned long long g_trace[kConsumers][kTrPhases + 2];  // + blocks, tiles
+__device__ unsigned long long g_trace_end[kConsumers][kTrCtas];    // each CTA's last block end
 __device__ unsigned int g_trace_done;
 
 // One consumer's clock through a block.
