@@ -11,7 +11,9 @@ bench_batch_prefill.py (16 requests of 100-8000 tokens, seeded). Each case runs 
 child process on a copy of the templates with FIJIT_WS_TRACE defined (FIJIT_TEMPLATE_DIR)
 and a cache of its own; its last launch is reported (the first ones warm up). The table
 gives, per phase, cycles a block (block phases) or a steady-loop tile (the indented
-ones), the mean over the consumer warpgroups of every CTA. The marks themselves cost a
+ones), the mean over the consumer warpgroups of every CTA, then the grid's span in wall
+time (globaltimer): the CTAs' mean entry, their mean and last block ends, and how much of
+the span the mean CTA idles at the grid's end. The marks themselves cost a
 few instructions each, and the held clock spills a few registers in some tuples (up to
 76 B at head_dim 256: bench/ws_resources.py on a FIJIT_LOG=4 prewarm of the copy):
 compare cases with one another, not with untraced timings.
@@ -77,13 +79,15 @@ def run_case(case, launches, length):
 
 
 def parse(out, launches):
-    """The last launch's lines: {wg: (blocks, tiles, [cycles per phase])}."""
+    """The last launch's lines: {wg: (blocks, tiles, [cycles per phase])} and its CTAs'
+    span (mean entry, mean last block end, last end; ns from the first entry)."""
     rows = re.findall(r"FIJIT_WS_TRACE wg (\d+) blocks (\d+) tiles (\d+):((?: \d+)+)", out)
+    spans = re.findall(r"FIJIT_WS_TRACE span ctas \d+ ns: (\d+) (\d+) (\d+)", out)
     per_launch = len(rows) // launches if launches else 0
-    if per_launch == 0 or len(rows) % launches:
+    if per_launch == 0 or len(rows) % launches or len(spans) != launches:
         return None
-    return {int(wg): (int(b), int(t), [int(x) for x in vals.split()])
-            for wg, b, t, vals in rows[-per_launch:]}
+    return ({int(wg): (int(b), int(t), [int(x) for x in vals.split()])
+             for wg, b, t, vals in rows[-per_launch:]}, tuple(int(x) for x in spans[-1]))
 
 
 def main():
@@ -97,7 +101,7 @@ def main():
     if opt.one:
         run_case(opt.one, opt.launches, length)
         return
-    results = {}
+    results, spans = {}, {}
     with tempfile.TemporaryDirectory(prefix="fijit-ws-trace.") as tmp:
         env = dict(os.environ, FIJIT_TEMPLATE_DIR=traced_templates(tmp),
                    FIJIT_CACHE_DIR=os.path.join(tmp, "cache"))
@@ -111,7 +115,7 @@ def main():
                 sys.stderr.write(f"ws_trace: {case}: rc {proc.returncode}, no trace\n"
                                  f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
                 return 1
-            results[case] = res
+            results[case], spans[case] = res
     cases = list(results)
     print(f"cycles a block (steady-loop phases: a tile), mean of the consumer warpgroups; "
           f"single: L={length}")
@@ -135,6 +139,13 @@ def main():
     for label, part in (("  a steady tile", True), ("a block, its ends", False)):
         row(label, lambda c: sum(per(c, ph, part) for ph, (_, steady) in enumerate(PHASES)
                                  if steady == part))
+    # The grid's span (us): the CTAs' mean entry, their mean and last block ends, and
+    # the share of the span the mean CTA idles after its last block.
+    print("grid span, us from the first CTA's entry (traced CTAs)")
+    for label, i in (("  mean CTA entry", 0), ("  mean CTA end", 1), ("  last CTA end", 2)):
+        print(f"{label:22}" + "".join(f"{spans[c][i] / 1e3:>22.1f}" for c in cases))
+    print(f"{'  idle at the end, %':22}" +
+          "".join(f"{100 * (spans[c][2] - spans[c][1]) / max(spans[c][2], 1):>22.1f}" for c in cases))
     return 0
 
 

@@ -62,6 +62,7 @@
 #include "prefill/ws/consume.cuh"
 #include "prefill/ws/produce.cuh"
 #include "prefill/ws/schedule.cuh"
+#include "prefill/ws/trace.cuh"
 
 namespace fijit {
 namespace prefill {
@@ -74,6 +75,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     sm.k = sm.q + kQBufs * kQBytes;
     sm.v = sm.k + kStages * kKVBytes;
     sm.bars = sm.v + kStages * kKVBytes;
+    trace_cta_start();  // FIJIT_WS_TRACE only (ws/trace.cuh)
     const int tid = (int)threadIdx.x;
     const bool raw_q = kRawQTuple && ws.q_rows > 0;
     if (tid == 0) {

@@ -52,6 +52,21 @@ constexpr int kTrCtas = 1024;  // CTAs whose walk between blocks is traced
 __device__ unsigned long long g_trace[kConsumers][kTrPhases + 2];  // + blocks, tiles
 __device__ unsigned long long g_trace_end[kConsumers][kTrCtas];    // each CTA's last block end
 __device__ unsigned int g_trace_done;
+// Each CTA's entry and its consumers' last block end (globaltimer, ns): how
+// long the grid's CTAs idle at its start and its end.
+__device__ unsigned long long g_trace_span[kTrCtas][2];
+
+__device__ __forceinline__ unsigned long long trace_now_ns()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+// At the CTA's entry (its first thread).
+__device__ __forceinline__ void trace_cta_start()
+{
+    if (threadIdx.x == 0 && blockIdx.x < kTrCtas) g_trace_span[blockIdx.x][0] = trace_now_ns();
+}
 
 // One consumer's clock through a block.
 struct PhaseClock {
@@ -82,7 +97,10 @@ struct PhaseClock {
     }
     __device__ __forceinline__ void end_block() const
     {
-        if (on && blockIdx.x < kTrCtas) g_trace_end[wg][blockIdx.x] = clock64();
+        if (on && blockIdx.x < kTrCtas) {
+            g_trace_end[wg][blockIdx.x] = clock64();
+            atomicMax(&g_trace_span[blockIdx.x][1], trace_now_ns());
+        }
     }
 };
 
@@ -102,6 +120,19 @@ __device__ __forceinline__ void trace_report()
         for (int i = 0; i < kTrPhases + 2; ++i) t[i] = 0;
         for (int c = 0; c < kTrCtas; ++c) g_trace_end[wg][c] = 0;
     }
+    // The CTAs' entries and last block ends from the first entry: first and
+    // mean entry, mean and last end (ns).
+    const int ctas = gridDim.x < kTrCtas ? (int)gridDim.x : kTrCtas;
+    unsigned long long t0 = ~0ull, last = 0, sum_start = 0, sum_end = 0;
+    for (int c = 0; c < ctas; ++c) t0 = g_trace_span[c][0] < t0 ? g_trace_span[c][0] : t0;
+    for (int c = 0; c < ctas; ++c) {
+        const unsigned long long end = g_trace_span[c][1] > t0 ? g_trace_span[c][1] - t0 : 0;
+        sum_start += g_trace_span[c][0] - t0;
+        sum_end += end;
+        last = end > last ? end : last;
+        g_trace_span[c][0] = g_trace_span[c][1] = 0;
+    }
+    printf("FIJIT_WS_TRACE span ctas %d ns: %llu %llu %llu\n", ctas, sum_start / ctas, sum_end / ctas, last);
 }
 #else
 struct PhaseClock {
@@ -110,6 +141,7 @@ struct PhaseClock {
     __device__ __forceinline__ void end_block() const {}
 };
 __device__ __forceinline__ void trace_report() {}
+__device__ __forceinline__ void trace_cta_start() {}
 #endif
 
 }  // namespace ws
