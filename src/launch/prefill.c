@@ -825,12 +825,17 @@ out:
 }
 
 /* Keys query tile t (tq packed rows) of a request reads, as the kernel
- * bounds them (a sliding window's start is not known at plan time). */
-static int64_t work_keys(int kv_len, int qo_len, int group, int tq, int t, int causal)
+ * bounds them (a sliding window's start is not known at plan time). The
+ * Hopper main loop's tiles end at the request's last row (end_aligned:
+ * ws/schedule.cuh, block_row0), the tile kernels' start at its first. */
+static int64_t work_keys(int kv_len, int qo_len, int group, int tq, int t, int causal,
+                         int end_aligned)
 {
     if (!causal) return kv_len;
     const int64_t rows = (int64_t)qo_len * group;
-    const int64_t last = ((int64_t)(t + 1) * tq < rows ? (int64_t)(t + 1) * tq : rows) - 1;
+    const int64_t pad = end_aligned ? ceil_div(rows, tq) * tq - rows : 0;
+    const int64_t end = (int64_t)(t + 1) * tq - pad;
+    const int64_t last = (end < rows ? end : rows) - 1;
     const int64_t hi = last / group + (kv_len - qo_len) + 1;
     return hi < 0 ? 0 : hi < kv_len ? hi : kv_len;
 }
@@ -864,8 +869,8 @@ static int64_t count_tiles(const fi_batch_prefill_plan_args *a, int group, int t
 /* The work list of the batch's n query tiles of tq packed rows, longest
  * first (work_item_cmp): request[i] and tile[i]; items: room for n. */
 static void build_work_list(const fi_batch_prefill_plan_args *a, int paged, int group, int tq,
-                            int causal, struct work_item *items, int n, int32_t *request,
-                            int32_t *tile)
+                            int causal, int end_aligned, struct work_item *items, int n,
+                            int32_t *request, int32_t *tile)
 {
     int k = 0;
     for (int b = 0; b < a->batch_size; b++) {
@@ -874,7 +879,7 @@ static void build_work_list(const fi_batch_prefill_plan_args *a, int paged, int 
         for (int t = (int)ceil_div((int64_t)qo * group, tq) - 1; t >= 0; t--) {
             items[k].request = b;
             items[k].tile = t;
-            items[k].keys = work_keys(kv, qo, group, tq, t, causal);
+            items[k].keys = work_keys(kv, qo, group, tq, t, causal, end_aligned);
             k++;
         }
     }
@@ -956,9 +961,12 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
         if (!(plan->list = fi__malloc(sizeof(int32_t) * 2 * (size_t)(n + m))) ||
             !(items = fi__malloc(sizeof *items * (size_t)(n > m ? n : m))))
             FI_FAIL(FI_ENOMEM, "out of memory");
-        build_work_list(a, paged, group, tq, causal, items, n, plan->list, plan->list + n);
+        /* The tile kernels' list; the Hopper loop's own where its tile differs
+         * (where it does not, it walks this one, whose order differs from its
+         * own only by the keys of each request's partial tile). */
+        build_work_list(a, paged, group, tq, causal, 0, items, n, plan->list, plan->list + n);
         if (m > 0)
-            build_work_list(a, paged, group, ws_tq, causal, items, m, plan->list + 2 * n,
+            build_work_list(a, paged, group, ws_tq, causal, 1, items, m, plan->list + 2 * n,
                             plan->list + 2 * n + m);
         if (spec->pos == FI_POS_ROPE_LLAMA) {
             plan->kv_rows = (int)layout.kv_rows;

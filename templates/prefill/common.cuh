@@ -158,6 +158,7 @@ __device__ __forceinline__ T opaque(T x)
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+__device__ __forceinline__ int iclamp(int x, int lo, int hi) { return imin(imax(x, lo), hi); }
 
 // The A fragment of P for keys 16kk..16kk+15 (mma.sync and register-A wgmma
 // share its layout): the S accumulators of 8-key tiles 2kk and 2kk+1,

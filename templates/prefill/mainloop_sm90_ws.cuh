@@ -115,11 +115,11 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
                 produce_q(p, ws, w, row0, sm, j);
             });
         } else if (tid < kKVLoaders) {
-            for_each_block<kFeedWork && !kPaged>(p, ws, sm, [&](const Work &w, int, const KeyRange &kr, int it, int) {
+            for_each_block<kFeedWork && !kPaged>(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int) {
                 if (kPagesInParts && ws.page_box != p.page_size)  // pages not dividing the tile
-                    produce_paged<true>(p, ws, w, kr, sm, it);
+                    produce_paged<true>(p, ws, w, row0, kr, sm, it);
                 else if constexpr (kPaged)
-                    produce_paged<false>(p, ws, w, kr, sm, it);
+                    produce_paged<false>(p, ws, w, row0, kr, sm, it);
                 else
                     produce(ws, w, kr, sm, it);
                 if (kFeed && tid == 0) bar_arrive(sm.issued());

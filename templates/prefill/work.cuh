@@ -108,7 +108,7 @@ __device__ __forceinline__ KeyRange key_range(const P &p, const Work &w, int row
     const int G = p.group_size;
     const int rows = w.qo_len * G;
     const int off = w.kv_len - w.qo_len;  // query i sits at key position i + off
-    const int tok_lo = row0 / G;
+    const int tok_lo = imax(row0, 0) / G;  // the Hopper loop's first tile starts before row 0
     const int tok_hi = (imin(rows, row0 + kTileQ) - 1) / G;
     int kv_lo = 0, kv_hi = w.kv_len;
     if constexpr (kCausal) kv_hi = imax(0, imin(kv_hi, tok_hi + off + 1));

@@ -79,7 +79,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         for (int c = wtid; c < 64 * (kChunks / 2); c += 128) {
             const int r = wg_row0 + c / (kChunks / 2), ch = c % (kChunks / 2);
             vec16_t lo, hi;
-            query_chunks(p, w, row0 + r, ch, lo, hi);
+            query_chunks(p, w, imax(row0 + r, 0), ch, lo, hi);  // rows before it borrow row 0
             sts128(q_tile + swz_panel<kTileQ>(r, ch), lo);
             sts128(q_tile + swz_panel<kTileQ>(r, ch + kChunks / 2), hi);
         }
@@ -88,12 +88,13 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     }
     phases.mark(kTrQWait);
 
-    // This thread's rows: g and g + 8 of its warp's 16; rows past the
-    // request borrow the last one (never stored).
+    // This thread's rows: g and g + 8 of its warp's 16; rows before or past
+    // the request (the first tile starts before it: block_row0) borrow its
+    // first or last one (never stored).
     int row_tok[2], row_head[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int pr = imin(row0 + wg_row0 + warp * 16 + g + 8 * h, rows - 1);
+        const int pr = iclamp(row0 + wg_row0 + warp * 16 + g + 8 * h, 0, rows - 1);
         row_tok[h] = pr / G;
         row_head[h] = kv_head * G + pr % G;
     }
@@ -210,7 +211,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     const int n = kr.n;
     int n_own = n;
     if constexpr (kOwnTiles) {
-        if (row0 + wg_row0 >= rows) n_own = 0;
+        if (row0 + wg_row0 >= rows || row0 + wg_row0 + 64 <= 0) n_own = 0;
         if (kCausal && n_own > 0)
             n_own = imax(0, imin(n, (imin(w.kv_len, wg_tok_hi + off + 1) - kr.kv_start + kTileKV - 1) /
                                         kTileKV));
@@ -350,8 +351,8 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // during the epilogue: 4-6k cycles a block; staged and stored by TMA,
     // the Q after it, measured 1.01-1.15x that on bench_prefill's hd 256
     // shapes and ragged 1.01-1.08x, H100 A/B in one process.)
-    const bool by_tma =
-        maps.o_rows > 0 && (kKind == FI_PREFILL_KIND_SINGLE || row0 + wg_row0 + 64 <= rows);
+    const bool by_tma = maps.o_rows > 0 && row0 + wg_row0 >= 0 &&
+                        (kKind == FI_PREFILL_KIND_SINGLE || row0 + wg_row0 + 64 <= rows);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float inv, lse;
@@ -360,7 +361,8 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         const int tok = row_tok[h], head = row_head[h];
         stage_row(p, o, h, inv, lse, head, t,
                   [&](int dt) { return q_tile + swz_panel<kTileQ>(r, dt); });
-        if (p.lse != nullptr && t == 0 && row0 + r < rows) store_lse(p, w, tok, head, lse);
+        if (p.lse != nullptr && t == 0 && (unsigned int)(row0 + r) < (unsigned int)rows)
+            store_lse(p, w, tok, head, lse);
     }
     // The rows are whole before they leave (and, for TMA, seen by the async
     // proxy).
@@ -384,7 +386,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         for (int c = wtid; c < 64 * kChunks; c += 128) {
             const int r = wg_row0 + c / kChunks, ch = c % kChunks;
             const int pr = row0 + r;
-            if (pr < rows)
+            if ((unsigned int)pr < (unsigned int)rows)  // rows before the request too
                 store_chunk(p, w, G, pr, ch, [&] { return q_tile + swz_panel<kTileQ>(r, ch); });
         }
     }

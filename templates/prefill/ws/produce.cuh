@@ -69,7 +69,7 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
 // Paged K/V: this block's Q rows into L2 (lane 0, through the map of q when
 // the host made one): see produce_paged.
 __device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws &maps, const Work &w,
-                                                int lane)
+                                                int row0, int lane)
 {
     if (lane == 0 && maps.q_rows > 0) {
 #pragma unroll
@@ -77,7 +77,7 @@ __device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws 
 #pragma unroll
             for (int c = 0; c < kPanels; ++c)
                 tma_prefetch(&maps.q, c * 64, w.kv_head * p.group_size,
-                             w.q_begin + (w.tile * kTileQ + part * kQPartRows) / p.group_size);
+                             w.q_begin + (row0 + part * kQPartRows) / p.group_size);
     }
 }
 
@@ -100,7 +100,7 @@ __device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws 
 // is masked; V is zeroed by the consumers (consume.cuh: zero_v_tail).
 template <bool kParts>
 __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &maps, const Work &w,
-                                              const KeyRange &kr, const Smem &sm, int it)
+                                              int row0, const KeyRange &kr, const Smem &sm, int it)
 {
     static_assert(kTileKV / 8 <= 32, "a lane per box of a tile");
     const int lane = (int)threadIdx.x % 32;
@@ -119,7 +119,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     // 891 M L2 sectors, not 906 M, in 7.56 ms against 7.62 (ncu), and paged
     // hd 64 and 128 measured 1.00-1.01x on the batch's 8 shapes (H200,
     // session 23, A/B in one process).
-    if constexpr (!kRawQTuple || kQBufs == 1) prefetch_q_rows(p, maps, w, lane);
+    if constexpr (!kRawQTuple || kQBufs == 1) prefetch_q_rows(p, maps, w, row0, lane);
     for (int i = 0; i < kr.n; ++i, ++it) {
         const int s = it % kStages;
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
@@ -128,7 +128,10 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         const int box = kParts ? maps.page_box : p.page_size;
         const int n = (keys + box - 1) / box;  // boxes with keys, the partial one too
         // The page id and row group of this lane's box, read at once (one
-        // latency, not n).
+        // latency, not n). Read a tile ahead instead, while this tile's boxes
+        // wait for their slots: 1.00-1.04x alone at hd 128 and 256, 0.97-1.01x
+        // beside block_row0's tiles (H200, session 24, bench_batch_prefill.py
+        // paged, A/B in one process; 4 B of spills beside three consumers).
         const int key = t0 + lane * box;
         const int my_page =
             lane < n ? p.kv_indices[kParts ? w.kv_begin + key / p.page_size
