@@ -883,6 +883,40 @@ TEST(batch_prefill_hopper_main_loop_reads_its_own_work_list)
     fi_jit_ctx_free(ctx);
 }
 
+/* The Hopper loop's causal tiles end at a request's last row (its partial
+ * tile is the first), so its list orders them by the keys of those tiles:
+ * request 0 (95 queries, 380 packed rows in two 192-row tiles: rows 188-379
+ * see 95 keys, rows -4-187 see 47) and request 1 (48 queries, one tile of
+ * 192 rows: 48 keys) list as (0, 1), (1, 0), (0, 0). Aligned at row 0,
+ * request 0's first tile would see 48 keys and list before request 1's. */
+TEST(batch_prefill_hopper_causal_list_orders_tiles_aligned_at_the_last_row)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_spec s = spec_of(FI_KIND_BATCH_PREFILL_RAGGED, FI_MASK_CAUSAL, FI_POS_NONE);
+    s.head_dim = 64;
+    CHECK_OK(launch_ctx(&ctx));
+    int32_t qo_indptr[3] = {0, 95, 143}, kv_indptr[3] = {0, 95, 143};
+    fi_batch_prefill_plan_args pa = batch_prefill_plan_for(2, qo_indptr, kv_indptr, NULL);
+    pa.cta_tile_q = 128;
+    fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
+    batch_prefill_args_at(&a, 64);
+    fi_batch_prefill_plan *plan = NULL;
+    int *ws = plan_and_upload(ctx, &s, &pa, &plan);
+    CHECK(ws);
+    CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+    CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+    const fi_prefill_params *p = &seen.p.prefill;
+    /* After tile kernel 0's list of 3 + 2 tiles of 128 rows. */
+    CHECK(p->work_request == ws + 2 * 5 && p->work_tile == ws + 2 * 5 + 3);
+    static const int want[3][2] = {{0, 1}, {1, 0}, {0, 0}};
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(p->work_request[i] == want[i][0] && p->work_tile[i] == want[i][1],
+                  "item %d: request %d tile %d", i, p->work_request[i], p->work_tile[i]);
+    fi_batch_prefill_plan_free(plan);
+    free(ws);
+    fi_jit_ctx_free(ctx);
+}
+
 /* Persistent CTAs fewer than the blocks claim them from a counter in the
  * plan's workspace, which the upload zeroes; FIJIT_PREFILL_WS=static:N
  * walks every N-th block instead (no counter). */
