@@ -18,7 +18,9 @@
  * tail, while the heads whose K/V is read at one time are few enough for L2.
  *
  * Batch plan. The work list holds every query tile of every request, sorted
- * by the keys the tile reads, most first. It lives in the caller's
+ * by the keys the tile reads, most first (the Hopper main loop's causal
+ * tiles end at a request's last row, the tile kernels' start at its first:
+ * work_keys). It lives in the caller's
  * workspace: work_request[n] then work_tile[n], int32 each. Its size is an
  * upper bound that does not depend on the tile chosen (16-row tiles), so
  * fi_batch_prefill_workspace_size needs no device.
