@@ -3,6 +3,7 @@
 (templates/prefill/ws/trace.cuh), side by side for several launches.
 
     python3 bench/ws_trace.py [--cases ragged:64:8:causal,paged:64:8:causal] [--launches 2]
+                              [--waits-only]
 
 A case is KIND:HD:KV_HEADS:MASK (fp16, 32 query heads): KIND single runs one request of
 --single-len tokens (default: the length whose square is the batch's sum of squares, as
@@ -16,7 +17,9 @@ time (globaltimer): the CTAs' mean entry, their mean and last block ends, and ho
 the span the mean CTA idles at the grid's end. The marks themselves cost a
 few instructions each, and the held clock spills a few registers in some tuples (up to
 76 B at head_dim 256: bench/ws_resources.py on a FIJIT_LOG=4 prewarm of the copy):
-compare cases with one another, not with untraced timings.
+compare cases with one another, not with untraced timings. --waits-only adds up only the
+phases a consumer waits in (FIJIT_WS_TRACE 2: fewer reductions beside the MMAs, so the
+consumers run closer to their untraced speed); the table then lists those alone.
 """
 import argparse
 import os
@@ -38,9 +41,13 @@ PHASES = [("walk", False), ("Q wait", False), ("first K wait", False), ("first t
           ("last V wait", False), ("last turn", False), ("last P.V issue", False),
           ("last P.V wait", False), ("passed tiles", False), ("stage O", False),
           ("store O", False)]
+# The phases FIJIT_WS_TRACE 2 adds up (trace.cuh: trace_kept).
+WAIT_PHASES = {"walk", "Q wait", "first K wait", "first turn", "first S wait", "K wait", "turn",
+               "V wait", "S wait", "P.V wait", "last V wait", "last turn", "last P.V wait"}
 
-def traced_templates(tmp):
-    """A copy of the templates with FIJIT_WS_TRACE defined at the top of trace.cuh."""
+def traced_templates(tmp, mode):
+    """A copy of the templates with FIJIT_WS_TRACE defined as `mode` (1: every phase, 2:
+    the waits) at the top of trace.cuh."""
     src = os.environ.get("FIJIT_TEMPLATE_DIR") or os.path.join(ROOT, "templates")
     dst = os.path.join(tmp, "templates")
     shutil.copytree(src, dst)
@@ -50,7 +57,7 @@ def traced_templates(tmp):
     if "#pragma once\n" not in text:
         sys.exit(f"ws_trace: {path} has no '#pragma once' to define FIJIT_WS_TRACE after")
     with open(path, "w") as f:
-        f.write(text.replace("#pragma once\n", "#pragma once\n#define FIJIT_WS_TRACE 1\n", 1))
+        f.write(text.replace("#pragma once\n", f"#pragma once\n#define FIJIT_WS_TRACE {mode}\n", 1))
     return dst
 
 
@@ -95,6 +102,7 @@ def main():
     ap.add_argument("--cases", default="ragged:64:8:causal,paged:64:8:causal")
     ap.add_argument("--launches", type=int, default=2)
     ap.add_argument("--single-len", type=int, default=0)
+    ap.add_argument("--waits-only", action="store_true", help="add up only the waits")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # the child's case
     opt = ap.parse_args()
     length = opt.single_len or single_len(batch_lens())
@@ -103,7 +111,7 @@ def main():
         return
     results, spans = {}, {}
     with tempfile.TemporaryDirectory(prefix="fijit-ws-trace.") as tmp:
-        env = dict(os.environ, FIJIT_TEMPLATE_DIR=traced_templates(tmp),
+        env = dict(os.environ, FIJIT_TEMPLATE_DIR=traced_templates(tmp, 2 if opt.waits_only else 1),
                    FIJIT_CACHE_DIR=os.path.join(tmp, "cache"))
         for case in opt.cases.split(","):
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", case,
@@ -134,11 +142,13 @@ def main():
     def row(label, value):
         print(f"{label:22}" + "".join(f"{value(c):>22.0f}" for c in cases))
 
-    for ph, (name, steady) in enumerate(PHASES):
+    shown = [(ph, name, steady) for ph, (name, steady) in enumerate(PHASES)
+             if not opt.waits_only or name in WAIT_PHASES]
+    for ph, name, steady in shown:
         row(("  " if steady else "") + name, lambda c: per(c, ph, steady))
-    for label, part in (("  a steady tile", True), ("a block, its ends", False)):
-        row(label, lambda c: sum(per(c, ph, part) for ph, (_, steady) in enumerate(PHASES)
-                                 if steady == part))
+    waits = "waits: " if opt.waits_only else ""
+    for label, part in ((f"  {waits}a steady tile", True), (f"{waits}a block, its ends", False)):
+        row(label, lambda c: sum(per(c, ph, part) for ph, _, steady in shown if steady == part))
     # The grid's span (us): the CTAs' mean entry, their mean and last block ends, and
     # the share of the span the mean CTA idles after its last block.
     print("grid span, us from the first CTA's entry (traced CTAs)")

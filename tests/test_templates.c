@@ -195,9 +195,9 @@ TEST(prefill_translation_units_hash_no_decode_header)
 
 /* The Hopper loop's cycle trace (prefill/ws/trace.cuh, bench/ws_trace.py)
  * compiles where a template copy defines FIJIT_WS_TRACE, as the tool makes
- * it, so that its hooks do not rot while no build uses them; and the define
- * changes the key, so such a copy never shares a cache entry with the real
- * kernels. */
+ * it (1: every phase, on two tuples; 2: the waits alone, on one), so that
+ * its hooks do not rot while no build uses them; and the define changes the
+ * key, so such a copy never shares a cache entry with the real kernels. */
 TEST(hopper_trace_hooks_compile_from_a_template_copy)
 {
     char dir[4200];
@@ -208,29 +208,35 @@ TEST(hopper_trace_hooks_compile_from_a_template_copy)
     char *once = strstr(text, "#pragma once\n");
     CHECK(once != NULL);
     size_t head = (size_t)(once - text) + strlen("#pragma once\n");
-    char traced[16384];
-    CHECK(strlen(text) + 64 < sizeof traced);
-    snprintf(traced, sizeof traced, "%.*s#define FIJIT_WS_TRACE 1\n%s", (int)head, text, text + head);
-    fi__free(text);
-    CHECK(write_file(dir, "prefill/ws/trace.cuh", traced, "w") == 0);
+    CHECK(strlen(text) + 64 < 16384);
 
-    static const char *const specs[] = {"batch_prefill_ragged q=fp16 hd=64 mask=causal",
-                                        "batch_prefill_paged q=fp16 hd=128"};
+    static const struct {
+        int mode;
+        const char *spec;
+    } cases[] = {{1, "batch_prefill_ragged q=fp16 hd=64 mask=causal"},
+                 {1, "batch_prefill_paged q=fp16 hd=128"},
+                 {2, "batch_prefill_ragged q=fp16 hd=64 mask=causal"}};
     fi_jit_ctx *ctx = NULL;
     CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-        fi_jit_spec spec = parse_or_die(specs[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char traced[16384];
+        snprintf(traced, sizeof traced, "%.*s#define FIJIT_WS_TRACE %d\n%s", (int)head, text,
+                 cases[i].mode, text + head);
+        CHECK(write_file(dir, "prefill/ws/trace.cuh", traced, "w") == 0);
+        fi_jit_spec spec = parse_or_die(cases[i].spec);
         uint8_t plain[16], with_trace[16];
         CHECK_OK(key_of(plain, &spec));
         setenv("FIJIT_TEMPLATE_DIR", dir, 1);
         int rc = key_of(with_trace, &spec);
         if (rc == 0) rc = fi_jit_prewarm(NULL, ctx, &spec, "sm_90a");
         unsetenv("FIJIT_TEMPLATE_DIR");
-        CHECK_MSG(rc == 0, "%s with FIJIT_WS_TRACE: %s", specs[i], fi_last_error());
+        CHECK_MSG(rc == 0, "%s with FIJIT_WS_TRACE %d: %s", cases[i].spec, cases[i].mode,
+                  fi_last_error());
         CHECK(memcmp(plain, with_trace, 16) != 0);
     }
+    fi__free(text);
     fi_jit_stats st = FI_JIT_STATS_INIT;
     CHECK_OK(fi_jit_stats_get(&st, ctx));
     fi_jit_ctx_free(ctx);
-    CHECK(st.compiles == 2);
+    CHECK(st.compiles == 3);
 }

@@ -11,6 +11,11 @@
 // sub-partition with the producer's first warp, so the trace also shows
 // what that warp's instructions cost the consumers. The last consumer to
 // finish the launch prints one line per warpgroup and clears the totals.
+// FIJIT_WS_TRACE 2 adds up only the phases a consumer waits in (for the
+// producer, a turn or the tensor cores: trace_kept), with fewer reductions
+// beside the wgmmas, so that the consumers run closer to their untraced
+// speed: all phases slowed them enough to hide most of what paged K/V
+// loses to ragged (1-2% traced, 5% untraced, H200, session 24).
 #pragma once
 
 #include "prefill/ws/config.cuh"
@@ -48,6 +53,14 @@ enum TracePhase {
 };
 
 #ifdef FIJIT_WS_TRACE
+constexpr bool kTrWaitsOnly = FIJIT_WS_TRACE == 2;
+// Whether phase ph is added up (the others only move the clock on).
+__device__ __forceinline__ constexpr bool trace_kept(int ph)
+{
+    return !kTrWaitsOnly || ph == kTrWalk || ph == kTrQWait || ph == kTrK0Wait || ph == kTrTurn0 ||
+           ph == kTrS0Wait || ph == kTrKWait || ph == kTrTurn || ph == kTrVWait || ph == kTrSWait ||
+           ph == kTrPVWait || ph == kTrVLast || ph == kTrTurnLast || ph == kTrPVLastWait;
+}
 constexpr int kTrCtas = 1024;  // CTAs whose walk between blocks is traced
 __device__ unsigned long long g_trace[kConsumers][kTrPhases + 2];  // + blocks, tiles
 __device__ unsigned long long g_trace_end[kConsumers][kTrCtas];    // each CTA's last block end
@@ -92,7 +105,7 @@ struct PhaseClock {
     __device__ __forceinline__ void mark(TracePhase ph)
     {
         const unsigned long long now = clock64();
-        add(ph, now - last);
+        if (trace_kept(ph)) add(ph, now - last);  // ph is a constant: no branch is left
         last = now;
     }
     __device__ __forceinline__ void end_block() const
