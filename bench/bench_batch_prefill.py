@@ -13,7 +13,8 @@ process on the same tensors: its TFLOP/s and ratio to the default plan are print
 Single prefill is timed under it too (it reads FIJIT_PREFILL_WS per launch), with a
 workspace (the counter its persistent CTAs claim blocks through). --ab-lib LIB runs the
 --ab side on another build (its own libfijit.so: a template change needs one, as a
-process keeps the kernel it first served for a spec).
+process keeps the kernel it first served for a spec). Both repeat, paired in order, so
+one run times several builds against this one; --kinds paged leaves ragged out.
 Raw numbers go to $OUT/bench_batch_prefill.json when OUT is set.
 """
 import argparse
@@ -121,25 +122,37 @@ def main():
     ap.add_argument("--page-order", choices=("random", "sequential"), default="random",
                     help="paged K/V: pages a random permutation of the pool, or in order")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--ab", default="", help="NAME,VAR=VAL[;VAR=VAL]: batch plans made "
-                    "under that environment too, timed alongside")
-    ap.add_argument("--ab-lib", default="", help="libfijit.so of the --ab side")
+    ap.add_argument("--kinds", default="ragged,paged", help="batch kinds to time (ragged, paged)")
+    ap.add_argument("--ab", action="append", default=[],
+                    help="NAME[,VAR=VAL[;VAR=VAL]]: batch plans (and single prefill) made under "
+                    "that environment too, timed alongside; repeat for more sides")
+    ap.add_argument("--ab-lib", action="append", default=[],
+                    help="libfijit.so of the --ab side in the same place (repeat in --ab's "
+                    "order; '' keeps this build)")
     opt = ap.parse_args()
-    if opt.ab_lib and not opt.ab:
-        ap.error("--ab-lib needs --ab NAME[,VAR=VAL...]")
-    ab_name, ab_env = (opt.ab.split(",", 1) + [""])[:2] if opt.ab else ("", "")
-    ab_env = dict(kv.split("=", 1) for kv in ab_env.split(";") if kv)
+    if len(opt.ab_lib) > len(opt.ab):
+        ap.error("--ab-lib needs an --ab NAME[,VAR=VAL...] for each")
+    kinds = opt.kinds.split(",")
+    if not kinds or any(k not in ("ragged", "paged") for k in kinds):
+        ap.error("--kinds: ragged and/or paged")
     lo, hi = (int(x) for x in opt.lens.split(","))
     lens = batch_lens(opt.batch, lo, hi, opt.seed)
     fj = Fijit()
     pf = Prefill(fj)
-    ab_fj = Fijit(opt.ab_lib) if opt.ab_lib else None
-    ab_pf = Prefill(ab_fj) if ab_fj else pf
+    # The --ab sides: (name, environment, Prefill), each on its own library where given.
+    sides, libs = [], []
+    for i, spec in enumerate(opt.ab):
+        name, env = (spec.split(",", 1) + [""])[:2]
+        lib = opt.ab_lib[i] if i < len(opt.ab_lib) else ""
+        if lib:
+            libs.append(Fijit(lib))
+        sides.append((name, dict(kv.split("=", 1) for kv in env.split(";") if kv),
+                      Prefill(libs[-1]) if lib else pf))
     dev = torch.cuda.get_device_name()
     print(f"device: {dev}; batch {opt.batch}, lengths {min(lens)}-{max(lens)} "
           f"(sum {sum(lens)}), page {opt.page}")
-    print(f"{'dtype':5} {'hd':>3} {'mask':6} {'heads':>6} | {'single':>7} (L) | "
-          f"{'ragged':>7} {'x single':>8} [rounds] | {'paged':>7} {'x single':>8} [rounds]")
+    print(f"{'dtype':5} {'hd':>3} {'mask':6} {'heads':>6} | {'single':>7} (L) | " +
+          " | ".join(f"{k:>7} {'x single':>8} [rounds]" for k in kinds))
     rows = []
     for dtype in opt.dtypes.split(","):
         tdt = TORCH_DTYPES[dtype]
@@ -160,15 +173,15 @@ def main():
                     sws = pf.workspace(sspec, sargs)  # noqa: F841 (kept alive)
                     stream = torch.cuda.current_stream().cuda_stream
                     runners = {"single": lambda: pf.run(sspec, sargs, stream)}
-                    if ab_name:
-                        def single_ab():  # single prefill reads FIJIT_PREFILL_WS per launch
-                            with environment(ab_env):
-                                ab_pf.run(sspec, sargs, stream)
+                    for ab_name, ab_env, ab_pf in sides:
+                        def single_ab(env=ab_env, spf=ab_pf):  # reads FIJIT_PREFILL_WS per launch
+                            with environment(env):
+                                spf.run(sspec, sargs, stream)
                         runners[f"single:{ab_name}"] = single_ab
                     plans, keep = [], []
-                    for kind in ("ragged", "paged"):
-                        for name, env, bpf in [(kind, {}, pf)] + (
-                                [(f"{kind}:{ab_name}", ab_env, ab_pf)] if ab_name else []):
+                    for kind in kinds:
+                        for name, env, bpf in [(kind, {}, pf)] + [
+                                (f"{kind}:{n}", e, p) for n, e, p in sides]:
                             with environment(env):
                                 fn, kp, plan = batch_runner(bpf, kind,
                                                             prefill_spec(kind, dtype, hd, mask),
@@ -193,16 +206,14 @@ def main():
                              for n in runners}
                     tf = {n: flops[n] / statistics.median(sum(t, [])) / 1e12
                           for n, t in times.items()}
-                    spread = {n: round_ratio_range(times, flops, n, "single")
-                              for n in ("ragged", "paged")}
+                    spread = {n: round_ratio_range(times, flops, n, "single") for n in kinds}
                     ab = "".join(f" | {n} {tf[n]:7.1f} x default {tf[n] / tf[n.split(':')[0]]:.2f}"
                                  f" {range_text(round_ratio_range(times, flops, n, n.split(':')[0]))}"
                                  for n in tf if ":" in n)
+                    batch = " | ".join(f"{tf[k]:7.1f} {tf[k] / tf['single']:8.2f} "
+                                       f"{range_text(spread[k])}" for k in kinds)
                     print(f"{dtype:5} {hd:3d} {mask:6} {heads:>6} | {tf['single']:7.1f} ({Ls}) | "
-                          f"{tf['ragged']:7.1f} {tf['ragged'] / tf['single']:8.2f} "
-                          f"{range_text(spread['ragged'])} | "
-                          f"{tf['paged']:7.1f} {tf['paged'] / tf['single']:8.2f} "
-                          f"{range_text(spread['paged'])}{ab}", flush=True)
+                          f"{batch}{ab}", flush=True)
                     rows.append({"dtype": dtype, "hd": hd, "mask": mask, "heads": heads,
                                  "lens": lens, "single_len": Ls, "tflops": tf,
                                  "round_ratio_range": spread})
@@ -213,8 +224,8 @@ def main():
         with open(os.path.join(out, "bench_batch_prefill.json"), "w") as f:
             json.dump({"device": dev, "rows": rows}, f)
     fj.close()
-    if ab_fj:
-        ab_fj.close()
+    for lib in libs:
+        lib.close()
 
 
 if __name__ == "__main__":

@@ -154,8 +154,8 @@ def main():
     print("grid span, us from the first CTA's entry (traced CTAs)")
     for label, i in (("  mean CTA entry", 0), ("  mean CTA end", 1), ("  last CTA end", 2)):
         print(f"{label:22}" + "".join(f"{spans[c][i] / 1e3:>22.1f}" for c in cases))
-    print(f"{'  idle at the end, %':22}" +
-          "".join(f"{100 * (spans[c][2] - spans[c][1]) / max(spans[c][2], 1):>22.1f}" for c in cases))
+    idle = {c: 100 * (spans[c][2] - spans[c][1]) / max(spans[c][2], 1) for c in cases}
+    print(f"{'  idle at the end, %':22}" + "".join(f"{idle[c]:>22.1f}" for c in cases))
     return 0
 
 
