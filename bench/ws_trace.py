@@ -33,17 +33,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from bench_batch_prefill import batch_lens, batch_runner, single_len  # noqa: E402
-# trace.cuh's TracePhase, in order; True: a phase of the steady loop (per tile).
-PHASES = [("walk", False), ("Q wait", False), ("first K wait", False), ("first turn", False),
-          ("first S issue", False), ("first S wait", False), ("first softmax", False),
-          ("K wait", True), ("turn", True), ("issue S, P.V", True), ("V wait", True),
-          ("S wait", True), ("softmax", True), ("P.V wait", True), ("rescale, pack P", True),
-          ("last V wait", False), ("last turn", False), ("last P.V issue", False),
-          ("last P.V wait", False), ("passed tiles", False), ("stage O", False),
-          ("store O", False)]
-# The phases FIJIT_WS_TRACE 2 adds up (trace.cuh: trace_kept).
-WAIT_PHASES = {"walk", "Q wait", "first K wait", "first turn", "first S wait", "K wait", "turn",
-               "V wait", "S wait", "P.V wait", "last V wait", "last turn", "last P.V wait"}
+# trace.cuh's TracePhase, in order: (name, a phase of the steady loop (per tile), a wait
+# (the phases FIJIT_WS_TRACE 2 adds up: trace.cuh, trace_kept)).
+PHASES = [("walk", False, True), ("Q wait", False, True), ("first K wait", False, True),
+          ("first turn", False, True), ("first S issue", False, False),
+          ("first S wait", False, True), ("first softmax", False, False), ("K wait", True, True),
+          ("turn", True, True), ("issue S, P.V", True, False), ("V wait", True, True),
+          ("S wait", True, True), ("softmax", True, False), ("P.V wait", True, True),
+          ("rescale, pack P", True, False), ("last V wait", False, True),
+          ("last turn", False, True), ("last P.V issue", False, False),
+          ("last P.V wait", False, True), ("passed tiles", False, False),
+          ("stage O", False, False), ("store O", False, False)]
 
 def traced_templates(tmp, mode):
     """A copy of the templates with FIJIT_WS_TRACE defined as `mode` (1: every phase, 2:
@@ -142,8 +142,8 @@ def main():
     def row(label, value):
         print(f"{label:22}" + "".join(f"{value(c):>22.0f}" for c in cases))
 
-    shown = [(ph, name, steady) for ph, (name, steady) in enumerate(PHASES)
-             if not opt.waits_only or name in WAIT_PHASES]
+    shown = [(ph, name, steady) for ph, (name, steady, wait) in enumerate(PHASES)
+             if wait or not opt.waits_only]
     for ph, name, steady in shown:
         row(("  " if steady else "") + name, lambda c: per(c, ph, steady))
     waits = "waits: " if opt.waits_only else ""

@@ -26,6 +26,13 @@ static_assert(16 + 4 * kWorkWords <= (int)kFeedSlotBytes, "a feed slot holds a b
 // head_dim 64 beside three consumers).
 constexpr bool kFeedWork = kRawQTuple;
 
+// Whether the block's query tile has rows of its request (the grid may hold
+// more tiles than a request has: the scheduler skips the others).
+__device__ __forceinline__ bool block_has_rows(const P &p, const Work &w)
+{
+    return w.tile * kTileQ < w.qo_len * p.group_size;
+}
+
 // The first packed row of the block's query tile. Under a causal mask (or a
 // window) a request's tiles end at its last row, so that its partial tile is
 // the first one (from row -pad), which reads the fewest keys; aligned at row
@@ -85,7 +92,7 @@ __device__ __forceinline__ void feed_blocks(const P &p, const fi_prefill_ws &ws,
         for (b = k == 0 ? b : next_block(ws, b, blocks); b < blocks; b = next_block(ws, b, blocks)) {
             WorkWords ww;
             ww.w = get_work(p, b, ws.work_items, ws.kv_heads);
-            if (ww.w.tile * kTileQ < ww.w.qo_len * p.group_size) {
+            if (block_has_rows(p, ww.w)) {
                 if constexpr (kFeedWork) {
 #pragma unroll
                     for (int i = 0; i < kWorkWords; ++i) sts32(sm.feed(s) + 16u + 4u * i, ww.u[i]);
@@ -134,7 +141,7 @@ __device__ __forceinline__ void for_each_block(const P &p, const fi_prefill_ws &
 {
     const int blocks = ws.work_items * ws.kv_heads;
     auto visit = [&](const Work &w, int &it, int j) {
-        if (!kFeed && w.tile * kTileQ >= w.qo_len * p.group_size) return false;  // the feed skips them
+        if (!kFeed && !block_has_rows(p, w)) return false;  // the feed skips them
         const int row0 = block_row0(p, w);
         const KeyRange kr = key_range<kTileQ, kTileKV>(p, w, row0);
         f(w, row0, kr, it, j);
