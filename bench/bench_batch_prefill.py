@@ -122,7 +122,9 @@ def main():
     ap.add_argument("--page-order", choices=("random", "sequential"), default="random",
                     help="paged K/V: pages a random permutation of the pool, or in order")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--kinds", default="ragged,paged", help="batch kinds to time (ragged, paged)")
+    ap.add_argument("--kinds", default="ragged,paged",
+                    help="batch kinds to time: ragged, paged (pages in --page-order), paged-seq "
+                    "(paged, its pages in order: beside paged, where the pool's layout costs)")
     ap.add_argument("--ab", action="append", default=[],
                     help="NAME[,VAR=VAL[;VAR=VAL]]: batch plans (and single prefill) made under "
                     "that environment too, timed alongside; repeat for more sides")
@@ -133,8 +135,8 @@ def main():
     if len(opt.ab_lib) > len(opt.ab):
         ap.error("--ab-lib needs an --ab NAME[,VAR=VAL...] for each")
     kinds = opt.kinds.split(",")
-    if not kinds or any(k not in ("ragged", "paged") for k in kinds):
-        ap.error("--kinds: ragged and/or paged")
+    if not kinds or any(k not in ("ragged", "paged", "paged-seq") for k in kinds):
+        ap.error("--kinds: ragged, paged and/or paged-seq")
     lo, hi = (int(x) for x in opt.lens.split(","))
     lens = batch_lens(opt.batch, lo, hi, opt.seed)
     fj = Fijit()
@@ -183,10 +185,12 @@ def main():
                         for name, env, bpf in [(kind, {}, pf)] + [
                                 (f"{kind}:{n}", e, p) for n, e, p in sides]:
                             with environment(env):
-                                fn, kp, plan = batch_runner(bpf, kind,
-                                                            prefill_spec(kind, dtype, hd, mask),
-                                                            lens, H, Hkv, hd, tdt, opt.page,
-                                                            opt.page_order)
+                                base = kind.split("-")[0]
+                                pages_order = ("sequential" if kind == "paged-seq"
+                                               else opt.page_order)
+                                fn, kp, plan = batch_runner(bpf, base,
+                                                            prefill_spec(base, dtype, hd, mask),
+                                                            lens, H, Hkv, hd, tdt, opt.page, pages_order)
                             runners[name] = fn
                             plans.append((bpf, plan))
                             keep.append(kp)

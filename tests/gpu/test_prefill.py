@@ -201,6 +201,30 @@ def run_single(pf, gen, tup, lq, lk, group, layout, tile, hkv=2):
     return compare(o, lse, ref_o, ref_lse, dtype)
 
 
+# --page-order: how the pool's pages are handed to requests (pages_in_runs).
+PAGE_ORDER = "runs"
+
+
+def pages_in_runs(total, gen, dev):
+    """The pool's page ids in runs of 1-24 consecutive pages, the runs shuffled, as a
+    cache's allocator hands them out once freed pages mix with fresh ones: a request's
+    pages then both follow on and jump. --page-order sequential: one run; random: runs
+    of one page."""
+    if PAGE_ORDER == "sequential":
+        return torch.arange(total, device=dev)
+    if PAGE_ORDER == "random":
+        return torch.randperm(total, generator=gen, device=dev)
+    lens = torch.randint(1, 25, (total,), generator=gen, device=dev).tolist()
+    runs, start = [], 0
+    for n in lens:
+        if start >= total:
+            break
+        runs.append(torch.arange(start, min(start + n, total), device=dev))
+        start += n
+    order = torch.randperm(len(runs), generator=gen, device=dev).tolist()
+    return torch.cat([runs[i] for i in order])
+
+
 def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, tile, hkv=2,
               stream=None, workspace=None, per_request_rope=False):
     """stream: run on it right after the plan, with every input ready beforehand (so the
@@ -245,7 +269,7 @@ def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, ti
         for n in npages:
             kv_indptr.append(kv_indptr[-1] + n)
         total_pages = kv_indptr[-1] + 3
-        perm = torch.randperm(total_pages, generator=gen, device=dev)[:max(kv_indptr[-1], 1)]
+        perm = pages_in_runs(total_pages, gen, dev)[:max(kv_indptr[-1], 1)]
         kv_indices_t = perm.to(torch.int32).contiguous()
         last_page = [n - (p - 1) * page_size if p > 0 else 0 for n, p in zip(kv_lens, npages)]
         if layout == "NHD":
@@ -424,9 +448,13 @@ def main():
     ap.add_argument("--softcaps", default="0,1")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the SDPA comparison")
     ap.add_argument("--verbose", action="store_true", help="name each case before it runs")
+    ap.add_argument("--page-order", choices=("runs", "sequential", "random"), default="runs",
+                    help="paged: the pool's pages in shuffled runs, in order, or shuffled one by one")
     ap.add_argument("--pages", default=None,
                     help="page sizes of the paged cases (default: 1,16,48 quick, else 1,5,16,24,64)")
     opt = ap.parse_args()
+    global PAGE_ORDER
+    PAGE_ORDER = opt.page_order
 
     seed = int(os.environ.get("FIJIT_TEST_SEED", time.time_ns() % (2**31)))
     print(f"test_prefill: seed {seed} (FIJIT_TEST_SEED={seed} replays)", flush=True)

@@ -120,24 +120,40 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     // hd 64 and 128 measured 1.00-1.01x on the batch's 8 shapes (H200,
     // session 23, A/B in one process).
     if constexpr (!kRawQTuple || kQBufs == 1) prefetch_q_rows(p, maps, w, row0, lane);
+    // No division by the page size (a run-time value: a reciprocal on the
+    // MUFU, which the consumers' exponentials wait on) in the tile loop: a
+    // tile's boxes are counted by a vote; whole pages' first kv_indices entry
+    // steps by a full tile's pages, and a part-page box's page and row in it
+    // (lane_page, lane_row: this lane's box) by a tile's pages and rows past
+    // them. Measured against dividing each tile (H200, session 25,
+    // bench_batch_prefill.py paged, A/B in one process, two runs): hd 64
+    // 1.00-1.04x, hd 128 1.00-1.04x, hd 256 1.00-1.05x. What this warp does
+    // each tile shows in the consumers' time: a check of its page ids
+    // (a shuffle and a vote for K and V) measured 0.93-0.96x at hd 64.
+    const int box = kParts ? maps.page_box : p.page_size;
+    int first_page = kParts ? 0 : w.kv_begin + kr.kv_start / p.page_size;
+    int lane_page = 0, lane_row = 0, step_pages = 0, step_rows = 0;
+    if constexpr (kParts) {
+        const int key0 = kr.kv_start + lane * box;
+        lane_page = w.kv_begin + key0 / p.page_size;
+        lane_row = key0 % p.page_size;
+        step_pages = kTileKV / p.page_size;
+        step_rows = kTileKV % p.page_size;
+    }
     for (int i = 0; i < kr.n; ++i, ++it) {
         const int s = it % kStages;
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
         const int t0 = kr.kv_start + i * kTileKV;
         const int keys = imin(kTileKV, w.kv_len - t0);
-        const int box = kParts ? maps.page_box : p.page_size;
-        const int n = (keys + box - 1) / box;  // boxes with keys, the partial one too
+        // Boxes with keys, the partial one too.
+        const int n = __popc(__ballot_sync(0xffffffffu, lane * box < keys));
         // The page id and row group of this lane's box, read at once (one
         // latency, not n). Read a tile ahead instead, while this tile's boxes
         // wait for their slots: 1.00-1.04x alone at hd 128 and 256, 0.97-1.01x
         // beside block_row0's tiles (H200, session 24, bench_batch_prefill.py
         // paged, A/B in one process; 4 B of spills beside three consumers).
-        const int key = t0 + lane * box;
-        const int my_page =
-            lane < n ? p.kv_indices[kParts ? w.kv_begin + key / p.page_size
-                                           : w.kv_begin + t0 / p.page_size + lane]
-                     : 0;
-        const int my_group = kParts ? key % p.page_size / 8 : 0;
+        const int my_page = lane < n ? p.kv_indices[kParts ? lane_page : first_page + lane] : 0;
+        const int my_group = kParts ? lane_row / 8 : 0;
         // The tile's boxes with keys into `slot`, a TMA each, completing
         // `full`: lane i issues box i's, after lane 0 has set the bytes to
         // expect. ptxas still issues them a lane at a time (a TMA's operands
@@ -162,6 +178,14 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
 
         bar_wait(sm.empty_v(s), free_parity);
         load_boxes(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s));
+        if constexpr (kParts) {
+            lane_row += step_rows;
+            const bool wraps = lane_row >= p.page_size;
+            lane_page += step_pages + (wraps ? 1 : 0);
+            lane_row -= wraps ? p.page_size : 0;
+        } else {
+            first_page += __popc(__ballot_sync(0xffffffffu, lane * box < kTileKV));
+        }
     }
 }
 
