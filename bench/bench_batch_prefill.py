@@ -14,7 +14,9 @@ Single prefill is timed under it too (it reads FIJIT_PREFILL_WS per launch), wit
 workspace (the counter its persistent CTAs claim blocks through). --ab-lib LIB runs the
 --ab side on another build (its own libfijit.so: a template change needs one, as a
 process keeps the kernel it first served for a spec). Both repeat, paired in order, so
-one run times several builds against this one; --kinds paged leaves ragged out.
+one run times several builds against this one; --kinds paged leaves ragged out, and
+paged-seq adds paged K/V whose pages lie in order in the pool (beside random pages: where
+the pool's layout costs).
 Raw numbers go to $OUT/bench_batch_prefill.json when OUT is set.
 """
 import argparse
