@@ -126,11 +126,11 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     // once a block, a request's last tile's by a vote; whole pages' first
     // kv_indices entry steps by a full tile's pages, and a part-page box's
     // page and row in it (lane_page, lane_row: this lane's box) by a tile's
-    // pages and rows past them. Measured against dividing each tile (H200, session 25,
-    // bench_batch_prefill.py paged, A/B in one process, two runs): hd 64
-    // 1.00-1.04x, hd 128 1.00-1.04x, hd 256 1.00-1.05x. What this warp does
-    // each tile shows in the consumers' time: a check of its page ids
-    // (a shuffle and a vote for K and V) measured 0.93-0.96x at hd 64.
+    // pages and rows past them. Measured against dividing each tile (H200,
+    // session 25, bench_batch_prefill.py paged, A/B in one process, two
+    // runs): hd 64 1.00-1.04x, hd 128 1.00-1.04x, hd 256 1.00-1.05x. What
+    // this warp does each tile shows in the consumers' time: a check of its
+    // page ids (a shuffle and a vote for K and V) measured 0.93-0.96x at hd 64.
     const int box = kParts ? maps.page_box : p.page_size;
     const int full_n = kTileKV / box;  // a full tile's boxes
     int first_page = kParts ? 0 : w.kv_begin + kr.kv_start / p.page_size;
@@ -148,7 +148,8 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         const int t0 = kr.kv_start + i * kTileKV;
         const int keys = imin(kTileKV, w.kv_len - t0);
         // Boxes with keys, the partial one too.
-        const int n = keys == kTileKV ? full_n : __popc(__ballot_sync(0xffffffffu, lane * box < keys));
+        const int n =
+            keys == kTileKV ? full_n : __popc(__ballot_sync(0xffffffffu, lane * box < keys));
         // The page id and row group of this lane's box, read at once (one
         // latency, not n). Read a tile ahead instead, while this tile's boxes
         // wait for their slots: 1.00-1.04x alone at hd 128 and 256, 0.97-1.01x
