@@ -46,6 +46,10 @@ def single_len(lens):
     return int(round(math.sqrt(sum(L * L for L in lens))))
 
 
+# --kinds: each one's batch kind and page order (None: --page-order's).
+KINDS = {"ragged": ("ragged", None), "paged": ("paged", None), "paged-seq": ("paged", "sequential")}
+
+
 def pairs(L, causal):
     return L * (L + 1) // 2 if causal else L * L
 
@@ -137,7 +141,7 @@ def main():
     if len(opt.ab_lib) > len(opt.ab):
         ap.error("--ab-lib needs an --ab NAME[,VAR=VAL...] for each")
     kinds = opt.kinds.split(",")
-    if not kinds or any(k not in ("ragged", "paged", "paged-seq") for k in kinds):
+    if not kinds or any(k not in KINDS for k in kinds):
         ap.error("--kinds: ragged, paged and/or paged-seq")
     lo, hi = (int(x) for x in opt.lens.split(","))
     lens = batch_lens(opt.batch, lo, hi, opt.seed)
@@ -184,15 +188,13 @@ def main():
                         runners[f"single:{ab_name}"] = single_ab
                     plans, keep = [], []
                     for kind in kinds:
+                        base, order = KINDS[kind]
+                        bspec = prefill_spec(base, dtype, hd, mask)
                         for name, env, bpf in [(kind, {}, pf)] + [
                                 (f"{kind}:{n}", e, p) for n, e, p in sides]:
                             with environment(env):
-                                base = kind.split("-")[0]
-                                pages_order = ("sequential" if kind == "paged-seq"
-                                               else opt.page_order)
-                                fn, kp, plan = batch_runner(bpf, base,
-                                                            prefill_spec(base, dtype, hd, mask),
-                                                            lens, H, Hkv, hd, tdt, opt.page, pages_order)
+                                fn, kp, plan = batch_runner(bpf, base, bspec, lens, H, Hkv, hd, tdt,
+                                                            opt.page, order or opt.page_order)
                             runners[name] = fn
                             plans.append((bpf, plan))
                             keep.append(kp)

@@ -201,11 +201,11 @@ def run_single(pf, gen, tup, lq, lk, group, layout, tile, hkv=2):
     return compare(o, lse, ref_o, ref_lse, dtype)
 
 
-# --page-order: how the pool's pages are handed to requests (pages_in_runs).
+# --page-order: how the pool's pages are handed to requests (pool_page_order).
 PAGE_ORDER = "runs"
 
 
-def pages_in_runs(total, gen, dev):
+def pool_page_order(total, gen, dev):
     """The pool's page ids in runs of 1-24 consecutive pages, the runs shuffled, as a
     cache's allocator hands them out once freed pages mix with fresh ones: a request's
     pages then both follow on and jump. --page-order sequential: one run; random: runs
@@ -269,7 +269,7 @@ def run_batch(pf, gen, kind, tup, qo_lens, kv_lens, group, layout, page_size, ti
         for n in npages:
             kv_indptr.append(kv_indptr[-1] + n)
         total_pages = kv_indptr[-1] + 3
-        perm = pages_in_runs(total_pages, gen, dev)[:max(kv_indptr[-1], 1)]
+        perm = pool_page_order(total_pages, gen, dev)[:max(kv_indptr[-1], 1)]
         kv_indices_t = perm.to(torch.int32).contiguous()
         last_page = [n - (p - 1) * page_size if p > 0 else 0 for n, p in zip(kv_lens, npages)]
         if layout == "NHD":
