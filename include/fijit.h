@@ -116,7 +116,8 @@ typedef enum fi_kernel_kind {
 typedef enum fi_dtype {
     FI_DTYPE_FP16 = 1,
     FI_DTYPE_BF16 = 2,
-    FI_DTYPE_FP8_E4M3 = 3, /* kv_dtype of the decode kinds only, with a per-tensor scale */
+    FI_DTYPE_FP8_E4M3 = 3, /* kv_dtype of the decode kinds, or q and kv of single prefill on
+                              sm_90a (fijit_prefill.h); with per-tensor scales */
     FI_DTYPE_FP8_E5M2 = 4, /* likewise */
 } fi_dtype;
 

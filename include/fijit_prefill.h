@@ -42,6 +42,17 @@
  * Tensors are device pointers; strides are in elements; the last dimension is
  * contiguous and every row must start 16-byte aligned (strides multiples of 8
  * elements, base pointers 16-byte aligned).
+ *
+ * fp8 (single prefill, sm_90a): q_dtype = kv_dtype = FI_DTYPE_FP8_E4M3, o
+ * fp16 or bf16, head_dim 128, mask none or causal, no pos encoding, soft-cap
+ * or custom variant (others are FI_EUNSUPPORTED; so is any other arch). q, k
+ * and v hold the values divided by the per-tensor q_scale, k_scale and
+ * v_scale of fi_prefill_args version 4; strides are in one-byte elements
+ * (multiples of 16). It runs on the Hopper main loop with 8-bit tensor-core
+ * products and fp32 accumulation; the softmax weights are rounded to e4m3
+ * before P.V (relative error up to 2^-4 each), and it needs the workspace of
+ * fi_prefill_workspace_size, where a first launch lays V out for P.V
+ * (head_dim x kv_len rounded up to 128, bytes, per kv head).
  */
 #ifndef FIJIT_PREFILL_H
 #define FIJIT_PREFILL_H
@@ -55,7 +66,8 @@ extern "C" {
 struct CUstream_st; /* CUstream from cuda.h */
 
 /* ---- single request -------------------------------------------------------- */
-#define FI_PREFILL_ARGS_VERSION 3 /* 2 added variant_args, 3 workspace; 1 and 2 are still accepted */
+#define FI_PREFILL_ARGS_VERSION 4 /* 2 added variant_args, 3 workspace, 4 the fp8 scales; 1-3
+                                     are still accepted */
 
 /* q and o [qo_len, num_qo_heads, hd] (token stride q_stride_n, head stride
  * q_stride_h); k and v [kv_len, num_kv_heads, hd] in NHD (stride_n =
@@ -91,9 +103,14 @@ typedef struct fi_prefill_args {
      * (zeroed by a memset on the stream before the launch), so that none
      * idles at a causal grid's end: 1.08x at seq 15.5k, causal, 32/8, hd
      * 128 (README); without room for it they walk the blocks in a fixed
-     * order. Runs that share a workspace must not overlap in time. */
+     * order. Runs that share a workspace must not overlap in time.
+     * fp8 (below) requires one: V is laid out there for the tensor cores. */
     void *workspace;
     size_t workspace_bytes;
+    /* Version 4: fp8 prefill (q=kv=fp8_e4m3, o fp16 or bf16; sm_90a only):
+     * q, k and v hold the real values divided by these per-tensor scales
+     * (0: 1), as batch decode's fp8 KV does. Ignored for 16-bit tuples. */
+    float q_scale, k_scale, v_scale;
 } fi_prefill_args;
 
 #define FI_PREFILL_ARGS_INIT                                                   \

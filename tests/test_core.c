@@ -131,7 +131,7 @@ TEST(spec_check_names_unsupported_field_and_values)
     spec = parse_or_die("decode mask=causal");
     CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);
     CHECK(strstr(fi_last_error(), "mask 'causal'") && strstr(fi_last_error(), "none, window"));
-    spec = parse_or_die("prefill q=fp8_e4m3"); /* prefill is implemented; fp8 is not yet */
+    spec = parse_or_die("prefill q=fp8_e4m3"); /* o follows q: fp8 output is refused */
     CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);
     spec = parse_or_die("decode q=fp16 kv=bf16");
     CHECK_RC(fi_jit_spec_check(&spec), FI_EUNSUPPORTED);

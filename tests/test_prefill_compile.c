@@ -2,7 +2,8 @@
  * CPU tests of the prefill kinds: every accepted tuple (3 kinds x fp16/bf16 x
  * head_dim 64/128/256 x 4 masks x 3 pos encodings x soft-cap 0/1) compiles
  * through NVRTC for sm_90a with no failure, and the kinds refuse what they do
- * not support with FI_EUNSUPPORTED naming the field. FIJIT_TEST_QUICK=1
+ * not support with FI_EUNSUPPORTED naming the field; so do fp8 prefill's four
+ * tuples (sm_90a only). FIJIT_TEST_QUICK=1
  * compiles only a handful of tuples. Prints the mean NVRTC time per module.
  */
 #include <stdlib.h>
@@ -113,8 +114,123 @@ TEST(prefill_refuses_unsupported_tuples)
         s.kv_dtype = FI_DTYPE_FP16;
         s.q_dtype = s.kv_dtype = s.o_dtype = FI_DTYPE_FP8_E4M3;
         CHECK(fi_jit_spec_check(&s) == FI_EUNSUPPORTED);
+        CHECK(strstr(fi_last_error(), "o dtype") && strstr(fi_last_error(), "fp16, bf16"));
+        s.q_dtype = FI_DTYPE_FP8_E5M2;
+        CHECK(fi_jit_spec_check(&s) == FI_EUNSUPPORTED);
         CHECK(strstr(fi_last_error(), "q dtype") && strstr(fi_last_error(), "fp16, bf16"));
     }
+}
+
+/* fp8 prefill (templates/prefill/fp8.cuh): its four tuples compile for
+ * sm_90a, every other field value is refused naming what is supported, and
+ * so is any other arch, before anything is expanded. */
+TEST(prefill_fp8_tuples_compile_and_refuse_the_rest)
+{
+    fi_jit_spec ok[4];
+    for (int i = 0; i < 4; i++) {
+        fi_jit_spec s = FI_JIT_SPEC_INIT;
+        s.kind = FI_KIND_PREFILL;
+        s.q_dtype = s.kv_dtype = FI_DTYPE_FP8_E4M3;
+        s.o_dtype = i % 2 ? FI_DTYPE_BF16 : FI_DTYPE_FP16;
+        s.head_dim = 128;
+        s.mask = i < 2 ? FI_MASK_NONE : FI_MASK_CAUSAL;
+        CHECK_OK(fi_jit_spec_check(&s));
+        ok[i] = s;
+    }
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+    static char first[2400];
+    const int failures = check_prewarm_all(ctx, ok, 4, -1, first, sizeof first);
+    if (failures) fprintf(stderr, "  first failure: %s\n", first);
+    CHECK_MSG(failures == 0, "%d of 4 fp8 prefill tuples failed to compile", failures);
+    fi_jit_ctx_free(ctx);
+    static const char *const archs[] = {"sm_80", "sm_89", "sm_90"};
+    for (int a = 0; a < 3; a++) {
+        CHECK_OK(check_ctx_new(&ctx, archs[a]));
+        CHECK(fi_jit_prewarm(NULL, ctx, &ok[0], NULL) == FI_EUNSUPPORTED);
+        CHECK(strstr(fi_last_error(), archs[a]) && strstr(fi_last_error(), "supported: sm_90a"));
+        fi_jit_ctx_free(ctx);
+    }
+    struct {
+        const char *text, *says;
+    } bad[] = {
+        {"batch_prefill_ragged q=fp8_e4m3 o=fp16", "supported: prefill"},
+        {"batch_prefill_paged q=fp8_e4m3 o=fp16", "supported: prefill"},
+        {"prefill q=fp8_e4m3 o=fp16 hd=64", "supported: 128"},
+        {"prefill q=fp8_e4m3 o=bf16 hd=256", "supported: 128"},
+        {"prefill q=fp8_e4m3 o=fp16 mask=window", "none, causal"},
+        {"prefill q=fp8_e4m3 o=fp16 mask=custom", "none, causal"},
+        {"prefill q=fp8_e4m3 o=fp16 pos=rope", "no pos encoding"},
+        {"prefill q=fp8_e4m3 o=fp16 pos=alibi", "no pos encoding"},
+        {"prefill q=fp8_e4m3 o=fp16 softcap=1", "soft-cap"},
+        {"prefill q=fp8_e4m3 kv=fp16 o=fp16", "kv=fp8_e4m3"},
+        {"prefill q=fp8_e4m3 kv=fp8_e5m2 o=fp16", "kv=fp8_e4m3"},
+        {"prefill q=fp8_e4m3", "o dtype"},
+        {"prefill q=fp16 kv=fp8_e4m3", "kv dtype"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fi_jit_spec s;
+        char variant[64];
+        CHECK_OK(fi_jit_spec_parse(&s, variant, sizeof variant, bad[i].text));
+        CHECK_MSG(fi_jit_spec_check(&s) == FI_EUNSUPPORTED, "%s was accepted", bad[i].text);
+        CHECK_MSG(strstr(fi_last_error(), bad[i].says), "%s: '%s' lacks '%s'", bad[i].text,
+                  fi_last_error(), bad[i].says);
+    }
+}
+
+/* fp8's launch arguments are checked before any device work: args version 4
+ * (the scales), finite non-negative scales, the Hopper loop's tile, and a
+ * workspace of fi_prefill_workspace_size bytes (V laid out for P.V, then the
+ * block claims). */
+TEST(prefill_fp8_launch_args_are_validated_without_gpu)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+    fi_jit_spec s = FI_JIT_SPEC_INIT;
+    s.kind = FI_KIND_PREFILL;
+    s.q_dtype = s.kv_dtype = FI_DTYPE_FP8_E4M3;
+    s.o_dtype = FI_DTYPE_BF16;
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    a.num_qo_heads = 8;
+    a.num_kv_heads = 2;
+    a.qo_len = 100;
+    a.kv_len = 300;
+    a.q = a.k = a.v = a.o = (void *)(uintptr_t)0x10000;
+    a.q_stride_n = 8 * 128;
+    a.k_stride_n = a.v_stride_n = 2 * 128;
+    a.o_stride_n = 8 * 128;
+    a.q_stride_h = a.k_stride_h = a.v_stride_h = a.o_stride_h = 128;
+    size_t bytes = 0;
+    CHECK_OK(fi_prefill_workspace_size(&bytes, &s, &a));
+    CHECK(bytes == (size_t)2 * 128 * 384 + 16); /* 300 keys -> 3 tiles of 128 */
+    int rc = fi_prefill_run(ctx, &s, &a, NULL);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "workspace of at least 98304 bytes"));
+    a.workspace = (void *)(uintptr_t)0x20000;
+    a.workspace_bytes = bytes - 17;
+    rc = fi_prefill_run(ctx, &s, &a, NULL);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "98303 given"));
+    a.version = 3;
+    rc = fi_prefill_run(ctx, &s, &a, NULL);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "args.version 4"));
+    a.version = FI_PREFILL_ARGS_VERSION;
+    a.workspace_bytes = bytes;
+    a.k_scale = -1.f;
+    rc = fi_prefill_run(ctx, &s, &a, NULL);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "k_scale is -1"));
+    a.k_scale = 0.f;
+    a.v_scale = 1.f / 0.f;
+    rc = fi_prefill_run(ctx, &s, &a, NULL);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "v_scale is inf"));
+    a.v_scale = 0.5f;
+    a.cta_tile_q = 64;
+    rc = fi_prefill_run(ctx, &s, &a, NULL);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "cta_tile_q 64"));
+    a.cta_tile_q = 0;
+    a.k_stride_n = 2 * 128 + 8; /* 16-byte rows: a multiple of 16 one-byte elements */
+    rc = fi_prefill_run(ctx, &s, &a, NULL);
+    CHECK(rc == FI_EINVALID && strstr(fi_last_error(), "k_stride_n") &&
+          strstr(fi_last_error(), "multiple of 16"));
+    fi_jit_ctx_free(ctx);
 }
 
 TEST(prefill_kinds_parse_from_spec_strings)

@@ -312,6 +312,7 @@ static int build_prepare(fi_build *b, const fi_jit_spec *spec, const fi_variant 
     FI_TRY(fi__arch_check(arch));
     b->variant = variant;
     b->kind = fi__kind_info(spec->kind);
+    if (b->kind->check_arch) FI_TRY(b->kind->check_arch(spec, arch));
     snprintf(b->arch, sizeof b->arch, "%s", arch);
     snprintf(b->arch_option, sizeof b->arch_option, "--gpu-architecture=%s", arch);
     b->options[b->option_count++] = b->arch_option;

@@ -70,19 +70,20 @@ static const fi_kind_info kinds[] = {
     /* Prefill: one kernel per query tile (128, 64, 16 rows; see
      * templates/prefill/params.h), all kinds sharing templates/prefill/,
      * then the RoPE pre-pass (src/launch/prefill.c), then the Hopper main
-     * loop (templates/prefill/mainloop_sm90_ws.cuh; empty but for sm_90a). */
+     * loop (templates/prefill/mainloop_sm90_ws.cuh; empty but for sm_90a),
+     * then fp8's V pre-pass (templates/prefill/fp8.cuh; empty but for fp8). */
     {FI_KIND_PREFILL, "prefill", "prefill/single.cuh",
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
-      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws"},
-     fi__prefill_check, fi__prefill_launch_shape},
+      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws", "fi_prefill_fp8_v_kernel"},
+     fi__prefill_check, fi__prefill_launch_shape, fi__prefill_check_arch},
     {FI_KIND_BATCH_PREFILL_RAGGED, "batch_prefill_ragged", "prefill/ragged.cuh",
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
-      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws"},
-     fi__prefill_check, fi__prefill_launch_shape},
+      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws", "fi_prefill_fp8_v_kernel"},
+     fi__prefill_check, fi__prefill_launch_shape, fi__prefill_check_arch},
     {FI_KIND_BATCH_PREFILL_PAGED, "batch_prefill_paged", "prefill/paged.cuh",
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
-      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws"},
-     fi__prefill_check, fi__prefill_launch_shape},
+      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws", "fi_prefill_fp8_v_kernel"},
+     fi__prefill_check, fi__prefill_launch_shape, fi__prefill_check_arch},
 };
 
 #define KIND_COUNT (sizeof kinds / sizeof kinds[0])

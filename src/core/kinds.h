@@ -27,6 +27,9 @@ typedef struct fi_kind_info {
     int (*check)(const fi_jit_spec *spec);
     /* Fill the launch shape a caller needs for this spec compiled for `arch`. */
     void (*launch_shape)(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out);
+    /* Optional (NULL: every arch): limits of this spec on `arch`, checked
+     * before anything is expanded or compiled for it. */
+    int (*check_arch)(const fi_jit_spec *spec, const char *arch);
 } fi_kind_info;
 
 /* NULL when the kind is unknown. */
@@ -55,5 +58,6 @@ void fi__batch_decode_launch_shape(const fi_jit_spec *spec, const char *arch,
 /* Provided by src/launch/prefill.c (all three prefill kinds). */
 int fi__prefill_check(const fi_jit_spec *spec);
 void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out);
+int fi__prefill_check_arch(const fi_jit_spec *spec, const char *arch);
 
 #endif

@@ -67,9 +67,44 @@
 
 /* ---- kind table hooks --------------------------------------------------------- */
 
+/* 1 for an fp8 prefill spec (q = kv = e4m3: templates/prefill/fp8.cuh). */
+static int is_fp8(const fi_jit_spec *spec)
+{
+    return spec->q_dtype == FI_DTYPE_FP8_E4M3;
+}
+
+/* fp8 prefill: q = kv = e4m3, o fp16 or bf16, single prefill at head_dim 128
+ * with no mask, a causal one, and nothing else on the logits (the Hopper
+ * main loop with Q as it is in q). */
+static int check_fp8(const fi_jit_spec *spec, const char *kind)
+{
+    if (spec->kv_dtype != FI_DTYPE_FP8_E4M3)
+        return fi__error(FI_EUNSUPPORTED, "kv dtype '%s' is not supported with q=fp8_e4m3 for %s "
+                         "(supported: kv=fp8_e4m3)", fi__dtype_name(spec->kv_dtype), kind);
+    if (spec->o_dtype != FI_DTYPE_FP16 && spec->o_dtype != FI_DTYPE_BF16)
+        return fi__error(FI_EUNSUPPORTED, "o dtype '%s' is not supported with q=fp8_e4m3 for %s "
+                         "(supported: fp16, bf16)", fi__dtype_name(spec->o_dtype), kind);
+    if (spec->kind != FI_KIND_PREFILL)
+        return fi__error(FI_EUNSUPPORTED, "q=fp8_e4m3 is not supported for %s (supported: prefill)",
+                         kind);
+    if (spec->head_dim != 128)
+        return fi__error(FI_EUNSUPPORTED, "head_dim %d is not supported with q=fp8_e4m3 for %s "
+                         "(supported: 128)", spec->head_dim, kind);
+    if (spec->mask != FI_MASK_NONE && spec->mask != FI_MASK_CAUSAL)
+        return fi__error(FI_EUNSUPPORTED, "mask '%s' is not supported with q=fp8_e4m3 for %s "
+                         "(supported: none, causal)", fi__mask_name(spec->mask), kind);
+    if (spec->pos != FI_POS_NONE || spec->soft_cap || fi__spec_has_variant(spec))
+        return fi__error(FI_EUNSUPPORTED, "q=fp8_e4m3 for %s supports no pos encoding, soft-cap or "
+                         "custom variant (got pos '%s', soft_cap %d, variant '%s')", kind,
+                         fi__pos_name(spec->pos), spec->soft_cap,
+                         fi__spec_has_variant(spec) ? spec->variant : "default");
+    return 0;
+}
+
 int fi__prefill_check(const fi_jit_spec *spec)
 {
     const char *kind = fi__kind_name(spec->kind);
+    if (is_fp8(spec)) return check_fp8(spec, kind);
     int rc = fi__check_same_16bit_dtypes(spec, kind);
     if (rc < 0) return rc;
     if (spec->head_dim != 64 && spec->head_dim != 128 && spec->head_dim != 256)
@@ -86,6 +121,14 @@ static int is_sm90a(const char *arch)
     return strcmp(arch, "sm_90a") == 0;
 }
 
+int fi__prefill_check_arch(const fi_jit_spec *spec, const char *arch)
+{
+    if (is_fp8(spec) && !is_sm90a(arch))
+        return fi__error(FI_EUNSUPPORTED, "q=fp8_e4m3 prefill runs on the Hopper main loop only: "
+                         "arch %s is not supported (supported: sm_90a)", arch);
+    return 0;
+}
+
 void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out)
 {
     /* Of functions[0] (128-row tiles); the launch code computes the others. */
@@ -99,9 +142,12 @@ void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_laun
 
 /* ---- shared checks ------------------------------------------------------------- */
 
-/* Bytes of a q, k, v or o element: the prefill kinds are 16-bit only
- * (fi__prefill_check). */
+/* Bytes of a q, k, v or o element of the 16-bit tuples (the batch kinds'
+ * only ones: fi__prefill_check); fp8's q, k and v take 1 (in_bytes). */
 #define PREFILL_ELEM_BYTES 2
+
+/* Bytes of a q, k or v element of the spec. */
+static int in_bytes(const fi_jit_spec *spec) { return is_fp8(spec) ? 1 : PREFILL_ELEM_BYTES; }
 /* Grid x bound of the RoPE pre-pass: a few waves of blocks per kv head. */
 #define ROPE_MAX_BLOCKS 1024
 
@@ -141,6 +187,13 @@ static int tile_index_of(const char *who, int cta_tile_q, int *out)
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* fp8's vt (templates/prefill/params.h): keys per head_dim row, whole K/V
+ * tiles, so that no box of it reads past its end. */
+static int fp8_vt_keys(int kv_len)
+{
+    return (int)ceil_div(kv_len, FI_PREFILL_FP8_TILE_KV) * FI_PREFILL_FP8_TILE_KV;
+}
 
 static int gcd(int a, int b)
 {
@@ -252,12 +305,15 @@ static int ws_causal(const fi_jit_spec *spec) { return spec->mask == FI_MASK_CAU
 /* Keys of its K/V tiles and its dynamic shared memory. */
 static int ws_tile_kv(const fi_jit_spec *spec)
 {
-    return FI_PREFILL_WS_TILE_KV(spec->head_dim, ws_lean(spec), ws_causal(spec));
+    return is_fp8(spec) ? FI_PREFILL_FP8_TILE_KV
+                        : FI_PREFILL_WS_TILE_KV(spec->head_dim, ws_lean(spec), ws_causal(spec));
 }
 
 static unsigned ws_smem_bytes(const fi_jit_spec *spec)
 {
-    return (unsigned)FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec), ws_causal(spec));
+    return (unsigned)(is_fp8(spec) ? FI_PREFILL_FP8_SMEM_BYTES(spec->head_dim, ws_lean(spec))
+                                   : FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec),
+                                                              ws_causal(spec)));
 }
 
 /* The blocks of a launch per kv head: `items` query tiles; batch kinds: the
@@ -344,8 +400,9 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
     const int box = ws_tile_kv(spec);
     if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
         ws->page_box = gcd(p->page_size, box);
-        int rc = p->rot_k ? (rows->k > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k,
-                                                               p->k_stride_h, p->k_stride_n, 1, box)
+        int rc = p->rot_k ? (rows->k > 0 ? fi__cuda_tma_map_3d(&ws->k, p->k, PREFILL_ELEM_BYTES, hd,
+                                                               heads, rows->k, p->k_stride_h,
+                                                               p->k_stride_n, 1, box)
                                          : 0)
                           : fi__cuda_tma_map_paged(&ws->k, p->k, hd, heads, p->page_size,
                                                    ws->page_box, p->k_stride_h, p->k_stride_n,
@@ -356,11 +413,16 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                                                ws->v_coords);
     }
     if (rows->k <= 0) return 0;
-    int rc = fi__cuda_tma_map_3d(&ws->k, p->k, hd, heads, rows->k, p->k_stride_h, p->k_stride_n, 1,
-                                 box);
-    return rc < 0 ? rc
-                  : fi__cuda_tma_map_3d(&ws->v, p->v, hd, heads, rows->v, p->v_stride_h,
-                                        p->v_stride_n, 1, box);
+    int rc = fi__cuda_tma_map_3d(&ws->k, p->k, in_bytes(spec), hd, heads, rows->k, p->k_stride_h,
+                                 p->k_stride_n, 1, box);
+    if (rc < 0 || !is_fp8(spec))
+        return rc < 0 ? rc
+                      : fi__cuda_tma_map_3d(&ws->v, p->v, PREFILL_ELEM_BYTES, hd, heads, rows->v,
+                                            p->v_stride_h, p->v_stride_n, 1, box);
+    /* fp8: the pre-pass's vt {vt_keys, head_dim, kv heads}, a box a 128-key
+     * row of every head_dim row (templates/prefill/fp8.cuh). */
+    return fi__cuda_tma_map_3d(&ws->v, p->vt, 1, p->vt_keys, hd, heads, p->vt_keys,
+                               (long long)hd * p->vt_keys, hd, 1);
 }
 
 /* The map of q (prefill/params.h) when a box's packed rows (a tile's, or a
@@ -376,8 +438,8 @@ static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
     const int group = p->group_size;
     const int box_rows = FI_PREFILL_WS_Q_BOX_ROWS(spec->head_dim, ws_lean(spec));
     if (q_rows <= 0 || box_rows % group != 0 || !(p->sm_scale > 0.f)) return;
-    if (fi__cuda_tma_map_3d(&ws->q, p->q, spec->head_dim, p->num_qo_heads, q_rows, p->q_stride_h,
-                            p->q_stride_n, group, box_rows / group) == 0)
+    if (fi__cuda_tma_map_3d(&ws->q, p->q, in_bytes(spec), spec->head_dim, p->num_qo_heads, q_rows,
+                            p->q_stride_h, p->q_stride_n, group, box_rows / group) == 0)
         ws->q_rows = q_rows;
 }
 
@@ -390,8 +452,8 @@ static void encode_o_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
 {
     const int group = p->group_size;
     if (o_rows <= 0 || 64 % group != 0) return;
-    if (fi__cuda_tma_map_3d(&ws->o, p->o, spec->head_dim, p->num_qo_heads, o_rows, p->o_stride_h,
-                            p->o_stride_n, group, 64 / group) == 0)
+    if (fi__cuda_tma_map_3d(&ws->o, p->o, PREFILL_ELEM_BYTES, spec->head_dim, p->num_qo_heads,
+                            o_rows, p->o_stride_h, p->o_stride_n, group, 64 / group) == 0)
         ws->o_rows = o_rows;
 }
 
@@ -441,6 +503,7 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     memset(&ws, 0, sizeof ws);
     if (encode_kv_maps(&ws, spec, p, rows) < 0) return 0;
     encode_q_map(&ws, spec, p, rows->q);
+    if (is_fp8(spec) && ws.q_rows == 0) return 0; /* fp8 reads Q only by TMA (launch) */
     encode_o_map(&ws, spec, p, rows->q); /* o has q's tokens */
     ws.work_items = items;
     ws.kv_heads = heads;
@@ -474,6 +537,12 @@ static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
         int rc = launch_ws(kernel, spec, ws, sm_count, ws_tiles, heads, p, rows, stream, who);
         if (rc != 0) return rc < 0 ? rc : 0;
     }
+    if (is_fp8(spec))
+        return fi__error(FI_EINVALID, "%s: q=fp8_e4m3 runs on the Hopper main loop alone, which "
+                         "these tensors do not suit: it needs 16-byte aligned q, k, v and o, "
+                         "sm_scale x q_scale x k_scale > 0 and a GQA group dividing %d (and not "
+                         "FIJIT_PREFILL_WS=0)", who,
+                         FI_PREFILL_WS_Q_BOX_ROWS(spec->head_dim, ws_lean(spec)));
     p->work_request = tiles->request;
     p->work_tile = tiles->tile;
     const unsigned gx = (unsigned)tiles->items, gy = (unsigned)heads;
@@ -515,6 +584,34 @@ out:
     return rc;
 }
 
+/* Index of fp8's V pre-pass among the module's entries (src/core/kinds.c). */
+#define FP8_V_ENTRY (WS_ENTRY + 1)
+
+static float scale_or_1(float scale) { return scale != 0.f ? scale : 1.f; }
+
+/* fp8: the scales into p (the logits' into sm_scale, V's onto O), and the
+ * pre-pass that writes V into the workspace as P.V reads it (vt,
+ * templates/prefill/fp8.cuh). */
+static int fp8_lay_out_v(const fi_jit_kernel *kernel, const fi_jit_spec *spec,
+                         const fi_prefill_args *a, fi_prefill_params *p, CUstream stream)
+{
+    int rc = 0;
+    CUfunction f = kernel->functions[FP8_V_ENTRY];
+    if (!f) FI_FAIL(FI_ELOAD, "prefill: the loaded module lacks fp8's V pre-pass kernel");
+    p->sm_scale *= scale_or_1(a->q_scale) * scale_or_1(a->k_scale);
+    p->v_scale = scale_or_1(a->v_scale);
+    p->vt = a->workspace;
+    p->vt_keys = fp8_vt_keys(a->kv_len);
+    (void)spec;
+    if (p->vt_keys > 0) {
+        const unsigned block[3] = {FI_PREFILL_FP8_V_THREADS, 1, 1};
+        FI_TRY(fi__cuda_launch(f, (unsigned)(p->vt_keys / FI_PREFILL_FP8_V_KEYS),
+                               (unsigned)a->num_kv_heads, block, 0, stream, p, "prefill"));
+    }
+out:
+    return rc;
+}
+
 /* Bytes of rows x kv heads rotated keys. */
 static size_t rotated_keys_bytes(int64_t rows, int kv_heads, int hd)
 {
@@ -523,13 +620,17 @@ static size_t rotated_keys_bytes(int64_t rows, int kv_heads, int hd)
 
 /* ---- single prefill --------------------------------------------------------------- */
 
-/* Single prefill's workspace: RoPE's rotated keys, then the Hopper main
- * loop's claimed-block counter (optional: without room for it, the CTAs walk
- * their blocks in a fixed order, as with no workspace at all). */
+/* Single prefill's workspace: what a pre-pass writes (RoPE's rotated keys,
+ * or fp8's V laid out for P.V), then the Hopper main loop's claimed-block
+ * counter (optional: without room for it, the CTAs walk their blocks in a
+ * fixed order, as with no workspace at all). */
 #define SINGLE_CLAIMS_BYTES 16
 
-static size_t single_rot_bytes(const fi_jit_spec *spec, const fi_prefill_args *a)
+static size_t single_pre_bytes(const fi_jit_spec *spec, const fi_prefill_args *a)
 {
+    if (is_fp8(spec))
+        return fi__align16((size_t)a->num_kv_heads * (size_t)spec->head_dim *
+                           (size_t)fp8_vt_keys(a->kv_len));
     return spec->pos == FI_POS_ROPE_LLAMA ? rotated_keys_bytes(a->kv_len, a->num_kv_heads,
                                                                 spec->head_dim)
                                           : 0;
@@ -539,7 +640,7 @@ static size_t single_rot_bytes(const fi_jit_spec *spec, const fi_prefill_args *a
 static unsigned int *single_claims(const fi_jit_spec *spec, const fi_prefill_args *a)
 {
     if (a->version < 3 || !a->workspace) return NULL;
-    const size_t at = single_rot_bytes(spec, a);
+    const size_t at = single_pre_bytes(spec, a);
     if (a->workspace_bytes < at + SINGLE_CLAIMS_BYTES) return NULL;
     return (unsigned int *)(void *)((unsigned char *)a->workspace + at);
 }
@@ -550,6 +651,32 @@ static int single_rotates_keys(const fi_jit_spec *spec, const fi_prefill_args *a
 {
     return spec->pos == FI_POS_ROPE_LLAMA && a->version >= 3 && a->workspace != NULL &&
            a->qo_len > 0 && a->kv_len > 0;
+}
+
+/* fp8's scales, workspace and tile (its queries are read by TMA, in the
+ * Hopper main loop's tiles alone). */
+static int check_fp8_args(const fi_jit_spec *spec, const fi_prefill_args *a)
+{
+    const char *who = "prefill";
+    if (a->version < 4)
+        return fi__error(FI_EINVALID, "%s: q=fp8_e4m3 needs args.version 4 (q_scale, k_scale, "
+                         "v_scale)", who);
+    const float scales[3] = {a->q_scale, a->k_scale, a->v_scale};
+    static const char *const names[3] = {"q_scale", "k_scale", "v_scale"};
+    for (int i = 0; i < 3; i++)
+        if (!(scales[i] >= 0.f) || isinf(scales[i]))
+            return fi__error(FI_EINVALID, "%s: %s is %g; it must be finite and >= 0 (0: 1)", who,
+                             names[i], (double)scales[i]);
+    if (a->cta_tile_q != 0 && a->cta_tile_q != 128)
+        return fi__error(FI_EINVALID, "%s: cta_tile_q %d is not supported with q=fp8_e4m3 "
+                         "(supported: 0, 128)", who, a->cta_tile_q);
+    const size_t need = single_pre_bytes(spec, a);
+    if (!a->workspace || a->workspace_bytes < need)
+        return fi__error(FI_EINVALID, "%s: q=fp8_e4m3 needs a workspace of at least %zu bytes for "
+                         "V laid out for the tensor cores (%zu given; see "
+                         "fi_prefill_workspace_size)", who, need,
+                         a->workspace ? a->workspace_bytes : (size_t)0);
+    return 0;
 }
 
 static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
@@ -571,14 +698,15 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
     }
     if (a->qo_len == 0) goto out; /* nothing to compute, nothing is read */
     FI_TRY(fi__check_tensors(who, a->q, a->k, a->v, a->o, a->lse, a->kv_len > 0));
-    FI_TRY(fi__check_stride(who, "q_stride_n", a->q_stride_n, a->qo_len > 1, PREFILL_ELEM_BYTES));
+    const int eb = in_bytes(spec);
+    FI_TRY(fi__check_stride(who, "q_stride_n", a->q_stride_n, a->qo_len > 1, eb));
     FI_TRY(fi__check_stride(who, "o_stride_n", a->o_stride_n, a->qo_len > 1, PREFILL_ELEM_BYTES));
-    FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "q_stride_h", a->q_stride_h, a->num_qo_heads > 1, eb));
     FI_TRY(fi__check_stride(who, "o_stride_h", a->o_stride_h, a->num_qo_heads > 1, PREFILL_ELEM_BYTES));
-    FI_TRY(fi__check_stride(who, "k_stride_n", a->k_stride_n, a->kv_len > 1, PREFILL_ELEM_BYTES));
-    FI_TRY(fi__check_stride(who, "v_stride_n", a->v_stride_n, a->kv_len > 1, PREFILL_ELEM_BYTES));
-    FI_TRY(fi__check_stride(who, "k_stride_h", a->k_stride_h, a->num_kv_heads > 1, PREFILL_ELEM_BYTES));
-    FI_TRY(fi__check_stride(who, "v_stride_h", a->v_stride_h, a->num_kv_heads > 1, PREFILL_ELEM_BYTES));
+    FI_TRY(fi__check_stride(who, "k_stride_n", a->k_stride_n, a->kv_len > 1, eb));
+    FI_TRY(fi__check_stride(who, "v_stride_n", a->v_stride_n, a->kv_len > 1, eb));
+    FI_TRY(fi__check_stride(who, "k_stride_h", a->k_stride_h, a->num_kv_heads > 1, eb));
+    FI_TRY(fi__check_stride(who, "v_stride_h", a->v_stride_h, a->num_kv_heads > 1, eb));
     if (a->num_qo_heads > 1 && a->o_stride_h < spec->head_dim && a->o_stride_n != 0 &&
         a->o_stride_n < spec->head_dim)
         FI_FAIL(FI_EINVALID, "prefill: o strides (n %lld, h %lld) are smaller than head_dim (%d): "
@@ -590,8 +718,9 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
     if (spec->pos == FI_POS_ROPE_LLAMA && (int64_t)a->rope_offset + a->kv_len + a->qo_len > INT_MAX)
         FI_FAIL(FI_EINVALID, "prefill: rope_offset %d + lengths must fit in an int", a->rope_offset);
     if (a->version >= 3 && a->workspace) FI_TRY(fi__check_ptr(who, "workspace", a->workspace, 16));
+    if (is_fp8(spec)) FI_TRY(check_fp8_args(spec, a));
     if (single_rotates_keys(spec, a)) {
-        const size_t need = single_rot_bytes(spec, a);
+        const size_t need = single_pre_bytes(spec, a);
         if (a->workspace_bytes < need)
             FI_FAIL(FI_EINVALID, "prefill: workspace has %zu bytes, RoPE's rotated keys need %zu "
                     "(see fi_prefill_workspace_size; or pass no workspace)", a->workspace_bytes, need);
@@ -609,7 +738,7 @@ int fi_prefill_workspace_size(size_t *out, const fi_jit_spec *spec, const fi_pre
     if (!a) FI_FAIL(FI_EINVALID, "prefill: args is NULL");
     FI_TRY(check_heads("prefill", a->num_qo_heads, a->num_kv_heads));
     if (a->kv_len < 0) FI_FAIL(FI_EINVALID, "prefill: kv_len is %d, must be >= 0", a->kv_len);
-    *out = single_rot_bytes(spec, a) + SINGLE_CLAIMS_BYTES;
+    *out = single_pre_bytes(spec, a) + SINGLE_CLAIMS_BYTES;
 out:
     return rc;
 }
@@ -631,8 +760,8 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     const int64_t rows = (int64_t)a->qo_len * group;
     int64_t tiles[FI_PREFILL_NUM_TILES];
     for (int i = 0; i < FI_PREFILL_NUM_TILES; i++) tiles[i] = ceil_div(rows, FI_PREFILL_TILE_Q(i));
-    if (a->cta_tile_q) {
-        FI_TRY(tile_index_of("prefill", a->cta_tile_q, &idx));
+    if (a->cta_tile_q || is_fp8(spec)) {
+        if (a->cta_tile_q) FI_TRY(tile_index_of("prefill", a->cta_tile_q, &idx));
     } else {
         FI_TRY(fi__cuda_sm_count(&sm_count));
         idx = choose_tile(tiles, a->num_kv_heads, sm_count, rows);
@@ -650,6 +779,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
+    if (is_fp8(spec)) FI_TRY(fp8_lay_out_v(kernel, spec, a, &p, (CUstream)stream));
     unsigned int *claims = single_claims(spec, a);
     const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0,
                                         row_mean_keys(spec, a->qo_len, a->kv_len), claims != NULL);

@@ -102,8 +102,8 @@ int fi__cuda_launch(CUfunction f, unsigned gx, unsigned gy, const unsigned block
 
 /* Encode a tiled map of 16-bit elements, `rank` dimensions innermost first
  * (dims[0] contiguous), 128-byte swizzle. */
-static int tma_map(void *out, const void *base, int rank, const cuuint64_t *dims,
-                   const cuuint64_t *strides, const cuuint32_t *box)
+static int tma_map(void *out, const void *base, CUtensorMapDataType type, int rank,
+                   const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box)
 {
     const fi_cuda_api *cu;
     int rc;
@@ -116,14 +116,14 @@ static int tma_map(void *out, const void *base, int rank, const cuuint64_t *dims
             return fi__error(FI_EUNSUPPORTED, "TMA needs 16-byte aligned rows and strides");
     const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
     CUresult res = cu->TensorMapEncodeTiled(
-        (CUtensorMap *)out, CU_TENSOR_MAP_DATA_TYPE_UINT16, (cuuint32_t)rank, (void *)base, dims,
+        (CUtensorMap *)out, type, (cuuint32_t)rank, (void *)base, dims,
         strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (res != CUDA_SUCCESS) return fi__cuda_error(FI_EUNSUPPORTED, res, "cuTensorMapEncodeTiled");
     return 0;
 }
 
-int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int rows,
+int fi__cuda_tma_map_3d(void *out, const void *base, int elem_bytes, int cols, int heads, int rows,
                         long long stride_h, long long stride_n, int box_heads, int box_rows)
 {
     /* A single head or row needs no stride; TMA still wants one. */
@@ -132,9 +132,12 @@ int fi__cuda_tma_map_3d(void *out, const void *base, int cols, int heads, int ro
     if (stride_h <= 0 || stride_n <= 0 || rows <= 0)
         return fi__error(FI_EUNSUPPORTED, "TMA needs positive strides and rows");
     const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)rows};
-    const cuuint64_t strides[2] = {(cuuint64_t)stride_h * 2, (cuuint64_t)stride_n * 2};
-    const cuuint32_t box[3] = {64, (cuuint32_t)box_heads, (cuuint32_t)box_rows};
-    return tma_map(out, base, 3, dims, strides, box);
+    if (elem_bytes != 1 && elem_bytes != 2)
+        return fi__error(FI_EUNSUPPORTED, "TMA maps here take 1- or 2-byte elements");
+    const cuuint64_t strides[2] = {(cuuint64_t)stride_h * elem_bytes, (cuuint64_t)stride_n * elem_bytes};
+    const cuuint32_t box[3] = {128u / (cuuint32_t)elem_bytes, (cuuint32_t)box_heads, (cuuint32_t)box_rows};
+    return tma_map(out, base, elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                   3, dims, strides, box);
 }
 
 int fi__cuda_tma_map_paged(void *out, const void *base, int cols, int heads, int page_size,
@@ -164,7 +167,7 @@ int fi__cuda_tma_map_paged(void *out, const void *base, int cols, int heads, int
     const cuuint64_t strides[4] = {(cuuint64_t)stride_n * 2, 128, (cuuint64_t)stride_n * 16,
                                    (cuuint64_t)(in_panels ? stride_page : stride_h) * 2};
     const cuuint32_t box[5] = {64, 8, (cuuint32_t)panels, (cuuint32_t)box_rows / 8, 1};
-    return tma_map(out, base, 5, dims, strides, box);
+    return tma_map(out, base, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, dims, strides, box);
 }
 
 int fi__cuda_launch_args(CUfunction f, unsigned gx, unsigned gy, const unsigned block[3],

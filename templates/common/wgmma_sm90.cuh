@@ -83,8 +83,8 @@ __device__ __forceinline__ void fence_regs(unsigned int (&x)[kN][4])
         for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(x[i][e])::"memory");
 }
 
-// Mma<T, N>::ss(d, a, b, acc): d = A B (+ d when acc), A 64 x 16 and B
-// 16 x N (K-major) from descriptors. ::rs(d, a, b, acc): the same with A from
+// Mma<T, N>::ss(d, a, b, acc): d = A B (+ d when acc), A 64 x kK and B
+// kK x N (K-major) from descriptors (kK: 16 for 16-bit inputs, 32 for 8-bit). ::rs(d, a, b, acc): the same with A from
 // registers and B N-major.
 template <class T, int N>
 struct Mma;
@@ -121,17 +121,20 @@ struct Mma;
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define FI_WG_N256_OPS FI_WG_D32(0), FI_WG_D32(8), FI_WG_D32(16), FI_WG_D32(24)
 
-// TY: PTX input type; N: tile width; A0..A5: the operand numbers after the
-// accumulators (ss: a, b, acc; rs: a0..a3, b, acc).
-#define FI_WG_DEFINE(CTYPE, TY, N, A0, A1, A2, A3, A4, A5)                                   \
+// TY: PTX input type; N: tile width; K: the k-step; SS_TAIL, RS_TAIL: the
+// immediates after imm-scale-b (16-bit: transposes of A and B, or of B; 8-bit
+// inputs have none); A0..A5: the operand numbers after the accumulators (ss:
+// a, b, acc; rs: a0..a3, b, acc).
+#define FI_WG_DEFINE_K(CTYPE, TY, N, K, SS_TAIL, RS_TAIL, A0, A1, A2, A3, A4, A5)            \
     template <>                                                                              \
     struct Mma<CTYPE, N> {                                                                   \
+        static constexpr int kK = K;                                                         \
         __device__ __forceinline__ static void ss(float (&d)[N / 8][4], unsigned long long a, \
                                                   unsigned long long b, int acc)             \
         {                                                                                    \
             asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" A2 ", 0;\n"                  \
-                         " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY        \
-                         " {" FI_WG_N##N##_REGS "}, %" A0 ", %" A1 ", p, 1, 1, 0, 0;\n}"     \
+                         " wgmma.mma_async.sync.aligned.m64n" #N "k" #K ".f32." TY "." TY    \
+                         " {" FI_WG_N##N##_REGS "}, %" A0 ", %" A1 ", p, 1, 1" SS_TAIL ";\n}" \
                          : FI_WG_N##N##_OPS                                                  \
                          : "l"(a), "l"(b), "r"(acc));                                        \
         }                                                                                    \
@@ -140,13 +143,16 @@ struct Mma;
                                                   unsigned long long b, int acc)             \
         {                                                                                    \
             asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %" A5 ", 0;\n"                  \
-                         " wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY        \
+                         " wgmma.mma_async.sync.aligned.m64n" #N "k" #K ".f32." TY "." TY    \
                          " {" FI_WG_N##N##_REGS "}, {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" A4 \
-                         ", p, 1, 1, 1;\n}"                                                  \
+                         ", p, 1, 1" RS_TAIL ";\n}"                                          \
                          : FI_WG_N##N##_OPS                                                  \
                          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));    \
         }                                                                                    \
     };
+// 16-bit inputs: A and B as they are, B N-major for rs (the 1).
+#define FI_WG_DEFINE(CTYPE, TY, N, A0, A1, A2, A3, A4, A5) \
+    FI_WG_DEFINE_K(CTYPE, TY, N, 16, ", 0, 0", ", 1", A0, A1, A2, A3, A4, A5)
 
 FI_WG_DEFINE(half_t, "f16", 64, "32", "33", "34", "35", "36", "37")
 FI_WG_DEFINE(bf16_t, "bf16", 64, "32", "33", "34", "35", "36", "37")
@@ -163,6 +169,14 @@ FI_WG_DEFINE(bf16_t, "bf16", 192, "96", "97", "98", "99", "100", "101")
 FI_WG_DEFINE(half_t, "f16", 256, "128", "129", "130", "131", "132", "133")
 FI_WG_DEFINE(bf16_t, "bf16", 256, "128", "129", "130", "131", "132", "133")
 
+// 8-bit inputs (e4m3), k-steps of 32: both operands K-major (the PTX has no
+// transpose for them), so V is read transposed (prefill/fp8.cuh). A held in
+// registers: a thread's 4 words are rows g and g + 8 of its warp's 16, each
+// with k columns 4t..4t+3 (first two words) and 16 + 4t..16 + 4t + 3.
+FI_WG_DEFINE_K(fp8_e4m3_t, "e4m3", 128, 32, "", "", "64", "65", "66", "67", "68", "69")
+FI_WG_DEFINE_K(fp8_e4m3_t, "e4m3", 256, 32, "", "", "128", "129", "130", "131", "132", "133")
+
+#undef FI_WG_DEFINE_K
 #undef FI_WG_DEFINE
 #undef FI_WG_N256_OPS
 #undef FI_WG_N256_REGS

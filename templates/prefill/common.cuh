@@ -39,6 +39,18 @@ namespace prefill {
 using DTypeQ = fijit_cfg::DTypeQ;
 using DTypeKV = fijit_cfg::DTypeKV;
 using DTypeO = fijit_cfg::DTypeO;
+// The 16-bit input type the tile kernels, RoPE and consumer-loaded Q compute
+// in: DTypeKV (= DTypeQ), or fp16 in an fp8 module, which compiles those
+// paths but never runs them (prefill/fp8.cuh).
+template <bool k16, class T16>
+struct Input16 {
+    using type = T16;
+};
+template <class T16>
+struct Input16<false, T16> {
+    using type = half_t;
+};
+using DTypeIn16 = typename Input16<Traits<DTypeKV>::kBytes == 2, DTypeKV>::type;
 using Variant = fijit_cfg::Variant;
 using P = fi_prefill_params;
 
@@ -99,9 +111,8 @@ static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
               "prefill supports head_dim 64, 128 and 256");
 static_assert(kChunks >= 8, "the swizzle permutes 8 chunks within a row");
 static_assert(kStages == 2, "the pipeline below is written for double buffering");
-static_assert(Traits<DTypeQ>::kBytes == 2 && Traits<DTypeKV>::kBytes == 2 &&
-                  Traits<DTypeO>::kBytes == 2,
-              "prefill expects 16-bit q, kv and o");
+static_assert(Traits<DTypeQ>::kBytes == Traits<DTypeKV>::kBytes && Traits<DTypeO>::kBytes == 2,
+              "prefill expects q and kv of one size (16-bit, or fp8: prefill/fp8.cuh) and 16-bit o");
 static_assert(kHeadDim <= FI_PREFILL_MAX_HEAD_DIM, "rope_freq table too small");
 
 // Byte offset of chunk `ch` of row `row` in a swizzled tile.
@@ -166,10 +177,10 @@ __device__ __forceinline__ int iclamp(int x, int lo, int hi) { return imin(imax(
 template <int kN>
 __device__ __forceinline__ void p_fragment(const float (&s)[kN][4], int kk, unsigned int (&a)[4])
 {
-    a[0] = Traits<DTypeKV>::pack2(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = Traits<DTypeKV>::pack2(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = Traits<DTypeKV>::pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = Traits<DTypeKV>::pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    a[0] = Traits<DTypeIn16>::pack2(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = Traits<DTypeIn16>::pack2(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = Traits<DTypeIn16>::pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = Traits<DTypeIn16>::pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
 // A tile kernel's shape (prefill/params.h): query rows, warps, rows per

@@ -1,9 +1,11 @@
 // The entry points of a prefill module, one per query tile (in the order of
 // src/core/kinds.c; tile sizes and warps in prefill/params.h), the RoPE
-// pre-pass, and the Hopper kernel (empty but on sm_90a). The arch's paths
+// pre-pass, the Hopper kernel (empty but on sm_90a) and fp8's V pre-pass
+// (empty but for fp8, whose tile kernels are empty). The arch's paths
 // are picked here, at expansion: no kernel dispatches at run time.
 #pragma once
 
+#include "prefill/fp8.cuh"
 #include "prefill/mainloop_sm80.cuh"
 #include "prefill/mainloop_sm90_tile.cuh"
 #include "prefill/mainloop_sm90_ws.cuh"
@@ -21,10 +23,22 @@ template <int kTileIdx>
 struct TileMainloop<kTileIdx, true> {
     using type = MainloopSm90Tile<kTileIdx>;
 };
+// Tile kernel i, or nothing for fp8 (the Hopper main loop alone runs it).
+template <int kTileIdx, bool kOn = !kFp8>
+struct TileEntry {
+    static __device__ __forceinline__ void run(const P &, unsigned char *) {}
+};
+template <int kTileIdx>
+struct TileEntry<kTileIdx, true> {
+    static __device__ __forceinline__ void run(const P &p, unsigned char *smem)
+    {
+        prefill::run<kTileIdx, typename TileMainloop<kTileIdx>::type>(p, smem);
+    }
+};
 template <int kTileIdx>
 __device__ __forceinline__ void run_tile(const P &p, unsigned char *smem)
 {
-    run<kTileIdx, typename TileMainloop<kTileIdx>::type>(p, smem);
+    TileEntry<kTileIdx>::run(p, smem);
 }
 }  // namespace prefill
 }  // namespace fijit
@@ -50,11 +64,11 @@ extern "C" __global__ void FI_PREFILL_BOUNDS(2) fi_prefill_kernel_q16(const fi_p
     fijit::prefill::run_tile<2>(p, smem_q16);
 }
 
-// The RoPE pre-pass (empty without RoPE).
+// The RoPE pre-pass (empty without RoPE, and so for fp8).
 extern "C" __global__ void __launch_bounds__(FI_PREFILL_ROPE_THREADS)
     fi_prefill_rope_k_kernel(const fi_prefill_params p)
 {
-    fijit::prefill::rotate_keys(p);
+    if constexpr (!fijit::prefill::kFp8) fijit::prefill::rotate_keys(p);
 }
 
 // The Hopper main loop (mainloop_sm90_ws.cuh), in modules for
@@ -82,4 +96,11 @@ extern "C" __global__ void __launch_bounds__(fijit::prefill::ws::kThreads, 1)
 {
     extern __shared__ __align__(1024) unsigned char smem_ws[];
     fijit::prefill::WsEntry<fijit::prefill::kWsTuple>::run(p, maps, smem_ws);
+}
+
+// fp8's V pre-pass (prefill/fp8.cuh; empty for 16-bit tuples).
+extern "C" __global__ void __launch_bounds__(FI_PREFILL_FP8_V_THREADS)
+    fi_prefill_fp8_v_kernel(const fi_prefill_params p)
+{
+    fijit::prefill::write_vt(p);
 }

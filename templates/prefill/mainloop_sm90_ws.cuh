@@ -72,7 +72,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
 {
     Smem sm;
     sm.q = smem_addr(smem);
-    sm.k = sm.q + kQBufs * kQBytes;
+    sm.k = sm.q + kQBufs * kQBufBytes;
     sm.v = sm.k + kStages * kKVBytes;
     sm.bars = sm.v + kStages * kKVBytes;
     trace_cta_start();  // FIJIT_WS_TRACE only (ws/trace.cuh)

@@ -171,6 +171,29 @@
          (hd) * 2 +                                                                        \
      320)
 
+/* ---- fp8 prefill (templates/prefill/fp8.cuh) ------------------------------------
+ * q, k and v of e4m3 on the Hopper main loop alone (no tile kernels: their
+ * entries are empty), head_dim 128, o fp16 or bf16. The tensor cores take
+ * both operands of an 8-bit product K-major, so P.V needs V with the keys
+ * contiguous: a pre-pass writes it so (fi_prefill_params.vt), with the keys
+ * of each 32-key chunk (one k-step of the product) in the order in which a
+ * thread's softmax weights come out of S's accumulators, so that P goes from
+ * S to the A operand without a shuffle: position p of a chunk holds key
+ * FI_PREFILL_FP8_KEY_AT(p). Keys per K/V tile, stages and shared memory: as
+ * head_dim 128's 16-bit tiles of 128 keys, at half the bytes, except the Q
+ * buffers, which also stage the 16-bit output (twice Q's bytes). */
+#define FI_PREFILL_FP8_KEY_CHUNK 32
+#define FI_PREFILL_FP8_KEY_AT(p) \
+    (((p) & 16) | (((p) & 2) << 2) | (((p) >> 1) & 6) | ((p) & 1))
+#define FI_PREFILL_FP8_TILE_KV 128
+#define FI_PREFILL_FP8_STAGES 2
+/* Threads of a block of the V pre-pass: a block per kv head and 64 keys. */
+#define FI_PREFILL_FP8_V_THREADS 256
+#define FI_PREFILL_FP8_V_KEYS 64
+#define FI_PREFILL_FP8_SMEM_BYTES(hd, lean)                                                 \
+    (FI_PREFILL_WS_Q_BUFS(hd) * FI_PREFILL_WS_TILE_Q(hd, lean) * (hd) * 2 +                   \
+     2 * FI_PREFILL_FP8_STAGES * FI_PREFILL_FP8_TILE_KV * (hd) + 320)
+
 /* A CUtensorMap (cuda.h), which NVRTC does not see: 128 opaque bytes,
  * 64-byte aligned. The kernel takes the K and V maps by value
  * (__grid_constant__), after fi_prefill_params. Each describes a 3-D tensor
@@ -306,6 +329,15 @@ typedef struct fi_prefill_params {
      * are positioned from rope_offsets[b] instead of rope_offset (batch
      * decode's per-request offsets). */
     const int *rope_offsets;
+    /* fp8 (q = kv = e4m3; the Hopper main loop only, prefill/fp8.cuh): O is
+     * multiplied by v_scale (sm_scale already holds q_scale x k_scale).
+     * vt: V as the P.V products read it, written by fi_prefill_fp8_v_kernel
+     * into the caller's workspace: [num_kv_heads][head_dim][vt_keys] bytes,
+     * keys (rounded up to FI_PREFILL_FP8_KEY_CHUNK) contiguous, permuted
+     * within each chunk (FI_PREFILL_FP8_KEY_AT), zeros past kv_len. */
+    float v_scale;
+    int vt_keys;
+    void *vt;
 } fi_prefill_params;
 
 #endif /* FIJIT_PREFILL_PARAMS_H */

@@ -23,15 +23,15 @@ __device__ __forceinline__ void rope_pair(const P &p, float (&x)[8], float (&y)[
 }
 
 // rope_pair on the 16-byte chunks ch and ch + kChunks / 2 of a key row,
-// rounded back to DTypeKV once.
+// rounded back to the 16-bit input type once.
 __device__ __forceinline__ void rope_chunks(const P &p, vec16_t &lo, vec16_t &hi, int ch, float pos)
 {
     float x[8], y[8];
-    unpack8<DTypeKV>(lo, x);
-    unpack8<DTypeKV>(hi, y);
+    unpack8<DTypeIn16>(lo, x);
+    unpack8<DTypeIn16>(hi, y);
     rope_pair(p, x, y, ch, pos);
-    lo = pack8<DTypeKV>(x);
-    hi = pack8<DTypeKV>(y);
+    lo = pack8<DTypeIn16>(x);
+    hi = pack8<DTypeIn16>(y);
 }
 
 // The RoPE pre-pass: key j of request b (single prefill: the one), kv head
@@ -60,10 +60,10 @@ __device__ __forceinline__ void rotate_keys(const P &p)
             w.kv_begin = kSingle ? 0 : p.kv_indptr[b];
             long long ko, vo;
             kv_row_offsets(p, w, j, ko, vo);
-            const DTypeKV *src = static_cast<const DTypeKV *>(p.k) + h * p.k_stride_h + ko;
+            const DTypeIn16 *src = static_cast<const DTypeIn16 *>(p.k) + h * p.k_stride_h + ko;
             vec16_t lo = ldg16(src + ch * 8), hi = ldg16(src + (ch + kPairs) * 8);
             rope_chunks(p, lo, hi, ch, (float)(rope_base(p, b) + j));
-            DTypeKV *dst = static_cast<DTypeKV *>(p.rot_k) +
+            DTypeIn16 *dst = static_cast<DTypeIn16 *>(p.rot_k) +
                            ((long long)t * p.num_kv_heads + h) * kHeadDim;
             stg16(dst + ch * 8, lo);
             stg16(dst + (ch + kPairs) * 8, hi);
@@ -86,11 +86,11 @@ __device__ __forceinline__ void query_chunks(const P &p, const Work &w, int pr, 
     if (pr < w.qo_len * G) {
         const int token = pr / G;
         const int head = w.kv_head * G + pr % G;
-        const DTypeQ *src = static_cast<const DTypeQ *>(p.q) +
+        const DTypeIn16 *src = static_cast<const DTypeIn16 *>(p.q) +
                             (long long)(w.q_begin + token) * p.q_stride_n +
                             (long long)head * p.q_stride_h;
-        unpack8<DTypeQ>(ldg16(src + ch * 8), x);
-        unpack8<DTypeQ>(ldg16(src + (ch + kChunks / 2) * 8), y);
+        unpack8<DTypeIn16>(ldg16(src + ch * 8), x);
+        unpack8<DTypeIn16>(ldg16(src + (ch + kChunks / 2) * 8), y);
         if constexpr (kRope)
             rope_pair(p, x, y, ch, (float)(w.rope_pos0 + w.kv_len - w.qo_len + token));
 #pragma unroll
@@ -99,8 +99,8 @@ __device__ __forceinline__ void query_chunks(const P &p, const Work &w, int pr, 
             y[e] = Variant::query_transform(p, y[e], head, (ch + kChunks / 2) * 8 + e);
         }
     }
-    lo = pack8<DTypeKV>(x);
-    hi = pack8<DTypeKV>(y);
+    lo = pack8<DTypeIn16>(x);
+    hi = pack8<DTypeIn16>(y);
 }
 
 }  // namespace prefill

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "prefill/common.cuh"
+#include "prefill/fp8.cuh"
 
 namespace fijit {
 namespace prefill {
@@ -22,8 +23,8 @@ constexpr int kThreads = FI_PREFILL_WS_THREADS(kHeadDim, kLean);
 constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
 // A causal mask proper (kCausal also holds for windows): the host's test.
 constexpr bool kCausalMask = fijit_cfg::kMask == fijit_cfg::kMaskCausal;
-constexpr int kTileKV = FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kCausalMask);
-constexpr int kStages = FI_PREFILL_WS_STAGES(kHeadDim);
+constexpr int kTileKV = kFp8 ? FI_PREFILL_FP8_TILE_KV : FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kCausalMask);
+constexpr int kStages = kFp8 ? FI_PREFILL_FP8_STAGES : FI_PREFILL_WS_STAGES(kHeadDim);
 // Paged K/V tiles that may be boxes of part of a page (produce.cuh:
 // produce_paged<true>), where pages need not divide the tile:
 // FI_PREFILL_WS_PAGE_OK.
@@ -40,11 +41,23 @@ constexpr int kQBars = kQBufs * kQParts;
 // Where the host makes a q map (params.h: fi_prefill_ws.q).
 constexpr bool kRawQTuple = !kRope && kSoftmax && KeepsBaseQuery<Variant, P>::value &&
                             KeepsBaseLogits<Variant, P>::value;
-constexpr int kPanels = kHeadDim / 64;
+// Q and K rows as TMA lands them: 128-byte panels of 64 16-bit columns or
+// 128 fp8 ones; the output's are 16-bit.
+constexpr int kInBytes = Traits<DTypeKV>::kBytes;
+constexpr int kPanelCols = 128 / kInBytes;
+constexpr int kPanels = kHeadDim / kPanelCols;
+constexpr int kOutPanels = kHeadDim / 64;
 constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
 constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
-constexpr unsigned int kQBytes = kTileQ * kRowBytes;
-constexpr unsigned int kKVBytes = kTileKV * kRowBytes;
+constexpr unsigned int kQBytes = kTileQ * kHeadDim * kInBytes;
+constexpr unsigned int kKVBytes = kTileKV * kHeadDim * kInBytes;
+// A Q buffer also stages the block's 16-bit output (consume.cuh).
+constexpr unsigned int kQBufBytes = kTileQ * kHeadDim * 2;
+// Products of a K/V tile: k-steps of S = Q K^T over head_dim and of
+// O += P V over the tile's keys (32 for fp8, else 16; wgmma_sm90.cuh).
+constexpr int kStepK = wg::Mma<DTypeKV, kTileKV>::kK;
+constexpr int kQKSteps = kHeadDim / kStepK;
+constexpr int kPVSteps = kTileKV / kStepK;
 // Layout of a K or V slot. Panel-major (a panel's kTileKV rows, then the
 // next panel's), as a tile-sized TMA box per panel lands; or, for pages,
 // group-major (8 rows of every panel, then the next 8 rows), as a box of a
@@ -138,9 +151,12 @@ constexpr unsigned int kFeedAt = (8u * (4 * kStages + 2 * kQBars + 2 * kFeedSlot
 static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
               "a producer and consumers of 64 rows");
 static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
+static_assert(!kFp8 || (kRawQTuple && kKind == FI_PREFILL_KIND_SINGLE && kTileKV % 128 == 0),
+              "fp8: single prefill with Q as it is in q, V by 128-key boxes (src/launch/prefill.c)");
 static_assert(kQParts == 1 || kQParts == kConsumers, "a Q load is a tile's rows or a consumer's");
-static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask) >=
-                  kQBufs * kQBytes + 2u * kStages * kKVBytes + kFeedAt + kFeedSlotBytes * kFeedSlots,
+static_assert((kFp8 ? FI_PREFILL_FP8_SMEM_BYTES(kHeadDim, kLean)
+                      : FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask)) >=
+                  kQBufs * kQBufBytes + 2u * kStages * kKVBytes + kFeedAt + kFeedSlotBytes * kFeedSlots,
               "shared memory: Q, the K and V rings, the block feed, their barriers");
 
 // Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
@@ -152,7 +168,7 @@ static_assert(FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask) >=
 // j % kQBufs when Q comes by TMA, else the first.
 struct Smem {
     unsigned int q, k, v, bars;
-    __device__ __forceinline__ unsigned int q_buf(int b) const { return q + b * kQBytes; }
+    __device__ __forceinline__ unsigned int q_buf(int b) const { return q + b * kQBufBytes; }
     __device__ __forceinline__ unsigned int k_slot(int s) const { return k + s * kKVBytes; }
     __device__ __forceinline__ unsigned int v_slot(int s) const { return v + s * kKVBytes; }
     __device__ __forceinline__ unsigned int full_k(int s) const { return bars + 8u * s; }

@@ -104,7 +104,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
 
     float o[kDT][4];
     float s[kNT][4];
-    unsigned int pa[kTileKV / 16][4];  // P of the previous tile, A fragments of P.V
+    unsigned int pa[kPVSteps][4];  // P of the previous tile, A fragments of P.V
     float m[2], d[2];
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt)
@@ -125,21 +125,26 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     auto issue_s = [&](int slot) {
         const unsigned int kt = sm.k_slot(slot);
 #pragma unroll
-        for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-            const unsigned int at = (unsigned int)(kk & 3) * 32u;
+        for (int kk = 0; kk < kQKSteps; ++kk) {
+            const unsigned int at = (unsigned int)(kk & 3) * 32u;  // a k-step is 32 bytes
             wg::Mma<DTypeKV, kTileKV>::ss(
                 s, wg::desc(q_wg + (kk >> 2) * kTileQ * 128u + at, 0),
                 wg::desc(kt + (kk >> 2) * kKLayout.panel + at, 0, kKLayout.group), kk != 0);
         }
         wg::commit();
     };
-    // O += P V of slot s, issued.
+    // O += P V of slot s, issued. fp8: V lies transposed, K-major as K
+    // does, 128 keys (bytes) a row, a 128-key panel of head_dim rows at a
+    // time (prefill/fp8.cuh).
     auto issue_pv = [&](int slot) {
         const unsigned int vt = sm.v_slot(slot);
 #pragma unroll
-        for (int kk = 0; kk < kTileKV / 16; ++kk)
-            wg::Mma<DTypeKV, kHeadDim>::rs(
-                o, pa[kk], wg::desc(vt + kk * 2u * kVLayout.group, kVLayout.panel, kVLayout.group), 1);
+        for (int kk = 0; kk < kPVSteps; ++kk) {
+            const unsigned long long b =
+                kFp8 ? wg::desc(vt + (kk >> 2) * kHeadDim * 128u + (unsigned int)(kk & 3) * 32u, 0)
+                     : wg::desc(vt + kk * 2u * kVLayout.group, kVLayout.panel, kVLayout.group);
+            wg::Mma<DTypeKV, kHeadDim>::rs(o, pa[kk], b, 1);
+        }
         wg::commit();
     };
     auto release = [&](unsigned int bar) {
@@ -192,7 +197,12 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     };
     auto take_p = [&]() {
 #pragma unroll
-        for (int kk = 0; kk < kTileKV / 16; ++kk) p_fragment(s, kk, pa[kk]);
+        for (int kk = 0; kk < kPVSteps; ++kk) {
+            if constexpr (kFp8)
+                p_fragment_fp8(s, kk, pa[kk]);
+            else
+                p_fragment(s, kk, pa[kk]);
+        }
     };
     // The turn of this consumer to issue MMAs, and handing it to the next.
     const int next_wg = wg + 1 == kConsumers ? 0 : wg + 1;
@@ -357,6 +367,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     for (int h = 0; h < 2; ++h) {
         float inv, lse;
         finish_row(d[h], m[h] * logit_scale(), inv, lse);
+        if constexpr (kFp8) inv *= p.v_scale;  // v holds the values / v_scale
         const int r = wg_row0 + warp * 16 + g + 8 * h;
         const int tok = row_tok[h], head = row_head[h];
         stage_row(p, o, h, inv, lse, head, t,
@@ -375,7 +386,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         // read the rows, then frees them with the others (below).
         if (wtid == 0) {
 #pragma unroll
-            for (int c = 0; c < kPanels; ++c)
+            for (int c = 0; c < kOutPanels; ++c)
                 tma_store(&maps.o, c * 64, kv_head * G, w.q_begin + (row0 + wg_row0) / G,
                           q_tile + (unsigned int)(c * kTileQ + wg_row0) * 128u);
             bulk_commit();

@@ -27,7 +27,7 @@ __device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps,
 #pragma unroll
         for (int c = 0; c < kPanels; ++c)
             tma_load(sm.q_buf(b) + (unsigned int)(c * kTileQ + part * kQPartRows) * 128u, &maps.q,
-                     c * 64, w.kv_head * G, w.q_begin + (row0 + part * kQPartRows) / G,
+                     c * kPanelCols, w.kv_head * G, w.q_begin + (row0 + part * kQPartRows) / G,
                      sm.full_q(b, part));
     }
 }
@@ -39,7 +39,20 @@ __device__ __forceinline__ void load_tile(unsigned int slot, const fi_tma_map *m
 {
     bar_expect(full, kKVBytes);
 #pragma unroll
-    for (int c = 0; c < kPanels; ++c) tma_load(slot + c * kTileKV * 128u, map, c * 64, kv_head, row, full);
+    for (int c = 0; c < kPanels; ++c)
+        tma_load(slot + c * kTileKV * 128u, map, c * kPanelCols, kv_head, row, full);
+}
+
+// fp8: V tile at key `key` from the map of vt (prefill/fp8.cuh), whose
+// coordinates are {key, head_dim row, kv head}: a box of 128 keys (a
+// 128-byte row) x head_dim rows per 128 keys of the tile.
+__device__ __forceinline__ void load_vt_tile(unsigned int slot, const fi_tma_map *map, int kv_head, int key,
+                                             unsigned int full)
+{
+    bar_expect(full, kKVBytes);
+#pragma unroll
+    for (int c = 0; c < kTileKV / 128; ++c)
+        tma_load(slot + c * kHeadDim * 128u, map, key + c * 128, 0, kv_head, full);
 }
 
 // The producer's first thread: K and V of every tile of one block into the
@@ -55,7 +68,10 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
     auto load = [&](unsigned int slot, const fi_tma_map *map, unsigned int empty,
                     unsigned int full, unsigned int free_parity, int row) {
         bar_wait(empty, free_parity);
-        load_tile(slot, map, w.kv_head, row, full);
+        if (kFp8 && map == &maps.v)
+            load_vt_tile(slot, map, w.kv_head, row, full);
+        else
+            load_tile(slot, map, w.kv_head, row, full);
     };
     for (int i = 0; i < kr.n; ++i, ++it) {
         const int s = it % kStages;
@@ -76,7 +92,7 @@ __device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws 
         for (int part = 0; part < kQParts; ++part)
 #pragma unroll
             for (int c = 0; c < kPanels; ++c)
-                tma_prefetch(&maps.q, c * 64, w.kv_head * p.group_size,
+                tma_prefetch(&maps.q, c * kPanelCols, w.kv_head * p.group_size,
                              w.q_begin + (row0 + part * kQPartRows) / p.group_size);
     }
 }
