@@ -15,9 +15,15 @@ Before/after comparisons: --config NAME,LIB[,TEMPLATE_DIR[,VAR=VALUE;...]] (repe
 times several fijit builds in the same process: each config loads its own libfijit.so
 (and, when given, reads its templates from TEMPLATE_DIR, with the environment variables
 set while it plans). The runs of every config and of SDPA are interleaved in --rounds
-rounds (orders balanced over the rounds, see bench_one) on the same tensors, so that clock and temperature drift hits all of them alike;
+rounds (orders balanced over the rounds, see time_runners) on the same tensors, so that clock and temperature drift hits all of them alike;
 the first config is the reference of the 'x ref' columns.
-Raw numbers go to $OUT/bench_prefill[_LABEL].json when OUT is set.
+
+--fp8 times fijit's fp8 single prefill (q, k, v float8_e4m3fn, quantised per tensor with
+scale amax/448; o in each --dtypes type; sm_90a, hd 128, masks none/causal) beside fijit's
+16-bit single prefill on the dequantised values and SDPA flash/cuDNN on those, the batch
+as one request of batch x heads heads (bench_fp8); it prints TFLOP/s (same FLOP count),
+fp8/16-bit and max |o_fp8 - o_16bit| per config. Without --fp8 nothing changes.
+Raw numbers go to $OUT/bench_prefill[_fp8][_LABEL].json when OUT is set.
 """
 import argparse
 import contextlib
@@ -34,7 +40,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "gpu"))
-from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_spec  # noqa: E402
+from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
 
 try:
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -150,7 +156,28 @@ def bench_one(configs, dtype, hd, mask, H, Hkv, L, B, reps, rounds, warmup, tile
         plans.append((cfg, plan, ws, a))
         runners[cfg.name] = (lambda c=cfg, p=plan, aa=a: c.pf.batch_run(p, aa, stream))
 
-    # SDPA on [B, H, L, D] views of the same tensors; K/V expanded for GQA outside timing.
+    ref = add_sdpa(runners, res, q, k, v, B, L, causal, sdpa)
+    samples = time_runners(runners, reps, rounds, warmup, f"{dtype} {hd} {causal} {H}/{Hkv} {L}")
+    for name, ts in samples.items():
+        key = "fijit" if name == configs[0].name and len(configs) == 1 else name
+        record_times(res, key, ts, flops)
+    torch.cuda.synchronize()
+    for cfg, o in zip(configs, outs):
+        if ref is not None:
+            d = (o.view(B, L, H, hd).transpose(1, 2).float() - ref.float()).abs().max()
+            key = "" if len(configs) == 1 else "_" + cfg.name
+            res[f"max_abs_diff_vs_sdpa{key}"] = float(d)
+    for cfg, plan, _, _ in plans:
+        cfg.pf.plan_free(plan)
+    return res
+
+
+def add_sdpa(runners, res, q, k, v, B, L, causal, sdpa):
+    """SDPA's flash and cuDNN backends as runners "flash" and "cudnn" (res gets their
+    *_tflops keys, None until timed, and *_error where a backend refuses the shape), on
+    [B, H, L, D] views of q [B*L, H, D] and k, v [B*L, Hkv, D], K/V expanded for GQA
+    outside timing. Returns the first backend's output (or None)."""
+    H, Hkv, hd = q.shape[1], k.shape[1], q.shape[2]
     qs = q.view(B, L, H, hd).transpose(1, 2)
     G = H // Hkv
     ks = k.view(B, L, Hkv, hd).repeat_interleave(G, dim=2).transpose(1, 2) if G > 1 else \
@@ -174,7 +201,12 @@ def bench_one(configs, dtype, hd, mask, H, Hkv, L, B, reps, rounds, warmup, tile
             runners[name] = run_sdpa
         except Exception as e:  # backend not available for this shape/dtype
             res[f"{name}_error"] = str(e)[:200]
+    return ref
 
+
+def time_runners(runners, reps, rounds, warmup, seed):
+    """{name: [seconds]}: warm-up runs, then the timed runs of every runner interleaved
+    in `rounds` rounds, in orders drawn (Random(seed)) as below."""
     for fn in runners.values():
         for _ in range(warmup):
             fn()
@@ -188,7 +220,7 @@ def bench_one(configs, dtype, hd, mask, H, Hkv, L, B, reps, rounds, warmup, tile
     # before it (cuDNN draws the most), and with one random order per round a
     # shape's ratio to flash moved by up to 5% between two runs (H100): the
     # orders' luck is now the same for every runner.
-    rng = random.Random(f"{dtype} {hd} {causal} {H}/{Hkv} {L}")
+    rng = random.Random(seed)
     orders = list(itertools.permutations(runners))
     rng.shuffle(orders)
     for r in range(rounds):
@@ -196,20 +228,96 @@ def bench_one(configs, dtype, hd, mask, H, Hkv, L, B, reps, rounds, warmup, tile
             for _ in range(SWITCH_WARMUP):
                 runners[name]()
             samples[name].extend(time_once(runners[name]) for _ in range(per_round))
+    return samples
+
+
+def record_times(res, key, ts, flops):
+    """res[key_s] (the median), key_tflops and key_tflops_best from the times ts."""
+    t = statistics.median(ts)
+    res[f"{key}_s"], res[f"{key}_tflops"] = t, flops / t / 1e12
+    res[f"{key}_tflops_best"] = flops / min(ts) / 1e12
+
+
+def fmt(x):
+    return f"{x:7.1f}" if x else "    n/a"
+
+
+def ratio(a, b):
+    return f"{a / b:5.2f}" if a and b else "  n/a"
+
+
+def quantize(x):
+    """x -> (x as float8_e4m3fn scaled by amax / 448, that scale)."""
+    scale = float((x.abs().amax().float() / 448.0))
+    return (x.float() / scale).to(torch.float8_e4m3fn), scale
+
+
+def bench_fp8(configs, dtype, hd, mask, H, Hkv, L, B, reps, rounds, warmup, sdpa=True):
+    """--fp8: fijit's fp8 single prefill (e4m3 q/k/v with per-tensor scales, o in `dtype`)
+    beside fijit's `dtype` single prefill on the dequantised data (the same values, as
+    16-bit), and SDPA on those as in bench_one. The batch of B requests of L tokens is
+    one request of B*H query heads: q [L, B, H, D] and k, v [L, B, Hkv, D] token-major,
+    so query head b*H+h reads kv head b*Hkv+h/G, the same work as B requests (and FLOPs
+    as bench_one's). Each fijit run has its own workspace (fp8 needs one)."""
+    tdt = TORCH_DTYPES[dtype]
+    dev = "cuda"
+    causal = mask == "causal"
+    x8, scales, x16 = [], {}, []
+    for name, heads in (("q", H), ("k", Hkv), ("v", Hkv)):
+        t8, scales[f"{name}_scale"] = quantize(torch.randn(L, B * heads, hd, device=dev))
+        x8.append(t8)
+        x16.append((t8.float() * scales[f"{name}_scale"]).to(tdt))
+    flops = 4.0 * B * H * hd * visible_pairs(mask, L, 0)
+    res = {"dtype": dtype, "fp8": True, "hd": hd, "causal": causal, "mask": mask,
+           "heads": f"{H}/{Hkv}", "seq": L, "batch": B, "flops": flops}
+    stream = torch.cuda.current_stream().cuda_stream
+    runners, outs, keep = {}, {}, []
+    for cfg in configs:
+        for tag, spec, tensors, sc in (
+                ("fp8", prefill_spec("single", "fp8_e4m3", hd, mask, out_dtype=dtype), x8, scales),
+                (dtype, prefill_spec("single", dtype, hd, mask), x16, {})):
+            o = torch.empty(L, B * H, hd, device=dev, dtype=tdt)
+            a = prefill_args(*tensors, o, sm_scale=1.0 / hd ** 0.5, **sc)
+            with cfg.applied():  # compiles or loads with this config's environment
+                ws = cfg.pf.workspace(spec, a)
+                cfg.pf.run(spec, a, stream)
+            keep.append((a, ws))
+            name = f"{cfg.name}_{tag}"
+            outs[name] = o
+            runners[name] = (lambda c=cfg, sp=spec, aa=a: c.pf.run(sp, aa, stream))
+    # SDPA (and its output's layout) as bench_one has it: batch-major copies.
+    q16, k16, v16 = (t.view(L, B, -1, hd).transpose(0, 1).reshape(B * L, -1, hd) for t in x16)
+    add_sdpa(runners, res, q16, k16, v16, B, L, causal, sdpa and mask in ("none", "causal"))
+    samples = time_runners(runners, reps, rounds, warmup,
+                           f"fp8 {dtype} {hd} {causal} {H}/{Hkv} {L}")
     for name, ts in samples.items():
-        t = statistics.median(ts)
-        key = "fijit" if name == configs[0].name and len(configs) == 1 else name
-        res[f"{key}_s"], res[f"{key}_tflops"] = t, flops / t / 1e12
-        res[f"{key}_tflops_best"] = flops / min(ts) / 1e12
+        record_times(res, name, ts, flops)
     torch.cuda.synchronize()
-    for cfg, o in zip(configs, outs):
-        if ref is not None:
-            d = (o.view(B, L, H, hd).transpose(1, 2).float() - ref.float()).abs().max()
-            key = "" if len(configs) == 1 else "_" + cfg.name
-            res[f"max_abs_diff_vs_sdpa{key}"] = float(d)
-    for cfg, plan, _, _ in plans:
-        cfg.pf.plan_free(plan)
+    for cfg in configs:  # fp8 against 16-bit on the same values
+        d = (outs[f"{cfg.name}_fp8"].float() - outs[f"{cfg.name}_{dtype}"].float()).abs().max()
+        res[f"{cfg.name}_max_abs_diff_fp8_vs_{dtype}"] = float(d)
     return res
+
+
+def print_fp8(rows, names, opt, seconds):
+    """The --fp8 table: per config fijit 16-bit and fp8 TFLOP/s, fp8/16-bit, fp8 x flash,
+    x cudnn and max |o_fp8 - o_16bit|."""
+    print(f"prefill fp8{' [' + opt.label + ']' if opt.label else ''}, batch {opt.batch} (one "
+          f"request of batch x heads heads), TFLOP/s (median of {opt.reps} in {opt.rounds} "
+          f"rounds; {seconds:.0f} s); fp8: e4m3 q/k/v, o in the 16-bit dtype")
+    print(f"{'dtype':5} {'hd':>3} {'mask':6} {'heads':>5} {'seq':>5} | {'flash':>7} {'cudnn':>7} |"
+          + "".join(f" {n + ' 16b':>9} {n + ' fp8':>9} {'fp8/16':>6} {'x flash':>7} "
+                    f"{'x cudnn':>7} {'maxdiff':>8} |" for n in names))
+    for r in rows:
+        fl, cu = r.get("flash_tflops"), r.get("cudnn_tflops")
+        line = (f"{r['dtype']:5} {r['hd']:3d} {r['mask']:6} {r['heads']:>5} {r['seq']:5d} | "
+                f"{fmt(fl)} {fmt(cu)} |")
+        for n in names:
+            t16, t8 = r.get(f"{n}_{r['dtype']}_tflops"), r.get(f"{n}_fp8_tflops")
+            d = r.get(f"{n}_max_abs_diff_fp8_vs_{r['dtype']}", float("nan"))
+            line += (f" {fmt(t16):>9} {fmt(t8):>9} {ratio(t8, t16):>6} {ratio(t8, fl):>7} "
+                     f"{ratio(t8, cu):>7} {d:8.1e} |")
+        print(line)
 
 
 def main():
@@ -220,7 +328,7 @@ def main():
                          "(6: every order of fijit, flash and cuDNN once)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--seqs", default="1024,4096,8192")
-    ap.add_argument("--hds", default="64,128")
+    ap.add_argument("--hds", default=None, help="head dims (default 64,128; with --fp8 128)")
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--masks", default="none,causal", help="none, causal, window, custom")
     ap.add_argument("--window", type=int, default=1024, help="window_left of mask window")
@@ -234,7 +342,14 @@ def main():
                     help="NAME,LIB[,TEMPLATE_DIR[,VAR=VALUE;...]]: a fijit build to time "
                          "(repeat to compare builds; the first is the reference)")
     ap.add_argument("--label", default="", help="tag for the raw results file")
+    ap.add_argument("--fp8", action="store_true",
+                    help="time fijit's fp8 single prefill (e4m3 q/k/v, o in each --dtypes "
+                         "type) beside its 16-bit one on the same values, and SDPA; masks "
+                         "none and causal, hd 128, no --pos/--softcap/--tile; 4 runners: "
+                         "--rounds 24 gives each order once)")
     opt = ap.parse_args()
+    if opt.hds is None:
+        opt.hds = "128" if opt.fp8 else "64,128"
 
     configs = [Config(c) for c in opt.config] or [Config("fijit")]
     names = [c.name for c in configs]
@@ -249,6 +364,11 @@ def main():
                     H, Hkv = (int(x) for x in heads.split("/"))
                     for L in [int(x) for x in opt.seqs.split(",")]:
                         try:
+                            if opt.fp8:
+                                rows.append(bench_fp8(configs, dtype, hd, mask, H, Hkv, L,
+                                                      opt.batch, opt.reps, opt.rounds,
+                                                      opt.warmup, not opt.no_sdpa))
+                                continue
                             rows.append(bench_one(configs, dtype, hd, mask, H, Hkv, L,
                                                   opt.batch, opt.reps, opt.rounds, opt.warmup,
                                                   opt.tile, not opt.no_sdpa, opt.pos,
@@ -257,17 +377,18 @@ def main():
                             print(f"ERROR {dtype} hd{hd} {mask} {heads} L={L}: {e}", flush=True)
     out = os.environ.get("OUT")
     if out:
-        name = f"bench_prefill{'_' + opt.label if opt.label else ''}.json"
+        name = (f"bench_prefill{'_fp8' if opt.fp8 else ''}"
+                f"{'_' + opt.label if opt.label else ''}.json")
         with open(os.path.join(out, name), "w") as f:
             json.dump(rows, f, indent=1)
 
-    def fmt(x):
-        return f"{x:7.1f}" if x else "    n/a"
-
-    def ratio(a, b):
-        return f"{a / b:5.2f}" if a and b else "  n/a"
-
     print()
+    if opt.fp8:
+        print_fp8(rows, names, opt, time.time() - t0)
+        for c in configs:
+            c.fj.close()
+        return 0
+
     tuple_txt = "".join([f", pos {opt.pos}" if opt.pos != "none" else "",
                          f", soft-cap {opt.softcap:g}" if opt.softcap else "",
                          f", window {opt.window}" if "window" in opt.masks else ""])

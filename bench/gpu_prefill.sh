@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Prefill on the GPU machine: prewarm every prefill tuple, the correctness test
-# (tests/gpu/test_prefill.py), again --quick on the portable kernels
+# Prefill on the GPU machine: prewarm every prefill tuple, the correctness tests
+# (tests/gpu/test_prefill.py; fp8: tests/gpu/test_prefill_fp8.py), again --quick
+# on the portable kernels
 # (FIJIT_ARCH=sm_90: mma.sync in every tile) and on the tile kernels the Hopper
 # main loop replaces (FIJIT_PREFILL_WS=0), then the benchmarks
 # (bench/bench_prefill.py: the Hopper main loop and the tile kernels side by
-# side; bench/bench_single_rope.py; bench/bench_batch_prefill.py); the registers
+# side; --fp8: fp8 beside 16-bit; bench/bench_single_rope.py;
+# bench/bench_batch_prefill.py); the registers
 # and spills of the Hopper main loop (bench/ws_resources.py) and the prefill
 # table are printed last. Build on the build host (`make`) and carry build/ here.
 #
@@ -37,6 +39,11 @@ if [ -x build/fijit ]; then
         --pos none,rope,alibi --softcap 0,1 -j "$(nproc)" > "$OUT_DIR/prewarm_prefill.log" 2>&1
     echo "prewarm: rc $? in $((SECONDS - t0)) s: $(grep '^prewarm:' "$OUT_DIR/prewarm_prefill.log")"
     python3 bench/ws_resources.py "$OUT_DIR/prewarm_prefill.log" > "$OUT_DIR/ws_resources.log"
+    # fp8 prefill's four tuples (sm_90a only).
+    for o in fp16 bf16; do for m in none causal; do
+        echo "prefill q=fp8_e4m3 kv=fp8_e4m3 o=$o hd=128 mask=$m"
+    done; done > "$OUT_DIR/fp8_manifest.txt"
+    build/fijit prewarm --manifest "$OUT_DIR/fp8_manifest.txt" -j "$(nproc)" | tail -1
 fi
 
 TEST_ARGS=()
@@ -74,6 +81,11 @@ FIJIT_PREFILL_WS=persistent:3 OUT=$OUT_DIR/claims timeout "${PREFILL_TEST_TIMEOU
     > "$OUT_DIR/test_prefill_claims.log" 2>&1
 claims_rc=$?
 [ $test_rc = 0 ] && test_rc=$claims_rc
+# fp8 (e4m3 q/k/v) against float64, and its argument errors.
+OUT=$OUT_DIR timeout "${PREFILL_TEST_TIMEOUT:-900}" python3 tests/gpu/test_prefill_fp8.py "${TEST_ARGS[@]}" \
+    > "$OUT_DIR/test_prefill_fp8.log" 2>&1
+fp8_rc=$?
+[ $test_rc = 0 ] && test_rc=$fp8_rc
 if [ -n "${PREFILL_BASELINE:-}" ]; then
     BENCH_ARGS+=(--rounds 5 --config "before,$PREFILL_BASELINE" --config "after,")
 elif [ -n "${PREFILL_AB:-}" ]; then
@@ -98,6 +110,13 @@ OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_batch_p
     > "$OUT_DIR/bench_batch_prefill.log" 2>&1
 batch_rc=$?
 [ $bench_rc = 0 ] && bench_rc=$batch_rc
+# fp8 beside 16-bit at head_dim 128 (the issue's stretch target: >= 1.5x at seq >= 4k).
+FP8_ARGS=(--fp8 --seqs 1024,4096,8192,16384 --dtypes bf16,fp16)
+[ $QUICK = 1 ] && FP8_ARGS=(--fp8 --seqs 4096,16384 --dtypes bf16 --reps 10)
+OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_prefill.py "${FP8_ARGS[@]}" \
+    > "$OUT_DIR/bench_prefill_fp8.log" 2>&1
+fp8_bench_rc=$?
+[ $bench_rc = 0 ] && bench_rc=$fp8_bench_rc
 
 echo
 echo "==== prefill summary ===="
@@ -105,10 +124,12 @@ sed -n '/^prefill correctness/,/^test_prefill:/p' "$OUT_DIR/test_prefill.log"
 echo "portable kernels (FIJIT_ARCH=sm_90, --quick): $(tail -1 "$OUT_DIR/test_prefill_sm90.log")"
 echo "tile kernels on sm_90a (FIJIT_PREFILL_WS=0, --quick): $(tail -1 "$OUT_DIR/test_prefill_tiles.log")"
 echo "three persistent CTAs claiming blocks (FIJIT_PREFILL_WS=persistent:3, --quick): $(tail -1 "$OUT_DIR/test_prefill_claims.log")"
+echo "fp8 (tests/gpu/test_prefill_fp8.py): $(tail -1 "$OUT_DIR/test_prefill_fp8.log")"
 [ -e "$OUT_DIR/ws_resources.log" ] && tail -1 "$OUT_DIR/ws_resources.log"
 cat "$OUT_DIR/bench_batch_prefill.log"
 grep -v '^  ' "$OUT_DIR/bench_prefill.log" | sed -n '/^ERROR/p'
 cat "$OUT_DIR/bench_single_rope.log"
 sed -n '/^prefill, batch/,$p' "$OUT_DIR/bench_prefill.log"
+sed -n '/^prefill fp8/,$p' "$OUT_DIR/bench_prefill_fp8.log"
 echo "test rc $test_rc, bench rc $bench_rc"
 [ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]

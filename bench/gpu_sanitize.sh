@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer over the GPU suites (bench/gpu_run.sh --sanitize): memcheck on
 # every kind at small shapes (prefill: every mask, the custom mask included, page
-# sizes 1 and 7; decode and batch decode: their --tiny sets, fp16 and fp8 KV,
+# sizes 1 and 7, and fp8 prefill's --quick set; decode and batch decode: their --tiny sets, fp16 and fp8 KV,
 # page sizes 1, 7, 16, 64), racecheck and synccheck on one small tuple per kernel
 # family (the Hopper prefill loop in both its two- and three-consumer forms).
 # STEP_TIMEOUT (s) bounds each run; SANITIZE_RUNS (a regex) picks runs. Each tensor
@@ -32,6 +32,9 @@ for kind in decode batch_decode; do
         done
     done
 done
+for o in fp16 bf16; do for m in none causal; do
+    echo "prefill q=fp8_e4m3 kv=fp8_e4m3 o=$o hd=128 mask=$m" >> "$manifest"
+done; done
 build/fijit prewarm --manifest "$manifest" -j "$(nproc)" | tail -1
 
 PREFILL_SMALL=(--quick --no-sdpa --dtypes fp16 --hds 64,128 --pos none,rope --softcaps 0)
@@ -55,6 +58,7 @@ run() {  # run NAME TOOL CMD...: errors from the sanitizer's summary line
         "$OUT_DIR/san_$name.log" | head -5
 }
 run memcheck_prefill memcheck python3 tests/gpu/test_prefill.py "${PREFILL_SMALL[@]}" --pages 1,7,16
+run memcheck_prefill_fp8 memcheck python3 tests/gpu/test_prefill_fp8.py --quick
 run memcheck_decode memcheck python3 tests/gpu/test_decode.py --tiny
 run memcheck_batch_decode memcheck python3 tests/gpu/test_batch_decode.py --tiny
 run racecheck_prefill racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7,16

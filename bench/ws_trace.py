@@ -5,7 +5,8 @@
     python3 bench/ws_trace.py [--cases ragged:64:8:causal,paged:64:8:causal] [--launches 2]
                               [--waits-only]
 
-A case is KIND:HD:KV_HEADS:MASK (fp16, 32 query heads): KIND single runs one request of
+A case is KIND:HD:KV_HEADS:MASK[:DTYPE] (32 query heads; DTYPE fp16 (the default), bf16,
+or for single prefill fp8, e4m3 with bf16 output): KIND single runs one request of
 --single-len tokens (default: the length whose square is the batch's sum of squares, as
 bench_batch_prefill.py), ragged and paged (page 16, pages in random order) the batch of
 bench_batch_prefill.py (16 requests of 100-8000 tokens, seeded). Each case runs in a
@@ -45,6 +46,10 @@ PHASES = [("walk", False, True), ("Q wait", False, True), ("first K wait", False
           ("last P.V wait", False, True), ("passed tiles", False, False),
           ("stage O", False, False), ("store O", False, False)]
 
+# torch's names of the 16-bit dtypes of a case.
+DTYPE_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
+
+
 def traced_templates(tmp, mode):
     """A copy of the templates with FIJIT_WS_TRACE defined as `mode` (1: every phase, 2:
     the waits) at the top of trace.cuh."""
@@ -65,21 +70,25 @@ def run_case(case, launches, length):
     """In the child: launch the case `launches` times (its kernels print the trace)."""
     import torch
     from fijit_py import Fijit, Prefill, prefill_args, prefill_spec
-    kind, hd, hkv, mask = case.split(":")
+    kind, hd, hkv, mask, dtype = (case + ":fp16").split(":")[:5]
     hd, hkv = int(hd), int(hkv)
     pf = Prefill(Fijit())
     stream = torch.cuda.current_stream().cuda_stream
     if kind == "single":
-        q = torch.randn(length, 32, hd, device="cuda", dtype=torch.float16)
-        k = torch.randn(length, hkv, hd, device="cuda", dtype=torch.float16)
-        v = torch.randn_like(k)
-        o = torch.empty_like(q)
-        args, spec = prefill_args(q, k, v, o), prefill_spec("single", "fp16", hd, mask)
-        ws = pf.workspace(spec, args)  # noqa: F841 (kept alive: the claims' counter)
+        # fp8: unit-variance values, as e4m3 already (scales 1), bf16 output.
+        tdt = torch.float8_e4m3fn if dtype == "fp8" else getattr(torch, DTYPE_NAMES[dtype])
+        q = torch.randn(length, 32, hd, device="cuda").to(tdt)
+        k = torch.randn(length, hkv, hd, device="cuda").to(tdt)
+        v = torch.randn(length, hkv, hd, device="cuda").to(tdt)
+        o = torch.empty(q.shape, device="cuda", dtype=torch.bfloat16 if dtype == "fp8" else tdt)
+        args = prefill_args(q, k, v, o)
+        spec = (prefill_spec("single", "fp8_e4m3", hd, mask, out_dtype="bf16") if dtype == "fp8"
+                else prefill_spec("single", dtype, hd, mask))
+        ws = pf.workspace(spec, args)  # noqa: F841 (kept alive: the claims' counter, fp8's V)
         fn = lambda: pf.run(spec, args, stream)  # noqa: E731
     else:
-        fn, keep, plan = batch_runner(pf, kind, prefill_spec(kind, "fp16", hd, mask), batch_lens(),
-                                      32, hkv, hd, torch.float16, 16)
+        fn, keep, plan = batch_runner(pf, kind, prefill_spec(kind, dtype, hd, mask), batch_lens(),
+                                      32, hkv, hd, getattr(torch, DTYPE_NAMES[dtype]), 16)
     for _ in range(launches):
         fn()
         torch.cuda.synchronize()

@@ -2,7 +2,8 @@
 fijit::merge_states, with fake (meta) implementations giving output shapes, so that
 torch.compile traces through fijit without graph breaks. The public functions in
 attention.py call these when torch.compiler.is_compiling(); eager calls skip the
-dispatcher. Each op returns (out, lse); variants and custom masks are eager-only."""
+dispatcher. Each op returns (out, lse); variants, custom masks and fp8 prefill (its
+scales and out_dtype are no op arguments) are eager-only."""
 from typing import Optional, Tuple
 
 import torch

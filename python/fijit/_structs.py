@@ -38,7 +38,7 @@ DECODE_ARGS_VERSION = 4
 BATCH_DECODE_PLAN_ARGS_VERSION = 1
 BATCH_DECODE_ARGS_VERSION = 3
 MERGE_STATES_ARGS_VERSION = 1
-PREFILL_ARGS_VERSION = 3
+PREFILL_ARGS_VERSION = 4
 BATCH_PREFILL_PLAN_ARGS_VERSION = 2
 BATCH_PREFILL_ARGS_VERSION = 4
 
@@ -159,7 +159,8 @@ class PrefillArgs(Struct):
                 ("rope_offset", c_int), ("window_left", c_int), ("alibi_slopes", c_void_p),
                 ("custom_mask", c_void_p), ("cta_tile_q", c_int),
                 ("variant_args", c_void_p), ("num_variant_args", c_int),      # version 2
-                ("workspace", c_void_p), ("workspace_bytes", c_size_t)]       # version 3
+                ("workspace", c_void_p), ("workspace_bytes", c_size_t),       # version 3
+                ("q_scale", c_float), ("k_scale", c_float), ("v_scale", c_float)]  # version 4
 
 
 class BatchPrefillPlanArgs(Struct):

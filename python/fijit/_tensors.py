@@ -15,6 +15,9 @@ for _name, _fp8 in (("fp8_e4m3", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")):
 TORCH_DTYPE = {v: k for k, v in DTYPE_NAME.items()}
 _16BIT = (torch.float16, torch.bfloat16)
 _KV_DTYPES = tuple(DTYPE_NAME)
+# Single prefill: q, k and v of one dtype, 16-bit or (sm_90a) float8_e4m3fn.
+FP8_E4M3 = getattr(torch, "float8_e4m3fn", None)
+PREFILL_DTYPES = _16BIT + ((FP8_E4M3,) if FP8_E4M3 is not None else ())
 # The raw CUstream of a device's current stream without building a torch.cuda.Stream
 # (what torch's own generated code uses); torch.cuda.current_stream where it is absent.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -43,16 +46,50 @@ def tensor(name, t, ndim, *, dtypes=None, device=None):
     return t
 
 
-def qkv(q, k, v, q_ndim, kv_ndim):
-    """Check q, k, v together: 16-bit q, k and v of one dtype, one device."""
-    tensor("q", q, q_ndim, dtypes=_16BIT)
+def qkv(q, k, v, q_ndim, kv_ndim, q_dtypes=_16BIT, kv_dtypes=_KV_DTYPES):
+    """Check q, k, v together, on one device: q of `q_dtypes` (16-bit), k of `kv_dtypes`
+    (16-bit or fp8), v of k's dtype, k and v of one shape, one head_dim."""
+    tensor("q", q, q_ndim, dtypes=q_dtypes)
     dev = q.device
-    tensor("k", k, kv_ndim, dtypes=_KV_DTYPES, device=dev)
+    tensor("k", k, kv_ndim, dtypes=kv_dtypes, device=dev)
     tensor("v", v, kv_ndim, dtypes=(k.dtype,), device=dev)
     if k.shape != v.shape:
         raise ValueError(f"k and v: shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})")
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"k: head_dim {k.shape[-1]} differs from q's {q.shape[-1]}")
+
+
+def prefill_dtypes(q_dtype, kv_dtype, out_dtype, scales):
+    """The output dtype of a single prefill from its input dtypes (k's and v's are one,
+    checked by qkv): all three 16-bit and alike (out_dtype None or q's; no scales), or all
+    three float8_e4m3fn, out_dtype fp16 or bf16 (None: bf16) and `scales` (q_scale,
+    k_scale, v_scale) positive. Reads dtypes only, so it serves traced calls too."""
+    if q_dtype not in PREFILL_DTYPES:
+        raise TypeError(f"q: dtype {q_dtype} not supported (expected "
+                        f"{' or '.join(str(d) for d in PREFILL_DTYPES)})")
+    if q_dtype != kv_dtype:
+        raise TypeError(f"q and k/v: dtypes {q_dtype} and {kv_dtype} do not mix; prefill takes "
+                        f"q, k and v all fp16, all bf16, or all float8_e4m3fn (fp8, with "
+                        f"q_scale, k_scale, v_scale)")
+    names = ("q_scale", "k_scale", "v_scale")
+    if q_dtype != FP8_E4M3:
+        if out_dtype is not None and out_dtype != q_dtype:
+            raise TypeError(f"out_dtype: a {q_dtype} prefill writes {q_dtype}; out_dtype "
+                            f"{out_dtype} is for float8_e4m3fn inputs only")
+        for name, x in zip(names, scales):
+            if float(x) != 1.0:
+                raise ValueError(f"{name}: scales apply to float8_e4m3fn inputs only, q is "
+                                 f"{q_dtype} (got {name}={x})")
+        return q_dtype
+    for name, x in zip(names, scales):
+        if not 0.0 < float(x) < float("inf"):
+            raise ValueError(f"{name}: expected a positive finite float, got {x}")
+    if out_dtype is None:
+        return torch.bfloat16
+    if out_dtype not in _16BIT:
+        raise TypeError(f"out_dtype: fp8 prefill writes torch.float16 or torch.bfloat16, not "
+                        f"{out_dtype}")
+    return out_dtype
 
 
 def output(name, given, shape, dtype, device):

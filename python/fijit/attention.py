@@ -6,7 +6,8 @@ returns (out, lse) with lse the NATURAL log of the softmax denominator, float32,
 [tokens, heads]. sm_scale None means 1/sqrt(head_dim); softcap 0 means none; a
 sliding window (window_left >= 0: keys i+off-window_left .. i+off) is causal. Calls
 run on torch.cuda.current_stream() unless stream= is given. Inside torch.compile the
-functions go through the torch.library ops fijit::* (see _ops.py), without variants.
+functions go through the torch.library ops fijit::* (see _ops.py), without variants
+or fp8 prefill (eager only: prefill's docstring).
 """
 import ctypes
 import functools
@@ -21,10 +22,11 @@ from .spec import Spec
 
 
 @functools.lru_cache(maxsize=1024)
-def spec_for(kind, q_dtype, kv_dtype, head_dim, mask, pos, soft_cap, variant):
-    """The Spec of a call (cached: building one per call would cost microseconds)."""
+def spec_for(kind, q_dtype, kv_dtype, head_dim, mask, pos, soft_cap, variant, o_dtype=None):
+    """The Spec of a call (cached: building one per call would cost microseconds); o_dtype
+    None: q's."""
     return Spec(kind=kind, q_dtype=T.DTYPE_NAME[q_dtype], kv_dtype=T.DTYPE_NAME[kv_dtype],
-                o_dtype=T.DTYPE_NAME[q_dtype], head_dim=head_dim, mask=mask, pos=pos,
+                o_dtype=T.DTYPE_NAME[o_dtype or q_dtype], head_dim=head_dim, mask=mask, pos=pos,
                 soft_cap=soft_cap, variant=variant)
 
 
@@ -158,39 +160,63 @@ def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, softcap, window_left, a
 # ---- prefill ------------------------------------------------------------------------
 def prefill(q, k, v, *, causal=False, window_left=-1, softcap=0.0, sm_scale=None,
             alibi_slopes=None, rope=False, rope_theta=1e4, rope_scale=1.0, rope_offset=0,
-            custom_mask=None, kv_layout="NHD", variant=None, out=None, return_lse=False,
-            stream=None, ctx=None, **variant_args):
+            custom_mask=None, kv_layout="NHD", q_scale=1.0, k_scale=1.0, v_scale=1.0,
+            out_dtype=None, variant=None, out=None, return_lse=False, stream=None, ctx=None,
+            **variant_args):
     """Single-request prefill: q [qo_len, num_qo_heads, head_dim] against k, v
     [kv_len, num_kv_heads, head_dim] ("NHD") or [num_kv_heads, kv_len, head_dim]
     ("HND"); any token/head strides (a q/k/v slice of a fused QKV tensor works). Causal
     masks align bottom-right when qo_len < kv_len. custom_mask: bool [qo_len, kv_len]
     (True: visible) or packed uint8 bits. Returns out [qo_len, num_qo_heads, head_dim]
-    and, with return_lse, lse [qo_len, num_qo_heads] (float32, natural log)."""
+    and, with return_lse, lse [qo_len, num_qo_heads] (float32, natural log).
+
+    q, k and v share one dtype. fp16 and bf16 write out in that dtype (out_dtype None or
+    the same; the scales must stay 1). fp8 (sm_90a, head_dim 128, mask none or causal, no
+    RoPE/ALiBi/soft-cap/variant; the library refuses others with UnsupportedError): q, k
+    and v all torch.float8_e4m3fn holding the real values divided by the per-tensor
+    q_scale, k_scale, v_scale (positive); logits are (q_real . k_real) * sm_scale; out is
+    out_dtype, torch.float16 or torch.bfloat16 (None: out='s dtype, else bfloat16). The
+    workspace fp8 needs (V re-laid out) is allocated per call. Token and head strides
+    count 1-byte elements there: multiples of 16. Mixed dtypes raise TypeError, scales
+    or out_dtype given for 16-bit inputs TypeError/ValueError. fp8 is eager-only: inside
+    torch.compile it raises NotImplementedError (the fijit::prefill op carries no scales
+    or out_dtype; call fijit.prefill outside the compiled region), as variants and
+    custom masks do."""
     if _compiling():
         _no_variant_in_graph(variant, variant_args)
         if custom_mask is not None:
             raise NotImplementedError("custom_mask is not available inside torch.compile")
+        if T.prefill_dtypes(q.dtype, k.dtype, out_dtype,
+                            (q_scale, k_scale, v_scale)) != q.dtype:
+            raise NotImplementedError("fp8 prefill is not available inside torch.compile; call "
+                                      "fijit.prefill outside the compiled region for it")
         o, lse = torch.ops.fijit.prefill(q, k, v, kv_layout, bool(causal), int(window_left),
                                          float(softcap), _scale(sm_scale), alibi_slopes,
                                          bool(rope), float(rope_theta), float(rope_scale),
                                          int(rope_offset))
         return _graph_result(o, lse, out, return_lse)
-    T.qkv(q, k, v, 3, 3)
+    T.qkv(q, k, v, 3, 3, T.PREFILL_DTYPES, T.PREFILL_DTYPES)
+    if out_dtype is None and out is not None and q.dtype == T.FP8_E4M3:
+        out_dtype = out.dtype  # fp8 writes the dtype of the out= given
+    o_dtype = T.prefill_dtypes(q.dtype, k.dtype, out_dtype, (q_scale, k_scale, v_scale))
     Lq, H, D = q.shape
-    o = T.output("out", out, (Lq, H, D), q.dtype, q.device)
+    o = T.output("out", out, (Lq, H, D), o_dtype, q.device)
     lse = torch.empty((Lq, H), dtype=torch.float32, device=q.device) if return_lse else None
     prefill_into(o, lse, q, k, v, causal=causal, window_left=window_left, softcap=softcap,
                  sm_scale=sm_scale, alibi_slopes=alibi_slopes, rope=rope, rope_theta=rope_theta,
                  rope_scale=rope_scale, rope_offset=rope_offset, custom_mask=custom_mask,
-                 kv_layout=kv_layout, variant=variant, stream=stream, ctx=ctx,
-                 variant_args=variant_args)
+                 kv_layout=kv_layout, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
+                 variant=variant, stream=stream, ctx=ctx, variant_args=variant_args)
     return (o, lse) if return_lse else o
 
 
 def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, alibi_slopes, rope,
-                 rope_theta, rope_scale, rope_offset, kv_layout, custom_mask=None, variant=None,
-                 stream=None, ctx=None, variant_args=None):
-    """fi_prefill_run into o (and lse, or None); inputs already checked."""
+                 rope_theta, rope_scale, rope_offset, kv_layout, custom_mask=None, q_scale=1.0,
+                 k_scale=1.0, v_scale=1.0, variant=None, stream=None, ctx=None,
+                 variant_args=None):
+    """fi_prefill_run into o (and lse, or None); inputs already checked. The spec's
+    o_dtype is o's dtype (fp8 q/k/v: fp16 or bf16); the scales are for fp8 inputs (the
+    C library ignores them for 16-bit ones)."""
     ctx = ctx or default_context()
     Lq, H, D = q.shape
     kv_len, hkv, ksn, ksh = T.kv_strides("k", k, kv_layout)
@@ -198,7 +224,7 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
     mask = prefill_mask(causal, window_left, custom_mask)
     bits = pack_mask(custom_mask, Lq, kv_len) if custom_mask is not None else None
     spec = spec_for("prefill", q.dtype, k.dtype, D, mask, pos_name(rope, alibi_slopes),
-                    softcap > 0, variant)
+                    softcap > 0, variant, o.dtype)
     varr, nvar, keep = T.variant_args(variant_args, q.device)
     a = S.PrefillArgs(version=S.PREFILL_ARGS_VERSION, q=q.data_ptr(), k=k.data_ptr(),
                       v=v.data_ptr(), o=o.data_ptr(),
@@ -212,13 +238,15 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
                       alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
                                               q.device),
                       custom_mask=bits.data_ptr() if bits is not None else None,
-                      variant_args=varr, num_variant_args=nvar)
+                      variant_args=varr, num_variant_args=nvar, q_scale=float(q_scale),
+                      k_scale=float(k_scale), v_scale=float(v_scale))
     L = ctx._lib
     spec_c = spec.to_c()
     ws = None
     with T.device_of(q):
-        # A workspace: RoPE's keys rotated once instead of per query tile, and the
-        # counter through which persistent CTAs claim blocks (fi_prefill_args).
+        # A workspace: RoPE's keys rotated once instead of per query tile, the counter
+        # through which persistent CTAs claim blocks, and fp8's re-laid-out V (which
+        # fi_prefill_run requires: always allocated when the size is not 0).
         n = ctypes.c_size_t()
         check(L.fi_prefill_workspace_size(ctypes.byref(n), ctypes.byref(spec_c), ctypes.byref(a)),
               "fi_prefill_workspace_size", L)

@@ -175,6 +175,7 @@ FI_WG_DEFINE(bf16_t, "bf16", 256, "128", "129", "130", "131", "132", "133")
 // with k columns 4t..4t+3 (first two words) and 16 + 4t..16 + 4t + 3.
 FI_WG_DEFINE_K(fp8_e4m3_t, "e4m3", 128, 32, "", "", "64", "65", "66", "67", "68", "69")
 FI_WG_DEFINE_K(fp8_e4m3_t, "e4m3", 256, 32, "", "", "128", "129", "130", "131", "132", "133")
+FI_WG_DEFINE_K(fp8_e4m3_t, "e4m3", 192, 32, "", "", "96", "97", "98", "99", "100", "101")
 
 #undef FI_WG_DEFINE_K
 #undef FI_WG_DEFINE

@@ -74,7 +74,7 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
     sm.q = smem_addr(smem);
     sm.k = sm.q + kQBufs * kQBufBytes;
     sm.v = sm.k + kStages * kKVBytes;
-    sm.bars = sm.v + kStages * kKVBytes;
+    sm.bars = sm.v + kStages * kVSlotBytes;
     trace_cta_start();  // FIJIT_WS_TRACE only (ws/trace.cuh)
     const int tid = (int)threadIdx.x;
     const bool raw_q = kRawQTuple && ws.q_rows > 0;

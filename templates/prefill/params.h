@@ -185,14 +185,17 @@
 #define FI_PREFILL_FP8_KEY_CHUNK 32
 #define FI_PREFILL_FP8_KEY_AT(p) \
     (((p) & 16) | (((p) & 2) << 2) | (((p) >> 1) & 6) | ((p) & 1))
-#define FI_PREFILL_FP8_TILE_KV 128
+#define FI_PREFILL_FP8_TILE_KV 192
 #define FI_PREFILL_FP8_STAGES 2
+/* A V slot: 128-key panels of head_dim rows (a box each), the last one
+ * whole even where the tile ends inside it. */
+#define FI_PREFILL_FP8_V_PANELS ((FI_PREFILL_FP8_TILE_KV + 127) / 128)
 /* Threads of a block of the V pre-pass: a block per kv head and 64 keys. */
 #define FI_PREFILL_FP8_V_THREADS 256
 #define FI_PREFILL_FP8_V_KEYS 64
 #define FI_PREFILL_FP8_SMEM_BYTES(hd, lean)                                                 \
     (FI_PREFILL_WS_Q_BUFS(hd) * FI_PREFILL_WS_TILE_Q(hd, lean) * (hd) * 2 +                   \
-     2 * FI_PREFILL_FP8_STAGES * FI_PREFILL_FP8_TILE_KV * (hd) + 320)
+     FI_PREFILL_FP8_STAGES * (FI_PREFILL_FP8_TILE_KV + 128 * FI_PREFILL_FP8_V_PANELS) * (hd) + 320)
 
 /* A CUtensorMap (cuda.h), which NVRTC does not see: 128 opaque bytes,
  * 64-byte aligned. The kernel takes the K and V maps by value

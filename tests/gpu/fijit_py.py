@@ -34,6 +34,7 @@ wrong ones on purpose).
 import ctypes
 import os
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))  # the package of this tree
@@ -240,6 +241,18 @@ def _ptr(t):
     return t.data_ptr() if t is not None else None
 
 
+def seeded_generator(test):
+    """(seed, CUDA torch.Generator) for a test run: the seed from $FIJIT_TEST_SEED, else
+    the clock, printed so that a run can be replayed."""
+    import torch
+    seed = int(os.environ.get("FIJIT_TEST_SEED", time.time_ns() % (2**31)))
+    print(f"{test}: seed {seed} (FIJIT_TEST_SEED={seed} replays)", flush=True)
+    torch.cuda.init()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    return seed, gen
+
+
 def decode_args(q, k, v, o, lse=None, *, layout, sm_scale=0.0, logits_soft_cap=0.0,
                 rope_scale=0.0, rope_theta=0.0, rope_offset=0, window_left=-1, alibi_slopes=None,
                 max_splits=0, k_scale=0.0, v_scale=0.0, sm_count=0, variant_args=None):
@@ -310,10 +323,14 @@ def upload_plan(fj, kind, plan, workspace=None, device="cuda"):
 
 
 def prefill_spec(kind="single", dtype="fp16", head_dim=128, mask="none", pos="none", soft_cap=0,
-                 variant=None):
+                 variant=None, out_dtype=None, kv_dtype=None):
+    """q = kv = o = dtype unless kv_dtype / out_dtype name others (fp8 prefill:
+    dtype="fp8_e4m3", out_dtype "fp16" or "bf16")."""
     d = DTYPES[dtype]
-    return S.new(Spec, S.JIT_SPEC_VERSION, kind=PREFILL_KINDS[kind], q_dtype=d, kv_dtype=d,
-                 o_dtype=d, head_dim=head_dim, mask=PREFILL_MASKS[mask], pos=POS[pos],
+    return S.new(Spec, S.JIT_SPEC_VERSION, kind=PREFILL_KINDS[kind], q_dtype=d,
+                 kv_dtype=DTYPES[kv_dtype] if kv_dtype else d,
+                 o_dtype=DTYPES[out_dtype] if out_dtype else d, head_dim=head_dim,
+                 mask=PREFILL_MASKS[mask], pos=POS[pos],
                  soft_cap=int(soft_cap), variant=variant.encode() if variant else None)
 
 
@@ -375,9 +392,12 @@ class Prefill:
 
 def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, logits_soft_cap=0.0,
                  rope_scale=0.0, rope_theta=0.0, rope_offset=0, window_left=-1,
-                 alibi_slopes=None, custom_mask=None, cta_tile_q=0, variant_args=None):
+                 alibi_slopes=None, custom_mask=None, cta_tile_q=0, variant_args=None,
+                 q_scale=0.0, k_scale=0.0, v_scale=0.0):
     """q, o [Lq, H, D]; k, v "NHD" [Lk, Hkv, D] or "HND" [Hkv, Lk, D].
-    variant_args: dict of the variant's declared parameters (see set_variant_args)."""
+    variant_args: dict of the variant's declared parameters (see set_variant_args).
+    q_scale, k_scale, v_scale: fp8 q/k/v hold the real values divided by them (0: 1);
+    fp8 also needs a workspace (Prefill.workspace)."""
     if layout == "NHD":
         kv_len, hkv = k.shape[0], k.shape[1]
         ksn, ksh, vsn, vsh = k.stride(0), k.stride(1), v.stride(0), v.stride(1)
@@ -396,6 +416,7 @@ def prefill_args(q, k, v, o, lse=None, *, layout="NHD", sm_scale=0.0, logits_sof
     a.window_left = window_left
     a.alibi_slopes, a.custom_mask = _ptr(alibi_slopes), _ptr(custom_mask)
     a.cta_tile_q = cta_tile_q
+    a.q_scale, a.k_scale, a.v_scale = q_scale, k_scale, v_scale
     set_variant_args(a, variant_args)
     return a
 

@@ -243,6 +243,14 @@ check("Spec.parse: a bad value is InvalidError (a ValueError) with the code name
 e = raises(lambda: fijit.Spec(head_dim=96).check(), fijit.Error)
 check("Spec.check refuses head_dim 96 naming the field",
       isinstance(e, fijit.Error) and "head_dim" in str(e), repr(e))
+fp8 = dict(kind="prefill", q_dtype="fp8_e4m3", o_dtype="bf16")
+e = raises(lambda: fijit.Spec(head_dim=64, **fp8).check(), fijit.UnsupportedError)
+check("Spec.check: fp8 prefill at hd 128 accepted, at hd 64 UnsupportedError naming head_dim",
+      str(fijit.Spec(**fp8).check()).startswith("prefill q=fp8_e4m3 kv=fp8_e4m3 o=bf16 hd=128")
+      and isinstance(e, fijit.UnsupportedError) and "head_dim" in str(e), repr(e))
+e = raises(lambda: fijit.Spec(kv_dtype="fp16", **fp8).check(), fijit.UnsupportedError)
+check("Spec.check: fp8 q with fp16 kv is UnsupportedError",
+      isinstance(e, fijit.UnsupportedError) and "kv" in str(e), repr(e))
 e = raises(lambda: fijit.Spec(mask="diagonal"), ValueError)
 check("Spec() refuses an unknown name", isinstance(e, ValueError) and "mask" in str(e))
 

@@ -51,6 +51,8 @@ constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
 constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
 constexpr unsigned int kQBytes = kTileQ * kHeadDim * kInBytes;
 constexpr unsigned int kKVBytes = kTileKV * kHeadDim * kInBytes;
+// A V slot: as K's, or for fp8 whole 128-key panels of V^T (prefill/fp8.cuh).
+constexpr unsigned int kVSlotBytes = kFp8 ? FI_PREFILL_FP8_V_PANELS * 128u * kHeadDim : kKVBytes;
 // A Q buffer also stages the block's 16-bit output (consume.cuh).
 constexpr unsigned int kQBufBytes = kTileQ * kHeadDim * 2;
 // Products of a K/V tile: k-steps of S = Q K^T over head_dim and of
@@ -151,12 +153,13 @@ constexpr unsigned int kFeedAt = (8u * (4 * kStages + 2 * kQBars + 2 * kFeedSlot
 static_assert(kTileQ == 64 * kConsumers && kThreads == 128 * (kConsumers + 1),
               "a producer and consumers of 64 rows");
 static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registers above");
-static_assert(!kFp8 || (kRawQTuple && kKind == FI_PREFILL_KIND_SINGLE && kTileKV % 128 == 0),
-              "fp8: single prefill with Q as it is in q, V by 128-key boxes (src/launch/prefill.c)");
+static_assert(!kFp8 || (kRawQTuple && kKind == FI_PREFILL_KIND_SINGLE && kTileKV % 32 == 0),
+              "fp8: single prefill with Q as it is in q, k-steps within 128-key panels");
 static_assert(kQParts == 1 || kQParts == kConsumers, "a Q load is a tile's rows or a consumer's");
 static_assert((kFp8 ? FI_PREFILL_FP8_SMEM_BYTES(kHeadDim, kLean)
                       : FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask)) >=
-                  kQBufs * kQBufBytes + 2u * kStages * kKVBytes + kFeedAt + kFeedSlotBytes * kFeedSlots,
+                  kQBufs * kQBufBytes + kStages * (kKVBytes + kVSlotBytes) + kFeedAt +
+                      kFeedSlotBytes * kFeedSlots,
               "shared memory: Q, the K and V rings, the block feed, their barriers");
 
 // Shared memory: the Q buffers (kTileQ rows each), the K ring, the V ring
@@ -170,7 +173,7 @@ struct Smem {
     unsigned int q, k, v, bars;
     __device__ __forceinline__ unsigned int q_buf(int b) const { return q + b * kQBufBytes; }
     __device__ __forceinline__ unsigned int k_slot(int s) const { return k + s * kKVBytes; }
-    __device__ __forceinline__ unsigned int v_slot(int s) const { return v + s * kKVBytes; }
+    __device__ __forceinline__ unsigned int v_slot(int s) const { return v + s * kVSlotBytes; }
     __device__ __forceinline__ unsigned int full_k(int s) const { return bars + 8u * s; }
     __device__ __forceinline__ unsigned int full_v(int s) const { return bars + 8u * (kStages + s); }
     __device__ __forceinline__ unsigned int empty_k(int s) const { return bars + 8u * (2 * kStages + s); }

@@ -45,13 +45,14 @@ __device__ __forceinline__ void load_tile(unsigned int slot, const fi_tma_map *m
 
 // fp8: V tile at key `key` from the map of vt (prefill/fp8.cuh), whose
 // coordinates are {key, head_dim row, kv head}: a box of 128 keys (a
-// 128-byte row) x head_dim rows per 128 keys of the tile.
+// 128-byte row) x head_dim rows per panel, the last one whole (keys past the
+// tile land unread; past vt's end, as zeros).
 __device__ __forceinline__ void load_vt_tile(unsigned int slot, const fi_tma_map *map, int kv_head, int key,
                                              unsigned int full)
 {
-    bar_expect(full, kKVBytes);
+    bar_expect(full, kVSlotBytes);
 #pragma unroll
-    for (int c = 0; c < kTileKV / 128; ++c)
+    for (int c = 0; c < FI_PREFILL_FP8_V_PANELS; ++c)
         tma_load(slot + c * kHeadDim * 128u, map, key + c * 128, 0, kv_head, full);
 }
 
