@@ -49,10 +49,12 @@
  * and v hold the values divided by the per-tensor q_scale, k_scale and
  * v_scale of fi_prefill_args version 4; strides are in one-byte elements
  * (multiples of 16). It runs on the Hopper main loop with 8-bit tensor-core
- * products and fp32 accumulation; the softmax weights are rounded to e4m3
+ * products into fp32 accumulators (Hopper adds an 8-bit product's terms with
+ * fewer bits than fp32); the softmax weights are rounded to e4m3
  * before P.V (relative error up to 2^-4 each), and it needs the workspace of
  * fi_prefill_workspace_size, where a first launch lays V out for P.V
- * (head_dim x kv_len rounded up to 128, bytes, per kv head).
+ * (head_dim x kv_len rounded up to a whole K/V tile of 192 keys, bytes, per kv
+ * head).
  */
 #ifndef FIJIT_PREFILL_H
 #define FIJIT_PREFILL_H

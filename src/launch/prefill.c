@@ -592,8 +592,8 @@ static float scale_or_1(float scale) { return scale != 0.f ? scale : 1.f; }
 /* fp8: the scales into p (the logits' into sm_scale, V's onto O), and the
  * pre-pass that writes V into the workspace as P.V reads it (vt,
  * templates/prefill/fp8.cuh). */
-static int fp8_lay_out_v(const fi_jit_kernel *kernel, const fi_jit_spec *spec,
-                         const fi_prefill_args *a, fi_prefill_params *p, CUstream stream)
+static int fp8_lay_out_v(const fi_jit_kernel *kernel, const fi_prefill_args *a,
+                         fi_prefill_params *p, CUstream stream)
 {
     int rc = 0;
     CUfunction f = kernel->functions[FP8_V_ENTRY];
@@ -602,7 +602,6 @@ static int fp8_lay_out_v(const fi_jit_kernel *kernel, const fi_jit_spec *spec,
     p->v_scale = scale_or_1(a->v_scale);
     p->vt = a->workspace;
     p->vt_keys = fp8_vt_keys(a->kv_len);
-    (void)spec;
     if (p->vt_keys > 0) {
         const unsigned block[3] = {FI_PREFILL_FP8_V_THREADS, 1, 1};
         FI_TRY(fi__cuda_launch(f, (unsigned)(p->vt_keys / FI_PREFILL_FP8_V_KEYS),
@@ -779,7 +778,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
-    if (is_fp8(spec)) FI_TRY(fp8_lay_out_v(kernel, spec, a, &p, (CUstream)stream));
+    if (is_fp8(spec)) FI_TRY(fp8_lay_out_v(kernel, a, &p, (CUstream)stream));
     unsigned int *claims = single_claims(spec, a);
     const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0,
                                         row_mean_keys(spec, a->qo_len, a->kv_len), claims != NULL);
