@@ -446,8 +446,8 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
     p.soft_cap = fi__launch_soft_cap(spec, a->logits_soft_cap);
     p.window_left = plan->window_left;
     p.epoch = 0; /* counters zeroed by the upload, see decode/params.h */
-    p.k_scale = fi__decode_scale(a->k_scale);
-    p.v_scale = fi__decode_scale(a->v_scale);
+    p.k_scale = fi__launch_fp8_scale(a->k_scale);
+    p.v_scale = fi__launch_fp8_scale(a->v_scale);
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     if (spec->pos == FI_POS_ROPE_LLAMA)
         fi__rope_fill(p.rope_freq, spec->head_dim, a->rope_scale, a->rope_theta);

@@ -65,8 +65,6 @@ unsigned fi__decode_next_epoch(void)
     return e;
 }
 
-float fi__decode_scale(float s) { return s != 0.f ? s : 1.f; }
-
 int fi__decode_kv_bytes(const fi_jit_spec *spec)
 {
     return spec->kv_dtype == FI_DTYPE_FP8_E4M3 || spec->kv_dtype == FI_DTYPE_FP8_E5M2 ? 1 : 2;
@@ -304,8 +302,8 @@ int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_decode_args
         p.counters = (unsigned long long *)((char *)a->workspace + floats * sizeof(float));
         p.epoch = fi__decode_next_epoch();
     }
-    p.k_scale = a->version >= 2 ? fi__decode_scale(a->k_scale) : 1.f;
-    p.v_scale = a->version >= 2 ? fi__decode_scale(a->v_scale) : 1.f;
+    p.k_scale = a->version >= 2 ? fi__launch_fp8_scale(a->k_scale) : 1.f;
+    p.v_scale = a->version >= 2 ? fi__launch_fp8_scale(a->v_scale) : 1.f;
     memcpy(p.variant_params, variant_params, sizeof p.variant_params);
     p.q_stride_h = a->q_stride_h;
     p.o_stride_h = a->o_stride_h;

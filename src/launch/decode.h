@@ -51,8 +51,6 @@
 
 /* A fresh, nonzero epoch for the split counters (see decode/params.h). */
 unsigned fi__decode_next_epoch(void);
-/* An fp8 scale as the kernel takes it: 0 means 1. */
-float fi__decode_scale(float s);
 /* Bytes per KV element of the spec: 1 for fp8, else 2. */
 int fi__decode_kv_bytes(const fi_jit_spec *spec);
 /* Row groups of a decode block that split a GQA group's heads (a power of

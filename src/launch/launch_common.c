@@ -144,6 +144,8 @@ float fi__launch_sm_scale(float sm_scale, int head_dim)
     return sm_scale != 0.f ? sm_scale : (float)(1.0 / sqrt((double)head_dim));
 }
 
+float fi__launch_fp8_scale(float scale) { return scale != 0.f ? scale : 1.f; }
+
 float fi__launch_soft_cap(const fi_jit_spec *spec, float logits_soft_cap)
 {
     return spec->soft_cap ? logits_soft_cap : 0.f;

@@ -59,6 +59,9 @@ int fi__check_scalars(const char *who, const fi_jit_spec *spec, float sm_scale,
 void fi__launch_keep_spec(fi_jit_spec *dst, char *buf, size_t size, const fi_jit_spec *spec);
 /* sm_scale as the kernels take it: 0 means 1/sqrt(head_dim). */
 float fi__launch_sm_scale(float sm_scale, int head_dim);
+/* An fp8 tensor's scale as the kernels take it (decode's KV, prefill's q, k
+ * and v): 0 means 1. */
+float fi__launch_fp8_scale(float scale);
 /* logits_soft_cap as the kernels take it: 0 unless the spec caps. */
 float fi__launch_soft_cap(const fi_jit_spec *spec, float logits_soft_cap);
 /* window_left as the kernels take it: -1 unless the spec's mask is a window. */

@@ -587,8 +587,6 @@ out:
 /* Index of fp8's V pre-pass among the module's entries (src/core/kinds.c). */
 #define FP8_V_ENTRY (WS_ENTRY + 1)
 
-static float scale_or_1(float scale) { return scale != 0.f ? scale : 1.f; }
-
 /* fp8: the scales into p (the logits' into sm_scale, V's onto O), and the
  * pre-pass that writes V into the workspace as P.V reads it (vt,
  * templates/prefill/fp8.cuh). */
@@ -598,8 +596,8 @@ static int fp8_lay_out_v(const fi_jit_kernel *kernel, const fi_prefill_args *a,
     int rc = 0;
     CUfunction f = kernel->functions[FP8_V_ENTRY];
     if (!f) FI_FAIL(FI_ELOAD, "prefill: the loaded module lacks fp8's V pre-pass kernel");
-    p->sm_scale *= scale_or_1(a->q_scale) * scale_or_1(a->k_scale);
-    p->v_scale = scale_or_1(a->v_scale);
+    p->sm_scale *= fi__launch_fp8_scale(a->q_scale) * fi__launch_fp8_scale(a->k_scale);
+    p->v_scale = fi__launch_fp8_scale(a->v_scale);
     p->vt = a->workspace;
     p->vt_keys = fp8_vt_keys(a->kv_len);
     if (p->vt_keys > 0) {
@@ -759,9 +757,9 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     const int64_t rows = (int64_t)a->qo_len * group;
     int64_t tiles[FI_PREFILL_NUM_TILES];
     for (int i = 0; i < FI_PREFILL_NUM_TILES; i++) tiles[i] = ceil_div(rows, FI_PREFILL_TILE_Q(i));
-    if (a->cta_tile_q || is_fp8(spec)) {
-        if (a->cta_tile_q) FI_TRY(tile_index_of("prefill", a->cta_tile_q, &idx));
-    } else {
+    if (a->cta_tile_q) {
+        FI_TRY(tile_index_of("prefill", a->cta_tile_q, &idx));
+    } else if (!is_fp8(spec)) { /* fp8 has only the Hopper loop, in tile 0's place */
         FI_TRY(fi__cuda_sm_count(&sm_count));
         idx = choose_tile(tiles, a->num_kv_heads, sm_count, rows);
     }
