@@ -100,7 +100,7 @@ int fi__cuda_launch(CUfunction f, unsigned gx, unsigned gy, const unsigned block
     return fi__cuda_launch_args(f, gx, gy, block, smem, stream, args, who);
 }
 
-/* Encode a tiled map of 16-bit elements, `rank` dimensions innermost first
+/* Encode a tiled map of `type` elements, `rank` dimensions innermost first
  * (dims[0] contiguous), 128-byte swizzle. */
 static int tma_map(void *out, const void *base, CUtensorMapDataType type, int rank,
                    const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box)
@@ -116,8 +116,8 @@ static int tma_map(void *out, const void *base, CUtensorMapDataType type, int ra
             return fi__error(FI_EUNSUPPORTED, "TMA needs 16-byte aligned rows and strides");
     const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
     CUresult res = cu->TensorMapEncodeTiled(
-        (CUtensorMap *)out, type, (cuuint32_t)rank, (void *)base, dims,
-        strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        (CUtensorMap *)out, type, (cuuint32_t)rank, (void *)base, dims, strides, box, unit,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (res != CUDA_SUCCESS) return fi__cuda_error(FI_EUNSUPPORTED, res, "cuTensorMapEncodeTiled");
     return 0;
@@ -134,10 +134,14 @@ int fi__cuda_tma_map_3d(void *out, const void *base, int elem_bytes, int cols, i
     const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)heads, (cuuint64_t)rows};
     if (elem_bytes != 1 && elem_bytes != 2)
         return fi__error(FI_EUNSUPPORTED, "TMA maps here take 1- or 2-byte elements");
-    const cuuint64_t strides[2] = {(cuuint64_t)stride_h * elem_bytes, (cuuint64_t)stride_n * elem_bytes};
-    const cuuint32_t box[3] = {128u / (cuuint32_t)elem_bytes, (cuuint32_t)box_heads, (cuuint32_t)box_rows};
-    return tma_map(out, base, elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
-                   3, dims, strides, box);
+    const cuuint64_t strides[2] = {(cuuint64_t)(stride_h * elem_bytes),
+                                   (cuuint64_t)(stride_n * elem_bytes)};
+    /* A box row is one 128-byte swizzle row. */
+    const cuuint32_t box[3] = {128u / (cuuint32_t)elem_bytes, (cuuint32_t)box_heads,
+                               (cuuint32_t)box_rows};
+    const CUtensorMapDataType type =
+        elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16;
+    return tma_map(out, base, type, 3, dims, strides, box);
 }
 
 int fi__cuda_tma_map_paged(void *out, const void *base, int cols, int heads, int page_size,

@@ -47,11 +47,12 @@ int fi__cuda_launch_args(CUfunction f, unsigned gx, unsigned gy, const unsigned 
                          unsigned smem, CUstream stream, void **args, const char *who);
 
 /* Encode a TMA descriptor (`out`, 128 bytes, 64-byte aligned) of the 3-D
- * tensor of elem_bytes-byte elements (2, or 1 for fp8) {cols, heads, rows} at `base`
- * (innermost first; strides in elements), read in boxes of {128 bytes of columns,
- * box_heads, box_rows} with the 128-byte swizzle; elements past the tensor read as zero. FI_EUNSUPPORTED (with a
- * message) when the driver lacks TMA or the tensor does not suit it (base
- * not 16-byte aligned, a stride not a multiple of 16 bytes). */
+ * tensor of elem_bytes-byte elements (2, or 1 for fp8) {cols, heads, rows}
+ * at `base` (innermost first; strides in elements), read in boxes of {128
+ * bytes of columns, box_heads, box_rows} with the 128-byte swizzle; elements
+ * past the tensor read as zero. FI_EUNSUPPORTED (with a message) when the
+ * driver lacks TMA or the tensor does not suit it (base not 16-byte aligned,
+ * a stride not a multiple of 16 bytes). */
 int fi__cuda_tma_map_3d(void *out, const void *base, int elem_bytes, int cols, int heads, int rows,
                         long long stride_h, long long stride_n, int box_heads, int box_rows);
 /* The same for paged K/V (strides in elements): a 5-D map of a page pool,

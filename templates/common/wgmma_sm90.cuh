@@ -84,7 +84,8 @@ __device__ __forceinline__ void fence_regs(unsigned int (&x)[kN][4])
 }
 
 // Mma<T, N>::ss(d, a, b, acc): d = A B (+ d when acc), A 64 x kK and B
-// kK x N (K-major) from descriptors (kK: 16 for 16-bit inputs, 32 for 8-bit). ::rs(d, a, b, acc): the same with A from
+// kK x N (K-major) from descriptors (kK: 16 for 16-bit inputs, 32 for
+// 8-bit). ::rs(d, a, b, acc): the same with A from
 // registers and B N-major.
 template <class T, int N>
 struct Mma;

@@ -23,7 +23,8 @@ constexpr int kThreads = FI_PREFILL_WS_THREADS(kHeadDim, kLean);
 constexpr bool kPaged = kKind == FI_PREFILL_KIND_PAGED;
 // A causal mask proper (kCausal also holds for windows): the host's test.
 constexpr bool kCausalMask = fijit_cfg::kMask == fijit_cfg::kMaskCausal;
-constexpr int kTileKV = kFp8 ? FI_PREFILL_FP8_TILE_KV : FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kCausalMask);
+constexpr int kTileKV =
+    kFp8 ? FI_PREFILL_FP8_TILE_KV : FI_PREFILL_WS_TILE_KV(kHeadDim, kLean, kCausalMask);
 constexpr int kStages = kFp8 ? FI_PREFILL_FP8_STAGES : FI_PREFILL_WS_STAGES(kHeadDim);
 // Paged K/V tiles that may be boxes of part of a page (produce.cuh:
 // produce_paged<true>), where pages need not divide the tile:
@@ -51,8 +52,10 @@ constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
 constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
 constexpr unsigned int kQBytes = kTileQ * kHeadDim * kInBytes;
 constexpr unsigned int kKVBytes = kTileKV * kHeadDim * kInBytes;
-// A V slot: as K's, or for fp8 whole 128-key panels of V^T (prefill/fp8.cuh).
-constexpr unsigned int kVSlotBytes = kFp8 ? FI_PREFILL_FP8_V_PANELS * 128u * kHeadDim : kKVBytes;
+// fp8: V^T in 128-key panels of head_dim 128-byte rows (prefill/fp8.cuh); a
+// V slot is whole panels, else as K's.
+constexpr unsigned int kVtPanelBytes = kHeadDim * 128u;
+constexpr unsigned int kVSlotBytes = kFp8 ? FI_PREFILL_FP8_V_PANELS * kVtPanelBytes : kKVBytes;
 // A Q buffer also stages the block's 16-bit output (consume.cuh).
 constexpr unsigned int kQBufBytes = kTileQ * kHeadDim * 2;
 // Products of a K/V tile: k-steps of S = Q K^T over head_dim and of

@@ -141,7 +141,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
 #pragma unroll
         for (int kk = 0; kk < kPVSteps; ++kk) {
             const unsigned long long b =
-                kFp8 ? wg::desc(vt + (kk >> 2) * kHeadDim * 128u + (unsigned int)(kk & 3) * 32u, 0)
+                kFp8 ? wg::desc(vt + (kk >> 2) * kVtPanelBytes + (unsigned int)(kk & 3) * 32u, 0)
                      : wg::desc(vt + kk * 2u * kVLayout.group, kVLayout.panel, kVLayout.group);
             wg::Mma<DTypeKV, kHeadDim>::rs(o, pa[kk], b, 1);
         }

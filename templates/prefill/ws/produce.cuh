@@ -47,13 +47,13 @@ __device__ __forceinline__ void load_tile(unsigned int slot, const fi_tma_map *m
 // coordinates are {key, head_dim row, kv head}: a box of 128 keys (a
 // 128-byte row) x head_dim rows per panel, the last one whole (keys past the
 // tile land unread; past vt's end, as zeros).
-__device__ __forceinline__ void load_vt_tile(unsigned int slot, const fi_tma_map *map, int kv_head, int key,
-                                             unsigned int full)
+__device__ __forceinline__ void load_vt_tile(unsigned int slot, const fi_tma_map *map, int kv_head,
+                                             int key, unsigned int full)
 {
     bar_expect(full, kVSlotBytes);
 #pragma unroll
     for (int c = 0; c < FI_PREFILL_FP8_V_PANELS; ++c)
-        tma_load(slot + c * kHeadDim * 128u, map, key + c * 128, 0, kv_head, full);
+        tma_load(slot + c * kVtPanelBytes, map, key + c * 128, 0, kv_head, full);
 }
 
 // The producer's first thread: K and V of every tile of one block into the
@@ -65,21 +65,18 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
     // Row of key 0 of the request in the tensors the maps describe.
     const int k_row = kRotatedK || kKind == FI_PREFILL_KIND_SINGLE ? w.k_row0 : w.kv_begin;
     const int v_row = kKind == FI_PREFILL_KIND_SINGLE ? 0 : w.kv_begin;
-    // One tile of one operand into `slot`, once the consumers freed it.
-    auto load = [&](unsigned int slot, const fi_tma_map *map, unsigned int empty,
-                    unsigned int full, unsigned int free_parity, int row) {
-        bar_wait(empty, free_parity);
-        if (kFp8 && map == &maps.v)
-            load_vt_tile(slot, map, w.kv_head, row, full);
-        else
-            load_tile(slot, map, w.kv_head, row, full);
-    };
+    // Each tile of each operand into its slot, once the consumers freed it.
     for (int i = 0; i < kr.n; ++i, ++it) {
         const int s = it % kStages;
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
         const int t0 = kr.kv_start + i * kTileKV;
-        load(sm.k_slot(s), &maps.k, sm.empty_k(s), sm.full_k(s), free_parity, k_row + t0);
-        load(sm.v_slot(s), &maps.v, sm.empty_v(s), sm.full_v(s), free_parity, v_row + t0);
+        bar_wait(sm.empty_k(s), free_parity);
+        load_tile(sm.k_slot(s), &maps.k, w.kv_head, k_row + t0, sm.full_k(s));
+        bar_wait(sm.empty_v(s), free_parity);
+        if constexpr (kFp8)
+            load_vt_tile(sm.v_slot(s), &maps.v, w.kv_head, v_row + t0, sm.full_v(s));
+        else
+            load_tile(sm.v_slot(s), &maps.v, w.kv_head, v_row + t0, sm.full_v(s));
     }
 }
 
