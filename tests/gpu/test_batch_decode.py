@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fijit_py import FI_KIND_BATCH_DECODE, BatchDecode, Fijit, batch_decode_args  # noqa: E402
+from fijit_py import (FI_KIND_BATCH_DECODE, BatchDecode, Fijit, batch_decode_args,  # noqa: E402
+                      seeded_generator)
 from test_decode import TOL_LSE, TOL_O, lse_tol, reference  # noqa: E402
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -262,11 +263,7 @@ def main():
                     help="a handful of tuples (fp16 and fp8 KV, hd 128) on batches A and B "
                          "(page sizes 1 and 16), for the sanitizers")
     opt = ap.parse_args()
-    seed = int(os.environ.get("FIJIT_TEST_SEED", time.time_ns() % (2**31)))
-    print(f"test_batch_decode: seed {seed} (FIJIT_TEST_SEED={seed} replays)", flush=True)
-    torch.cuda.init()
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed)
+    seed, gen = seeded_generator("test_batch_decode")
     fj = Fijit()
     bd = BatchDecode(fj)
 

@@ -34,7 +34,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fijit_py import Fijit, decode_args  # noqa: E402
+from fijit_py import Fijit, decode_args, seeded_generator  # noqa: E402
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # Budget: fp32 accumulation and approximate exp2 are ~1e-6; what remains is the
@@ -201,11 +201,7 @@ def main():
                     help="a handful of small cases (fp16 and fp8 KV, hd 128), for the sanitizers")
     opt = ap.parse_args()
 
-    seed = int(os.environ.get("FIJIT_TEST_SEED", time.time_ns() % (2**31)))
-    print(f"test_decode: seed {seed} (FIJIT_TEST_SEED={seed} replays)", flush=True)
-    torch.cuda.init()
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed)
+    seed, gen = seeded_generator("test_decode")
     fj = Fijit()
 
     lens = [0, 1, 7, 4096, 33000] if not opt.quick else [1, 7, 4096]

@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fijit_py import (BatchPrefillArgs, Fijit, Prefill, prefill_args,  # noqa: E402
-                      prefill_spec)
+                      prefill_spec, seeded_generator)
 from test_decode import rope_apply, rope_freq  # noqa: E402
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -456,11 +456,7 @@ def main():
     global PAGE_ORDER
     PAGE_ORDER = opt.page_order
 
-    seed = int(os.environ.get("FIJIT_TEST_SEED", time.time_ns() % (2**31)))
-    print(f"test_prefill: seed {seed} (FIJIT_TEST_SEED={seed} replays)", flush=True)
-    torch.cuda.init()
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(seed)
+    seed, gen = seeded_generator("test_prefill")
     fj = Fijit()
     pf = Prefill(fj)
     tuples = list(itertools.product(opt.dtypes.split(","), [int(x) for x in opt.hds.split(",")],
