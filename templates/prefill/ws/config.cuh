@@ -96,9 +96,9 @@ constexpr int kBarWg = kBarTurn + kConsumers;
 // that measured faster than each issuing as soon as it is ready: with three
 // consumers (head_dim 64, H100, bench_prefill.py A/B in one process: 1.05-
 // 1.17x at seq 4k-8k, 0.97-1.10x at 16k), with a mask (no turns: head_dim
-// 256 causal 0.90-1.03x, its loop spilling 12 B; fp8 causal 0.98-1.01x) and
+// 256 causal 0.90-1.03x, its loop spilling 12 B; fp8 causal 0.98-1.02x) and
 // at head_dim 128 in 16 bits (no turns: seq 1k 0.98-0.99x, else 1.00-1.03x).
-// Not at head_dim 256 without a mask (no turns: single prefill 1.01-1.08x,
+// Not at head_dim 256 without a mask (no turns: single prefill 1.00-1.08x,
 // ragged and paged 1.01-1.03x) nor in fp8 without one (1.01-1.10x; H200,
 // session 27, A/B in one process).
 constexpr bool kPingPong = kConsumers == 3 || fijit_cfg::kMask != fijit_cfg::kMaskNone ||
