@@ -3,7 +3,8 @@
 # every kind at small shapes (prefill: every mask, the custom mask included, page
 # sizes 1 and 7, and fp8 prefill's --quick set; decode and batch decode: their --tiny sets, fp16 and fp8 KV,
 # page sizes 1, 7, 16, 64), racecheck and synccheck on one small tuple per kernel
-# family (the Hopper prefill loop in both its two- and three-consumer forms).
+# family (the Hopper prefill loop with two consumers in turns and without, and with
+# three).
 # STEP_TIMEOUT (s) bounds each run; SANITIZE_RUNS (a regex) picks runs. Each tensor
 # is its own allocation (PYTORCH_NO_CUDA_MEMORY_CACHING=1), so a read past the
 # end of a buffer is seen. 0 errors is the bar; a table is printed last.
@@ -41,6 +42,8 @@ PREFILL_SMALL=(--quick --no-sdpa --dtypes fp16 --hds 64,128 --pos none,rope --so
 ONE_PREFILL=(--quick --no-sdpa --dtypes fp16 --hds 128 --masks causal --pos none --softcaps 0)
 # The Hopper loop's three-consumer form (head_dim 64, lean tuples; 192-row tiles).
 ONE_PREFILL_3WG=(--quick --no-sdpa --dtypes fp16 --hds 64 --masks causal --pos none --softcaps 0 --kinds single,ragged)
+# Its form without turns (head_dim 256 without a mask: kPingPong, ws/config.cuh).
+ONE_PREFILL_FREE=(--quick --no-sdpa --dtypes fp16 --hds 256 --masks none --pos none --softcaps 0 --pages 16)
 declare -a names=() errors=() rcs=()
 run() {  # run NAME TOOL CMD...: errors from the sanitizer's summary line
     local name=$1 tool=$2
@@ -65,6 +68,8 @@ run racecheck_prefill racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL
 run synccheck_prefill synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --pages 7,16
 run racecheck_prefill_3wg racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL_3WG[@]}"
 run synccheck_prefill_3wg synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL_3WG[@]}"
+run racecheck_prefill_free racecheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL_FREE[@]}"
+run synccheck_prefill_free synccheck python3 tests/gpu/test_prefill.py "${ONE_PREFILL_FREE[@]}"
 # Three persistent CTAs, each walking many blocks through the feed and claiming them.
 run racecheck_prefill_claims racecheck env FIJIT_PREFILL_WS=persistent:3 \
     python3 tests/gpu/test_prefill.py "${ONE_PREFILL[@]}" --kinds single,ragged
