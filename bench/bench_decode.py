@@ -36,25 +36,36 @@ except ImportError:  # older torch: default backend only
 FLUSH_BYTES = 256 << 20
 
 
-class Timer:
-    """Median kernel time between CUDA events, L2 flushed before every run.
+class L2Flush:
+    """Queued before a timed run, so that its data comes from HBM, not L2.
 
-    flush "write": overwrite a 256 MiB buffer. That leaves L2 full of dirty
+    mode "write": overwrite a 256 MiB buffer. That leaves L2 full of dirty
     lines, and the timed kernel then pays for writing them back to HBM (up to
     the L2 size, 50 MiB on H100: ~15 us of traffic that is not the kernel's).
-    flush "write+read" (default): overwrite, then read another 256 MiB buffer,
+    mode "write+read" (default): overwrite, then read another 256 MiB buffer,
     so L2 holds only clean lines when the timed kernel starts.
     """
 
-    def __init__(self, warmup, reps, flush="write+read"):
-        self.warmup, self.reps, self.mode = warmup, reps, flush
-        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+    def __init__(self, mode="write+read"):
+        self.mode = mode
+        self.dirty = torch.empty(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
         self.clean = torch.ones(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
 
-    def flush_l2(self, i):
-        self.flush.fill_(float(i))
+    def __call__(self, i=0):
+        self.dirty.fill_(float(i))
         if self.mode == "write+read":
             self.clean.sum()
+
+
+class Timer:
+    """Median kernel time between CUDA events, L2 flushed before every run (L2Flush)."""
+
+    def __init__(self, warmup, reps, flush="write+read"):
+        self.warmup, self.reps = warmup, reps
+        self.l2 = L2Flush(flush)
+
+    def flush_l2(self, i):
+        self.l2(i)
 
     def median_us(self, fn):
         for _ in range(self.warmup):

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Prefill benchmark: fijit (batch ragged prefill, one launch for the batch) against
 torch SDPA's flash and cuDNN backends, side by side in one process on the same
-tensors. CUDA events around each launch, warm-up first, median of --reps runs.
+tensors. CUDA events around each launch, warm-up first, median of --reps runs, L2
+flushed before each (time_once).
 
 TFLOP/s counts 4 * batch * qo_heads * head_dim * (visible (query, key) pairs):
 L^2 pairs without a mask, L(L+1)/2 with causal, the causal pairs within
@@ -40,6 +41,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "gpu"))
+from bench_decode import L2Flush  # noqa: E402
 from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
 
 try:
@@ -90,7 +92,16 @@ def environment(env):
                 os.environ[k] = v
 
 
+_l2_flush = None
+
+
 def time_once(fn):
+    """Seconds of one run of fn between CUDA events, L2 flushed first (bench_decode.L2Flush):
+    each run reads its tensors from HBM, as a model's layer does."""
+    global _l2_flush
+    if _l2_flush is None:
+        _l2_flush = L2Flush()
+    _l2_flush()
     s = torch.cuda.Event(enable_timing=True)
     e = torch.cuda.Event(enable_timing=True)
     s.record()
