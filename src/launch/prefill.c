@@ -415,14 +415,14 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
     if (rows->k <= 0) return 0;
     int rc = fi__cuda_tma_map_3d(&ws->k, p->k, in_bytes(spec), hd, heads, rows->k, p->k_stride_h,
                                  p->k_stride_n, 1, box);
-    if (rc < 0 || !is_fp8(spec))
-        return rc < 0 ? rc
-                      : fi__cuda_tma_map_3d(&ws->v, p->v, PREFILL_ELEM_BYTES, hd, heads, rows->v,
-                                            p->v_stride_h, p->v_stride_n, 1, box);
+    if (rc < 0) return rc;
     /* fp8: the pre-pass's vt {vt_keys, head_dim, kv heads}, a box a 128-key
      * row of every head_dim row (templates/prefill/fp8.cuh). */
-    return fi__cuda_tma_map_3d(&ws->v, p->vt, 1, p->vt_keys, hd, heads, p->vt_keys,
-                               (long long)hd * p->vt_keys, hd, 1);
+    if (is_fp8(spec))
+        return fi__cuda_tma_map_3d(&ws->v, p->vt, 1, p->vt_keys, hd, heads, p->vt_keys,
+                                   (long long)hd * p->vt_keys, hd, 1);
+    return fi__cuda_tma_map_3d(&ws->v, p->v, PREFILL_ELEM_BYTES, hd, heads, rows->v, p->v_stride_h,
+                               p->v_stride_n, 1, box);
 }
 
 /* The map of q (prefill/params.h) when a box's packed rows (a tile's, or a
