@@ -87,7 +87,7 @@ EPS_ACC = 2.0 ** -10
 HOEFFDING = 7.5
 U_OUT = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 LSE_ABS = 1e-3
-GAIN_TOL = 0.01  # |fitted gain of o - 1| (judge): a 2% error of a scale fails
+GAIN_TOL = 0.01  # |median row gain of o - 1| (judge): a 2% error of a scale fails
 
 
 def quantize(x):
@@ -133,6 +133,20 @@ def reference(q, k, v, sm_scale, causal):
     return o, lse, atol, lse_tol
 
 
+def row_gains(o64, ref_o):
+    """Each row's (query, head) least-squares gain of o against the reference, over
+    the rows whose reference is not zero: (median, the one furthest from 1); (1.0, 1.0)
+    where no row has one."""
+    o_rows, r_rows = o64.reshape(-1, D), ref_o.reshape(-1, D)
+    norm = (r_rows * r_rows).sum(-1)
+    live = norm > 0
+    if not bool(live.any()):
+        return 1.0, 1.0
+    gains = (o_rows * r_rows).sum(-1)[live] / norm[live]
+    worst = gains[(gains - 1.0).abs().argmax()]
+    return float(gains.median()), float(worst)
+
+
 def judge(o, lse, ref, odt):
     """o, lse against reference()'s output: a dict of the errors, their ratio to the
     tolerance (<= 1 passes) and ok."""
@@ -150,14 +164,18 @@ def judge(o, lse, ref, odt):
     lse_ratio = float((ld / lse_tol[~empty]).max()) if ld.numel() else 0.0
     if not bool(torch.isfinite(ld).all()):
         lse_ratio = math.inf
-    # The gain of o against the reference (least squares): the elementwise bound above
-    # leaves room for a few % of scale on every element (a wrong v_scale), but the
-    # weights' rounding is unbiased and independent of v, so over a case's elements the
-    # fitted gain stays within a fraction of a percent of 1.
-    gain = float((o64 * ref_o).sum() / (ref_o * ref_o).sum().clamp_min(1e-300)) if finite else math.inf
+    # The gain of o against the reference: a wrong scale (v_scale, say) multiplies
+    # every row by one factor, which the elementwise bound above may leave room for.
+    # Fitted per row (least squares over head_dim) and judged by the median over the
+    # rows: the weights' rounding is unbiased and independent of v, so a row's gain is
+    # within a fraction of a percent of 1, except in a row whose softmax a few weights
+    # carry (up to e4m3's 2^-5 then). One fit over the whole case let such a row
+    # decide it, as it has the largest |o|: seed 953451833, qo 1 x kv 300 at 8/1
+    # (8 rows), fitted 1.0188 with every element within 0.05x its tolerance.
+    gain, gain_worst = row_gains(o64, ref_o) if finite else (math.inf, math.inf)
     gain_ok = abs(gain - 1.0) <= GAIN_TOL
     return {"ok": finite and o_ratio <= 1.0 and lse_ok and lse_ratio <= 1.0 and gain_ok,
-            "gain": gain,
+            "gain": gain, "gain_worst_row": gain_worst,
             "o_err_max": float(diff.max()) if finite else math.inf,
             "o_err_mean": float(diff.mean()) if finite else math.inf,
             "o_tol_ratio": o_ratio, "lse_err_max": float(ld.max()) if ld.numel() else 0.0,

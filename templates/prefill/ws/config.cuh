@@ -103,6 +103,19 @@ constexpr int kBarWg = kBarTurn + kConsumers;
 // session 27, A/B in one process).
 constexpr bool kPingPong = kConsumers == 3 || fijit_cfg::kMask != fijit_cfg::kMaskNone ||
                            (kHeadDim == 128 && !kFp8);
+// The wait for P.V of tile i - 1 stays after the softmax of tile i, which
+// then runs beside that product as the loop is written: ptxas had hoisted
+// the wait above the softmax (it schedules within a block, and the wait has
+// no operands to keep it below), so a consumer's softmax began only once
+// both of its products were done (ncu source view, fp8 seq 8k: the wait the
+// consumers' longest stall, 7.7% of the warps' samples). A branch that needs
+// the softmax's sums ends the block before the wait (consume.cuh). Taken at
+// head_dim 128, where it measured faster (H200, session 28, A/B in one
+// process): 16-bit single prefill seq 4k-16k 1.00-1.11x (no mask
+// 1.02-1.11x), seq 1k 0.98-1.02x; ragged 1.01-1.04x, paged 0.99-1.02x; fp8
+// no mask 1.00-1.04x, causal 0.98-1.03x. Not at 64 (three consumers:
+// 0.97-1.00x) nor 256 (0.97-1.04x, and paged spills 8 B).
+constexpr bool kWaitAfterSoftmax = kHeadDim == 128;
 // Each consumer skips the tiles it has no key of (past the request, or
 // causal past its last row), only with three: a 192-row tile of a group of
 // 1 spans 192 tokens, and a short request's last tile is often a third
