@@ -45,17 +45,15 @@ TOL_O = {"fp16": 5e-3, "bf16": 2e-2}
 TOL_LSE = {"fp16": 3e-3, "bf16": 1.5e-2}
 
 
-def reference(q, k, v, *, sm_scale, cap, pos, rope, mask, window_left, slopes, bits):
-    """q [Lq, H, D], k/v [Lk, Hkv, D] (logical NHD) -> o [Lq, H, D], lse [Lq, H] float64."""
-    Lq, H, D = q.shape
-    Lk, Hkv = k.shape[0], k.shape[1]
-    G = H // Hkv
-    dev = q.device
-    if Lk == 0 or Lq == 0:
-        return (torch.zeros(Lq, H, D, dtype=torch.float64, device=dev),
-                torch.full((Lq, H), -math.inf, dtype=torch.float64, device=dev))
+def reference_logits(q64, k64, *, sm_scale, pos, rope, slopes, cap, mask, window_left):
+    """The built-in tuple's float64 logits s [Hkv, G, Lq, Lk] of q64 [Lq, H, D] and k64
+    [Lk, Hkv, D] (RoPE at positions aligned at the last query and key, ALiBi, soft-cap),
+    the visibility vis [Lq, Lk] of mask none, causal or window, and qp [Lq, 1], each
+    query's position among the keys. tests/gpu/test_variants.py builds on it too."""
+    Lq, H, D = q64.shape
+    Lk, Hkv = k64.shape[0], k64.shape[1]
+    dev = q64.device
     off = Lk - Lq
-    q64, k64, v64 = q.double(), k.double(), v.double()
     if pos == "rope":
         scale, theta, offset = rope
         freq = rope_freq(D, scale, theta)
@@ -63,13 +61,12 @@ def reference(q, k, v, *, sm_scale, cap, pos, rope, mask, window_left, slopes, b
         q64 = rope_apply(q64.permute(1, 0, 2), qpos, freq).permute(1, 0, 2)
         kpos = torch.arange(Lk, dtype=torch.float64, device=dev) + offset
         k64 = rope_apply(k64.permute(1, 0, 2), kpos, freq).permute(1, 0, 2)
-    qg = q64.reshape(Lq, Hkv, G, D)
-    s = torch.einsum("ikgd,jkd->kgij", qg, k64) * sm_scale
+    s = torch.einsum("ikgd,jkd->kgij", q64.reshape(Lq, Hkv, H // Hkv, D), k64) * sm_scale
     i = torch.arange(Lq, device=dev)[:, None]
     j = torch.arange(Lk, device=dev)[None, :]
     qp = i + off
     if pos == "alibi":
-        s = s + slopes.double().reshape(Hkv, G)[:, :, None, None] * (j - qp).double()
+        s = s + slopes.double().reshape(Hkv, H // Hkv)[:, :, None, None] * (j - qp).double()
     if cap:
         s = cap * torch.tanh(s / cap)
     vis = torch.ones(Lq, Lk, dtype=torch.bool, device=dev)
@@ -77,14 +74,32 @@ def reference(q, k, v, *, sm_scale, cap, pos, rope, mask, window_left, slopes, b
         vis &= j <= qp
     if mask == "window" and window_left >= 0:
         vis &= j >= qp - window_left
-    if mask == "custom":
-        vis &= bits
+    return s, vis, qp
+
+
+def reference_softmax(s, vis, v64):
+    """o [Lq, H, D] and lse [Lq, H], float64, of logits s [Hkv, G, Lq, Lk] over the keys
+    vis [Lq, Lk] shows (a row that sees none: o 0, lse -inf) and values v64 [Lk, Hkv, D]."""
+    Hkv, G, Lq, _ = s.shape
     s = s.masked_fill(~vis, -math.inf)
     lse = torch.logsumexp(s, dim=-1)  # [Hkv, G, Lq]
     p = torch.exp(s - lse[..., None].clamp_min(-1e300))
     p = torch.where(vis, p, torch.zeros_like(p))
-    o = torch.einsum("kgij,jkd->ikgd", p, v64).reshape(Lq, H, D)
-    return o, lse.permute(2, 0, 1).reshape(Lq, H)
+    o = torch.einsum("kgij,jkd->ikgd", p, v64).reshape(Lq, Hkv * G, v64.shape[-1])
+    return o, lse.permute(2, 0, 1).reshape(Lq, Hkv * G)
+
+
+def reference(q, k, v, *, sm_scale, cap, pos, rope, mask, window_left, slopes, bits):
+    """q [Lq, H, D], k/v [Lk, Hkv, D] (logical NHD) -> o [Lq, H, D], lse [Lq, H] float64."""
+    Lq, H, D = q.shape
+    if k.shape[0] == 0 or Lq == 0:
+        return (torch.zeros(Lq, H, D, dtype=torch.float64, device=q.device),
+                torch.full((Lq, H), -math.inf, dtype=torch.float64, device=q.device))
+    s, vis, _ = reference_logits(q.double(), k.double(), sm_scale=sm_scale, pos=pos, rope=rope,
+                                 slopes=slopes, cap=cap, mask=mask, window_left=window_left)
+    if mask == "custom":
+        vis &= bits
+    return reference_softmax(s, vis, v.double())
 
 
 def pack_bits(flat, shift=0):

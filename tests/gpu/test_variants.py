@@ -67,7 +67,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fijit_py import (FI_KIND_BATCH_DECODE, ROOT, BatchDecode, BatchPrefillArgs,  # noqa: E402
                       Fijit, FijitError, Prefill, batch_decode_args, decode_args, prefill_args,
                       prefill_spec, set_variant_args, varg_int)
-from test_decode import rope_apply, rope_freq  # noqa: E402
+from test_prefill import reference_logits, reference_softmax  # noqa: E402
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # Same budget as test_decode.py / test_prefill.py: fp32 accumulation; what remains is
@@ -126,38 +126,18 @@ HKV = 2
 def reference(q, k, v, *, variant, vp, sm_scale, pos, rope, slopes, cap, mask, window_left):
     """q [Lq, H, D], k/v [Lk, Hkv, D] (logical NHD) -> o [Lq, H, D], lse [Lq, H] float64.
     variant: None (built-in) or an example name; vp: its parameters (python values and
-    tensors)."""
+    tensors). The built-in tuple's logits and masks are test_prefill.py's (decode: one
+    query, the last, which every key is visible to under a causal mask)."""
     Lq, H, D = q.shape
-    Lk, Hkv = k.shape[0], k.shape[1]
-    G = H // Hkv
+    Lk = k.shape[0]
     dev = q.device
-    softmax = variant != "sigmoid"
     if Lq == 0 or Lk == 0:
         return (torch.zeros(Lq, H, D, dtype=torch.float64, device=dev),
-                torch.full((Lq, H), -math.inf if softmax else 0.0, dtype=torch.float64,
-                           device=dev))
-    off = Lk - Lq
-    q64, k64, v64 = q.double(), k.double(), v.double()
-    if pos == "rope":
-        scale, theta, offset = rope
-        freq = rope_freq(D, scale, theta)
-        qpos = torch.arange(Lq, dtype=torch.float64, device=dev) + off + offset
-        q64 = rope_apply(q64.permute(1, 0, 2), qpos, freq).permute(1, 0, 2)
-        kpos = torch.arange(Lk, dtype=torch.float64, device=dev) + offset
-        k64 = rope_apply(k64.permute(1, 0, 2), kpos, freq).permute(1, 0, 2)
-    s = torch.einsum("ikgd,jkd->kgij", q64.reshape(Lq, Hkv, G, D), k64) * sm_scale
-    i = torch.arange(Lq, device=dev)[:, None]
-    j = torch.arange(Lk, device=dev)[None, :]
-    qp = i + off
-    if pos == "alibi":
-        s = s + slopes.double().reshape(Hkv, G)[:, :, None, None] * (j - qp).double()
-    if cap:
-        s = cap * torch.tanh(s / cap)
-    vis = torch.ones(Lq, Lk, dtype=torch.bool, device=dev)
-    if mask in ("causal", "window"):
-        vis &= j <= qp  # decode: always true (qpos = kv_len - 1)
-    if mask == "window" and window_left >= 0:
-        vis &= j >= qp - window_left
+                torch.full((Lq, H), -math.inf if variant != "sigmoid" else 0.0,
+                           dtype=torch.float64, device=dev))
+    v64 = v.double()
+    s, vis, qp = reference_logits(q.double(), k.double(), sm_scale=sm_scale, pos=pos, rope=rope,
+                                  slopes=slopes, cap=cap, mask=mask, window_left=window_left)
     if variant == "document_mask":
         seg = vp["segment_ids"].long()
         seg_q = seg[qp.clamp_min(0)]  # [Lq, 1]
@@ -170,12 +150,7 @@ def reference(q, k, v, *, variant, vp, sm_scale, pos, rope, slopes, cap, mask, w
         w = torch.where(vis, w, torch.zeros_like(w))
         o = torch.einsum("kgij,jkd->ikgd", w, v64).reshape(Lq, H, D)
         return o, torch.zeros(Lq, H, dtype=torch.float64, device=dev)
-    s = s.masked_fill(~vis, -math.inf)
-    lse = torch.logsumexp(s, dim=-1)  # [Hkv, G, Lq]
-    p = torch.exp(s - lse[..., None].clamp_min(-1e300))
-    p = torch.where(vis, p, torch.zeros_like(p))
-    o = torch.einsum("kgij,jkd->ikgd", p, v64).reshape(Lq, H, D)
-    lse = lse.permute(2, 0, 1).reshape(Lq, H)
+    o, lse = reference_softmax(s, vis, v64)
     if variant == "attention_sink":
         sink = vp["sink_logits"].double()[None, :]
         o = o / (1.0 + torch.exp(sink - lse))[..., None]  # lse = -inf: o / inf = 0
