@@ -532,14 +532,16 @@ API CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, 
     FAULT_POINT();
     if (!map || !address || !dims || !box || !element_strides || rank < 1 || rank > 5 ||
         (uintptr_t)address % 16 != 0 || interleave != CU_TENSOR_MAP_INTERLEAVE_NONE ||
-        type != CU_TENSOR_MAP_DATA_TYPE_UINT16)
+        (type != CU_TENSOR_MAP_DATA_TYPE_UINT16 && type != CU_TENSOR_MAP_DATA_TYPE_UINT8))
         return CUDA_ERROR_INVALID_VALUE;
+    const cuuint32_t elem_bytes = type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
     for (cuuint32_t i = 0; i < rank; i++) {
         if (!dims[i] || !box[i] || box[i] > 256 || element_strides[i] != 1)
             return CUDA_ERROR_INVALID_VALUE;
         if (i > 0 && (!strides || strides[i - 1] % 16 != 0)) return CUDA_ERROR_INVALID_VALUE;
     }
-    if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * 2 > 128) return CUDA_ERROR_INVALID_VALUE;
+    if (swizzle == CU_TENSOR_MAP_SWIZZLE_128B && box[0] * elem_bytes > 128)
+        return CUDA_ERROR_INVALID_VALUE;
     _Static_assert(sizeof(CUtensorMap) >= (FAKE_TMA_SWIZZLE + 1) * sizeof(cuuint64_t),
                    "the fake's record fits a map");
     cuuint64_t *w = (cuuint64_t *)map;

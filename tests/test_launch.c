@@ -1140,6 +1140,42 @@ TEST(single_prefill_rope_uses_an_optional_workspace)
     fi_jit_ctx_free(ctx);
 }
 
+/* fp8 single prefill: the V pre-pass writes V into the workspace as P.V
+ * reads it (vt, a 192-key multiple of keys per head_dim row), then the Hopper
+ * main loop runs. Where the tensors do not suit that loop (a GQA group of 3
+ * divides no Q box), the call fails before either launches, so nothing is
+ * written to the workspace. */
+TEST(fp8_prefill_lays_v_out_only_for_a_launch_that_goes_ahead)
+{
+    /* vt, then the claims' counter, which the fake driver zeroes in memory */
+    enum { VT_BYTES = 8 * 128 * 1152 };
+    static _Alignas(256) unsigned char ws[VT_BYTES + 16];
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    fi_jit_spec s = spec_of(FI_KIND_PREFILL, FI_MASK_NONE, FI_POS_NONE);
+    s.q_dtype = s.kv_dtype = FI_DTYPE_FP8_E4M3;
+    s.o_dtype = FI_DTYPE_BF16;
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    prefill_args_for(&a, 32, 8, 1000, 128);
+    a.q_scale = a.k_scale = a.v_scale = 0.5f;
+    size_t bytes = 0;
+    CHECK_OK(fi_prefill_workspace_size(&bytes, &s, &a));
+    CHECK_MSG(bytes == sizeof ws, "%zu bytes", bytes);
+    a.workspace = ws;
+    a.workspace_bytes = bytes;
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK_MSG(seen.count == 2 && strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%d launches, last %s",
+              seen.count, seen.name);
+    CHECK(seen.p.prefill.vt == a.workspace && seen.p.prefill.vt_keys == 1152 &&
+          seen.p.prefill.v_scale == 0.5f);
+
+    prefill_args_for(&a, 24, 8, 1000, 128);
+    CHECK_RC(fi_prefill_run(ctx, &s, &a, NULL), FI_EINVALID);
+    CHECK_MSG(seen.count == 2 && strstr(fi_last_error(), "Hopper main loop alone"), "%d launches: %s",
+              seen.count, fi_last_error());
+    fi_jit_ctx_free(ctx);
+}
+
 /* Single prefill's persistent CTAs claim their blocks through a counter in
  * the optional workspace (after RoPE's keys: above), zeroed on the stream
  * before each launch; without a workspace, with one too small for the

@@ -490,6 +490,21 @@ out:
     return rc;
 }
 
+/* Index of fp8's V pre-pass among the module's entries (src/core/kinds.c). */
+#define FP8_V_ENTRY (WS_ENTRY + 1)
+
+/* fp8's V pre-pass (fp8_scale_and_place_v), ahead of the main loop on its
+ * stream. */
+static int launch_fp8_v(const fi_jit_kernel *kernel, fi_prefill_params *p, CUstream stream)
+{
+    CUfunction f = kernel->functions[FP8_V_ENTRY];
+    if (!f) return fi__error(FI_ELOAD, "prefill: the loaded module lacks fp8's V pre-pass kernel");
+    if (p->vt_keys <= 0) return 0;
+    const unsigned block[3] = {FI_PREFILL_FP8_V_THREADS, 1, 1};
+    return fi__cuda_launch(f, (unsigned)(p->vt_keys / FI_PREFILL_FP8_V_KEYS),
+                           (unsigned)p->num_kv_heads, block, 0, stream, p, "prefill");
+}
+
 /* Launch the Hopper main loop over `grid` x `heads` blocks, with TMA maps of
  * p's tensors (see encode_kv_maps, encode_q_map); WS_PERSISTENT and
  * WS_STATIC: on at most sm_count CTAs. 1: launched; 0: K and V do not suit
@@ -505,6 +520,10 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     encode_q_map(&ws, spec, p, rows->q);
     if (is_fp8(spec) && ws.q_rows == 0) return 0; /* fp8 reads Q only by TMA (launch) */
     encode_o_map(&ws, spec, p, rows->q); /* o has q's tokens */
+    if (is_fp8(spec)) { /* the maps suit: V is laid out now, not on a launch refused */
+        const int laid = launch_fp8_v(kernel, p, stream);
+        if (laid < 0) return laid;
+    }
     ws.work_items = items;
     ws.kv_heads = heads;
     const int64_t blocks = (int64_t)items * heads;
@@ -584,29 +603,16 @@ out:
     return rc;
 }
 
-/* Index of fp8's V pre-pass among the module's entries (src/core/kinds.c). */
-#define FP8_V_ENTRY (WS_ENTRY + 1)
-
-/* fp8: the scales into p (the logits' into sm_scale, V's onto O), and the
- * pre-pass that writes V into the workspace as P.V reads it (vt,
- * templates/prefill/fp8.cuh). */
-static int fp8_lay_out_v(const fi_jit_kernel *kernel, const fi_prefill_args *a,
-                         fi_prefill_params *p, CUstream stream)
+/* fp8: the scales into p (the logits' into sm_scale, V's onto O), and where
+ * the V pre-pass writes V as P.V reads it (vt, templates/prefill/fp8.cuh):
+ * the caller's workspace. launch_ws runs the pre-pass, once the launch is
+ * sure to go ahead. */
+static void fp8_scale_and_place_v(const fi_prefill_args *a, fi_prefill_params *p)
 {
-    int rc = 0;
-    CUfunction f = kernel->functions[FP8_V_ENTRY];
-    if (!f) FI_FAIL(FI_ELOAD, "prefill: the loaded module lacks fp8's V pre-pass kernel");
     p->sm_scale *= fi__launch_fp8_scale(a->q_scale) * fi__launch_fp8_scale(a->k_scale);
     p->v_scale = fi__launch_fp8_scale(a->v_scale);
     p->vt = a->workspace;
     p->vt_keys = fp8_vt_keys(a->kv_len);
-    if (p->vt_keys > 0) {
-        const unsigned block[3] = {FI_PREFILL_FP8_V_THREADS, 1, 1};
-        FI_TRY(fi__cuda_launch(f, (unsigned)(p->vt_keys / FI_PREFILL_FP8_V_KEYS),
-                               (unsigned)a->num_kv_heads, block, 0, stream, p, "prefill"));
-    }
-out:
-    return rc;
 }
 
 /* Bytes of rows x kv heads rotated keys. */
@@ -776,7 +782,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
-    if (is_fp8(spec)) FI_TRY(fp8_lay_out_v(kernel, a, &p, (CUstream)stream));
+    if (is_fp8(spec)) fp8_scale_and_place_v(a, &p);
     unsigned int *claims = single_claims(spec, a);
     const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0,
                                         row_mean_keys(spec, a->qo_len, a->kv_len), claims != NULL);
