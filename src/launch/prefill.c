@@ -506,9 +506,9 @@ static int launch_fp8_v(const fi_jit_kernel *kernel, fi_prefill_params *p, CUstr
 }
 
 /* Launch the Hopper main loop over `grid` x `heads` blocks, with TMA maps of
- * p's tensors (see encode_kv_maps, encode_q_map); WS_PERSISTENT and
- * WS_STATIC: on at most sm_count CTAs. 1: launched; 0: K and V do not suit
- * TMA, nothing was launched. */
+ * p's tensors (see encode_kv_maps, encode_q_map), fp8's V pre-pass before
+ * it; WS_PERSISTENT and WS_STATIC: on at most sm_count CTAs. 1: launched;
+ * 0: the tensors do not suit TMA, nothing was launched. */
 static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum ws_mode mode,
                      int sm_count, const struct work_grid *grid, int heads, fi_prefill_params *p,
                      const struct ws_rows *rows, CUstream stream, const char *who)
