@@ -14,8 +14,9 @@
 //
 // One CTA = a producer warpgroup and kConsumers (2 or 3) consumers:
 //  * the producer (warpgroup 0) gives its registers away (setmaxnreg); its
-//    first warp issues the K and V tile loads and a thread of its second
-//    warp those of Q: cp.async.bulk.tensor (TMA)
+//    first warp issues the K and V tile loads (paged K/V with Q by TMA: K,
+//    and its last warp V) and a thread of its second warp those of Q:
+//    cp.async.bulk.tensor (TMA)
 //    through tensor maps the host encodes per launch, into a ring of
 //    kStages slots per operand, each slot with a "full" mbarrier (TMA
 //    transaction bytes) and an "empty" one (consumer warps arrive when
@@ -68,6 +69,24 @@ namespace fijit {
 namespace prefill {
 namespace ws {
 
+// A K/V loader (the producer's first warp, or with kSplitKV its first for K
+// and its last for V): the tiles of every block of the CTA, then its
+// arrival on Smem::issued.
+template <int kOps>
+__device__ __forceinline__ void load_kv(const P &p, const fi_prefill_ws &ws, const Smem &sm, int tid)
+{
+    if (!kPaged && tid != 0) return;
+    for_each_block<kFeedWork && !kPaged>(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int) {
+        if (kPagesInParts && ws.page_box != p.page_size)  // pages not dividing the tile
+            produce_paged<true, kOps>(p, ws, w, row0, kr, sm, it);
+        else if constexpr (kPaged)
+            produce_paged<false, kOps>(p, ws, w, row0, kr, sm, it);
+        else
+            produce(ws, w, kr, sm, it);
+        if (kFeed && tid % 32 == 0) bar_arrive(sm.issued());
+    });
+}
+
 __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigned char *smem)
 {
     Smem sm;
@@ -97,16 +116,16 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             bar_init(sm.full_feed(s), 1);
             bar_init(sm.empty_feed(s), 128 * kConsumers + kKVLoaders + (raw_q ? 1 : 0));
         }
-        if (kFeed) bar_init(sm.issued(), 1);
+        if (kFeed) bar_init(sm.issued(), kSplitKV ? 2 : 1);  // lane 0 of each K/V loader
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     if (tid < 128) {
         // The producer: its first warp loads K and V (paged: every lane, a
-        // page each; else one thread), the second warp's first thread Q,
-        // so that neither waits behind the other's barriers; the third
-        // warp's first thread chooses the blocks.
+        // box each, and with kSplitKV the last warp V; else one thread), the
+        // second warp's first thread Q, so that neither waits behind the
+        // other's barriers; the third warp's first thread chooses the blocks.
         set_max_regs_dec<kProducerRegs>();
         if (kFeed && tid == 64) {
             feed_blocks(p, ws, sm);
@@ -114,16 +133,11 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
             for_each_block<kFeedWork>(p, ws, sm, [&](const Work &w, int row0, const KeyRange &, int, int j) {
                 produce_q(p, ws, w, row0, sm, j);
             });
-        } else if (tid < kKVLoaders) {
-            for_each_block<kFeedWork && !kPaged>(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int) {
-                if (kPagesInParts && ws.page_box != p.page_size)  // pages not dividing the tile
-                    produce_paged<true>(p, ws, w, row0, kr, sm, it);
-                else if constexpr (kPaged)
-                    produce_paged<false>(p, ws, w, row0, kr, sm, it);
-                else
-                    produce(ws, w, kr, sm, it);
-                if (kFeed && tid == 0) bar_arrive(sm.issued());
-            });
+        } else if (tid < 32 || (kSplitKV && tid >= 96)) {
+            if (kSplitKV && tid >= 96)
+                load_kv<kOpV>(p, ws, sm, tid);
+            else
+                load_kv<kSplitKV ? kOpK : kOpK | kOpV>(p, ws, sm, tid);
         }
     } else {
         set_max_regs_inc<kConsumerRegs>();

@@ -153,8 +153,21 @@ constexpr bool kFeed = !kPaged || kRawQTuple;
 // warp then rescaled all of its O. Not with three consumers, where ptxas
 // then serialises the batch kinds' wgmmas (C7520).
 constexpr int kRescaleSlack = kConsumers == 3 ? 0 : 8;
-// Threads that load K and V: a warp for pages (a lane per page), else one.
-constexpr int kKVLoaders = kPaged ? 32 : 1;
+// Paged K/V: the producer's first warp loads K and its last warp V (a lane
+// per box each), so that the loop issuing a tile's boxes, a lane at a time,
+// takes its issue slots from two SM sub-partitions' consumer warps, not all
+// from the first's (a warpgroup's wgmma waits for its slowest warp; session
+// 23's cycle trace found those consumers' waits for S 40% longer than in
+// ragged). Measured against one warp loading both (H200, session 29,
+// bench_batch_prefill.py paged, A/B in one process, two runs): hd 128
+// 1.02-1.08x, hd 64 1.00-1.03x, hd 256 0.98-1.02x (sessions 22 and 24,
+// before kWaitAfterSoftmax: 0.98-1.02x). Only where Q comes by TMA: beside
+// consumers that load Q the producer has 24 registers, and split it
+// spilled in 60 more of the 108 paged modules.
+constexpr bool kSplitKV = kPaged && kRawQTuple;
+// Threads that load K and V: a warp for pages (a lane per box), two where
+// K and V are split, else one.
+constexpr int kKVLoaders = kPaged ? (kSplitKV ? 64 : 32) : 1;
 // With two Q buffers, a consumer frees the one its block's output was staged
 // in (and leaves by TMA from) only once the next block's first S is done,
 // not after waiting for the store to read it at the block's end: the next

@@ -112,7 +112,10 @@ __device__ __forceinline__ void prefetch_q_rows(const P &p, const fi_prefill_ws 
 // rows past the keys, K and V, land as the page holds them, and boxes past
 // the keys are not loaded (the slot keeps an earlier tile's rows). K there
 // is masked; V is zeroed by the consumers (consume.cuh: zero_v_tail).
-template <bool kParts>
+// The operands a K/V loader warp takes: K or V (kSplitKV), else both.
+constexpr int kOpK = 1, kOpV = 2;
+
+template <bool kParts, int kOps>
 __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &maps, const Work &w,
                                               int row0, const KeyRange &kr, const Smem &sm, int it)
 {
@@ -133,7 +136,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     // 891 M L2 sectors, not 906 M, in 7.56 ms against 7.62 (ncu), and paged
     // hd 64 and 128 measured 1.00-1.01x on the batch's 8 shapes (H200,
     // session 23, A/B in one process).
-    if constexpr (!kRawQTuple || kQBufs == 1) prefetch_q_rows(p, maps, w, row0, lane);
+    if constexpr ((kOps & kOpK) && (!kRawQTuple || kQBufs == 1)) prefetch_q_rows(p, maps, w, row0, lane);
     // No division by the page size (a run-time value: a reciprocal on the
     // MUFU, which the consumers' exponentials wait on) in the tile loop, nor
     // a population count (the same unit): a full tile's boxes are counted
@@ -186,15 +189,18 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
                                    my_group, my_page * coords[1] + w.kv_head * coords[2], full);
         };
 
-        bar_wait(sm.empty_k(s), free_parity);
-        if constexpr (kRotatedK) {  // K from the contiguous rotated rows
-            if (lane == 0) load_tile(sm.k_slot(s), &maps.k, w.kv_head, w.k_row0 + t0, sm.full_k(s));
-        } else {
-            load_boxes(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s));
+        if constexpr (kOps & kOpK) {
+            bar_wait(sm.empty_k(s), free_parity);
+            if constexpr (kRotatedK) {  // K from the contiguous rotated rows
+                if (lane == 0) load_tile(sm.k_slot(s), &maps.k, w.kv_head, w.k_row0 + t0, sm.full_k(s));
+            } else {
+                load_boxes(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s));
+            }
         }
-
-        bar_wait(sm.empty_v(s), free_parity);
-        load_boxes(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s));
+        if constexpr (kOps & kOpV) {
+            bar_wait(sm.empty_v(s), free_parity);
+            load_boxes(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s));
+        }
         if constexpr (kParts) {
             lane_row += step_rows;
             const bool wraps = lane_row >= p.page_size;
