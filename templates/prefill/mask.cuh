@@ -64,17 +64,30 @@ __device__ __forceinline__ bool tile_needs_mask(const P &p, const Work &w, int t
     return need;
 }
 
-// Logit s of query position qpos (head `head`) and key j on a masked tile:
-// -inf (0 without softmax) for a key past the request, after the query
-// (causal), outside the custom mask (`bit`) or hidden by the variant's
-// logits_mask; else the variant's logits_transform of it.
+// The last key query position qpos sees: the request's last, or under a
+// causal mask its own position if that comes first.
+__device__ __forceinline__ int last_key_seen(const Work &w, int qpos)
+{
+    return kCausal ? imin(qpos, w.kv_len - 1) : w.kv_len - 1;
+}
+
+// Logit s of query position qpos (head `head`) and key j on a masked tile,
+// where `seen` is whether j lies within the keys the row sees
+// (last_key_seen) and its custom mask bit: -inf (0 without softmax) where
+// not or where the variant's logits_mask hides it; else the variant's
+// logits_transform of it.
+__device__ __forceinline__ float masked_logit_seen(const P &p, float s, int head, int j, int qpos,
+                                                   bool seen)
+{
+    const bool visible = seen && Variant::logits_mask(p, head, j, qpos);
+    return visible ? Variant::logits_transform(p, s, head, j, qpos) : (kSoftmax ? -inf_() : 0.f);
+}
+
+// The same for key j with its custom mask bit `bit`.
 __device__ __forceinline__ float masked_logit(const P &p, const Work &w, float s, int head, int j,
                                               int qpos, bool bit)
 {
-    bool visible = j < w.kv_len;
-    if constexpr (kCausal) visible = visible && j <= qpos;
-    visible = visible && bit && Variant::logits_mask(p, head, j, qpos);
-    return visible ? Variant::logits_transform(p, s, head, j, qpos) : (kSoftmax ? -inf_() : 0.f);
+    return masked_logit_seen(p, s, head, j, qpos, bit && j <= last_key_seen(w, qpos));
 }
 
 }  // namespace prefill
