@@ -157,13 +157,13 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         for (int h = 0; h < 2; ++h) {
             const int qpos = row_tok[h] + off, head = row_head[h];
             if (need_mask) {
-                // Key t0 + 2t + c is seen where c <= seen_to: a compare with
-                // the constant c a logit. The key's sum and two compares (the
-                // request's end, the row's position) held registers that
-                // spilled in 40 of the 162 fp16 sm_90a modules (to 96 B; now 8
-                // of 4 B, none new) and measured 1.00-1.05x slower (H200,
-                // session 29, A/B in one process: causal single prefill,
-                // ragged and paged).
+                // Key t0 + 2t + c is seen where c <= seen_to: one compare a
+                // logit, with the constant c. Each logit's key sum and two
+                // compares (the request's end, the row's position) held
+                // registers that spilled in 40 of the 162 fp16 sm_90a modules
+                // (up to 96 B; this form: 8 of 4 B, none new), and this form
+                // measured 1.00-1.05x faster (H200, session 29, A/B in one
+                // process: causal single prefill, ragged and paged).
                 const int seen_to = last_key_seen(w, qpos) - t0 - 2 * t;
 #pragma unroll
                 for (int nt = 0; nt < kNT; ++nt)
