@@ -21,9 +21,7 @@ Raw numbers go to $OUT/bench_batch_prefill.json when OUT is set.
 """
 import argparse
 import json
-import math
 import os
-import random
 import statistics
 import sys
 
@@ -32,18 +30,9 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "gpu"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from batch_shapes import batch_lens, single_len  # noqa: E402,F401 (ncu_batch_prefill, ws_trace)
 from bench_prefill import TORCH_DTYPES, environment, time_once  # noqa: E402
 from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
-
-
-def batch_lens(batch=16, lo=100, hi=8000, seed=1):
-    """The batch's request lengths (qo = kv), seeded: the defaults are this benchmark's."""
-    return [random.Random(seed + i).randint(lo, hi) for i in range(batch)]
-
-
-def single_len(lens):
-    """The single prefill length whose L^2 equals the batch's sum of L_i^2 (the same pairs)."""
-    return int(round(math.sqrt(sum(L * L for L in lens))))
 
 
 # --kinds: each one's batch kind and page order (None: --page-order's).

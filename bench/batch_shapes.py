@@ -1,0 +1,15 @@
+"""The batch of bench_batch_prefill.py, without torch: its request lengths and the single
+prefill length with the same (query, key) pairs. Shared by the batch benchmark, its
+ncu and trace scripts, and causal_tile_use.py."""
+import math
+import random
+
+
+def batch_lens(batch=16, lo=100, hi=8000, seed=1):
+    """The batch's request lengths (qo = kv), seeded: the defaults are this benchmark's."""
+    return [random.Random(seed + i).randint(lo, hi) for i in range(batch)]
+
+
+def single_len(lens):
+    """The single prefill length whose L^2 equals the batch's sum of L_i^2 (the same pairs)."""
+    return int(round(math.sqrt(sum(L * L for L in lens))))
