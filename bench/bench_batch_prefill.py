@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "gpu"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batch_shapes import batch_lens, single_len  # noqa: E402,F401 (ncu_batch_prefill, ws_trace)
+from batch_shapes import batch_lens, single_len  # noqa: E402
 from bench_prefill import TORCH_DTYPES, environment, time_once  # noqa: E402
 from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
 

@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "tests", "gpu"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
-from bench_batch_prefill import batch_lens, batch_runner  # noqa: E402
+from batch_shapes import batch_lens  # noqa: E402
+from bench_batch_prefill import batch_runner  # noqa: E402
 from fijit_py import Fijit, Prefill, prefill_spec  # noqa: E402
 
 

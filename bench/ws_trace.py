@@ -33,7 +33,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from bench_batch_prefill import batch_lens, batch_runner, single_len  # noqa: E402
+from batch_shapes import batch_lens, single_len  # noqa: E402
+from bench_batch_prefill import batch_runner  # noqa: E402
 # trace.cuh's TracePhase, in order: (name, a phase of the steady loop (per tile), a wait
 # (the phases FIJIT_WS_TRACE 2 adds up: trace.cuh, trace_kept)).
 PHASES = [("walk", False, True), ("Q wait", False, True), ("first K wait", False, True),
