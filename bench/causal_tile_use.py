@@ -10,8 +10,9 @@ script restates, so it must change with it:
     key_range), every consumer computing all of them, or with --own only those up to its
     own last row (ws/config.cuh: kOwnTiles);
   * a group of G query heads per kv head packs G rows per token.
-The defaults are the lean tuples': head_dim 64 (192 rows, 128 keys, own tiles), 128
-(128 rows, 160 keys) and 256 (128 rows, 80 keys). The batch loses to single prefill by
+The defaults are the lean causal tuples': head_dim 64 (192 rows, 128 keys), 128 (128
+rows, 160 keys) and 256 (128 rows, 80 keys), each consumer on its own tiles (two
+consumers since session 30; --own no gives the count before). The batch loses to single prefill by
 the ratio of the two fractions before any per-block cost."""
 import argparse
 import os
@@ -21,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batch_shapes import batch_lens, single_len  # noqa: E402
 
 # head_dim: (query tile rows, K/V tile keys, each consumer its own tiles)
-LEAN_CAUSAL_TILES = {64: (192, 128, True), 128: (128, 160, False), 256: (128, 80, False)}
+LEAN_CAUSAL_TILES = {64: (192, 128, True), 128: (128, 160, True), 256: (128, 80, True)}
 
 
 def seen_and_computed(lens, tile_q, tile_kv, own, group):

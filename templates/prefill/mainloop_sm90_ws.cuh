@@ -144,12 +144,15 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
         }
     } else {
         set_max_regs_inc<kConsumerRegs>();
+        // Uniform to ptxas where the consumers' tile counts depend on it
+        // (ws/config.cuh: kUniformWg), else it serialises their wgmmas.
+        const int wg = kUniformWg ? __shfl_sync(0xffffffffu, tid / 128 - 1, 0) : tid / 128 - 1;
         int blocks = 0;
         for_each_block<kFeedWork>(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
-            consume(p, ws, w, kr, sm, row0, tid / 128 - 1, it, j, raw_q);
+            consume(p, ws, w, kr, sm, row0, wg, it, j, raw_q);
             blocks = j + 1;
         });
-        end_turns(tid / 128 - 1, blocks);
+        end_turns(wg, blocks);
     }
 }
 

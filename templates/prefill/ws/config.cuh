@@ -117,13 +117,28 @@ constexpr bool kPingPong = kConsumers == 3 || fijit_cfg::kMask != fijit_cfg::kMa
 // 0.97-1.00x) nor 256 (0.97-1.04x, and paged spills 8 B).
 constexpr bool kWaitAfterSoftmax = kHeadDim == 128;
 // Each consumer skips the tiles it has no key of (past the request, or
-// causal past its last row), only with three: a 192-row tile of a group of
-// 1 spans 192 tokens, and a short request's last tile is often a third
-// full. Measured at head_dim 64 (H100, A/B in one process, seq 1k-16k):
-// causal 32/32 1.01-1.12x, causal 32/8 0.94-1.08x, no mask 0.93-1.06x (as
-// the noise); with two consumers its registers cost 0.86-0.96x at head_dim
-// 256.
-constexpr bool kOwnTiles = kConsumers == 3;
+// causal past its last row). With three (head_dim 64) always: a 192-row
+// tile of a group of 1 spans 192 tokens, and a short request's last tile is
+// often a third full. Measured at head_dim 64 (H100, A/B in one process, seq
+// 1k-16k): causal 32/32 1.01-1.12x, causal 32/8 0.94-1.08x, no mask
+// 0.93-1.06x (as the noise). With two, under a causal mask or a window:
+// consumer 0's rows end 64 packed rows before the block's, and with them,
+// often, its last tile. Tried before with two, it lost (0.86-0.96x at
+// head_dim 256), and in session 29 ptxas serialised the wgmmas (C7520, "WG.AR
+// in divergent path": the tile count depends on the warpgroup, which it
+// could not prove uniform); since run() takes the warpgroup from a shuffle
+// (kUniformWg) no module serialises and none spills more. Measured (H200,
+// session 30, A/B in one process): bench_batch_prefill.py causal ragged hd
+// 128 1.01-1.02x, hd 256 1.02x, paged hd 128 1.04-1.05x, hd 256 1.05x;
+// bench_prefill.py causal hd 128 0.99-1.02x, hd 256 1.01-1.06x, window hd
+// 128 1.01-1.02x, hd 256 0.97-1.03x, hd 64 ALiBi causal (two consumers)
+// 1.01-1.05x.
+constexpr bool kOwnTiles = kConsumers == 3 || kCausal;
+// The consumers' warpgroup index as a shuffle from lane 0, which ptxas knows
+// to be uniform (mainloop_sm90_ws.cuh: run), where their tile counts depend
+// on it: with two consumers. Not with three, where it was never needed and
+// single prefill causal 32/32 seq 4k measured 0.82x with it.
+constexpr bool kUniformWg = kOwnTiles && kConsumers == 2;
 // Registers of the producer and of the consumers. setmaxnreg only moves
 // registers within what the CTA was launched with (64K / threads a thread,
 // in steps of 8: 168 with two consumers, 128 with three), so an increase
