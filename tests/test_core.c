@@ -627,6 +627,11 @@ TEST(environment_cache_dir_and_log_level_rules)
     unsetenv("FIJIT_LOG");
     fi__log(FI_LOG_WARN, "a later warning");
     fi__log(FI_LOG_INFO, "an info line");
+    /* Past the 1 KiB line buffer (ptxas' log of a module), a message is printed whole. */
+    char longer[2001];
+    memset(longer, 'x', sizeof longer - 6);
+    memcpy(longer + sizeof longer - 6, "<end>", 6);
+    fi__log(FI_LOG_WARN, "long: %s", longer);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -641,6 +646,7 @@ TEST(environment_cache_dir_and_log_level_rules)
     text[n] = '\0';
     CHECK_MSG(strstr(text, "FIJIT_LOG='abc' is not a log level") && strstr(text, "a later warning") &&
               !strstr(text, "an info line"), "stderr was: %s", text);
+    CHECK_MSG(strstr(text, longer), "the long warning was cut: %zu bytes of stderr", n);
 }
 
 /* ---- libraries opened at run time (common/dynlib.h) ----------------------------- */

@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -57,10 +58,19 @@ void fi__log(int level, const char *fmt, ...)
 {
     static const char *const names[] = {"", "error", "warning", "info", "debug"};
     if (level > atomic_load(&log_level) || level <= FI_LOG_OFF || level > FI_LOG_DEBUG) return;
-    char line[1024];
-    va_list ap;
+    char line[1024], *text = line, *longer = NULL;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    va_copy(again, ap);
+    const int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "fijit %s: %s\n", names[level], line);
+    /* A long message (ptxas' log of a module) is printed whole: cut at the
+     * buffer, its resource lines were lost behind ptxas' notes. */
+    if (n >= (int)sizeof line && (longer = malloc((size_t)n + 1))) {
+        vsnprintf(longer, (size_t)n + 1, fmt, again);
+        text = longer;
+    }
+    va_end(again);
+    fprintf(stderr, "fijit %s: %s\n", names[level], text);
+    free(longer);
 }
