@@ -139,6 +139,13 @@ constexpr bool kOwnTiles = kConsumers == 3 || kCausal;
 // on it: with two consumers. Not with three, where it was never needed and
 // single prefill causal 32/32 seq 4k measured 0.82x with it.
 constexpr bool kUniformWg = kOwnTiles && kConsumers == 2;
+// A consumer's last tile under a causal mask: P.V of only the k-steps of
+// the keys its rows see, at head_dim 128 (160-key tiles). Measured against
+// own tiles alone (H200, session 30, A/B in one process): causal hd 128
+// ragged 1.01x, paged 1.00-1.01x, single prefill 1.00-1.03x; at hd 256
+// (80-key tiles) 0.97-1.01x, so not there. S of the tile's first 64 or 128
+// keys by a narrower wgmma made ptxas serialise the wgmmas (C7515, C7511).
+constexpr bool kTrimLast = kUniformWg && kCausalMask && kTileKV == 160 && !kFp8;
 // Registers of the producer and of the consumers. setmaxnreg only moves
 // registers within what the CTA was launched with (64K / threads a thread,
 // in steps of 8: 168 with two consumers, 128 with three), so an increase

@@ -136,10 +136,13 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // O += P V of slot s, issued. fp8: V lies transposed, K-major as K
     // does, 128 keys (bytes) a row, a 128-key panel of head_dim rows at a
     // time (prefill/fp8.cuh).
-    auto issue_pv = [&](int slot) {
+    // With `keys` (kTrimLast), only the k-steps of the tile's first keys:
+    // the weights past them are 0.
+    auto issue_pv = [&](int slot, int keys = kTileKV) {
         const unsigned int vt = sm.v_slot(slot);
 #pragma unroll
         for (int kk = 0; kk < kPVSteps; ++kk) {
+            if (kTrimLast && kk > 0 && kk * kStepK >= keys) break;
             const unsigned long long b =
                 kFp8 ? wg::desc(vt + (kk >> 2) * kVtPanelBytes + (unsigned int)(kk & 3) * 32u, 0)
                      : wg::desc(vt + kk * 2u * kVLayout.group, kVLayout.panel, kVLayout.group);
@@ -235,6 +238,10 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
             n_own = imax(0, imin(n, (imin(w.kv_len, wg_tok_hi + off + 1) - kr.kv_start + kTileKV - 1) /
                                         kTileKV));
     }
+    // Keys of its last tile that some row of this warpgroup sees (kTrimLast:
+    // its P.V stops there; the logits past them are masked).
+    const int last_keys =
+        kTrimLast ? imin(w.kv_len, wg_tok_hi + off + 1) - (kr.kv_start + (n_own - 1) * kTileKV) : kTileKV;
     // Each consumer takes n + 1 turns a block (S of tile 0, S + P.V of
     // tiles 1..n-1, P.V of the last; a tile passed through takes one too),
     // round robin across the blocks: the last consumer's last turn of a
@@ -340,7 +347,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         phases.mark(kTrTurnLast);
         wg::fence_regs(o);
         wg::fence();
-        issue_pv(sl);
+        issue_pv(sl, last_keys);
         turn_end();
         phases.mark(kTrPVIssue);
         wg::wait<0>();
