@@ -134,18 +134,23 @@ constexpr bool kWaitAfterSoftmax = kHeadDim == 128;
 // 128 1.01-1.02x, hd 256 0.97-1.03x, hd 64 ALiBi causal (two consumers)
 // 1.01-1.05x.
 constexpr bool kOwnTiles = kConsumers == 3 || kCausal;
-// The consumers' warpgroup index as a shuffle from lane 0, which ptxas knows
-// to be uniform (mainloop_sm90_ws.cuh: run), where their tile counts depend
-// on it: with two consumers. Not with three, where it was never needed and
-// single prefill causal 32/32 seq 4k measured 0.82x with it.
-constexpr bool kUniformWg = kOwnTiles && kConsumers == 2;
 // A consumer's last tile under a causal mask: P.V of only the k-steps of
-// the keys its rows see, at head_dim 128 (160-key tiles). Measured against
-// own tiles alone (H200, session 30, A/B in one process): causal hd 128
-// ragged 1.01x, paged 1.00-1.01x, single prefill 1.00-1.03x; at hd 256
-// (80-key tiles) 0.97-1.01x, so not there. S of the tile's first 64 or 128
-// keys by a narrower wgmma made ptxas serialise the wgmmas (C7515, C7511).
-constexpr bool kTrimLast = kUniformWg && kCausalMask && kTileKV == 160 && !kFp8;
+// the keys its rows see. Measured against own tiles alone (H200, session 30,
+// A/B in one process): hd 128 (160-key tiles) ragged 1.01x, paged
+// 1.00-1.01x, single prefill 1.00-1.03x; hd 64 paged 1.02-1.04x (three
+// runs), but ragged 0.98-1.01x and single prefill 1.00-1.01x, so only paged
+// there; at hd 256 (80-key tiles) 0.97-1.01x, so not there. S of the tile's
+// first 64 or 128 keys by a narrower wgmma made ptxas serialise the wgmmas
+// (C7515, C7511).
+constexpr bool kTrimLast = kOwnTiles && kCausalMask && !kFp8 &&
+                           (kTileKV == 160 || (kConsumers == 3 && kPaged));
+// The consumers' warpgroup index as a shuffle from lane 0, which ptxas knows
+// to be uniform (mainloop_sm90_ws.cuh: run), where the wgmmas they issue
+// depend on it: their tile counts with two consumers, and the last P.V's
+// k-steps (kTrimLast). Not with three otherwise, where in one run single
+// prefill causal 32/32 seq 4k measured 0.82x with it (not seen again with
+// kTrimLast's shuffle: 1.00-1.01x in two runs).
+constexpr bool kUniformWg = kOwnTiles && (kConsumers == 2 || kTrimLast);
 // Registers of the producer and of the consumers. setmaxnreg only moves
 // registers within what the CTA was launched with (64K / threads a thread,
 // in steps of 8: 168 with two consumers, 128 with three), so an increase
