@@ -128,20 +128,20 @@ constexpr bool kWaitAfterSoftmax = kHeadDim == 128;
 // in divergent path": the tile count depends on the warpgroup, which it
 // could not prove uniform); since run() takes the warpgroup from a shuffle
 // (kUniformWg) no module serialises and none spills more. Measured (H200,
-// session 30, A/B in one process): bench_batch_prefill.py causal ragged hd
-// 128 1.01-1.02x, hd 256 1.02x, paged hd 128 1.04-1.05x, hd 256 1.05x;
+// session 30, A/B in one process, two runs): bench_batch_prefill.py causal
+// ragged 1.00-1.03x, paged hd 128 1.04-1.06x, hd 256 1.05x;
 // bench_prefill.py causal hd 128 0.99-1.02x, hd 256 1.01-1.06x, window hd
 // 128 1.01-1.02x, hd 256 0.97-1.03x, hd 64 ALiBi causal (two consumers)
 // 1.01-1.05x.
 constexpr bool kOwnTiles = kConsumers == 3 || kCausal;
 // A consumer's last tile under a causal mask: P.V of only the k-steps of
 // the keys its rows see. Measured against own tiles alone (H200, session 30,
-// A/B in one process): hd 128 (160-key tiles) ragged 1.01x, paged
-// 1.00-1.01x, single prefill 1.00-1.03x; hd 64 paged 1.02-1.04x (three
-// runs), but ragged 0.98-1.01x and single prefill 1.00-1.01x, so only paged
-// there; at hd 256 (80-key tiles) 0.97-1.01x, so not there. S of the tile's
-// first 64 or 128 keys by a narrower wgmma made ptxas serialise the wgmmas
-// (C7515, C7511).
+// A/B in one process): hd 128 (160-key tiles) ragged 1.01x, paged 1.01x,
+// single prefill 0.98-1.03x; hd 64 paged 1.02-1.04x (three runs), but
+// ragged 0.98-1.01x and single prefill 1.00-1.01x, so only paged there; hd
+// 256 (80-key tiles) 0.97-1.01x, so not there. S of the tile's first 64 or
+// 128 keys by a narrower wgmma made ptxas serialise the wgmmas (C7515,
+// C7511).
 constexpr bool kTrimLast = kOwnTiles && kCausalMask && !kFp8 &&
                            (kTileKV == 160 || (kConsumers == 3 && kPaged));
 // The consumers' warpgroup index as a shuffle from lane 0, which ptxas knows
