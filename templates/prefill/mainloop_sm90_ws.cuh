@@ -144,8 +144,8 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
         }
     } else {
         set_max_regs_inc<kConsumerRegs>();
-        // Uniform to ptxas where the consumers' tile counts depend on it
-        // (ws/config.cuh: kUniformWg), else it serialises their wgmmas.
+        // Uniform to ptxas where the wgmmas a consumer issues depend on it
+        // (ws/config.cuh: kUniformWg), else it serialises them.
         const int wg = kUniformWg ? __shfl_sync(0xffffffffu, tid / 128 - 1, 0) : tid / 128 - 1;
         int blocks = 0;
         for_each_block<kFeedWork>(p, ws, sm, [&](const Work &w, int row0, const KeyRange &kr, int it, int j) {
