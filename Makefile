@@ -174,9 +174,11 @@ test-api: $(B)/tests/api/use_all_c $(B)/tests/api/use_all_cxx
 	@set -e; for t in $^; do echo "== $$t"; FIJIT_CACHE_DIR=/nonexistent $$t; done
 
 # The Python package (python/): layouts vs the headers, discovery, errors, prewarm,
-# python -m fijit, an offline pip install into a venv. No GPU or torch needed.
+# python -m fijit, an offline pip install into a venv; and the bench tools the GPU
+# runs' reports rest on (ws_resources.py, causal_tile_use.py). No GPU or torch needed.
 test-python: $(B)/libfijit.so
 	@echo "== python package"; python3 tests/python/test_package.py $(B)
+	@echo "== bench tools"; python3 tests/python/test_bench_tools.py
 
 test-install: all
 	@echo "== install check"; $(call timed,test-install,bash tests/install_check.sh)

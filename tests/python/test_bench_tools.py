@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""CPU tests of the bench tools that the GPU runs' reports rest on (no GPU, no torch):
+bench/ws_resources.py on a prewarm log (spills, every serialisation note, and the specs
+whose log lost the loop's resource lines), and bench/causal_tile_use.py's pair counts on
+cases small enough to count by hand.
+
+    python3 tests/python/test_bench_tools.py      (make test-python)
+
+Prints one line per check; exit status 1 if any failed.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from causal_tile_use import seen_and_computed  # noqa: E402
+
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{'' if ok else ': ' + detail}", flush=True)
+    if not ok:
+        failures.append(name)
+
+
+SPEC = "q=fp16 kv=fp16 o=fp16 hd=128 mask=causal pos=none softcap=0"
+LOOP = "'fi_prefill_kernel_ws'"
+
+
+def module(kind, arch, body):
+    return [f"fijit debug: {kind} {SPEC} on {arch}, ptxas:"] + body + \
+        [f"compiled  {kind} {SPEC} {arch} 2000 ms"]
+
+
+def resources(spill, notes=()):
+    return [f"ptxas info    : ({n}) Potential Performance Loss: wgmma.mma_async instructions "
+            f"are serialized due to a reason in the function {LOOP}" for n in notes] + [
+        "ptxas info    : (C7519) warpgroup.arrive is injected in around line 9 by compiler "
+        f"to allow use of registers in GMMA in function {LOOP}",
+        f"ptxas info    : Compiling entry function {LOOP} for 'sm_90a'",
+        "ptxas info    : Function properties for fi_prefill_kernel_ws",
+        f"    0 bytes stack frame, {spill} bytes spill stores, {spill} bytes spill loads",
+        "ptxas info    : Used 168 registers, used 16 barriers"]
+
+
+def test_ws_resources():
+    log = (module("prefill", "sm_90a", resources(8))
+           + module("batch_prefill_ragged", "sm_90a", resources(0, ("C7515", "C7511")))
+           + module("batch_prefill_paged", "sm_90a", ["ptxas i"])  # a log cut short
+           + module("batch_prefill_paged", "sm_80", resources(96)))  # not the Hopper loop
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+        f.write("\n".join(log) + "\n")
+    try:
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "ws_resources.py"),
+                              f.name], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
+    lines = out.strip().splitlines()
+    check("ws_resources: the sm_90a module that spills, with its bytes",
+          any(l.strip() == f"8 B spilled, 168 registers (kernel-wide): prefill {SPEC}" for l in lines), out)
+    check("ws_resources: every serialisation note of a module, not only C7520",
+          f"  wgmma serialised (C7511, C7515): batch_prefill_ragged {SPEC}" in lines, out)
+    check("ws_resources: the summary counts the modules read, spills, serialised ones and "
+          "the spec whose log lost its resource lines",
+          lines[-1] == "Hopper main loop (fi_prefill_kernel_ws): 2 modules, 1 without spills; "
+                       "spill bytes: 8 B x1; wgmma serialised in 1; 1 sm_90a specs without the "
+                       "loop's resource lines", lines[-1] if lines else out)
+    check("ws_resources: other archs are left out", "96 B" not in out, out)
+
+
+def test_causal_tile_use():
+    # One request of 128 tokens, one query head per kv head, a 128-row block of two consumers
+    # of 64 rows: its rows see 128 * 129 / 2 pairs.
+    seen, computed = seen_and_computed([128], 128, 128, False, 1)
+    check("causal_tile_use: a block's pairs, each consumer on one 128-key tile",
+          (seen, computed) == (8256, 2 * 64 * 128), f"{seen}, {computed}")
+    # 64-key tiles: both consumers compute both tiles, or with own tiles consumer 0 only
+    # the first (its rows see keys 0..63).
+    _, every = seen_and_computed([128], 128, 64, False, 1)
+    _, own = seen_and_computed([128], 128, 64, True, 1)
+    check("causal_tile_use: own tiles drop consumer 0's second tile",
+          (every, own) == (2 * 2 * 64 * 64, 3 * 64 * 64), f"{every}, {own}")
+    # A request of 100 tokens in a 128-row block aligned at its last row: consumer 0 holds
+    # rows -28..35, consumer 1 rows 36..99; with own tiles of 128 keys each computes one.
+    seen, computed = seen_and_computed([100], 128, 128, True, 1)
+    check("causal_tile_use: a partial block starts before row 0",
+          (seen, computed) == (5050, 2 * 64 * 128), f"{seen}, {computed}")
+    # Four query heads per kv head: 32 tokens pack 128 rows, each token seen by 4 rows.
+    seen, _ = seen_and_computed([32], 128, 128, False, 4)
+    check("causal_tile_use: grouped heads pack rows per token", seen == 4 * 32 * 33 // 2, str(seen))
+
+
+def main():
+    test_ws_resources()
+    test_causal_tile_use()
+    if failures:
+        print(f"test_bench_tools: {len(failures)} failed")
+        sys.exit(1)
+    print("test_bench_tools: all passed")
+
+
+if __name__ == "__main__":
+    main()
