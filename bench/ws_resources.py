@@ -17,7 +17,8 @@ def main():
         m = re.search(r"(\S+ q=.*?) on (\S+), ptxas", line)
         if m:  # the loop is empty but on sm_90a
             spec = m.group(1) if m.group(2) == "sm_90a" else None
-            specs.add(spec)
+            if spec:
+                specs.add(spec)
             continue
         note = re.search(r"\((C75\d\d)\) .*are serialized", line)
         if spec and note and "'fi_prefill_kernel_ws'" in line:
@@ -36,7 +37,7 @@ def main():
             print(f"  {spill:4d} B spilled, {regs} registers (kernel-wide): {spec}")
     for spec in sorted(serial):
         print(f"  wgmma serialised ({', '.join(sorted(serial[spec]))}): {spec}")
-    unread = len(specs - {None} - {r[0] for r in rows})
+    unread = len(specs - {r[0] for r in rows})
     hist = collections.Counter(spill for _, _, spill in rows)
     print(f"Hopper main loop (fi_prefill_kernel_ws): {len(rows)} modules, "
           f"{hist.get(0, 0)} without spills; spill bytes: "
