@@ -239,7 +239,10 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
                                         kTileKV));
     }
     // Keys of its last tile that some row of this warpgroup sees (kTrimLast:
-    // its P.V stops there; the logits past them are masked).
+    // its P.V stops there; the logits past them are masked). The bound is
+    // spelt here as above: named once (last_key_seen + 1), ptxas scheduled
+    // every causal module's loop anew, and paged hd 128 causal measured
+    // 0.96-0.97x (H200, session 31, A/B in one process).
     const int last_keys =
         kTrimLast ? imin(w.kv_len, wg_tok_hi + off + 1) - (kr.kv_start + (n_own - 1) * kTileKV) : kTileKV;
     // Each consumer takes n + 1 turns a block (S of tile 0, S + P.V of
