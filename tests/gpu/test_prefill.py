@@ -52,6 +52,7 @@ def reference_logits(q64, k64, *, sm_scale, pos, rope, slopes, cap, mask, window
     query's position among the keys. tests/gpu/test_variants.py builds on it too."""
     Lq, H, D = q64.shape
     Lk, Hkv = k64.shape[0], k64.shape[1]
+    G = H // Hkv  # query heads per kv head
     dev = q64.device
     off = Lk - Lq
     if pos == "rope":
@@ -61,12 +62,12 @@ def reference_logits(q64, k64, *, sm_scale, pos, rope, slopes, cap, mask, window
         q64 = rope_apply(q64.permute(1, 0, 2), qpos, freq).permute(1, 0, 2)
         kpos = torch.arange(Lk, dtype=torch.float64, device=dev) + offset
         k64 = rope_apply(k64.permute(1, 0, 2), kpos, freq).permute(1, 0, 2)
-    s = torch.einsum("ikgd,jkd->kgij", q64.reshape(Lq, Hkv, H // Hkv, D), k64) * sm_scale
+    s = torch.einsum("ikgd,jkd->kgij", q64.reshape(Lq, Hkv, G, D), k64) * sm_scale
     i = torch.arange(Lq, device=dev)[:, None]
     j = torch.arange(Lk, device=dev)[None, :]
     qp = i + off
     if pos == "alibi":
-        s = s + slopes.double().reshape(Hkv, H // Hkv)[:, :, None, None] * (j - qp).double()
+        s = s + slopes.double().reshape(Hkv, G)[:, :, None, None] * (j - qp).double()
     if cap:
         s = cap * torch.tanh(s / cap)
     vis = torch.ones(Lq, Lk, dtype=torch.bool, device=dev)
