@@ -13,3 +13,14 @@ def batch_lens(batch=16, lo=100, hi=8000, seed=1):
 def single_len(lens):
     """The single prefill length whose L^2 equals the batch's sum of L_i^2 (the same pairs)."""
     return int(round(math.sqrt(sum(L * L for L in lens))))
+
+
+def shape_grid(dtypes, hds, masks, heads):
+    """The benchmarks' shapes from their comma-separated options, in their order: (dtype,
+    head_dim, mask, query heads, kv heads) for each dtype, head_dim, mask and "H/Hkv"."""
+    for dtype in dtypes.split(","):
+        for hd in (int(x) for x in hds.split(",")):
+            for mask in masks.split(","):
+                for h in heads.split(","):
+                    H, Hkv = (int(x) for x in h.split("/"))
+                    yield dtype, hd, mask, H, Hkv

@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "gpu"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batch_shapes import batch_lens, single_len  # noqa: E402
+from batch_shapes import batch_lens, shape_grid, single_len  # noqa: E402
 from bench_prefill import TORCH_DTYPES, environment, time_once  # noqa: E402
 from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
 
@@ -151,71 +151,68 @@ def main():
     print(f"{'dtype':5} {'hd':>3} {'mask':6} {'heads':>6} | {'single':>7} (L) | " +
           " | ".join(f"{k:>7} {'x single':>8} [rounds]" for k in kinds))
     rows = []
-    for dtype in opt.dtypes.split(","):
+    for dtype, hd, mask, H, Hkv in shape_grid(opt.dtypes, opt.hds, opt.masks, opt.heads):
         tdt = TORCH_DTYPES[dtype]
-        for hd in (int(x) for x in opt.hds.split(",")):
-            for mask in opt.masks.split(","):
-                causal = mask == "causal"
-                for heads in opt.heads.split(","):
-                    H, Hkv = (int(x) for x in heads.split("/"))
-                    work = sum(pairs(L, causal) for L in lens)
-                    Ls = single_len(lens)
-                    q = torch.randn(Ls, H, hd, device="cuda", dtype=tdt)
-                    k = torch.randn(Ls, Hkv, hd, device="cuda", dtype=tdt)
-                    v = torch.randn(Ls, Hkv, hd, device="cuda", dtype=tdt)
-                    o = torch.empty_like(q)
-                    sargs = prefill_args(q, k, v, o)
-                    sspec = prefill_spec("single", dtype, hd, mask)
-                    # Its workspace holds the counter of the persistent CTAs' claims.
-                    sws = pf.workspace(sspec, sargs)  # noqa: F841 (kept alive)
-                    stream = torch.cuda.current_stream().cuda_stream
-                    runners = {"single": lambda: pf.run(sspec, sargs, stream)}
-                    for ab_name, ab_env, ab_pf in sides:
-                        def single_ab(env=ab_env, spf=ab_pf):  # reads FIJIT_PREFILL_WS per launch
-                            with environment(env):
-                                spf.run(sspec, sargs, stream)
-                        runners[f"single:{ab_name}"] = single_ab
-                    plans, keep = [], []
-                    for kind in kinds:
-                        base, order = KINDS[kind]
-                        bspec = prefill_spec(base, dtype, hd, mask)
-                        for name, env, bpf in [(kind, {}, pf)] + [
-                                (f"{kind}:{n}", e, p) for n, e, p in sides]:
-                            with environment(env):
-                                fn, kp, plan = batch_runner(bpf, base, bspec, lens, H, Hkv, hd, tdt,
-                                                            opt.page, order or opt.page_order)
-                            runners[name] = fn
-                            plans.append((bpf, plan))
-                            keep.append(kp)
-                    times = {n: [[] for _ in range(opt.rounds)] for n in runners}
-                    for fn in runners.values():
-                        for _ in range(3):
-                            fn()
-                    torch.cuda.synchronize()
-                    for r in range(opt.rounds):
-                        order = list(runners) if r % 2 == 0 else list(reversed(runners))
-                        for n in order:
-                            for _ in range(opt.reps):
-                                times[n][r].append(time_once(runners[n]))
-                    single_flops = 4.0 * H * hd * pairs(Ls, causal)
-                    batch_flops = 4.0 * H * hd * work
-                    flops = {n: single_flops if n.split(":")[0] == "single" else batch_flops
-                             for n in runners}
-                    tf = {n: flops[n] / statistics.median(sum(t, [])) / 1e12
-                          for n, t in times.items()}
-                    spread = {n: round_ratio_range(times, flops, n, "single") for n in kinds}
-                    ab = "".join(f" | {n} {tf[n]:7.1f} x default {tf[n] / tf[n.split(':')[0]]:.2f}"
-                                 f" {range_text(round_ratio_range(times, flops, n, n.split(':')[0]))}"
-                                 for n in tf if ":" in n)
-                    batch = " | ".join(f"{tf[k]:7.1f} {tf[k] / tf['single']:8.2f} "
-                                       f"{range_text(spread[k])}" for k in kinds)
-                    print(f"{dtype:5} {hd:3d} {mask:6} {heads:>6} | {tf['single']:7.1f} ({Ls}) | "
-                          f"{batch}{ab}", flush=True)
-                    rows.append({"dtype": dtype, "hd": hd, "mask": mask, "heads": heads,
-                                 "lens": lens, "single_len": Ls, "tflops": tf,
-                                 "round_ratio_range": spread})
-                    for bpf, plan in plans:
-                        bpf.plan_free(plan)
+        causal = mask == "causal"
+        heads = f"{H}/{Hkv}"
+        work = sum(pairs(L, causal) for L in lens)
+        Ls = single_len(lens)
+        q = torch.randn(Ls, H, hd, device="cuda", dtype=tdt)
+        k = torch.randn(Ls, Hkv, hd, device="cuda", dtype=tdt)
+        v = torch.randn(Ls, Hkv, hd, device="cuda", dtype=tdt)
+        o = torch.empty_like(q)
+        sargs = prefill_args(q, k, v, o)
+        sspec = prefill_spec("single", dtype, hd, mask)
+        # Its workspace holds the counter of the persistent CTAs' claims.
+        sws = pf.workspace(sspec, sargs)  # noqa: F841 (kept alive)
+        stream = torch.cuda.current_stream().cuda_stream
+        runners = {"single": lambda: pf.run(sspec, sargs, stream)}
+        for ab_name, ab_env, ab_pf in sides:
+            def single_ab(env=ab_env, spf=ab_pf):  # reads FIJIT_PREFILL_WS per launch
+                with environment(env):
+                    spf.run(sspec, sargs, stream)
+            runners[f"single:{ab_name}"] = single_ab
+        plans, keep = [], []
+        for kind in kinds:
+            base, order = KINDS[kind]
+            bspec = prefill_spec(base, dtype, hd, mask)
+            for name, env, bpf in [(kind, {}, pf)] + [
+                    (f"{kind}:{n}", e, p) for n, e, p in sides]:
+                with environment(env):
+                    fn, kp, plan = batch_runner(bpf, base, bspec, lens, H, Hkv, hd, tdt,
+                                                opt.page, order or opt.page_order)
+                runners[name] = fn
+                plans.append((bpf, plan))
+                keep.append(kp)
+        times = {n: [[] for _ in range(opt.rounds)] for n in runners}
+        for fn in runners.values():
+            for _ in range(3):
+                fn()
+        torch.cuda.synchronize()
+        for r in range(opt.rounds):
+            order = list(runners) if r % 2 == 0 else list(reversed(runners))
+            for n in order:
+                for _ in range(opt.reps):
+                    times[n][r].append(time_once(runners[n]))
+        single_flops = 4.0 * H * hd * pairs(Ls, causal)
+        batch_flops = 4.0 * H * hd * work
+        flops = {n: single_flops if n.split(":")[0] == "single" else batch_flops
+                 for n in runners}
+        tf = {n: flops[n] / statistics.median(sum(t, [])) / 1e12
+              for n, t in times.items()}
+        spread = {n: round_ratio_range(times, flops, n, "single") for n in kinds}
+        ab = "".join(f" | {n} {tf[n]:7.1f} x default {tf[n] / tf[n.split(':')[0]]:.2f}"
+                     f" {range_text(round_ratio_range(times, flops, n, n.split(':')[0]))}"
+                     for n in tf if ":" in n)
+        batch = " | ".join(f"{tf[k]:7.1f} {tf[k] / tf['single']:8.2f} "
+                           f"{range_text(spread[k])}" for k in kinds)
+        print(f"{dtype:5} {hd:3d} {mask:6} {heads:>6} | {tf['single']:7.1f} ({Ls}) | "
+              f"{batch}{ab}", flush=True)
+        rows.append({"dtype": dtype, "hd": hd, "mask": mask, "heads": heads,
+                     "lens": lens, "single_len": Ls, "tflops": tf,
+                     "round_ratio_range": spread})
+        for bpf, plan in plans:
+            bpf.plan_free(plan)
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "bench_batch_prefill.json"), "w") as f:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """CPU tests of the bench tools that the GPU runs' reports rest on (no GPU, no torch):
 bench/ws_resources.py on a prewarm log (spills, every serialisation note, and the specs
-whose log lost the loop's resource lines), and bench/causal_tile_use.py's pair counts on
-cases small enough to count by hand.
+whose log lost the loop's resource lines), bench/causal_tile_use.py's pair counts on
+cases small enough to count by hand, and bench/batch_shapes.py's batch and shapes.
 
     python3 tests/python/test_bench_tools.py      (make test-python)
 
@@ -15,6 +15,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+from batch_shapes import batch_lens, shape_grid, single_len  # noqa: E402
 from causal_tile_use import seen_and_computed  # noqa: E402
 
 failures = []
@@ -93,9 +94,23 @@ def test_causal_tile_use():
     check("causal_tile_use: grouped heads pack rows per token", seen == 4 * 32 * 33 // 2, str(seen))
 
 
+def test_batch_shapes():
+    # The batch benchmarks' shapes: every dtype, head_dim, mask and heads, heads fastest.
+    grid = list(shape_grid("fp16,bf16", "64,128", "causal", "32/8,32/32"))
+    check("batch_shapes: the grid's order and size",
+          len(grid) == 8 and grid[:2] == [("fp16", 64, "causal", 32, 8), ("fp16", 64, "causal", 32, 32)]
+          and grid[-1] == ("bf16", 128, "causal", 32, 32), str(grid[:3]))
+    lens = batch_lens()
+    L = single_len(lens)
+    check("batch_shapes: single prefill of the batch's pairs",
+          len(lens) == 16 and all(100 <= x <= 8000 for x in lens)
+          and abs(L * L - sum(x * x for x in lens)) <= L, f"{lens} -> {L}")
+
+
 def main():
     test_ws_resources()
     test_causal_tile_use()
+    test_batch_shapes()
     if failures:
         print(f"test_bench_tools: {len(failures)} failed")
         sys.exit(1)
