@@ -6,7 +6,7 @@
 # main loop replaces (FIJIT_PREFILL_WS=0), then the benchmarks
 # (bench/bench_prefill.py: the Hopper main loop and the tile kernels side by
 # side; --fp8: fp8 beside 16-bit; bench/bench_single_rope.py;
-# bench/bench_batch_prefill.py); the registers
+# bench/bench_batch_prefill.py; bench/peer_batch_prefill.py); the registers
 # and spills of the Hopper main loop (bench/ws_resources.py) and the prefill
 # table are printed last. Build on the build host (`make`) and carry build/ here.
 #
@@ -103,13 +103,21 @@ bench_rc=$?
 OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_single_rope.py > "$OUT_DIR/bench_single_rope.log" 2>&1
 rope_rc=$?
 [ $bench_rc = 0 ] && bench_rc=$rope_rc
-# Batch prefill (ragged, paged) against single prefill on the same work.
-BATCH_ARGS=()
+# Batch prefill (ragged, paged) against single prefill on the same work: issue 17's
+# shapes (10 rounds: bench_batch_prefill.py's default), and without --quick the same
+# target on the peers (SDPA-flash varlen, cuDNN on a jagged nested tensor).
+BATCH_ARGS=(--hds 64,128,256 --heads 32/8,32/32 --dtypes fp16,bf16)
 [ $QUICK = 1 ] && BATCH_ARGS=(--reps 10 --rounds 2)
 OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_batch_prefill.py "${BATCH_ARGS[@]}" \
     > "$OUT_DIR/bench_batch_prefill.log" 2>&1
 batch_rc=$?
 [ $bench_rc = 0 ] && bench_rc=$batch_rc
+if [ $QUICK = 0 ]; then
+    OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/peer_batch_prefill.py \
+        --hds 64,128,256 > "$OUT_DIR/peer_batch_prefill.log" 2>&1
+    peer_rc=$?
+    [ $bench_rc = 0 ] && bench_rc=$peer_rc
+fi
 # fp8 beside 16-bit at head_dim 128 (the issue's stretch target: >= 1.5x at seq >= 4k).
 FP8_ARGS=(--fp8 --seqs 1024,4096,8192,16384 --dtypes bf16,fp16)
 [ $QUICK = 1 ] && FP8_ARGS=(--fp8 --seqs 4096,16384 --dtypes bf16 --reps 10)
@@ -127,6 +135,7 @@ echo "three persistent CTAs claiming blocks (FIJIT_PREFILL_WS=persistent:3, --qu
 echo "fp8 (tests/gpu/test_prefill_fp8.py): $(tail -1 "$OUT_DIR/test_prefill_fp8.log")"
 [ -e "$OUT_DIR/ws_resources.log" ] && tail -1 "$OUT_DIR/ws_resources.log"
 cat "$OUT_DIR/bench_batch_prefill.log"
+[ -e "$OUT_DIR/peer_batch_prefill.log" ] && grep -v "^W[0-9]" "$OUT_DIR/peer_batch_prefill.log"
 grep -v '^  ' "$OUT_DIR/bench_prefill.log" | sed -n '/^ERROR/p'
 cat "$OUT_DIR/bench_single_rope.log"
 sed -n '/^prefill, batch/,$p' "$OUT_DIR/bench_prefill.log"
