@@ -24,3 +24,22 @@ def shape_grid(dtypes, hds, masks, heads):
                 for h in heads.split(","):
                     H, Hkv = (int(x) for x in h.split("/"))
                     yield dtype, hd, mask, H, Hkv
+
+
+def add_batch_options(ap, heads):
+    """The batch benchmarks' options for their batch and shapes on argparse parser ap
+    (`heads`: the default "H/Hkv" list); read back by batch_of and shape_grid."""
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lens", default="100,8000", help="min,max request length")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--hds", default="128")
+    ap.add_argument("--dtypes", default="fp16")
+    ap.add_argument("--heads", default=heads)
+    ap.add_argument("--masks", default="none,causal")
+    ap.add_argument("--page", type=int, default=16)
+
+
+def batch_of(opt):
+    """The request lengths that add_batch_options' parsed options name."""
+    lo, hi = (int(x) for x in opt.lens.split(","))
+    return batch_lens(opt.batch, lo, hi, opt.seed)

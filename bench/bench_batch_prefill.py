@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "gpu"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batch_shapes import batch_lens, shape_grid, single_len  # noqa: E402
+from batch_shapes import add_batch_options, batch_of, shape_grid, single_len  # noqa: E402
 from bench_prefill import TORCH_DTYPES, environment, time_once  # noqa: E402
 from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
 
@@ -109,16 +109,9 @@ def main():
     # lose, and a median over 3 read 0.86-0.89x on shapes that 10 put at 0.90-0.93x (H200).
     ap.add_argument("--reps", type=int, default=6, help="timed runs of each runner a round")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lens", default="100,8000", help="min,max request length")
-    ap.add_argument("--hds", default="128")
-    ap.add_argument("--dtypes", default="fp16")
-    ap.add_argument("--heads", default="32/8")
-    ap.add_argument("--masks", default="none,causal")
-    ap.add_argument("--page", type=int, default=16)
+    add_batch_options(ap, heads="32/8")
     ap.add_argument("--page-order", choices=("random", "sequential"), default="random",
                     help="paged K/V: pages a random permutation of the pool, or in order")
-    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kinds", default="ragged,paged",
                     help="batch kinds to time: ragged, paged (pages in --page-order), paged-seq "
                     "(paged, its pages in order: beside paged, where the pool's layout costs)")
@@ -134,8 +127,7 @@ def main():
     kinds = opt.kinds.split(",")
     if not kinds or any(k not in KINDS for k in kinds):
         ap.error("--kinds: ragged, paged and/or paged-seq")
-    lo, hi = (int(x) for x in opt.lens.split(","))
-    lens = batch_lens(opt.batch, lo, hi, opt.seed)
+    lens = batch_of(opt)
     fj = Fijit()
     pf = Prefill(fj)
     # The --ab sides: (name, environment, Prefill), each on its own library where given.

@@ -38,7 +38,7 @@ import torch.nn.functional as F  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "gpu"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batch_shapes import batch_lens, shape_grid, single_len  # noqa: E402
+from batch_shapes import add_batch_options, batch_of, shape_grid, single_len  # noqa: E402
 from bench_batch_prefill import batch_runner, pairs  # noqa: E402
 from bench_prefill import TORCH_DTYPES, SDPBackend, add_sdpa, sdpa_kernel, time_runners  # noqa: E402
 from fijit_py import Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
@@ -194,18 +194,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=4, help="timed runs a round")
     ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lens", default="100,8000", help="min,max request length")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--hds", default="128")
-    ap.add_argument("--dtypes", default="fp16")
-    ap.add_argument("--heads", default="32/8,32/32")
-    ap.add_argument("--masks", default="none,causal")
-    ap.add_argument("--page", type=int, default=16)
+    add_batch_options(ap, heads="32/8,32/32")
     ap.add_argument("--verbose", action="store_true", help="say why a peer refused a shape")
     opt = ap.parse_args()
-    lo, hi = (int(x) for x in opt.lens.split(","))
-    lens = batch_lens(opt.batch, lo, hi, opt.seed)
+    lens = batch_of(opt)
     fj = Fijit()
     pf = Prefill(fj)
     dev = torch.cuda.get_device_name()

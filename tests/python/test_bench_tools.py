@@ -8,6 +8,7 @@ cases small enough to count by hand, and bench/batch_shapes.py's batch and shape
 
 Prints one line per check; exit status 1 if any failed.
 """
+import argparse
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from batch_shapes import batch_lens, shape_grid, single_len  # noqa: E402
+from batch_shapes import add_batch_options, batch_lens, batch_of, shape_grid, single_len  # noqa: E402
 from causal_tile_use import seen_and_computed  # noqa: E402
 
 failures = []
@@ -100,7 +101,16 @@ def test_batch_shapes():
     check("batch_shapes: the grid's order and size",
           len(grid) == 8 and grid[:2] == [("fp16", 64, "causal", 32, 8), ("fp16", 64, "causal", 32, 32)]
           and grid[-1] == ("bf16", 128, "causal", 32, 32), str(grid[:3]))
-    lens = batch_lens()
+    # The options both batch benchmarks parse name this batch by default.
+    ap = argparse.ArgumentParser()
+    add_batch_options(ap, heads="32/8")
+    opt = ap.parse_args([])
+    lens = batch_of(opt)
+    check("batch_shapes: the options' default batch is batch_lens()'s",
+          lens == batch_lens() and (opt.heads, opt.page) == ("32/8", 16), str(lens))
+    check("batch_shapes: --lens and --seed pick another batch",
+          batch_of(ap.parse_args(["--lens", "10,20", "--seed", "3", "--batch", "4"]))
+          == batch_lens(4, 10, 20, 3), "")
     L = single_len(lens)
     check("batch_shapes: single prefill of the batch's pairs",
           len(lens) == 16 and all(100 <= x <= 8000 for x in lens)
