@@ -11,8 +11,8 @@ script restates, so it must change with it:
     own last row (ws/config.cuh: kOwnTiles);
   * a group of G query heads per kv head packs G rows per token.
 The defaults are the lean causal tuples': head_dim 64 (192 rows, 128 keys), 128 (128
-rows, 160 keys) and 256 (128 rows, 80 keys), each consumer on its own tiles (two
-consumers since session 30; --own no gives the count before). The batch loses to single prefill by
+rows, 160 keys) and 256 (128 rows, 80 keys), each consumer on its own tiles (also
+with two consumers; --own no counts every consumer on every tile). The batch loses to single prefill by
 the ratio of the two fractions before any per-block cost."""
 import argparse
 import os

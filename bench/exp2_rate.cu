@@ -1,6 +1,6 @@
 // Exponentials a clock an SM of the forms a softmax can take: ex2.approx.f32
 // (the MUFU), ex2.approx.f16x2, 2^x on the FMA and integer pipes (the form
-// session 31 tried in fp8 prefill's softmax and dropped: README), and mixes
+// tried in fp8 prefill's softmax and dropped: docs/performance.md), and mixes
 // of the MUFU and that. Independent chains, many warps: a throughput, not a latency.
 // nvcc -O3 -arch=sm_90a -o /tmp/exp2_rate bench/exp2_rate.cu && /tmp/exp2_rate
 // (the device machine has nvcc; the build host has no GPU to run it).

@@ -103,8 +103,8 @@ bench_rc=$?
 OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_single_rope.py > "$OUT_DIR/bench_single_rope.log" 2>&1
 rope_rc=$?
 [ $bench_rc = 0 ] && bench_rc=$rope_rc
-# Batch prefill (ragged, paged) against single prefill on the same work: issue 17's
-# shapes (10 rounds: bench_batch_prefill.py's default), and without --quick the same
+# Batch prefill (ragged, paged) against single prefill on the same work: the
+# target shapes (10 rounds: bench_batch_prefill.py's default), and without --quick the same
 # target on the peers (SDPA-flash varlen, cuDNN on a jagged nested tensor).
 BATCH_ARGS=(--hds 64,128,256 --heads 32/8,32/32 --dtypes fp16,bf16)
 [ $QUICK = 1 ] && BATCH_ARGS=(--reps 10 --rounds 2)
@@ -118,7 +118,7 @@ if [ $QUICK = 0 ]; then
     peer_rc=$?
     [ $bench_rc = 0 ] && bench_rc=$peer_rc
 fi
-# fp8 beside 16-bit at head_dim 128 (the issue's stretch target: >= 1.5x at seq >= 4k).
+# fp8 beside 16-bit at head_dim 128 (the stretch target: >= 1.5x at seq >= 4k).
 FP8_ARGS=(--fp8 --seqs 1024,4096,8192,16384 --dtypes bf16,fp16)
 [ $QUICK = 1 ] && FP8_ARGS=(--fp8 --seqs 4096,16384 --dtypes bf16 --reps 10)
 OUT=$OUT_DIR timeout "${PREFILL_BENCH_TIMEOUT:-900}" python3 bench/bench_prefill.py "${FP8_ARGS[@]}" \

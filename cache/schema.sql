@@ -1,11 +1,11 @@
 -- fijit cache index (index.sqlite in the cache directory).
 --
 -- Embedded into the library at build time as fi__schema_sql and run by
--- src/store.c inside BEGIN IMMEDIATE, so that several processes opening a
+-- src/store/local/index.c inside BEGIN IMMEDIATE, so that several processes opening a
 -- fresh cache at once create it exactly once.
 --
 -- Versioning: PRAGMA user_version below is the schema version. When it
--- changes, bump FI_SCHEMA_VERSION in src/store.c to the same number. An index
+-- changes, bump FI_SCHEMA_VERSION in src/store/local/local.h to the same number. An index
 -- with any other version is dropped and recreated; no data is lost for good,
 -- because every object file carries its key and meta in its header and is
 -- re-indexed on its next read or by `fijit verify --repair`.

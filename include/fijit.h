@@ -280,7 +280,7 @@ FI_API int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *
 /* ---- Custom variants -------------------------------------------------------
  * A variant is a CUDA C++ snippet that defines
  *     struct Variant : fijit::DefaultVariant { ...hooks it overrides... };
- * (see templates/fijit_variant.cuh for the hooks and their contracts). It may
+ * (see templates/common/variant.cuh for the hooks and their contracts). It may
  * declare extra launch parameters, one per line, as
  *     //! param float sigmoid_scale
  *     //! param const float* sink_logits

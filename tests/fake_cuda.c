@@ -1,6 +1,6 @@
 /*
  * A fake CUDA driver for the CPU tests (see fake_cuda.h): the entry points
- * fijit loads from libcuda.so.1 (src/cuda_drv.c), built as a shared library
+ * fijit loads from libcuda.so.1 (src/toolchain/cuda_drv.c), built as a shared library
  * with that soname. A test dlopens it by path before fijit's first driver
  * call; fijit's dlopen("libcuda.so.1") then finds it already loaded.
  */

@@ -1,5 +1,5 @@
 /*
- * Robustness of the cache seen through the public API (issue 5): many
+ * Robustness of the cache seen through the public API: many
  * processes and threads on an empty cache, builders killed with SIGKILL at
  * random moments, damaged objects and indexes, a full disk and a read-only
  * store, size and age limits, bad input of every kind, and hostile cache

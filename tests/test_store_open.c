@@ -232,7 +232,7 @@ TEST(open_never_follows_a_symlinked_index_wal_or_shm)
         rc = fi_store_open(&st, dir, FI_STORE_READ_ONLY_FALLBACK, 0);
         fi_store_close(st);
         if (i == 0) {
-            /* Writable: the link itself is moved aside and the index rebuilt (issue 8). */
+            /* Writable: the link itself is moved aside and the index rebuilt. */
             struct stat sb;
             CHECK_MSG(rc == 0 && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "%s: rc %d: %s",
                       names[i], rc, fi_last_error());

@@ -201,7 +201,7 @@ int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const fi_varia
     text_add(&t, "constexpr int kPos = %d;  // %s\n", spec->pos, fi__pos_name(spec->pos));
     text_add(&t, "constexpr bool kSoftCap = %s;\n", spec->soft_cap ? "true" : "false");
     /* The variant's declared launch parameters, in the layout the host packs
-     * (src/variant_args.c); empty for the built-in variant. */
+     * (src/core/variant.c: fi__variant_pack); empty for the built-in variant. */
     text_add(&t, "struct VariantParams {\n");
     for (int i = 0; variant && i < variant->param_count; i++)
         text_add(&t, "    %s %s;  // offset %u\n", variant->params[i].c_type, variant->params[i].name,

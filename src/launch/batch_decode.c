@@ -1,7 +1,7 @@
 /*
  * Host side of batch decode over a paged KV cache (include/fijit_batch_decode.h):
  * the plan, its workspace, the launch, and fi_merge_states. The kernels are in
- * templates/batch_decode.cuh (tile loop shared with single decode in
+ * templates/decode/batch_decode.cuh (tile loop shared with single decode in
  * templates/decode/); the parameter structs in templates/decode/params.h.
  *
  * The plan. One block serves one kv head (or a slice of a large GQA group,

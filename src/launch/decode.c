@@ -1,6 +1,6 @@
 /*
  * Host side of single-request decode: argument validation, the split-KV plan,
- * the kernel parameter struct and the launches (templates/decode.cuh holds the
+ * the kernel parameter struct and the launches (templates/decode/decode.cuh holds the
  * kernels, templates/decode/params.h the struct both sides share).
  *
  * Split plan. One block serves one KV head (or a slice of a large GQA group)

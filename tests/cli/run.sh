@@ -217,7 +217,7 @@ FP16_KEY=$("$FIJIT" list --keys --dtype fp16 --cache-dir "$CACHE" | cut -d' ' -f
 check explain_key_matches_list "explain's key is not the key list shows for the spec" \
     grep -qx "key $FP16_KEY" "$WORK/explain.txt"
 
-# ---- environment, arches and limits (issue 15) ------------------------------------------
+# ---- environment, arches and limits ------------------------------------------
 # Bad environment values are usage errors (exit 2) wherever they are used...
 run env_bad_log --env FIJIT_LOG=abc -- prewarm "${SPECS[@]}" --cache-dir "$CACHE"
 run env_bad_size_prewarm --env FIJIT_MAX_CACHE_SIZE=lots -- prewarm "${SPECS[@]}" --cache-dir "$CACHE"
@@ -225,7 +225,7 @@ run env_bad_size_explain --env FIJIT_MAX_CACHE_SIZE=lots -- explain "decode hd=6
 run env_bad_arch_explain --env FIJIT_ARCH=sm_xx -- explain "decode hd=64" --cache-dir "$CACHE"
 run env_bad_arch_prewarm --env FIJIT_ARCH=sm_xx -- prewarm --dtype fp16 --cache-dir "$CACHE"
 run env_bad_arch_demo --env FIJIT_ARCH=sm_xx -- demo --cache-dir "$CACHE"
-# One size parser (issue 16): FIJIT_MAX_CACHE_SIZE (read by the library's
+# One size parser: FIJIT_MAX_CACHE_SIZE (read by the library's
 # context in explain, and by gc itself) and `gc --max-size` take the same
 # spellings, and refuse the same ones.
 # size_case NAME SIZE WANT: explain, gc from the environment and gc --max-size
@@ -489,7 +489,7 @@ rc=$?
 check demo "exit $rc: $(cat "$WORK/demo.out" "$WORK/demo.err")" \
     eval "[ $rc = 0 ] && grep -qE '^demo: (no CUDA device; skipped launch|decode fp16 hd128 .* OK$)' '$WORK/demo.out'"
 
-# ---- robustness (issue 5): repair, limits, temp files, hostile input -----------------
+# ---- robustness: repair, limits, temp files, hostile input -----------------
 R=$WORK/robust
 "$FIJIT" prewarm --dtype fp16,bf16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$R" >/dev/null 2>&1
 RKEY=$("$FIJIT" list --keys --dtype bf16 --cache-dir "$R" | cut -d' ' -f1)
@@ -517,7 +517,7 @@ head -c 5000 /dev/urandom >"$R/index.sqlite"
 rc=$?
 check robust_garbage_index_repaired "want the index rebuilt with 1 entry: $(cat "$WORK/r4.out")" \
     eval "[ $rc = 0 ] && [ \"\$(\"$FIJIT\" stats --json --cache-dir '$R' | sed -E 's/.*\"entries\":([0-9]+).*/\1/')\" = 1 ]"
-# Issue 15: a killed writer's temp is a note (exit 0); a FIFO at an object path
+# A killed writer's temp is a note (exit 0); a FIFO at an object path
 # is a problem that verify names without hanging; one repair run fixes it.
 printf 'partial' >"$R/objects/ab/ab0123456789abcdef0123456789abcd.fo.tmp.999999.1"
 touch -d '2 minutes ago' "$R/objects/ab/ab0123456789abcdef0123456789abcd.fo.tmp.999999.1"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Several CUDA contexts, devices and processes on one fijit cache (issue 20).
+"""Several CUDA contexts, devices and processes on one fijit cache.
 
 fijit promises one module per (kernel, CUDA context), each kernel built once
 per process however many devices ask, and once per cache however many ranks

@@ -2,11 +2,12 @@
  * Build-time generator: turns templates/ files and cache/schema.sql into one C
  * file, so the library carries its kernel sources and schema and never reads
  * them from a path that could drift. Usage:
- *   embed OUT.c --schema cache/schema.sql --root templates templates/a.cuh templates/dir/b.h ...
- * Each template is embedded under its path relative to the root
- * ("dir/b.h"), the name templates #include it by and src/core/expand.c
- * looks up; a path outside the root, or a name expand would refuse (".."
- * or "." parts, hidden files, other characters), stops the build.
+ *   embed OUT.c --schema cache/schema.sql --root templates FILE...
+ * Each template FILE is embedded under its path relative to the root
+ * (templates/prefill/ws/config.cuh as "prefill/ws/config.cuh"), the name
+ * templates #include it by and src/core/expand.c looks up; a path outside
+ * the root, or a name expand would refuse (".." or "." parts, hidden
+ * files, other characters), stops the build.
  */
 #include <ctype.h>
 #include <stdio.h>

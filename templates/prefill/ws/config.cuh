@@ -100,7 +100,7 @@ constexpr int kBarWg = kBarTurn + kConsumers;
 // at head_dim 128 in 16 bits (no turns: seq 1k 0.98-0.99x, else 1.00-1.03x).
 // Not at head_dim 256 without a mask (no turns: single prefill 1.00-1.08x,
 // ragged and paged 1.01-1.03x) nor in fp8 without one (1.01-1.10x; H200,
-// session 27, A/B in one process).
+// 2026-11-29, A/B in one process).
 constexpr bool kPingPong = kConsumers == 3 || fijit_cfg::kMask != fijit_cfg::kMaskNone ||
                            (kHeadDim == 128 && !kFp8);
 // The wait for P.V of tile i - 1 stays after the softmax of tile i, which
@@ -110,7 +110,7 @@ constexpr bool kPingPong = kConsumers == 3 || fijit_cfg::kMask != fijit_cfg::kMa
 // both of its products were done (ncu source view, fp8 seq 8k: the wait the
 // consumers' longest stall, 7.7% of the warps' samples). A branch that needs
 // the softmax's sums ends the block before the wait (consume.cuh). Taken at
-// head_dim 128, where it measured faster (H200, session 28, A/B in one
+// head_dim 128, where it measured faster (H200, 2026-11-29, A/B in one
 // process): 16-bit single prefill seq 4k-16k 1.00-1.11x (no mask
 // 1.02-1.11x), seq 1k 0.98-1.02x; ragged 1.01-1.04x, paged 0.99-1.02x; fp8
 // no mask 1.00-1.04x, causal 0.98-1.03x. Not at 64 (three consumers:
@@ -124,18 +124,18 @@ constexpr bool kWaitAfterSoftmax = kHeadDim == 128;
 // 0.93-1.06x (as the noise). With two, under a causal mask or a window:
 // consumer 0's rows end 64 packed rows before the block's, and with them,
 // often, its last tile. Tried before with two, it lost (0.86-0.96x at
-// head_dim 256), and in session 29 ptxas serialised the wgmmas (C7520, "WG.AR
+// head_dim 256), and then ptxas serialised the wgmmas (C7520, "WG.AR
 // in divergent path": the tile count depends on the warpgroup, which it
 // could not prove uniform); since run() takes the warpgroup from a shuffle
 // (kUniformWg) no module serialises and none spills more. Measured (H200,
-// session 30, A/B in one process, two runs): bench_batch_prefill.py causal
+// 2026-11-29, A/B in one process, two runs): bench_batch_prefill.py causal
 // ragged 1.00-1.03x, paged hd 128 1.04-1.06x, hd 256 1.05x;
 // bench_prefill.py causal hd 128 0.99-1.02x, hd 256 1.01-1.06x, window hd
 // 128 1.01-1.02x, hd 256 0.97-1.03x, hd 64 ALiBi causal (two consumers)
 // 1.01-1.05x.
 constexpr bool kOwnTiles = kConsumers == 3 || kCausal;
 // A consumer's last tile under a causal mask: P.V of only the k-steps of
-// the keys its rows see. Measured against own tiles alone (H200, session 30,
+// the keys its rows see. Measured against own tiles alone (H200, 2026-11-29,
 // A/B in one process): hd 128 (160-key tiles) ragged 1.01x, paged 1.01x,
 // single prefill 0.98-1.03x; hd 64 paged 1.02-1.04x (three runs), but
 // ragged 0.98-1.01x and single prefill 1.00-1.01x, so only paged there; hd
@@ -183,12 +183,12 @@ constexpr int kRescaleSlack = kConsumers == 3 ? 0 : 8;
 // Paged K/V: the producer's first warp loads K and its last warp V (a lane
 // per box each), so that the loop issuing a tile's boxes, a lane at a time,
 // takes its issue slots from two SM sub-partitions' consumer warps, not all
-// from the first's (a warpgroup's wgmma waits for its slowest warp; session
-// 23's cycle trace found those consumers' waits for S 40% longer than in
-// ragged). Measured against one warp loading both (H200, session 29,
-// bench_batch_prefill.py paged, A/B in one process, two runs): hd 128
-// 1.02-1.08x, hd 64 1.00-1.03x, hd 256 0.98-1.02x (sessions 22 and 24,
-// before kWaitAfterSoftmax: 0.98-1.02x). Only where Q comes by TMA: beside
+// from the first's (a warpgroup's wgmma waits for its slowest warp; a
+// cycle trace, bench/ws_trace.py, found those consumers' waits for S 40%
+// longer than in ragged). Measured against one warp loading both (H200,
+// 2026-11-29, bench_batch_prefill.py paged, A/B in one process, two runs):
+// hd 128 1.02-1.08x, hd 64 1.00-1.03x, hd 256 0.98-1.02x (before
+// kWaitAfterSoftmax: 0.98-1.02x). Only where Q comes by TMA: beside
 // consumers that load Q the producer has 24 registers, and split it
 // spilled in 60 more of the 108 paged modules.
 constexpr bool kSplitKV = kPaged && kRawQTuple;
@@ -200,7 +200,7 @@ constexpr int kKVLoaders = kPaged ? (kSplitKV ? 64 : 32) : 1;
 // not after waiting for the store to read it at the block's end: the next
 // block runs on the other buffer, and the producer refills this one for the
 // block after. With kFeedWork: single prefill seq 1k 1.02-1.04x at hd 64
-// and 128 (H200, session 22).
+// and 128 (H200, 2026-11-29).
 constexpr bool kLateQRelease = kQBufs == 2;
 // Blocks passed on ahead of their use: the K/V loader starts block k + 1
 // while the consumers compute block k (a claim further ahead would hold a

@@ -165,7 +165,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
                 // compares (the request's end, the row's position) held
                 // registers that spilled in 40 of the 162 fp16 sm_90a modules
                 // (up to 96 B; this form: 8 of 4 B, none new), and this form
-                // measured 1.00-1.05x faster (H200, session 29, A/B in one
+                // measured 1.00-1.05x faster (H200, 2026-11-29, A/B in one
                 // process: causal single prefill, ragged and paged).
                 const int seen_to = last_key_seen(w, qpos) - t0 - 2 * t;
 #pragma unroll
@@ -242,7 +242,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     // its P.V stops there; the logits past them are masked). The bound is
     // spelt here as above: named once (last_key_seen + 1), ptxas scheduled
     // every causal module's loop anew, and paged hd 128 causal measured
-    // 0.96-0.97x (H200, session 31, A/B in one process).
+    // 0.96-0.97x (H200, 2026-11-29, A/B in one process).
     const int last_keys =
         kTrimLast ? imin(w.kv_len, wg_tok_hi + off + 1) - (kr.kv_start + (n_own - 1) * kTileKV) : kTileKV;
     // Each consumer takes n + 1 turns a block (S of tile 0, S + P.V of

@@ -135,7 +135,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     // prefetch only added L2 lookups: without it, hd 128 no mask 32/8 read
     // 891 M L2 sectors, not 906 M, in 7.56 ms against 7.62 (ncu), and paged
     // hd 64 and 128 measured 1.00-1.01x on the batch's 8 shapes (H200,
-    // session 23, A/B in one process).
+    // 2026-11-28, A/B in one process).
     if constexpr ((kOps & kOpK) && (!kRawQTuple || kQBufs == 1)) prefetch_q_rows(p, maps, w, row0, lane);
     // No division by the page size (a run-time value: a reciprocal on the
     // MUFU, which the consumers' exponentials wait on) in the tile loop, nor
@@ -144,7 +144,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
     // kv_indices entry steps by a full tile's pages, and a part-page box's
     // page and row in it (lane_page, lane_row: this lane's box) by a tile's
     // pages and rows past them. Measured against dividing each tile (H200,
-    // session 25, bench_batch_prefill.py paged, A/B in one process, two
+    // 2026-11-29, bench_batch_prefill.py paged, A/B in one process, two
     // runs): hd 64 1.00-1.04x, hd 128 1.00-1.04x, hd 256 1.00-1.05x. What
     // this warp does each tile shows in the consumers' time: a check of its
     // page ids (a shuffle and a vote for K and V) measured 0.93-0.96x at hd 64.
@@ -170,7 +170,7 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         // The page id and row group of this lane's box, read at once (one
         // latency, not n). Read a tile ahead instead, while this tile's boxes
         // wait for their slots: 1.00-1.04x alone at hd 128 and 256, 0.97-1.01x
-        // beside block_row0's tiles (H200, session 24, bench_batch_prefill.py
+        // beside block_row0's tiles (H200, 2026-11-29, bench_batch_prefill.py
         // paged, A/B in one process; 4 B of spills beside three consumers).
         const int my_page = lane < n ? p.kv_indices[kParts ? lane_page : first_page + lane] : 0;
         const int my_group = kParts ? lane_row / 8 : 0;

@@ -38,7 +38,7 @@ __device__ __forceinline__ bool block_has_rows(const P &p, const Work &w)
 // the first one (from row -pad), which reads the fewest keys; aligned at row
 // 0, the partial tile was the last, which reads the most, with part of its
 // consumers idle (kOwnTiles) or computing rows past the request. Measured
-// (H200, session 24, A/B in one process, two runs): bench_batch_prefill.py
+// (H200, 2026-11-29, A/B in one process, two runs): bench_batch_prefill.py
 // causal ragged hd 64 1.02-1.03x, hd 128 0.98-1.01x, hd 256 1.01-1.03x;
 // paged hd 64 1.02-1.04x, hd 128 0.99-1.01x, hd 256 0.98-1.03x;
 // bench_prefill.py causal hd 64 seq 1k-4k 1.02-1.06x, hd 128/256

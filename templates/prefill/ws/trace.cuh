@@ -15,7 +15,7 @@
 // producer, a turn or the tensor cores: trace_kept), with fewer reductions
 // beside the wgmmas, so that the consumers run closer to their untraced
 // speed: all phases slowed them enough to hide most of what paged K/V
-// loses to ragged (1-2% traced, 5% untraced, H200, session 24).
+// loses to ragged (1-2% traced, 5% untraced, H200, 2026-11-29).
 #pragma once
 
 #include "prefill/ws/config.cuh"
