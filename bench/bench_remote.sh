@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fleet tier's figures (README, "The fleet tier"), on this machine, with
+# The fleet tier's figures (docs/performance.md, "Fleet tier"), on this machine, with
 # a private redis-server on loopback TCP:
 #   1. per kernel, each in a fresh process: cold compile (filling Redis),
 #      local disk hit, and remote hit into an empty local cache;

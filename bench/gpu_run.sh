@@ -48,7 +48,7 @@ mkdir -p "$OUT_DIR"
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 # The GPU machine has libsqlite3 and libxxhash but not libhiredis or libsodium,
 # which the fleet tier opens when used (the Python package's remote tests): carry
-# Debian's copies in build/deps (see README).
+# Debian's copies in build/deps (see docs/performance.md).
 [ -d build/deps ] && export LD_LIBRARY_PATH=$PWD/build/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.2.0 ]; then

@@ -104,7 +104,7 @@ typedef struct fi_prefill_args {
      * counter through which sm_90a's persistent CTAs claim their blocks
      * (zeroed by a memset on the stream before the launch), so that none
      * idles at a causal grid's end: 1.08x at seq 15.5k, causal, 32/8, hd
-     * 128 (README); without room for it they walk the blocks in a fixed
+     * 128 (docs/performance.md); without room for it they walk the blocks in a fixed
      * order. Runs that share a workspace must not overlap in time.
      * fp8 (below) requires one: V is laid out there for the tensor cores. */
     void *workspace;

@@ -38,7 +38,7 @@
  * finishes early takes the next longest block; every run leaves it at 0.
  * Without a counter they walk their blocks in a fixed order, which at the
  * end of a causal grid leaves SMs idle (single prefill, 32/8 seq 15.5k: see
- * the README).
+ * docs/performance.md).
  */
 #include <limits.h>
 #include <math.h>
@@ -331,7 +331,7 @@ struct work_grid {
  * rows see `mean_keys` keys on average and that can claim blocks (a counter;
  * paged K/V whose consumers load Q, RoPE or a hook on every logit, walks a
  * fixed order, having no feed). Measured
- * on H100 (README): persistent CTAs, which load the next block's Q while
+ * on H100 (docs/performance.md): persistent CTAs, which load the next block's Q while
  * finishing this one, win at head_dim <= 128 (1.00-1.10x a CTA per block at
  * seq 4k-8k, 1.11-1.27x at 1k; bench_prefill.py, batch 4) and at 256 without
  * a causal mask (0.96-1.13x, most >= 1.0). At 256 with one (one Q buffer,

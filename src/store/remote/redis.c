@@ -4,7 +4,7 @@
  *   PREFIX:obj:<32 hex>     an entry (sealed when the fleet has a secret)
  *   PREFIX:lease:<32 hex>   a build lease: a random token, with an expiry
  * so several fleets can share one server under different prefixes.
- * Eviction is the server's (maxmemory and an LRU policy; see README).
+ * Eviction is the server's (maxmemory and an LRU policy; see docs/fleet.md).
  *
  * Threads: connections are kept in a small pool; a call takes one (or
  * makes one, bounded by the connect timeout), uses it alone, and gives it
