@@ -105,7 +105,7 @@ run: deps
 # mostly one thread each (the fuzz run is timed, not CPU-bound), so they run two
 # at a time, each one's output kept together. Every suite and test prints its
 # seconds, to see where CI time goes.
-TEST_PARALLEL := test-asan test-tsan test-cli test-install test-api test-fuzz test-python
+TEST_PARALLEL := test-asan test-tsan test-cli test-install test-api test-fuzz test-python test-worklog
 test: test-plain
 	@$(MAKE) --no-print-directory -j2 --output-sync=target $(TEST_PARALLEL)
 	@echo "make test: all suites passed"
@@ -182,6 +182,12 @@ test-python: $(B)/libfijit.so
 
 test-install: all
 	@echo "== install check"; $(call timed,test-install,bash tests/install_check.sh)
+
+# The repository's text: no work-log wording, no paths to files that do not
+# exist, a README of at most 25 KB whose quick start is examples/quickstart.c.
+.PHONY: test-worklog
+test-worklog:
+	@echo "== work-log check"; bash tests/worklog_check.sh
 
 bench: $(B)/bench_jit $(B)/fijit
 	$(B)/bench_jit
