@@ -73,7 +73,7 @@
  * into a workspace. Everywhere else the entry is empty.
  * Paged K/V: one TMA per box of a page's rows, all panels (FI_PREFILL_WS_PAGE_OK); a producer
  * warpgroup gathering pages with cp.async instead measured 0.40-0.42x single
- * prefill on a mixed batch (page 16, H100; commit 6b7f8f1). */
+ * prefill on a mixed batch (page 16, H100, 2026-11-24, bench_batch_prefill.py). */
 #define FI_PREFILL_WS_TUPLE(kind, custom_mask) (!(custom_mask))
 /* Paged K/V takes it when the page size is a multiple of 8 rows that
  * divides the K/V tile, or any multiple of 8 where the tile is taken in
