@@ -4,8 +4,8 @@
 # checkout), that:
 #   1. nothing reads as a work log: numbered sessions, issues or rounds of
 #      work ("session 12", "issue #5", "round 3"; a command's `--rounds 3`
-#      is an option, not a log). A figure carries its machine, date and
-#      command instead.
+#      is an option, and "a warp issues 4 loads" a verb). A figure carries
+#      its machine, date and command instead.
 #   2. every repository path named in text (src/..., templates/...,
 #      tests/... ending in a source suffix) names a file that exists;
 #   3. README.md is a front door, not a manual's worth: at most 25 KB;
@@ -29,8 +29,8 @@ list_files() {
 # grep -I skips binary files; -H names the file even when there is one.
 grep_files() { list_files | xargs -0 -r grep -HnIiE "$@" --; }
 
-# 1. Work-log wording.
-worklog='\bsessions? [0-9]+|\bissues? #?[0-9]+\b|(^|[^-])\brounds? [0-9]+\b'
+# 1. Work-log wording. ("issues 4 loads" is a verb; "issues #4" is not.)
+worklog='\bsessions? [0-9]+|\bissue #?[0-9]+\b|\bissues #[0-9]+|(^|[^-])\brounds? [0-9]+\b'
 if hits=$(grep_files "$worklog"); then
     problem "text that reads as a work log (say what the software does; give a figure its machine, date and command):"
     printf '%s\n' "$hits" | cut -c1-200 >&2
