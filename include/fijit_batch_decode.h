@@ -38,7 +38,8 @@
 extern "C" {
 #endif
 
-#define FI_BATCH_DECODE_PLAN_ARGS_VERSION 1 /* was fi_batch_decode_plan_info, same layout */
+#define FI_BATCH_DECODE_PLAN_ARGS_VERSION 1 /* the first (was fi_batch_decode_plan_info, same
+                                              layout): the only one accepted */
 
 /* The batch layout, in HOST memory. Request b owns the pages
  * kv_indices[kv_indptr[b] .. kv_indptr[b+1]) (kv_indices itself is on the
@@ -150,7 +151,8 @@ FI_API int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan
  * position encoding, soft-cap or variant: of `spec` only kind (which must
  * be FI_KIND_BATCH_DECODE), o_dtype (fp16 or bf16: v's and v_out's dtype)
  * and head_dim are read, so a batch decode's own spec serves. */
-#define FI_MERGE_STATES_ARGS_VERSION 1 /* fields renamed in 0.2 (s -> lse), same layout */
+#define FI_MERGE_STATES_ARGS_VERSION 1 /* the first, the only one accepted (fields renamed
+                                          in 0.2, s -> lse, same layout) */
 
 typedef struct fi_merge_states_args {
     unsigned version;              /* FI_MERGE_STATES_ARGS_VERSION */

@@ -55,6 +55,11 @@ static int check_fp8(const fi_jit_spec *spec, const char *kind)
 static int check_prefill(const fi_jit_spec *spec, const fi_kind_info *unit)
 {
     if (fi__prefill_is_fp8(spec)) return check_fp8(spec, unit->name);
+    if (spec->q_dtype != FI_DTYPE_FP16 && spec->q_dtype != FI_DTYPE_BF16)
+        return fi__error(FI_EUNSUPPORTED, "q dtype '%s' is not supported for %s (supported: %s)",
+                         fi__dtype_name(spec->q_dtype), unit->name,
+                         spec->kind == FI_KIND_PREFILL ? "fp16, bf16, fp8_e4m3 on sm_90a"
+                                                       : "fp16, bf16");
     int rc = fi__check_same_16bit_dtypes(spec, unit->name);
     if (rc < 0) return rc;
     /* Every mask (none, causal, window, custom), pos encoding and soft-cap. */
