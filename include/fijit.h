@@ -19,16 +19,21 @@
  *    live as long as the fi_jit_ctx they came from.
  *  - Options and argument structs begin with `unsigned version`; initialise
  *    them with the matching *_INIT macro (FI__INIT below: C and C++ alike),
- *    which gives safe defaults (window_left = -1: no window; page_size = 16)
- *    and 0 / NULL elsewhere. Fields are only appended: a library accepts the
+ *    which gives safe defaults (page_size = 16; window_left = -1, which
+ *    means "not set": a spec with mask=window refuses it, so give
+ *    window_left >= 0 there) and 0 / NULL elsewhere. Fields are only appended: a library accepts the
  *    versions its header lists as still accepted (0.2 changed the layout of
  *    fi_batch_decode_args and fi_batch_prefill_args: their old versions are
  *    refused with a message).
  *  - Both batch kinds have one plan lifecycle:
  *      fi_batch_<kind>_workspace_size(&bytes, &spec, &plan_args)   (or _plan_workspace_size)
- *      fi_batch_<kind>_plan_new(&plan, ctx, &spec, &plan_args)     host only
+ *      fi_batch_<kind>_plan_new(&plan, ctx, &spec, &plan_args)     gets the kernel (compiles or
+ *                                                                  loads it: needs a current
+ *                                                                  CUDA context), outside any
+ *                                                                  CUDA-graph capture
  *      fi_batch_<kind>_plan_upload(plan, workspace, bytes)         once, synchronous
- *      fi_batch_<kind>_run(ctx, plan, &args, stream)               any number of times
+ *      fi_batch_<kind>_run(ctx, plan, &args, stream)               any number of times, one
+ *                                                                  launch each: capturable
  *      fi_batch_<kind>_plan_free(plan)
  *    Everything fixed for a batch layout (lengths, head counts, page size,
  *    window_left) is given to the plan; tensors and per-run scalars to the run.
@@ -97,8 +102,10 @@ typedef enum fi_error {
     FI_EPERM = -11        /* the cache directory is not safe to use */
 } fi_error;
 
-/* Message for the last error on this thread ("" if none). Valid until the next
- * fijit call on this thread. */
+/* Message of the last failed fijit call on this thread ("" before the first
+ * failure). A successful call does not clear it (as libgit2's
+ * git_error_last), so read it only after a call returned an error. Valid
+ * until the next fijit call on this thread. */
 FI_API const char *fi_last_error(void);
 /* Short, static name of an error code ("FI_EINVALID"). */
 FI_API const char *fi_error_name(int code);
@@ -118,7 +125,7 @@ typedef enum fi_dtype {
     FI_DTYPE_BF16 = 2,
     FI_DTYPE_FP8_E4M3 = 3, /* kv_dtype of the decode kinds, or q and kv of single prefill on
                               sm_90a (fijit_prefill.h); with per-tensor scales */
-    FI_DTYPE_FP8_E5M2 = 4, /* likewise */
+    FI_DTYPE_FP8_E5M2 = 4, /* kv_dtype of the decode kinds only, with per-tensor scales */
 } fi_dtype;
 
 typedef enum fi_mask {
@@ -134,7 +141,7 @@ typedef enum fi_pos_encoding {
     FI_POS_ALIBI = 2,      /* per-head linear bias, slopes passed at launch */
 } fi_pos_encoding;
 
-#define FI_JIT_SPEC_VERSION 1
+#define FI_JIT_SPEC_VERSION 1 /* the first: the only one accepted */
 
 typedef struct fi_jit_spec {
     unsigned version;            /* FI_JIT_SPEC_VERSION */
@@ -168,6 +175,12 @@ FI_API int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant
 FI_API int fi_jit_spec_format(char *buf, size_t size, const fi_jit_spec *spec);
 /* Check that fijit can build this tuple; the message names the field. */
 FI_API int fi_jit_spec_check(const fi_jit_spec *spec);
+/* The tuples fijit builds: writes the first `out_count` specs that
+ * fi_jit_spec_check accepts for `kind` (0: every kind) into `out`, in a fixed
+ * order, and returns how many there are in all (call with out_count 0 to size
+ * the array). Each accepts a custom variant too; arch limits (fp8 prefill is
+ * sm_90a only: fi_jit_prewarm says so) are not applied here. */
+FI_API int fi_jit_spec_enumerate(fi_jit_spec *out, size_t out_count, int kind);
 
 /* ---- Context --------------------------------------------------------------- */
 typedef struct fi_jit_ctx fi_jit_ctx;
@@ -241,7 +254,8 @@ typedef struct fi_jit_kernel {
      * shape), NULL-padded; the launch functions pick among them. */
     struct CUfunc_st *functions[FI_JIT_MAX_FUNCTIONS];
     unsigned block_dim[3];            /* launch shape of `function` */
-    unsigned merge_block_dim[3];
+    unsigned merge_block_dim[3];      /* launch shape of the merge kernel (functions[1]) of
+                                         the kinds that have one (batch decode); else 0 */
     unsigned smem_bytes;              /* dynamic shared memory of `function` */
     unsigned param_bytes;             /* sizeof the kernel's single parameter struct */
     int registers;                    /* per thread, from the compiled object */

@@ -182,7 +182,7 @@
  * FI_PREFILL_FP8_KEY_AT(p). Two consumers and two Q buffers as at head_dim
  * 128 in 16 bits, the Q buffers of the 16-bit output's size (they stage
  * it), and K/V tiles of 192 keys in two stages: H200, A/B in one process,
- * 128-key tiles 0.96-1.04x, with four stages 0.95-1.06x (README). */
+ * 128-key tiles 0.96-1.04x, with four stages 0.95-1.06x (docs/performance.md). */
 #define FI_PREFILL_FP8_KEY_CHUNK 32
 #define FI_PREFILL_FP8_KEY_AT(p) \
     (((p) & 16) | (((p) & 2) << 2) | (((p) >> 1) & 6) | ((p) & 1))

@@ -51,6 +51,9 @@ int main(void)
                              "decode q=fp16 hd=128 mask=window") == 0);
     EXPECT(fi_jit_spec_format(text, sizeof text, &spec) > 0);
     EXPECT(fi_jit_spec_check(&spec) == 0);
+    fi_jit_spec space[4];
+    EXPECT(fi_jit_spec_enumerate(space, 4, FI_KIND_DECODE) > 4 && space[0].kind == FI_KIND_DECODE &&
+           fi_jit_spec_check(&space[3]) == 0);
 
     /* ---- context (memory only: nothing is written) ---- */
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
@@ -132,11 +135,18 @@ int main(void)
     size_t planned = 0;
     EXPECT(fi_batch_decode_workspace_size(&bytes, &bds, &bpa) == 0 && bytes > 0);
     fi_batch_decode_plan *bplan = NULL;
-    EXPECT(fi_batch_decode_plan_new(&bplan, ctx, &bds, &bpa) == 0 && bplan != NULL);
-    EXPECT(fi_batch_decode_plan_workspace_size(&planned, bplan) == 0 && planned == bytes);
-    int items = 0, most = 0;
-    EXPECT(fi_batch_decode_plan_describe(&items, &most, bplan) == 0 && items >= 2 && most >= 1);
-    EXPECT(fi_batch_decode_plan_upload(bplan, NULL, bytes) == FI_EINVALID);
+    EXPECT(fi_batch_decode_plan_new(&bplan, NULL, &bds, &bpa) == FI_EINVALID && bplan == NULL);
+    /* A plan gets its kernel, loaded into the current context: without a
+     * GPU (this test's usual machine) that is FI_ENODEVICE. */
+    const int plan_rc = fi_batch_decode_plan_new(&bplan, ctx, &bds, &bpa);
+    EXPECT(plan_rc == FI_ENODEVICE ? bplan == NULL : plan_rc == 0 && bplan != NULL);
+    if (bplan) {
+        EXPECT(fi_batch_decode_plan_workspace_size(&planned, bplan) == 0 && planned == bytes);
+        int items = 0, most = 0;
+        EXPECT(fi_batch_decode_plan_describe(&items, &most, bplan) == 0 && items >= 2 &&
+               most >= 1);
+        EXPECT(fi_batch_decode_plan_upload(bplan, NULL, bytes) == FI_EINVALID);
+    }
     fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
     EXPECT(ba.version == FI_BATCH_DECODE_ARGS_VERSION);
     EXPECT(fi_batch_decode_run(ctx, NULL, &ba, NULL) == FI_EINVALID);
