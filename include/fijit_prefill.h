@@ -226,7 +226,7 @@ FI_API void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan);
  * 16-byte multiple stride_n and stride_page) or stride_page =
  * heads*stride_h (HND), and page_size is a multiple of 8; which page sizes
  * it reads whole and which in parts depends on its K/V tile (see
- * docs/performance.md). Other layouts run the tile kernels: correct, but
+ * docs/design.md, "The kernels"). Other layouts run the tile kernels: correct, but
  * slower. */
 typedef struct fi_batch_prefill_args {
     unsigned version;                    /* FI_BATCH_PREFILL_ARGS_VERSION */
