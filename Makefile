@@ -8,7 +8,9 @@
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
 CC        ?= cc
-VERSION   := 0.2.0
+# The version is written once, in include/fijit.h (FIJIT_VERSION_MAJOR/MINOR/PATCH).
+VERSION   := $(shell sed -n 's/^\#define FIJIT_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9][0-9]*\)$$/\2/p' \
+               include/fijit.h | paste -sd. -)
 SONAME    := libfijit.so.0
 
 WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers
@@ -199,7 +201,8 @@ install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
 	ln -sf libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libfijit.so
 	install -m 755 $(B)/fijit $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' fijit.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	  -e 's|@CUDA_INCLUDE@|$(CUDA_HOME)/include|g' fijit.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fijit.pc
 
 clean:
