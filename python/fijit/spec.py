@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import _structs as S
-from ._lib import lib
+from ._lib import lib, new_struct
 from .errors import check
 
 _NAMES = {"kind": S.KIND, "q_dtype": S.DTYPE, "kv_dtype": S.DTYPE, "o_dtype": S.DTYPE,
@@ -45,12 +45,15 @@ class Spec:
 
     @classmethod
     def parse(cls, text, _lib=None):
-        """Spec from a canonical spec string ("prefill q=bf16 hd=128 mask=causal")."""
+        """Spec from a canonical spec string ("prefill q=bf16 hd=128 mask=causal"). Raises
+        what str() of it would (InvalidError, UnsupportedError: the message names the
+        field): a Spec that parses can be written back."""
         L = _lib or lib()
-        raw = S.new(S.JitSpec, S.JIT_SPEC_VERSION)
+        raw = new_struct(S.JitSpec, L)
         buf = ctypes.create_string_buffer(64)
         check(L.fi_jit_spec_parse(ctypes.byref(raw), buf, len(buf), text.encode()),
               "fi_jit_spec_parse", L)
+        _format(raw, L)
         return cls._from_c(raw)
 
     @classmethod
@@ -66,25 +69,31 @@ class Spec:
         """The fi_jit_spec (cached: a Spec is immutable)."""
         raw = self.__dict__.get("_c")
         if raw is None:
-            raw = S.new(S.JitSpec, S.JIT_SPEC_VERSION, kind=S.KIND[self.kind],
-                        q_dtype=S.DTYPE[self.q_dtype], kv_dtype=S.DTYPE[self.kv_dtype],
-                        o_dtype=S.DTYPE[self.o_dtype], head_dim=int(self.head_dim),
-                        mask=S.MASK[self.mask], pos=S.POS[self.pos], soft_cap=int(self.soft_cap),
-                        variant=self.variant.encode() if self.variant else None)
+            raw = new_struct(S.JitSpec, kind=S.KIND[self.kind],
+                             q_dtype=S.DTYPE[self.q_dtype], kv_dtype=S.DTYPE[self.kv_dtype],
+                             o_dtype=S.DTYPE[self.o_dtype], head_dim=int(self.head_dim),
+                             mask=S.MASK[self.mask], pos=S.POS[self.pos],
+                             soft_cap=int(self.soft_cap),
+                             variant=self.variant.encode() if self.variant else None)
             object.__setattr__(self, "_c", raw)
         return raw
 
     def check(self):
         """Raise fijit.InvalidError / UnsupportedError (the message names the field)
         unless fijit can build this tuple."""
-        check(lib().fi_jit_spec_check(ctypes.byref(self.to_c())), "fi_jit_spec_check")
+        L = lib()
+        check(L.fi_jit_spec_check(ctypes.byref(self.to_c())), "fi_jit_spec_check", L)
         return self
 
     def __str__(self):
-        buf = ctypes.create_string_buffer(512)
-        check(lib().fi_jit_spec_format(buf, len(buf), ctypes.byref(self.to_c())),
-              "fi_jit_spec_format")
-        return buf.value.decode()
+        return _format(self.to_c(), lib())
+
+
+def _format(raw, L):
+    """The canonical text of a fi_jit_spec, or the library's refusal raised."""
+    buf = ctypes.create_string_buffer(512)
+    check(L.fi_jit_spec_format(buf, len(buf), ctypes.byref(raw)), "fi_jit_spec_format", L)
+    return buf.value.decode()
 
 
 def as_spec(spec, _lib=None):
