@@ -178,7 +178,7 @@ test-api: $(B)/tests/api/use_all_c $(B)/tests/api/use_all_cxx
 # The Python package (python/): layouts vs the headers, discovery, errors, prewarm,
 # python -m fijit, an offline pip install into a venv; and the bench tools the GPU
 # runs' reports rest on (ws_resources.py, causal_tile_use.py). No GPU or torch needed.
-test-python: $(B)/libfijit.so
+test-python: $(B)/libfijit.so $(B)/fijit
 	@echo "== python package"; python3 tests/python/test_package.py $(B)
 	@echo "== bench tools"; python3 tests/python/test_bench_tools.py
 
