@@ -18,18 +18,27 @@ _VALUES = {field: {v: k for k, v in names.items()} for field, names in _NAMES.it
 class Spec:
     """One kernel tuple. Field values are the names of the canonical spec text
     ("decode", "fp16", "window", "rope"); soft_cap is a bool (the cap's value is a
-    launch argument); variant None is the built-in behaviour."""
-    kind: str = "decode"
-    q_dtype: str = "fp16"
-    kv_dtype: Optional[str] = None   # None: q_dtype
-    o_dtype: Optional[str] = None    # None: q_dtype
-    head_dim: int = 128
-    mask: str = "none"
-    pos: str = "none"
-    soft_cap: bool = False
+    launch argument); variant None is the built-in behaviour. Fields left None take
+    the library's defaults (fi_jit_spec_init: FI_JIT_SPEC_INIT), kv_dtype and o_dtype
+    q_dtype's, as in the spec text."""
+    kind: Optional[str] = None
+    q_dtype: Optional[str] = None
+    kv_dtype: Optional[str] = None
+    o_dtype: Optional[str] = None
+    head_dim: Optional[int] = None
+    mask: Optional[str] = None
+    pos: Optional[str] = None
+    soft_cap: Optional[bool] = None
     variant: Optional[str] = None
 
     def __post_init__(self):
+        defaults = None
+        for field in ("kind", "q_dtype", "head_dim", "mask", "pos", "soft_cap"):
+            if getattr(self, field) is None:
+                defaults = defaults or new_struct(S.JitSpec)
+                value = getattr(defaults, field)
+                object.__setattr__(self, field, _VALUES[field][value] if field in _VALUES
+                                   else value)
         # kv and o default to q, as in the spec text.
         if self.kv_dtype is None:
             object.__setattr__(self, "kv_dtype", self.q_dtype)
