@@ -77,7 +77,9 @@ static void reference(double *o, const uint16_t *q, const uint16_t *k, const uin
     }
 }
 
-/* Make GPU 0's primary context current. FI_ENODEVICE without a driver or a device. */
+/* Make GPU 0's primary context current (retained for the process's life: fijit
+ * loads kernels into the thread's current context). FI_ENODEVICE without a
+ * driver or a device. */
 static int open_device(const fi_cuda_api **out)
 {
     const fi_cuda_api *cu;
