@@ -9,6 +9,10 @@ prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 make -s install PREFIX="$prefix" >/dev/null
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+# One version, fijit.h's, in the .pc and the library's file name.
+version=$(sed -n 's/^#define FIJIT_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9][0-9]*\)$/\2/p' include/fijit.h | paste -sd. -)
+[ "$(pkg-config --modversion fijit)" = "$version" ] && [ -f "$prefix/lib/libfijit.so.$version" ] ||
+    { echo "fijit.pc or the library's name does not carry fijit.h's version $version" >&2; exit 1; }
 cc -std=c11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c "$prefix/include/fijit.h"
 c++ -std=c++11 -pedantic -Wall -Wextra -Werror -fsyntax-only -x c++ "$prefix/include/fijit.h"
 # The advanced header (fijit_cache.h, what the CLI is written against) alone,
