@@ -47,6 +47,11 @@ def _device_ints(name, host, given, device):
     return torch.tensor(host, dtype=torch.int32, device=device)
 
 
+def _given(**fields):
+    """The fields given (not None); the others keep the library's defaults."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def _outputs(out, lse, return_lse, shape, dtype, device):
     """out (checked, or new) and lse (checked, new with return_lse, or None)."""
     o = T.output("out", out, shape, dtype, device)
@@ -133,11 +138,12 @@ class BatchDecodePlan(_Plan):
     _prefix = "fi_batch_decode"
 
     def plan(self, kv_indptr, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, *,
-             page_size=16, q_dtype=torch.float16, kv_dtype=None, window_left=-1, softcap=0.0,
+             page_size=None, q_dtype=torch.float16, kv_dtype=None, window_left=-1, softcap=0.0,
              sm_scale=None, pos_encoding="none", rope_theta=1e4, rope_scale=1.0, variant=None,
              max_splits=0, grow_workspace=False):
         """kv_indptr [B+1] (offsets into kv_indices: each request's pages) and
-        kv_last_page_len [B] (1..page_size), host lists or tensors. pos_encoding "none",
+        kv_last_page_len [B] (1..page_size), host lists or tensors; page_size None: the
+        library's default (FI_BATCH_DECODE_PLAN_ARGS_INIT). pos_encoding "none",
         "rope" (rope_theta, rope_scale here; per-request offsets at run) or "alibi"
         (slopes at run). softcap > 0 caps the logits."""
         if pos_encoding not in _POS:
@@ -155,10 +161,11 @@ class BatchDecodePlan(_Plan):
         pa = new_struct(S.BatchDecodePlanArgs, self._lib, batch_size=len(last),
                         kv_indptr=self._host[0], kv_last_page_len=self._host[1],
                         num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
-                        page_size=page_size, window_left=window_left, max_splits=max_splits)
+                        window_left=window_left, max_splits=max_splits,
+                        **_given(page_size=page_size))
         self._new_and_upload(spec, pa, grow_workspace)
         self.batch_size, self.num_qo_heads, self.num_kv_heads = len(last), num_qo_heads, num_kv_heads
-        self.head_dim, self.page_size, self.num_pages = int(head_dim), page_size, indptr[-1]
+        self.head_dim, self.page_size, self.num_pages = int(head_dim), pa.page_size, indptr[-1]
         self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
         self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
                              rope_theta=float(rope_theta), rope_scale=float(rope_scale))
@@ -240,14 +247,15 @@ class BatchPrefillPlan(_Plan):
         self.paged = bool(paged)
 
     def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim, *,
-             kv_last_page_len=None, page_size=16, q_dtype=torch.float16, kv_dtype=None,
+             kv_last_page_len=None, page_size=None, q_dtype=torch.float16, kv_dtype=None,
              causal=False, window_left=-1, softcap=0.0, sm_scale=None, pos_encoding="none",
              rope_theta=1e4, rope_scale=1.0, variant=None, cta_tile_q=0, grow_workspace=False,
              qo_indptr_device=None, kv_indptr_device=None, kv_last_page_len_device=None):
         """qo_indptr [B+1] query token offsets; kv_indptr [B+1]: ragged, key token
         offsets; paged, offsets into kv_indices (page counts), with kv_last_page_len [B].
         Host lists or tensors; the plan keeps device copies (or the *_device tensors given,
-        which must hold the same values)."""
+        which must hold the same values). page_size (paged) None: the library's default
+        (FI_BATCH_PREFILL_PLAN_ARGS_INIT)."""
         if pos_encoding not in _POS:
             raise ValueError(f"pos_encoding: {pos_encoding!r} is not one of {', '.join(_POS)}")
         qo = _host_ints("qo_indptr", qo_indptr)
@@ -273,8 +281,8 @@ class BatchPrefillPlan(_Plan):
         pa = new_struct(S.BatchPrefillPlanArgs, self._lib, batch_size=B,
                         qo_indptr=self._host[0], kv_indptr=self._host[1],
                         kv_last_page_len=self._host[2], num_qo_heads=num_qo_heads,
-                        num_kv_heads=num_kv_heads, page_size=page_size,
-                        window_left=window_left, cta_tile_q=cta_tile_q)
+                        num_kv_heads=num_kv_heads, window_left=window_left,
+                        cta_tile_q=cta_tile_q, **_given(page_size=page_size))
         self._new_and_upload(spec, pa, grow_workspace)
         dev = self.workspace.device
         self._qo_d = _device_ints("qo_indptr_device", qo, qo_indptr_device, dev)
@@ -282,7 +290,7 @@ class BatchPrefillPlan(_Plan):
         self._last_d = (_device_ints("kv_last_page_len_device", last, kv_last_page_len_device,
                                      dev) if self.paged else None)
         self.batch_size, self.num_qo_heads, self.num_kv_heads = B, num_qo_heads, num_kv_heads
-        self.head_dim, self.page_size = int(head_dim), page_size
+        self.head_dim, self.page_size = int(head_dim), pa.page_size
         self.total_q, self.total_kv = qo[-1], kv[-1]
         self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
         self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
