@@ -396,6 +396,20 @@ check("the plans say where they differ from FlashInfer's argument order",
           for c in ("BatchDecodePlan", "BatchPrefillPlan")), repr(docs)[:500])
 
 
+# The structs the torch-only paths build (run on a GPU only): every field they name exists.
+unknown, calls = [], 0
+for m in ("attention", "plans", "context", "spec"):
+    for node in ast.walk(module_ast(m)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "new_struct":
+            cls = getattr(S, node.args[0].attr)
+            calls += 1
+            names = {f for f, _ in cls._fields_}
+            unknown += [f"{m}: {cls.c_name}.{k.arg}" for k in node.keywords
+                        if k.arg is not None and k.arg not in names]
+check(f"new_struct calls ({calls}) name only fields their struct has", calls >= 10 and not unknown,
+      "; ".join(unknown))
+
+
 def package_modules():
     out = []
     for dirpath, _dirs, files in os.walk(os.path.join(PKG, "fijit")):
