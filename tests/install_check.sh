@@ -41,7 +41,7 @@ grep -q "already cached" <<<"$out" || { echo "second run should be a cache hit" 
 # must match the reference (exit 0, "OK").
 quickstart_failed() { echo "quickstart: $1 (exit $status):" >&2; echo "$out" >&2; echo "$passed passed, 1 failed"; exit 1; }
 cc -std=c11 -Wall -Wextra -Werror -pedantic -o "$prefix/quickstart" examples/quickstart.c \
-    $(pkg-config --cflags --libs fijit) -lm
+    $(pkg-config --cflags --libs fijit)
 status=0
 out=$(FIJIT_CACHE_DIR="$prefix/qs-cache" LD_LIBRARY_PATH="$prefix/lib" "$prefix/quickstart" 2>&1) || status=$?
 echo "quickstart: $out"
