@@ -8,7 +8,9 @@
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
 CC        ?= cc
-VERSION   := 0.2.0
+# The version is written once, in include/fijit.h (FIJIT_VERSION_MAJOR/MINOR/PATCH).
+VERSION   := $(shell sed -n 's/^\#define FIJIT_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9][0-9]*\)$$/\2/p' \
+               include/fijit.h | paste -sd. -)
 SONAME    := libfijit.so.0
 
 WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers
@@ -177,7 +179,7 @@ test-api: $(B)/tests/api/use_all_c $(B)/tests/api/use_all_cxx
 # The Python package (python/): layouts vs the headers, discovery, errors, prewarm,
 # python -m fijit, an offline pip install into a venv; and the bench tools the GPU
 # runs' reports rest on (ws_resources.py, causal_tile_use.py). No GPU or torch needed.
-test-python: $(B)/libfijit.so
+test-python: $(B)/libfijit.so $(B)/fijit
 	@echo "== python package"; python3 tests/python/test_package.py $(B)
 	@echo "== bench tools"; python3 tests/python/test_bench_tools.py
 
@@ -206,7 +208,8 @@ install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
 	ln -sf libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libfijit.so
 	install -m 755 $(B)/fijit $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' fijit.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	  -e 's|@CUDA_INCLUDE@|$(CUDA_HOME)/include|g' fijit.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fijit.pc
 
 clean:

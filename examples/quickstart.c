@@ -3,11 +3,11 @@
  * 32 query heads over 8 KV heads), compiled by fijit on first use, run on
  * GPU 0 and checked against a CPU reference.
  *
- *   cc -std=c11 quickstart.c $(pkg-config --cflags --libs fijit) -lm -o quickstart
+ *   cc -std=c11 quickstart.c $(pkg-config --cflags --libs fijit) -o quickstart
  *   ./quickstart
  *
- * (-lm is for the reference's exp and sqrt.) The CUDA driver is reached
- * through fijit, which opens libcuda at run time: no -lcuda.
+ * The .pc brings -lm for the reference's exp and sqrt. The CUDA driver is
+ * reached through fijit, which opens libcuda at run time: no -lcuda.
  *
  * Exit status: 0 the output matches the reference; 1 an error; 77 no GPU
  * (FI_ENODEVICE): the kernel was compiled into the cache, nothing was run.

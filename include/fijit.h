@@ -163,6 +163,13 @@ typedef struct fi_jit_spec {
              FI__SET(kv_dtype, FI_DTYPE_FP16) FI__SET(o_dtype, FI_DTYPE_FP16)  \
              FI__SET(head_dim, 128))
 
+/* The *_INIT defaults from the library, for bindings that cannot use the
+ * macros: fi_<struct>_init(&s, FI_<STRUCT>_VERSION) sets `version` and the
+ * defaults of that version's fields and zeroes the rest of them, writing
+ * only the bytes a struct of that version has. FI_EINVALID, with a
+ * message, for a version this library does not accept. */
+FI_API int fi_jit_spec_init(fi_jit_spec *out, unsigned version);
+
 /* Parse a canonical spec string such as
  *   "decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0"
  * Fields after the kind may come in any order; kv and o default to q, the rest
@@ -225,6 +232,9 @@ typedef struct fi_jit_options {
     FI__INIT(fi_jit_options, FI__SET(version, FI_JIT_OPTIONS_VERSION)         \
              FI__SET(jit, 1) FI__SET(use_disk_cache, 1)                       \
              FI__SET(log_level, FI_LOG_WARN))
+
+/* FI_JIT_OPTIONS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_jit_options_init(fi_jit_options *out, unsigned version);
 
 /* Create a context. `opts` may be NULL for defaults. Environment variables
  * (FIJIT_CACHE_DIR, FIJIT_ARCH, FIJIT_JIT, FIJIT_LOG, FIJIT_MAX_CACHE_SIZE,
@@ -374,6 +384,9 @@ typedef struct fi_jit_stats {
 
 #define FI_JIT_STATS_INIT FI__INIT(fi_jit_stats, FI__SET(version, FI_JIT_STATS_VERSION))
 
+/* FI_JIT_STATS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_jit_stats_init(fi_jit_stats *out, unsigned version);
+
 /* Statistics persisted in the cache index (all processes), plus this
  * context's not yet flushed counts. out->version (1 to FI_JIT_STATS_VERSION,
  * set by FI_JIT_STATS_INIT) says which counters the caller's struct holds;
@@ -436,6 +449,9 @@ typedef struct fi_decode_args {
 #define FI_DECODE_ARGS_INIT                                                    \
     FI__INIT(fi_decode_args, FI__SET(version, FI_DECODE_ARGS_VERSION)         \
              FI__SET(window_left, -1))
+
+/* FI_DECODE_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_decode_args_init(fi_decode_args *out, unsigned version);
 
 /* Device workspace bytes needed for a launch with these shapes (0: none).
  * Needs a device only when max_splits and sm_count are both 0. */

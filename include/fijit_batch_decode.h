@@ -65,6 +65,9 @@ typedef struct fi_batch_decode_plan_args {
              FI__SET(version, FI_BATCH_DECODE_PLAN_ARGS_VERSION)               \
              FI__SET(page_size, 16) FI__SET(window_left, -1))
 
+/* FI_BATCH_DECODE_PLAN_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_batch_decode_plan_args_init(fi_batch_decode_plan_args *out, unsigned version);
+
 typedef struct fi_batch_decode_plan fi_batch_decode_plan;
 
 /* Device workspace bytes a plan for these arguments needs (work list, split
@@ -137,6 +140,9 @@ typedef struct fi_batch_decode_args {
 #define FI_BATCH_DECODE_ARGS_INIT \
     FI__INIT(fi_batch_decode_args, FI__SET(version, FI_BATCH_DECODE_ARGS_VERSION))
 
+/* FI_BATCH_DECODE_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_batch_decode_args_init(fi_batch_decode_args *out, unsigned version);
+
 /* Validate, get the kernel (through the cache) and launch one kernel on `stream`. */
 FI_API int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
                                const fi_batch_decode_args *args, struct CUstream_st *stream);
@@ -168,6 +174,9 @@ typedef struct fi_merge_states_args {
 
 #define FI_MERGE_STATES_ARGS_INIT \
     FI__INIT(fi_merge_states_args, FI__SET(version, FI_MERGE_STATES_ARGS_VERSION))
+
+/* FI_MERGE_STATES_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_merge_states_args_init(fi_merge_states_args *out, unsigned version);
 
 FI_API int fi_merge_states(fi_jit_ctx *ctx, const fi_jit_spec *spec,
                            const fi_merge_states_args *args, struct CUstream_st *stream);

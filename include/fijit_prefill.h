@@ -126,6 +126,9 @@ typedef struct fi_prefill_args {
     FI__INIT(fi_prefill_args, FI__SET(version, FI_PREFILL_ARGS_VERSION)       \
              FI__SET(window_left, -1))
 
+/* FI_PREFILL_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_prefill_args_init(fi_prefill_args *out, unsigned version);
+
 /* Workspace bytes fi_prefill_run can use for these arguments: RoPE's
  * rotated keys and 16 for the block claims. Needs no device. */
 FI_API int fi_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
@@ -178,6 +181,9 @@ typedef struct fi_batch_prefill_plan_args {
     FI__INIT(fi_batch_prefill_plan_args,                                       \
              FI__SET(version, FI_BATCH_PREFILL_PLAN_ARGS_VERSION)              \
              FI__SET(page_size, 16) FI__SET(window_left, -1))
+
+/* FI_BATCH_PREFILL_PLAN_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_batch_prefill_plan_args_init(fi_batch_prefill_plan_args *out, unsigned version);
 
 /* Device workspace bytes the plan for these arguments needs: the work list
  * and a counter of the blocks claimed during a run (Hopper); with pos = RoPE
@@ -261,6 +267,9 @@ typedef struct fi_batch_prefill_args {
 
 #define FI_BATCH_PREFILL_ARGS_INIT \
     FI__INIT(fi_batch_prefill_args, FI__SET(version, FI_BATCH_PREFILL_ARGS_VERSION))
+
+/* FI_BATCH_PREFILL_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_batch_prefill_args_init(fi_batch_prefill_args *out, unsigned version);
 
 /* One launch on `stream` for the planned batch (with RoPE two: the keys'
  * rotation into the workspace, then the attention kernel). The workspace is

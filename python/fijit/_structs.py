@@ -1,10 +1,12 @@
 """ctypes mirror of the structs and enums of include/fijit.h, fijit_batch_decode.h and
-fijit_prefill.h (API 0.2), field for field and in order.
+fijit_prefill.h, field for field and in order.
 
 This is the ONE place the C layouts are written down in Python; tests/python checks
-every field's offset and size, and every struct's size, against the C header with a
-small generated C program, so a drift fails `make test`. Fields are only appended in
-C: a new field is one new line at the end of its struct here (and a version bump).
+every field's offset and size, every struct's size, and each VERSION (the version of
+the layout mirrored, FI_<STRUCT>_VERSION) against the C header with a small generated
+C program, so a drift fails `make test`. Fields are only appended in C: a new field is
+one new line at the end of its struct here and a VERSION bump. Defaults are not
+written here: _lib.new_struct asks the library (fi_<struct>_init) for them.
 """
 import ctypes
 
@@ -30,19 +32,6 @@ STATS_COUNTERS = ("memory_hits", "disk_hits", "misses", "compiles", "compile_fai
                   "remote_hits", "remote_misses", "remote_errors", "remote_corrupt",
                   "remote_bytes_in", "remote_bytes_out")
 
-# ---- versions the package writes (the header's *_VERSION macros) ------------------------
-JIT_SPEC_VERSION = 1
-JIT_OPTIONS_VERSION = 2
-JIT_STATS_VERSION = 2
-DECODE_ARGS_VERSION = 4
-BATCH_DECODE_PLAN_ARGS_VERSION = 1
-BATCH_DECODE_ARGS_VERSION = 3
-MERGE_STATES_ARGS_VERSION = 1
-PREFILL_ARGS_VERSION = 4
-BATCH_PREFILL_PLAN_ARGS_VERSION = 2
-BATCH_PREFILL_ARGS_VERSION = 4
-
-
 class _StrictType(type(ctypes.Structure)):
     """Gives every struct class `__slots__ = ()`: an instance then has no __dict__, so
     setting a name that is not a field (a name of an older layout, say soft_cap on an
@@ -64,6 +53,7 @@ class Struct(ctypes.Structure, metaclass=_StrictType):
 
 class JitSpec(Struct):
     c_name = "fi_jit_spec"
+    VERSION = 1
     _fields_ = [("version", c_uint), ("kind", c_int), ("q_dtype", c_int), ("kv_dtype", c_int),
                 ("o_dtype", c_int), ("head_dim", c_int), ("mask", c_int), ("pos", c_int),
                 ("soft_cap", c_int), ("variant", ctypes.c_char_p)]
@@ -71,6 +61,7 @@ class JitSpec(Struct):
 
 class JitOptions(Struct):
     c_name = "fi_jit_options"
+    VERSION = 2
     _fields_ = [("version", c_uint), ("cache_dir", ctypes.c_char_p), ("arch", ctypes.c_char_p),
                 ("jit", c_int), ("use_disk_cache", c_int), ("log_level", c_int),
                 ("max_cache_bytes", i64), ("allow_unsafe_dir", c_int),
@@ -80,6 +71,7 @@ class JitOptions(Struct):
 
 class JitStats(Struct):
     c_name = "fi_jit_stats"
+    VERSION = 2
     _fields_ = [("version", c_uint)] + [(n, i64) for n in STATS_COUNTERS]
 
 
@@ -102,6 +94,7 @@ class VariantArg(Struct):
 
 class DecodeArgs(Struct):
     c_name = "fi_decode_args"
+    VERSION = 4
     _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
                 ("o", c_void_p), ("lse", c_void_p),
                 ("num_qo_heads", c_int), ("num_kv_heads", c_int), ("kv_len", c_int),
@@ -118,6 +111,7 @@ class DecodeArgs(Struct):
 
 class BatchDecodePlanArgs(Struct):
     c_name = "fi_batch_decode_plan_args"
+    VERSION = 1
     _fields_ = [("version", c_uint), ("batch_size", c_int), ("kv_indptr", i32_p),
                 ("kv_last_page_len", i32_p), ("num_qo_heads", c_int), ("num_kv_heads", c_int),
                 ("page_size", c_int), ("window_left", c_int), ("max_splits", c_int),
@@ -126,6 +120,7 @@ class BatchDecodePlanArgs(Struct):
 
 class BatchDecodeArgs(Struct):
     c_name = "fi_batch_decode_args"
+    VERSION = 3
     _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
                 ("o", c_void_p), ("lse", c_void_p), ("kv_indices", c_void_p),
                 ("q_stride_b", i64), ("q_stride_h", i64), ("o_stride_b", i64),
@@ -140,6 +135,7 @@ class BatchDecodeArgs(Struct):
 
 class MergeStatesArgs(Struct):
     c_name = "fi_merge_states_args"
+    VERSION = 1
     _fields_ = [("version", c_uint), ("v", c_void_p), ("lse", c_void_p), ("v_out", c_void_p),
                 ("lse_out", c_void_p), ("seq_len", c_int), ("num_states", c_int),
                 ("num_heads", c_int), ("v_stride_seq", i64), ("v_stride_state", i64),
@@ -149,6 +145,7 @@ class MergeStatesArgs(Struct):
 
 class PrefillArgs(Struct):
     c_name = "fi_prefill_args"
+    VERSION = 4
     _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
                 ("o", c_void_p), ("lse", c_void_p), ("num_qo_heads", c_int),
                 ("num_kv_heads", c_int), ("qo_len", c_int), ("kv_len", c_int),
@@ -165,6 +162,7 @@ class PrefillArgs(Struct):
 
 class BatchPrefillPlanArgs(Struct):
     c_name = "fi_batch_prefill_plan_args"
+    VERSION = 2
     _fields_ = [("version", c_uint), ("batch_size", c_int), ("qo_indptr", i32_p),
                 ("kv_indptr", i32_p), ("kv_last_page_len", i32_p), ("num_qo_heads", c_int),
                 ("num_kv_heads", c_int), ("page_size", c_int), ("window_left", c_int),
@@ -173,6 +171,7 @@ class BatchPrefillPlanArgs(Struct):
 
 class BatchPrefillArgs(Struct):
     c_name = "fi_batch_prefill_args"
+    VERSION = 4
     _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
                 ("o", c_void_p), ("lse", c_void_p), ("qo_indptr", c_void_p),
                 ("kv_indptr", c_void_p), ("kv_indices", c_void_p),
@@ -192,11 +191,3 @@ class BatchPrefillArgs(Struct):
 ALL = (JitSpec, JitOptions, JitStats, JitKernel, VariantArg, DecodeArgs, BatchDecodePlanArgs,
        BatchDecodeArgs, MergeStatesArgs, PrefillArgs, BatchPrefillPlanArgs, BatchPrefillArgs)
 
-
-def new(cls, version, **defaults):
-    """A struct at `version`, zeroed, with the *_INIT macro's non-zero defaults."""
-    s = cls()
-    s.version = version
-    for k, v in defaults.items():
-        setattr(s, k, v)
-    return s
