@@ -226,6 +226,46 @@ static int read_manifest(const cli_command *cmd, const char *path, export_filter
     return rc;
 }
 
+/* Marks which asked-for specs the cache holds (for the arches given). */
+typedef struct export_found {
+    const export_filter *filter;
+    char *found; /* one flag per filter spec */
+} export_found;
+
+static int export_mark(void *user, const fi_cache_entry *e)
+{
+    export_found *f = user;
+    for (int i = 0; i < f->filter->spec_count; i++)
+        if (export_wants(&(export_filter){f->filter->specs + i, 1, 1, f->filter->arches,
+                                          f->filter->arch_count}, e))
+            f->found[i] = 1;
+    return 0;
+}
+
+/* A bundle short of what was asked for is not written: name each spec the
+ * cache lacks. -1 to go on, else an exit code. */
+static int export_check_found(const cli_command *cmd, fi_cache *cache, const export_filter *filter)
+{
+    export_found f = {filter, calloc((size_t)filter->spec_count + 1, 1)};
+    int missing = 0;
+    if (!f.found) return cli_usage_error(cmd, "out of memory");
+    if (fi_cache_foreach(cache, export_mark, &f) < 0) {
+        free(f.found);
+        return cli_runtime_error(cmd, "cannot read the cache index");
+    }
+    for (int i = 0; i < filter->spec_count; i++) {
+        if (f.found[i]) continue;
+        fprintf(stderr, "fijit export: not in the cache%s: %s\n",
+                filter->arch_count ? " for the arches given" : "", filter->specs[i]);
+        missing++;
+    }
+    free(f.found);
+    if (!missing) return -1;
+    fprintf(stderr, "fijit export: %d of %d spec%s missing; no bundle written (prewarm them "
+            "first)\n", missing, filter->spec_count, filter->spec_count == 1 ? "" : "s");
+    return CLI_EXIT_FAILED;
+}
+
 int cli_cmd_export(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_OUTPUT, OPT_MANIFEST, OPT_ALL, OPT_ARCH };
@@ -270,6 +310,7 @@ int cli_cmd_export(const cli_command *cmd, int argc, char **argv)
         rc = cli_runtime_error(cmd, "no cache to export (it does not exist yet)");
         goto out;
     }
+    if (filter.spec_count && (rc = export_check_found(cmd, cache, &filter)) >= 0) goto out;
     fi_bundle_counts counts;
     if (fi_cache_export(&counts, cache, output, export_wants, &filter, fleet_secret()) < 0) {
         rc = cli_runtime_error(cmd, "cannot write the bundle");

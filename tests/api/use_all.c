@@ -30,6 +30,12 @@ static void collect(void *user, const char *text)
     *n += strlen(text);
 }
 
+static void count_log(void *user, fi_log_level level, const char *message)
+{
+    (void)level;
+    *(size_t *)user += strlen(message);
+}
+
 /* Every *_INIT at file scope too (static initialisation in C). */
 static fi_jit_spec g_spec = FI_JIT_SPEC_INIT;
 
@@ -55,7 +61,12 @@ int main(void)
     /* ---- context (memory only: nothing is written) ---- */
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     EXPECT(opts.jit == 1 && opts.use_disk_cache == 1 && opts.log_level == FI_LOG_WARN &&
-           opts.remote == NULL && opts.remote_secret == NULL);
+           opts.remote == NULL && opts.remote_secret == NULL && opts.log_fn == NULL);
+    size_t logged = 0;
+    fi_log_set_callback(count_log, &logged);
+    fi_log_set_callback(NULL, NULL);
+    opts.log_fn = count_log;
+    opts.log_user = &logged;
     opts.use_disk_cache = 0;
     opts.log_level = FI_LOG_OFF;
     opts.arch = "sm_90a";
