@@ -32,7 +32,7 @@ STATS_COUNTERS = ("memory_hits", "disk_hits", "misses", "compiles", "compile_fai
 
 # ---- versions the package writes (the header's *_VERSION macros) ------------------------
 JIT_SPEC_VERSION = 1
-JIT_OPTIONS_VERSION = 2
+JIT_OPTIONS_VERSION = 3
 JIT_STATS_VERSION = 2
 DECODE_ARGS_VERSION = 4
 BATCH_DECODE_PLAN_ARGS_VERSION = 1
@@ -75,7 +75,9 @@ class JitOptions(Struct):
                 ("jit", c_int), ("use_disk_cache", c_int), ("log_level", c_int),
                 ("max_cache_bytes", i64), ("allow_unsafe_dir", c_int),
                 # version 2
-                ("remote", ctypes.c_char_p), ("remote_secret", ctypes.c_char_p)]
+                ("remote", ctypes.c_char_p), ("remote_secret", ctypes.c_char_p),
+                # version 3: the log callback (NULL here: messages go to stderr)
+                ("log_fn", ctypes.c_void_p), ("log_user", ctypes.c_void_p)]
 
 
 class JitStats(Struct):
