@@ -414,8 +414,10 @@ static void show_settings(const char *dir)
     char size[32];
     if (s->file[0])
         printf("config file          %s\n", s->file);
-    else
+    else if (dir[0])
         printf("config file          none (%s/fijit.conf does not exist)\n", dir);
+    else
+        printf("config file          none (no cache directory)\n");
     if (s->max_cache_bytes)
         cli_format_size(size, sizeof size, s->max_cache_bytes);
     else

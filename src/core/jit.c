@@ -180,8 +180,8 @@ static int settings_apply(fi_jit_ctx *ctx, const fi_jit_options *opts, fi_settin
 {
     int rc = 0;
     settings->version = FI_SETTINGS_VERSION;
+    if (opts->log_fn) fi__log_set_callback(opts->log_fn, opts->log_user); /* hears the loader too */
     FI_TRY(fi__settings_load(settings, ctx->cache_dir, 0));
-    if (opts->log_fn) fi__log_set_callback(opts->log_fn, opts->log_user);
     fi__log_set_level(settings->log_level_from != FI_SETTING_DEFAULT ? settings->log_level
                                                                      : (int)opts->log_level);
     ctx->jit = settings->jit_from != FI_SETTING_DEFAULT ? settings->jit : opts->jit;
@@ -454,6 +454,10 @@ static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled, char *not_s
     if (!ctx->jit)
         FI_FAIL(FI_ENOTFOUND, "%s for %s is not in the cache and JIT is disabled", b->meta.spec,
                 b->arch);
+    /* Prewarm stores what it builds: into a read-only cache a compile is wasted. */
+    if (not_stored && ctx->store && fi_store_read_only(ctx->store))
+        FI_FAIL(FI_EIO, "%s for %s is not in the cache, and the cache %s is read-only",
+                b->meta.spec, b->arch, fi_store_dir(ctx->store));
     if (ctx->store) {
         /* Another process may be building it: wait for its lock, then look again. */
         FI_TRY(fi_store_lock_key(ctx->store, b->key, &lock));
