@@ -885,6 +885,10 @@ TEST(a_bad_configuration_file_is_refused_naming_file_and_line)
     snprintf(path, sizeof path, "%s/fijit.conf", dir);
     chmod(path, 0666);
     CHECK_RC(fi_settings_load(&s, dir), FI_EPERM);
+    chmod(path, 0620); /* the group's members too: the file decides whom the dir trusts */
+    CHECK_RC(fi_settings_load(&s, dir), FI_EPERM);
+    chmod(path, 0644);
+    CHECK_OK(fi_settings_load(&s, dir));
 }
 
 TEST(a_cache_umask_widens_private_modes_to_the_group)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/settings.h"
@@ -192,9 +193,14 @@ static int config_read(fi_settings *out, const char *cache_dir)
         if (errno == ENOENT || errno == ENOTDIR) return 0; /* no file: the defaults */
         return fi__error(FI_EIO, "cannot read %s: %s", path, strerror(errno));
     }
-    /* Whoever can write it chooses the remote fijit trusts. */
-    if (S_ISREG(sb.st_mode) && (sb.st_mode & S_IWOTH))
-        return fi__error(FI_EPERM, "%s is writable by others; refusing it (chmod o-w)", path);
+    /* Whoever can write it chooses the remote fijit trusts and the modes that
+     * make the directory acceptable: only this user or root may. */
+    if (S_ISREG(sb.st_mode) && sb.st_uid != geteuid() && sb.st_uid != 0)
+        return fi__error(FI_EPERM, "%s belongs to uid %u, not to this user (uid %u) or root; "
+                         "refusing it", path, (unsigned)sb.st_uid, (unsigned)geteuid());
+    if (S_ISREG(sb.st_mode) && (sb.st_mode & (S_IWGRP | S_IWOTH)))
+        return fi__error(FI_EPERM, "%s is writable by group or others (mode %03o); refusing it "
+                         "(chmod go-w)", path, (unsigned)(sb.st_mode & 0777));
     FI_TRY(fi__read_file(path, &data, &size, FI_CONFIG_FILE_MAX));
     if (memchr(data, '\0', size))
         FI_FAIL(FI_EINVALID, "%s is not a text file (it holds a NUL byte)", path);
