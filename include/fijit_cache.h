@@ -37,7 +37,9 @@ typedef enum fi_cache_flags {
 /* Open (creating it if needed, unless read-only) the cache at `dir`, with
  * the checks fi_jit_ctx_new makes: FI_EPERM for a directory of another user
  * or writable by group/others, FI_ENOTFOUND when a read-only open finds none.
- * Close with fi_cache_close. */
+ * What it creates gets the cache's modes (FIJIT_UMASK, fijit.conf's umask;
+ * a group-writable directory is accepted when that umask lets the group
+ * write). Close with fi_cache_close. */
 FI_API int fi_cache_open(fi_cache **out, const char *dir, unsigned flags);
 FI_API void fi_cache_close(fi_cache *cache);
 

@@ -714,6 +714,12 @@ rc=$?
 check umask_never_allows_world_writable "want exit 1 for a dir others may write: $(cat "$WORK/open2.out")" \
     test $rc = 1
 
+# What the CLI prints names no function of the library or the driver: what
+# it ran, and the error (the demo's GPU paths cannot run here, so their words
+# are checked in the source).
+FUNCTION_WORDS=$(grep -nE '(cli_runtime_error|cli_usage_error|driver_failed)\(cmd, (res, )?"(fi_|cu[A-Z]|nvrtc[A-Z])' \
+                 "$HERE"/../../tools/*.c)
+check cli_sources_say_what_failed_in_words "a message names a function: $FUNCTION_WORDS" test -z "$FUNCTION_WORDS"
 # What the CLI prints names no function of the library.
 check messages_name_no_functions "a message names a function: $(grep -lE '\bfi_[a-z_]+(:|\()' "$WORK"/*.err "$WORK"/*.out 2>/dev/null | head -3)" \
     eval "! grep -qE '\bfi_[a-z_]+(:|\()' \"$WORK\"/*.err"
