@@ -78,9 +78,13 @@ int cli_cmd_remote(const cli_command *cmd, int argc, char **argv)
     const char *verb = args.positional[0];
     if (strcmp(verb, "ping") && strcmp(verb, "stats") && strcmp(verb, "list"))
         return cli_usage_error(cmd, "unknown verb '%s' (ping, stats or list)", verb);
+    /* The settings first: the remote may be fijit.conf's. */
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS)) >= 0) return rc;
     if ((rc = cli_check_remote(cmd, options[OPT_REMOTE].value)) >= 0) return rc;
     const char *url = cli_remote_url();
-    if (!url) return cli_usage_error(cmd, "no remote: give --remote URL or set FIJIT_REMOTE");
+    if (!url)
+        return cli_usage_error(cmd, "no remote: give --remote URL, set FIJIT_REMOTE or remote "
+                               "in the cache's fijit.conf");
 
     fi_cache_remote *remote = NULL;
     remote_rows rows = {0};
@@ -288,6 +292,7 @@ int cli_cmd_export(const cli_command *cmd, int argc, char **argv)
     if (!output || !*output) return cli_usage_error(cmd, "-o FILE is required");
     if (given != 1)
         return cli_usage_error(cmd, "give exactly one of --manifest FILE, SPEC..., --all");
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS)) >= 0) return rc; /* the secret among them */
     if (options[OPT_ARCH].value &&
         cli_split_list(options[OPT_ARCH].value, &filter.arches, &filter.arch_count) < 0)
         return cli_usage_error(cmd, "--arch '%s': expected a comma-separated list",
@@ -347,6 +352,7 @@ int cli_cmd_import(const cli_command *cmd, int argc, char **argv)
     int rc = cli_parse(cmd, NULL, argc, argv, &args);
     if (rc >= 0) return rc;
     if (args.positional_count != 1) return cli_usage_error(cmd, "expected one bundle FILE");
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS)) >= 0) return rc; /* the secret among them */
     if (cli_resolve_cache_dir(dir, sizeof dir) < 0)
         return cli_runtime_error(cmd, "cannot find the cache directory");
     if (fi_cache_open(&cache, dir, 0) < 0) {

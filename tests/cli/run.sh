@@ -614,6 +614,8 @@ check jit_on_spelled_yes "FIJIT_JIT=yes: want exit 0: $(cat "$WORK/jit.out")" te
 run env_bad_jit --env FIJIT_JIT=maybe -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 run env_bad_lock_timeout --env FIJIT_LOCK_TIMEOUT_MS=x -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 run env_short_secret --env FIJIT_REMOTE_SECRET=short -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_short_secret_export --env FIJIT_REMOTE_SECRET=short -- export -o "$WORK/short.bundle" --all --cache-dir "$SC"
+run env_short_secret_import --env FIJIT_REMOTE_SECRET=short -- import "$WORK/short.bundle" --cache-dir "$SC"
 run env_bad_umask --env FIJIT_UMASK=000 -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 run env_bad_arch_show_config --env FIJIT_ARCH=garbage -- show-config --cache-dir "$SC"
 run empty_top_cache_dir -- --cache-dir "" list
@@ -638,6 +640,11 @@ printf '\nmax_size = lots\n' >"$SC/fijit.conf"
 run config_bad_value -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 printf 'jit = off\njit = on\n' >"$SC/fijit.conf"
 run config_repeated_key -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+printf 'remote = unix://%s/no-redis.sock\n' "$WORK" >"$SC/fijit.conf"
+"$FIJIT" remote ping --cache-dir "$SC" >"$WORK/cfgremote.out" 2>&1
+rc=$?
+check config_file_remote_is_used "remote ping: want exit 1 from the file's remote: $(cat "$WORK/cfgremote.out")" \
+    eval "[ $rc = 1 ] && grep -q 'no-redis.sock' '$WORK/cfgremote.out'"
 printf 'jit = off\n' >"$SC/fijit.conf"
 "$FIJIT" prewarm --dtype bf16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$SC" >"$WORK/cfgjit.out" 2>&1
 rc=$?
