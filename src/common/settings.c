@@ -146,8 +146,7 @@ static char *trim(char *s)
     return s;
 }
 
-/* Parse the text of a configuration file (NUL-terminated) into `out`. */
-static int config_parse(fi_settings *out, const char *path, char *text)
+int fi__config_parse(fi_settings *out, const char *path, char *text)
 {
     int seen[S_COUNT] = {0}, line_no = 0;
     char *next = text;
@@ -205,7 +204,7 @@ static int config_read(fi_settings *out, const char *cache_dir)
     if (memchr(data, '\0', size))
         FI_FAIL(FI_EINVALID, "%s is not a text file (it holds a NUL byte)", path);
     snprintf(out->file, sizeof out->file, "%s", path);
-    FI_TRY(config_parse(out, path, data));
+    FI_TRY(fi__config_parse(out, path, data));
 out:
     fi__free(data);
     return rc;

@@ -37,6 +37,10 @@
  * 1 it is FI_EINVALID like every other bad value. */
 int fi__settings_load(fi_settings *out, const char *cache_dir, int strict_log);
 
+/* Parse the text of a configuration file (NUL-terminated; cut up in place)
+ * into `out`, over what it holds; `path` names the file in messages. */
+int fi__config_parse(fi_settings *out, const char *path, char *text);
+
 /* "1", "true", "yes", "on" → 1; "0", "false", "no", "off" → 0 (any case);
  * anything else -1. */
 int fi__parse_bool(const char *text);
