@@ -99,6 +99,8 @@ static atomic_int cache_umask = -1;
 
 void fi__cache_umask_set(int umask) { atomic_store(&cache_umask, umask); }
 
+int fi__cache_umask(void) { return atomic_load(&cache_umask); }
+
 mode_t fi__cache_unsafe_bits(void)
 {
     const int umask = atomic_load(&cache_umask);

@@ -50,6 +50,7 @@ void fi__free(void *p);
  * fi__open creates a file or fi__mkdir a directory, whatever the process's
  * own umask: a cache shared by a group (docs/configuration.md). Process-wide. */
 void fi__cache_umask_set(int umask);
+int fi__cache_umask(void);
 /* Mode bits a cache directory must not have: S_IWOTH always, S_IWGRP unless
  * the cache's umask lets the group write. */
 mode_t fi__cache_unsafe_bits(void);

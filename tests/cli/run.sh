@@ -716,6 +716,18 @@ FIJIT_UMASK=007 "$FIJIT" prewarm --manifest "$WORK/ro/empty.manifest" --arch sm_
 rc_shared=$?
 check umask_allows_a_group_writable_dir "want exit 1 without a umask and 0 with 007: $rc_private/$rc_shared $(cat "$WORK/gw.out")" \
     eval "[ $rc_private = 1 ] && [ $rc_shared = 0 ]"
+GW_INDEX=$(find "$WORK/group-writable" -maxdepth 1 -name index.sqlite -printf '%m')
+check umask_index_is_group_writable "want the index 660 with umask 007, got '$GW_INDEX'" test "$GW_INDEX" = 660
+if [ "$(id -u)" = 0 ]; then
+    # A member of the group stores into the cache the owner made.
+    chgrp -R 65534 "$WORK/group-writable"
+    printf 'umask = 007\n' >"$WORK/group-writable/fijit.conf"
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$FIJIT" prewarm --dtype fp16 --head-dim 64 \
+        --arch sm_90a -j 1 --cache-dir "$WORK/group-writable" >"$WORK/gwrite.out" 2>&1
+    rc=$?
+    check umask_group_member_stores "want exit 0 and 1 compiled: $(cat "$WORK/gwrite.out")" \
+        eval "[ $rc = 0 ] && grep -q '^prewarm: 1 spec, 1 compiled' '$WORK/gwrite.out'"
+fi
 FIJIT_UMASK=007 "$FIJIT" prewarm "${SPECS[@]}" --cache-dir "$WORK/open" >"$WORK/open2.out" 2>&1
 rc=$?
 check umask_never_allows_world_writable "want exit 1 for a dir others may write: $(cat "$WORK/open2.out")" \
