@@ -80,10 +80,19 @@ int cli_resolve_cache_dir(char *out, size_t size);
 int cli_open_store(const cli_command *cmd, fi_cache **out, char dir[4096]);
 
 /* Environment values a command uses, checked before it does anything: a bad
- * one is a usage error (exit 2) like a bad option. */
-enum { CLI_ENV_LOG = 1u << 0, CLI_ENV_SIZE = 1u << 1, CLI_ENV_ARCH = 1u << 2 };
+ * one is a usage error (exit 2) like a bad option. CLI_ENV_SETTINGS: every
+ * setting the library reads (FIJIT_* and the cache's fijit.conf), into
+ * cli_settings; CLI_ENV_LOG and CLI_ENV_SIZE are older names for it. */
+enum {
+    CLI_ENV_SETTINGS = 1u << 0,
+    CLI_ENV_ARCH = 1u << 2,
+    CLI_ENV_LOG = CLI_ENV_SETTINGS,
+    CLI_ENV_SIZE = CLI_ENV_SETTINGS,
+};
 /* -1 to go on, or CLI_EXIT_USAGE after printing which value is wrong. */
 int cli_check_env(const cli_command *cmd, unsigned which);
+/* The settings cli_check_env(CLI_ENV_SETTINGS) read for the command's cache. */
+extern fi_settings cli_settings;
 /* An arch the command will compile for: well formed and one the NVRTC in use
  * compiles for. `what` names its source ("--arch", "FIJIT_ARCH"). -1 or
  * CLI_EXIT_USAGE. */

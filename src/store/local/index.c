@@ -354,6 +354,10 @@ static int db_init_as(fi_local *st, int how)
         flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
     } else {
         flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+        /* A shared cache's index gets its modes (SQLite gives its -wal and
+         * -shm the index's): made here, empty, since SQLite would make it 0644. */
+        if (fi__cache_umask() >= 0)
+            fi__close(fi__open(st->index_path, O_RDONLY | O_CREAT | O_NOFOLLOW, 0600));
     }
     src = sqlite3_open_v2(name, &st->db, flags, NULL);
     if (!st->db) FI_FAIL(FI_ENOMEM, "out of memory opening cache index %s", st->index_path);
