@@ -50,7 +50,8 @@ static int put_obj(fi_store *st, int n, const char *tag)
     char text[64];
     fi_object_meta meta = {0};
     key_n(key, n);
-    snprintf(meta.spec, sizeof meta.spec, "decode hd=%d", 64 + n);
+    snprintf(meta.spec, sizeof meta.spec,
+             "decode q=fp16 kv=fp16 o=fp16 hd=%d mask=none pos=none softcap=0", 64 << n % 3);
     snprintf(meta.arch, sizeof meta.arch, "sm_90a");
     int len = snprintf(text, sizeof text, "object %d %s", n, tag);
     return fi_store_put(st, key, text, (size_t)len, &meta);
@@ -935,4 +936,39 @@ TEST(a_cache_refusing_writes_warns_once_per_context)
     fi_jit_ctx_free(ctx);
     CHECK_MSG(occurrences(log, "could not save statistics") == 1, "said %d times",
               occurrences(log, "could not save statistics"));
+}
+
+/* An index broken under a running writer while another process holds the
+ * rebuild lock: that put fails, but the store does not stay closed; the
+ * next put opens the index again (rebuilding it) and stores, and every
+ * object is served. */
+TEST(index_closed_by_a_failed_rebuild_is_opened_again_by_the_next_put)
+{
+    char dir[4200], index[4300], lock[4300];
+    fi_store *st = NULL;
+    sqlite3 *db = NULL;
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    snprintf(index, sizeof index, "%s/index.sqlite", dir);
+    snprintf(lock, sizeof lock, "%s/locks/index.lock", dir);
+    CHECK_OK(fi_store_open(&st, dir, 0, 0));
+    fi_store_set_lock_timeout(st, 0);
+    CHECK_OK(put_obj(st, 1, "a"));
+    CHECK(sqlite3_open(index, &db) == SQLITE_OK);
+    int dropped = sqlite3_exec(db, "DROP TABLE entries", NULL, NULL, NULL) == SQLITE_OK;
+    sqlite3_close(db);
+    int fd = open(lock, O_RDWR | O_CREAT, 0600);
+    int held = fd >= 0 && flock(fd, LOCK_EX) == 0;
+    int rc_during = put_obj(st, 2, "a"); /* broken index, rebuild lock taken */
+    if (fd >= 0) close(fd);
+    int rc_after = put_obj(st, 3, "a");
+    int served = get_obj(st, 1, "a") + get_obj(st, 3, "a");
+    fi_jit_stats s = FI_JIT_STATS_INIT;
+    int rc_stats = fi_store_stats_get(st, &s);
+    fi_store_close(st);
+    CHECK(dropped && held);
+    CHECK_MSG(rc_during < 0, "the put under a held rebuild lock stored: %d", rc_during);
+    CHECK_MSG(rc_after == 0, "the next put failed: %s", fi_last_error());
+    CHECK(served == 2);
+    CHECK_OK(rc_stats);
+    CHECK(s.entries >= 2 && s.corrupt >= 1);
 }

@@ -83,7 +83,10 @@ static int list_collect(void *user, const fi_cache_entry *row)
         rows->rows = grown;
         rows->capacity = capacity;
     }
-    rows->rows[rows->count++] = *row;
+    fi_cache_entry *kept = &rows->rows[rows->count++];
+    *kept = *row;
+    cli_text_printable(kept->spec);
+    cli_text_printable(kept->arch);
     return 0;
 }
 

@@ -112,12 +112,31 @@ static int sql_error(fi_local *st, int src, const char *what)
                      code == FI_EIO && disk_full(st, src) ? " (the disk is full)" : "");
 }
 
+static int db_init(fi_local *st);
+
+/* The index was closed by a failure to open or rebuild it (another process
+ * rebuilding it, a transient I/O error): open it again, rebuilding it if it
+ * is broken, so that one failure does not stop a long run storing. Said
+ * when it works, so that the log explains the failures before it. */
+static int db_reopen(fi_local *st)
+{
+    char first[1024];
+    int rc = db_init(st);
+    if (rc == FI_ECORRUPT && !(st->flags & FI_STORE_READ_ONLY)) rc = fi__local_db_rebuild(st);
+    if (rc < 0) {
+        snprintf(first, sizeof first, "%s", fi_last_error());
+        return fi__error(rc, "cache index %s is closed after an earlier failure, and opening it "
+                         "again failed: %s", st->index_path, first);
+    }
+    fi__log(FI_LOG_INFO, "cache index %s opened again after an earlier failure", st->index_path);
+    return 0;
+}
+
 /* A cached, reset statement ready for binding. */
 int fi__local_sql_prep(fi_local *st, enum stmt_id id, sqlite3_stmt **out)
 {
-    if (!st->db)
-        return fi__error(FI_EIO, "cache index %s is closed after an earlier failure",
-                         st->index_path);
+    int rc;
+    if (!st->db && (rc = db_reopen(st)) < 0) return rc;
     if (fi__fault(FI_FAULT_SQL))
         return fi__error(FI_EIO, "cache index %s: preparing \"%s\": injected fault",
                          st->index_path, stmt_sql[id]);

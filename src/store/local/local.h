@@ -119,8 +119,9 @@ const char *fi_local_dir(const fi_local *st);
 int fi_local_read_only(const fi_local *st);
 int fi_local_get(fi_local *st, const uint8_t key[16], void **out, size_t *out_size,
                  fi_object_meta *meta);
+/* `out_added` (may be NULL): see fi_store_put_counted. */
 int fi_local_put(fi_local *st, const uint8_t key[16], const void *data, size_t size,
-                 const fi_object_meta *meta);
+                 const fi_object_meta *meta, int *out_added);
 /* The per-key build lock (lock.c); the front's fi_store_lock wraps it. */
 typedef struct fi_local_lock fi_local_lock;
 int fi_local_lock_key(fi_local *st, const uint8_t key[16], fi_local_lock **out);
