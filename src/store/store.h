@@ -113,11 +113,14 @@ int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t s
 int fi_store_put_counted(fi_store *st, const uint8_t key[16], const void *data, size_t size,
                          const fi_object_meta *meta, int *out_added);
 
-/* Cross-process build lock for one key (flock on locks/<key>.lock). Waits at
- * most the store's lock timeout for another holder (which may be stopped or
- * hung), then returns a lock that holds nothing, so the caller builds
- * without it (puts are atomic, so a late second writer of the key is
- * harmless). Also holds nothing on a read-only store.
+/* Cross-process build lock for one key (flock on locks/<key>.lock). A
+ * holder on this host seen stopped (SIGSTOP, a debugger) for 2 s is taken
+ * over (store/local/lock.c); woken, it stores nothing over the entry of the
+ * process that took its lock. Otherwise waits at most the store's lock
+ * timeout for another holder (which may be hung), then returns a lock that
+ * holds nothing, so the caller builds without it (puts are atomic, so a
+ * late second writer of the key is harmless). Also holds nothing on a
+ * read-only store.
  * Then, with a writable remote, the fleet-wide lease on the key: taken (and
  * renewed by a thread while the caller builds, so that it expires soon
  * after a holder dies), or, while another host holds it, waited for until

@@ -718,12 +718,33 @@ out:
 
 /* ---- statistics ---------------------------------------------------------------- */
 
+static int stats_add_once(fi_local *st, const fi_jit_stats *delta);
+
+/* On a full disk SQLite's log cannot grow, but once checkpointed it is
+ * written again from its start, in blocks it has: so a save that fails for
+ * want of space checkpoints and tries once more, and counts made after the
+ * disk filled are kept (the caller keeps them for later only in memory). */
 int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta)
 {
-    int rc = 0, in_tx = 0;
+    int rc = 0;
     if (!st || !delta) return fi__error(FI_EINVALID, "fi_store_stats_add: NULL argument");
     if ((rc = fi__local_check_writable(st, "fi_store_stats_add")) < 0) return rc;
     pthread_mutex_lock(&st->mu);
+    rc = stats_add_once(st, delta);
+    if (rc == FI_EIO && st->db && disk_full(st, st->last_sql_error)) {
+        char first[1024];
+        snprintf(first, sizeof first, "%s", fi_last_error());
+        sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_RESTART, NULL, NULL);
+        if ((rc = stats_add_once(st, delta)) < 0) rc = fi__error(rc, "%s", first);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* One transaction adding `delta`. Under the mutex. */
+static int stats_add_once(fi_local *st, const fi_jit_stats *delta)
+{
+    int rc = 0, in_tx = 0;
     FI_TRY(fi__local_tx_begin(st));
     in_tx = 1;
     for (size_t i = 0; i < STAT_FIELD_COUNT; i++) {
@@ -734,7 +755,6 @@ int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta)
     in_tx = 0;
 out:
     if (in_tx) fi__local_tx_rollback(st);
-    pthread_mutex_unlock(&st->mu);
     return rc;
 }
 

@@ -35,6 +35,7 @@ int fi_local_open(fi_local **out, const char *dir, unsigned flags, int64_t max_b
     *out = NULL;
     if (!(st = fi__calloc(1, sizeof *st))) FI_FAIL(FI_ENOMEM, "out of memory opening the cache");
     pthread_mutex_init(&st->mu, NULL);
+    pthread_mutex_init(&st->held_mu, NULL);
     st->flags = flags;
     st->max_bytes = max_bytes;
     st->lock_timeout_ms = FI_STORE_LOCK_TIMEOUT_MS;
@@ -88,6 +89,7 @@ void fi_local_close(fi_local *st)
     if (!st) return;
     fi__local_db_close(st);
     pthread_mutex_destroy(&st->mu);
+    pthread_mutex_destroy(&st->held_mu);
     fi__free(st->dir);
     fi__free(st);
 }
@@ -237,6 +239,19 @@ static int store_put_once(fi_local *st, const uint8_t key[16], const void *data,
     if (!fi_object_meta_ok(meta)) FI_FAIL(FI_EINVALID, "fi_store_put: %s", FI_OBJECT_META_BAD);
     fi_key_hex(hex, key);
     FI_TRY(fi__local_object_path(st, path, hex));
+    if (fi__local_lock_lost(st, hex)) {
+        /* Stopped while building, this process had its lock taken over;
+         * the new holder's entry stands, and is not written a second time. */
+        pthread_mutex_lock(&st->mu);
+        int has = fi__local_row_exists(st, hex, NULL);
+        pthread_mutex_unlock(&st->mu);
+        if (has == 1) {
+            fi__log(FI_LOG_INFO, "another process took over the build lock of %s while this one "
+                    "was stopped, and stored it; not storing it again", hex);
+            if (out_added) *out_added = 0;
+            return 0;
+        }
+    }
     if (snprintf(sub, sizeof sub, "%s/objects/%.2s", st->dir, hex) >= (int)sizeof sub)
         FI_FAIL(FI_EINVALID, "cache path too long under %s", st->dir);
     FI_TRY(fi__local_ensure_subdir(sub, st->flags, 1));

@@ -97,6 +97,8 @@ struct fi_local {
     int last_sql_error;             /* primary SQLite code of the last failure */
     int64_t lock_timeout_ms;        /* wait for another builder's lock; < 0: forever */
     atomic_int lock_timeout_warned; /* "gave up waiting for a lock" was logged */
+    pthread_mutex_t held_mu;        /* guards held */
+    struct fi_local_lock *held;     /* build locks this store holds (lock.c) */
 };
 
 /* What reading an object file found (besides its payload). */
@@ -164,6 +166,7 @@ int fi__local_evict_to(fi_local *st, int64_t max_bytes, const char *keep, int *r
 
 /* lock.c: per-key build locks */
 int fi__local_lock_file_wait(const char *path, int64_t timeout_ms, int *out_fd);
+int fi__local_lock_lost(fi_local *st, const char *hex);
 void fi__local_clean_locks(fi_local *st);
 
 /* objects.c: paths, directory safety, object files, temp files */
