@@ -250,6 +250,36 @@ TEST(bundle_truncated_imports_the_entries_it_still_holds)
     CHECK(problems > 0);
 }
 
+/* Export entries [0, ENTRIES) to all.bundle, then run `sql` on it. */
+static int exported_then_changed(const char *sql)
+{
+    char path[4200];
+    fi_bundle_counts c;
+    sqlite3 *db = NULL;
+    int rc = fill_cache("from", 0, ENTRIES);
+    if (rc == 0) rc = export_from("from", "all.bundle", NULL, &c);
+    path_of(path, sizeof path, "all.bundle");
+    if (rc == 0 && sqlite3_open(path, &db) == SQLITE_OK)
+        rc = sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+    sqlite3_close(db);
+    return rc;
+}
+
+/* Bundles written before entries became a rowid table (WITHOUT ROWID)
+ * still import, by key. */
+TEST(bundle_of_the_earlier_layout_still_imports)
+{
+    fi_bundle_counts c;
+    CHECK_OK(exported_then_changed(
+        "CREATE TABLE old (key TEXT PRIMARY KEY NOT NULL, spec TEXT NOT NULL, arch TEXT NOT NULL, "
+        "size INTEGER NOT NULL, checksum INTEGER NOT NULL, mac BLOB, entry BLOB NOT NULL) "
+        "WITHOUT ROWID; INSERT INTO old SELECT key, spec, arch, size, checksum, mac, entry "
+        "FROM entries; DROP TABLE entries; ALTER TABLE old RENAME TO entries;"));
+    CHECK_OK(import_into("to", "all.bundle", NULL, &c));
+    CHECK(c.entries == ENTRIES && c.added == ENTRIES && c.refused == 0);
+    CHECK(cache_holds_only_originals("to") == ENTRIES);
+}
+
 /* A link to a bundle is the bundle; a directory, FIFO or device is refused
  * as not a regular file, at once (a FIFO never blocks the import). */
 TEST(bundle_path_is_followed_to_a_regular_file_only)
@@ -356,12 +386,7 @@ TEST(bundle_of_another_schema_or_none_is_refused_clearly)
     char path[4200];
     fi_bundle_counts c;
     sqlite3 *db = NULL;
-    CHECK_OK(fill_cache("from", 0, ENTRIES));
-    CHECK_OK(export_from("from", "all.bundle", NULL, &c));
-    path_of(path, sizeof path, "all.bundle");
-    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, "PRAGMA user_version = 2", NULL, NULL, NULL) == SQLITE_OK);
-    sqlite3_close(db);
+    CHECK_OK(exported_then_changed("PRAGMA user_version = 2"));
     CHECK_RC(import_into("to", "all.bundle", NULL, &c), FI_EINVALID);
     CHECK_MSG(strstr(fi_last_error(), "has schema 2") && strstr(fi_last_error(), "reads schema 1"),
               "%s", fi_last_error());

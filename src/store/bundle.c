@@ -319,11 +319,10 @@ static int check_row(sqlite3_stmt *s, const fi_seal_key *seal, uint8_t key[16],
 }
 
 /* How a bundle file looks before SQLite reads it: 0 for a regular file
- * (links followed: a link to a bundle is the bundle), `*truncated` set when
- * it is shorter than its SQLite header says (page size x page count), its
- * size in `*size`. A
- * directory, FIFO or device is refused before anything opens it, so that
- * nothing blocks on it. */
+ * (links followed: a link to a bundle is the bundle), with its size in
+ * `*size` and `*truncated` set when it is shorter than its SQLite header
+ * says (page size x page count). A directory, FIFO or device is refused
+ * before anything opens it, so that nothing blocks on it. */
 static int bundle_file_check(const char *path, int64_t *size, int *truncated)
 {
     struct stat sb;
@@ -349,18 +348,17 @@ static int bundle_file_check(const char *path, int64_t *size, int *truncated)
     return 0;
 }
 
-/* Which rows a bundle has, as handles to fetch them by: rowids 1..N for a
- * rowid table (a damaged page then costs only the rows on it), else the
- * keys from a walk of a WITHOUT ROWID table, which a damaged page ends
- * (`*complete` 0). A key that is not 32 characters is kept as "" (refused
- * as malformed). */
+/* Which rows a bundle has, as handles to fetch them by. */
 typedef struct row_handles {
-    int by_rowid;
+    int by_rowid;     /* rows 1..count, by rowid */
     int64_t count;
-    char (*keys)[33]; /* by key */
-    int complete;
+    char (*keys)[33]; /* else their keys; "" for one that is not 32 characters */
+    int complete;     /* 0: a damaged page ended the walk for the keys */
 } row_handles;
 
+/* A rowid table (what export writes) is fetched by rowids 1..N, so that a
+ * damaged page costs only the rows on it; a WITHOUT ROWID table (bundles
+ * written before) by the keys of a walk, which a damaged page ends. */
 static int bundle_rows(sqlite3 *db, const char *path, int64_t want_entries, int64_t file_size,
                        row_handles *out)
 {
