@@ -250,19 +250,53 @@ TEST(bundle_truncated_imports_the_entries_it_still_holds)
     CHECK(problems > 0);
 }
 
-/* Export entries [0, ENTRIES) to all.bundle, then run `sql` on it. */
+/* Export entries [0, ENTRIES) to a new all.bundle, then run `sql` on it. */
 static int exported_then_changed(const char *sql)
 {
     char path[4200];
     fi_bundle_counts c;
     sqlite3 *db = NULL;
+    path_of(path, sizeof path, "all.bundle");
+    unlink(path);
     int rc = fill_cache("from", 0, ENTRIES);
     if (rc == 0) rc = export_from("from", "all.bundle", NULL, &c);
-    path_of(path, sizeof path, "all.bundle");
     if (rc == 0 && sqlite3_open(path, &db) == SQLITE_OK)
         rc = sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
     sqlite3_close(db);
     return rc;
+}
+
+static void keep_problem(void *user, const char *problem)
+{
+    char *text = user;
+    size_t n = strlen(text);
+    snprintf(text + n, 1024 - n, "%s\n", problem);
+}
+
+/* A bundle's own texts (its format name, a row's key) are never echoed
+ * with terminal escapes in them. */
+TEST(bundle_texts_in_messages_carry_no_control_bytes)
+{
+    fi_bundle_counts c;
+    char problems[1024] = "";
+    CHECK_OK(exported_then_changed("UPDATE bundle SET value = 'x' || char(27) || '[2J' "
+                                   "WHERE name = 'format'"));
+    CHECK_RC(import_into("to", "all.bundle", NULL, &c), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "format 'x?[2J'") && !strchr(fi_last_error(), 27), "%s",
+              fi_last_error());
+    CHECK_OK(exported_then_changed("UPDATE entries SET key = char(27) || '[2J' || substr(key, 5) "
+                                   "WHERE rowid = 1"));
+    char dir[4200], path[4200];
+    fi_cache *cache = NULL;
+    path_of(dir, sizeof dir, "keys");
+    path_of(path, sizeof path, "all.bundle");
+    CHECK_OK(fi_cache_open(&cache, dir, 0));
+    int rc = fi_cache_import(&c, cache, path, NULL, keep_problem, problems);
+    fi_cache_close(cache);
+    CHECK_OK(rc);
+    CHECK(c.refused == 1 && c.added == ENTRIES - 1);
+    CHECK_MSG(strstr(problems, "entry 1 has a malformed key") && !strchr(problems, 27), "%s",
+              problems);
 }
 
 /* Bundles written before entries became a rowid table (WITHOUT ROWID)

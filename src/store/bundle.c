@@ -234,6 +234,9 @@ static int meta_value(sqlite3 *db, const char *name, char *out, size_t size)
         sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
         rc = sqlite3_step(s);
         if (rc == SQLITE_ROW) snprintf(out, size, "%s", (const char *)sqlite3_column_text(s, 0));
+        /* Echoed in messages: no terminal escapes from a file of elsewhere. */
+        for (unsigned char *p = (unsigned char *)out; *p; p++)
+            if (*p < 0x20 || *p >= 0x7f) *p = '?';
         if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
     }
     sqlite3_finalize(s);
@@ -294,7 +297,7 @@ static int check_row(sqlite3_stmt *s, const fi_seal_key *seal, uint8_t key[16],
     const void *entry = sqlite3_column_blob(s, 6);
     int entry_size = sqlite3_column_bytes(s, 6);
     if (!hex || strlen(hex) != 32 || fi_key_from_hex(hex, key) < 0) {
-        snprintf(why, why_size, "has a malformed key '%.40s'", hex ? hex : "");
+        snprintf(why, why_size, "has a malformed key");
         return FI_OBJECT_BAD;
     }
     if (!entry || entry_size != size) {
@@ -458,7 +461,7 @@ int fi_bundle_import(fi_bundle_counts *out, fi_store *store, const char *path,
             }
         }
         if (res != FI_OBJECT_OK) {
-            if (hex && *hex)
+            if (hex && fi_key_from_hex(hex, key) == 0) /* only a key is echoed, not any text */
                 snprintf(problem, sizeof problem, "entry %.32s %s; not imported", hex, why);
             else
                 snprintf(problem, sizeof problem, "entry %" PRId64 " %s; not imported", i + 1, why);
