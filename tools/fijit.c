@@ -268,8 +268,8 @@ out:
 static void verify_report(void *user, const char *problem)
 {
     (void)user;
-    /* Notes (leftovers of killed writers or an interrupted gc) come with
-     * their own "note: " and do not fail verify. */
+    /* Notes (temp files killed writers left) come with their own "note: "
+     * and do not fail verify. */
     if (strncmp(problem, "note: ", 6) == 0) printf("%s\n", problem);
     else printf("problem: %s\n", problem);
 }
