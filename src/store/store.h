@@ -134,7 +134,7 @@ int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out);
 #define FI_STORE_LOCK_TIMEOUT_MS 60000
 /* Set the wait in milliseconds: 0 does not wait, < 0 waits forever. */
 void fi_store_set_lock_timeout(fi_store *st, int64_t timeout_ms);
-void fi_store_unlock(fi_store_lock *lock); /* accepts NULL */
+void fi_store_unlock(fi_store_lock *lock); /* accepts NULL; before the store is closed */
 
 /* Add this process's counters to the persisted statistics (one transaction). */
 int fi_store_stats_add(fi_store *st, const fi_jit_stats *delta);
