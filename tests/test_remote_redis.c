@@ -52,7 +52,8 @@ static void key_of(uint8_t key[16], int i)
 static void meta_of(fi_object_meta *m, int i)
 {
     memset(m, 0, sizeof *m);
-    snprintf(m->spec, sizeof m->spec, "decode q=fp16 hd=%d", 64 + i);
+    snprintf(m->spec, sizeof m->spec,
+             "decode q=fp16 kv=fp16 o=fp16 hd=%d mask=none pos=none softcap=0", 64 << i % 3);
     snprintf(m->arch, sizeof m->arch, "sm_90a");
 }
 

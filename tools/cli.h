@@ -166,4 +166,8 @@ int cli_cmd_remote(const cli_command *cmd, int argc, char **argv);
 int cli_cmd_export(const cli_command *cmd, int argc, char **argv);
 int cli_cmd_import(const cli_command *cmd, int argc, char **argv);
 
+/* Replace every control byte and every byte outside printable ASCII in
+ * `text` with '?' (as ls does on a terminal), in place (cli_text.c). */
+void cli_text_printable(char *text);
+
 #endif

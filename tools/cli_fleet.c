@@ -41,7 +41,10 @@ static int remote_collect(void *user, const fi_cache_remote_entry *e)
         rows->rows = grown;
         rows->capacity = capacity;
     }
-    rows->rows[rows->count++] = *e;
+    fi_cache_remote_entry *kept = &rows->rows[rows->count++];
+    *kept = *e;
+    cli_text_printable(kept->entry.spec);
+    cli_text_printable(kept->entry.arch);
     rows->bytes += e->entry.size;
     rows->sealed += e->sealed;
     rows->bad += !e->header_ok;
@@ -311,8 +314,9 @@ int cli_cmd_export(const cli_command *cmd, int argc, char **argv)
         (rc = read_manifest(cmd, options[OPT_MANIFEST].value, &filter)) >= 0)
         goto out;
     if ((rc = cli_open_store(cmd, &cache, dir)) != 0) goto out;
-    if (!cache) {
-        rc = cli_runtime_error(cmd, "no cache to export (it does not exist yet)");
+    if (!cache) { /* the library said nothing: there is nothing to open */
+        fprintf(stderr, "fijit export: no cache at %s to export (it does not exist yet)\n", dir);
+        rc = CLI_EXIT_FAILED;
         goto out;
     }
     if (filter.spec_count && (rc = export_check_found(cmd, cache, &filter)) >= 0) goto out;

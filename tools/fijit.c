@@ -83,7 +83,10 @@ static int list_collect(void *user, const fi_cache_entry *row)
         rows->rows = grown;
         rows->capacity = capacity;
     }
-    rows->rows[rows->count++] = *row;
+    fi_cache_entry *kept = &rows->rows[rows->count++];
+    *kept = *row;
+    cli_text_printable(kept->spec);
+    cli_text_printable(kept->arch);
     return 0;
 }
 
@@ -265,8 +268,8 @@ out:
 static void verify_report(void *user, const char *problem)
 {
     (void)user;
-    /* Notes (leftovers of killed writers or an interrupted gc) come with
-     * their own "note: " and do not fail verify. */
+    /* Notes (temp files killed writers left) come with their own "note: "
+     * and do not fail verify. */
     if (strncmp(problem, "note: ", 6) == 0) printf("%s\n", problem);
     else printf("problem: %s\n", problem);
 }

@@ -228,7 +228,7 @@ int fi_store_lookup(fi_store *st, const uint8_t key[16], void **out, size_t *out
         if (rc < 0) return rc;
         /* Write-back: the next process finds it locally. Best effort. */
         if (!fi_local_read_only(st->local) &&
-            fi_local_put(st->local, key, *out, *out_size, &got) < 0)
+            fi_local_put(st->local, key, *out, *out_size, &got, NULL) < 0)
             fi__log(FI_LOG_WARN, "cannot write a remote cache hit to %s: %s",
                     fi_local_dir(st->local), fi_last_error());
         if (meta) *meta = got;
@@ -305,9 +305,15 @@ static void push(fi_store *st, const uint8_t key[16], const void *data, size_t s
 int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t size,
                  const fi_object_meta *meta)
 {
+    return fi_store_put_counted(st, key, data, size, meta, NULL);
+}
+
+int fi_store_put_counted(fi_store *st, const uint8_t key[16], const void *data, size_t size,
+                         const fi_object_meta *meta, int *out_added)
+{
     char local_err[1024];
     if (!st) return fi__error(FI_EINVALID, "fi_store_put: NULL argument");
-    int rc = fi_local_put(st->local, key, data, size, meta);
+    int rc = fi_local_put(st->local, key, data, size, meta, out_added);
     if (st->remote_count == 0) return rc;
     /* The remotes hear of it whatever the local tier said; the caller hears
      * only the local tier's answer, and its words. */

@@ -207,6 +207,29 @@ run bundle_import_sealed_wrong_secret --sort --env FIJIT_REMOTE_SECRET=another-s
     -- import "$FLEET/sealed.bundle" --cache-dir "$FLEET/d"
 run bundle_import_sealed --env FIJIT_REMOTE_SECRET=0123456789abcdef-fleet \
     -- import "$FLEET/sealed.bundle" --cache-dir "$FLEET/d"
+# A link to a bundle imports it; a directory, FIFO or device is not a regular
+# file (and never blocks); a truncated bundle imports the entries it holds whole.
+ln -s all.bundle "$FLEET/link.bundle"
+run bundle_import_through_a_symlink -- import "$FLEET/link.bundle" --cache-dir "$FLEET/e"
+mkfifo "$FLEET/fifo.bundle"
+run bundle_import_fifo -- import "$FLEET/fifo.bundle" --cache-dir "$FLEET/e"
+run bundle_import_directory -- import "$FLEET" --cache-dir "$FLEET/e"
+run bundle_import_device -- import /dev/zero --cache-dir "$FLEET/e"
+head -c "$(( $(stat -c %s "$FLEET/all.bundle") * 99 / 100 ))" "$FLEET/all.bundle" >"$FLEET/short.bundle"
+"$FIJIT" import "$FLEET/short.bundle" --cache-dir "$FLEET/f" >"$WORK/short.out" 2>&1
+rc=$?
+check bundle_import_truncated_imports_the_whole_entries "want exit 1, 1 added, 1 refused: $(cat "$WORK/short.out")" \
+    eval "[ $rc = 1 ] && grep -q '2 entries: 1 added, 0 already present, 1 refused' '$WORK/short.out' \
+          && grep -q 'is truncated' '$WORK/short.out' && \"$FIJIT\" verify --cache-dir '$FLEET/f' >/dev/null"
+run bundle_export_missing_cache -- export -o "$FLEET/none.bundle" --all --cache-dir "$FLEET/no-such-cache"
+# A listing prints '?' for the control bytes an index written by another
+# program may hold, never the bytes themselves.
+cp -a "$CACHE" "$FLEET/escapes"
+python3 -c 'import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("UPDATE entries SET spec = \x27decode\x27 || char(27) || \x27[2J\x27 || char(10) || \x27fake line\x27 WHERE spec LIKE \x27%bf16%\x27")
+db.commit()' "$FLEET/escapes/index.sqlite"
+run list_escapes_control_bytes -- list --cache-dir "$FLEET/escapes"
 
 # ---- inspecting ----------------------------------------------------------------------
 run list -- list --cache-dir "$CACHE"
