@@ -131,7 +131,7 @@ TEST(remote_url_parses_and_names_what_is_wrong)
     CHECK(strcmp(c.password, "s@cret") == 0 && c.user[0] == '\0');
     CHECK(strcmp(c.prefix, "prod") == 0 && c.ttl_s == 86400 && c.read_only);
     CHECK(c.timeout_ms == 250 && c.connect_timeout_ms == 20);
-    CHECK(strstr(c.url, "s%40cret") == NULL && strstr(c.url, ":***@cache.example") != NULL);
+    CHECK(strstr(c.url, "s%40cret") == NULL && strstr(c.url, "redis://***@cache.example") != NULL);
     CHECK_OK(fi_remote_config_parse(&c, "redis://localhost"));
     CHECK(c.port == 6379 && c.db == 0 && !c.read_only && strcmp(c.prefix, "fijit") == 0);
     CHECK(c.timeout_ms == FI_REMOTE_OPERATION_TIMEOUT_MS &&
@@ -152,8 +152,9 @@ TEST(remote_url_parses_and_names_what_is_wrong)
         {"redis://h?ttl=-1", "ttl="},
         {"redis://h?timeout=0", "timeout="},
         {"redis://h?prefix=a:b", "prefix="},
-        {"redis://h?colour=red", "unknown option 'colour'"},
+        {"redis://h?colour=red", "unknown option"},
         {"unix://relative.sock", "unix:///absolute"},
+        {"unix://:pw/relative.sock", "unix:///absolute"},
         {"redis://h x", "space"},
         {"", "empty"},
     };
@@ -163,9 +164,120 @@ TEST(remote_url_parses_and_names_what_is_wrong)
                   fi_last_error());
     }
     CHECK_OK(fi_remote_url_masked(masked, sizeof masked, "redis://u:topsecret@h:1/0?readonly"));
-    CHECK(strcmp(masked, "redis://u:***@h:1/0?readonly") == 0);
+    CHECK(strcmp(masked, "redis://***@h:1/0?readonly") == 0);
     CHECK_OK(fi_remote_url_masked(masked, sizeof masked, "unix:///s.sock"));
     CHECK(strcmp(masked, "unix:///s.sock") == 0);
+    CHECK_OK(fi_remote_url_masked(masked, sizeof masked, "redis://[::1]:7000/3?ttl=60&x=1&wait=a/b"));
+    CHECK(strcmp(masked, "redis://[::1]:7000/3?ttl=60&***&wait=***") == 0);
+}
+
+/* A password the masked form must never show, in every shape a URL may
+ * take, good or bad: whatever the parser makes of it, neither its words
+ * nor the masked URL (messages, show-config, logs) hold any of it. */
+#define PW "SEKRIT"
+static const char *const password_shapes[] = {
+    "redis://:" PW "@h",
+    "redis://user:" PW "@h:6379/0",
+    "redis://:pa/" PW "@127.0.0.1:6379",
+    "redis://:pa?" PW "@127.0.0.1:6379",
+    "redis://:" PW "?x@h/0?readonly",
+    "redis://:p@" PW "@h",
+    "redis://:" PW ":colon@h",
+    "redis://" PW "@h",
+    "redis://" PW "@h?readonly",
+    "redis://:" PW "@",
+    "redis://:" PW "",
+    "redis://h:" PW,
+    "redis://h:6379/" PW,
+    "redis://:" PW "@h:99999",
+    "redis://:" PW "@h/abc",
+    "redis://:SEK%zzRIT@h",
+    "redis://:SEK%52IT@h",
+    "redis://:" PW "@h?colour=red",
+    "redis://:" PW "@h?prefix=a:b",
+    "redis://h?password=" PW,
+    "redis://h?" PW,
+    "redis://h?" PW "=1",
+    "redis://h?ttl=" PW,
+    "redis://h?readonly&timeout=" PW "&prefix=ok",
+    "redis://:" PW "@[::1",
+    "redis://[::1:" PW "]:1",
+    "redis://@:" PW "@h",
+    "redis://:" PW "@h#frag",
+    "redis:/:" PW "@h",
+    "redis//:" PW "@h",
+    "redis:" PW "@h",
+    "http://:" PW "@h",
+    ":" PW "@h",
+    PW,
+    "unix://:" PW "@/tmp/redis.sock",
+    "unix://user:" PW "@/tmp/redis.sock?db=2",
+    "unix://:pa/" PW "@/tmp/redis.sock",
+    "unix://:" PW "@relative.sock",
+    "unix://:" PW,
+    "unix:///tmp/redis.sock?password=" PW,
+    "unix:///tmp/redis.sock?" PW,
+    "unix://" PW "@/tmp/redis.sock",
+};
+
+static int shows_password(const char *text)
+{
+    return strstr(text, "SEK") != NULL || strstr(text, "RIT") != NULL;
+}
+
+TEST(remote_url_never_shows_a_password_whatever_its_shape)
+{
+    char long_url[1500];
+    snprintf(long_url, sizeof long_url, "redis://:" PW "@%0900d", 0); /* a host too long */
+    for (size_t i = 0; i <= sizeof password_shapes / sizeof *password_shapes; i++) {
+        const char *url = i < sizeof password_shapes / sizeof *password_shapes ? password_shapes[i]
+                                                                               : long_url;
+        fi_remote_config c;
+        char masked[512], checked[512], tiny[24];
+        int rc = fi_remote_config_parse(&c, url);
+        CHECK_MSG(rc == 0 ? !shows_password(c.url) : !shows_password(fi_last_error()),
+                  "%s: %s", url, rc == 0 ? c.url : fi_last_error());
+        CHECK_OK(fi_remote_url_masked(masked, sizeof masked, url));
+        CHECK_MSG(!shows_password(masked), "%s masked as %s", url, masked);
+        CHECK_OK(fi_remote_url_masked(tiny, sizeof tiny, url));
+        CHECK_MSG(!shows_password(tiny) && strlen(tiny) < sizeof tiny, "%s cut to %s", url, tiny);
+        CHECK_RC(fi_remote_url_check(checked, sizeof checked, url), rc);
+        CHECK_MSG(strcmp(checked, masked) == 0 && !shows_password(fi_last_error()), "%s: %s",
+                  url, fi_last_error());
+    }
+    /* The ones that are good URLs mean what they say. */
+    fi_remote_config c;
+    CHECK_OK(fi_remote_config_parse(&c, "redis://:pa/" PW "@127.0.0.1:6379"));
+    CHECK(strcmp(c.password, "pa/" PW) == 0 && strcmp(c.host, "127.0.0.1") == 0);
+    CHECK(strcmp(c.url, "redis://***@127.0.0.1:6379") == 0);
+    CHECK_OK(fi_remote_config_parse(&c, "redis://:" PW "?x@h/0?readonly"));
+    CHECK(strcmp(c.password, PW "?x") == 0 && c.read_only && c.db == 0);
+    CHECK_OK(fi_remote_config_parse(&c, "unix://user:" PW "@/tmp/redis.sock?db=2"));
+    CHECK(c.unix_socket && strcmp(c.path, "/tmp/redis.sock") == 0 && c.db == 2);
+    CHECK(strcmp(c.user, "user") == 0 && strcmp(c.password, PW) == 0);
+    CHECK(strcmp(c.url, "unix://***@/tmp/redis.sock?db=2") == 0);
+    CHECK_OK(fi_remote_config_parse(&c, "unix:///tmp/a@b.sock"));
+    CHECK(strcmp(c.path, "/tmp/a@b.sock") == 0 && !c.password[0]);
+    CHECK_RC(fi_remote_config_parse(&c, "unix:///tmp/redis.sock?password=" PW), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "credentials go before") != NULL, "%s", fi_last_error());
+}
+
+TEST(remote_url_refuses_a_socket_path_the_kernel_would_cut)
+{
+    fi_remote_config c;
+    char url[300], path[200];
+    /* sun_path holds 107 bytes and a NUL: 107 is taken, 108 is refused. */
+    memset(path, 'a', sizeof path);
+    path[0] = '/';
+    path[107] = '\0';
+    snprintf(url, sizeof url, "unix://%s", path);
+    CHECK_OK(fi_remote_config_parse(&c, url));
+    CHECK(strlen(c.path) == 107);
+    path[107] = 'a';
+    path[108] = '\0';
+    snprintf(url, sizeof url, "unix://:pw@%s?db=1", path);
+    CHECK_RC(fi_remote_config_parse(&c, url), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "socket path is 108 bytes") != NULL, "%s", fi_last_error());
 }
 
 /* ---- two hosts, and the fleet ------------------------------------------------- */

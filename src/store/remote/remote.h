@@ -14,9 +14,11 @@
  *
  * Configuration is a URL (url.c):
  *   redis://[[user]:password@]host[:port][/db][?option&...]
- *   unix:///path/to/redis.sock[?option&...]
+ *   unix://[[user]:password@]/path/to/redis.sock[?option&...]
  * options: readonly, db=N (unix), prefix=NAME, ttl=SECONDS,
  * connect_timeout=MS, timeout=MS, backoff=MS, lease=MS, wait=MS.
+ * Credentials end at the URL's last '@' (unix: its last "@/"), so a
+ * password may hold '/', '?' and '@' unencoded; '%' is written %25.
  */
 #ifndef FI_STORE_REMOTE_H
 #define FI_STORE_REMOTE_H
@@ -101,7 +103,9 @@ typedef struct fi_remote_ops {
     /* Remove the value for `key` (a bad one a reader found). */
     fi_remote_result (*remove)(fi_remote *r, const uint8_t key[16]);
     /* Take the build lease of `key` for `ttl_ms` under `token`, or extend it
-     * when `token` holds it already: OK, or HELD when another token does. */
+     * when `token` holds it already: OK, or HELD when another token does.
+     * A lease no live holder can have made (no expiry, an expiry beyond
+     * `ttl_ms`, not a token) is stale: it is taken over. */
     fi_remote_result (*lease)(fi_remote *r, const uint8_t key[16], const uint8_t token[16],
                               int ttl_ms);
     /* Give the lease back if `token` still holds it. */
