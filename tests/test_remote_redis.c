@@ -1,7 +1,8 @@
 /*
  * The Redis remote tier against a real redis-server, started by each test on
  * a private unix socket in its temp dir and stopped afterwards:
- *   - URLs: parsing, every bad part named, the password masked;
+ *   - URLs: parsing, every bad part named; the password in no message, masked
+ *     form or log line, whatever the URL's shape; socket paths sun_path holds;
  *   - two hosts (separate processes and cache dirs): B gets A's compiles as
  *     remote hits and compiles nothing;
  *   - fleet single flight: 8 processes on 4 cache dirs, 2 threads each, on
@@ -9,9 +10,11 @@
  *   - faults: the server killed mid-run, paused past the timeouts (extra
  *     latency measured and printed), restarted empty; corrupted, truncated
  *     and foreign values under a valid key; poisoning without the secret; a
- *     read-only remote; a wrong password.
- * Most tests work at the store level on small synthetic entries; the two
- * that go through fi_jit_prewarm compile two small decode kernels.
+ *     read-only remote; a wrong password; values too large or of another
+ *     type; leases no live holder can have made;
+ *   - statistics: each remote miss and bad value counted once.
+ * Most tests work at the store level on small synthetic entries; the three
+ * that go through fi_jit_prewarm compile two small decode kernels each.
  */
 #include <pthread.h>
 #include <signal.h>
