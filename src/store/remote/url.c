@@ -150,7 +150,7 @@ static void put(masked_text *t, const char *text, size_t n)
 
 static void put_str(masked_text *t, const char *text) { put(t, text, strlen(text)); }
 
-/* "host", "host:port" or "[v6]:port", with an optional "/db". */
+/* "host", "host:port", "[v6]" or "[v6]:port": a host part that holds nothing else. */
 static int host_port_ok(const char *s, size_t n)
 {
     size_t i = 0;
@@ -161,7 +161,8 @@ static int host_port_ok(const char *s, size_t n)
     } else {
         while (i < n && name_char_ok(s[i])) i++;
     }
-    if (i < n && s[i] == ':') i = n - i > 1 && all_of(s + i + 1, n - i - 1, digit_ok) ? n : 0;
+    if (i < n && s[i] == ':') /* a port: digits, at least one */
+        return n - i > 1 && all_of(s + i + 1, n - i - 1, digit_ok);
     return i == n;
 }
 
@@ -170,8 +171,8 @@ static void put_server(masked_text *t, const url_parts *p)
     const char *s = p->server;
     size_t n = (size_t)(p->server_end - s);
     if (p->scheme == SCHEME_UNIX) {
-        put_str(t, n && s[0] == '/' && all_of(s, n, path_char_ok) ? "" : "***");
         if (n && s[0] == '/' && all_of(s, n, path_char_ok)) put(t, s, n);
+        else put_str(t, "***");
         return;
     }
     const char *slash = memchr(s, '/', n);
