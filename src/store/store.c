@@ -289,8 +289,10 @@ static void remote_put(fi_store *st, remote_slot *slot, const uint8_t key[16], c
     fi__error_clear();
     fi_remote_result res = slot->remote->ops->put(slot->remote, key, value, size);
     if (res == FI_REMOTE_BAD) { /* too large for a remote: the local tier keeps it */
-        fi__log(FI_LOG_INFO, "remote cache %s: an entry not pushed: %s",
-                slot->remote->config.url, fi_last_error());
+        char hex[33];
+        fi_key_hex(hex, key);
+        fi__log(FI_LOG_INFO, "remote cache %s: entry %s %s; kept in the local cache only",
+                slot->remote->config.url, hex, fi_last_error());
         return;
     }
     if (res != FI_REMOTE_OK) {
