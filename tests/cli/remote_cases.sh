@@ -104,3 +104,29 @@ check remote_hiredis_loaded_for_a_remote "remote ping did not show hiredis loadi
 check remote_sodium_loaded_for_a_secret "a sealed export did not show libsodium loading" \
     loads_fleet_libs env FIJIT_REMOTE_SECRET=0123456789abcdef-fleet \
     "$FIJIT" export -o "$REMOTE_WORK/sealed.bundle" --all --cache-dir "$CACHE"
+# libfijit.so itself, as a serving engine loads it: a context without a remote
+# opens neither library; FIJIT_REMOTE and FIJIT_REMOTE_SECRET open them.
+LIBFIJIT_SO=$(dirname "$FIJIT")/libfijit.so
+if [ -e "$LIBFIJIT_SO" ] && command -v python3 >/dev/null; then
+    cat >"$REMOTE_WORK/new_ctx.py" <<'PY'
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+ctx = ctypes.c_void_p()
+rc = lib.fi_jit_ctx_new(ctypes.byref(ctx), None)
+lib.fi_jit_ctx_free(ctx)
+sys.exit(0 if rc == 0 else 1)
+PY
+    # ctx_loads LOG VAR=VALUE...: make a context with that environment (it
+    # must succeed), the loader's record in LOG.
+    ctx_loads() {
+        local log=$1
+        shift
+        env FIJIT_CACHE_DIR="$REMOTE_WORK/lib-cache" "$@" LD_DEBUG=libs \
+            python3 "$REMOTE_WORK/new_ctx.py" "$LIBFIJIT_SO" 2>"$log" >/dev/null
+    }
+    plain_log=$REMOTE_WORK/ctx-plain.log fleet_log=$REMOTE_WORK/ctx-fleet.log
+    check remote_no_fleet_library_for_a_context "a context without a remote failed or loaded hiredis or libsodium" \
+        eval 'ctx_loads "$plain_log" && grep -q libfijit "$plain_log" && ! grep -qE "lib(hiredis|sodium)\.so" "$plain_log"'
+    check remote_fleet_libraries_loaded_for_a_remote_context "FIJIT_REMOTE and a secret did not load both" \
+        eval 'ctx_loads "$fleet_log" FIJIT_REMOTE="unix://$REMOTE_WORK/none.sock" FIJIT_REMOTE_SECRET=0123456789abcdef-fleet && grep -q "libhiredis\.so" "$fleet_log" && grep -q "libsodium\.so" "$fleet_log"'
+fi
