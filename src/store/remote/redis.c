@@ -294,10 +294,11 @@ static fi_remote_result integer_command(redis_remote *r, long long *value, int a
     return FI_REMOTE_OK;
 }
 
-static fi_remote_result too_large(long long size)
+/* `size` bytes, or at least that many when `at_least`. */
+static fi_remote_result too_large(long long size, int at_least)
 {
-    fi__error(FI_EIO, "is %lld bytes, more than a remote value may be (%zu)", size,
-              FI_REMOTE_VALUE_MAX);
+    fi__error(FI_EIO, "is %s%lld bytes, more than a remote value may be (%zu)",
+              at_least ? "at least " : "", size, FI_REMOTE_VALUE_MAX);
     return FI_REMOTE_BAD;
 }
 
@@ -318,7 +319,7 @@ static fi_remote_result redis_get(fi_remote *base, const uint8_t key[16], void *
     if (res == FI_REMOTE_BAD) fi__error(FI_EIO, "holds a Redis value of another type (WRONGTYPE)");
     if (res != FI_REMOTE_OK) return res;
     if (size <= 0) return FI_REMOTE_NOT_FOUND;
-    if ((unsigned long long)size > FI_REMOTE_VALUE_MAX) return too_large(size);
+    if ((unsigned long long)size > FI_REMOTE_VALUE_MAX) return too_large(size, 0);
     snprintf(last, sizeof last, "%zu", FI_REMOTE_VALUE_MAX);
     const char *argv[4] = {"GETRANGE", name, "0", last};
     if ((res = command(r, &reply, 4, argv, NULL)) != FI_REMOTE_OK) return res;
@@ -329,7 +330,7 @@ static fi_remote_result redis_get(fi_remote *base, const uint8_t key[16], void *
     }
     if (reply->len > FI_REMOTE_VALUE_MAX) {
         fi__hiredis()->FreeReplyObject(reply);
-        return too_large((long long)FI_REMOTE_VALUE_MAX + 1);
+        return too_large((long long)FI_REMOTE_VALUE_MAX + 1, 1); /* it grew meanwhile */
     }
     if (!(*out = fi__malloc(reply->len))) {
         fi__error(FI_ENOMEM, "out of memory reading %zu bytes", reply->len);
@@ -366,7 +367,7 @@ static fi_remote_result redis_put(fi_remote *base, const uint8_t key[16], const 
     char name[KEY_MAX], ttl[24];
     redisReply *reply;
     if (r->base.config.read_only) return read_only(r, "put");
-    if (size > FI_REMOTE_VALUE_MAX) return too_large((long long)size);
+    if (size > FI_REMOTE_VALUE_MAX) return too_large((long long)size, 0);
     key_name(name, r, "obj", key);
     snprintf(ttl, sizeof ttl, "%lld", (long long)r->base.config.ttl_s);
     const char *argv[5] = {"SET", name, value, "EX", ttl};
