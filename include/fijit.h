@@ -226,7 +226,8 @@ typedef struct fi_jit_options {
     int allow_unsafe_dir;    /* 1: accept a cache dir writable by group/others */
     /* Version 2: a remote tier shared by a fleet, behind the disk cache (NULL:
      * $FIJIT_REMOTE, else none): redis://[[user]:password@]host[:port][/db]
-     * or unix:///path/to/redis.sock, with options after '?' joined by '&':
+     * or unix://[[user]:password@]/path/to/redis.sock (the password ends at
+     * the last '@'; '%' as %25), with options after '?' joined by '&':
      * readonly (never write), prefix=NAME (keys PREFIX:obj:<key>; default
      * fijit), ttl=SECONDS, connect_timeout=MS (50), timeout=MS (500),
      * backoff=MS (1000), lease=MS (3000), wait=MS (120000), db=N. What it

@@ -125,8 +125,9 @@ FI_API int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *p
 /* ---- the remote tier: a fleet's shared cache ------------------------------ */
 
 /* Check a remote URL (the grammar of fi_jit_options.remote) and write it
- * into `out` with its password masked, for showing. FI_EINVALID with words
- * naming the bad part. */
+ * into `out` as fijit shows it: credentials, unknown options and any part
+ * it cannot recognise as not secret masked as "***" (written for a bad URL
+ * too). FI_EINVALID with words naming the bad part. */
 FI_API int fi_remote_url_check(char *out, size_t size, const char *url);
 
 /* A remote opened for an operator (ping, describe, list). */

@@ -66,8 +66,10 @@ int cli_check_remote(const cli_command *cmd, const char *option);
 /* The remote URL in use (--remote, else FIJIT_REMOTE), or NULL. */
 const char *cli_remote_url(void);
 #define CLI_REMOTE_HELP "  --remote URL       the fleet's remote cache (default: $FIJIT_REMOTE), e.g.\n" \
-                        "                     redis://:PASSWORD@cache-host:6379/0 or\n" \
-                        "                     unix:///run/redis.sock (options after '?': README)\n"
+                        "                     redis://cache-host:6379/0 or unix:///run/redis.sock\n" \
+                        "                     (options after '?': README). A URL with a password\n" \
+                        "                     belongs in $FIJIT_REMOTE: every user can read a\n" \
+                        "                     command line (docs/security.md)\n"
 
 
 /* The cache directory the library would use (--cache-dir, FIJIT_CACHE_DIR,

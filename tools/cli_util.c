@@ -125,8 +125,10 @@ int cli_parse(const cli_command *cmd, cli_option *options, int argc, char **argv
             for (cli_option *o = options; o && o->name; o++)
                 if (o->short_name && o->short_name == arg[1]) opt = o;
         }
+        /* An option is named without its value: that may be a secret given by mistake. */
+        int name_len = arg[1] == '-' ? (int)strcspn(arg, "=") : 2;
         if (!opt && !is_cache_dir)
-            return cli_usage_error(cmd, "unknown option '%s'", arg);
+            return cli_usage_error(cmd, "unknown option '%.*s'", name_len, arg);
 
         int takes_value = is_cache_dir || opt->takes_value;
         const char *value = NULL;
@@ -139,7 +141,7 @@ int cli_parse(const cli_command *cmd, cli_option *options, int argc, char **argv
                 return cli_usage_error(cmd, "option '%s' needs a value", arg);
             }
         } else if (inline_value) {
-            return cli_usage_error(cmd, "option '%s' takes no value", arg);
+            return cli_usage_error(cmd, "option '%.*s' takes no value", name_len, arg);
         }
 
         if (is_cache_dir) {

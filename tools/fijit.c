@@ -517,9 +517,10 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     printf("environment\n");
     for (size_t i = 0; i < sizeof env_names / sizeof *env_names; i++) {
         const char *value = getenv(env_names[i]);
-        if (value && strcmp(env_names[i], "FIJIT_REMOTE") == 0 &&
-            fi_remote_url_check(masked, sizeof masked, value) == 0)
+        if (value && strcmp(env_names[i], "FIJIT_REMOTE") == 0) {
+            fi_remote_url_check(masked, sizeof masked, value); /* masked even when bad */
             value = masked;
+        }
         else if (value && strcmp(env_names[i], "FIJIT_REMOTE_SECRET") == 0)
             value = "(set)";
         printf("  %-20s %s\n", env_names[i], value ? value : "(unset)");

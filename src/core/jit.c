@@ -422,11 +422,12 @@ static int store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
 }
 
 /* b's object from the store's tiers; a disk hit is counted here, a remote
- * one by the store. */
-static int store_lookup(fi_jit_ctx *ctx, fi_build *b)
+ * one by the store. `again`: the look under the build lock, after a miss. */
+static int store_lookup(fi_jit_ctx *ctx, fi_build *b, int again)
 {
     fi_store_tier tier;
-    int rc = fi_store_lookup(ctx->store, b->key, &b->object, &b->object_size, &b->meta, &tier);
+    int rc = (again ? fi_store_lookup_again : fi_store_lookup)(ctx->store, b->key, &b->object,
+                                                               &b->object_size, &b->meta, &tier);
     if (rc == 0 && tier == FI_STORE_TIER_LOCAL) {
         count(ctx, C_DISK_HITS, 1);
         b->from_local = 1;
@@ -445,7 +446,7 @@ static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled, char *not_s
     *compiled = 0;
     if (not_stored) not_stored[0] = '\0';
     if (ctx->store) {
-        rc = store_lookup(ctx, b);
+        rc = store_lookup(ctx, b, 0);
         if (rc == 0) goto out;
         if (rc != FI_ENOTFOUND) goto out;
         rc = 0;
@@ -461,7 +462,7 @@ static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled, char *not_s
     if (ctx->store) {
         /* Another process may be building it: wait for its lock, then look again. */
         FI_TRY(fi_store_lock_key(ctx->store, b->key, &lock));
-        rc = store_lookup(ctx, b);
+        rc = store_lookup(ctx, b, 1);
         if (rc == 0) goto out;
         if (rc != FI_ENOTFOUND) goto out;
         rc = 0;

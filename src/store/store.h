@@ -94,6 +94,13 @@ int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_si
 /* fi_store_get, saying in `*tier` (may be NULL) which tier served it. */
 int fi_store_lookup(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
                     fi_object_meta *meta, fi_store_tier *tier);
+/* The second look of a miss, under the build lock (fi_store_lock_key): as
+ * fi_store_lookup, but each event is counted once over both looks: a remote
+ * that still lacks the key is not counted as a miss again, and a read-only
+ * remote is not asked again (no lease was waited for there, and a bad value
+ * it holds was counted and left in place by the first look). */
+int fi_store_lookup_again(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
+                          fi_object_meta *meta, fi_store_tier *tier);
 /* 1 when the local tier's index lists `key`, 0 when not, or an error code. */
 int fi_store_has_local(fi_store *st, const uint8_t key[16]);
 /* Push an entry the local tier served to every writable remote that lacks

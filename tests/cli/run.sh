@@ -165,7 +165,7 @@ run remote_no_url -- remote ping
 run remote_bad_verb -- remote frob --remote 'unix:///nowhere.sock'
 "$FIJIT" show-config --remote 'redis://:hunter2@cache-host:6380/1?readonly' >"$WORK/fleet-config.txt" 2>&1
 check show_config_masks_the_password "show-config did not show the remote masked, or leaked it" \
-    eval "grep -q '^remote cache  *redis://:\*\*\*@cache-host:6380/1?readonly (--remote)' '$WORK/fleet-config.txt' && ! grep -q hunter2 '$WORK/fleet-config.txt'"
+    eval "grep -q '^remote cache  *redis://\*\*\*@cache-host:6380/1?readonly (--remote)' '$WORK/fleet-config.txt' && ! grep -q hunter2 '$WORK/fleet-config.txt'"
 if command -v redis-server >/dev/null; then
     redis-server --port 0 --unixsocket "$FLEET/redis.sock" --unixsocketperm 700 --save '' \
         --appendonly no --dir "$FLEET" --logfile "$FLEET/redis.log" --daemonize no &
@@ -777,6 +777,8 @@ if [ -e "$LIBFIJIT" ]; then
     check lib_links_no_fleet_library "libfijit.so links hiredis or libsodium" \
         needs_no_fleet_libs "$LIBFIJIT"
 fi
+
+. "$HERE/remote_cases.sh"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
