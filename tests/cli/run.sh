@@ -655,7 +655,7 @@ check config_file_shown_with_origins "want each setting with its source: $(cat "
           && grep -qx 'log level            debug (FIJIT_LOG)' '$WORK/cfg.out' \
           && grep -qx 'jit                  on: compile on a miss (default)' '$WORK/cfg.out' \
           && grep -qx 'cache modes          umask 027: directories 0750, files 0640 ($SC/fijit.conf)' '$WORK/cfg.out' \
-          && grep -qx 'remote cache         redis://:\*\*\*@cache-host:6379/0 ($SC/fijit.conf)' '$WORK/cfg.out' \
+          && grep -qx 'remote cache         redis://\*\*\*@cache-host:6379/0 ($SC/fijit.conf)' '$WORK/cfg.out' \
           && ! grep -q hunter2 '$WORK/cfg.out'"
 printf 'max_size = 2G\nmax_szie = 3G\n' >"$SC/fijit.conf"
 run config_unknown_key -- show-config --cache-dir "$SC"
