@@ -196,7 +196,19 @@ typedef enum fi_log_level {
     FI_LOG_OFF = 0, FI_LOG_ERROR = 1, FI_LOG_WARN = 2, FI_LOG_INFO = 3, FI_LOG_DEBUG = 4
 } fi_log_level;
 
-#define FI_JIT_OPTIONS_VERSION 2 /* 2 added remote, remote_secret; 1 is still accepted */
+/* Receives each message fijit logs at or above the log level: its level and
+ * its text (one line or more, no trailing newline, valid during the call).
+ * Called from whichever thread logs, so it must be thread-safe; it must not
+ * call back into fijit. */
+typedef void (*fi_log_fn)(void *user, fi_log_level level, const char *message);
+
+/* Route fijit's messages to `fn` (with `user`), process-wide; NULL restores
+ * the default, stderr ("fijit warning: ..."). fi_jit_options.log_fn does the
+ * same when a context is created. */
+FI_API void fi_log_set_callback(fi_log_fn fn, void *user);
+
+#define FI_JIT_OPTIONS_VERSION 3 /* 2 added remote, remote_secret; 3 log_fn, log_user;
+                                    1 and 2 are still accepted */
 
 typedef struct fi_jit_options {
     unsigned version;        /* FI_JIT_OPTIONS_VERSION */
@@ -206,12 +218,16 @@ typedef struct fi_jit_options {
                                 runs it (same major, minor <=; "a" only on its own device) */
     int jit;                 /* 1: compile on miss; 0: serve only what the cache holds */
     int use_disk_cache;      /* 1: read and write the on-disk cache; 0: memory only */
-    fi_log_level log_level;  /* messages go to stderr at or above this level */
-    int64_t max_cache_bytes; /* 0: $FIJIT_MAX_CACHE_SIZE or unlimited */
+    fi_log_level log_level;  /* messages go to stderr (or log_fn) at or above this level;
+                                FIJIT_LOG and fijit.conf's log_level override it */
+    int64_t max_cache_bytes; /* 0: $FIJIT_MAX_CACHE_SIZE, else fijit.conf's max_size, else
+                                5 GiB (FI_DEFAULT_MAX_CACHE_BYTES); < 0: no limit. In the
+                                environment and the file, 0 means no limit */
     int allow_unsafe_dir;    /* 1: accept a cache dir writable by group/others */
     /* Version 2: a remote tier shared by a fleet, behind the disk cache (NULL:
      * $FIJIT_REMOTE, else none): redis://[[user]:password@]host[:port][/db]
-     * or unix:///path/to/redis.sock, with options after '?' joined by '&':
+     * or unix://[[user]:password@]/path/to/redis.sock (the password ends at
+     * the last '@'; '%' as %25), with options after '?' joined by '&':
      * readonly (never write), prefix=NAME (keys PREFIX:obj:<key>; default
      * fijit), ttl=SECONDS, connect_timeout=MS (50), timeout=MS (500),
      * backoff=MS (1000), lease=MS (3000), wait=MS (120000), db=N. What it
@@ -226,6 +242,10 @@ typedef struct fi_jit_options {
      * taken from it. Needs libsodium (libsodium.so.23, opened then; without
      * it fi_jit_ctx_new fails with FI_EUNSUPPORTED). */
     const char *remote_secret;
+    /* Version 3: where messages go (NULL: stderr), as fi_log_set_callback:
+     * process-wide, set when the context is created. */
+    fi_log_fn log_fn;
+    void *log_user;
 } fi_jit_options;
 
 #define FI_JIT_OPTIONS_INIT                                                    \
@@ -238,7 +258,10 @@ FI_API int fi_jit_options_init(fi_jit_options *out, unsigned version);
 
 /* Create a context. `opts` may be NULL for defaults. Environment variables
  * (FIJIT_CACHE_DIR, FIJIT_ARCH, FIJIT_JIT, FIJIT_LOG, FIJIT_MAX_CACHE_SIZE,
- * FIJIT_REMOTE, FIJIT_REMOTE_SECRET) fill fields the options leave unset.
+ * FIJIT_REMOTE, FIJIT_REMOTE_SECRET, FIJIT_UMASK, FIJIT_LOCK_TIMEOUT_MS) and
+ * the cache's configuration file <cache dir>/fijit.conf fill fields the
+ * options leave unset (docs/configuration.md); a bad value in either is
+ * FI_EINVALID naming the variable, or the file and line.
  * No GPU is needed; an unreachable remote is not an error (FI_EINVALID for
  * a bad remote URL or a short secret). */
 FI_API int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts);

@@ -37,7 +37,9 @@ typedef enum fi_cache_flags {
 /* Open (creating it if needed, unless read-only) the cache at `dir`, with
  * the checks fi_jit_ctx_new makes: FI_EPERM for a directory of another user
  * or writable by group/others, FI_ENOTFOUND when a read-only open finds none.
- * Close with fi_cache_close. */
+ * What it creates gets the cache's modes (FIJIT_UMASK, fijit.conf's umask;
+ * a group-writable directory is accepted when that umask lets the group
+ * write). Close with fi_cache_close. */
 FI_API int fi_cache_open(fi_cache **out, const char *dir, unsigned flags);
 FI_API void fi_cache_close(fi_cache *cache);
 
@@ -123,8 +125,9 @@ FI_API int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *p
 /* ---- the remote tier: a fleet's shared cache ------------------------------ */
 
 /* Check a remote URL (the grammar of fi_jit_options.remote) and write it
- * into `out` with its password masked, for showing. FI_EINVALID with words
- * naming the bad part. */
+ * into `out` as fijit shows it: credentials, unknown options and any part
+ * it cannot recognise as not secret masked as "***" (written for a bad URL
+ * too). FI_EINVALID with words naming the bad part. */
 FI_API int fi_remote_url_check(char *out, size_t size, const char *url);
 
 /* A remote opened for an operator (ping, describe, list). */
@@ -202,6 +205,50 @@ FI_API int fi_error_set(int code, const char *fmt, ...)
 FI_API int fi_log_level_parse(const char *text);
 #define FI_LOG_LEVEL_HELP "0-4, or off, error, warn, info, debug"
 
+/* ---- settings --------------------------------------------------------------
+ * What an operator configures, and where each value came from. Highest
+ * first: the program (fi_jit_options, a CLI option), the environment
+ * (FIJIT_*), the configuration file <cache dir>/fijit.conf, the default.
+ * docs/configuration.md describes every setting and the file's format. */
+typedef enum fi_setting_origin {
+    FI_SETTING_DEFAULT = 0,
+    FI_SETTING_FILE = 1,    /* <cache dir>/fijit.conf */
+    FI_SETTING_ENV = 2,     /* a FIJIT_* variable */
+    FI_SETTING_PROGRAM = 3, /* fi_jit_options or a command-line option */
+} fi_setting_origin;
+
+/* The size limit of a cache when nothing sets one (ccache's default is 5 GB too). */
+#define FI_DEFAULT_MAX_CACHE_BYTES ((int64_t)5 << 30)
+
+#define FI_SETTINGS_VERSION 1
+
+typedef struct fi_settings {
+    unsigned version;        /* FI_SETTINGS_VERSION */
+    char file[4096];         /* the configuration file that was read; "" if none */
+    int jit;                 /* FIJIT_JIT / jit: 0 serve only what the cache holds */
+    int log_level;           /* FIJIT_LOG / log_level */
+    int64_t max_cache_bytes; /* FIJIT_MAX_CACHE_SIZE / max_size; 0: no limit */
+    char remote[1024];       /* FIJIT_REMOTE / remote; "": none. May hold a password:
+                                show it through fi_remote_url_check */
+    int umask;               /* FIJIT_UMASK / umask; -1: a private cache (0700, 0600) */
+    int64_t lock_timeout_ms; /* FIJIT_LOCK_TIMEOUT_MS; -1: wait forever */
+    int remote_secret_set;   /* FIJIT_REMOTE_SECRET is set (and long enough) */
+    fi_setting_origin jit_from, log_level_from, max_cache_bytes_from, remote_from, umask_from,
+        lock_timeout_ms_from;
+} fi_settings;
+
+#define FI_SETTINGS_INIT FI__INIT(fi_settings, FI__SET(version, FI_SETTINGS_VERSION))
+/* FI_SETTINGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_settings_init(fi_settings *out, unsigned version);
+
+/* Read the settings for the cache at `cache_dir` (NULL: the environment and
+ * defaults only) from the environment and that cache's fijit.conf, checking
+ * every value: FI_EINVALID naming the variable, or the file and line, of the
+ * first bad one. Creates nothing. */
+FI_API int fi_settings_load(fi_settings *out, const char *cache_dir);
+/* "default", "fijit.conf", "environment", "program". */
+FI_API const char *fi_setting_origin_name(fi_setting_origin origin);
+
 #ifdef __cplusplus
 }
 #endif
@@ -276,6 +323,7 @@ typedef struct fi_cuda_api {
 FI_API int fi_cuda_load(const fi_cuda_api **out);
 /* Set fi_last_error() to "<what>: <the driver's words for res>" and return `code`. */
 FI_API int fi_cuda_error(int code, CUresult res, const char *what);
+
 
 #ifdef __cplusplus
 }

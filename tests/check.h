@@ -78,6 +78,12 @@ void check_redis_signal(check_redis *r, int sig);
 /* Stop it (if running) and reap it. Accepts a server never started. */
 void check_redis_stop(check_redis *r);
 
+/* Send fd 2 (the library's log) to the file `path` until check_stderr_end,
+ * which puts it back and returns what was written (at most size - 1 bytes,
+ * NUL-terminated, in `out`). */
+void check_stderr_begin(const char *path);
+void check_stderr_end(char *out, size_t size);
+
 #define TEST(name)                                                             \
     static void test_##name(void);                                             \
     __attribute__((constructor)) static void register_##name(void)             \

@@ -14,6 +14,7 @@
  * fails only the job it held and is replaced.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -456,6 +457,25 @@ static void report_failures(const job_list *list)
                     list->jobs[i].arch);
 }
 
+/* The remote's share of the run, from the cache's statistics before and
+ * after (the workers' counts are saved there): what was fetched from it and
+ * pushed to it. -1 when it failed to answer (its errors are on stderr). */
+static int report_remote(const fi_jit_stats *before, const fi_jit_stats *after)
+{
+    char masked[512], pushed[32];
+    int64_t errors = after->remote_errors - before->remote_errors;
+    if (fi_remote_url_check(masked, sizeof masked, cli_remote_url()) < 0)
+        snprintf(masked, sizeof masked, "(the remote)");
+    cli_format_size(pushed, sizeof pushed, after->remote_bytes_out - before->remote_bytes_out);
+    printf("remote: %" PRId64 " fetched, %s pushed, %" PRId64 " error%s (%s)\n",
+           after->remote_hits - before->remote_hits, pushed, errors, errors == 1 ? "" : "s",
+           masked);
+    if (!errors) return 0;
+    fprintf(stderr, "fijit prewarm: the remote cache %s failed %" PRId64 " time%s; what it did "
+            "not take or give was built or kept here\n", masked, errors, errors == 1 ? "" : "s");
+    return -1;
+}
+
 /* ---- the command ------------------------------------------------------------------ */
 
 /* Hand out every job to `worker_count` processes and report each result. */
@@ -602,7 +622,7 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
                 "workers\n", jobs_wanted, cpus > 0 ? cpus : 1, jobs_cap);
         jobs_wanted = jobs_cap;
     }
-    if ((rc = cli_check_env(cmd, CLI_ENV_LOG | CLI_ENV_SIZE |
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS |
                                      (options[OPT_ARCH].value ? 0 : CLI_ENV_ARCH))) >= 0)
         return rc;
     if ((rc = cli_check_remote(cmd, options[OPT_REMOTE].value)) >= 0) return rc;
@@ -682,14 +702,17 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
         goto out;
     }
     /* A context falls back to memory only when the disk cache cannot be
-     * opened; for prewarm that would throw every compile away. */
-    rc = fi_cache_open(&store, fi_jit_ctx_cache_dir(probe), 0);
-    fi_cache_close(store);
+     * opened; for prewarm that would throw every compile away. A read-only
+     * cache is fine: what it holds is "already cached", and only the specs
+     * it would have to store fail. */
+    rc = fi_cache_open(&store, fi_jit_ctx_cache_dir(probe), FI_CACHE_READ_ONLY_FALLBACK);
     fi_jit_ctx_free(probe);
     if (rc < 0) {
         rc = cli_runtime_error(cmd, "cannot open the cache");
         goto out;
     }
+    fi_jit_stats before = FI_JIT_STATS_INIT, after = FI_JIT_STATS_INIT;
+    int have_stats = fi_cache_stats_get(&before, store) == 0;
 
     int worker_count = jobs_wanted < list.count ? jobs_wanted : list.count;
     progress p = {isatty(STDERR_FILENO), list.count, 0, 0, 0, 0, now_ns()};
@@ -701,9 +724,13 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     printf("prewarm: %d spec%s, %d compiled, %d already cached, %d failed in %.1f s (-j %d)\n",
            p.total, p.total == 1 ? "" : "s", p.compiled, p.cached, p.failed,
            (double)(now_ns() - p.start_ns) / 1e9, worker_count);
+    rc = p.failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+    have_stats = have_stats && fi_cache_stats_get(&after, store) == 0;
+    if (cli_remote_url() && have_stats && report_remote(&before, &after) < 0 && cli_remote_option)
+        rc = CLI_EXIT_FAILED; /* asked for by name, and it did not answer */
+    fi_cache_close(store);
     fflush(stdout);
     report_failures(&list);
-    rc = p.failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 out:
     free(list.jobs);
     free(variant_names);

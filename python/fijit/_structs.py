@@ -61,12 +61,14 @@ class JitSpec(Struct):
 
 class JitOptions(Struct):
     c_name = "fi_jit_options"
-    VERSION = 2
+    VERSION = 3
     _fields_ = [("version", c_uint), ("cache_dir", ctypes.c_char_p), ("arch", ctypes.c_char_p),
                 ("jit", c_int), ("use_disk_cache", c_int), ("log_level", c_int),
                 ("max_cache_bytes", i64), ("allow_unsafe_dir", c_int),
                 # version 2
-                ("remote", ctypes.c_char_p), ("remote_secret", ctypes.c_char_p)]
+                ("remote", ctypes.c_char_p), ("remote_secret", ctypes.c_char_p),
+                # version 3: the log callback (NULL here: messages go to stderr)
+                ("log_fn", ctypes.c_void_p), ("log_user", ctypes.c_void_p)]
 
 
 class JitStats(Struct):

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "fijit.h"
+#include "fijit_cache.h"
 
 enum { MAX_VERSION = 4 };
 
@@ -54,7 +55,8 @@ static int init_struct(void *out, unsigned version, const versioned_struct *s)
 
 VERSIONED(fi_jit_spec, FI_JIT_SPEC_INIT, FI_JIT_SPEC_VERSION, sizeof(fi_jit_spec))
 VERSIONED(fi_jit_options, FI_JIT_OPTIONS_INIT, FI_JIT_OPTIONS_VERSION,
-          offsetof(fi_jit_options, remote), sizeof(fi_jit_options))
+          offsetof(fi_jit_options, remote), offsetof(fi_jit_options, log_fn),
+          sizeof(fi_jit_options))
 VERSIONED(fi_jit_stats, FI_JIT_STATS_INIT, FI_JIT_STATS_VERSION,
           offsetof(fi_jit_stats, remote_hits), sizeof(fi_jit_stats))
 VERSIONED(fi_decode_args, FI_DECODE_ARGS_INIT, FI_DECODE_ARGS_VERSION,
@@ -76,3 +78,4 @@ VERSIONED(fi_batch_prefill_plan_args, FI_BATCH_PREFILL_PLAN_ARGS_INIT,
 /* Versions 1 and 2 are refused; 3 ends before rope_offsets. */
 VERSIONED(fi_batch_prefill_args, FI_BATCH_PREFILL_ARGS_INIT, FI_BATCH_PREFILL_ARGS_VERSION,
           0, 0, offsetof(fi_batch_prefill_args, rope_offsets), sizeof(fi_batch_prefill_args))
+VERSIONED(fi_settings, FI_SETTINGS_INIT, FI_SETTINGS_VERSION, sizeof(fi_settings))

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "fijit.h"
+#include "fijit_cache.h" /* fi_settings_init */
 
 static int failures;
 
@@ -29,6 +30,12 @@ static void collect(void *user, const char *text)
 {
     size_t *n = (size_t *)user;
     *n += strlen(text);
+}
+
+static void count_log(void *user, fi_log_level level, const char *message)
+{
+    (void)level;
+    *(size_t *)user += strlen(message);
 }
 
 /* Every *_INIT at file scope too (static initialisation in C). */
@@ -61,6 +68,7 @@ static void check_struct_inits(void)
 {
     CHECK_INIT(fi_jit_spec, FI_JIT_SPEC_INIT, FI_JIT_SPEC_VERSION);
     CHECK_INIT(fi_jit_options, FI_JIT_OPTIONS_INIT, FI_JIT_OPTIONS_VERSION);
+    CHECK_INIT(fi_settings, FI_SETTINGS_INIT, FI_SETTINGS_VERSION);
     CHECK_INIT(fi_jit_stats, FI_JIT_STATS_INIT, FI_JIT_STATS_VERSION);
     CHECK_INIT(fi_decode_args, FI_DECODE_ARGS_INIT, FI_DECODE_ARGS_VERSION);
     CHECK_INIT(fi_batch_decode_plan_args, FI_BATCH_DECODE_PLAN_ARGS_INIT,
@@ -127,7 +135,12 @@ int main(void)
     /* ---- context (memory only: nothing is written) ---- */
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     EXPECT(opts.jit == 1 && opts.use_disk_cache == 1 && opts.log_level == FI_LOG_WARN &&
-           opts.remote == NULL && opts.remote_secret == NULL);
+           opts.remote == NULL && opts.remote_secret == NULL && opts.log_fn == NULL);
+    size_t logged = 0;
+    fi_log_set_callback(count_log, &logged);
+    fi_log_set_callback(NULL, NULL);
+    opts.log_fn = count_log;
+    opts.log_user = &logged;
     opts.use_disk_cache = 0;
     opts.log_level = FI_LOG_OFF;
     opts.arch = "sm_90a";
