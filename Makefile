@@ -187,7 +187,8 @@ test-install: all
 	@echo "== install check"; $(call timed,test-install,bash tests/install_check.sh)
 
 # The repository's text: no work-log wording, no paths to files that do not
-# exist, a README of at most 25 KB whose quick start is examples/quickstart.c.
+# exist, a README of at most 25 KB whose quick start is examples/quickstart.c,
+# no link between the documents that leads nowhere.
 .PHONY: test-worklog
 test-worklog:
 	@echo "== work-log check"; bash tests/worklog_check.sh

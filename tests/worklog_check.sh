@@ -9,7 +9,9 @@
 #   2. every repository path named in text (src/..., templates/...,
 #      tests/... ending in a source suffix) names a file that exists;
 #   3. README.md is a front door, not a manual's worth: at most 25 KB;
-#   4. README.md's C quick start is examples/quickstart.c, byte for byte.
+#   4. README.md's C quick start is examples/quickstart.c, byte for byte;
+#   5. every relative link in README.md and docs/*.md names a file that
+#      exists, and a #section of a Markdown file that has it.
 # Usage: bash tests/worklog_check.sh [REPO_ROOT]   (default: the current directory)
 set -u
 cd "${1:-.}" || exit 2
@@ -63,6 +65,34 @@ if [ -f examples/quickstart.c ]; then
     if [ "$shown" != "$(cat examples/quickstart.c)" ]; then
         problem "README.md's C quick start differs from examples/quickstart.c (copy the file into its \`\`\`c block)"
     fi
+fi
+
+# 5. Links between the documents. An anchor is a heading as GitHub spells it:
+# lower case, punctuation other than - and _ dropped, spaces as -.
+if ! python3 - <<'PY'
+import glob, os, re, sys
+def anchors(path):
+    text = re.sub(r"```.*?```", "", open(path, encoding="utf-8").read(), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.*)$", text, flags=re.M)}
+bad = []
+for doc in ["README.md"] + sorted(glob.glob("docs/*.md")):
+    text = re.sub(r"```.*?```", "", open(doc, encoding="utf-8").read(), flags=re.S)
+    for link in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", link):
+            continue
+        path, _, anchor = link.partition("#")
+        target = os.path.normpath(os.path.join(os.path.dirname(doc), path)) if path else doc
+        if not os.path.exists(target):
+            bad.append(f"{doc}: {link}: no such file")
+        elif anchor and target.endswith(".md") and anchor not in anchors(target):
+            bad.append(f"{doc}: {link}: no such section")
+for b in bad:
+    print(b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+then
+    problem "links between the documents that lead nowhere (above)"
 fi
 
 [ $fail = 0 ] && echo "worklog_check: ok"
