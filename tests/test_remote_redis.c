@@ -246,7 +246,7 @@ TEST(remote_url_never_shows_a_password_whatever_its_shape)
         CHECK_MSG(!shows_password(masked), "%s masked as %s", url, masked);
         CHECK_OK(fi_remote_url_masked(tiny, sizeof tiny, url));
         CHECK_MSG(!shows_password(tiny) && strlen(tiny) < sizeof tiny, "%s cut to %s", url, tiny);
-        CHECK_RC(fi_remote_url_check(checked, sizeof checked, url), rc);
+        CHECK_RC(fi_cache_remote_url_check(checked, sizeof checked, url), rc);
         CHECK_MSG(strcmp(checked, masked) == 0 && !shows_password(fi_last_error()), "%s: %s",
                   url, fi_last_error());
     }
