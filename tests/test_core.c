@@ -77,11 +77,11 @@ TEST(every_kind_is_named_by_the_kind_table_and_round_trips)
         fi_jit_spec spec = parse_or_die(info->name);
         CHECK(spec.kind == (fi_kernel_kind)k);
     }
-    CHECK(kinds == 5);
+    CHECK(kinds == 6);
     int parsed = -1;
     CHECK_RC(fi__kind_parse(&parsed, "prefil"), FI_EINVALID);
     CHECK(strstr(fi_last_error(), "decode, batch_decode, prefill, batch_prefill_ragged, "
-                                  "batch_prefill_paged"));
+                                  "batch_prefill_paged, mla_decode"));
 }
 
 TEST(spec_parse_defaults_and_order)

@@ -140,6 +140,7 @@ typedef struct product {
     int kernel_count;
     char **values[DIM_COUNT];
     int value_count[DIM_COUNT];
+    int head_dim_given; /* --head-dim given; else a kind of one width takes its own */
 } product;
 
 static void product_free(product *p)
@@ -166,7 +167,7 @@ static int product_parse(const cli_command *cmd, product *p, const char *kernels
         if (cli_split_list(values[d], &p->values[d], &p->value_count[d]) < 0)
             return cli_usage_error(cmd, "--%s '%s': expected a comma-separated list",
                                    dim_flag[d], values[d]);
-        for (int v = 0; v < p->value_count[d]; v++) {
+        for (int v = 0; v < p->value_count[d] && (d != DIM_HEAD_DIM || p->head_dim_given); v++) {
             snprintf(text, sizeof text, "%s %s=%s", p->kernels[0], dim_field[d],
                      p->values[d][v]);
             int bad = fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0 ||
@@ -181,17 +182,33 @@ static int product_parse(const cli_command *cmd, product *p, const char *kernels
     return -1;
 }
 
+/* The head dim of a kind that has one width (a spec string naming only the
+ * kind gets it: mla_decode's 512) into `out`; 0 for the other kinds. */
+static int kernel_own_head_dim(const char *kernel, char *out, size_t size)
+{
+    fi_jit_spec spec, usual = FI_JIT_SPEC_INIT;
+    char variant[64];
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, kernel) < 0 ||
+        spec.head_dim == usual.head_dim)
+        return 0;
+    snprintf(out, size, "%d", spec.head_dim);
+    return 1;
+}
+
 static int product_expand(const cli_command *cmd, const product *p, job_list *list,
                           char **arches, int arch_count)
 {
     int index[DIM_COUNT] = {0};
     for (int k = 0; k < p->kernel_count; k++) {
+        char own_hd[16];
+        const int own = !p->head_dim_given && kernel_own_head_dim(p->kernels[k], own_hd,
+                                                                   sizeof own_hd);
         memset(index, 0, sizeof index);
         for (;;) {
             char text[400];
             snprintf(text, sizeof text, "%s q=%s hd=%s mask=%s pos=%s softcap=%s variant=%s",
                      p->kernels[k], p->values[DIM_DTYPE][index[DIM_DTYPE]],
-                     p->values[DIM_HEAD_DIM][index[DIM_HEAD_DIM]],
+                     own ? own_hd : p->values[DIM_HEAD_DIM][index[DIM_HEAD_DIM]],
                      p->values[DIM_MASK][index[DIM_MASK]], p->values[DIM_POS][index[DIM_POS]],
                      p->values[DIM_SOFTCAP][index[DIM_SOFTCAP]],
                      p->values[DIM_VARIANT][index[DIM_VARIANT]]);
@@ -199,7 +216,8 @@ static int product_expand(const cli_command *cmd, const product *p, job_list *li
                 return cli_usage_error(cmd, "spec '%s': %s", text, fi_last_error());
             /* Odometer step: the last dimension varies fastest. */
             int d = DIM_COUNT - 1;
-            while (d >= 0 && ++index[d] == p->value_count[d]) index[d--] = 0;
+            while (d >= 0 && ++index[d] >= (d == DIM_HEAD_DIM && own ? 1 : p->value_count[d]))
+                index[d--] = 0;
             if (d < 0) break;
         }
     }
@@ -614,6 +632,7 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
             values[DIM_VARIANT] = variant_names;
         }
         const char *kernels = options[OPT_KERNEL].value ? options[OPT_KERNEL].value : "decode";
+        prod.head_dim_given = options[OPT_HEAD_DIM].value != NULL;
         if ((rc = product_parse(cmd, &prod, kernels, values, &variants)) >= 0) goto out;
         if ((rc = product_expand(cmd, &prod, &list, arches, arch_count)) >= 0) goto out;
     }

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "core/kinds.h"
 #include "core/names.h"
+#include "launch/mla_decode.h"
 
 /* q, kv and o of one 16-bit type: the kernels convert nothing else yet. */
 int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind)
@@ -84,6 +85,10 @@ static const fi_kind_info kinds[] = {
      {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
       "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws", "fi_prefill_fp8_v_kernel"},
      fi__prefill_check, fi__prefill_launch_shape, fi__prefill_check_arch},
+    /* Absorbed MLA decode (src/launch/mla_decode.c), then its split merge. */
+    {FI_KIND_MLA_DECODE, "mla_decode", "mla/mla_decode.cuh",
+     {"fi_mla_decode_kernel", "fi_mla_decode_merge_kernel"}, fi__mla_decode_check,
+     fi__mla_decode_launch_shape, fi__mla_decode_check_arch, FI_MLA_HEAD_DIM},
 };
 
 #define KIND_COUNT (sizeof kinds / sizeof kinds[0])

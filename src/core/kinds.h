@@ -30,6 +30,9 @@ typedef struct fi_kind_info {
     /* Optional (NULL: every arch): limits of this spec on `arch`, checked
      * before anything is expanded or compiled for it. */
     int (*check_arch)(const fi_jit_spec *spec, const char *arch);
+    /* head_dim of a spec string without hd= (0: FI_JIT_SPEC_INIT's): a kind
+     * with one width (mla_decode: 512) needs no hd= to be named. */
+    int default_head_dim;
 } fi_kind_info;
 
 /* NULL when the kind is unknown. */

@@ -128,6 +128,8 @@ int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant_buf_si
     char *word = strtok_r(words, " \t\r\n", &save);
     if (!word) return fi__error(FI_EINVALID, "empty spec string");
     FI_TRY(fi__kind_parse((int *)&spec.kind, word));
+    if (fi__kind_info(spec.kind)->default_head_dim)
+        spec.head_dim = fi__kind_info(spec.kind)->default_head_dim;
     while ((word = strtok_r(NULL, " \t\r\n", &save))) {
         char *eq = strchr(word, '=');
         if (!eq || eq == word || !eq[1])
