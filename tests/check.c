@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cuda.h>
+
 #include "store/remote/remote.h"
 
 #define CHECK_MAX_CASES 512
@@ -183,6 +185,20 @@ void *check_fake_cuda(void)
     strcpy(slash + 1, "libcuda.so.1");
     if (!(lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL)))
         fprintf(stderr, "cannot load the fake driver %s: %s\n", path, dlerror());
+    return lib;
+}
+
+void *check_fake_cuda_current(void)
+{
+    void *lib = check_fake_cuda();
+    if (!lib) return NULL;
+    CUresult (*retain)(CUcontext *, CUdevice) =
+        (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");
+    CUcontext context = NULL;
+    if (!retain || !set_current || retain(&context, 0) != CUDA_SUCCESS ||
+        set_current(context) != CUDA_SUCCESS)
+        return NULL;
     return lib;
 }
 

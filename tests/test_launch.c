@@ -39,22 +39,16 @@ static struct {
 static int fake_ready(void)
 {
     if (fake.lib) return 1;
-    void *lib = check_fake_cuda();
+    void *lib = check_fake_cuda_current();
     if (!lib) return 0;
-    CUresult (*retain)(CUcontext *, CUdevice) =
-        (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
-    CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");
     *(void **)&fake.set_launch_hook = dlsym(lib, "fake_cuda_set_launch_hook");
     *(void **)&fake.uncapturable_calls = dlsym(lib, "fake_cuda_uncapturable_calls");
     *(void **)&fake.fail_call = dlsym(lib, "fake_cuda_fail_call");
     *(void **)&fake.fault_fired = dlsym(lib, "fake_cuda_fault_fired");
     *(void **)&fake.launch = dlsym(lib, "cuLaunchKernel");
     *(void **)&fake.func_set_attribute = dlsym(lib, "cuFuncSetAttribute");
-    CUcontext context = NULL;
-    if (!retain || !set_current || !fake.set_launch_hook || !fake.uncapturable_calls ||
-        !fake.fail_call || !fake.fault_fired || !fake.launch ||
-        !fake.func_set_attribute || retain(&context, 0) != CUDA_SUCCESS ||
-        set_current(context) != CUDA_SUCCESS)
+    if (!fake.set_launch_hook || !fake.uncapturable_calls || !fake.fail_call ||
+        !fake.fault_fired || !fake.launch || !fake.func_set_attribute)
         return 0;
     fake.lib = lib;
     return 1;
