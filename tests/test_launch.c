@@ -39,16 +39,22 @@ static struct {
 static int fake_ready(void)
 {
     if (fake.lib) return 1;
-    void *lib = check_fake_cuda_current();
+    void *lib = check_fake_cuda();
     if (!lib) return 0;
+    CUresult (*retain)(CUcontext *, CUdevice) =
+        (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");
     *(void **)&fake.set_launch_hook = dlsym(lib, "fake_cuda_set_launch_hook");
     *(void **)&fake.uncapturable_calls = dlsym(lib, "fake_cuda_uncapturable_calls");
     *(void **)&fake.fail_call = dlsym(lib, "fake_cuda_fail_call");
     *(void **)&fake.fault_fired = dlsym(lib, "fake_cuda_fault_fired");
     *(void **)&fake.launch = dlsym(lib, "cuLaunchKernel");
     *(void **)&fake.func_set_attribute = dlsym(lib, "cuFuncSetAttribute");
-    if (!fake.set_launch_hook || !fake.uncapturable_calls || !fake.fail_call ||
-        !fake.fault_fired || !fake.launch || !fake.func_set_attribute)
+    CUcontext context = NULL;
+    if (!retain || !set_current || !fake.set_launch_hook || !fake.uncapturable_calls ||
+        !fake.fail_call || !fake.fault_fired || !fake.launch ||
+        !fake.func_set_attribute || retain(&context, 0) != CUDA_SUCCESS ||
+        set_current(context) != CUDA_SUCCESS)
         return 0;
     fake.lib = lib;
     return 1;
@@ -1642,6 +1648,35 @@ TEST(runs_are_single_launches_a_graph_can_capture)
             if (kind == 1) CHECK(memcmp(&first, &seen.p.batch_decode, sizeof first) == 0);
         }
     }
+    fi_batch_decode_plan_free(plan);
+    fi_jit_ctx_free(ctx);
+}
+
+/* The two batch lifecycles are one: batch decode's plan, like batch
+ * prefill's, gets its kernel, so the very first run of a fresh context is a
+ * single launch that a CUDA graph can capture (no compile, no module load). */
+TEST(batch_decode_plan_gets_its_kernel_so_a_first_run_is_capturable)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    static unsigned char ws[1 << 20] __attribute__((aligned(256)));
+    int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
+    fi_batch_decode_plan_args info = plan_args_for(2, indptr, last);
+    info.window_left = 100;
+    fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_batch_decode_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &bs, &info));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(&bytes, plan));
+    CHECK(bytes <= sizeof ws);
+    CHECK_OK(fi_batch_decode_plan_upload(plan, ws, bytes));
+    fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
+    batch_decode_args_for(&ba, 128, ws, bytes);
+    const int base = fake.uncapturable_calls(), launched = seen.count;
+    CHECK_MSG(fi_batch_decode_run(ctx, plan, &ba, NULL) == 0, "%s", fi_last_error());
+    CHECK_MSG(fake.uncapturable_calls() == base && seen.count == launched + 1,
+              "first run: %d uncapturable calls, %d launches", fake.uncapturable_calls() - base,
+              seen.count - launched);
     fi_batch_decode_plan_free(plan);
     fi_jit_ctx_free(ctx);
 }

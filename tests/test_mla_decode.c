@@ -41,8 +41,8 @@ static struct {
 static int fake_ready(void)
 {
     if (fake.lib) return 1;
-    void *lib = check_fake_cuda_current();
-    if (!lib) return 0;
+    void *lib = check_fake_cuda();
+    if (!lib || check_fake_cuda_current() < 0) return 0;
     *(void **)&fake.set_launch_hook = dlsym(lib, "fake_cuda_set_launch_hook");
     *(void **)&fake.uncapturable_calls = dlsym(lib, "fake_cuda_uncapturable_calls");
     if (!fake.set_launch_hook || !fake.uncapturable_calls) return 0;

@@ -132,16 +132,43 @@ enum { DIM_DTYPE, DIM_HEAD_DIM, DIM_MASK, DIM_POS, DIM_SOFTCAP, DIM_VARIANT, DIM
 static const char *const dim_flag[DIM_COUNT] = {"dtype", "head-dim", "mask", "pos", "softcap",
                                                 "variant"};
 static const char *const dim_field[DIM_COUNT] = {"q", "hd", "mask", "pos", "softcap", "variant"};
-static const char *const dim_default[DIM_COUNT] = {"fp16,bf16", "64,128,256", "none", "none",
-                                                   "0", "default"};
+/* NULL: each kind's own values (--head-dim: every head_dim the kind builds). */
+static const char *const dim_default[DIM_COUNT] = {"fp16,bf16", NULL, "none", "none", "0",
+                                                   "default"};
 
 typedef struct product {
     char **kernels;
     int kernel_count;
     char **values[DIM_COUNT];
     int value_count[DIM_COUNT];
-    int head_dim_given; /* --head-dim given; else a kind of one width takes its own */
+    int own_head_dims; /* no --head-dim: each kernel takes its kind's (kind_head_dims) */
 } product;
+
+/* "64,128,256": every head_dim that the kind `kernel` names builds, from the
+ * library's tuple space (fi_jit_spec_enumerate), so the CLI restates no limit. */
+static int kind_head_dims(char *out, size_t size, const char *kernel)
+{
+    fi_jit_spec spec, *all = NULL;
+    char variant[64];
+    size_t used = 0;
+    out[0] = '\0';
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, kernel) < 0) return -1;
+    int n = fi_jit_spec_enumerate(NULL, 0, spec.kind);
+    if (n <= 0 || !(all = calloc((size_t)n, sizeof *all))) return -1;
+    n = fi_jit_spec_enumerate(all, (size_t)n, spec.kind);
+    /* Head dims vary inside dtypes in the enumeration: keep each once, ascending. */
+    for (int last = 0;;) {
+        int next = 0;
+        for (int i = 0; i < n; i++)
+            if (all[i].head_dim > last && (!next || all[i].head_dim < next)) next = all[i].head_dim;
+        if (!next) break;
+        used += (size_t)snprintf(out + used, used < size ? size - used : 0, "%s%d",
+                                 used ? "," : "", next);
+        last = next;
+    }
+    free(all);
+    return used > 0 && used < size ? 0 : -1;
+}
 
 static void product_free(product *p)
 {
@@ -167,7 +194,7 @@ static int product_parse(const cli_command *cmd, product *p, const char *kernels
         if (cli_split_list(values[d], &p->values[d], &p->value_count[d]) < 0)
             return cli_usage_error(cmd, "--%s '%s': expected a comma-separated list",
                                    dim_flag[d], values[d]);
-        for (int v = 0; v < p->value_count[d] && (d != DIM_HEAD_DIM || p->head_dim_given); v++) {
+        for (int v = 0; v < p->value_count[d]; v++) {
             snprintf(text, sizeof text, "%s %s=%s", p->kernels[0], dim_field[d],
                      p->values[d][v]);
             int bad = fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0 ||
@@ -182,33 +209,26 @@ static int product_parse(const cli_command *cmd, product *p, const char *kernels
     return -1;
 }
 
-/* The head dim of a kind that has one width (a spec string naming only the
- * kind gets it: mla_decode's 512) into `out`; 0 for the other kinds. */
-static int kernel_own_head_dim(const char *kernel, char *out, size_t size)
-{
-    fi_jit_spec spec, usual = FI_JIT_SPEC_INIT;
-    char variant[64];
-    if (fi_jit_spec_parse(&spec, variant, sizeof variant, kernel) < 0 ||
-        spec.head_dim == usual.head_dim)
-        return 0;
-    snprintf(out, size, "%d", spec.head_dim);
-    return 1;
-}
-
-static int product_expand(const cli_command *cmd, const product *p, job_list *list,
+static int product_expand(const cli_command *cmd, product *p, job_list *list,
                           char **arches, int arch_count)
 {
     int index[DIM_COUNT] = {0};
     for (int k = 0; k < p->kernel_count; k++) {
-        char own_hd[16];
-        const int own = !p->head_dim_given && kernel_own_head_dim(p->kernels[k], own_hd,
-                                                                   sizeof own_hd);
         memset(index, 0, sizeof index);
+        if (p->own_head_dims) {
+            char dims[64];
+            cli_free_list(p->values[DIM_HEAD_DIM], p->value_count[DIM_HEAD_DIM]);
+            p->values[DIM_HEAD_DIM] = NULL;
+            p->value_count[DIM_HEAD_DIM] = 0;
+            if (kind_head_dims(dims, sizeof dims, p->kernels[k]) < 0 ||
+                cli_split_list(dims, &p->values[DIM_HEAD_DIM], &p->value_count[DIM_HEAD_DIM]) < 0)
+                return cli_usage_error(cmd, "--kernel %s: %s", p->kernels[k], fi_last_error());
+        }
         for (;;) {
             char text[400];
             snprintf(text, sizeof text, "%s q=%s hd=%s mask=%s pos=%s softcap=%s variant=%s",
                      p->kernels[k], p->values[DIM_DTYPE][index[DIM_DTYPE]],
-                     own ? own_hd : p->values[DIM_HEAD_DIM][index[DIM_HEAD_DIM]],
+                     p->values[DIM_HEAD_DIM][index[DIM_HEAD_DIM]],
                      p->values[DIM_MASK][index[DIM_MASK]], p->values[DIM_POS][index[DIM_POS]],
                      p->values[DIM_SOFTCAP][index[DIM_SOFTCAP]],
                      p->values[DIM_VARIANT][index[DIM_VARIANT]]);
@@ -216,8 +236,7 @@ static int product_expand(const cli_command *cmd, const product *p, job_list *li
                 return cli_usage_error(cmd, "spec '%s': %s", text, fi_last_error());
             /* Odometer step: the last dimension varies fastest. */
             int d = DIM_COUNT - 1;
-            while (d >= 0 && ++index[d] >= (d == DIM_HEAD_DIM && own ? 1 : p->value_count[d]))
-                index[d--] = 0;
+            while (d >= 0 && ++index[d] == p->value_count[d]) index[d--] = 0;
             if (d < 0) break;
         }
     }
@@ -621,9 +640,21 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     for (int d = 0; d < DIM_COUNT; d++) product_given |= options[dim_option[d]].value != NULL;
     if (product_given || !options[OPT_MANIFEST].value) {
         const char *values[DIM_COUNT];
+        char first_head_dims[64];
+        const char *kernels = options[OPT_KERNEL].value ? options[OPT_KERNEL].value : "decode";
         for (int d = 0; d < DIM_COUNT; d++)
             values[d] = options[dim_option[d]].value ? options[dim_option[d]].value
                                                      : dim_default[d];
+        if (!values[DIM_HEAD_DIM]) {
+            /* Checked against the first kernel like every list; each kernel then
+             * takes its own (product_expand). */
+            char first[64];
+            snprintf(first, sizeof first, "%.*s", (int)strcspn(kernels, ","), kernels);
+            if (kind_head_dims(first_head_dims, sizeof first_head_dims, first) < 0)
+                snprintf(first_head_dims, sizeof first_head_dims, "%s", "128");
+            values[DIM_HEAD_DIM] = first_head_dims;
+            prod.own_head_dims = 1;
+        }
         if (!options[OPT_VARIANT].value && variants.count) {
             if (!(variant_names = cli_variants_names(&variants))) {
                 rc = cli_usage_error(cmd, "out of memory");
@@ -631,8 +662,6 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
             }
             values[DIM_VARIANT] = variant_names;
         }
-        const char *kernels = options[OPT_KERNEL].value ? options[OPT_KERNEL].value : "decode";
-        prod.head_dim_given = options[OPT_HEAD_DIM].value != NULL;
         if ((rc = product_parse(cmd, &prod, kernels, values, &variants)) >= 0) goto out;
         if ((rc = product_expand(cmd, &prod, &list, arches, arch_count)) >= 0) goto out;
     }

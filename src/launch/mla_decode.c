@@ -1,7 +1,8 @@
 /*
- * Host side of absorbed MLA decode (include/fijit_mla.h): the kind's limits
- * and launch shape, the plan, its workspace, the run. The kernels are in
- * templates/mla/; the parameter struct and work item in templates/mla/params.h.
+ * Host side of absorbed MLA decode (include/fijit_mla.h): the plan, its
+ * workspace, the run. The kind (limits, launch shape, arch check) is the unit
+ * src/kinds/mla_decode.c; the kernels are in templates/mla/, the parameter
+ * struct and work item in templates/mla/params.h.
  *
  * The plan. A work item is one request's 64-row block ((token, head) rows)
  * against a contiguous range of its keys. With one block per SM (155 KB of
@@ -23,8 +24,7 @@
 #include "common/error.h"
 #include "common/sys.h"
 #include "core/jit.h"
-#include "core/kinds.h"
-#include "core/names.h"
+#include "kinds/mla_decode.h"
 #include "fijit_mla.h"
 #include "launch/launch_common.h"
 #include "launch/mla_decode.h"
@@ -56,83 +56,6 @@ struct fi_batch_mla_decode_plan {
     size_t work_bytes, partial_o_off, partial_lse_off, workspace_bytes;
     void *uploaded; /* workspace the work list was copied to */
 };
-
-/* ---- the kind ------------------------------------------------------------------ */
-
-int fi__mla_decode_kv_bytes(const fi_jit_spec *spec)
-{
-    return spec->kv_dtype == FI_DTYPE_FP8_E4M3 ? 1 : 2;
-}
-
-int fi__mla_decode_check(const fi_jit_spec *spec)
-{
-    if (spec->q_dtype != FI_DTYPE_FP16 && spec->q_dtype != FI_DTYPE_BF16)
-        return fi__error(FI_EUNSUPPORTED, "q dtype '%s' is not supported for %s (supported: fp16, bf16)",
-                         fi__dtype_name(spec->q_dtype), who);
-    if (spec->kv_dtype != spec->q_dtype && spec->kv_dtype != FI_DTYPE_FP8_E4M3)
-        return fi__error(FI_EUNSUPPORTED,
-                         "kv dtype '%s' is not supported with q=%s for %s (supported: kv equal to "
-                         "q, fp8_e4m3)",
-                         fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->q_dtype), who);
-    if (spec->o_dtype != spec->q_dtype)
-        return fi__error(FI_EUNSUPPORTED,
-                         "o dtype '%s' is not supported with q=%s for %s (supported: o equal to q)",
-                         fi__dtype_name(spec->o_dtype), fi__dtype_name(spec->q_dtype), who);
-    if (spec->head_dim != FI_MLA_DIM_CKV)
-        return fi__error(FI_EUNSUPPORTED,
-                         "head_dim %d is not supported for %s (supported: 512, the latent width; "
-                         "the 64-wide RoPE part is fixed by the kind)",
-                         spec->head_dim, who);
-    if (spec->mask != FI_MASK_NONE)
-        return fi__error(FI_EUNSUPPORTED,
-                         "mask '%s' is not supported for %s (supported: none; causal among a "
-                         "request's new tokens is built in)",
-                         fi__mask_name(spec->mask), who);
-    if (spec->pos != FI_POS_NONE)
-        return fi__error(FI_EUNSUPPORTED,
-                         "pos '%s' is not supported for %s (supported: none; RoPE is applied to "
-                         "q_pe and kpe by the engine)",
-                         fi__pos_name(spec->pos), who);
-    return 0;
-}
-
-/* Opt-in shared memory per block by compute capability (CUDA programming
- * guide, "Technical Specifications per Compute Capability"); 0: unknown. */
-static int smem_optin_bytes(int cc)
-{
-    switch (cc) {
-    case 80: case 87: return 163 * 1024;
-    case 86: case 89: case 120: case 121: return 99 * 1024;
-    case 90: case 100: case 103: return 227 * 1024;
-    default: return 0;
-    }
-}
-
-int fi__mla_decode_check_arch(const fi_jit_spec *spec, const char *arch)
-{
-    int cc = 0;
-    for (const char *p = arch + 3; *p >= '0' && *p <= '9'; p++) cc = cc * 10 + (*p - '0');
-    const int need = FI_MLA_SMEM_BYTES(fi__mla_decode_kv_bytes(spec));
-    const int have = smem_optin_bytes(cc);
-    if (cc < 80 || have < need)
-        return fi__error(FI_EUNSUPPORTED,
-                         "%s needs %d bytes of shared memory per block and mma.sync: arch %s is "
-                         "not supported (supported: sm_80, sm_87, sm_90, sm_90a, sm_100, sm_103)",
-                         who, need, arch);
-    return 0;
-}
-
-void fi__mla_decode_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out)
-{
-    FI_UNUSED(arch); /* one shape on every arch */
-    memset(out, 0, sizeof *out);
-    out->block_dim[0] = FI_MLA_THREADS;
-    out->block_dim[1] = out->block_dim[2] = 1;
-    out->merge_block_dim[0] = FI_MLA_MERGE_THREADS;
-    out->merge_block_dim[1] = out->merge_block_dim[2] = 1;
-    out->smem_bytes = (unsigned)FI_MLA_SMEM_BYTES(fi__mla_decode_kv_bytes(spec));
-    out->param_bytes = (unsigned)sizeof(fi_mla_decode_params);
-}
 
 /* ---- the plan ------------------------------------------------------------------ */
 
