@@ -20,6 +20,7 @@ __version__ = "0.2.0"
 _LAZY = {
     "decode": "attention", "prefill": "attention", "varlen_prefill": "attention",
     "merge_states": "attention", "BatchDecodePlan": "plans", "BatchPrefillPlan": "plans",
+    "mla_decode": "mla", "BatchMLADecodePlan": "mla",
 }
 
 
