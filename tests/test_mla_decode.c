@@ -224,6 +224,46 @@ TEST(mla_spec_refuses_what_the_kernel_does_not_do)
     }
 }
 
+/* The accepted tuple space (what the CLI's prewarm product and make test's
+ * sweeps draw from): q = o fp16/bf16 x kv q/e4m3 x soft-cap, all at hd 512. */
+TEST(mla_tuple_space_is_eight_tuples_at_the_latent_width)
+{
+    fi_jit_spec all[16];
+    CHECK(fi_jit_spec_enumerate(all, 16, FI_KIND_MLA_DECODE) == 8);
+    int fp8 = 0, capped = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK(all[i].kind == FI_KIND_MLA_DECODE && all[i].head_dim == FI_MLA_HEAD_DIM);
+        CHECK(all[i].o_dtype == all[i].q_dtype && all[i].mask == FI_MASK_NONE &&
+              all[i].pos == FI_POS_NONE);
+        fp8 += all[i].kv_dtype == FI_DTYPE_FP8_E4M3;
+        capped += all[i].soft_cap;
+    }
+    CHECK(fp8 == 4 && capped == 4);
+}
+
+static void collect_text(void *user, const char *text)
+{
+    char *buf = user;
+    strncat(buf, text, 16383 - strlen(buf));
+}
+
+/* The key hashes the kind's own templates (templates/mla/) and the shared
+ * ones, not another kind's: editing decode/ leaves MLA entries valid. */
+TEST(mla_key_covers_its_templates_and_no_other_kinds)
+{
+    fi_jit_ctx *ctx = NULL;
+    static char text[16384];
+    text[0] = '\0';
+    const fi_jit_spec s = mla_spec(FI_DTYPE_BF16, FI_DTYPE_FP8_E4M3);
+    CHECK_OK(check_ctx_new(&ctx, "sm_80"));
+    CHECK_OK(fi_jit_explain(ctx, &s, "sm_80", collect_text, text));
+    fi_jit_ctx_free(ctx);
+    CHECK_MSG(strstr(text, "header:mla/mla_decode.cuh") && strstr(text, "header:mla/tile.cuh") &&
+                  strstr(text, "header:mla/params.h") && strstr(text, "fi_mla_decode_merge_kernel"),
+              "%s", text);
+    CHECK_MSG(!strstr(text, "header:decode/") && !strstr(text, "header:prefill/"), "%s", text);
+}
+
 TEST(mla_archs_without_the_shared_memory_are_refused_before_compiling)
 {
     fi_jit_ctx *ctx = NULL;
