@@ -89,8 +89,9 @@ def reference(q_nope, q_pe, ckv, kpe, q_len, sm_scale, *, wuk=None, wuv=None, ca
 
 def make_cache(lens, page, kv_dtype, one_tensor):
     """A paged latent cache with scrambled pages. Returns (ckv, kpe, kv_indptr, last,
-    indices, scale, dense): ckv/kpe views (of one 576-wide tensor when one_tensor),
-    dense[b] the float64 [L, 576] values the kernel reads (dequantised for fp8)."""
+    indices, scale, dense): one_tensor, ckv the [pages, page, 576] tensor and kpe None;
+    else two tensors [pages, page, 512] and [pages, page, 64]. dense[b] holds the
+    float64 [L, 576] values the kernel reads (dequantised for fp8)."""
     pages = [(n + page - 1) // page for n in lens]
     total = sum(pages) + 2
     perm = torch.randperm(total, generator=GEN, device=DEV).to(torch.int32)
@@ -109,7 +110,7 @@ def make_cache(lens, page, kv_dtype, one_tensor):
         store = vals.to(kv_dtype)
         read = store.double()
     if one_tensor:
-        ckv, kpe = store[..., :LATENT], store[..., LATENT:]
+        ckv, kpe = store, None
     else:
         ckv, kpe = store[..., :LATENT].contiguous(), store[..., LATENT:].contiguous()
     dense = [read[indices[indptr[b]:indptr[b + 1]].long()].reshape(-1, LATENT + ROPE)[:n]
@@ -143,8 +144,9 @@ def run_case(idx, heads, page, q_dtype, fp8, quick):
     sm_scale = 1.0 / math.sqrt(192)
     ckv, kpe, indptr, last, indices, scale, dense = make_cache(lens, page, kv_dtype, one_cache)
     q = torch.randn(T, heads, LATENT + ROPE, generator=GEN, device=DEV).to(q_dtype)
-    q_nope, q_pe = (q[..., :LATENT], q[..., LATENT:]) if not two_q else (
-        q[..., :LATENT].contiguous(), q[..., LATENT:].contiguous())
+    # One 576-wide q (q_pe None), or two tensors.
+    q_nope, q_pe = (q, None) if not two_q else (q[..., :LATENT].contiguous(),
+                                                q[..., LATENT:].contiguous())
     sink = (torch.randn(heads, generator=GEN, device=DEV) * 2).float() if use_sink else None
     ws = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
     plan = fijit.BatchMLADecodePlan(ws).plan(
@@ -155,12 +157,10 @@ def run_case(idx, heads, page, q_dtype, fp8, quick):
     out = torch.full((T, heads, LATENT), float("nan"), dtype=q_dtype, device=DEV)
     lse = torch.full((T, heads), float("nan"), dtype=torch.float32, device=DEV)
     extra = {"sink_logits": sink} if use_sink else {}
-    plan.run(q_nope, None if not two_q else q_pe, ckv, None if one_cache else kpe, indices,
-             kv_scale=scale, out=out, lse=lse, **extra)
+    plan.run(q_nope, q_pe, ckv, kpe, indices, kv_scale=scale, out=out, lse=lse, **extra)
     torch.cuda.synchronize()
     again = torch.full_like(out, float("nan"))
-    plan.run(q_nope, None if not two_q else q_pe, ckv, None if one_cache else kpe, indices,
-             kv_scale=scale, out=again, **extra)
+    plan.run(q_nope, q_pe, ckv, kpe, indices, kv_scale=scale, out=again, **extra)
     torch.cuda.synchronize()
     problems = []
     if not torch.equal(again.view(torch.int16), out.view(torch.int16)):
