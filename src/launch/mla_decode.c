@@ -7,10 +7,10 @@
  * The plan. A work item is one request's 64-row block ((token, head) rows)
  * against a contiguous range of its keys. With one block per SM (155 KB of
  * shared memory), a batch whose row blocks fill the SMs is not split; else
- * the keys are cut into chunks of whole 32-key tiles so that the items come
- * to about one per SM (the keys of all row blocks divided by the SM count),
- * never shorter than MLA_MIN_CHUNK_TILES tiles, and each request's chunks are
- * evened out. Items of one (request, row block) are consecutive.
+ * each request's row blocks get its share of the SMs, in proportion to its
+ * keys and rounded down (so the grid stays within one wave), as items of
+ * even, whole 32-key tiles, none shorter than MLA_MIN_CHUNK_TILES tiles.
+ * Items of one (request, row block) are consecutive.
  *
  * Workspace layout (all offsets 16-byte aligned):
  *   work        [num_items] fi_mla_decode_work
@@ -64,16 +64,18 @@ static int64_t round_tiles(int64_t keys)
     return (keys + FI_MLA_TILE_KEYS - 1) / FI_MLA_TILE_KEYS * FI_MLA_TILE_KEYS;
 }
 
-/* Keys per item of a request of `keys` keys cut into chunks of at most
- * `chunk` (0: not cut), evened out and capped at FI_MLA_MAX_SPLITS; its
- * number of items in *splits. */
-static int64_t request_chunk(int64_t keys, int64_t chunk, int *splits)
+/* Keys per item of a request of `keys` keys cut into about `pieces` items
+ * (1: not cut) of whole tiles, none shorter than MLA_MIN_CHUNK_TILES tiles,
+ * at most FI_MLA_MAX_SPLITS; its number of items in *splits. */
+static int64_t request_chunk(int64_t keys, int64_t pieces, int *splits)
 {
+    const int64_t longest = (keys + MLA_MIN_CHUNK_TILES * FI_MLA_TILE_KEYS - 1) /
+                            (MLA_MIN_CHUNK_TILES * FI_MLA_TILE_KEYS);
+    if (pieces > longest) pieces = longest;
+    if (pieces > FI_MLA_MAX_SPLITS) pieces = FI_MLA_MAX_SPLITS;
     *splits = 1;
-    if (chunk <= 0 || keys <= chunk) return keys;
-    int64_t n = (keys + chunk - 1) / chunk;
-    if (n > FI_MLA_MAX_SPLITS) n = FI_MLA_MAX_SPLITS;
-    const int64_t c = round_tiles((keys + n - 1) / n);
+    if (pieces <= 1) return keys;
+    const int64_t c = round_tiles((keys + pieces - 1) / pieces);
     *splits = (int)((keys + c - 1) / c);
     return c;
 }
@@ -128,14 +130,15 @@ static int plan_make(fi_batch_mla_decode_plan **out, const fi_jit_spec *spec,
 {
     int rc = 0;
     fi_batch_mla_decode_plan *plan = NULL;
-    int *keys = NULL, *blocks = NULL;
+    int *keys = NULL, *blocks = NULL, *pieces = NULL;
     *out = NULL;
     if (!spec) FI_FAIL(FI_EINVALID, "%s: spec is NULL", who);
     FI_TRY(fi__check_kind(who, spec, FI_KIND_MLA_DECODE, "FI_KIND_MLA_DECODE"));
     FI_TRY(check_plan_args(a));
     const int batch = a->batch_size;
     if (!(plan = fi__calloc(1, sizeof *plan)) || !(keys = fi__calloc((size_t)batch, sizeof *keys)) ||
-        !(blocks = fi__calloc((size_t)batch, sizeof *blocks)))
+        !(blocks = fi__calloc((size_t)batch, sizeof *blocks)) ||
+        !(pieces = fi__calloc((size_t)batch, sizeof *pieces)))
         FI_FAIL(FI_ENOMEM, "%s: out of memory planning %d requests", who, batch);
     fi__launch_keep_spec(&plan->spec, plan->variant, sizeof plan->variant, spec);
     plan->batch_size = batch;
@@ -155,27 +158,23 @@ static int plan_make(fi_batch_mla_decode_plan **out, const fi_jit_spec *spec,
         if (keys[b] > max_keys) max_keys = keys[b];
     }
 
-    /* Keys per chunk; 0: no split. */
-    int64_t chunk = 0;
-    const int64_t min_chunk = (int64_t)MLA_MIN_CHUNK_TILES * FI_MLA_TILE_KEYS;
-    if (a->max_splits != 1 && max_keys > min_chunk) {
+    /* Items per row block of each request: with fewer row blocks than SMs,
+     * each request's share of the SMs, in proportion to its keys, rounded
+     * down so that the grid stays within one wave. */
+    if (a->max_splits != 1 && max_keys > MLA_MIN_CHUNK_TILES * FI_MLA_TILE_KEYS) {
         int sm_count = a->sm_count;
         if (sm_count == 0) FI_TRY(fi__cuda_sm_count(&sm_count));
-        if (row_blocks < sm_count) {
-            chunk = round_tiles((key_work + sm_count - 1) / sm_count);
-            if (chunk < min_chunk) chunk = min_chunk;
+        for (int b = 0; b < batch && row_blocks < sm_count; b++) {
+            int64_t share = (int64_t)sm_count * keys[b] / key_work;
+            if (a->max_splits > 1 && share > a->max_splits) share = a->max_splits;
+            pieces[b] = share > 1 ? (int)share : 1;
         }
-        if (a->max_splits > 1 && chunk > 0) {
-            const int64_t c = round_tiles((max_keys + a->max_splits - 1) / a->max_splits);
-            if (c > chunk) chunk = c;
-        }
-        if (chunk >= max_keys) chunk = 0;
     }
 
     int64_t items = 0;
     for (int b = 0; b < batch; b++) {
         int s;
-        request_chunk(keys[b], chunk, &s);
+        request_chunk(keys[b], pieces[b], &s);
         items += (int64_t)blocks[b] * s;
     }
     if (items > INT32_MAX / 2) FI_FAIL(FI_EINVALID, "%s: too many work items", who);
@@ -184,7 +183,7 @@ static int plan_make(fi_batch_mla_decode_plan **out, const fi_jit_spec *spec,
     int item = 0;
     for (int b = 0; b < batch; b++) {
         int s;
-        const int64_t c = request_chunk(keys[b], chunk, &s);
+        const int64_t c = request_chunk(keys[b], pieces[b], &s);
         if (s > plan->max_request_splits) plan->max_request_splits = s;
         if (s > 1) plan->any_split = 1;
         for (int rb = 0; rb < blocks[b]; rb++) {
@@ -222,6 +221,7 @@ out:
     fi_batch_mla_decode_plan_free(plan);
     fi__free(keys);
     fi__free(blocks);
+    fi__free(pieces);
     return rc;
 }
 
