@@ -79,7 +79,8 @@ def bench_shape(timer, gen, kind, B, kv, H, q_len, kvd, page):
     kv_dtype = FP8 if kvd == "fp8_e4m3" else torch.bfloat16
     pages_per = (kv + page - 1) // page
     total = B * pages_per
-    cache = torch.randn(total, page, LATENT + ROPE, generator=gen, device=dev).to(kv_dtype)
+    cache = torch.randn(total, page, LATENT + ROPE, generator=gen, device=dev).clamp(
+        -448.0, 448.0).to(kv_dtype)
     indices = torch.randperm(total, generator=gen, device=dev).to(torch.int32)
     qo = [i * q_len for i in range(B + 1)]
     indptr = [i * pages_per for i in range(B + 1)]
