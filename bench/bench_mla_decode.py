@@ -7,7 +7,7 @@ head: k = [ckv || kpe] 576 wide, v = ckv 512 wide), each SDPA backend that takes
 
     FIJIT_LIBRARY=build/libfijit.so python3 bench/bench_mla_decode.py [--quick]
 
-Shapes (the issue's targets):
+Shapes and the targets they are held to:
   memory-bound   bf16 and fp8_e4m3 KV, batch 64 and 128, kv 4k-32k, 16 heads, 1 query
                  token: GB/s of the latent cache read once per request (576 values a
                  token) against the copy ceiling (target >= 90%); fp8 against bf16
