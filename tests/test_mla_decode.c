@@ -35,6 +35,8 @@ static struct {
     void *lib;
     fake_cuda_set_launch_hook_fn set_launch_hook;
     fake_cuda_uncapturable_calls_fn uncapturable_calls;
+    fake_cuda_fail_call_fn fail_call;
+    fake_cuda_fault_fired_fn fault_fired;
 } fake;
 
 /* Loads the fake driver and makes its device's context current. */
@@ -45,7 +47,10 @@ static int fake_ready(void)
     if (!lib || check_fake_cuda_current() < 0) return 0;
     *(void **)&fake.set_launch_hook = dlsym(lib, "fake_cuda_set_launch_hook");
     *(void **)&fake.uncapturable_calls = dlsym(lib, "fake_cuda_uncapturable_calls");
-    if (!fake.set_launch_hook || !fake.uncapturable_calls) return 0;
+    *(void **)&fake.fail_call = dlsym(lib, "fake_cuda_fail_call");
+    *(void **)&fake.fault_fired = dlsym(lib, "fake_cuda_fault_fired");
+    if (!fake.set_launch_hook || !fake.uncapturable_calls || !fake.fail_call || !fake.fault_fired)
+        return 0;
     fake.lib = lib;
     return 1;
 }
@@ -669,6 +674,60 @@ TEST(mla_bad_run_arguments_are_refused_by_name_and_launch_nothing)
     CHECK(seen.count == 1); /* only the good run launched */
     fi_batch_mla_decode_plan_free(plan);
     free(ws);
+}
+
+/* A plan with a split (so both kernels launch), its upload and two runs, on
+ * a fresh context over the test's disk cache; 0 or the first error. */
+static int plan_upload_run(unsigned char *ws, size_t room)
+{
+    fi_jit_ctx *ctx = NULL;
+    fi_batch_mla_decode_plan *plan = NULL;
+    const fi_jit_spec s = mla_spec(FI_DTYPE_BF16, FI_DTYPE_FP8_E4M3);
+    const int q_lens[2] = {2, 1}, kv_lens[2] = {5000, 70};
+    const batch b = batch_of(2, q_lens, kv_lens, 64);
+    const fi_batch_mla_decode_plan_args pa = plan_args(&b, 16, 64);
+    size_t bytes = 0;
+    int rc = check_ctx_new(&ctx, "sm_90a");
+    if (rc == 0) rc = fi_batch_mla_decode_plan_new(&plan, ctx, &s, &pa);
+    if (rc == 0) rc = fi_batch_mla_decode_plan_workspace_size(&bytes, plan);
+    if (rc == 0 && bytes > room) rc = -100;
+    if (rc == 0) rc = fi_batch_mla_decode_plan_upload(plan, ws, bytes);
+    fi_batch_mla_decode_args a = run_args(16, 64, ws, bytes);
+    for (int i = 0; i < 2 && rc == 0; i++) rc = fi_batch_mla_decode_run(ctx, plan, &a, NULL);
+    fi_batch_mla_decode_plan_free(plan);
+    fi_jit_ctx_free(ctx);
+    return rc;
+}
+
+/* Fault loop over the driver: for n = 1, 2, ... the n-th driver call of
+ * plan, upload and runs fails. Each call returns 0 or a fijit error naming
+ * the failure (no crash; the sanitizer runs see no leak), and the next
+ * sequence on a fresh context succeeds. */
+TEST(mla_a_failing_driver_call_anywhere_is_an_error_and_nothing_more)
+{
+    static unsigned char ws[16 << 20] __attribute__((aligned(256)));
+    CHECK(fake_ctx());
+    CHECK_OK(plan_upload_run(ws, sizeof ws)); /* compiles into the test's cache */
+    int n = 1, failures = 0;
+    for (; n < 200; n++) {
+        fake.fail_call(n, CUDA_ERROR_LAUNCH_FAILED);
+        const int rc = plan_upload_run(ws, sizeof ws);
+        const int fired = fake.fault_fired();
+        fake.fail_call(0, CUDA_SUCCESS);
+        CHECK_MSG(rc <= 0 && rc != -100, "call %d: %d", n, rc);
+        if (!fired) {
+            CHECK_OK(rc);
+            break;
+        }
+        if (rc < 0) {
+            failures++;
+            CHECK_MSG(strstr(fi_last_error(), "failed") || strstr(fi_last_error(), "CUDA"),
+                      "call %d: %s", n, fi_last_error());
+        }
+        CHECK_MSG(plan_upload_run(ws, sizeof ws) == 0, "after call %d: %s", n, fi_last_error());
+    }
+    CHECK_MSG(n > 5 && n < 200 && failures > 3, "%d driver calls, %d reached the caller", n - 1,
+              failures);
 }
 
 /* ---- the float64 reference ---------------------------------------------------------------- */
