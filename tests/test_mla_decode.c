@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "check.h"
+#include "common/sys.h"
 #include "fake_cuda.h"
 #include "fijit_mla.h"
 #include "launch/mla_decode.h"
@@ -728,6 +729,37 @@ TEST(mla_a_failing_driver_call_anywhere_is_an_error_and_nothing_more)
     }
     CHECK_MSG(n > 5 && n < 200 && failures > 3, "%d driver calls, %d reached the caller", n - 1,
               failures);
+}
+
+/* The same with the n-th allocation failing, once and then persistently:
+ * FI_ENOMEM (or a code it turned into) with a message, no leak under ASan,
+ * and the next sequence succeeds. */
+TEST(mla_a_failing_allocation_anywhere_is_an_error_and_nothing_more)
+{
+    static unsigned char ws[16 << 20] __attribute__((aligned(256)));
+    CHECK(fake_ctx());
+    CHECK_OK(plan_upload_run(ws, sizeof ws));
+    int n = 1, failures = 0;
+    for (; n < 5000; n++) {
+        for (int persistent = 0; persistent < 2; persistent++) {
+            fi__fault_arm(FI_FAULT_ALLOC, n, persistent);
+            const int rc = plan_upload_run(ws, sizeof ws);
+            const long fired = fi__fault_count();
+            fi__fault_arm(0, 0, 0);
+            if (!fired) {
+                CHECK_OK(rc);
+                goto done;
+            }
+            CHECK_MSG(rc <= 0 && rc != -100 && (rc == 0 || *fi_last_error()),
+                      "allocation %d: %d", n, rc);
+            failures += rc < 0;
+            CHECK_MSG(plan_upload_run(ws, sizeof ws) == 0, "after allocation %d: %s", n,
+                      fi_last_error());
+        }
+    }
+done:
+    CHECK_MSG(n > 10 && n < 5000 && failures > 10, "%d allocations, %d failures reached the caller",
+              n - 1, failures);
 }
 
 /* ---- the float64 reference ---------------------------------------------------------------- */
