@@ -1,5 +1,5 @@
-"""ctypes mirror of the structs and enums of include/fijit.h, fijit_batch_decode.h and
-fijit_prefill.h (API 0.2), field for field and in order.
+"""ctypes mirror of the structs and enums of include/fijit.h, fijit_batch_decode.h,
+fijit_prefill.h and fijit_mla.h (API 0.2), field for field and in order.
 
 This is the ONE place the C layouts are written down in Python; tests/python checks
 every field's offset and size, and every struct's size, against the C header with a
