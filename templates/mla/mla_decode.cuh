@@ -12,7 +12,8 @@
 // the next tile loads during this one's products); each of the 8 warps
 // computes S for 16 rows x 16 keys, the two warps of a row group exchange
 // their row maxima through shared memory, write P (q dtype) and then each
-// accumulates 16 rows x 256 output columns of P.V from the same tile.
+// accumulates 16 rows x 256 output columns of P.V from the same tile. Warps
+// whose rows are all past the request's skip the products (mla/params.h).
 //
 // Second entry: fi_mla_decode_merge_kernel combines the normalised partial
 // states of items cut by keys. A second kernel rather than a merge by the last
@@ -80,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(FI_MLA_THREADS, 1)
 
     const fi_mla_decode_work w = p.work[blockIdx.x];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int rg = warp & 3, half = warp >> 2;  // row group, key half / column half
+    const int rg = warp >> 1, half = warp & 1;  // row group, key half / column half
     const int g = lane >> 2, t = lane & 3;
     const unsigned int base = smem_addr(smem);
     const unsigned int q_smem = base + Smem::q, k_smem = base + Smem::k, p_smem = base + Smem::p;
@@ -88,6 +89,9 @@ extern "C" __global__ void __launch_bounds__(FI_MLA_THREADS, 1)
 
     const Row rows[2] = {row_of(w, p.num_heads, rg * 16 + g),
                          row_of(w, p.num_heads, rg * 16 + g + 8)};
+    // Valid rows come first: a row group whose first row is past the
+    // request's has none, and its warps skip both products (mla/params.h).
+    const bool active = row_of(w, p.num_heads, rg * 16).valid;
     const float logit_scale = (kScaleLogits ? p.sm_scale : 1.0f) * (kFp8 ? p.kv_scale : 1.0f);
 
     load_q(p, w, q_smem);
@@ -127,8 +131,8 @@ extern "C" __global__ void __launch_bounds__(FI_MLA_THREADS, 1)
             k_tile = k_smem;
         }
 
-        float s[2][4];
-        qk_product(s, q_smem, k_tile, rg, half, lane);
+        float s[2][4] = {};
+        if (active) qk_product(s, q_smem, k_tile, rg, half, lane);
 
         // Final logits of the visible keys, -inf elsewhere; this half's row maxima.
         const int key0 = w.kv_begin + i * FI_MLA_TILE_KEYS + half * 16 + 2 * t;
@@ -188,7 +192,7 @@ extern "C" __global__ void __launch_bounds__(FI_MLA_THREADS, 1)
         }
         __syncthreads();  // P complete; the row maxima read
 
-        pv_product(o, p_smem, k_tile, rg, half, lane);
+        if (active) pv_product(o, p_smem, k_tile, rg, half, lane);
     }
 
     // The row sums: over the four lanes of a row, then over the two halves.

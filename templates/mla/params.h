@@ -27,9 +27,12 @@
  * of its keys (a work item). All q rows of a request share every K/V tile, so
  * they are tiled together (FlashMLA's idea): a request with q_len * heads
  * rows takes ceil(rows / 64) row blocks. Eight warps: warp w owns rows
- * 16 * (w % 4) .. +16 and, for Q.K^T, keys 16 * (w / 4) .. +16 of the tile;
- * for P.V the columns 256 * (w / 4) .. +256 of the output, so that the 64 x
- * 512 fp32 accumulator is 128 registers per thread. */
+ * 16 * (w / 2) .. +16 and, for Q.K^T, keys 16 * (w % 2) .. +16 of the tile;
+ * for P.V the columns 256 * (w % 2) .. +256 of the output, so that the 64 x
+ * 512 fp32 accumulator is 128 registers per thread. Warps whose 16 rows are
+ * all past the request's skip their products: warp w runs on the SM's
+ * sub-partition w % 4, so a block of 16 rows (16 heads, one token) keeps
+ * two sub-partitions busy with one warp each, and one of 32 rows four. */
 #define FI_MLA_THREADS 256
 #define FI_MLA_ROWS 64
 #define FI_MLA_TILE_KEYS 32
