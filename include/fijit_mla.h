@@ -13,7 +13,7 @@
  * attention sink). Spec string: "mla_decode q=bf16 hd=512". The head count is
  * not part of the spec: one module serves every head count (a block tiles 64
  * (token, head) rows of one request whatever their split into heads). Needs
- * sm_80, sm_87, sm_90(a) or sm_100 (155 KB of shared memory per block).
+ * sm_80, sm_87, sm_90(a) or sm_100 (151-188 KiB of shared memory per block).
  *
  * For query row (token i, head h) of request b and each visible key j:
  *   s_j = ([q_nope || q_pe] . [ckv_j || kpe_j]) * sm_scale   (576 wide)

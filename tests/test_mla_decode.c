@@ -357,7 +357,7 @@ TEST(mla_kernels_load_with_their_launch_shape_and_no_spills)
         const int kvb = s.kv_dtype == FI_DTYPE_FP8_E4M3 ? 1 : 2;
         CHECK(k->functions[0] && k->functions[1] && !k->functions[2]);
         CHECK(k->block_dim[0] == FI_MLA_THREADS && k->merge_block_dim[0] == FI_MLA_MERGE_THREADS);
-        CHECK(k->smem_bytes == (unsigned)FI_MLA_SMEM_BYTES(kvb));
+        CHECK(k->smem_bytes == (unsigned)FI_MLA_SMEM_BYTES(kvb, FI_MLA_STAGES(90)));
         CHECK(k->param_bytes == sizeof(fi_mla_decode_params));
         /* From ptxas' report (-1 when missing): the 128-float accumulator
          * and everything else fit in registers. */
@@ -451,7 +451,7 @@ TEST(mla_run_launches_the_planned_grid_and_merges_splits)
 
     CHECK(seen.main_count == 1 && seen.merge_count == 1 && seen.count == 2);
     CHECK(seen.grid[0] == (unsigned)items && seen.grid[1] == 1 && seen.grid[2] == 1);
-    CHECK(seen.block[0] == FI_MLA_THREADS && seen.smem == (unsigned)FI_MLA_SMEM_BYTES(1));
+    CHECK(seen.block[0] == FI_MLA_THREADS && seen.smem == (unsigned)FI_MLA_SMEM_BYTES(1, 3));
     CHECK(seen.merge_grid[0] == (unsigned)items && seen.merge_block[0] == FI_MLA_MERGE_THREADS &&
           seen.merge_smem == 0);
     CHECK(memcmp(&seen.p, &seen.merge_p, sizeof seen.p) == 0);

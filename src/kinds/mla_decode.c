@@ -65,12 +65,24 @@ static int smem_optin_bytes(int cc)
     }
 }
 
-/* mma.sync and cp.async (sm_80+), and the kernel's shared memory. */
-static int check_arch_mla_decode(const fi_jit_spec *spec, const char *arch)
+/* Compute capability of a checked arch name ("sm_90a" -> 90). */
+static int arch_cc(const char *arch)
 {
     int cc = 0;
     for (const char *p = arch + 3; *p >= '0' && *p <= '9'; p++) cc = cc * 10 + (*p - '0');
-    const int need = FI_MLA_SMEM_BYTES(fi__mla_decode_kv_bytes(spec));
+    return cc;
+}
+
+static int smem_bytes(const fi_jit_spec *spec, int cc)
+{
+    return FI_MLA_SMEM_BYTES(fi__mla_decode_kv_bytes(spec), FI_MLA_STAGES(cc));
+}
+
+/* mma.sync and cp.async (sm_80+), and the kernel's shared memory. */
+static int check_arch_mla_decode(const fi_jit_spec *spec, const char *arch)
+{
+    const int cc = arch_cc(arch);
+    const int need = smem_bytes(spec, cc);
     if (cc < 80 || smem_optin_bytes(cc) < need)
         return fi__error(FI_EUNSUPPORTED,
                          "%s needs %d bytes of shared memory per block and mma.sync: arch %s is "
@@ -82,13 +94,12 @@ static int check_arch_mla_decode(const fi_jit_spec *spec, const char *arch)
 static void mla_decode_launch_shape(const fi_jit_spec *spec, const char *arch,
                                     fi_launch_shape *out)
 {
-    FI_UNUSED(arch); /* one shape on every arch */
     memset(out, 0, sizeof *out);
     out->block_dim[0] = FI_MLA_THREADS;
     out->block_dim[1] = out->block_dim[2] = 1;
     out->merge_block_dim[0] = FI_MLA_MERGE_THREADS;
     out->merge_block_dim[1] = out->merge_block_dim[2] = 1;
-    out->smem_bytes = (unsigned)FI_MLA_SMEM_BYTES(fi__mla_decode_kv_bytes(spec));
+    out->smem_bytes = (unsigned)smem_bytes(spec, arch_cc(arch)); /* the ring's depth */
     out->param_bytes = (unsigned)sizeof(fi_mla_decode_params);
 }
 

@@ -5,7 +5,7 @@
  * struct and work item in templates/mla/params.h.
  *
  * The plan. A work item is one request's 64-row block ((token, head) rows)
- * against a contiguous range of its keys. With one block per SM (155 KB of
+ * against a contiguous range of its keys. With one block per SM (151-188 KiB of
  * shared memory), a batch whose row blocks fill the SMs is not split; else
  * each request's row blocks get its share of the SMs, in proportion to its
  * keys and rounded down (so the grid stays within one wave), as items of

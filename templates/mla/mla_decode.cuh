@@ -8,8 +8,8 @@
 // aligned bottom-right. The host plan (src/launch/mla_decode.c) lists work
 // items (request, 64-row block, range of keys); blockIdx.x is the item.
 //
-// Per block, for each 32-key tile: cp.async brings the tile (ring of two, so
-// the next tile loads during this one's products); each of the 8 warps
+// Per block, for each 32-key tile: cp.async brings the tile (a ring of two
+// or three by arch, so the next tiles load during this one's products); each of the 8 warps
 // computes S for 16 rows x 16 keys, the two warps of a row group exchange
 // their row maxima through shared memory, write P (q dtype) and then each
 // accumulates 16 rows x 256 output columns of P.V from the same tile. Warps
@@ -109,24 +109,32 @@ extern "C" __global__ void __launch_bounds__(FI_MLA_THREADS, 1)
     float m[2] = {-inf_(), -inf_()}, l[2] = {0.0f, 0.0f};
 
     const int tiles = (w.kv_end - w.kv_begin + FI_MLA_TILE_KEYS - 1) / FI_MLA_TILE_KEYS;
-    // 16-bit KV: tile i in K ring slot i % 2. fp8: raw ring slot i % 2,
-    // widened into the one 16-bit tile.
+    // Tile i in ring slot i % kStages (16-bit: a K tile; fp8: a raw tile,
+    // widened into the one 16-bit tile). One cp.async group per tile, an
+    // empty one past the last, so that waiting for all but the newest
+    // kStages - 2 groups always means: tile i has landed.
     auto load_slot = [&](int i) {
-        const unsigned int dst = kFp8 ? base + Smem::raw + (i & 1) * FI_MLA_FP8_TILE_BYTES
-                                      : k_smem + (i & 1) * FI_MLA_K_BYTES;
+        const int slot = i % kStages;
+        if (i >= tiles) {
+            cp_async_commit();
+            return;
+        }
+        const unsigned int dst = kFp8 ? base + Smem::raw + slot * FI_MLA_FP8_TILE_BYTES
+                                      : k_smem + slot * FI_MLA_K_BYTES;
         load_kv_tile(p, w, w.kv_begin + i * FI_MLA_TILE_KEYS, dst);
     };
-    if (tiles > 0) load_slot(0);
+    for (int i = 0; i < kStages - 1; ++i) load_slot(i);
 
     for (int i = 0; i < tiles; ++i) {
         // Tile i has landed, and every warp is done with tile i - 1: its slot
-        // may take tile i + 1, which loads during this tile's products.
-        cp_async_wait<0>();
+        // takes tile i + kStages - 1, which loads during the products.
+        cp_async_wait<kStages - 2>();
         __syncthreads();
-        if (i + 1 < tiles) load_slot(i + 1);
-        unsigned int k_tile = k_smem + (i & 1) * FI_MLA_K_BYTES;
+        load_slot(i + kStages - 1);
+        unsigned int k_tile = k_smem + (i % kStages) * FI_MLA_K_BYTES;
         if constexpr (kFp8) {
-            widen_fp8_tile<DTypeKV>(base + Smem::raw + (i & 1) * FI_MLA_FP8_TILE_BYTES, k_smem);
+            widen_fp8_tile<DTypeKV>(base + Smem::raw + (i % kStages) * FI_MLA_FP8_TILE_BYTES,
+                                    k_smem);
             __syncthreads();
             k_tile = k_smem;
         }

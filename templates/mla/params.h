@@ -41,20 +41,25 @@
  * addresses fall in distinct banks (576 * 2 bytes is a multiple of 128). */
 #define FI_MLA_SMEM_ROW (FI_MLA_DIM_QK + 8)        /* elements of a Q or K row */
 #define FI_MLA_P_ROW (FI_MLA_TILE_KEYS + 8)        /* elements of a P row */
+/* Tiles in the K ring by compute capability (80, 90 ...): two where a block
+ * may have 163 KiB (sm_80, sm_87), three from sm_90 on (227 KiB), so that two
+ * tiles are in flight while a third is in use. */
+#define FI_MLA_STAGES(cc) ((cc) >= 90 ? 3 : 2)
 /* Dynamic shared memory (bytes): Q [64][584] and P [64][40] in the q dtype;
- * 16-bit KV: a ring of two K tiles [32][584] filled by cp.async; fp8 KV: a
- * ring of two raw fp8 tiles [32][576] and one 16-bit K tile they are widened
- * into; then the row exchange [2][64] floats of the two key halves: 155,136
- * bytes (16-bit) and 154,624 (fp8), one block per SM on sm_80 (163 KiB) and
- * on sm_90 (227 KiB). */
+ * 16-bit KV: a ring of `stages` K tiles [32][584] filled by cp.async; fp8
+ * KV: a ring of `stages` raw fp8 tiles [32][576] and one 16-bit K tile they
+ * are widened into; then the row exchange [2][64] floats of the two key
+ * halves. Two stages: 155,136 bytes (16-bit), 154,624 (fp8), one block per
+ * SM on sm_80; three: 192,512 and 173,056 on sm_90. */
 #define FI_MLA_Q_BYTES (FI_MLA_ROWS * FI_MLA_SMEM_ROW * 2)
 #define FI_MLA_K_BYTES (FI_MLA_TILE_KEYS * FI_MLA_SMEM_ROW * 2)
 #define FI_MLA_FP8_TILE_BYTES (FI_MLA_TILE_KEYS * FI_MLA_DIM_QK)
 #define FI_MLA_P_BYTES (FI_MLA_ROWS * FI_MLA_P_ROW * 2)
 #define FI_MLA_RED_BYTES (2 * FI_MLA_ROWS * 4)
-#define FI_MLA_SMEM_BYTES(kv_bytes)                                                      \
-    (FI_MLA_Q_BYTES + ((kv_bytes) == 1 ? FI_MLA_K_BYTES + 2 * FI_MLA_FP8_TILE_BYTES      \
-                                       : 2 * FI_MLA_K_BYTES) +                           \
+#define FI_MLA_SMEM_BYTES(kv_bytes, stages)                                                   \
+    (FI_MLA_Q_BYTES +                                                                         \
+     ((kv_bytes) == 1 ? FI_MLA_K_BYTES + (stages) * FI_MLA_FP8_TILE_BYTES                     \
+                      : (stages) * FI_MLA_K_BYTES) +                                          \
      FI_MLA_P_BYTES + FI_MLA_RED_BYTES)
 
 /* Limits of the plan (fijit_mla.h). */

@@ -21,6 +21,7 @@ using Params = fi_mla_decode_params;
 
 constexpr int kKVBytes = Traits<DTypeKV>::kBytes;
 constexpr bool kFp8 = kKVBytes == 1;
+constexpr int kStages = FI_MLA_STAGES(__CUDA_ARCH__ / 10);  // K ring depth (mla/params.h)
 constexpr int kRow = FI_MLA_SMEM_ROW;          // elements of a shared Q / K row
 constexpr int kQKSteps = FI_MLA_DIM_QK / 16;    // k-steps of S = Q.K^T
 constexpr int kHalfCols = FI_MLA_DIM_CKV / 2;   // output columns of one warp
@@ -43,13 +44,13 @@ constexpr bool kScaleLogits = KeepsBaseQuery<Variant, Params>::value;
 // Byte offsets in dynamic shared memory (mla/params.h, FI_MLA_SMEM_BYTES).
 struct Smem {
     static constexpr int q = 0;
-    static constexpr int k = FI_MLA_Q_BYTES;  // 16-bit K tiles: 2 (a ring), 1 with fp8
-    static constexpr int raw = k + (kFp8 ? 1 : 2) * FI_MLA_K_BYTES;  // fp8 ring
-    static constexpr int p = raw + (kFp8 ? 2 * FI_MLA_FP8_TILE_BYTES : 0);
+    static constexpr int k = FI_MLA_Q_BYTES;  // 16-bit K tiles: the ring, or 1 with fp8
+    static constexpr int raw = k + (kFp8 ? 1 : kStages) * FI_MLA_K_BYTES;  // fp8 ring
+    static constexpr int p = raw + (kFp8 ? kStages * FI_MLA_FP8_TILE_BYTES : 0);
     static constexpr int red = p + FI_MLA_P_BYTES;  // [2 key halves][64 rows] floats
     static constexpr int total = red + FI_MLA_RED_BYTES;
 };
-static_assert(Smem::total == FI_MLA_SMEM_BYTES(kKVBytes),
+static_assert(Smem::total == FI_MLA_SMEM_BYTES(kKVBytes, kStages),
               "mla_decode: shared layout and FI_MLA_SMEM_BYTES disagree");
 
 // Query row r (0..63) of a block: which token and head, and where the query
