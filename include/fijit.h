@@ -118,6 +118,7 @@ typedef enum fi_kernel_kind {
     FI_KIND_PREFILL = 3,           /* single-request prefill: fijit_prefill.h */
     FI_KIND_BATCH_PREFILL_RAGGED = 4, /* batch prefill over ragged K/V: fijit_prefill.h */
     FI_KIND_BATCH_PREFILL_PAGED = 5,  /* batch prefill over a paged K/V cache: fijit_prefill.h */
+    FI_KIND_MLA_DECODE = 6,        /* absorbed MLA decode over a paged latent cache: fijit_mla.h */
 } fi_kernel_kind;
 
 typedef enum fi_dtype {
@@ -505,5 +506,6 @@ FI_API int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_deco
 /* The other kernel families, each with its own header. */
 #include "fijit_batch_decode.h"
 #include "fijit_prefill.h"
+#include "fijit_mla.h"
 
 #endif /* FIJIT_H */

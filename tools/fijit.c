@@ -641,7 +641,7 @@ static const cli_command commands[] = {
      "\n"
      "  --kernel K,..      kernel kinds (default: decode)\n"
      "  --dtype D,..       q/kv/o dtype (default: fp16,bf16)\n"
-     "  --head-dim N,..    head dims (default: 64,128,256)\n"
+     "  --head-dim N,..    head dims (default: 64,128,256; mla_decode: 512)\n"
      "  --mask M,..        masks: none, window (default: none)\n"
      "  --pos P,..         position encodings: none, rope, alibi (default: none)\n"
      "  --softcap S,..     logits soft-cap off/on: 0, 1 (default: 0)\n"

@@ -129,6 +129,9 @@ int fi_jit_spec_parse(fi_jit_spec *out, char *out_variant, size_t out_variant_si
     char *word = strtok_r(words, " \t\r\n", &save);
     if (!word) return fi__error(FI_EINVALID, "empty spec string");
     FI_TRY(fi__kind_parse((int *)&spec.kind, word));
+    /* A kind of one head dim (mla_decode's 512) needs no hd=. */
+    const int *dims = fi__kind_info(spec.kind)->head_dims;
+    if (dims[0] && !dims[1]) spec.head_dim = dims[0];
     while ((word = strtok_r(NULL, " \t\r\n", &save))) {
         char *eq = strchr(word, '=');
         if (!eq || eq == word || !eq[1])
