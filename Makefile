@@ -79,7 +79,8 @@ $(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/check.o $(1)/libfijit.a
 $(1)/tests/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $$@ $$< -lpthread
-$(1)/tests/test_launch $(1)/tests/test_multi_context $(1)/tests/test_batch_decode_compile: | $(1)/tests/libcuda.so.1
+$(1)/tests/test_launch $(1)/tests/test_multi_context $(1)/tests/test_batch_decode_compile \
+  $(1)/tests/test_mla_decode: | $(1)/tests/libcuda.so.1
 endef
 
 SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -203,7 +204,7 @@ gpu-check: all
 install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/fijit.h include/fijit_batch_decode.h include/fijit_prefill.h \
-	  include/fijit_cache.h $(DESTDIR)$(PREFIX)/include/
+	  include/fijit_cache.h include/fijit_mla.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(B)/libfijit.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)

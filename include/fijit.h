@@ -118,6 +118,7 @@ typedef enum fi_kernel_kind {
     FI_KIND_PREFILL = 3,           /* single-request prefill: fijit_prefill.h */
     FI_KIND_BATCH_PREFILL_RAGGED = 4, /* batch prefill over ragged K/V: fijit_prefill.h */
     FI_KIND_BATCH_PREFILL_PAGED = 5,  /* batch prefill over a paged K/V cache: fijit_prefill.h */
+    FI_KIND_MLA_DECODE = 6,        /* absorbed MLA decode over a paged latent cache: fijit_mla.h */
 } fi_kernel_kind;
 
 typedef enum fi_dtype {
@@ -173,13 +174,15 @@ FI_API int fi_jit_spec_init(fi_jit_spec *out, unsigned version);
 /* Parse a canonical spec string such as
  *   "decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0"
  * Fields after the kind may come in any order; kv and o default to q, the rest
- * to the values in FI_JIT_SPEC_INIT. `out->variant` points into `variant_buf`
- * (at least 64 bytes) when a variant is named. */
-FI_API int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant_buf_size,
+ * to the values in FI_JIT_SPEC_INIT. A variant's name is written to
+ * `out_variant` (out_variant_size at least FI_VARIANT_NAME_MAX + 1) and
+ * `out->variant` points there. Parsing checks the grammar only:
+ * fi_jit_spec_check says whether fijit builds the tuple. */
+FI_API int fi_jit_spec_parse(fi_jit_spec *out, char *out_variant, size_t out_variant_size,
                              const char *text);
-/* Write the canonical form of `spec` into buf (NUL-terminated). Returns the
- * length, or a negative code if the spec is invalid or buf is too small. */
-FI_API int fi_jit_spec_format(char *buf, size_t size, const fi_jit_spec *spec);
+/* Write the canonical form of `spec` into `out` (NUL-terminated). Returns the
+ * length, or a negative code if the spec is invalid or `out` is too small. */
+FI_API int fi_jit_spec_format(char *out, size_t out_size, const fi_jit_spec *spec);
 /* Check that fijit can build this tuple; the message names the field. */
 FI_API int fi_jit_spec_check(const fi_jit_spec *spec);
 /* The tuples fijit builds: writes the first `out_count` specs that
@@ -341,7 +344,15 @@ FI_API int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *
  * path given to fi_jit_variant_register_file, else "<name>.cuh". */
 #define FI_VARIANT_REPLACE 1u /* replace a variant registered under the same name */
 
-/* Register `source` under `name` (1-63 of [A-Za-z0-9_-], not "default").
+/* Longest variant name, and largest snippet, fi_jit_variant_register takes. */
+#define FI_VARIANT_NAME_MAX 63
+#define FI_VARIANT_MAX_SOURCE (256 * 1024)
+
+/* FI_EINVALID unless `name` is 1..FI_VARIANT_NAME_MAX of [A-Za-z0-9_-]. */
+FI_API int fi_jit_variant_name_check(const char *name);
+
+/* Register `source` under `name` (1..FI_VARIANT_NAME_MAX of [A-Za-z0-9_-],
+ * not "default").
  * Registering a name again with the same text is a no-op; with different
  * text it is FI_EINVALID unless FI_VARIANT_REPLACE is given. */
 FI_API int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source,
@@ -349,6 +360,10 @@ FI_API int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char
 /* The same from a file; `name` NULL: the file name up to its first '.'. */
 FI_API int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *path,
                                         unsigned flags);
+/* fi_jit_variant_register with messages naming `origin` (a file as the user
+ * gave it; NULL: "<name>.cuh"), for a caller that reads the file itself. */
+FI_API int fi_jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
+                                      unsigned flags, const char *origin);
 
 /* Values for a variant's declared parameters, passed to a launch. Give every
  * declared parameter exactly once, by name, with the type it was declared
@@ -491,5 +506,6 @@ FI_API int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_deco
 /* The other kernel families, each with its own header. */
 #include "fijit_batch_decode.h"
 #include "fijit_prefill.h"
+#include "fijit_mla.h"
 
 #endif /* FIJIT_H */

@@ -45,7 +45,7 @@ FI_API void fi_cache_close(fi_cache *cache);
 
 /* The directory the library uses when none is given: $FIJIT_CACHE_DIR,
  * $XDG_CACHE_HOME/fijit (absolute only), $HOME/.cache/fijit; creates nothing. */
-FI_API int fi_cache_default_dir(char *out, size_t size);
+FI_API int fi_cache_default_dir(char *out, size_t out_size);
 
 /* One entry of the cache, as fi_cache_foreach shows it. */
 typedef struct fi_cache_entry {
@@ -67,7 +67,7 @@ FI_API int fi_cache_foreach(fi_cache *cache, int (*fn)(void *user, const fi_cach
                             void *user);
 
 /* The hex form of a key (32 lower-case digits and a NUL). */
-FI_API void fi_cache_key_hex(char out[33], const unsigned char key[16]);
+FI_API void fi_cache_key_hex(char out[33], const uint8_t key[16]);
 
 /* The persisted counters plus the current entries and bytes. */
 FI_API int fi_cache_stats_get(fi_jit_stats *out, fi_cache *cache);
@@ -128,7 +128,7 @@ FI_API int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *p
  * into `out` as fijit shows it: credentials, unknown options and any part
  * it cannot recognise as not secret masked as "***" (written for a bad URL
  * too). FI_EINVALID with words naming the bad part. */
-FI_API int fi_remote_url_check(char *out, size_t size, const char *url);
+FI_API int fi_cache_remote_url_check(char *out, size_t out_size, const char *url);
 
 /* A remote opened for an operator (ping, describe, list). */
 typedef struct fi_cache_remote fi_cache_remote;
@@ -161,26 +161,18 @@ FI_API int fi_cache_remote_foreach(fi_cache_remote *remote,
 FI_API int fi_arch_check(const char *arch);
 
 /* The NVRTC the library compiles with (loaded on first use). */
-FI_API int fi_nvrtc_version(int *major, int *minor);
-/* The real archs NVRTC compiles for, as numbers (90 for sm_90), up to `max`. */
-FI_API int fi_nvrtc_supported_archs(int *out, int max, int *count);
+FI_API int fi_nvrtc_version(int *out_major, int *out_minor);
+/* The real archs NVRTC compiles for, as numbers (90 for sm_90): writes the
+ * first `out_count` into `out` and returns how many there are (call with
+ * out_count 0 to size the array), as every list query does
+ * (fi_jit_spec_enumerate). */
+FI_API int fi_nvrtc_supported_archs(int *out, size_t out_count);
 
-/* The arch of the current CUDA context's device ("sm_90a" for 9.0). */
-FI_API int fi_cuda_current_arch(char out[16]);
+/* The arch of the current CUDA context's device ("sm_90a" for 9.0) into
+ * `out`; returns its length (out_size 16 is always enough). */
+FI_API int fi_cuda_current_arch(char *out, size_t out_size);
 
-/* ---- variants, translation units, errors, logging ------------------------ */
-
-/* Longest variant name, and largest snippet, fi_jit_variant_register takes. */
-#define FI_VARIANT_NAME_MAX 63
-#define FI_VARIANT_MAX_SOURCE (256 * 1024)
-
-/* FI_EINVALID unless `name` is 1..FI_VARIANT_NAME_MAX of [A-Za-z0-9_-]. */
-FI_API int fi_jit_variant_name_check(const char *name);
-
-/* fi_jit_variant_register with messages naming `origin` (a file as the user
- * gave it; NULL: "<name>.cuh"): the CLI registers the bytes of a file. */
-FI_API int fi_jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
-                                      unsigned flags, const char *origin);
+/* ---- translation units, errors, logging ------------------------------------ */
 
 /* The translation unit `spec` expands to on `arch` (NULL: the context's),
  * byte for byte what the key hashes and NVRTC compiles (ptx 0), or the PTX

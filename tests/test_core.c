@@ -40,7 +40,8 @@ static int decode_tuples(fi_jit_spec *out, int max)
  * decode kinds: q = o in {fp16, bf16} x kv in {q, e4m3, e5m2} x hd 3 x mask
  * {none, window} x pos 3 x soft-cap 2 = 216 each; prefill kinds: 16-bit
  * 2 x hd 3 x mask 4 x pos 3 x soft-cap 2 = 144 each, single prefill 4 more
- * in fp8 (o fp16/bf16 x mask none/causal at hd 128). */
+ * in fp8 (o fp16/bf16 x mask none/causal at hd 128); mla_decode: q = o in
+ * {fp16, bf16} x kv in {q, e4m3} x soft-cap 2 = 8 (hd 512, no mask or pos). */
 TEST(spec_enumerate_is_the_accepted_tuple_space)
 {
     static const struct {
@@ -49,7 +50,8 @@ TEST(spec_enumerate_is_the_accepted_tuple_space)
                     {FI_KIND_BATCH_DECODE, 216},
                     {FI_KIND_PREFILL, 148},
                     {FI_KIND_BATCH_PREFILL_RAGGED, 144},
-                    {FI_KIND_BATCH_PREFILL_PAGED, 144}};
+                    {FI_KIND_BATCH_PREFILL_PAGED, 144},
+                    {FI_KIND_MLA_DECODE, 8}};
     static fi_jit_spec all[4096];
     int sum = 0;
     for (size_t k = 0; k < sizeof expected / sizeof expected[0]; k++) {
@@ -109,11 +111,11 @@ TEST(every_kind_is_named_by_the_kind_table_and_round_trips)
         fi_jit_spec spec = parse_or_die(info->name);
         CHECK(spec.kind == (fi_kernel_kind)k);
     }
-    CHECK(kinds == 5);
+    CHECK(kinds == 6);
     int parsed = -1;
     CHECK_RC(fi__kind_parse(&parsed, "prefil"), FI_EINVALID);
     CHECK(strstr(fi_last_error(), "decode, batch_decode, prefill, batch_prefill_ragged, "
-                                  "batch_prefill_paged"));
+                                  "batch_prefill_paged, mla_decode"));
 }
 
 TEST(spec_parse_defaults_and_order)

@@ -246,7 +246,7 @@ TEST(remote_url_never_shows_a_password_whatever_its_shape)
         CHECK_MSG(!shows_password(masked), "%s masked as %s", url, masked);
         CHECK_OK(fi_remote_url_masked(tiny, sizeof tiny, url));
         CHECK_MSG(!shows_password(tiny) && strlen(tiny) < sizeof tiny, "%s cut to %s", url, tiny);
-        CHECK_RC(fi_remote_url_check(checked, sizeof checked, url), rc);
+        CHECK_RC(fi_cache_remote_url_check(checked, sizeof checked, url), rc);
         CHECK_MSG(strcmp(checked, masked) == 0 && !shows_password(fi_last_error()), "%s: %s",
                   url, fi_last_error());
     }
@@ -474,10 +474,19 @@ TEST(redis_killed_mid_run_then_restarted_empty)
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
     CHECK(timed_miss(st, 2) >= 0); /* the connection is pooled now */
     check_redis_signal(&r, SIGKILL);
-    int64_t first = timed_miss(st, 3), during = timed_miss(st, 4);
+    int64_t first = timed_miss(st, 3);
+    CHECK_OK(fi_store_stats_get(st, &s));
+    const long long errors_after_first = s.remote_errors;
+    int64_t during = timed_miss(st, 4);
     printf("  redis killed: first miss %lld ms, then %lld ms during the back-off\n",
            (long long)first, (long long)during);
-    CHECK(first >= 0 && first < 300 && during >= 0 && during < 100);
+    /* Outcomes, not speed: both misses return, and the second, inside the
+     * back-off, does not try the dead server (no new error). The time bound
+     * only says "no hang" (the connect timeout is 50 ms). */
+    CHECK(first >= 0 && first < 10000 && during >= 0);
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK_MSG(errors_after_first >= 1 && s.remote_errors == errors_after_first,
+              "remote errors %lld, then %lld", errors_after_first, (long long)s.remote_errors);
     /* Local work goes on. */
     key_of(key, 5);
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
@@ -522,9 +531,11 @@ TEST(redis_paused_past_the_timeouts_costs_one_timeout_per_back_off)
     printf("  redis paused: healthy miss %lld ms; first miss while paused %lld ms (the 500 ms "
            "operation timeout); next 20 misses at most %lld ms each (skipped for the back-off)\n",
            (long long)healthy, (long long)first, (long long)worst_after);
-    CHECK(healthy >= 0 && healthy < 100);
-    CHECK_MSG(first >= 400 && first < 1500, "first miss %lld ms", (long long)first);
-    CHECK(worst_after >= 0 && worst_after < 100);
+    /* The first miss waits out the operation timeout (a lower bound holds on
+     * any machine; the upper one only says "no hang"); the next 20 are
+     * skipped for the back-off, which the single error counted shows. */
+    CHECK(healthy >= 0 && worst_after >= 0);
+    CHECK_MSG(first >= 400 && first < 20000, "first miss %lld ms", (long long)first);
     CHECK_OK(fi_store_stats_get(st, &s));
     CHECK(s.remote_errors == 1);
     /* Resumed: after the back-off (1 s) it answers again. */
@@ -748,7 +759,7 @@ TEST(redis_lease_expires_when_its_holder_dies)
     int64_t waited = ms_since(start);
     printf("  lease holder killed: the next builder waited %lld ms (lease 300 ms)\n",
            (long long)waited);
-    CHECK(waited < 1000);
+    CHECK(waited < 20000); /* taken over, not waited out: the default wait is 120 s */
     redisContext *c = redis_direct(&r);
     redisReply *leases = redisCommand(c, "KEYS fijit:lease:*");
     CHECK(leases && leases->elements == 1); /* ours now */

@@ -92,7 +92,7 @@ int cli_cmd_remote(const cli_command *cmd, int argc, char **argv)
     fi_cache_remote *remote = NULL;
     remote_rows rows = {0};
     char masked[512];
-    fi_remote_url_check(masked, sizeof masked, url);
+    fi_cache_remote_url_check(masked, sizeof masked, url);
     if (fi_cache_remote_open(&remote, url) < 0) return cli_runtime_error(cmd, "cannot open the remote");
     if (strcmp(verb, "ping") == 0) {
         int64_t ns = 0;

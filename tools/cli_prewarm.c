@@ -464,7 +464,7 @@ static int report_remote(const fi_jit_stats *before, const fi_jit_stats *after)
 {
     char masked[512], pushed[32];
     int64_t errors = after->remote_errors - before->remote_errors;
-    if (fi_remote_url_check(masked, sizeof masked, cli_remote_url()) < 0)
+    if (fi_cache_remote_url_check(masked, sizeof masked, cli_remote_url()) < 0)
         snprintf(masked, sizeof masked, "(the remote)");
     cli_format_size(pushed, sizeof pushed, after->remote_bytes_out - before->remote_bytes_out);
     printf("remote: %" PRId64 " fetched, %s pushed, %" PRId64 " error%s (%s)\n",

@@ -297,7 +297,7 @@ int cli_check_remote(const cli_command *cmd, const char *option)
     char masked[512];
     cli_remote_option = option;
     const char *url = cli_remote_url();
-    if (url && fi_remote_url_check(masked, sizeof masked, url) < 0)
+    if (url && fi_cache_remote_url_check(masked, sizeof masked, url) < 0)
         return cli_usage_error(cmd, "%s: %s", option ? "--remote" : "FIJIT_REMOTE", fi_last_error());
     return -1;
 }
@@ -320,10 +320,12 @@ int cli_check_env(const cli_command *cmd, unsigned which)
 
 int cli_check_arch(const cli_command *cmd, const char *what, const char *arch)
 {
-    int archs[128], count = 0, number = 0, major = 0, minor = 0;
+    int archs[128], number = 0, major = 0, minor = 0;
     if (fi_arch_check(arch) < 0) return cli_usage_error(cmd, "%s %s: %s", what, arch, fi_last_error());
     /* Without NVRTC (or one that cannot list them) the compile says what is wrong. */
-    if (fi_nvrtc_supported_archs(archs, 128, &count) < 0 || count == 0) return -1;
+    int count = fi_nvrtc_supported_archs(archs, 128);
+    if (count <= 0) return -1;
+    if (count > 128) count = 128;
     fi_nvrtc_version(&major, &minor);
     sscanf(arch + 3, "%d", &number);
     int specific = arch[strlen(arch) - 1] == 'a', known = 0;
@@ -353,7 +355,7 @@ static int detect_here(char out[16])
     if (cu->DeviceGet(&dev, 0) != CUDA_SUCCESS) return 0;
     if (cu->DevicePrimaryCtxRetain(&cuctx, dev) != CUDA_SUCCESS) return 0;
     int found = cu->CtxSetCurrent(cuctx) == CUDA_SUCCESS &&
-                fi_cuda_current_arch(out) == 0;
+                fi_cuda_current_arch(out, 16) > 0;
     /* The primary context stays retained: callers (demo, show-config) go on
      * using it, and the process ends soon after. */
     return found;

@@ -497,7 +497,7 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     /* The remote's password and the fleet secret are never printed. */
     char masked[512];
     const char *remote = cli_remote_url();
-    if (remote && fi_remote_url_check(masked, sizeof masked, remote) == 0)
+    if (remote && fi_cache_remote_url_check(masked, sizeof masked, remote) == 0)
         printf("remote cache         %s (%s)\n", masked,
                cli_remote_option ? "--remote"
                : getenv("FIJIT_REMOTE") && *getenv("FIJIT_REMOTE") ? "FIJIT_REMOTE"
@@ -518,7 +518,7 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     for (size_t i = 0; i < sizeof env_names / sizeof *env_names; i++) {
         const char *value = getenv(env_names[i]);
         if (value && strcmp(env_names[i], "FIJIT_REMOTE") == 0) {
-            fi_remote_url_check(masked, sizeof masked, value); /* masked even when bad */
+            fi_cache_remote_url_check(masked, sizeof masked, value); /* masked even when bad */
             value = masked;
         }
         else if (value && strcmp(env_names[i], "FIJIT_REMOTE_SECRET") == 0)
@@ -641,7 +641,7 @@ static const cli_command commands[] = {
      "\n"
      "  --kernel K,..      kernel kinds (default: decode)\n"
      "  --dtype D,..       q/kv/o dtype (default: fp16,bf16)\n"
-     "  --head-dim N,..    head dims (default: 64,128,256)\n"
+     "  --head-dim N,..    head dims (default: 64,128,256; mla_decode: 512)\n"
      "  --mask M,..        masks: none, window (default: none)\n"
      "  --pos P,..         position encodings: none, rope, alibi (default: none)\n"
      "  --softcap S,..     logits soft-cap off/on: 0, 1 (default: 0)\n"

@@ -18,6 +18,7 @@ from .context import Context, default_context, set_default_context  # noqa: F401
 _LAZY = {
     "decode": "attention", "prefill": "attention", "varlen_prefill": "attention",
     "merge_states": "attention", "BatchDecodePlan": "plans", "BatchPrefillPlan": "plans",
+    "mla_decode": "mla", "BatchMLADecodePlan": "mla",
 }
 
 

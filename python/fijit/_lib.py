@@ -141,6 +141,15 @@ def _declare(lib):
         "fi_batch_prefill_plan_upload": (ci, [vp, vp, sz]),
         "fi_batch_prefill_plan_free": (None, [vp]),
         "fi_batch_prefill_run": (ci, [vp, vp, P(S.BatchPrefillArgs), vp]),
+        "fi_batch_mla_decode_workspace_size": (ci, [P(sz), P(S.JitSpec),
+                                                    P(S.BatchMLADecodePlanArgs)]),
+        "fi_batch_mla_decode_plan_new": (ci, [P(vp), vp, P(S.JitSpec),
+                                              P(S.BatchMLADecodePlanArgs)]),
+        "fi_batch_mla_decode_plan_workspace_size": (ci, [P(sz), vp]),
+        "fi_batch_mla_decode_plan_describe": (ci, [P(ci), P(ci), vp]),
+        "fi_batch_mla_decode_plan_upload": (ci, [vp, vp, sz]),
+        "fi_batch_mla_decode_plan_free": (None, [vp]),
+        "fi_batch_mla_decode_run": (ci, [vp, vp, P(S.BatchMLADecodeArgs), vp]),
     }
     for cls in _VERSIONED:
         protos[cls.c_name + "_init"] = (ci, [P(cls), ctypes.c_uint])

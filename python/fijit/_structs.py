@@ -1,5 +1,5 @@
-"""ctypes mirror of the structs and enums of include/fijit.h, fijit_batch_decode.h and
-fijit_prefill.h, field for field and in order.
+"""ctypes mirror of the structs and enums of include/fijit.h, fijit_batch_decode.h,
+fijit_prefill.h and fijit_mla.h, field for field and in order.
 
 This is the ONE place the C layouts are written down in Python; tests/python checks
 every field's offset and size, every struct's size, and each VERSION (the version of
@@ -17,7 +17,7 @@ i32_p = ctypes.POINTER(ctypes.c_int32)
 
 # ---- enums (values pinned by the header) ----------------------------------------------
 KIND = {"decode": 1, "batch_decode": 2, "prefill": 3, "batch_prefill_ragged": 4,
-        "batch_prefill_paged": 5}
+        "batch_prefill_paged": 5, "mla_decode": 6}
 DTYPE = {"fp16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8_e5m2": 4}
 MASK = {"none": 0, "causal": 1, "window": 2, "custom": 3}
 POS = {"none": 0, "rope": 1, "alibi": 2}
@@ -189,7 +189,30 @@ class BatchPrefillArgs(Struct):
                 ("rope_offsets", c_void_p)]
 
 
+class BatchMLADecodePlanArgs(Struct):
+    c_name = "fi_batch_mla_decode_plan_args"
+    VERSION = 1
+    _fields_ = [("version", c_uint), ("batch_size", c_int), ("qo_indptr", i32_p),
+                ("kv_indptr", i32_p), ("kv_last_page_len", i32_p), ("num_heads", c_int),
+                ("page_size", c_int), ("max_splits", c_int), ("sm_count", c_int)]
+
+
+class BatchMLADecodeArgs(Struct):
+    c_name = "fi_batch_mla_decode_args"
+    VERSION = 1
+    _fields_ = [("version", c_uint), ("q_nope", c_void_p), ("q_pe", c_void_p),
+                ("ckv", c_void_p), ("kpe", c_void_p), ("o", c_void_p), ("lse", c_void_p),
+                ("kv_indices", c_void_p), ("q_nope_stride_t", i64), ("q_nope_stride_h", i64),
+                ("q_pe_stride_t", i64), ("q_pe_stride_h", i64), ("ckv_stride_page", i64),
+                ("ckv_stride_n", i64), ("kpe_stride_page", i64), ("kpe_stride_n", i64),
+                ("o_stride_t", i64), ("o_stride_h", i64), ("sm_scale", c_float),
+                ("logits_soft_cap", c_float), ("kv_scale", c_float), ("workspace", c_void_p),
+                ("workspace_bytes", c_size_t), ("variant_args", c_void_p),
+                ("num_variant_args", c_int)]
+
+
 # Every mirrored struct, for the layout test.
 ALL = (JitSpec, JitOptions, JitStats, JitKernel, VariantArg, DecodeArgs, BatchDecodePlanArgs,
-       BatchDecodeArgs, MergeStatesArgs, PrefillArgs, BatchPrefillPlanArgs, BatchPrefillArgs)
+       BatchDecodeArgs, MergeStatesArgs, PrefillArgs, BatchPrefillPlanArgs, BatchPrefillArgs,
+       BatchMLADecodePlanArgs, BatchMLADecodeArgs)
 

@@ -124,7 +124,7 @@ static int setting_apply(fi_settings *out, setting_id id, const char *value,
         if (strlen(value) >= sizeof out->remote)
             return fi__error(FI_EINVALID, "the remote URL is longer than %zu bytes",
                              sizeof out->remote - 1);
-        if (*value && fi_remote_url_check(masked, sizeof masked, value) < 0) return FI_EINVALID;
+        if (*value && fi_cache_remote_url_check(masked, sizeof masked, value) < 0) return FI_EINVALID;
         snprintf(out->remote, sizeof out->remote, "%s", value);
         out->remote_from = from;
         return 0;

@@ -79,3 +79,7 @@ VERSIONED(fi_batch_prefill_plan_args, FI_BATCH_PREFILL_PLAN_ARGS_INIT,
 VERSIONED(fi_batch_prefill_args, FI_BATCH_PREFILL_ARGS_INIT, FI_BATCH_PREFILL_ARGS_VERSION,
           0, 0, offsetof(fi_batch_prefill_args, rope_offsets), sizeof(fi_batch_prefill_args))
 VERSIONED(fi_settings, FI_SETTINGS_INIT, FI_SETTINGS_VERSION, sizeof(fi_settings))
+VERSIONED(fi_batch_mla_decode_plan_args, FI_BATCH_MLA_DECODE_PLAN_ARGS_INIT,
+          FI_BATCH_MLA_DECODE_PLAN_ARGS_VERSION, sizeof(fi_batch_mla_decode_plan_args))
+VERSIONED(fi_batch_mla_decode_args, FI_BATCH_MLA_DECODE_ARGS_INIT,
+          FI_BATCH_MLA_DECODE_ARGS_VERSION, sizeof(fi_batch_mla_decode_args))

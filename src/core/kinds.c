@@ -16,6 +16,7 @@ static const fi_kind_info *const units[] = {
     &fi__kind_prefill,
     &fi__kind_batch_prefill_ragged,
     &fi__kind_batch_prefill_paged,
+    &fi__kind_mla_decode,
 };
 
 #define UNIT_COUNT (sizeof units / sizeof units[0])

@@ -12,5 +12,6 @@ extern const fi_kind_info fi__kind_batch_decode;        /* kinds/decode.c */
 extern const fi_kind_info fi__kind_prefill;             /* kinds/prefill.c */
 extern const fi_kind_info fi__kind_batch_prefill_ragged; /* kinds/prefill.c */
 extern const fi_kind_info fi__kind_batch_prefill_paged;  /* kinds/prefill.c */
+extern const fi_kind_info fi__kind_mla_decode;          /* kinds/mla_decode.c */
 
 #endif

@@ -50,10 +50,10 @@ void fi_cache_close(fi_cache *cache)
     fi__free(cache);
 }
 
-int fi_cache_default_dir(char *out, size_t size)
+int fi_cache_default_dir(char *out, size_t out_size)
 {
-    if (!out || !size) return fi__error(FI_EINVALID, "fi_cache_default_dir: no buffer");
-    return fi__default_cache_dir(out, size);
+    if (!out || !out_size) return fi__error(FI_EINVALID, "fi_cache_default_dir: no buffer");
+    return fi__default_cache_dir(out, out_size);
 }
 
 int fi_cache_foreach(fi_cache *cache, int (*fn)(void *user, const fi_cache_entry *entry),
@@ -63,7 +63,7 @@ int fi_cache_foreach(fi_cache *cache, int (*fn)(void *user, const fi_cache_entry
     return fi_store_foreach(cache->store, fn, user); /* fi_store_row is fi_cache_entry */
 }
 
-void fi_cache_key_hex(char out[33], const unsigned char key[16]) { fi_key_hex(out, key); }
+void fi_cache_key_hex(char out[33], const uint8_t key[16]) { fi_key_hex(out, key); }
 
 int fi_cache_stats_get(fi_jit_stats *out, fi_cache *cache)
 {

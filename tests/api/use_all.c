@@ -69,6 +69,10 @@ static void check_struct_inits(void)
     CHECK_INIT(fi_jit_spec, FI_JIT_SPEC_INIT, FI_JIT_SPEC_VERSION);
     CHECK_INIT(fi_jit_options, FI_JIT_OPTIONS_INIT, FI_JIT_OPTIONS_VERSION);
     CHECK_INIT(fi_settings, FI_SETTINGS_INIT, FI_SETTINGS_VERSION);
+    CHECK_INIT(fi_batch_mla_decode_plan_args, FI_BATCH_MLA_DECODE_PLAN_ARGS_INIT,
+               FI_BATCH_MLA_DECODE_PLAN_ARGS_VERSION);
+    CHECK_INIT(fi_batch_mla_decode_args, FI_BATCH_MLA_DECODE_ARGS_INIT,
+               FI_BATCH_MLA_DECODE_ARGS_VERSION);
     CHECK_INIT(fi_jit_stats, FI_JIT_STATS_INIT, FI_JIT_STATS_VERSION);
     CHECK_INIT(fi_decode_args, FI_DECODE_ARGS_INIT, FI_DECODE_ARGS_VERSION);
     CHECK_INIT(fi_batch_decode_plan_args, FI_BATCH_DECODE_PLAN_ARGS_INIT,
@@ -277,6 +281,33 @@ int main(void)
            bpr.rope_offsets == NULL);
     EXPECT(fi_batch_prefill_run(ctx, NULL, &bpr, NULL) == FI_EINVALID);
     fi_batch_prefill_plan_free(pplan);
+
+    /* ---- MLA decode (fijit_mla.h) ---- */
+    fi_jit_spec ms;
+    char mla_variant[64];
+    EXPECT(fi_jit_spec_parse(&ms, mla_variant, sizeof mla_variant, "mla_decode q=bf16") == 0 &&
+           ms.head_dim == FI_MLA_HEAD_DIM);
+    const int32_t mla_qo[3] = {0, 1, 3};
+    fi_batch_mla_decode_plan_args mpa = FI_BATCH_MLA_DECODE_PLAN_ARGS_INIT;
+    EXPECT(mpa.page_size == 64 && mpa.max_splits == 0);
+    mpa.batch_size = 2;
+    mpa.qo_indptr = mla_qo;
+    mpa.kv_indptr = indptr;
+    mpa.kv_last_page_len = last;
+    mpa.page_size = 16;
+    mpa.num_heads = 128;
+    mpa.sm_count = 132;
+    EXPECT(fi_batch_mla_decode_workspace_size(&bytes, &ms, &mpa) == 0 && bytes > 0);
+    fi_batch_mla_decode_plan *mplan = NULL;
+    EXPECT(fi_batch_mla_decode_plan_new(&mplan, NULL, &ms, &mpa) == FI_EINVALID && mplan == NULL);
+    EXPECT(fi_batch_mla_decode_plan_workspace_size(&planned, NULL) == FI_EINVALID);
+    int mla_items = 0, mla_most = 0;
+    EXPECT(fi_batch_mla_decode_plan_describe(&mla_items, &mla_most, NULL) == FI_EINVALID);
+    EXPECT(fi_batch_mla_decode_plan_upload(NULL, NULL, 0) == FI_EINVALID);
+    fi_batch_mla_decode_args mra = FI_BATCH_MLA_DECODE_ARGS_INIT;
+    EXPECT(mra.version == FI_BATCH_MLA_DECODE_ARGS_VERSION && mra.kv_scale == 0.f);
+    EXPECT(fi_batch_mla_decode_run(ctx, NULL, &mra, NULL) == FI_EINVALID);
+    fi_batch_mla_decode_plan_free(mplan);
 
     (void)kernel;
     (void)outcome;
