@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "core/kinds.h"
 #include "core/names.h"
+#include "core/spec.h"
 
 /* q, kv and o of one 16-bit type: the kernels convert nothing else yet. */
 int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind)
@@ -54,7 +55,8 @@ static int check_decode(const fi_jit_spec *spec)
     } else {
         rc = fi__check_same_16bit_dtypes(spec, kind);
     }
-    if (rc < 0 || (rc = check_head_dim(spec)) < 0) return rc;
+    if (rc < 0 || (rc = check_head_dim(spec)) < 0 || (rc = fi__check_no_head_dim_vo(spec, kind)) < 0)
+        return rc;
     if (spec->mask != FI_MASK_NONE && spec->mask != FI_MASK_WINDOW)
         return fi__error(FI_EUNSUPPORTED, "mask '%s' is not supported for %s (supported: none, window)",
                          fi__mask_name(spec->mask), kind);

@@ -67,6 +67,13 @@
 
 /* ---- kind table hooks --------------------------------------------------------- */
 
+/* 1 when v and o have a head dim of their own (MLA's 192/128: the mma.sync
+ * tile kernels on every arch, templates/prefill/common.cuh kSplitVO). */
+static int split_vo(const fi_jit_spec *spec)
+{
+    return fi__spec_head_dim_vo(spec) != spec->head_dim;
+}
+
 /* 1 for an fp8 prefill spec (q = kv = e4m3: templates/prefill/fp8.cuh). */
 static int is_fp8(const fi_jit_spec *spec)
 {
@@ -374,7 +381,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
     const char *env = getenv("FIJIT_PREFILL_WS");
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     if (idx != 0 || !is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
-        !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM) ||
+        !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM, split_vo(spec)) ||
         (paged && !FI_PREFILL_WS_PAGE_OK(page_size, ws_tile_kv(spec))) ||
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
         return WS_OFF;

@@ -58,6 +58,13 @@
 /* Dynamic shared memory of tile index i: Q tile + STAGES x (K tile + V tile), 16-bit elements. */
 #define FI_PREFILL_SMEM_BYTES(i, hd, sm90a)                                                   \
     ((FI_PREFILL_TILE_Q(i) + 2 * FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(i, hd, sm90a)) * (hd) * 2)
+/* The same where v and o have head dim hd_vo (MLA: 192/128): Q and K rows of
+ * hd, V rows of hd_vo. Such tuples run the mma.sync tiles on every arch (the
+ * caller passes sm90a 0): 128 rows as 8 warps x 16, 32 keys per K/V tile, as
+ * head_dim 256 does. */
+#define FI_PREFILL_SMEM_BYTES_VO(i, hd, hd_vo, sm90a)                                         \
+    (((FI_PREFILL_TILE_Q(i) + FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(i, hd, sm90a)) * (hd) +    \
+      FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(i, hd, sm90a) * (hd_vo)) * 2)
 #define FI_PREFILL_MAX_HEAD_DIM 256
 /* Bytes of K/V (all requests) the heads of one block-order section may span. */
 #define FI_PREFILL_L2_BUDGET (24u << 20)
@@ -74,7 +81,7 @@
  * Paged K/V: one TMA per box of a page's rows, all panels (FI_PREFILL_WS_PAGE_OK); a producer
  * warpgroup gathering pages with cp.async instead measured 0.40-0.42x single
  * prefill on a mixed batch (page 16, H100; commit 6b7f8f1). */
-#define FI_PREFILL_WS_TUPLE(kind, custom_mask) (!(custom_mask))
+#define FI_PREFILL_WS_TUPLE(kind, custom_mask, split_vo) (!(custom_mask) && !(split_vo))
 /* Paged K/V takes it when the page size is a multiple of 8 rows that
  * divides the K/V tile, or any multiple of 8 where the tile is taken in
  * boxes of part of a page (FI_PREFILL_WS_PART_PAGES: 160 keys, which pages of
