@@ -173,6 +173,12 @@ FI_API int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant
 FI_API int fi_jit_spec_format(char *buf, size_t size, const fi_jit_spec *spec);
 /* Check that fijit can build this tuple; the message names the field. */
 FI_API int fi_jit_spec_check(const fi_jit_spec *spec);
+/* The tuples fijit builds: writes the first `out_count` specs that
+ * fi_jit_spec_check accepts for `kind` (0: every kind) into `out`, in a fixed
+ * order, and returns how many there are in all (call with out_count 0 to size
+ * the array). Each accepts a custom variant too; arch limits (fp8 prefill is
+ * sm_90a only: fi_jit_prewarm says so) are not applied here. */
+FI_API int fi_jit_spec_enumerate(fi_jit_spec *out, size_t out_count, int kind);
 
 /* ---- Context --------------------------------------------------------------- */
 typedef struct fi_jit_ctx fi_jit_ctx;

@@ -24,28 +24,60 @@
 #include "core/spec.h"
 #include "common/sys.h"
 
-/* Every tuple the decode kind accepts. */
+/* The decode kind's 16-bit tuples (kv = q), from the library's tuple space. */
 static int decode_tuples(fi_jit_spec *out, int max)
 {
-    static const fi_dtype dtypes[] = {FI_DTYPE_FP16, FI_DTYPE_BF16};
-    static const int dims[] = {64, 128, 256};
-    static const fi_mask masks[] = {FI_MASK_NONE, FI_MASK_WINDOW};
-    static const fi_pos_encoding pos[] = {FI_POS_NONE, FI_POS_ROPE_LLAMA, FI_POS_ALIBI};
-    int n = 0;
-    for (int a = 0; a < 2; a++)
-        for (int b = 0; b < 3; b++)
-            for (int c = 0; c < 2; c++)
-                for (int d = 0; d < 3; d++)
-                    for (int e = 0; e < 2 && n < max; e++) {
-                        fi_jit_spec s = FI_JIT_SPEC_INIT;
-                        s.q_dtype = s.kv_dtype = s.o_dtype = dtypes[a];
-                        s.head_dim = dims[b];
-                        s.mask = masks[c];
-                        s.pos = pos[d];
-                        s.soft_cap = e;
-                        out[n++] = s;
-                    }
+    static fi_jit_spec all[1024];
+    int total = fi_jit_spec_enumerate(all, 1024, FI_KIND_DECODE), n = 0;
+    if (total > 1024) total = 1024; /* the round trip test counts what it gets */
+    for (int i = 0; i < total && n < max; i++)
+        if (all[i].kv_dtype == all[i].q_dtype) out[n++] = all[i];
     return n;
+}
+
+/* The tuple space, counted by hand from each kind's documented limits:
+ * decode kinds: q = o in {fp16, bf16} x kv in {q, e4m3, e5m2} x hd 3 x mask
+ * {none, window} x pos 3 x soft-cap 2 = 216 each; prefill kinds: 16-bit
+ * 2 x hd 3 x mask 4 x pos 3 x soft-cap 2 = 144 each, 32 more at hd 192 with
+ * v and o of 128 (2 x mask 4 x pos none/alibi x soft-cap 2), single prefill 4
+ * more in fp8 (o fp16/bf16 x mask none/causal at hd 128). */
+TEST(spec_enumerate_is_the_accepted_tuple_space)
+{
+    static const struct {
+        int kind, count;
+    } expected[] = {{FI_KIND_DECODE, 216},
+                    {FI_KIND_BATCH_DECODE, 216},
+                    {FI_KIND_PREFILL, 180},
+                    {FI_KIND_BATCH_PREFILL_RAGGED, 176},
+                    {FI_KIND_BATCH_PREFILL_PAGED, 176}};
+    static fi_jit_spec all[4096];
+    int sum = 0;
+    for (size_t k = 0; k < sizeof expected / sizeof expected[0]; k++) {
+        int n = fi_jit_spec_enumerate(NULL, 0, expected[k].kind);
+        CHECK_MSG(n == expected[k].count, "kind %d: %d tuples, want %d", expected[k].kind, n,
+                  expected[k].count);
+        sum += n;
+    }
+    int total = fi_jit_spec_enumerate(all, 4096, 0);
+    CHECK(total >= sum); /* kinds not in the table above add to it */
+    CHECK(strcmp(fi_last_error(), "") == 0); /* the checks' refusals are not the call's */
+    for (int i = 0; i < total; i++) {
+        char text[256];
+        CHECK_OK(fi_jit_spec_check(&all[i]));
+        CHECK(fi_jit_spec_format(text, sizeof text, &all[i]) > 0);
+        for (int j = 0; j < i; j++) CHECK(memcmp(&all[i], &all[j], sizeof all[i]) != 0);
+    }
+    /* A tuple a kind refuses is not listed: decode has no causal mask. */
+    for (int i = 0; i < total; i++)
+        CHECK(!(all[i].kind == FI_KIND_DECODE && all[i].mask == FI_MASK_CAUSAL));
+    /* A short array gets the first tuples and the full count. */
+    fi_jit_spec few[3];
+    CHECK(fi_jit_spec_enumerate(few, 3, FI_KIND_PREFILL) == 180);
+    /* The registry lists decode, batch decode, then prefill. */
+    const int prefill_first = expected[0].count + expected[1].count;
+    CHECK(memcmp(few, all + prefill_first, sizeof few) == 0);
+    CHECK(fi_jit_spec_enumerate(few, 3, 99) == FI_EINVALID);
+    CHECK(fi_jit_spec_enumerate(NULL, 3, FI_KIND_DECODE) == FI_EINVALID);
 }
 
 TEST(spec_round_trip_over_decode_tuples)

@@ -477,11 +477,14 @@ int fi_jit_prewarm(fi_build_outcome *out, fi_jit_ctx *ctx, const fi_jit_spec *sp
     char not_stored[FI_NOT_STORED_MAX] = "";
     fi_build b;
     fi_spec_key key;
+    fi_jit_spec full;
     char device_arch[16];
     if (!ctx) return fi__error(FI_EINVALID, "fi_jit_prewarm: ctx is NULL");
     const fi_variant *variant = NULL;
     FI_TRY(fi__spec_key(&key, spec));
     FI_TRY(variant_resolve(ctx, &key, &variant));
+    fi__spec_copy(&full, spec); /* a version 1 caller's spec, read as far as it reaches */
+    spec = &full;
     if (!arch || !*arch) {
         arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
         if (!ctx->arch[0] && fi__cuda_current_arch(device_arch, NULL, NULL) == 0) arch = device_arch;
@@ -509,11 +512,14 @@ int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
     int rc = 0;
     fi_build b;
     fi_spec_key key;
+    fi_jit_spec full;
     char line[400];
     if (!ctx || !write) return fi__error(FI_EINVALID, "fi_jit_explain: NULL argument");
     const fi_variant *variant = NULL;
     FI_TRY(fi__spec_key(&key, spec));
     FI_TRY(variant_resolve(ctx, &key, &variant));
+    fi__spec_copy(&full, spec); /* a version 1 caller's spec, read as far as it reaches */
+    spec = &full;
     if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
     char text[256];
     FI_TRY(fi_jit_spec_format(text, sizeof text, spec));
@@ -537,6 +543,7 @@ int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int
     int rc = 0;
     fi_build b;
     fi_spec_key key;
+    fi_jit_spec full;
     fi_compile_output result = {0};
     const fi_variant *variant = NULL;
     char virtual_arch[48];
@@ -547,6 +554,8 @@ int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int
     *out_size = 0;
     FI_TRY(fi__spec_key(&key, spec));
     FI_TRY(variant_resolve(ctx, &key, &variant));
+    fi__spec_copy(&full, spec); /* a version 1 caller's spec, read as far as it reaches */
+    spec = &full;
     if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
     /* The unit and options the cache key is computed from, as a build makes them. */
     FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
@@ -673,7 +682,9 @@ int fi_jit_get_kernel(const fi_jit_kernel **out, fi_jit_ctx *ctx, const fi_jit_s
         *out = &e->kernel;
         return 0;
     }
-    return get_kernel_slow(ctx, spec, &key, variant, hash, device_ctx, device_id, cu, out);
+    fi_jit_spec full;
+    fi__spec_copy(&full, spec); /* a version 1 caller's spec, read as far as it reaches */
+    return get_kernel_slow(ctx, &full, &key, variant, hash, device_ctx, device_id, cu, out);
 }
 
 /* Bytes of fi_jit_stats a caller of each version has (index: version). */

@@ -109,7 +109,7 @@ static int parse_field(fi_jit_spec *spec, unsigned *seen, char *variant_buf,
     case F_MASK: return fi__mask_parse((int *)&spec->mask, key, value);
     case F_POS: return fi__pos_parse((int *)&spec->pos, key, value);
     case F_SOFTCAP: return parse_int(&spec->soft_cap, key, value, 0, 1);
-    case F_HD_VO: return parse_int(&spec->head_dim_vo, key, value, 1, 4096);
+    case F_HD_VO: return parse_int(&spec->head_dim_vo, key, value, 0, 4096); /* 0: = hd */
     default:
         if (!fi__variant_name_ok(value))
             return fi__error(FI_EINVALID,
@@ -219,14 +219,6 @@ void fi__spec_copy(fi_jit_spec *out, const fi_jit_spec *spec)
 int fi__spec_head_dim_vo(const fi_jit_spec *spec)
 {
     return spec->version >= 2 && spec->head_dim_vo > 0 ? spec->head_dim_vo : spec->head_dim;
-}
-
-int fi__check_no_head_dim_vo(const fi_jit_spec *spec, const char *kind)
-{
-    if (fi__spec_head_dim_vo(spec) == spec->head_dim) return 0;
-    return fi__error(FI_EUNSUPPORTED, "head_dim_vo %d (!= head_dim %d) is not supported for %s "
-                     "(v and o have q and k's head dim; the prefill kinds take hd=192 hd_vo=128)",
-                     fi__spec_head_dim_vo(spec), spec->head_dim, kind);
 }
 
 int fi__spec_has_variant(const fi_jit_spec *spec)

@@ -34,10 +34,6 @@ void fi__spec_copy(fi_jit_spec *out, const fi_jit_spec *spec);
  * struct predates it. */
 int fi__spec_head_dim_vo(const fi_jit_spec *spec);
 
-/* 0 when v and o have head_dim; else FI_EUNSUPPORTED naming head_dim_vo for
- * `kind` (its name), the check of every kind without a separate V/O dim. */
-int fi__check_no_head_dim_vo(const fi_jit_spec *spec, const char *kind);
-
 /* 1 if `name` is a valid variant name: 1..63 of [A-Za-z0-9_-]. */
 int fi__variant_name_ok(const char *name);
 

@@ -67,20 +67,6 @@ struct fi_batch_decode_plan {
     void *uploaded;            /* workspace the work list was copied to */
 };
 
-void fi__batch_decode_launch_shape(const fi_jit_spec *spec, const char *arch,
-                                   fi_launch_shape *out)
-{
-    FI_UNUSED(spec);
-    FI_UNUSED(arch); /* one shape on every arch */
-    memset(out, 0, sizeof *out);
-    out->block_dim[0] = FI_DECODE_THREADS;
-    out->block_dim[1] = out->block_dim[2] = 1;
-    out->merge_block_dim[0] = FI_MERGE_THREADS;
-    out->merge_block_dim[1] = out->merge_block_dim[2] = 1;
-    out->smem_bytes = 0;
-    out->param_bytes = (unsigned)sizeof(fi_batch_decode_params);
-}
-
 /* Blocks of the grid for chunk length `chunk` (0: no split). */
 static int64_t count_blocks(const int *keys, int batch, int64_t chunk, int y)
 {

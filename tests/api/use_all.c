@@ -51,6 +51,9 @@ int main(void)
                              "decode q=fp16 hd=128 mask=window") == 0);
     EXPECT(fi_jit_spec_format(text, sizeof text, &spec) > 0);
     EXPECT(fi_jit_spec_check(&spec) == 0);
+    fi_jit_spec space[4];
+    EXPECT(fi_jit_spec_enumerate(space, 4, FI_KIND_DECODE) > 4 && space[0].kind == FI_KIND_DECODE &&
+           fi_jit_spec_check(&space[3]) == 0);
 
     /* ---- context (memory only: nothing is written) ---- */
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
