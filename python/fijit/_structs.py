@@ -31,13 +31,13 @@ STATS_COUNTERS = ("memory_hits", "disk_hits", "misses", "compiles", "compile_fai
                   "remote_bytes_in", "remote_bytes_out")
 
 # ---- versions the package writes (the header's *_VERSION macros) ------------------------
-JIT_SPEC_VERSION = 1
+JIT_SPEC_VERSION = 2
 JIT_OPTIONS_VERSION = 2
 JIT_STATS_VERSION = 2
 DECODE_ARGS_VERSION = 4
 BATCH_DECODE_PLAN_ARGS_VERSION = 1
 BATCH_DECODE_ARGS_VERSION = 3
-MERGE_STATES_ARGS_VERSION = 1
+MERGE_STATES_ARGS_VERSION = 2
 PREFILL_ARGS_VERSION = 4
 BATCH_PREFILL_PLAN_ARGS_VERSION = 2
 BATCH_PREFILL_ARGS_VERSION = 4
@@ -66,7 +66,9 @@ class JitSpec(Struct):
     c_name = "fi_jit_spec"
     _fields_ = [("version", c_uint), ("kind", c_int), ("q_dtype", c_int), ("kv_dtype", c_int),
                 ("o_dtype", c_int), ("head_dim", c_int), ("mask", c_int), ("pos", c_int),
-                ("soft_cap", c_int), ("variant", ctypes.c_char_p)]
+                ("soft_cap", c_int), ("variant", ctypes.c_char_p),
+                # version 2
+                ("head_dim_vo", c_int)]
 
 
 class JitOptions(Struct):
@@ -144,7 +146,9 @@ class MergeStatesArgs(Struct):
                 ("lse_out", c_void_p), ("seq_len", c_int), ("num_states", c_int),
                 ("num_heads", c_int), ("v_stride_seq", i64), ("v_stride_state", i64),
                 ("v_stride_h", i64), ("lse_stride_seq", i64), ("lse_stride_state", i64),
-                ("v_out_stride_seq", i64), ("v_out_stride_h", i64)]
+                ("v_out_stride_seq", i64), ("v_out_stride_h", i64),
+                # version 2
+                ("dtype", c_int), ("head_dim", c_int)]
 
 
 class PrefillArgs(Struct):

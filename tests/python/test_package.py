@@ -253,6 +253,15 @@ check("Spec.check: fp8 q with fp16 kv is UnsupportedError",
       isinstance(e, fijit.UnsupportedError) and "kv" in str(e), repr(e))
 e = raises(lambda: fijit.Spec(mask="diagonal"), ValueError)
 check("Spec() refuses an unknown name", isinstance(e, ValueError) and "mask" in str(e))
+mla = fijit.Spec.parse("prefill q=bf16 hd=192 hd_vo=128 mask=causal")
+check("Spec: MLA's prefill (hd 192, hd_vo 128) round-trips; hd_vo equal to hd is no field",
+      mla.head_dim_vo == 128 and str(mla.check()).endswith(" hd_vo=128")
+      and fijit.Spec.parse(str(mla)) == mla and fijit.Spec(head_dim_vo=128) == fijit.Spec()
+      and "hd_vo" not in str(fijit.Spec(head_dim_vo=128)), str(mla))
+e = raises(lambda: fijit.Spec(kind="decode", head_dim=192, head_dim_vo=128).check(),
+           fijit.UnsupportedError)
+check("Spec.check: decode with hd_vo is UnsupportedError naming head_dim",
+      isinstance(e, fijit.UnsupportedError) and "head_dim" in str(e), repr(e))
 
 # ---- errors from a context -------------------------------------------------------------
 unsafe = os.path.join(WORK, "unsafe")
