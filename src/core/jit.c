@@ -13,6 +13,7 @@
  * The context's variants are in registry.c; an object becomes a module in
  * load.c.
  */
+#include <ctype.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdatomic.h>
@@ -342,8 +343,10 @@ static void parse_resource_usage(const char *log, const char *entry, fi_object_m
     const char *p = strstr(log, pattern);
     if (!p) return;
     p += strlen(pattern);
+    /* The next line: "ptxas         .     0 bytes stack frame, 0 bytes spill stores, ..." */
+    while (*p && *p != '\n' && !isdigit((unsigned char)*p)) p++;
     int stack = 0, spill_stores = 0;
-    if (sscanf(p, " %d bytes stack frame, %d bytes spill stores", &stack, &spill_stores) == 2)
+    if (sscanf(p, "%d bytes stack frame, %d bytes spill stores", &stack, &spill_stores) == 2)
         meta->spill_bytes = spill_stores;
     const char *used = strstr(p, "Used ");
     if (used) sscanf(used, "Used %d registers", &meta->registers);
