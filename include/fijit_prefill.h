@@ -46,11 +46,12 @@
  * MLA (DeepSeek-V3/R1, Kimi K2), the non-absorbed form engines prefill with:
  * spec.head_dim 192 (q and k, the width of q . k) and spec.head_dim_vo 128 (v
  * and o), in all three kinds, q = kv = o fp16 or bf16, every mask, pos none
- * or ALiBi (not RoPE: MLA rotates only its 64-column rope part, which the
- * caller does before the call), soft-cap and variants; lse as everywhere.
+ * (not RoPE: MLA rotates only its 64-column rope part, which the caller does
+ * before the call; nor ALiBi), soft-cap and variants; lse as everywhere.
  * q and k rows have 192 elements, v and o rows 128 (strides as above, each
- * tensor its own); sm_scale 0 is 1/sqrt(192). These tuples run the mma.sync
- * tile kernels on every arch, sm_90a included (not yet the Hopper main loop).
+ * tensor its own); sm_scale 0 is 1/sqrt(192). On sm_90a the 128-row tiles
+ * run on the Hopper main loop (TMA, wgmma: Q.K^T over 192, P.V into 128),
+ * the smaller tiles and other archs on the mma.sync tile kernels.
  * Chunked context as engines do it: the new tokens against each cached chunk
  * without a mask and against their own keys causally, each call returning
  * (o, lse), then fi_merge_states (fijit_batch_decode.h) of the 128-wide

@@ -1784,13 +1784,14 @@ static void mla_prefill_args_for(fi_prefill_args *a, int len)
     a->v_stride_h = a->o_stride_h = 128;
 }
 
-/* The 192/128 tuples run the mma.sync tiles on sm_90a as on every arch (8
+/* The 192/128 tuples' tile kernels are the mma.sync ones on every arch (8
  * warps x 16 rows, 32-key K/V tiles, shared memory for rows of 192 in Q and
- * K and of 128 in V), never the Hopper main loop, with the strides of v
- * and o as given. */
-TEST(mla_prefill_launches_the_mma_sync_tiles_with_their_shapes)
+ * K and of 128 in V), sm_90a's included, with the strides of v and o as
+ * given; on sm_90a the 128-row tiles go to the Hopper main loop, with TMA
+ * maps of q and k 192 wide and of v and o 128 wide. */
+TEST(mla_prefill_launches_its_tiles_and_the_hopper_main_loop)
 {
-    const char *arches[] = {"sm_90a", "sm_90"};
+    const char *arches[] = {"sm_90", "sm_90a"};
     for (int i = 0; i < 2; i++) {
         fi_jit_ctx *ctx = NULL;
         CHECK_OK(launch_ctx_for(&ctx, arches[i]));
@@ -1802,6 +1803,19 @@ TEST(mla_prefill_launches_the_mma_sync_tiles_with_their_shapes)
         for (int t = 0; t < FI_PREFILL_NUM_TILES; t++) {
             a.cta_tile_q = FI_PREFILL_TILE_Q(t);
             CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+            if (i == 1 && t == 0) {
+                CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+                CHECK(seen.block[0] == FI_PREFILL_WS_THREADS(192, 1) && seen.block[0] == 384);
+                CHECK_MSG(seen.smem == FI_PREFILL_WS_SMEM_BYTES_VO(192, 128, 1, 1) &&
+                              seen.smem == (1 * 128 * 192 + 2 * 128 * (192 + 128)) * 2 + 320,
+                          "%u", seen.smem);
+                CHECK(seen.ws.work_items == 8 && seen.ws.kv_heads == 16);
+                CHECK(tma_map_is(&seen.ws.k, a.k, 1000, 16, 192, 1, 128) &&
+                      tma_map_is(&seen.ws.v, a.v, 1000, 16, 128, 1, 128));
+                CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 16, 192, 1, 64));
+                CHECK(seen.ws.o_rows == 1000 && tma_map_is(&seen.ws.o, a.o, 1000, 16, 128, 1, 64));
+                continue;
+            }
             char want[64];
             snprintf(want, sizeof want, "fi_prefill_kernel_q%d", FI_PREFILL_TILE_Q(t));
             CHECK_MSG(strcmp(seen.name, want) == 0, "%s: %s", arches[i], seen.name);
@@ -1810,22 +1824,26 @@ TEST(mla_prefill_launches_the_mma_sync_tiles_with_their_shapes)
                       seen.smem);
             CHECK(seen.grid[0] == (unsigned)((1000 + FI_PREFILL_TILE_Q(t) - 1) / FI_PREFILL_TILE_Q(t)) &&
                   seen.grid[1] == 16);
+            const fi_prefill_params *p = &seen.p.prefill;
+            CHECK(p->q_stride_n == 16 * 192 && p->k_stride_n == 16 * 192 && p->k_stride_h == 192);
+            CHECK(p->v_stride_n == 16 * 128 && p->v_stride_h == 128);
+            CHECK(p->o_stride_n == 16 * 128 && p->o_stride_h == 128);
+            /* sm_scale 0 is 1/sqrt of q and k's head dim, 192. */
+            CHECK(p->sm_scale == (float)(1.0 / sqrt(192.0)));
         }
-        CHECK(seen.block[0] == 32 && FI_PREFILL_WARPS(0, 192, 0) == 8);
-        const fi_prefill_params *p = &seen.p.prefill;
-        CHECK(p->q_stride_n == 16 * 192 && p->k_stride_n == 16 * 192 && p->k_stride_h == 192);
-        CHECK(p->v_stride_n == 16 * 128 && p->v_stride_h == 128);
-        CHECK(p->o_stride_n == 16 * 128 && p->o_stride_h == 128);
-        /* sm_scale 0 is 1/sqrt of q and k's head dim, 192. */
-        CHECK(p->sm_scale == (float)(1.0 / sqrt(192.0)));
-        a.cta_tile_q = 0;
+        CHECK(FI_PREFILL_WARPS(0, 192, 0) == 8);
+        /* FIJIT_PREFILL_WS=0 keeps tile kernel 0, 8 mma.sync warps, on sm_90a too. */
+        setenv("FIJIT_PREFILL_WS", "0", 1);
+        a.cta_tile_q = 128;
         CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
-        CHECK_MSG(strncmp(seen.name, "fi_prefill_kernel_q", 19) == 0, "%s", seen.name);
+        unsetenv("FIJIT_PREFILL_WS");
+        CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_q128") == 0 && seen.block[0] == 256 &&
+                      seen.smem == (unsigned)want_smem, "%s %u", seen.name, seen.smem);
         fi_jit_ctx_free(ctx);
     }
 }
 
-TEST(mla_batch_prefill_plans_run_the_tiles)
+TEST(mla_batch_prefill_plans_run_the_tiles_or_the_hopper_main_loop)
 {
     static unsigned char *ws;
     fi_jit_ctx *ctx = NULL;
@@ -1839,7 +1857,10 @@ TEST(mla_batch_prefill_plans_run_the_tiles)
             batch_prefill_plan_for(2, qo_indptr, paged ? pages : kv_indptr, paged ? last : NULL);
         pa.num_qo_heads = pa.num_kv_heads = 16;
         fi_batch_prefill_plan *plan = NULL;
+        /* The tile kernels (a plan made with FIJIT_PREFILL_WS=0), then the Hopper main loop. */
+        setenv("FIJIT_PREFILL_WS", "0", 1);
         ws = plan_and_upload(ctx, &s, &pa, &plan);
+        unsetenv("FIJIT_PREFILL_WS");
         CHECK(ws != NULL);
         if (!ws) break;
         fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
@@ -1858,6 +1879,24 @@ TEST(mla_batch_prefill_plans_run_the_tiles)
         const fi_prefill_params *p = &seen.p.prefill;
         CHECK(p->v_stride_n == 16 * 128 && p->o_stride_h == 128 && p->k_stride_n == 16 * 192);
         CHECK(!paged || (p->v_stride_page == 16 * 16 * 128 && p->k_stride_page == 16 * 16 * 192));
+        fi_batch_prefill_plan_free(plan);
+        free(ws);
+        /* A plan of 128-row tiles takes the Hopper main loop: pages of 16 divide its
+         * 128-key tiles. */
+        pa.cta_tile_q = 128;
+        ws = plan_and_upload(ctx, &s, &pa, &plan);
+        CHECK(ws != NULL);
+        if (!ws) break;
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+        CHECK(seen.smem == FI_PREFILL_WS_SMEM_BYTES_VO(192, 128, 1, 1));
+        if (paged) {
+            /* Boxes of a page's 16 rows: K's 3 panels, V's 2. */
+            CHECK(seen.ws.page_box == 16);
+        } else {
+            CHECK(tma_map_is(&seen.ws.k, a.k, 400, 16, 192, 1, 128) &&
+                  tma_map_is(&seen.ws.v, a.v, 400, 16, 128, 1, 128));
+        }
         fi_batch_prefill_plan_free(plan);
         free(ws);
     }

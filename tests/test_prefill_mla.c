@@ -63,7 +63,8 @@ TEST(mla_spec_checks_name_the_field)
         const char *says;
     } cases[] = {
         {"prefill hd=192 hd_vo=128", 0, NULL},
-        {"batch_prefill_ragged q=bf16 hd=192 hd_vo=128 mask=window pos=alibi softcap=1", 0, NULL},
+        {"batch_prefill_ragged q=bf16 hd=192 hd_vo=128 mask=window softcap=1", 0, NULL},
+        {"batch_prefill_ragged hd=192 hd_vo=128 mask=custom pos=alibi", FI_EUNSUPPORTED, "pos 'alibi'"},
         {"batch_prefill_paged hd=192 hd_vo=128 mask=custom", 0, NULL},
         {"prefill hd=192", FI_EUNSUPPORTED, "192/128"},
         {"prefill hd=128 hd_vo=64", FI_EUNSUPPORTED, "head_dim_vo 64"},

@@ -8,9 +8,11 @@
  *
  * Tuples: q = kv = o of one 16-bit type at head_dim 64/128/256 with every
  * mask, pos encoding and soft-cap; MLA's head_dim 192 with v and o of 128
- * (head_dim_vo) with every mask, no pos encoding or ALiBi (RoPE would rotate
- * all 192 columns, not MLA's 64-column rope part) and soft-cap, on the
- * mma.sync tile kernels on every arch; or fp8 (q = kv = e4m3, o 16-bit) for
+ * (head_dim_vo) with every mask and soft-cap and no pos encoding (RoPE would
+ * rotate all 192 columns, not MLA's 64-column rope part, which the model
+ * rotates; ALiBi is no MLA model's, and its tile kernels with a custom mask
+ * and soft-cap spilled 8 B at 255 registers), on the Hopper main loop on
+ * sm_90a and the mma.sync tile kernels elsewhere; or fp8 (q = kv = e4m3, o 16-bit) for
  * single prefill at head_dim 128, no mask or causal, nothing else on the
  * logits, on sm_90a only.
  */
@@ -66,9 +68,9 @@ static int check_prefill(const fi_jit_spec *spec, const fi_kind_info *unit)
     if (fi__prefill_is_fp8(spec)) return check_fp8(spec, unit->name);
     int rc = fi__check_same_16bit_dtypes(spec, unit->name);
     if (rc < 0) return rc;
-    if (spec->head_dim_vo && spec->pos == FI_POS_ROPE_LLAMA)
+    if (spec->head_dim_vo && spec->pos != FI_POS_NONE)
         return fi__error(FI_EUNSUPPORTED, "pos '%s' is not supported with head_dim_vo %d for %s "
-                         "(supported: none, alibi; MLA's rope part is rotated by the caller)",
+                         "(supported: none; MLA's rope part is rotated by the caller)",
                          fi__pos_name(spec->pos), spec->head_dim_vo, unit->name);
     /* Every mask (none, causal, window, custom), pos encoding and soft-cap. */
     return fi__check_head_dim(spec, unit);

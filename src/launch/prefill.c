@@ -237,9 +237,10 @@ static int ws_tile_kv(const fi_jit_spec *spec)
 
 static unsigned ws_smem_bytes(const fi_jit_spec *spec)
 {
-    return (unsigned)(fi__prefill_is_fp8(spec) ? FI_PREFILL_FP8_SMEM_BYTES(spec->head_dim, ws_lean(spec))
-                                   : FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec),
-                                                              ws_causal(spec)));
+    return (unsigned)(fi__prefill_is_fp8(spec)
+                          ? FI_PREFILL_FP8_SMEM_BYTES(spec->head_dim, ws_lean(spec))
+                          : FI_PREFILL_WS_SMEM_BYTES_VO(spec->head_dim, fi__spec_head_dim_vo(spec),
+                                                        ws_lean(spec), ws_causal(spec)));
 }
 
 /* The blocks of a launch per kv head: `items` query tiles; batch kinds: the
@@ -300,7 +301,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
     const char *env = getenv("FIJIT_PREFILL_WS");
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     if (idx != 0 || !fi__prefill_is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
-        !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM, fi__prefill_split_vo(spec)) ||
+        !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM) ||
         (paged && !FI_PREFILL_WS_PAGE_OK(page_size, ws_tile_kv(spec))) ||
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
         return WS_OFF;
@@ -322,7 +323,7 @@ struct ws_rows {
 static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
                           const struct ws_rows *rows)
 {
-    const int hd = spec->head_dim, heads = p->num_kv_heads;
+    const int hd = spec->head_dim, hd_vo = fi__spec_head_dim_vo(spec), heads = p->num_kv_heads;
     const int box = ws_tile_kv(spec);
     if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
         ws->page_box = gcd(p->page_size, box);
@@ -334,9 +335,9 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                                                    ws->page_box, p->k_stride_h, p->k_stride_n,
                                                    p->k_stride_page, ws->k_coords);
         return rc < 0 ? rc
-                      : fi__cuda_tma_map_paged(&ws->v, p->v, hd, heads, p->page_size, ws->page_box,
-                                               p->v_stride_h, p->v_stride_n, p->v_stride_page,
-                                               ws->v_coords);
+                      : fi__cuda_tma_map_paged(&ws->v, p->v, hd_vo, heads, p->page_size,
+                                               ws->page_box, p->v_stride_h, p->v_stride_n,
+                                               p->v_stride_page, ws->v_coords);
     }
     if (rows->k <= 0) return 0;
     int rc = fi__cuda_tma_map_3d(&ws->k, p->k, in_bytes(spec), hd, heads, rows->k, p->k_stride_h,
@@ -347,8 +348,8 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
     if (fi__prefill_is_fp8(spec))
         return fi__cuda_tma_map_3d(&ws->v, p->vt, 1, p->vt_keys, hd, heads, p->vt_keys,
                                    (long long)hd * p->vt_keys, hd, 1);
-    return fi__cuda_tma_map_3d(&ws->v, p->v, PREFILL_ELEM_BYTES, hd, heads, rows->v, p->v_stride_h,
-                               p->v_stride_n, 1, box);
+    return fi__cuda_tma_map_3d(&ws->v, p->v, PREFILL_ELEM_BYTES, hd_vo, heads, rows->v,
+                               p->v_stride_h, p->v_stride_n, 1, box);
 }
 
 /* The map of q (prefill/params.h) when a box's packed rows (a tile's, or a
@@ -378,8 +379,9 @@ static void encode_o_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
 {
     const int group = p->group_size;
     if (o_rows <= 0 || 64 % group != 0) return;
-    if (fi__cuda_tma_map_3d(&ws->o, p->o, PREFILL_ELEM_BYTES, spec->head_dim, p->num_qo_heads,
-                            o_rows, p->o_stride_h, p->o_stride_n, group, 64 / group) == 0)
+    if (fi__cuda_tma_map_3d(&ws->o, p->o, PREFILL_ELEM_BYTES, fi__spec_head_dim_vo(spec),
+                            p->num_qo_heads, o_rows, p->o_stride_h, p->o_stride_n, group,
+                            64 / group) == 0)
         ws->o_rows = o_rows;
 }
 

@@ -75,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(FI_PREFILL_ROPE_THREADS)
 // sm_90a of the tuples FI_PREFILL_WS_TUPLE accepts; empty elsewhere.
 namespace fijit {
 namespace prefill {
-constexpr bool kWsTuple = kSm90a && FI_PREFILL_WS_TUPLE(kKind, kCustom, kSplitVO);
+constexpr bool kWsTuple = kSm90a && FI_PREFILL_WS_TUPLE(kKind, kCustom);
 template <bool kOn, int kUnused = 0>
 struct WsEntry {
     static __device__ __forceinline__ void run(const P &, const fi_prefill_ws &, unsigned char *) {}

@@ -5,8 +5,8 @@ against the float64 reference of tests/gpu/test_prefill.py (torch on the GPU).
 
 Every accepted 192/128 tuple: kinds single (fijit.prefill), ragged (fijit.varlen_prefill)
 and paged (fijit.BatchPrefillPlan, pages of 1, 16 and 64) x fp16/bf16 x mask none/causal/
-window (custom: single prefill, the only Python entry that takes one) x pos none/ALiBi x
-soft-cap 0/1, at lengths 1, 63, 64, 65, 129, 1000 and qo_len < kv_len and qo_len > kv_len
+window (custom: single prefill, the only Python entry that takes one) x soft-cap 0/1
+(pos none: RoPE and ALiBi are refused, checked at the end), at lengths 1, 63, 64, 65, 129, 1000 and qo_len < kv_len and qo_len > kv_len
 (causal rows with no visible key: o 0, lse -inf), MHA (16 heads, DeepSeek-V3 on 8 GPUs)
 and a GQA group of 4. Outputs are poisoned with NaN first (out=, lse=). Then chunked
 context as engines run it: the new tokens against each cached chunk with no mask and
@@ -36,6 +36,7 @@ DQK, DVO = 192, 128
 SHAPES = [(1, 1), (63, 63), (64, 64), (65, 300), (129, 129), (100, 50), (1, 777)] + \
     ([] if QUICK else [(1000, 1000), (333, 2048)])
 WINDOW = 40
+POS = ("none",)  # the pos encodings 192/128 takes (fijit_prefill.h)
 
 
 def rand(gen, *shape, dtype):
@@ -63,7 +64,7 @@ def check(name, o, lse, ref_o, ref_lse, dtype, failures):
 def single_cases(gen, dtype, H, Hkv, failures):
     n = 0
     for (lq, lk), mask, pos, cap in itertools.product(SHAPES, ("none", "causal", "window", "custom"),
-                                                      ("none", "alibi"), (0.0, 30.0)):
+                                                      POS, (0.0, 30.0)):
         q = rand(gen, lq, H, DQK, dtype=dtype)
         k = rand(gen, lk, Hkv, DQK, dtype=dtype)
         v = rand(gen, lk, Hkv, DVO, dtype=dtype)
@@ -93,8 +94,7 @@ def batch_cases(gen, dtype, H, Hkv, failures):
     qo, kv = batch_lengths(gen)
     cu_q = torch.tensor([0] + list(itertools.accumulate(qo)), dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0] + list(itertools.accumulate(kv)), dtype=torch.int32, device="cuda")
-    for mask, pos, cap in itertools.product(("none", "causal", "window"), ("none", "alibi"),
-                                            (0.0, 30.0)):
+    for mask, pos, cap in itertools.product(("none", "causal", "window"), POS, (0.0, 30.0)):
         q = rand(gen, sum(qo), H, DQK, dtype=dtype)
         k = rand(gen, sum(kv), Hkv, DQK, dtype=dtype)
         v = rand(gen, sum(kv), Hkv, DVO, dtype=dtype)
@@ -197,6 +197,12 @@ def main():
     except fijit.UnsupportedError as e:
         if "pos" not in str(e):
             failures.append(f"rope refusal does not name pos: {e}")
+    try:
+        fijit.prefill(q, k, v, alibi_slopes=torch.ones(16, device="cuda"))
+        failures.append("alibi with 192/128 was accepted")
+    except fijit.UnsupportedError as e:
+        if "pos" not in str(e):
+            failures.append(f"alibi refusal does not name pos: {e}")
     try:
         fijit.prefill(q, k, rand(gen, 8, 16, 64, dtype=torch.float16))
         failures.append("192/64 was accepted")
