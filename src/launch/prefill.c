@@ -268,7 +268,8 @@ struct work_grid {
  * 975-7931, mean 1830) ragged 1.02-1.07x; seq 8k 0.92-0.94x, 16k
  * 0.93-0.98x, single seq 15.5k 0.95-0.99x; in a fixed order (single
  * prefill without a workspace, paged K/V when it loaded Q in its consumers)
- * 0.84-0.95x. A window keeps a CTA per block at 256 (not measured). */
+ * 0.84-0.95x. A window keeps a CTA per block at 256 (not measured). MLA's
+ * head_dim 192 (one Q buffer too) takes 256's rule (not measured). */
 static enum ws_mode ws_default(const fi_jit_spec *spec, double mean_keys, int can_claim)
 {
     if (spec->head_dim <= 128 || !mask_is_causal(spec)) return WS_PERSISTENT;
