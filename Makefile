@@ -70,13 +70,14 @@ $(1)/fijit: $(CLI_SRC:tools/%.c=$(1)/obj/tools/%.o) $(1)/libfijit.a
 $(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/check.o $(1)/libfijit.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -o $$@ $$^ $$(TEST_LDLIBS)
-# The fake CUDA driver test_launch and test_multi_context load from their own
+# The fake CUDA driver test_launch, test_multi_context and
+# test_batch_decode_compile (its plans load their kernel) load from their own
 # directory (plain build: it runs inside sanitized processes without being
 # instrumented itself).
 $(1)/tests/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $$@ $$< -lpthread
-$(1)/tests/test_launch $(1)/tests/test_multi_context: | $(1)/tests/libcuda.so.1
+$(1)/tests/test_launch $(1)/tests/test_multi_context $(1)/tests/test_batch_decode_compile: | $(1)/tests/libcuda.so.1
 endef
 
 SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer

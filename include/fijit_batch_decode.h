@@ -10,7 +10,7 @@
  *   fi_batch_decode_plan_args pa = FI_BATCH_DECODE_PLAN_ARGS_INIT;
  *   pa.batch_size = B; pa.kv_indptr = host_indptr; pa.kv_last_page_len = host_last;
  *   pa.num_qo_heads = 32; pa.num_kv_heads = 8; pa.page_size = 16;
- *   fi_batch_decode_plan_new(&plan, ctx, &spec, &pa);      host only (+ SM count)
+ *   fi_batch_decode_plan_new(&plan, ctx, &spec, &pa);      gets (compiles/loads) the kernel
  *   fi_batch_decode_plan_workspace_size(&bytes, plan);     caller allocates bytes
  *   fi_batch_decode_plan_upload(plan, workspace, bytes);   writes the work list
  *   for each layer: fi_batch_decode_run(ctx, plan, &args, stream);
@@ -72,8 +72,10 @@ typedef struct fi_batch_decode_plan fi_batch_decode_plan;
  * context only when args->sm_count is 0. */
 FI_API int fi_batch_decode_workspace_size(size_t *out, const fi_jit_spec *spec,
                                           const fi_batch_decode_plan_args *args);
-/* Plan a batch for `spec`. Needs a current CUDA context only when
- * args->sm_count is 0. The plan belongs to the caller. */
+/* Plan a batch for `spec` and get its kernel (compiled, or read from the
+ * cache, and loaded into the current CUDA context, which it needs), so that
+ * no run compiles or loads: plan outside CUDA-graph capture, run inside it.
+ * The plan belongs to the caller. */
 FI_API int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx,
                                     const fi_jit_spec *spec,
                                     const fi_batch_decode_plan_args *args);

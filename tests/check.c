@@ -2,6 +2,7 @@
  * contain argv[1]) and prints "N passed, N failed". */
 #include "check.h"
 
+#include <cuda.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <ftw.h>
@@ -184,6 +185,22 @@ void *check_fake_cuda(void)
     if (!(lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL)))
         fprintf(stderr, "cannot load the fake driver %s: %s\n", path, dlerror());
     return lib;
+}
+
+int check_fake_cuda_current(void)
+{
+    void *lib = check_fake_cuda();
+    if (!lib) return -1;
+    CUresult (*retain)(CUcontext *, CUdevice) =
+        (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");
+    CUcontext context = NULL;
+    if (!retain || !set_current || retain(&context, 0) != CUDA_SUCCESS ||
+        set_current(context) != CUDA_SUCCESS) {
+        fprintf(stderr, "the fake driver has no current context\n");
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- a private redis-server (check.h) --------------------------------------- */

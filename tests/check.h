@@ -52,6 +52,9 @@ extern int check_current_failed;
  * call (which then finds it by soname); its handle, or NULL with a message
  * on stderr. */
 void *check_fake_cuda(void);
+/* Loads the fake driver (check_fake_cuda) and makes its device's primary
+ * context current on this thread: 0, or -1 with a message on stderr. */
+int check_fake_cuda_current(void);
 
 /* A private redis-server for the remote-tier tests: on a unix socket in
  * `dir` (no TCP port, nothing saved to disk), its URL in `url` (with

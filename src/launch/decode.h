@@ -73,4 +73,11 @@ struct fi_batch_decode_work;
 int fi__batch_decode_plan_work(const struct fi_batch_decode_plan *plan,
                                const struct fi_batch_decode_work **out, int *count);
 
+/* The batch decode plan for these arguments, on the host alone:
+ * fi_batch_decode_plan_new without getting the kernel (workspace sizing, and
+ * tests of the plan's arithmetic). */
+struct fi_batch_decode_plan_args;
+int fi__batch_decode_plan_make(struct fi_batch_decode_plan **out, const fi_jit_spec *spec,
+                               const struct fi_batch_decode_plan_args *info);
+
 #endif
