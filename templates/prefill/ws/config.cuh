@@ -226,6 +226,10 @@ static_assert(!kFp8 || (kRawQTuple && kKind == FI_PREFILL_KIND_SINGLE && kTileKV
               "fp8: single prefill with Q as it is in q, k-steps within 128-key panels");
 static_assert(kQParts == 1 || kQParts == kConsumers, "a Q load is a tile's rows or a consumer's");
 static_assert(!kSplitVO || !kFp8, "fp8 has one head dim");
+static_assert(kKVBytes == kPanels * kTileKV * 128u && (kFp8 || kVSlotBytes == kPanelsVO * kTileKV * 128u),
+              "a K or V slot is its panels of kTileKV 128-byte rows (produce.cuh: load_tile)");
+static_assert(kOutPanels * 64 == kHeadDimVO && kHeadDimVO <= kHeadDim,
+              "the output's 64-column panels are staged in the Q buffer's first ones");
 static_assert((kFp8 ? FI_PREFILL_FP8_SMEM_BYTES(kHeadDim, kLean)
                       : FI_PREFILL_WS_SMEM_BYTES_VO(kHeadDim, kHeadDimVO, kLean, kCausalMask)) >=
                   kQBufs * kQBufBytes + kStages * (kKVBytes + kVSlotBytes) + kFeedAt +
