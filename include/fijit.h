@@ -142,7 +142,7 @@ typedef enum fi_pos_encoding {
     FI_POS_ALIBI = 2,      /* per-head linear bias, slopes passed at launch */
 } fi_pos_encoding;
 
-#define FI_JIT_SPEC_VERSION 1 /* the first: the only one accepted */
+#define FI_JIT_SPEC_VERSION 2 /* 2 added head_dim_vo; 1 is still accepted */
 
 typedef struct fi_jit_spec {
     unsigned version;            /* FI_JIT_SPEC_VERSION */
@@ -156,6 +156,11 @@ typedef struct fi_jit_spec {
     int soft_cap;                /* 1: logits = cap * tanh(logits / cap), with the cap
                                     given at launch as logits_soft_cap (a float) */
     const char *variant;         /* NULL or "default": built-in behaviour */
+    /* Version 2: head dim of v and o when it differs from the q/k head_dim
+     * (0: equal). The prefill kinds take 128 with head_dim 192, the
+     * non-absorbed attention of MLA models (DeepSeek-V3/R1, Kimi K2):
+     * fijit_prefill.h lists the tuples. Spec text "hd_vo=128". */
+    int head_dim_vo;
 } fi_jit_spec;
 
 #define FI_JIT_SPEC_INIT                                                       \

@@ -147,18 +147,22 @@ FI_API int fi_batch_decode_args_init(fi_batch_decode_args *out, unsigned version
 FI_API int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
                                const fi_batch_decode_args *args, struct CUstream_st *stream);
 
-/* ---- merge of attention states (cascade inference) ------------------------
+/* ---- merge of attention states (cascade inference, chunked prefill) -------
  * For every position i and head h, merge num_states partial attention
  * results (v_n normalised output, lse_n natural-log lse) over disjoint key
  * sets into the result over their union: v = sum_n e^(lse_n - L) v_n,
  * L = log sum_n e^(lse_n). States with lse_n = -inf weigh nothing; a row
  * with none gets 0 and -inf. The kernel is the second entry of the
- * batch_decode module of (spec.o_dtype, spec.head_dim) with no mask,
- * position encoding, soft-cap or variant: of `spec` only kind (which must
- * be FI_KIND_BATCH_DECODE), o_dtype (fp16 or bf16: v's and v_out's dtype)
- * and head_dim are read, so a batch decode's own spec serves. */
-#define FI_MERGE_STATES_ARGS_VERSION 1 /* the first, the only one accepted (fields renamed
-                                          in 0.2, s -> lse, same layout) */
+ * batch_decode module of (dtype, head_dim of v) with no mask, position
+ * encoding, soft-cap or variant. dtype (fp16 or bf16: v's and v_out's) and
+ * head_dim (64, 128 or 256) come from the args (version 2: spec may then be
+ * NULL), else from `spec`, of any kind: its o_dtype and the head dim of its
+ * v and o (head_dim_vo where given), so that the spec of the attention that
+ * made the states serves, a 192/128 prefill's included (chunked context:
+ * the new tokens against each cached chunk, causal against their own, then
+ * one merge of 128-wide states). */
+#define FI_MERGE_STATES_ARGS_VERSION 2 /* 2 appended dtype, head_dim; 1 is still accepted
+                                          (fields renamed in 0.2, s -> lse, same layout) */
 
 typedef struct fi_merge_states_args {
     unsigned version;              /* FI_MERGE_STATES_ARGS_VERSION */
@@ -170,6 +174,9 @@ typedef struct fi_merge_states_args {
     int64_t v_stride_seq, v_stride_state, v_stride_h; /* elements */
     int64_t lse_stride_seq, lse_stride_state;
     int64_t v_out_stride_seq, v_out_stride_h;
+    /* Version 2: the states' dtype and head dim (0: from the spec). */
+    fi_dtype dtype;
+    int head_dim;
 } fi_merge_states_args;
 
 #define FI_MERGE_STATES_ARGS_INIT \

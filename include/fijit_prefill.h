@@ -43,6 +43,20 @@
  * contiguous and every row must start 16-byte aligned (strides multiples of 8
  * elements, base pointers 16-byte aligned).
  *
+ * MLA (DeepSeek-V3/R1, Kimi K2), the non-absorbed form engines prefill with:
+ * spec.head_dim 192 (q and k, the width of q . k) and spec.head_dim_vo 128 (v
+ * and o), in all three kinds, q = kv = o fp16 or bf16, every mask, pos none
+ * (not RoPE: MLA rotates only its 64-column rope part, which the caller does
+ * before the call; nor ALiBi), soft-cap and variants; lse as everywhere.
+ * q and k rows have 192 elements, v and o rows 128 (strides as above, each
+ * tensor its own); sm_scale 0 is 1/sqrt(192). On sm_90a the 128-row tiles
+ * run on the Hopper main loop (TMA, wgmma: Q.K^T over 192, P.V into 128),
+ * the smaller tiles and other archs on the mma.sync tile kernels.
+ * Chunked context as engines do it: the new tokens against each cached chunk
+ * without a mask and against their own keys causally, each call returning
+ * (o, lse), then fi_merge_states (fijit_batch_decode.h) of the 128-wide
+ * states, given this spec or dtype and head_dim 128.
+ *
  * fp8 (single prefill, sm_90a): q_dtype = kv_dtype = FI_DTYPE_FP8_E4M3, o
  * fp16 or bf16, head_dim 128, mask none or causal; no pos encoding, no
  * soft-cap and no custom variant (anything else is FI_EUNSUPPORTED; so are

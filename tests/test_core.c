@@ -39,18 +39,19 @@ static int decode_tuples(fi_jit_spec *out, int max)
 /* The tuple space, counted by hand from each kind's documented limits:
  * decode kinds: q = o in {fp16, bf16} x kv in {q, e4m3, e5m2} x hd 3 x mask
  * {none, window} x pos 3 x soft-cap 2 = 216 each; prefill kinds: 16-bit
- * 2 x hd 3 x mask 4 x pos 3 x soft-cap 2 = 144 each, single prefill 4 more
- * in fp8 (o fp16/bf16 x mask none/causal at hd 128); mla_decode: q = o in
- * {fp16, bf16} x kv in {q, e4m3} x soft-cap 2 = 8 (hd 512, no mask or pos). */
+ * 2 x hd 3 x mask 4 x pos 3 x soft-cap 2 = 144 each, 16 more at hd 192 with
+ * v and o of 128 (2 x mask 4 x pos none x soft-cap 2), single prefill 4
+ * more in fp8 (o fp16/bf16 x mask none/causal at hd 128); mla_decode: q = o
+ * in {fp16, bf16} x kv in {q, e4m3} x soft-cap 2 = 8 (hd 512, no mask or pos). */
 TEST(spec_enumerate_is_the_accepted_tuple_space)
 {
     static const struct {
         int kind, count;
     } expected[] = {{FI_KIND_DECODE, 216},
                     {FI_KIND_BATCH_DECODE, 216},
-                    {FI_KIND_PREFILL, 148},
-                    {FI_KIND_BATCH_PREFILL_RAGGED, 144},
-                    {FI_KIND_BATCH_PREFILL_PAGED, 144},
+                    {FI_KIND_PREFILL, 164},
+                    {FI_KIND_BATCH_PREFILL_RAGGED, 160},
+                    {FI_KIND_BATCH_PREFILL_PAGED, 160},
                     {FI_KIND_MLA_DECODE, 8}};
     static fi_jit_spec all[4096];
     int sum = 0;
@@ -74,7 +75,7 @@ TEST(spec_enumerate_is_the_accepted_tuple_space)
         CHECK(!(all[i].kind == FI_KIND_DECODE && all[i].mask == FI_MASK_CAUSAL));
     /* A short array gets the first tuples and the full count. */
     fi_jit_spec few[3];
-    CHECK(fi_jit_spec_enumerate(few, 3, FI_KIND_PREFILL) == 148);
+    CHECK(fi_jit_spec_enumerate(few, 3, FI_KIND_PREFILL) == 164);
     /* The registry lists decode, batch decode, then prefill. */
     const int prefill_first = expected[0].count + expected[1].count;
     CHECK(memcmp(few, all + prefill_first, sizeof few) == 0);

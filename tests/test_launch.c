@@ -1241,8 +1241,8 @@ static fi_merge_states_args merge_args_for(int seq, int states, int heads)
  * default -1 is refused where the window is given: decode and prefill args,
  * the batch kinds' plans); decode sizes its workspace from args.sm_count
  * exactly as a run on a device of that many SMs plans it; the batch kinds'
- * run args refuse their pre-0.2 versions; merge_states wants a batch-decode
- * spec. */
+ * run args refuse their pre-0.2 versions; merge_states wants the states'
+ * dtype from its args or a spec. */
 TEST(api_0_2_windows_sm_count_and_versions)
 {
     fi_jit_ctx *ctx = NULL;
@@ -1315,8 +1315,8 @@ TEST(api_0_2_windows_sm_count_and_versions)
     fi_batch_prefill_plan_free(pplan);
 
     fi_merge_states_args ma = FI_MERGE_STATES_ARGS_INIT;
-    CHECK_RC(fi_merge_states(ctx, &ds, &ma, NULL), FI_EINVALID);
-    CHECK(strstr(fi_last_error(), "FI_KIND_BATCH_DECODE"));
+    CHECK_RC(fi_merge_states(ctx, NULL, &ma, NULL), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "dtype"));
     fi_jit_ctx_free(ctx);
 }
 
@@ -1792,4 +1792,198 @@ TEST(a_failing_driver_call_anywhere_leaves_a_usable_context)
     }
     CHECK_MSG(n > 20 && n < 400 && failures > 10, "%d driver calls, %d reached the caller", n - 1,
               failures);
+}
+
+/* ---- MLA's prefill: head_dim 192 for q and k, 128 for v and o --------------------- */
+
+static fi_jit_spec mla_spec(fi_kernel_kind kind, fi_mask mask)
+{
+    fi_jit_spec s = spec_of(kind, mask, FI_POS_NONE);
+    s.head_dim = 192;
+    s.head_dim_vo = 128;
+    return s;
+}
+
+/* q and k rows of 192, v and o rows of 128, NHD; heads as DeepSeek-V3 on 8
+ * GPUs (16 query heads, MHA). */
+static void mla_prefill_args_for(fi_prefill_args *a, int len)
+{
+    prefill_args_for(a, 16, 16, len, 192);
+    a->v_stride_n = a->o_stride_n = 16 * 128;
+    a->v_stride_h = a->o_stride_h = 128;
+}
+
+/* The 192/128 tuples' tile kernels are the mma.sync ones on every arch (8
+ * warps x 16 rows, 32-key K/V tiles, shared memory for rows of 192 in Q and
+ * K and of 128 in V), sm_90a's included, with the strides of v and o as
+ * given; on sm_90a the 128-row tiles go to the Hopper main loop, with TMA
+ * maps of q and k 192 wide and of v and o 128 wide. */
+TEST(mla_prefill_launches_its_tiles_and_the_hopper_main_loop)
+{
+    const char *arches[] = {"sm_90", "sm_90a"};
+    for (int i = 0; i < 2; i++) {
+        fi_jit_ctx *ctx = NULL;
+        CHECK_OK(launch_ctx_for(&ctx, arches[i]));
+        fi_jit_spec s = mla_spec(FI_KIND_PREFILL, FI_MASK_CAUSAL);
+        fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+        mla_prefill_args_for(&a, 1000);
+        const int want_smem = ((128 + 2 * 32) * 192 + 2 * 32 * 128) * 2;
+        CHECK(FI_PREFILL_SMEM_BYTES_VO(0, 192, 128, 0) == want_smem);
+        for (int t = 0; t < FI_PREFILL_NUM_TILES; t++) {
+            a.cta_tile_q = FI_PREFILL_TILE_Q(t);
+            CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+            if (i == 1 && t == 0) {
+                CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+                CHECK(seen.block[0] == FI_PREFILL_WS_THREADS(192, 1) && seen.block[0] == 384);
+                CHECK_MSG(seen.smem == FI_PREFILL_WS_SMEM_BYTES_VO(192, 128, 1, 1) &&
+                              seen.smem == (1 * 128 * 192 + 2 * 128 * (192 + 128)) * 2 + 320,
+                          "%u", seen.smem);
+                CHECK(seen.ws.work_items == 8 && seen.ws.kv_heads == 16);
+                CHECK(tma_map_is(&seen.ws.k, a.k, 1000, 16, 192, 1, 128) &&
+                      tma_map_is(&seen.ws.v, a.v, 1000, 16, 128, 1, 128));
+                CHECK(seen.ws.q_rows == 1000 && tma_map_is(&seen.ws.q, a.q, 1000, 16, 192, 1, 64));
+                CHECK(seen.ws.o_rows == 1000 && tma_map_is(&seen.ws.o, a.o, 1000, 16, 128, 1, 64));
+                continue;
+            }
+            char want[64];
+            snprintf(want, sizeof want, "fi_prefill_kernel_q%d", FI_PREFILL_TILE_Q(t));
+            CHECK_MSG(strcmp(seen.name, want) == 0, "%s: %s", arches[i], seen.name);
+            CHECK(seen.block[0] == (unsigned)FI_PREFILL_WARPS(t, 192, 0) * 32u);
+            CHECK_MSG(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES_VO(t, 192, 128, 0), "%u",
+                      seen.smem);
+            CHECK(seen.grid[0] == (unsigned)((1000 + FI_PREFILL_TILE_Q(t) - 1) / FI_PREFILL_TILE_Q(t)) &&
+                  seen.grid[1] == 16);
+            const fi_prefill_params *p = &seen.p.prefill;
+            CHECK(p->q_stride_n == 16 * 192 && p->k_stride_n == 16 * 192 && p->k_stride_h == 192);
+            CHECK(p->v_stride_n == 16 * 128 && p->v_stride_h == 128);
+            CHECK(p->o_stride_n == 16 * 128 && p->o_stride_h == 128);
+            /* sm_scale 0 is 1/sqrt of q and k's head dim, 192. */
+            CHECK(p->sm_scale == (float)(1.0 / sqrt(192.0)));
+        }
+        CHECK(FI_PREFILL_WARPS(0, 192, 0) == 8);
+        /* FIJIT_PREFILL_WS=0 keeps tile kernel 0, 8 mma.sync warps, on sm_90a too. */
+        setenv("FIJIT_PREFILL_WS", "0", 1);
+        a.cta_tile_q = 128;
+        CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+        unsetenv("FIJIT_PREFILL_WS");
+        CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_q128") == 0 && seen.block[0] == 256 &&
+                      seen.smem == (unsigned)want_smem, "%s %u", seen.name, seen.smem);
+        fi_jit_ctx_free(ctx);
+    }
+}
+
+TEST(mla_batch_prefill_plans_run_the_tiles_or_the_hopper_main_loop)
+{
+    static unsigned char *ws;
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    int32_t qo_indptr[3] = {0, 100, 130}, kv_indptr[3] = {0, 300, 400}, pages[3] = {0, 19, 26},
+            last[2] = {12, 4};
+    for (int paged = 0; paged <= 1; paged++) {
+        fi_jit_spec s = mla_spec(paged ? FI_KIND_BATCH_PREFILL_PAGED : FI_KIND_BATCH_PREFILL_RAGGED,
+                                 FI_MASK_CAUSAL);
+        fi_batch_prefill_plan_args pa =
+            batch_prefill_plan_for(2, qo_indptr, paged ? pages : kv_indptr, paged ? last : NULL);
+        pa.num_qo_heads = pa.num_kv_heads = 16;
+        fi_batch_prefill_plan *plan = NULL;
+        /* The tile kernels (a plan made with FIJIT_PREFILL_WS=0), then the Hopper main loop. */
+        setenv("FIJIT_PREFILL_WS", "0", 1);
+        ws = plan_and_upload(ctx, &s, &pa, &plan);
+        unsetenv("FIJIT_PREFILL_WS");
+        CHECK(ws != NULL);
+        if (!ws) break;
+        fi_batch_prefill_args a = FI_BATCH_PREFILL_ARGS_INIT;
+        batch_prefill_args_at(&a, 192);
+        a.q_stride_n = a.k_stride_n = 16 * 192;
+        a.k_stride_page = 16 * 16 * 192;
+        a.v_stride_n = a.o_stride_n = 16 * 128;
+        a.v_stride_h = a.o_stride_h = 128;
+        a.v_stride_page = 16 * 16 * 128;
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        CHECK_MSG(strncmp(seen.name, "fi_prefill_kernel_q", 19) == 0, "%s", seen.name);
+        const int t = strcmp(seen.name, "fi_prefill_kernel_q128") == 0 ? 0
+                      : strcmp(seen.name, "fi_prefill_kernel_q64") == 0 ? 1 : 2;
+        CHECK(seen.block[0] == (unsigned)FI_PREFILL_WARPS(t, 192, 0) * 32u);
+        CHECK(seen.smem == (unsigned)FI_PREFILL_SMEM_BYTES_VO(t, 192, 128, 0));
+        const fi_prefill_params *p = &seen.p.prefill;
+        CHECK(p->v_stride_n == 16 * 128 && p->o_stride_h == 128 && p->k_stride_n == 16 * 192);
+        CHECK(!paged || (p->v_stride_page == 16 * 16 * 128 && p->k_stride_page == 16 * 16 * 192));
+        fi_batch_prefill_plan_free(plan);
+        free(ws);
+        /* A plan of 128-row tiles takes the Hopper main loop: pages of 16 divide its
+         * 128-key tiles. */
+        pa.cta_tile_q = 128;
+        ws = plan_and_upload(ctx, &s, &pa, &plan);
+        CHECK(ws != NULL);
+        if (!ws) break;
+        CHECK_OK(fi_batch_prefill_run(ctx, plan, &a, NULL));
+        CHECK_MSG(strcmp(seen.name, "fi_prefill_kernel_ws") == 0, "%s", seen.name);
+        CHECK(seen.smem == FI_PREFILL_WS_SMEM_BYTES_VO(192, 128, 1, 1));
+        if (paged) {
+            /* Boxes of a page's 16 rows: K's 3 panels, V's 2. */
+            CHECK(seen.ws.page_box == 16);
+        } else {
+            CHECK(tma_map_is(&seen.ws.k, a.k, 400, 16, 192, 1, 128) &&
+                  tma_map_is(&seen.ws.v, a.v, 400, 16, 128, 1, 128));
+        }
+        fi_batch_prefill_plan_free(plan);
+        free(ws);
+    }
+    fi_jit_ctx_free(ctx);
+}
+
+/* o's rows are checked against o's head dim (128), not q's (192). */
+TEST(mla_prefill_checks_o_against_its_own_head_dim)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    fi_jit_spec s = mla_spec(FI_KIND_PREFILL, FI_MASK_NONE);
+    fi_prefill_args a = FI_PREFILL_ARGS_INIT;
+    mla_prefill_args_for(&a, 64);
+    a.o_stride_n = a.o_stride_h = 120;
+    CHECK_RC(fi_prefill_run(ctx, &s, &a, NULL), FI_EINVALID);
+    CHECK(seen.count == 0 && strstr(fi_last_error(), "o's head dim (128)"));
+    a.o_stride_h = 128;
+    a.o_stride_n = 16 * 128; /* rows of 128, less than q's 192: fine */
+    CHECK_OK(fi_prefill_run(ctx, &s, &a, NULL));
+    CHECK(seen.count == 1);
+    fi_jit_ctx_free(ctx);
+}
+
+/* Chunked context merges 128-wide states: with the 192/128 prefill spec,
+ * with version 2 args naming dtype and head dim (no spec), and still with a
+ * batch decode spec; each the batch_decode module of head_dim 128 (no
+ * compile past the first), and a head dim the merge has no module for is
+ * refused naming it. */
+TEST(merge_states_takes_the_states_width_from_args_or_any_spec)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    fi_merge_states_args a = merge_args_for(3, 4, 8);
+    fi_jit_spec decode = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_NONE, FI_POS_NONE);
+    CHECK_OK(fi_merge_states(ctx, &decode, &a, NULL));
+    fi_jit_stats before = FI_JIT_STATS_INIT, after = FI_JIT_STATS_INIT;
+    CHECK_OK(fi_jit_stats_get(&before, ctx));
+    fi_jit_spec mla = mla_spec(FI_KIND_PREFILL, FI_MASK_CAUSAL);
+    seen.count = 0;
+    CHECK_OK(fi_merge_states(ctx, &mla, &a, NULL));
+    CHECK(seen.count == 1 && strcmp(seen.name, "fi_merge_states_kernel") == 0);
+    CHECK(seen.p.merge.v_stride_seq == 4 * 8 * 128 && seen.p.merge.num_states == 4);
+    a.dtype = FI_DTYPE_FP16;
+    a.head_dim = 128;
+    CHECK_OK(fi_merge_states(ctx, NULL, &a, NULL));
+    CHECK(seen.count == 2 && seen.grid[0] == 3 * 8);
+    CHECK_OK(fi_jit_stats_get(&after, ctx));
+    CHECK_MSG(after.compiles == before.compiles, "%lld compiles", (long long)(after.compiles - before.compiles));
+    a.head_dim = 192;
+    CHECK_RC(fi_merge_states(ctx, NULL, &a, NULL), FI_EUNSUPPORTED);
+    CHECK(strstr(fi_last_error(), "head_dim 192"));
+    a.head_dim = 0;
+    CHECK_RC(fi_merge_states(ctx, NULL, &a, NULL), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "head_dim"));
+    a.version = 1; /* a version 1 caller's args: dtype and head_dim are not read */
+    a.dtype = (fi_dtype)99;
+    CHECK_OK(fi_merge_states(ctx, &decode, &a, NULL));
+    CHECK(seen.count == 3);
+    fi_jit_ctx_free(ctx);
 }

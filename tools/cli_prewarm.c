@@ -129,13 +129,15 @@ static int add_spec(job_list *list, const char *text, char **arches, int arch_co
 
 /* The list options, in the order their values vary in the product. The
  * default of --variant is "default", or the variants of --variant-file. */
-enum { DIM_DTYPE, DIM_HEAD_DIM, DIM_MASK, DIM_POS, DIM_SOFTCAP, DIM_VARIANT, DIM_COUNT };
+enum { DIM_DTYPE, DIM_HEAD_DIM, DIM_MASK, DIM_POS, DIM_SOFTCAP, DIM_VARIANT, DIM_HEAD_DIM_VO,
+       DIM_COUNT };
 static const char *const dim_flag[DIM_COUNT] = {"dtype", "head-dim", "mask", "pos", "softcap",
-                                                "variant"};
-static const char *const dim_field[DIM_COUNT] = {"q", "hd", "mask", "pos", "softcap", "variant"};
+                                                "variant", "head-dim-vo"};
+static const char *const dim_field[DIM_COUNT] = {"q", "hd", "mask", "pos", "softcap", "variant",
+                                                 "hd_vo"};
 /* NULL: each kind's own values (--head-dim: every head_dim the kind builds). */
 static const char *const dim_default[DIM_COUNT] = {"fp16,bf16", NULL, "none", "none", "0",
-                                                   "default"};
+                                                   "default", "0"};
 
 typedef struct product {
     char **kernels;
@@ -157,11 +159,14 @@ static int kind_head_dims(char *out, size_t size, const char *kernel)
     int n = fi_jit_spec_enumerate(NULL, 0, spec.kind);
     if (n <= 0 || !(all = calloc((size_t)n, sizeof *all))) return -1;
     n = fi_jit_spec_enumerate(all, (size_t)n, spec.kind);
-    /* Head dims vary inside dtypes in the enumeration: keep each once, ascending. */
+    /* Head dims vary inside dtypes in the enumeration: keep each once, ascending.
+     * Those with a v/o head dim of their own (MLA's 192/128) are built on
+     * request only (--head-dim 192 --head-dim-vo 128). */
     for (int last = 0;;) {
         int next = 0;
         for (int i = 0; i < n; i++)
-            if (all[i].head_dim > last && (!next || all[i].head_dim < next)) next = all[i].head_dim;
+            if (all[i].head_dim > last && (!next || all[i].head_dim < next) && !all[i].head_dim_vo)
+                next = all[i].head_dim;
         if (!next) break;
         used += (size_t)snprintf(out + used, used < size ? size - used : 0, "%s%d",
                                  used ? "," : "", next);
@@ -196,8 +201,16 @@ static int product_parse(const cli_command *cmd, product *p, const char *kernels
             return cli_usage_error(cmd, "--%s '%s': expected a comma-separated list",
                                    dim_flag[d], values[d]);
         for (int v = 0; v < p->value_count[d]; v++) {
-            snprintf(text, sizeof text, "%s %s=%s", p->kernels[0], dim_field[d],
-                     p->values[d][v]);
+            /* A head dim and a v/o head dim go in pairs: each is checked
+             * with the first value of the other. */
+            char pair[48] = "";
+            if (d == DIM_HEAD_DIM)
+                snprintf(pair, sizeof pair, " hd_vo=%.*s",
+                         (int)strcspn(values[DIM_HEAD_DIM_VO], ","), values[DIM_HEAD_DIM_VO]);
+            else if (d == DIM_HEAD_DIM_VO)
+                snprintf(pair, sizeof pair, " hd=%.16s", p->values[DIM_HEAD_DIM][0]);
+            snprintf(text, sizeof text, "%s %s=%s%s", p->kernels[0], dim_field[d],
+                     p->values[d][v], pair);
             int bad = fi_jit_spec_parse(&spec, variant, sizeof variant, text) < 0 ||
                       fi_jit_spec_check(&spec) < 0;
             if (!bad && spec.variant && !cli_variants_find(variants, spec.variant))
@@ -227,12 +240,14 @@ static int product_expand(const cli_command *cmd, product *p, job_list *list,
         }
         for (;;) {
             char text[400];
-            snprintf(text, sizeof text, "%s q=%s hd=%s mask=%s pos=%s softcap=%s variant=%s",
+            snprintf(text, sizeof text,
+                     "%s q=%s hd=%s mask=%s pos=%s softcap=%s variant=%s hd_vo=%s",
                      p->kernels[k], p->values[DIM_DTYPE][index[DIM_DTYPE]],
                      p->values[DIM_HEAD_DIM][index[DIM_HEAD_DIM]],
                      p->values[DIM_MASK][index[DIM_MASK]], p->values[DIM_POS][index[DIM_POS]],
                      p->values[DIM_SOFTCAP][index[DIM_SOFTCAP]],
-                     p->values[DIM_VARIANT][index[DIM_VARIANT]]);
+                     p->values[DIM_VARIANT][index[DIM_VARIANT]],
+                     p->values[DIM_HEAD_DIM_VO][index[DIM_HEAD_DIM_VO]]);
             if (add_spec(list, text, arches, arch_count) < 0)
                 return cli_usage_error(cmd, "spec '%s': %s", text, fi_last_error());
             /* Odometer step: the last dimension varies fastest. */
@@ -584,7 +599,7 @@ out:
 int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_KERNEL, OPT_DTYPE, OPT_HEAD_DIM, OPT_MASK, OPT_POS, OPT_SOFTCAP, OPT_VARIANT,
-           OPT_VARIANT_FILE, OPT_ARCH, OPT_MANIFEST, OPT_JOBS, OPT_REMOTE };
+           OPT_VARIANT_FILE, OPT_ARCH, OPT_MANIFEST, OPT_JOBS, OPT_REMOTE, OPT_HEAD_DIM_VO };
     cli_option options[] = {
         [OPT_KERNEL] = {"kernel", 0, 1, 1, NULL},
         [OPT_DTYPE] = {"dtype", 0, 1, 1, NULL},
@@ -598,10 +613,11 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
         [OPT_MANIFEST] = {"manifest", 0, 1, 0, NULL},
         [OPT_JOBS] = {"jobs", 'j', 1, 0, NULL},
         [OPT_REMOTE] = {"remote", 0, 1, 0, NULL},
+        [OPT_HEAD_DIM_VO] = {"head-dim-vo", 0, 1, 1, NULL},
         {0},
     };
     static const int dim_option[DIM_COUNT] = {OPT_DTYPE, OPT_HEAD_DIM, OPT_MASK, OPT_POS,
-                                              OPT_SOFTCAP, OPT_VARIANT};
+                                              OPT_SOFTCAP, OPT_VARIANT, OPT_HEAD_DIM_VO};
     cli_args args;
     int rc = cli_parse(cmd, options, argc, argv, &args);
     if (rc >= 0) return rc;

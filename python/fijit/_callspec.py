@@ -7,12 +7,18 @@ from .spec import Spec
 
 
 @functools.lru_cache(maxsize=1024)
-def spec_for(kind, q_dtype, kv_dtype, head_dim, mask, pos, soft_cap, variant, o_dtype=None):
+def spec_for(kind, q_dtype, kv_dtype, head_dim, mask, pos, soft_cap, variant, o_dtype=None,
+             head_dim_vo=0):
     """The Spec of a call (cached: building one per call would cost microseconds); o_dtype
-    None: q's."""
+    None: q's; head_dim_vo 0: v and o have head_dim."""
     return Spec(kind=kind, q_dtype=T.DTYPE_NAME[q_dtype], kv_dtype=T.DTYPE_NAME[kv_dtype],
                 o_dtype=T.DTYPE_NAME[o_dtype or q_dtype], head_dim=head_dim, mask=mask, pos=pos,
-                soft_cap=soft_cap, variant=variant)
+                soft_cap=soft_cap, variant=variant, head_dim_vo=head_dim_vo)
+
+
+def vo_head_dim(head_dim, v):
+    """The spec's head_dim_vo for v (its last dimension): 0 where it is q's and k's."""
+    return 0 if v.shape[-1] == head_dim else int(v.shape[-1])
 
 
 def pos_name(rope, alibi_slopes):

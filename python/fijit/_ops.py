@@ -54,7 +54,9 @@ def register_ops(**eager):
     @prefill_op.register_fake
     def _prefill_fake(q, k, v, kv_layout, causal, window_left, softcap, sm_scale, alibi_slopes,
                       rope, rope_theta, rope_scale, rope_offset):
-        return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
+        # out has v's head_dim (MLA's prefill: 128 with q and k of 192).
+        return (q.new_empty(q.shape[:2] + v.shape[-1:]),
+                q.new_empty(q.shape[:2], dtype=torch.float32))
 
     @torch.library.custom_op("fijit::varlen_prefill", mutates_args=(), device_types="cuda")
     def varlen_prefill_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
@@ -73,7 +75,8 @@ def register_ops(**eager):
     @varlen_prefill_op.register_fake
     def _varlen_prefill_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, window_left, softcap,
                              sm_scale, alibi_slopes, rope, rope_theta, rope_scale, rope_offset):
-        return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
+        return (q.new_empty(q.shape[:2] + v.shape[-1:]),
+                q.new_empty(q.shape[:2], dtype=torch.float32))
 
     @torch.library.custom_op("fijit::merge_states", mutates_args=(), device_types="cuda")
     def merge_states_op(v: Tensor, lse: Tensor) -> Tuple[Tensor, Tensor]:

@@ -53,10 +53,12 @@ class Struct(ctypes.Structure, metaclass=_StrictType):
 
 class JitSpec(Struct):
     c_name = "fi_jit_spec"
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint), ("kind", c_int), ("q_dtype", c_int), ("kv_dtype", c_int),
                 ("o_dtype", c_int), ("head_dim", c_int), ("mask", c_int), ("pos", c_int),
-                ("soft_cap", c_int), ("variant", ctypes.c_char_p)]
+                ("soft_cap", c_int), ("variant", ctypes.c_char_p),
+                # version 2
+                ("head_dim_vo", c_int)]
 
 
 class JitOptions(Struct):
@@ -137,12 +139,14 @@ class BatchDecodeArgs(Struct):
 
 class MergeStatesArgs(Struct):
     c_name = "fi_merge_states_args"
-    VERSION = 1
+    VERSION = 2
     _fields_ = [("version", c_uint), ("v", c_void_p), ("lse", c_void_p), ("v_out", c_void_p),
                 ("lse_out", c_void_p), ("seq_len", c_int), ("num_states", c_int),
                 ("num_heads", c_int), ("v_stride_seq", i64), ("v_stride_state", i64),
                 ("v_stride_h", i64), ("lse_stride_seq", i64), ("lse_stride_state", i64),
-                ("v_out_stride_seq", i64), ("v_out_stride_h", i64)]
+                ("v_out_stride_seq", i64), ("v_out_stride_h", i64),
+                # version 2
+                ("dtype", c_int), ("head_dim", c_int)]
 
 
 class PrefillArgs(Struct):

@@ -46,15 +46,20 @@ def tensor(name, t, ndim, *, dtypes=None, device=None):
     return t
 
 
-def qkv(q, k, v, q_ndim, kv_ndim, q_dtypes=_16BIT, kv_dtypes=_KV_DTYPES):
+def qkv(q, k, v, q_ndim, kv_ndim, q_dtypes=_16BIT, kv_dtypes=_KV_DTYPES, v_head_dim=False):
     """Check q, k, v together, on one device: q of `q_dtypes` (16-bit), k of `kv_dtypes`
-    (16-bit or fp8), v of k's dtype, k and v of one shape, one head_dim."""
+    (16-bit or fp8), v of k's dtype, k and v of one shape, one head_dim; with
+    `v_head_dim` (the prefill kinds) v's head_dim may be smaller than k's (MLA's
+    192/128: the library says which pairs it builds)."""
     tensor("q", q, q_ndim, dtypes=q_dtypes)
     dev = q.device
     tensor("k", k, kv_ndim, dtypes=kv_dtypes, device=dev)
     tensor("v", v, kv_ndim, dtypes=(k.dtype,), device=dev)
-    if k.shape != v.shape:
-        raise ValueError(f"k and v: shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})")
+    if v_head_dim and k.shape[:-1] == v.shape[:-1] and v.shape[-1] < k.shape[-1]:
+        pass  # v narrower than q and k
+    elif k.shape != v.shape:
+        raise ValueError(f"k and v: shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})"
+                         + ("; only v's head_dim may be smaller" if v_head_dim else ""))
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"k: head_dim {k.shape[-1]} differs from q's {q.shape[-1]}")
 

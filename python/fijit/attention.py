@@ -16,7 +16,7 @@ import torch
 
 from . import _structs as S
 from . import _tensors as T
-from ._callspec import pos_name, prefill_mask, spec_for  # noqa: F401  (also fijit.attention's)
+from ._callspec import pos_name, prefill_mask, spec_for, vo_head_dim  # noqa: F401  (also fijit.attention's)
 from ._callspec import sm_scale_arg as _scale
 from ._lib import new_struct
 from ._ops import register_ops
@@ -140,8 +140,11 @@ def prefill(q, k, v, *, causal=False, window_left=-1, softcap=0.0, sm_scale=None
     [kv_len, num_kv_heads, head_dim] ("NHD") or [num_kv_heads, kv_len, head_dim]
     ("HND"); any token/head strides (a q/k/v slice of a fused QKV tensor works). Causal
     masks align bottom-right when qo_len < kv_len. custom_mask: bool [qo_len, kv_len]
-    (True: visible) or packed uint8 bits. Returns out [qo_len, num_qo_heads, head_dim]
-    and, with return_lse, lse [qo_len, num_qo_heads] (float32, natural log).
+    (True: visible) or packed uint8 bits. Returns out [qo_len, num_qo_heads, head_dim of
+    v] and, with return_lse, lse [qo_len, num_qo_heads] (float32, natural log). v may
+    have a smaller head_dim than q and k: MLA's prefill, 192 and 128 (fijit_prefill.h
+    lists the tuples; RoPE must then be applied by the caller); sm_scale None is
+    1/sqrt(q's head_dim).
 
     q, k and v share one dtype. fp16 and bf16 write out in that dtype (out_dtype None or
     the same; the scales must stay 1). fp8 (sm_90a, head_dim 128, mask none or causal, no
@@ -168,12 +171,12 @@ def prefill(q, k, v, *, causal=False, window_left=-1, softcap=0.0, sm_scale=None
                                          bool(rope), float(rope_theta), float(rope_scale),
                                          int(rope_offset))
         return _graph_result(o, lse, out, return_lse)
-    T.qkv(q, k, v, 3, 3, T.PREFILL_DTYPES, T.PREFILL_DTYPES)
+    T.qkv(q, k, v, 3, 3, T.PREFILL_DTYPES, T.PREFILL_DTYPES, v_head_dim=True)
     if out_dtype is None and out is not None and q.dtype == T.FP8_E4M3:
         out_dtype = out.dtype  # fp8 writes the dtype of the out= given
     o_dtype = T.prefill_dtypes(q.dtype, k.dtype, out_dtype, (q_scale, k_scale, v_scale))
-    Lq, H, D = q.shape
-    o = T.output("out", out, (Lq, H, D), o_dtype, q.device)
+    Lq, H, _ = q.shape
+    o = T.output("out", out, (Lq, H, v.shape[-1]), o_dtype, q.device)
     lse = torch.empty((Lq, H), dtype=torch.float32, device=q.device) if return_lse else None
     prefill_into(o, lse, q, k, v, causal=causal, window_left=window_left, softcap=softcap,
                  sm_scale=sm_scale, alibi_slopes=alibi_slopes, rope=rope, rope_theta=rope_theta,
@@ -197,7 +200,7 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
     mask = prefill_mask(causal, window_left, custom_mask)
     bits = pack_mask(custom_mask, Lq, kv_len) if custom_mask is not None else None
     spec = spec_for("prefill", q.dtype, k.dtype, D, mask, pos_name(rope, alibi_slopes),
-                    softcap > 0, variant, o.dtype)
+                    softcap > 0, variant, o.dtype, vo_head_dim(D, v))
     varr, nvar, keep = T.variant_args(variant_args, q.device)
     L = ctx._lib
     a = new_struct(S.PrefillArgs, L, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
@@ -261,8 +264,9 @@ def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_s
     inference); softmax_scale None means 1/sqrt(D); window_size (left, right) as
     flash-attn's, causal only (see flash_window); softcap 0 means none. The lengths are
     read to the host (one synchronisation) to plan the batch; for repeated calls on one
-    layout, and for CUDA graphs, use BatchPrefillPlan. Returns out [total_q, H, D] (and
-    lse [total_q, H] with return_lse)."""
+    layout, and for CUDA graphs, use BatchPrefillPlan. Returns out [total_q, H, D of v]
+    (and lse [total_q, H] with return_lse); v may be narrower than q and k as in prefill
+    (MLA: 192/128)."""
     if dropout_p:
         raise NotImplementedError(f"dropout_p={dropout_p}: fijit has no dropout (inference only)")
     causal, window_left = flash_window(causal, window_size)
@@ -275,7 +279,7 @@ def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_s
                                                 float(rope_theta), float(rope_scale),
                                                 int(rope_offset))
         return _graph_result(o, lse, out, return_lse)
-    T.qkv(q, k, v, 3, 3)
+    T.qkv(q, k, v, 3, 3, v_head_dim=True)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.dtype not in (torch.int32,
                                                                                   torch.int64):
@@ -292,7 +296,8 @@ def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_s
     ws = torch.empty(0, dtype=torch.uint8, device=q.device)
     plan = BatchPrefillPlan(ws, ctx=ctx)
     try:
-        plan.plan(qo_host, kv_host, H, k.shape[1], D, q_dtype=q.dtype, kv_dtype=k.dtype,
+        plan.plan(qo_host, kv_host, H, k.shape[1], D, head_dim_vo=vo_head_dim(D, v),
+                  q_dtype=q.dtype, kv_dtype=k.dtype,
                   causal=causal, window_left=window_left, softcap=softcap, sm_scale=sm_scale,
                   pos_encoding=pos_name(rope, alibi_slopes), rope_theta=rope_theta,
                   rope_scale=rope_scale, variant=variant, grow_workspace=True,

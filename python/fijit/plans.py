@@ -231,6 +231,11 @@ class BatchDecodePlan(_Plan):
         return (o, lse) if (return_lse or lse is not None) else o
 
 
+def _kv_shapes_ok(k, v, head_dim, head_dim_vo):
+    """k of the plan's head_dim, v the same shape but for its head_dim_vo."""
+    return k.shape[-1] == head_dim and v.shape == k.shape[:-1] + (head_dim_vo,)
+
+
 class BatchPrefillPlan(_Plan):
     """Batch prefill: ragged K/V (packed tokens, paged=False) or a paged K/V cache.
 
@@ -247,7 +252,8 @@ class BatchPrefillPlan(_Plan):
         self.paged = bool(paged)
 
     def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim, *,
-             kv_last_page_len=None, page_size=None, q_dtype=torch.float16, kv_dtype=None,
+             head_dim_vo=0, kv_last_page_len=None, page_size=None, q_dtype=torch.float16,
+             kv_dtype=None,
              causal=False, window_left=-1, softcap=0.0, sm_scale=None, pos_encoding="none",
              rope_theta=1e4, rope_scale=1.0, variant=None, cta_tile_q=0, grow_workspace=False,
              qo_indptr_device=None, kv_indptr_device=None, kv_last_page_len_device=None):
@@ -255,7 +261,8 @@ class BatchPrefillPlan(_Plan):
         offsets; paged, offsets into kv_indices (page counts), with kv_last_page_len [B].
         Host lists or tensors; the plan keeps device copies (or the *_device tensors given,
         which must hold the same values). page_size (paged) None: the library's default
-        (FI_BATCH_PREFILL_PLAN_ARGS_INIT)."""
+        (FI_BATCH_PREFILL_PLAN_ARGS_INIT). head_dim_vo: v's and out's head dim where it is
+        not head_dim (MLA's prefill: head_dim 192, head_dim_vo 128); 0: head_dim."""
         if pos_encoding not in _POS:
             raise ValueError(f"pos_encoding: {pos_encoding!r} is not one of {', '.join(_POS)}")
         qo = _host_ints("qo_indptr", qo_indptr)
@@ -274,9 +281,10 @@ class BatchPrefillPlan(_Plan):
             last = [0] * B
         kv_dtype = kv_dtype or q_dtype
         kind = "batch_prefill_paged" if self.paged else "batch_prefill_ragged"
+        head_dim_vo = 0 if int(head_dim_vo) == int(head_dim) else int(head_dim_vo)
         spec = spec_for(kind, q_dtype, kv_dtype, int(head_dim),
                         prefill_mask(causal, window_left, None), pos_encoding, softcap > 0,
-                        variant)
+                        variant, head_dim_vo=head_dim_vo)
         self._host = (_c_ints(qo), _c_ints(kv), _c_ints(last))
         pa = new_struct(S.BatchPrefillPlanArgs, self._lib, batch_size=B,
                         qo_indptr=self._host[0], kv_indptr=self._host[1],
@@ -291,6 +299,7 @@ class BatchPrefillPlan(_Plan):
                                      dev) if self.paged else None)
         self.batch_size, self.num_qo_heads, self.num_kv_heads = B, num_qo_heads, num_kv_heads
         self.head_dim, self.page_size = int(head_dim), pa.page_size
+        self.head_dim_vo = head_dim_vo or int(head_dim)
         self.total_q, self.total_kv = qo[-1], kv[-1]
         self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
         self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
@@ -303,10 +312,11 @@ class BatchPrefillPlan(_Plan):
         (HND), any strides. Paged: k, v caches NHD [pages, page_size, Hkv, D] or HND
         [pages, Hkv, page_size, D] and kv_indices int32 [kv_indptr[-1]]. rope_offset: the
         position of key 0 of every request. Returns out [total_q, H, D] (and lse
-        [total_q, H], natural log, with return_lse or lse=)."""
+        [total_q, H], natural log, with return_lse or lse=). With the plan's head_dim_vo,
+        v's last dimension and out's are head_dim_vo (MLA: 128 with q and k of 192)."""
         self._need_plan()
         dev = q.device
-        H, D = self.num_qo_heads, self.head_dim
+        H, D, Dvo = self.num_qo_heads, self.head_dim, self.head_dim_vo
         T.tensor("q", q, 3, dtypes=(self.q_dtype,))
         ndim = 4 if self.paged else 3
         T.tensor("k", k, ndim, dtypes=(self.kv_dtype,), device=dev)
@@ -316,10 +326,12 @@ class BatchPrefillPlan(_Plan):
                              f"{tuple(q.shape)}")
         if self.paged:
             kp, vp = T.page_strides(k, self.kv_layout), T.page_strides(v, self.kv_layout)
-            if kp[1:3] != (self.page_size, self.num_kv_heads) or k.shape != v.shape:
-                raise ValueError(f"k: expected page_size {self.page_size} and "
-                                 f"{self.num_kv_heads} kv heads ({self.kv_layout}), got shape "
-                                 f"{tuple(k.shape)} (v {tuple(v.shape)})")
+            if kp[1:3] != (self.page_size, self.num_kv_heads) or \
+                    not _kv_shapes_ok(k, v, D, Dvo):
+                raise ValueError(f"k, v: expected page_size {self.page_size}, "
+                                 f"{self.num_kv_heads} kv heads ({self.kv_layout}) and head_dim "
+                                 f"{D} (v: {Dvo}), got shapes {tuple(k.shape)} and "
+                                 f"{tuple(v.shape)}")
             if not isinstance(kv_indices, torch.Tensor) or kv_indices.dtype != torch.int32 \
                     or kv_indices.device != dev or kv_indices.numel() < self.total_kv:
                 raise ValueError(f"kv_indices: expected an int32 tensor on {dev} with at least "
@@ -329,12 +341,12 @@ class BatchPrefillPlan(_Plan):
         else:
             kl, kh, ksn, ksh = T.kv_strides("k", k, self.kv_layout)
             vl, vh, vsn, vsh = T.kv_strides("v", v, self.kv_layout)
-            if (kl, kh) != (self.total_kv, self.num_kv_heads) or k.shape != v.shape:
-                raise ValueError(f"k: expected {self.total_kv} tokens and {self.num_kv_heads} "
-                                 f"kv heads ({self.kv_layout}), got shape {tuple(k.shape)} "
-                                 f"(v {tuple(v.shape)})")
+            if (kl, kh) != (self.total_kv, self.num_kv_heads) or not _kv_shapes_ok(k, v, D, Dvo):
+                raise ValueError(f"k, v: expected {self.total_kv} tokens, {self.num_kv_heads} "
+                                 f"kv heads ({self.kv_layout}) and head_dim {D} (v: {Dvo}), got "
+                                 f"shapes {tuple(k.shape)} and {tuple(v.shape)}")
             strides = dict(k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn, v_stride_h=vsh)
-        o, lse = _outputs(out, lse, return_lse, (self.total_q, H, D), q.dtype, dev)
+        o, lse = _outputs(out, lse, return_lse, (self.total_q, H, Dvo), q.dtype, dev)
         varr, nvar, keep = T.variant_args(variant_args, dev)
         a = new_struct(S.BatchPrefillArgs, self._lib, q=q.data_ptr(),
                        k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),

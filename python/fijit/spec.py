@@ -30,6 +30,7 @@ class Spec:
     pos: Optional[str] = None
     soft_cap: Optional[bool] = None
     variant: Optional[str] = None
+    head_dim_vo: int = 0             # v and o's head dim; 0: head_dim (MLA prefill: 192/128)
 
     def __post_init__(self):
         defaults = None
@@ -51,6 +52,8 @@ class Spec:
             if value not in names:
                 raise ValueError(f"Spec.{field}: {value!r} is not one of {', '.join(names)}")
         object.__setattr__(self, "soft_cap", bool(self.soft_cap))
+        if self.head_dim_vo == self.head_dim:  # one tuple, one Spec
+            object.__setattr__(self, "head_dim_vo", 0)
 
     @classmethod
     def parse(cls, text, _lib=None):
@@ -72,7 +75,8 @@ class Spec:
                    o_dtype=_VALUES["o_dtype"][raw.o_dtype], head_dim=raw.head_dim,
                    mask=_VALUES["mask"][raw.mask], pos=_VALUES["pos"][raw.pos],
                    soft_cap=bool(raw.soft_cap),
-                   variant=raw.variant.decode() if raw.variant else None)
+                   variant=raw.variant.decode() if raw.variant else None,
+                   head_dim_vo=raw.head_dim_vo)
 
     def to_c(self):
         """The fi_jit_spec (cached: a Spec is immutable)."""
@@ -83,7 +87,8 @@ class Spec:
                              o_dtype=S.DTYPE[self.o_dtype], head_dim=int(self.head_dim),
                              mask=S.MASK[self.mask], pos=S.POS[self.pos],
                              soft_cap=int(self.soft_cap),
-                             variant=self.variant.encode() if self.variant else None)
+                             variant=self.variant.encode() if self.variant else None,
+                             head_dim_vo=int(self.head_dim_vo))
             object.__setattr__(self, "_c", raw)
         return raw
 

@@ -193,6 +193,10 @@ int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const fi_varia
     text_add(&t, "using DTypeQ = %s;\nusing DTypeKV = %s;\nusing DTypeO = %s;\n",
              dtype_type(spec->q_dtype), dtype_type(spec->kv_dtype), dtype_type(spec->o_dtype));
     text_add(&t, "constexpr int kHeadDim = %d;\n", spec->head_dim);
+    /* Only where it differs (MLA's prefill), so that no other tuple's text,
+     * and so key, changes; the templates default it to kHeadDim. */
+    if (fi__spec_head_dim_vo(spec) != spec->head_dim)
+        text_add(&t, "constexpr int kHeadDimVO = %d;  // v and o\n", fi__spec_head_dim_vo(spec));
     text_add(&t, "enum : int { kMaskNone = %d, kMaskCausal = %d, kMaskWindow = %d, kMaskCustom = %d };\n",
              FI_MASK_NONE, FI_MASK_CAUSAL, FI_MASK_WINDOW, FI_MASK_CUSTOM);
     text_add(&t, "enum : int { kPosNone = %d, kPosRopeLlama = %d, kPosAlibi = %d };\n", FI_POS_NONE,

@@ -53,7 +53,8 @@ static int init_struct(void *out, unsigned version, const versioned_struct *s)
         return init_struct(out, version, &type##_row);                         \
     }
 
-VERSIONED(fi_jit_spec, FI_JIT_SPEC_INIT, FI_JIT_SPEC_VERSION, sizeof(fi_jit_spec))
+VERSIONED(fi_jit_spec, FI_JIT_SPEC_INIT, FI_JIT_SPEC_VERSION,
+          offsetof(fi_jit_spec, head_dim_vo), sizeof(fi_jit_spec))
 VERSIONED(fi_jit_options, FI_JIT_OPTIONS_INIT, FI_JIT_OPTIONS_VERSION,
           offsetof(fi_jit_options, remote), offsetof(fi_jit_options, log_fn),
           sizeof(fi_jit_options))
@@ -68,7 +69,7 @@ VERSIONED(fi_batch_decode_plan_args, FI_BATCH_DECODE_PLAN_ARGS_INIT,
 VERSIONED(fi_batch_decode_args, FI_BATCH_DECODE_ARGS_INIT, FI_BATCH_DECODE_ARGS_VERSION,
           0, 0, sizeof(fi_batch_decode_args))
 VERSIONED(fi_merge_states_args, FI_MERGE_STATES_ARGS_INIT, FI_MERGE_STATES_ARGS_VERSION,
-          sizeof(fi_merge_states_args))
+          offsetof(fi_merge_states_args, dtype), sizeof(fi_merge_states_args))
 VERSIONED(fi_prefill_args, FI_PREFILL_ARGS_INIT, FI_PREFILL_ARGS_VERSION,
           offsetof(fi_prefill_args, variant_args), offsetof(fi_prefill_args, workspace),
           offsetof(fi_prefill_args, q_scale), sizeof(fi_prefill_args))

@@ -13,6 +13,7 @@
  * The context's variants are in registry.c; an object becomes a module in
  * load.c.
  */
+#include <ctype.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdatomic.h>
@@ -352,8 +353,10 @@ static void parse_resource_usage(const char *log, const char *entry, fi_object_m
     const char *p = strstr(log, pattern);
     if (!p) return;
     p += strlen(pattern);
+    /* The next line: "ptxas         .     0 bytes stack frame, 0 bytes spill stores, ..." */
+    while (*p && *p != '\n' && !isdigit((unsigned char)*p)) p++;
     int stack = 0, spill_stores = 0;
-    if (sscanf(p, " %d bytes stack frame, %d bytes spill stores", &stack, &spill_stores) == 2)
+    if (sscanf(p, "%d bytes stack frame, %d bytes spill stores", &stack, &spill_stores) == 2)
         meta->spill_bytes = spill_stores;
     const char *used = strstr(p, "Used ");
     if (used) sscanf(used, "Used %d registers", &meta->registers);
@@ -492,11 +495,14 @@ int fi_jit_prewarm(fi_build_outcome *out, fi_jit_ctx *ctx, const fi_jit_spec *sp
     char not_stored[FI_NOT_STORED_MAX] = "";
     fi_build b;
     fi_spec_key key;
+    fi_jit_spec full;
     char device_arch[16];
     if (!ctx) return fi__error(FI_EINVALID, "fi_jit_prewarm: ctx is NULL");
     const fi_variant *variant = NULL;
     FI_TRY(fi__spec_key(&key, spec));
     FI_TRY(variant_resolve(ctx, &key, &variant));
+    fi__spec_copy(&full, spec); /* a version 1 caller's spec, read as far as it reaches */
+    spec = &full;
     if (!arch || !*arch) {
         arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
         if (!ctx->arch[0] && fi__cuda_current_arch(device_arch, NULL, NULL) == 0) arch = device_arch;
@@ -524,11 +530,14 @@ int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
     int rc = 0;
     fi_build b;
     fi_spec_key key;
+    fi_jit_spec full;
     char line[400];
     if (!ctx || !write) return fi__error(FI_EINVALID, "fi_jit_explain: NULL argument");
     const fi_variant *variant = NULL;
     FI_TRY(fi__spec_key(&key, spec));
     FI_TRY(variant_resolve(ctx, &key, &variant));
+    fi__spec_copy(&full, spec); /* a version 1 caller's spec, read as far as it reaches */
+    spec = &full;
     if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
     char text[256];
     FI_TRY(fi_jit_spec_format(text, sizeof text, spec));
@@ -552,6 +561,7 @@ int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int
     int rc = 0;
     fi_build b;
     fi_spec_key key;
+    fi_jit_spec full;
     fi_compile_output result = {0};
     const fi_variant *variant = NULL;
     char virtual_arch[48];
@@ -562,6 +572,8 @@ int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int
     *out_size = 0;
     FI_TRY(fi__spec_key(&key, spec));
     FI_TRY(variant_resolve(ctx, &key, &variant));
+    fi__spec_copy(&full, spec); /* a version 1 caller's spec, read as far as it reaches */
+    spec = &full;
     if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
     /* The unit and options the cache key is computed from, as a build makes them. */
     FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
@@ -688,7 +700,9 @@ int fi_jit_get_kernel(const fi_jit_kernel **out, fi_jit_ctx *ctx, const fi_jit_s
         *out = &e->kernel;
         return 0;
     }
-    return get_kernel_slow(ctx, spec, &key, variant, hash, device_ctx, device_id, cu, out);
+    fi_jit_spec full;
+    fi__spec_copy(&full, spec); /* a version 1 caller's spec, read as far as it reaches */
+    return get_kernel_slow(ctx, &full, &key, variant, hash, device_ctx, device_id, cu, out);
 }
 
 /* Bytes of fi_jit_stats a caller of each version has (index: version). */

@@ -89,6 +89,7 @@ static size_t enumerate_unit(const fi_kind_info *unit, fi_jit_spec *out, size_t 
                                 s.kv_dtype = (fi_dtype)dtypes[kv];
                                 s.o_dtype = (fi_dtype)dtypes[o];
                                 s.head_dim = unit->head_dims[h];
+                                s.head_dim_vo = unit->head_dims_vo[h];
                                 s.mask = (fi_mask)masks[m];
                                 s.pos = (fi_pos_encoding)pos[p];
                                 s.soft_cap = cap;

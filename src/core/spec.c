@@ -1,11 +1,15 @@
 /*
  * Spec strings: "decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0"
- * (plus " variant=NAME" for a user variant). The first word is the kind; the
- * fields follow in any order, each at most once. Formatting writes every field
- * in the order above, so the formatted text is canonical and round-trips.
+ * (plus " variant=NAME" for a user variant, and " hd_vo=N" where v and o have
+ * a head dim other than q and k's). The first word is the kind; the fields
+ * follow in any order, each at most once. Formatting writes every field in
+ * the order above, hd_vo only when it differs from hd, so the formatted text
+ * is canonical, round-trips, and is the same as before hd_vo existed for
+ * every spec without one.
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +77,10 @@ int fi__arch_runs_on(const char *arch, const char *device)
 }
 
 /* Fields of a spec string, in canonical order; `seen` bits catch repeats. */
-enum { F_Q = 1, F_KV = 2, F_O = 4, F_HD = 8, F_MASK = 16, F_POS = 32, F_SOFTCAP = 64, F_VARIANT = 128 };
+enum {
+    F_Q = 1, F_KV = 2, F_O = 4, F_HD = 8, F_MASK = 16, F_POS = 32, F_SOFTCAP = 64, F_VARIANT = 128,
+    F_HD_VO = 256
+};
 
 static int parse_field(fi_jit_spec *spec, unsigned *seen, char *out_variant,
                        size_t out_variant_size, const char *key, const char *value)
@@ -83,13 +90,14 @@ static int parse_field(fi_jit_spec *spec, unsigned *seen, char *out_variant,
         unsigned bit;
     } fields[] = {{"q", F_Q},       {"kv", F_KV},   {"o", F_O},
                   {"hd", F_HD},     {"mask", F_MASK}, {"pos", F_POS},
-                  {"softcap", F_SOFTCAP}, {"variant", F_VARIANT}};
+                  {"softcap", F_SOFTCAP}, {"variant", F_VARIANT}, {"hd_vo", F_HD_VO}};
     unsigned bit = 0;
     for (int i = 0; i < COUNT(fields); i++)
         if (strcmp(fields[i].name, key) == 0) bit = fields[i].bit;
     if (!bit)
         return fi__error(FI_EINVALID,
-                         "unknown field '%.32s' (fields: q, kv, o, hd, mask, pos, softcap, variant)",
+                         "unknown field '%.32s' (fields: q, kv, o, hd, mask, pos, softcap, "
+                         "variant, hd_vo)",
                          key);
     if (*seen & bit) return fi__error(FI_EINVALID, "field '%s' given twice", key);
     *seen |= bit;
@@ -101,6 +109,7 @@ static int parse_field(fi_jit_spec *spec, unsigned *seen, char *out_variant,
     case F_MASK: return fi__mask_parse((int *)&spec->mask, key, value);
     case F_POS: return fi__pos_parse((int *)&spec->pos, key, value);
     case F_SOFTCAP: return parse_int(&spec->soft_cap, key, value, 0, 1);
+    case F_HD_VO: return parse_int(&spec->head_dim_vo, key, value, 0, 4096); /* 0: = hd */
     default:
         if (!fi__variant_name_ok(value))
             return fi__error(FI_EINVALID,
@@ -150,12 +159,15 @@ int fi_jit_spec_format(char *out, size_t out_size, const fi_jit_spec *spec)
 {
     int rc = fi_jit_spec_check(spec);
     if (rc < 0) return rc;
-    int n = snprintf(out, out_size, "%s q=%s kv=%s o=%s hd=%d mask=%s pos=%s softcap=%d%s%s",
+    char hd_vo[24] = "";
+    if (fi__spec_head_dim_vo(spec) != spec->head_dim)
+        snprintf(hd_vo, sizeof hd_vo, " hd_vo=%d", fi__spec_head_dim_vo(spec));
+    int n = snprintf(out, out_size, "%s q=%s kv=%s o=%s hd=%d mask=%s pos=%s softcap=%d%s%s%s",
                      fi__kind_name(spec->kind), fi__dtype_name(spec->q_dtype),
                      fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->o_dtype),
                      spec->head_dim, fi__mask_name(spec->mask), fi__pos_name(spec->pos),
                      spec->soft_cap, spec->variant ? " variant=" : "",
-                     spec->variant ? spec->variant : "");
+                     spec->variant ? spec->variant : "", hd_vo);
     if (n < 0 || (size_t)n >= out_size)
         return fi__error(FI_EINVALID, "spec text needs %d bytes, buffer has %zu", n + 1, out_size);
     return n;
@@ -164,9 +176,10 @@ int fi_jit_spec_format(char *out, size_t out_size, const fi_jit_spec *spec)
 int fi_jit_spec_check(const fi_jit_spec *spec)
 {
     char names[160];
+    fi_jit_spec full;
     if (!spec) return fi__error(FI_EINVALID, "spec is NULL");
-    if (spec->version != FI_JIT_SPEC_VERSION)
-        return fi__error(FI_EINVALID, "spec.version is %u, this library expects %d",
+    if (spec->version < 1 || spec->version > FI_JIT_SPEC_VERSION)
+        return fi__error(FI_EINVALID, "spec.version is %u, this library accepts 1 to %d",
                          spec->version, FI_JIT_SPEC_VERSION);
     const fi_kind_info *kind = fi__kind_info(spec->kind);
     if (!kind) return fi__error(FI_EINVALID, "unknown kernel kind %d", (int)spec->kind);
@@ -186,7 +199,30 @@ int fi_jit_spec_check(const fi_jit_spec *spec)
     if (fi__spec_has_variant(spec) && !fi__variant_name_ok(spec->variant))
         return fi__error(FI_EINVALID, "bad variant name '%.64s' (1-%d letters, digits, '_' or '-')",
                          spec->variant, FI_VARIANT_NAME_MAX);
-    return kind->check(spec);
+    fi__spec_copy(&full, spec);
+    if (full.head_dim_vo < 0)
+        return fi__error(FI_EINVALID, "head_dim_vo is %d (expected 0: equal to head_dim, or a "
+                         "head dim)", full.head_dim_vo);
+    return kind->check(&full);
+}
+
+void fi__spec_copy(fi_jit_spec *out, const fi_jit_spec *spec)
+{
+    /* A version 1 caller's struct ends before head_dim_vo: read no further. */
+    const size_t v1_size = offsetof(fi_jit_spec, variant) + sizeof spec->variant;
+    if (spec->version >= 2) {
+        *out = *spec;
+    } else {
+        memset(out, 0, sizeof *out);
+        memcpy(out, spec, v1_size);
+    }
+    if (out->head_dim_vo == out->head_dim) out->head_dim_vo = 0;
+    out->version = FI_JIT_SPEC_VERSION;
+}
+
+int fi__spec_head_dim_vo(const fi_jit_spec *spec)
+{
+    return spec->version >= 2 && spec->head_dim_vo > 0 ? spec->head_dim_vo : spec->head_dim;
 }
 
 int fi__spec_has_variant(const fi_jit_spec *spec)
@@ -207,6 +243,7 @@ int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec)
     out->mask = spec->mask;
     out->pos = spec->pos;
     out->soft_cap = spec->soft_cap;
+    if (fi__spec_head_dim_vo(spec) != spec->head_dim) out->head_dim_vo = fi__spec_head_dim_vo(spec);
     if (fi__spec_has_variant(spec)) strcpy(out->variant, spec->variant);
     return 0;
 }

@@ -13,6 +13,7 @@
 /* A spec with no pointers: zero-padded so it can be hashed and compared as bytes. */
 typedef struct fi_spec_key {
     int32_t kind, q_dtype, kv_dtype, o_dtype, head_dim, mask, pos, soft_cap;
+    int32_t head_dim_vo; /* 0 when equal to head_dim */
     char variant[FI_VARIANT_NAME_MAX + 1]; /* "" for the built-in variant */
     uint64_t variant_hash;                 /* content of the registered snippet */
 } fi_spec_key;
@@ -23,6 +24,15 @@ int fi__spec_has_variant(const fi_jit_spec *spec);
 
 /* Validate `spec` (fi_jit_spec_check) and fill its key form. */
 int fi__spec_key(fi_spec_key *out, const fi_jit_spec *spec);
+
+/* `spec` (version 1 or 2, checked) as a spec of this version: a version 1
+ * struct is read only as far as it reaches; head_dim_vo equal to head_dim
+ * becomes 0. */
+void fi__spec_copy(fi_jit_spec *out, const fi_jit_spec *spec);
+
+/* The head dim of v and o: head_dim_vo, or head_dim where that is 0 or the
+ * struct predates it. */
+int fi__spec_head_dim_vo(const fi_jit_spec *spec);
 
 /* 1 if `name` is a valid variant name: 1..63 of [A-Za-z0-9_-]. */
 int fi__variant_name_ok(const char *name);

@@ -24,13 +24,24 @@ int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind)
 
 int fi__check_head_dim(const fi_jit_spec *spec, const fi_kind_info *unit)
 {
-    char list[64] = "";
+    char list[96] = "";
+    int head_dim_known = 0;
     for (int i = 0; i < FI_KIND_MAX_HEAD_DIMS && unit->head_dims[i]; i++) {
-        if (unit->head_dims[i] == spec->head_dim) return 0;
-        char one[16];
-        snprintf(one, sizeof one, "%d", unit->head_dims[i]);
+        const int vo = unit->head_dims_vo[i];
+        if (unit->head_dims[i] == spec->head_dim && vo == spec->head_dim_vo) return 0;
+        head_dim_known |= unit->head_dims[i] == spec->head_dim;
+        char one[32];
+        snprintf(one, sizeof one, vo ? "%d/%d" : "%d", unit->head_dims[i], vo);
         fi__name_list_add(list, sizeof list, one);
     }
+    if (spec->head_dim_vo && head_dim_known)
+        return fi__error(FI_EUNSUPPORTED, "head_dim_vo %d with head_dim %d is not supported for %s "
+                         "(supported head_dim or head_dim/head_dim_vo: %s)", spec->head_dim_vo,
+                         spec->head_dim, unit->name, list);
+    if (spec->head_dim_vo)
+        return fi__error(FI_EUNSUPPORTED, "head_dim %d with head_dim_vo %d is not supported for %s "
+                         "(supported head_dim or head_dim/head_dim_vo: %s)", spec->head_dim,
+                         spec->head_dim_vo, unit->name, list);
     return fi__error(FI_EUNSUPPORTED, "head_dim %d is not supported for %s (supported: %s)",
                      spec->head_dim, unit->name, list);
 }

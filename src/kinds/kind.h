@@ -37,6 +37,10 @@ typedef struct fi_kind_info {
      * dtype, mask, pos encoding and soft-cap, filtered by `check`: the limits
      * are written once, in `check`. */
     int head_dims[FI_KIND_MAX_HEAD_DIMS];
+    /* The head dim of v and o that goes with each of head_dims (0: head_dim
+     * itself; MLA's prefill: 128 with 192). A spec's (head_dim, head_dim_vo)
+     * must be one of these pairs. */
+    int head_dims_vo[FI_KIND_MAX_HEAD_DIMS];
     /* Limits of this kind beyond the enum checks; the message names the field
      * and the supported values. */
     int (*check)(const fi_jit_spec *spec);
@@ -53,7 +57,9 @@ typedef struct fi_kind_info {
  * `kind` is the kind's name for the message. */
 int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind);
 
-/* head_dim one of the unit's head_dims; FI_EUNSUPPORTED listing them otherwise. */
+/* (head_dim, head_dim_vo) one of the unit's pairs (head_dims, head_dims_vo);
+ * FI_EUNSUPPORTED listing them otherwise ("64, 128, 192/128, 256"). `spec`
+ * is as fi_jit_spec_check hands it to `check`: head_dim_vo 0 where equal. */
 int fi__check_head_dim(const fi_jit_spec *spec, const fi_kind_info *unit);
 
 #endif

@@ -7,7 +7,12 @@
  * pre-pass (empty but for fp8).
  *
  * Tuples: q = kv = o of one 16-bit type at head_dim 64/128/256 with every
- * mask, pos encoding and soft-cap; or fp8 (q = kv = e4m3, o 16-bit) for
+ * mask, pos encoding and soft-cap; MLA's head_dim 192 with v and o of 128
+ * (head_dim_vo) with every mask and soft-cap and no pos encoding (RoPE would
+ * rotate all 192 columns, not MLA's 64-column rope part, which the model
+ * rotates; ALiBi is no MLA model's, and its tile kernels with a custom mask
+ * and soft-cap spilled 8 B at 255 registers), on the Hopper main loop on
+ * sm_90a and the mma.sync tile kernels elsewhere; or fp8 (q = kv = e4m3, o 16-bit) for
  * single prefill at head_dim 128, no mask or causal, nothing else on the
  * logits, on sm_90a only.
  */
@@ -19,6 +24,9 @@
 #include "kinds/prefill.h"
 #include "kinds/units.h"
 #include "prefill/params.h"
+
+/* head_dim 64, 128, 256 (v and o the same), and MLA's 192 with v and o of 128. */
+#define PREFILL_HEAD_DIMS .head_dims = {64, 128, 192, 256}, .head_dims_vo = {0, 0, 128, 0}
 
 #define PREFILL_ENTRIES                                                        \
     {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",      \
@@ -54,6 +62,9 @@ static int check_fp8(const fi_jit_spec *spec, const char *kind)
 
 static int check_prefill(const fi_jit_spec *spec, const fi_kind_info *unit)
 {
+    if (fi__prefill_is_fp8(spec) && spec->head_dim_vo)
+        return fi__error(FI_EUNSUPPORTED, "head_dim_vo %d is not supported with q=fp8_e4m3 for %s "
+                         "(supported: v and o of head_dim)", spec->head_dim_vo, unit->name);
     if (fi__prefill_is_fp8(spec)) return check_fp8(spec, unit->name);
     if (spec->q_dtype != FI_DTYPE_FP16 && spec->q_dtype != FI_DTYPE_BF16)
         return fi__error(FI_EUNSUPPORTED, "q dtype '%s' is not supported for %s (supported: %s)",
@@ -62,6 +73,10 @@ static int check_prefill(const fi_jit_spec *spec, const fi_kind_info *unit)
                                                        : "fp16, bf16");
     int rc = fi__check_same_16bit_dtypes(spec, unit->name);
     if (rc < 0) return rc;
+    if (spec->head_dim_vo && spec->pos != FI_POS_NONE)
+        return fi__error(FI_EUNSUPPORTED, "pos '%s' is not supported with head_dim_vo %d for %s "
+                         "(supported: none; MLA's rope part is rotated by the caller)",
+                         fi__pos_name(spec->pos), spec->head_dim_vo, unit->name);
     /* Every mask (none, causal, window, custom), pos encoding and soft-cap. */
     return fi__check_head_dim(spec, unit);
 }
@@ -87,11 +102,12 @@ static int check_arch(const fi_jit_spec *spec, const char *arch)
 static void launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out)
 {
     /* Of functions[0] (128-row tiles); the launch code computes the others. */
-    const int sm90a = fi__prefill_is_sm90a(arch);
+    const int sm90a = fi__prefill_tiles_sm90a(spec, arch);
     memset(out, 0, sizeof *out);
     out->block_dim[0] = (unsigned)FI_PREFILL_WARPS(0, spec->head_dim, sm90a) * 32u;
     out->block_dim[1] = out->block_dim[2] = 1;
-    out->smem_bytes = (unsigned)FI_PREFILL_SMEM_BYTES(0, spec->head_dim, sm90a);
+    out->smem_bytes = (unsigned)FI_PREFILL_SMEM_BYTES_VO(0, spec->head_dim,
+                                                         fi__spec_head_dim_vo(spec), sm90a);
     out->param_bytes = (unsigned)sizeof(fi_prefill_params);
 }
 
@@ -100,7 +116,7 @@ const fi_kind_info fi__kind_prefill = {
     .name = "prefill",
     .template_name = "prefill/single.cuh",
     .entries = PREFILL_ENTRIES,
-    .head_dims = {64, 128, 256},
+    PREFILL_HEAD_DIMS,
     .check = check_single,
     .launch_shape = launch_shape,
     .check_arch = check_arch,
@@ -111,7 +127,7 @@ const fi_kind_info fi__kind_batch_prefill_ragged = {
     .name = "batch_prefill_ragged",
     .template_name = "prefill/ragged.cuh",
     .entries = PREFILL_ENTRIES,
-    .head_dims = {64, 128, 256},
+    PREFILL_HEAD_DIMS,
     .check = check_ragged,
     .launch_shape = launch_shape,
     .check_arch = check_arch,
@@ -122,7 +138,7 @@ const fi_kind_info fi__kind_batch_prefill_paged = {
     .name = "batch_prefill_paged",
     .template_name = "prefill/paged.cuh",
     .entries = PREFILL_ENTRIES,
-    .head_dims = {64, 128, 256},
+    PREFILL_HEAD_DIMS,
     .check = check_paged,
     .launch_shape = launch_shape,
     .check_arch = check_arch,

@@ -1,8 +1,9 @@
 /*
  * Host side of batch decode over a paged KV cache (include/fijit_batch_decode.h):
- * the plan, its workspace, the launch, and fi_merge_states. The kernels are in
- * templates/decode/batch_decode.cuh (tile loop shared with single decode in
- * templates/decode/); the parameter structs in templates/decode/params.h.
+ * the plan, its workspace and the launch (fi_merge_states: merge_states.c).
+ * The kernels are in templates/decode/batch_decode.cuh (tile loop shared with
+ * single decode in templates/decode/); the parameter structs in
+ * templates/decode/params.h.
  *
  * The plan. One block serves one kv head (or a slice of a large GQA group,
  * "head block") over one work item: a contiguous range of one request's keys.
@@ -449,67 +450,6 @@ int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
         fi__rope_fill(p.rope_freq, spec->head_dim, a->rope_scale, a->rope_theta);
     FI_TRY(fi__decode_launch(kernel, spec, p.stages, (unsigned)plan->num_items,
                              (unsigned)(plan->num_kv_heads * plan->head_blocks), &p, stream, 1));
-out:
-    return rc;
-}
-
-int fi_merge_states(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_merge_states_args *a,
-                    struct CUstream_st *stream)
-{
-    int rc = 0;
-    const fi_jit_kernel *kernel = NULL;
-    fi_merge_states_params p;
-    fi_jit_spec merge = FI_JIT_SPEC_INIT;
-    if (!ctx || !spec || !a) FI_FAIL(FI_EINVALID, "merge_states: NULL argument");
-    /* The merge kernel is in the batch_decode module. */
-    FI_TRY(fi__check_kind("merge_states", spec, FI_KIND_BATCH_DECODE, "FI_KIND_BATCH_DECODE"));
-    FI_TRY(fi__check_version("merge_states", "args", a, a->version, FI_MERGE_STATES_ARGS_VERSION,
-                             FI_MERGE_STATES_ARGS_VERSION));
-    if (spec->o_dtype != FI_DTYPE_FP16 && spec->o_dtype != FI_DTYPE_BF16)
-        FI_FAIL(FI_EUNSUPPORTED, "merge_states: spec.o_dtype %d is not supported (supported: fp16, "
-                "bf16)", (int)spec->o_dtype);
-    if (a->seq_len < 0 || a->num_states < 0 || a->num_heads <= 0)
-        FI_FAIL(FI_EINVALID, "merge_states: seq_len (%d) and num_states (%d) must be >= 0, "
-                "num_heads (%d) > 0", a->seq_len, a->num_states, a->num_heads);
-    if ((int64_t)a->seq_len * a->num_heads > INT32_MAX)
-        FI_FAIL(FI_EINVALID, "merge_states: seq_len x num_heads exceeds the grid");
-    if (a->seq_len == 0) goto out;
-    if (!a->v_out || (uintptr_t)a->v_out % 8 || (a->num_states > 0 && (!a->v || !a->lse)) ||
-        (a->v && (uintptr_t)a->v % 8))
-        FI_FAIL(FI_EINVALID, "merge_states: v, lse, v_out must be non-NULL and v, v_out 8-byte "
-                "aligned");
-    if ((a->v_stride_seq | a->v_stride_state | a->v_stride_h | a->v_out_stride_seq |
-         a->v_out_stride_h) % 4 ||
-        a->v_stride_seq < 0 || a->v_stride_state < 0 || a->v_stride_h < 0 ||
-        a->v_out_stride_seq < 0 || a->v_out_stride_h < 0 || a->lse_stride_seq < 0 ||
-        a->lse_stride_state < 0)
-        FI_FAIL(FI_EINVALID, "merge_states: strides must be >= 0 and those of v and v_out "
-                "multiples of 4");
-    /* The module of (dtype, head_dim) with nothing else, whatever else the
-     * caller's spec asks for: the merge does not depend on it. */
-    merge.kind = FI_KIND_BATCH_DECODE;
-    merge.q_dtype = merge.kv_dtype = merge.o_dtype = spec->o_dtype;
-    merge.head_dim = spec->head_dim;
-    FI_TRY(fi_jit_spec_check(&merge));
-    FI_TRY(fi_jit_get_kernel(&kernel, ctx, &merge));
-    if (!kernel->functions[1]) FI_FAIL(FI_ELOAD, "merge_states: the module has no merge kernel");
-    memset(&p, 0, sizeof p);
-    p.v = a->v;
-    p.s = a->lse;
-    p.v_out = a->v_out;
-    p.s_out = a->lse_out;
-    p.v_stride_seq = a->v_stride_seq;
-    p.v_stride_state = a->v_stride_state;
-    p.v_stride_h = a->v_stride_h;
-    p.s_stride_seq = a->lse_stride_seq;
-    p.s_stride_state = a->lse_stride_state;
-    p.o_stride_seq = a->v_out_stride_seq;
-    p.o_stride_h = a->v_out_stride_h;
-    p.seq_len = a->seq_len;
-    p.num_states = a->num_states;
-    p.num_heads = a->num_heads;
-    FI_TRY(fi__cuda_launch(kernel->functions[1], (unsigned)(a->seq_len * a->num_heads), 1,
-                           kernel->merge_block_dim, 0, (CUstream)stream, &p, "merge_states"));
 out:
     return rc;
 }

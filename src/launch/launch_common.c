@@ -8,6 +8,7 @@
 
 #include "launch/launch_common.h"
 #include "common/error.h"
+#include "core/spec.h"
 
 int fi__check_kind(const char *who, const fi_jit_spec *spec, fi_kernel_kind kind,
                    const char *kind_name)
@@ -132,7 +133,7 @@ int fi__check_scalars(const char *who, const fi_jit_spec *spec, float sm_scale,
 
 void fi__launch_keep_spec(fi_jit_spec *dst, char *buf, size_t size, const fi_jit_spec *spec)
 {
-    *dst = *spec;
+    fi__spec_copy(dst, spec);
     if (spec->variant) {
         snprintf(buf, size, "%s", spec->variant);
         dst->variant = buf;

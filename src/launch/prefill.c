@@ -133,9 +133,9 @@ static int gcd(int a, int b)
 
 /* Heads per block-order section: as many kv heads as keep the K/V they read
  * (kv_tokens keys of K and V per head, all requests) within the L2 budget. */
-static int heads_per_section(int64_t kv_tokens, int hd, int kv_heads)
+static int heads_per_section(int64_t kv_tokens, const fi_jit_spec *spec, int kv_heads)
 {
-    const int64_t per_head = kv_tokens * hd * 2 * 2;
+    const int64_t per_head = kv_tokens * (spec->head_dim + fi__spec_head_dim_vo(spec)) * 2;
     const int64_t n = per_head > 0 ? (int64_t)FI_PREFILL_L2_BUDGET / per_head : kv_heads;
     return (int)(n < 1 ? 1 : n > kv_heads ? kv_heads : n);
 }
@@ -237,9 +237,10 @@ static int ws_tile_kv(const fi_jit_spec *spec)
 
 static unsigned ws_smem_bytes(const fi_jit_spec *spec)
 {
-    return (unsigned)(fi__prefill_is_fp8(spec) ? FI_PREFILL_FP8_SMEM_BYTES(spec->head_dim, ws_lean(spec))
-                                   : FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec),
-                                                              ws_causal(spec)));
+    return (unsigned)(fi__prefill_is_fp8(spec)
+                          ? FI_PREFILL_FP8_SMEM_BYTES(spec->head_dim, ws_lean(spec))
+                          : FI_PREFILL_WS_SMEM_BYTES_VO(spec->head_dim, fi__spec_head_dim_vo(spec),
+                                                        ws_lean(spec), ws_causal(spec)));
 }
 
 /* The blocks of a launch per kv head: `items` query tiles; batch kinds: the
@@ -267,7 +268,8 @@ struct work_grid {
  * 975-7931, mean 1830) ragged 1.02-1.07x; seq 8k 0.92-0.94x, 16k
  * 0.93-0.98x, single seq 15.5k 0.95-0.99x; in a fixed order (single
  * prefill without a workspace, paged K/V when it loaded Q in its consumers)
- * 0.84-0.95x. A window keeps a CTA per block at 256 (not measured). */
+ * 0.84-0.95x. A window keeps a CTA per block at 256 (not measured). MLA's
+ * head_dim 192 (one Q buffer too) takes 256's rule (not measured). */
 static enum ws_mode ws_default(const fi_jit_spec *spec, double mean_keys, int can_claim)
 {
     if (spec->head_dim <= 128 || !mask_is_causal(spec)) return WS_PERSISTENT;
@@ -322,7 +324,7 @@ struct ws_rows {
 static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_prefill_params *p,
                           const struct ws_rows *rows)
 {
-    const int hd = spec->head_dim, heads = p->num_kv_heads;
+    const int hd = spec->head_dim, hd_vo = fi__spec_head_dim_vo(spec), heads = p->num_kv_heads;
     const int box = ws_tile_kv(spec);
     if (spec->kind == FI_KIND_BATCH_PREFILL_PAGED) {
         ws->page_box = gcd(p->page_size, box);
@@ -334,9 +336,9 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                                                    ws->page_box, p->k_stride_h, p->k_stride_n,
                                                    p->k_stride_page, ws->k_coords);
         return rc < 0 ? rc
-                      : fi__cuda_tma_map_paged(&ws->v, p->v, hd, heads, p->page_size, ws->page_box,
-                                               p->v_stride_h, p->v_stride_n, p->v_stride_page,
-                                               ws->v_coords);
+                      : fi__cuda_tma_map_paged(&ws->v, p->v, hd_vo, heads, p->page_size,
+                                               ws->page_box, p->v_stride_h, p->v_stride_n,
+                                               p->v_stride_page, ws->v_coords);
     }
     if (rows->k <= 0) return 0;
     int rc = fi__cuda_tma_map_3d(&ws->k, p->k, in_bytes(spec), hd, heads, rows->k, p->k_stride_h,
@@ -347,8 +349,8 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
     if (fi__prefill_is_fp8(spec))
         return fi__cuda_tma_map_3d(&ws->v, p->vt, 1, p->vt_keys, hd, heads, p->vt_keys,
                                    (long long)hd * p->vt_keys, hd, 1);
-    return fi__cuda_tma_map_3d(&ws->v, p->v, PREFILL_ELEM_BYTES, hd, heads, rows->v, p->v_stride_h,
-                               p->v_stride_n, 1, box);
+    return fi__cuda_tma_map_3d(&ws->v, p->v, PREFILL_ELEM_BYTES, hd_vo, heads, rows->v,
+                               p->v_stride_h, p->v_stride_n, 1, box);
 }
 
 /* The map of q (prefill/params.h) when a box's packed rows (a tile's, or a
@@ -378,8 +380,9 @@ static void encode_o_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
 {
     const int group = p->group_size;
     if (o_rows <= 0 || 64 % group != 0) return;
-    if (fi__cuda_tma_map_3d(&ws->o, p->o, PREFILL_ELEM_BYTES, spec->head_dim, p->num_qo_heads,
-                            o_rows, p->o_stride_h, p->o_stride_n, group, 64 / group) == 0)
+    if (fi__cuda_tma_map_3d(&ws->o, p->o, PREFILL_ELEM_BYTES, fi__spec_head_dim_vo(spec),
+                            p->num_qo_heads, o_rows, p->o_stride_h, p->o_stride_n, group,
+                            64 / group) == 0)
         ws->o_rows = o_rows;
 }
 
@@ -492,11 +495,11 @@ static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
     p->work_tile = tiles->tile;
     const unsigned gx = (unsigned)tiles->items, gy = (unsigned)heads;
     CUfunction f = kernel->functions[idx];
-    const int sm90a = fi__prefill_is_sm90a(kernel->arch);
+    const int sm90a = fi__prefill_tiles_sm90a(spec, kernel->arch);
     const unsigned block[3] = {(unsigned)FI_PREFILL_WARPS(idx, hd, sm90a) * 32u, 1, 1};
+    const unsigned smem = (unsigned)FI_PREFILL_SMEM_BYTES_VO(idx, hd, fi__spec_head_dim_vo(spec), sm90a);
     if (!f) return fi__error(FI_ELOAD, "%s: the loaded module lacks tile kernel %d", who, idx);
-    return fi__cuda_launch(f, gx, gy, block, (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd, sm90a),
-                           stream, p, who);
+    return fi__cuda_launch(f, gx, gy, block, smem, stream, p, who);
 }
 
 /* Launch the RoPE pre-pass (the module entry after the tile kernels) that
@@ -636,11 +639,11 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
     FI_TRY(fi__check_stride(who, "v_stride_n", a->v_stride_n, a->kv_len > 1, eb));
     FI_TRY(fi__check_stride(who, "k_stride_h", a->k_stride_h, a->num_kv_heads > 1, eb));
     FI_TRY(fi__check_stride(who, "v_stride_h", a->v_stride_h, a->num_kv_heads > 1, eb));
-    if (a->num_qo_heads > 1 && a->o_stride_h < spec->head_dim && a->o_stride_n != 0 &&
-        a->o_stride_n < spec->head_dim)
-        FI_FAIL(FI_EINVALID, "prefill: o strides (n %lld, h %lld) are smaller than head_dim (%d): "
-                "rows would overlap", (long long)a->o_stride_n, (long long)a->o_stride_h,
-                spec->head_dim);
+    if (a->num_qo_heads > 1 && a->o_stride_h < fi__spec_head_dim_vo(spec) && a->o_stride_n != 0 &&
+        a->o_stride_n < fi__spec_head_dim_vo(spec))
+        FI_FAIL(FI_EINVALID, "prefill: o strides (n %lld, h %lld) are smaller than o's head dim "
+                "(%d): rows would overlap", (long long)a->o_stride_n, (long long)a->o_stride_h,
+                fi__spec_head_dim_vo(spec));
     FI_TRY(check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale, a->rope_theta,
                          a->rope_offset, a->alibi_slopes, a->custom_mask));
     FI_TRY(fi__check_window(who, spec, a->window_left));
@@ -702,7 +705,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     p.num_qo_heads = a->num_qo_heads;
     p.num_kv_heads = a->num_kv_heads;
     p.group_size = group;
-    p.heads_per_section = heads_per_section(a->kv_len, spec->head_dim, a->num_kv_heads);
+    p.heads_per_section = heads_per_section(a->kv_len, spec, a->num_kv_heads);
     p.qo_len = a->qo_len;
     p.kv_len = a->kv_len;
     if (single_rotates_keys(spec, a))
@@ -999,7 +1002,7 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
         kv_tokens += kv;
         row_keys += (double)qo * row_mean_keys(spec, qo, kv);
     }
-    plan->heads_per_section = heads_per_section(kv_tokens, spec->head_dim, a->num_kv_heads);
+    plan->heads_per_section = heads_per_section(kv_tokens, spec, a->num_kv_heads);
     plan->kv_tokens = paged ? 0 : a->kv_indptr[a->batch_size];
     plan->qo_tokens = a->qo_indptr[a->batch_size];
     /* Compile or load now, so that runs (maybe under graph capture) never do. */

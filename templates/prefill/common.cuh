@@ -33,6 +33,18 @@
 #include "common/wgmma_sm90.cuh"
 #include "prefill/params.h"
 
+// fijit_cfg::kHeadDimVO, the head dim of v and o, is in the prelude only
+// where it differs from kHeadDim (MLA's 192/128), so that no other tuple's
+// translation unit changes; elsewhere qualified lookup, which takes a
+// namespace's own member before those of the namespaces it uses, finds this
+// default.
+namespace fijit_cfg {
+namespace vo_default {
+constexpr int kHeadDimVO = kHeadDim;
+}  // namespace vo_default
+using namespace vo_default;
+}  // namespace fijit_cfg
+
 namespace fijit {
 namespace prefill {
 
@@ -55,16 +67,26 @@ using Variant = fijit_cfg::Variant;
 using P = fi_prefill_params;
 
 constexpr int kKind = fijit_cfg::kKind;
+// kHeadDim: q and k, the width of Q.K^T; kHeadDimVO: v and o, of P.V. They
+// differ only for MLA's prefill (192 and 128: kSplitVO).
 constexpr int kHeadDim = fijit_cfg::kHeadDim;
-constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+constexpr int kHeadDimVO = fijit_cfg::kHeadDimVO;
+constexpr bool kSplitVO = kHeadDimVO != kHeadDim;
+constexpr int kChunks = kHeadDim / 8;      // 16-byte chunks per row of Q and K
+constexpr int kChunksVO = kHeadDimVO / 8;  // of V and O
 // Compiled for sm_90a: tiles 0 and 1 run on wgmma (prefill/params.h).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr int kSm90a = 1;
 #else
 constexpr int kSm90a = 0;
 #endif
+// The tile kernels' shapes of sm_90a (prefill/params.h) where their wgmma
+// main loop is written for the tuple: not for kSplitVO, which runs the
+// mma.sync tiles there too.
+constexpr int kSm90aTiles = kSm90a && !kSplitVO;
 constexpr int kStages = FI_PREFILL_STAGES;
 constexpr unsigned int kRowBytes = kHeadDim * 2;
+constexpr unsigned int kRowBytesVO = kHeadDimVO * 2;
 
 constexpr bool kRope = fijit_cfg::kPos == fijit_cfg::kPosRopeLlama;
 // With RoPE, keys are read rotated once, by fi_prefill_rope_k_kernel
@@ -107,18 +129,32 @@ constexpr bool kLazyRow = kTight && !kMasked;
 static_assert(kKind == FI_PREFILL_KIND_SINGLE || kKind == FI_PREFILL_KIND_RAGGED ||
                   kKind == FI_PREFILL_KIND_PAGED,
               "prefill is included through prefill/single.cuh, ragged.cuh or paged.cuh");
-static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
-              "prefill supports head_dim 64, 128 and 256");
-static_assert(kChunks >= 8, "the swizzle permutes 8 chunks within a row");
+static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256 ||
+                  (kHeadDim == 192 && kHeadDimVO == 128),
+              "prefill supports head_dim 64, 128 and 256, and 192 with v and o of 128");
+static_assert(kHeadDimVO == kHeadDim || (kHeadDim == 192 && kHeadDimVO == 128),
+              "a separate v/o head dim is 128 with head_dim 192");
+static_assert(!kSplitVO || !kRope,
+              "RoPE rotates all of q and k: MLA's split rope part is the caller's to rotate");
+static_assert(kChunks % 8 == 0 && kChunksVO % 8 == 0,
+              "the swizzle permutes 8 chunks within a row: rows are whole groups of 8");
 static_assert(kStages == 2, "the pipeline below is written for double buffering");
 static_assert(Traits<DTypeQ>::kBytes == Traits<DTypeKV>::kBytes && Traits<DTypeO>::kBytes == 2,
               "prefill expects q and kv of one size (16-bit, or fp8: prefill/fp8.cuh) and 16-bit o");
 static_assert(kHeadDim <= FI_PREFILL_MAX_HEAD_DIM, "rope_freq table too small");
 
-// Byte offset of chunk `ch` of row `row` in a swizzled tile.
-__device__ __forceinline__ unsigned int swz(int row, int ch)
+// Byte offset of chunk `ch` of row `row` in a swizzled tile of rows of
+// kBytes (Q and K: kRowBytes; V: kRowBytesVO). The XOR stays within the
+// row's group of 8 chunks; a row of 24 (head_dim 192) is three groups.
+template <unsigned int kBytes>
+__device__ __forceinline__ unsigned int swz_rows(int row, int ch)
 {
-    return (unsigned int)row * kRowBytes + (unsigned int)((ch ^ (row & 7)) * 16);
+    return (unsigned int)row * kBytes + (unsigned int)((ch ^ (row & 7)) * 16);
+}
+__device__ __forceinline__ unsigned int swz(int row, int ch) { return swz_rows<kRowBytes>(row, ch); }
+__device__ __forceinline__ unsigned int swz_vo(int row, int ch)
+{
+    return swz_rows<kRowBytesVO>(row, ch);
 }
 
 // Byte offset of chunk `ch` of row `row` in a tile of kRows rows stored for
@@ -189,11 +225,11 @@ __device__ __forceinline__ void p_fragment(const float (&s)[kN][4], int kk, unsi
 template <int kTileIdx>
 struct Cfg {
     static constexpr int kTileQ = FI_PREFILL_TILE_Q(kTileIdx);
-    static constexpr bool kWgmma = FI_PREFILL_WGMMA(kTileIdx, kSm90a);
-    static constexpr int kWarps = FI_PREFILL_WARPS(kTileIdx, kHeadDim, kSm90a);
+    static constexpr bool kWgmma = FI_PREFILL_WGMMA(kTileIdx, kSm90aTiles);
+    static constexpr int kWarps = FI_PREFILL_WARPS(kTileIdx, kHeadDim, kSm90aTiles);
     static constexpr int kThreads = kWarps * 32;
-    static constexpr int kMT = FI_PREFILL_ROWS_PER_WARP(kTileIdx, kHeadDim, kSm90a) / 16;
-    static constexpr int kTileKV = FI_PREFILL_TILE_KV(kTileIdx, kHeadDim, kSm90a);
+    static constexpr int kMT = FI_PREFILL_ROWS_PER_WARP(kTileIdx, kHeadDim, kSm90aTiles) / 16;
+    static constexpr int kTileKV = FI_PREFILL_TILE_KV(kTileIdx, kHeadDim, kSm90aTiles);
     static_assert(kTileKV <= 64, "a row's custom-mask bits of a K tile fit 64 bits");
     static_assert(kWarps * kMT * 16 == kTileQ, "warps must cover the query tile");
     static_assert(!kWgmma || (kMT == 1 && kTileQ % 64 == 0), "wgmma: warpgroups of 4 x 16 rows");

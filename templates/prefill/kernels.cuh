@@ -44,8 +44,8 @@ __device__ __forceinline__ void run_tile(const P &p, unsigned char *smem)
 }  // namespace fijit
 
 #define FI_PREFILL_BOUNDS(i)                                                                \
-    __launch_bounds__(FI_PREFILL_WARPS(i, fijit_cfg::kHeadDim, fijit::prefill::kSm90a) * 32, \
-                      FI_PREFILL_MIN_BLOCKS(i, fijit_cfg::kHeadDim, fijit::prefill::kSm90a))
+    __launch_bounds__(FI_PREFILL_WARPS(i, fijit_cfg::kHeadDim, fijit::prefill::kSm90aTiles) * 32, \
+                      FI_PREFILL_MIN_BLOCKS(i, fijit_cfg::kHeadDim, fijit::prefill::kSm90aTiles))
 extern "C" __global__ void FI_PREFILL_BOUNDS(0) fi_prefill_kernel_q128(const fi_prefill_params p)
 {
     extern __shared__ __align__(1024) unsigned char smem_q128[];

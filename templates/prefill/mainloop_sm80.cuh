@@ -3,6 +3,8 @@
 // O += P.V of one K/V tile for this warp's rows, and the shared-memory
 // layout their operands are read from. The CTA around them (work, loads,
 // masks, softmax, epilogue) is prefill/tile_loop.cuh.
+//  * Q.K^T contracts over kHeadDim, P.V produces kHeadDimVO columns (MLA's
+//    prefill: 192 and 128); V rows are kHeadDimVO wide in shared memory.
 //  * Each warp owns 16 or 32 query rows; both products run on mma.sync
 //    m16n8k16 with fp32 accumulation, operands fed by ldmatrix from shared
 //    memory laid out in 16-byte chunks XOR-swizzled by row (chunk c of row r
@@ -26,7 +28,7 @@ struct MainloopSm80 {
     enum : int {
         kMT = C::kMT,              // 16-row MMA tiles per warp
         kNT = C::kTileKV / 8,      // 8-key column tiles of S
-        kDT = kHeadDim / 8,        // 8-wide column tiles of O
+        kDT = kHeadDimVO / 8,      // 8-wide column tiles of O
         kSkipRows = C::kMT * 16,   // rows that skip a K/V tile together: the warp's
     };
     static_assert(!C::kWgmma, "the tile runs on wgmma: prefill/mainloop_sm90_tile.cuh");
@@ -34,6 +36,7 @@ struct MainloopSm80 {
     // Where chunk ch of row r of the Q tile and of a K/V tile lives.
     static __device__ __forceinline__ unsigned int q_at(int r, int ch) { return swz(r, ch); }
     static __device__ __forceinline__ unsigned int kv_at(int r, int ch) { return swz(r, ch); }
+    static __device__ __forceinline__ unsigned int v_at(int r, int ch) { return swz_vo(r, ch); }
     // Shared-memory writes need no fence before a barrier for ldmatrix.
     static __device__ __forceinline__ void fence_operands() {}
 
@@ -44,7 +47,7 @@ struct MainloopSm80 {
                                             int warp_row0, int lane)
         : q_frag(frag_base(sq, warp_row0 + (lane & 15), lane >> 4)),
           k_frag(frag_base(sk, ((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1)),
-          v_frag(frag_base(sv, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4))
+          v_frag(sv + swz_vo((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4))
     {
     }
 
@@ -55,9 +58,10 @@ struct MainloopSm80 {
     };
     __device__ __forceinline__ Frags frags(int stage) const
     {
-        constexpr unsigned int kKVTileBytes = C::kTileKV * kRowBytes;
-        return {kXor ? opaque(q_frag) : 0u, kXor ? opaque(k_frag + stage * kKVTileBytes) : 0u,
-                kXor ? opaque(v_frag + stage * kKVTileBytes) : 0u};
+        constexpr unsigned int kKTileBytes = C::kTileKV * kRowBytes;
+        constexpr unsigned int kVTileBytes = C::kTileKV * kRowBytesVO;
+        return {kXor ? opaque(q_frag) : 0u, kXor ? opaque(k_frag + stage * kKTileBytes) : 0u,
+                kXor ? opaque(v_frag + stage * kVTileBytes) : 0u};
     }
 
     // S = Q K^T for this warp's rows (s zeroed by the caller).
@@ -98,11 +102,11 @@ struct MainloopSm80 {
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt) p_fragment(s[mt], kk, a[mt]);
 #pragma unroll
-            for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+            for (int dp = 0; dp < kHeadDimVO / 16; ++dp) {
                 unsigned int b[4];
-                ldmatrix_x4_trans(b, kXor ? frag_at(f.v, dp) + kk * 16 * kRowBytes
-                                          : svt + swz(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                      dp * 2 + (lane >> 4)));
+                ldmatrix_x4_trans(b, kXor ? frag_at(f.v, dp) + kk * 16 * kRowBytesVO
+                                          : svt + swz_vo(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                         dp * 2 + (lane >> 4)));
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt) {
                     Mma<DTypeKV>::run(o[mt][2 * dp], a[mt], b[0], b[1]);

@@ -31,7 +31,7 @@ struct MainloopSm90Tile {
         kMT = C::kMT,
         kTileKV = C::kTileKV,
         kNT = C::kTileKV / 8,  // 8-key column tiles of S
-        kDT = kHeadDim / 8,    // 8-wide column tiles of O
+        kDT = kHeadDimVO / 8,  // 8-wide column tiles of O (= kHeadDim: never kSplitVO)
         // Width of the P.V wgmma: head_dim, spelled through C so that the
         // name stays dependent (never instantiated for tiles without wgmma).
         kWgDim = C::kWgmma ? kHeadDim : 64,
@@ -39,6 +39,7 @@ struct MainloopSm90Tile {
         kSkipRows = 64,
     };
     static_assert(C::kWgmma, "the tile runs on mma.sync: prefill/mainloop_sm80.cuh");
+    static_assert(!(kSplitVO && C::kWgmma), "a separate v/o head dim runs on mma.sync (kSm90aTiles)");
 
     static __device__ __forceinline__ unsigned int q_at(int r, int ch)
     {
@@ -48,6 +49,7 @@ struct MainloopSm90Tile {
     {
         return swz_panel<kTileKV>(r, ch);
     }
+    static __device__ __forceinline__ unsigned int v_at(int r, int ch) { return kv_at(r, ch); }
     // wgmma reads shared memory through the async proxy: each writer fences
     // its stores before the barrier that publishes them.
     static __device__ __forceinline__ void fence_operands() { wg::fence_proxy_async(); }

@@ -58,6 +58,14 @@
 /* Dynamic shared memory of tile index i: Q tile + STAGES x (K tile + V tile), 16-bit elements. */
 #define FI_PREFILL_SMEM_BYTES(i, hd, sm90a)                                                   \
     ((FI_PREFILL_TILE_Q(i) + 2 * FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(i, hd, sm90a)) * (hd) * 2)
+/* The same where v and o have head dim hd_vo (MLA: 192/128): Q and K rows of
+ * hd, V rows of hd_vo. Such tuples' tile kernels are the mma.sync ones on
+ * every arch (the caller passes sm90a 0; on sm_90a the Hopper main loop
+ * takes their 128-row tiles): 128 rows as 8 warps x 16, 32 keys per K/V
+ * tile, as head_dim 256 does. */
+#define FI_PREFILL_SMEM_BYTES_VO(i, hd, hd_vo, sm90a)                                         \
+    (((FI_PREFILL_TILE_Q(i) + FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(i, hd, sm90a)) * (hd) +    \
+      FI_PREFILL_STAGES * FI_PREFILL_TILE_KV(i, hd, sm90a) * (hd_vo)) * 2)
 #define FI_PREFILL_MAX_HEAD_DIM 256
 /* Bytes of K/V (all requests) the heads of one block-order section may span. */
 #define FI_PREFILL_L2_BUDGET (24u << 20)
@@ -116,9 +124,12 @@
  * the MUFU: computing every 4th, 3rd or 2nd 8-key tile's exponentials on the
  * FMA pipe (a cubic for 2^f) measured 0.93-1.01x, 0.90-1.00x and 0.81-0.95x
  * at head_dim 64. */
+/* Head dim 192 (MLA's q and k, with v and o of 128: not yet measured) takes
+ * 128 keys, its one Q buffer and two stages of K (192 wide) and V (128
+ * wide) in 208.3 KiB. */
 #ifndef FI_PREFILL_WS_TILE_KV
 #define FI_PREFILL_WS_TILE_KV(hd, lean, causal) \
-    ((hd) == 128 && (lean) && (causal) ? 160 : (hd) <= 128 ? 128 : 80)
+    ((hd) == 128 && (lean) && (causal) ? 160 : (hd) <= 192 ? 128 : 80)
 #endif
 /* A lean tuple: no soft-cap, no ALiBi, no custom variant (no hook runs on
  * every logit). */
@@ -165,10 +176,13 @@
 /* The Q buffers + the K and V rings + 320 bytes for the mbarriers and the
  * block feed (ws/config.cuh: Smem): at most 224.31 KiB (head_dim 128 with
  * 160-key tiles), under the 227 KiB an H100 CTA may opt in to. */
-#define FI_PREFILL_WS_SMEM_BYTES(hd, lean, causal)                                        \
-    ((FI_PREFILL_WS_Q_BUFS(hd) * FI_PREFILL_WS_TILE_Q(hd, lean) +                          \
-      2 * FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, lean, causal)) *            \
-         (hd) * 2 +                                                                        \
+#define FI_PREFILL_WS_SMEM_BYTES(hd, lean, causal) FI_PREFILL_WS_SMEM_BYTES_VO(hd, hd, lean, causal)
+/* The same with V rows of hd_vo (MLA: 192/128; the output, 128 wide, is
+ * staged in the Q buffer). */
+#define FI_PREFILL_WS_SMEM_BYTES_VO(hd, hd_vo, lean, causal)                              \
+    ((FI_PREFILL_WS_Q_BUFS(hd) * FI_PREFILL_WS_TILE_Q(hd, lean) * (hd) +                   \
+      FI_PREFILL_WS_STAGES(hd) * FI_PREFILL_WS_TILE_KV(hd, lean, causal) * ((hd) + (hd_vo))) * \
+         2 +                                                                               \
      320)
 
 /* ---- fp8 prefill (templates/prefill/fp8.cuh) ------------------------------------

@@ -48,9 +48,10 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     constexpr int kThreads = C::kThreads;
     constexpr int kMT = C::kMT;           // 16-row MMA tiles per warp
     constexpr int kTileKV = C::kTileKV;
-    constexpr unsigned int kKVTileBytes = kTileKV * kRowBytes;
+    constexpr unsigned int kKVTileBytes = kTileKV * kRowBytes;      // a K tile
+    constexpr unsigned int kVTileBytes = kTileKV * kRowBytesVO;     // a V tile
     constexpr int kNT = kTileKV / 8;      // 8-key column tiles of S
-    constexpr int kDT = kHeadDim / 8;     // 8-wide column tiles of O
+    constexpr int kDT = kHeadDimVO / 8;   // 8-wide column tiles of O
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;
@@ -77,27 +78,50 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
     // layout the main loop's products read.
     auto q_at = [](int r, int ch) { return Mainloop::q_at(r, ch); };
     auto kv_at = [](int r, int ch) { return Mainloop::kv_at(r, ch); };
+    auto v_at = [](int r, int ch) { return Mainloop::v_at(r, ch); };
 
     const DTypeKV *kbase = static_cast<const DTypeKV *>(p.k) + kv_head * p.k_stride_h;
     const DTypeKV *vbase = static_cast<const DTypeKV *>(p.v) + kv_head * p.v_stride_h;
 
     // One cp.async group per tile (K and V); keys past the end are zero-filled.
     // Each thread copies one 16-byte column of the tile, every kLoadRows-th row.
+    // kSplitVO: K rows of kChunks and V rows of kChunksVO chunks, each its
+    // own pass over (row, chunk) pairs.
     constexpr int kLoadRows = kThreads / kChunks;
-    static_assert(kThreads % kChunks == 0 && kTileKV % kLoadRows == 0, "whole rows per pass");
+    static_assert(kSplitVO || (kThreads % kChunks == 0 && kTileKV % kLoadRows == 0),
+                  "whole rows per pass");
+    static_assert(!kSplitVO || ((kTileKV * kChunks) % kThreads == 0 &&
+                                (kTileKV * kChunksVO) % kThreads == 0),
+                  "whole passes over the K and V tiles");
     const int load_row = tid / kChunks, load_ch = tid % kChunks;
     auto load_kv = [&](int stage, int tile) {
         const int t0 = kv_start + tile * kTileKV;
+        if constexpr (kSplitVO) {
+            // A K or V tile of `chunks` per row into `dst` (layout `at`).
+            auto load_rows = [&](unsigned int dst, const DTypeKV *base, int chunks, bool v, auto at) {
 #pragma unroll 2
-        for (int i = 0; i < kTileKV / kLoadRows; ++i) {
-            const int r = load_row + i * kLoadRows;
-            const bool valid = t0 + r < w.kv_len;
-            long long ko = 0, vo = 0;
-            if (valid) kv_row_offsets(p, w, t0 + r, ko, vo);
-            if constexpr (kRotatedK) ko = (long long)(w.k_row0 + t0 + r) * p.k_stride_n;
-            const unsigned int dst = stage * kKVTileBytes + kv_at(r, load_ch);
-            cp_async16(sk + dst, kbase + ko + load_ch * 8, valid);
-            cp_async16(sv + dst, vbase + vo + load_ch * 8, valid);
+                for (int c = tid; c < kTileKV * chunks; c += kThreads) {
+                    const int r = c / chunks, ch = c % chunks;
+                    const bool valid = t0 + r < w.kv_len;
+                    long long ko = 0, vo = 0;
+                    if (valid) kv_row_offsets(p, w, t0 + r, ko, vo);
+                    cp_async16(dst + at(r, ch), base + (v ? vo : ko) + ch * 8, valid);
+                }
+            };
+            load_rows(sk + stage * kKVTileBytes, kbase, kChunks, false, kv_at);
+            load_rows(sv + stage * kVTileBytes, vbase, kChunksVO, true, v_at);
+        } else {
+#pragma unroll 2
+            for (int i = 0; i < kTileKV / kLoadRows; ++i) {
+                const int r = load_row + i * kLoadRows;
+                const bool valid = t0 + r < w.kv_len;
+                long long ko = 0, vo = 0;
+                if (valid) kv_row_offsets(p, w, t0 + r, ko, vo);
+                if constexpr (kRotatedK) ko = (long long)(w.k_row0 + t0 + r) * p.k_stride_n;
+                const unsigned int dst = stage * kKVTileBytes + kv_at(r, load_ch);
+                cp_async16(sk + dst, kbase + ko + load_ch * 8, valid);
+                cp_async16(sv + dst, vbase + vo + load_ch * 8, valid);
+            }
         }
         cp_async_commit();
     };
@@ -184,7 +208,7 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         const int stage = tile & 1;
         const unsigned int skt = sk + stage * kKVTileBytes;
         const typename Mainloop::Frags frags = mainloop.frags(stage);
-        const unsigned int svt = sv + stage * kKVTileBytes;
+        const unsigned int svt = sv + stage * kVTileBytes;
         const int t0 = kv_start + tile * kTileKV;
 
         // This tile's K and V have landed and are visible to all, and every
@@ -310,8 +334,8 @@ __device__ __forceinline__ void run(const P &p, unsigned char *smem)
         }
     __syncwarp();
 #pragma unroll
-    for (int c = lane; c < kMT * 16 * kChunks; c += 32) {
-        const int r = warp_row0 + c / kChunks, ch = c % kChunks;
+    for (int c = lane; c < kMT * 16 * kChunksVO; c += 32) {
+        const int r = warp_row0 + c / kChunksVO, ch = c % kChunksVO;
         const int pr = row0 + r;
         if (pr < rows) store_chunk(p, w, G, pr, ch, [&] { return sq + q_at(r, ch); });
     }

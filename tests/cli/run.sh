@@ -134,6 +134,7 @@ run bad_gc_size -- gc --max-size 12X --cache-dir "$CACHE"
 run bad_gc_age -- gc --older-than 3y --cache-dir "$CACHE"
 run bad_explain_missing -- explain
 run bad_explain_spec -- explain "decode hd=65"
+run bad_head_dim_vo -- prewarm --kernel prefill --head-dim 128 --head-dim-vo 64 --cache-dir "$CACHE"
 run bad_list_dtype -- list --dtype fp9 --cache-dir "$CACHE"
 printf '# specs for the test\n\ndecode q=fp16 hd=64\ndecode q=fp16 hd=64 mask=sideways\n' \
     >"$WORK/bad.manifest"

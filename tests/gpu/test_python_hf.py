@@ -2,11 +2,16 @@
 """End to end: fijit as the transformers attention backend on small models built from
 configs with random weights (nothing is downloaded): a Llama-3-style (32/8 heads, hd 128,
 RoPE theta 500000), a Qwen2-style (28/4, GQA group 7) and a Gemma-2-style (hd 256,
-attention soft-cap 50, sliding window on alternate layers), a few layers each, fp16.
-For each: logits of a 512-token prompt agree with the SDPA backend (max |diff| relative
-to max |logit| <= 2e-2), and greedy generation of 64 tokens (16 with --quick) gives the
-same tokens, or the first divergence is reported with SDPA's logit margin between the two
-choices (a divergence within the logit tolerance is a near-tie, not a failure).
+attention soft-cap 50, sliding window on alternate layers), a few layers each, fp16;
+and a DeepSeek-V3-shaped model (multi-head latent attention: q and k of head_dim 192 =
+128 + 64 RoPE, v of 128; MoE shrunk to 8 experts, 2 per token, one dense layer first),
+bf16, compared with the eager backend. For each: logits of a 512-token prompt agree
+with the reference backend (SDPA; eager for DeepSeek-V3) (max |diff| relative to max
+|logit| <= 2e-2), and greedy generation of 64 tokens (16 with --quick) gives the same
+tokens, or the first divergence is reported with the reference's logit margin between
+the two choices (a divergence within the logit tolerance is a near-tie, not a
+failure). Every attention call, prefill and decode steps, must be fijit's (no
+fallback).
 
 Timing, side by side with SDPA and the same for both backends: one model object (so one
 generation config and one KV-cache implementation, printed), an untimed warm-up of every
@@ -42,17 +47,31 @@ logging.basicConfig(level=logging.WARNING)
 
 
 def configs():
+    """(name, config, dtype, reference backend) of each model."""
     T = transformers
     common = dict(vocab_size=2048, num_hidden_layers=2 if QUICK else 4, intermediate_size=1024,
                   max_position_embeddings=4096)
+    f16 = torch.float16
     yield "llama3", T.LlamaConfig(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
-                                  head_dim=128, rope_theta=500000.0, **common)
+                                  head_dim=128, rope_theta=500000.0, **common), f16, "sdpa"
     yield "qwen2", T.Qwen2Config(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4,
-                                 **common)
+                                 **common), f16, "sdpa"
     yield "gemma2", T.Gemma2Config(hidden_size=2048, num_attention_heads=8, num_key_value_heads=4,
                                    head_dim=256, attn_logit_softcapping=50.0,
                                    final_logit_softcapping=30.0, sliding_window=128,
-                                   query_pre_attn_scalar=256, **common)
+                                   query_pre_attn_scalar=256, **common), f16, "sdpa"
+    if hasattr(T, "DeepseekV3Config"):
+        # DeepSeek-V3's attention shapes (16 of its 128 heads, as on 8 GPUs) with the MoE
+        # shrunk: q/k 128 + 64 = 192, v 128, latent ranks as the model's.
+        yield "dsv3", T.DeepseekV3Config(
+            hidden_size=2048, num_attention_heads=16, num_key_value_heads=16,
+            q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+            v_head_dim=128, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+            n_shared_experts=1, moe_intermediate_size=512, first_k_dense_replace=1,
+            rope_scaling=None, **common), torch.bfloat16, "eager"
+    else:
+        print(f"note dsv3: transformers {transformers.__version__} has no DeepseekV3Config; "
+              f"skipped")
 
 
 def set_backend(model, name):
@@ -117,16 +136,16 @@ def main():
     print(f"note timing: warm-up per backend, then the median of {ROUNDS} alternating rounds, "
           f"CUDA-synchronised; ms/token = decode steps only, (generate({NEW}) - generate(1)) / "
           f"{NEW - 1}; logit tolerance {TOL:g} x max|logit|")
-    print(f"{'model':8} {'logit err':>9} {'tokens':>14} {'prompt ms sdpa/fijit':>22} "
-          f"{'ms/token sdpa/fijit':>21}")
-    for name, cfg in configs():
+    print(f"{'model':8} {'logit err':>9} {'tokens':>14} {'prompt ms ref/fijit':>22} "
+          f"{'ms/token ref/fijit':>21}  (ref: sdpa; eager for dsv3)")
+    for name, cfg, dtype, ref in configs():
         torch.manual_seed(0)
-        cfg._attn_implementation = "sdpa"
-        model = transformers.AutoModelForCausalLM.from_config(cfg).to("cuda", torch.float16).eval()
+        cfg._attn_implementation = ref
+        model = transformers.AutoModelForCausalLM.from_config(cfg).to("cuda", dtype).eval()
         ids = torch.randint(0, cfg.vocab_size, (1, PROMPT), device="cuda")
         fhf.calls.update(fijit=0, sdpa=0)
-        res = run_backends(model, ids, ("sdpa", fhf.NAME))
-        rs, rf = res["sdpa"], res[fhf.NAME]
+        res = run_backends(model, ids, (ref, fhf.NAME))
+        rs, rf = res[ref], res[fhf.NAME]
         ls, lf = rs["logits"], rf["logits"]
         err = float((ls - lf).abs().max() / ls.abs().max())
         # Every attention call must have been fijit's: a fallback would compare SDPA with itself.
@@ -134,21 +153,21 @@ def main():
         same_cache = rs["cache"] == rf["cache"]
         ok = err <= TOL and served["fijit"] > 0 and served["sdpa"] == 0 and same_cache
         if not ok:
-            print(f"{name}: calls served {served}; caches sdpa {rs['cache']}, fijit {rf['cache']}")
+            print(f"{name}: calls served {served}; caches {ref} {rs['cache']}, fijit {rf['cache']}")
         ts, tf = rs["tokens"], rf["tokens"]
         same = int((ts == tf).cumprod(0).sum())
         note = f"{same}/{NEW} same"
         if same < NEW:
-            # SDPA's margin between its token and fijit's at the first divergence, from a
-            # forward over the common prefix.
+            # The reference's margin between its token and fijit's at the first divergence,
+            # from a forward over the common prefix.
             with torch.no_grad():
-                set_backend(model, "sdpa")
+                set_backend(model, ref)
                 prefix = torch.cat([ids[0], ts[:same]])[None]
                 lg = model(prefix).logits[0, -1].float()
             margin = float(lg[ts[same]] - lg[tf[same]])
             bound = TOL * float(lg.abs().max())
             near_tie = margin <= bound
-            note += (f", diverge at {same}: sdpa margin {margin:.3g} vs tolerance {bound:.3g} "
+            note += (f", diverge at {same}: {ref} margin {margin:.3g} vs tolerance {bound:.3g} "
                      f"({'near-tie' if near_tie else 'NOT a tie'})")
             ok = ok and near_tie
         print(f"{name:8} {err:9.2e} {note:>14} {rs['t_prompt'] * 1e3:10.1f}/{rf['t_prompt'] * 1e3:<10.1f}"

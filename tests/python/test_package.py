@@ -202,7 +202,8 @@ refusing = fake_library("librefusing", "".join(
     'const char *fi_error_name(int c) { (void)c; return "FI_EINVALID"; }\n')
 r = probe(PKG, {"FIJIT_LIBRARY": refusing})
 check("API: a library refusing the package's struct version is refused naming struct and version",
-      r.returncode != 0 and "0.9.0" in r.stderr and "fi_jit_spec version 1" in r.stderr
+      r.returncode != 0 and "0.9.0" in r.stderr
+      and f"fi_jit_spec version {S.JitSpec.VERSION}" in r.stderr
       and "not one this library accepts" in r.stderr, r.stderr[-500:])
 
 # ---- a library per Context (A/B benchmarks bind several builds in one process) ----------
@@ -300,6 +301,15 @@ check("Spec.check: fp8 q with fp16 kv is UnsupportedError",
       isinstance(e, fijit.UnsupportedError) and "kv" in str(e), repr(e))
 e = raises(lambda: fijit.Spec(mask="diagonal"), ValueError)
 check("Spec() refuses an unknown name", isinstance(e, ValueError) and "mask" in str(e))
+mla = fijit.Spec.parse("prefill q=bf16 hd=192 hd_vo=128 mask=causal")
+check("Spec: MLA's prefill (hd 192, hd_vo 128) round-trips; hd_vo equal to hd is no field",
+      mla.head_dim_vo == 128 and str(mla.check()).endswith(" hd_vo=128")
+      and fijit.Spec.parse(str(mla)) == mla and fijit.Spec(head_dim_vo=128) == fijit.Spec()
+      and "hd_vo" not in str(fijit.Spec(head_dim_vo=128)), str(mla))
+e = raises(lambda: fijit.Spec(kind="decode", head_dim=192, head_dim_vo=128).check(),
+           fijit.UnsupportedError)
+check("Spec.check: decode with hd_vo is UnsupportedError naming head_dim",
+      isinstance(e, fijit.UnsupportedError) and "head_dim" in str(e), repr(e))
 
 # ---- errors from a context -------------------------------------------------------------
 unsafe = os.path.join(WORK, "unsafe")

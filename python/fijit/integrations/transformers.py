@@ -8,7 +8,11 @@ Served by fijit: causal prefill (with or without a KV cache before it), decode o
 token against the model's cache, GQA/MQA, the layer's sliding window
 (kwargs["sliding_window"] or module.sliding_window: keys within sliding_window - 1 of
 the query, as transformers' own mask), logit soft-capping (kwargs["softcap"]), the
-model's scaling, fp16/bf16 and head_dim 64/128/256, non-causal (encoder) attention.
+model's scaling, fp16/bf16 and head_dim 64/128/256, non-causal (encoder) attention, and
+MLA models (DeepSeek-V3/R1, Kimi K2), whose attention calls carry q and k of head_dim
+192 and v of 128 (the RoPE part already applied by the model): their prefill and their
+decode steps alike run fijit's 192/128 prefill kernels (a decode step is a prefill of
+one query, which sees every key).
 
 Falls back to transformers' SDPA, with one warning per reason, for: a materialised
 mask (padding in the batch, packed sequences, static caches, chunked attention, any
@@ -17,8 +21,8 @@ mask transformers builds beyond causal/sliding), dropout while training, gradien
 CPU tensors, queries longer than the keys.
 
 q/k/v arrive as [batch, heads, seq, head_dim] (k, v with the cache); the output is
-[batch, seq, heads, head_dim]. fijit reads the views in place (HND layout), one call
-per batch row.
+[batch, seq, heads, head_dim of v]. fijit reads the views in place (HND layout), one
+call per batch row.
 """
 import logging
 
@@ -31,7 +35,8 @@ _log = logging.getLogger("fijit.transformers")
 _warned = set()
 # Calls served by fijit and by the SDPA fallback, for tests and for users checking coverage.
 calls = {"fijit": 0, "sdpa": 0}
-_HEAD_DIMS = (64, 128, 256)
+# (head_dim of q and k, head_dim of v) that fijit builds.
+_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 
 
 def _fallback(reason, module, query, key, value, attention_mask, **kwargs):
@@ -43,7 +48,7 @@ def _fallback(reason, module, query, key, value, attention_mask, **kwargs):
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
-def _unsupported(module, query, key, attention_mask, dropout):
+def _unsupported(module, query, key, value, attention_mask, dropout):
     """Why fijit cannot serve this call, or None."""
     if attention_mask is not None:
         return "a materialised attention mask (padding, packing, static cache or custom mask)"
@@ -51,8 +56,9 @@ def _unsupported(module, query, key, attention_mask, dropout):
         return "tensors not on a CUDA device"
     if query.dtype not in (torch.float16, torch.bfloat16) or key.dtype != query.dtype:
         return f"dtype {query.dtype} (fijit serves fp16 and bf16)"
-    if query.shape[-1] not in _HEAD_DIMS or key.shape[-1] != query.shape[-1]:
-        return f"head_dim {query.shape[-1]} (fijit builds 64, 128, 256)"
+    if key.shape[-1] != query.shape[-1] or (query.shape[-1], value.shape[-1]) not in _HEAD_DIMS:
+        return (f"head_dim {query.shape[-1]} with v's {value.shape[-1]} (fijit builds 64, 128, "
+                f"256, and 192 with v of 128)")
     if dropout and module.training:
         return "attention dropout while training"
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad):
@@ -65,20 +71,21 @@ def _unsupported(module, query, key, attention_mask, dropout):
 def fijit_attention_forward(module, query, key, value, attention_mask, dropout=0.0,
                             scaling=None, is_causal=None, **kwargs):
     """The AttentionInterface function: (attn_output [B, S, H, D], None)."""
-    reason = _unsupported(module, query, key, attention_mask, dropout)
+    reason = _unsupported(module, query, key, value, attention_mask, dropout)
     if reason:
         return _fallback(reason, module, query, key, value, attention_mask, dropout=dropout,
                          scaling=scaling, is_causal=is_causal, **kwargs)
     calls["fijit"] += 1
     B, H, S, D = query.shape
+    Dv = value.shape[-1]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     sliding = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
     window_left = int(sliding) - 1 if (sliding and causal) else -1
     softcap = float(kwargs.get("softcap") or 0.0)
-    out = torch.empty((B, S, H, D), dtype=query.dtype, device=query.device)
+    out = torch.empty((B, S, H, Dv), dtype=query.dtype, device=query.device)
     for b in range(B):
         k, v = key[b], value[b]  # [Hkv, L, D]: HND
-        if S == 1:
+        if S == 1 and Dv == D:  # decode has no narrower v: MLA's step is a prefill of one
             A.decode(query[b, :, 0, :], k, v, kv_layout="HND", sm_scale=scaling,
                      softcap=softcap, window_left=window_left, out=out[b, 0])
         else:

@@ -46,16 +46,19 @@ constexpr bool kRawQTuple = !kRope && kSoftmax && KeepsBaseQuery<Variant, P>::va
 // 128 fp8 ones; the output's are 16-bit.
 constexpr int kInBytes = Traits<DTypeKV>::kBytes;
 constexpr int kPanelCols = 128 / kInBytes;
+// Q and K have kHeadDim columns, V and O kHeadDimVO (MLA: 192 and 128).
 constexpr int kPanels = kHeadDim / kPanelCols;
-constexpr int kOutPanels = kHeadDim / 64;
-constexpr int kNT = kTileKV / 8;   // 8-key column tiles of S
-constexpr int kDT = kHeadDim / 8;  // 8-wide column tiles of O
+constexpr int kPanelsVO = kHeadDimVO / kPanelCols;
+constexpr int kOutPanels = kHeadDimVO / 64;
+constexpr int kNT = kTileKV / 8;     // 8-key column tiles of S
+constexpr int kDT = kHeadDimVO / 8;  // 8-wide column tiles of O
 constexpr unsigned int kQBytes = kTileQ * kHeadDim * kInBytes;
-constexpr unsigned int kKVBytes = kTileKV * kHeadDim * kInBytes;
+constexpr unsigned int kKVBytes = kTileKV * kHeadDim * kInBytes;  // a K slot
 // fp8: V^T in 128-key panels of head_dim 128-byte rows (prefill/fp8.cuh); a
-// V slot is whole panels, else as K's.
+// V slot is whole panels, else kTileKV rows of kHeadDimVO.
 constexpr unsigned int kVtPanelBytes = kHeadDim * 128u;
-constexpr unsigned int kVSlotBytes = kFp8 ? FI_PREFILL_FP8_V_PANELS * kVtPanelBytes : kKVBytes;
+constexpr unsigned int kVSlotBytes =
+    kFp8 ? FI_PREFILL_FP8_V_PANELS * kVtPanelBytes : kTileKV * kHeadDimVO * kInBytes;
 // A Q buffer also stages the block's 16-bit output (consume.cuh).
 constexpr unsigned int kQBufBytes = kTileQ * kHeadDim * 2;
 // Products of a K/V tile: k-steps of S = Q K^T over head_dim and of
@@ -74,8 +77,9 @@ struct SlotLayout {
 };
 constexpr SlotLayout kPanelMajor = {kTileKV * 128u, 1024u};
 constexpr SlotLayout kGroupMajor = {1024u, kPanels * 1024u};
+constexpr SlotLayout kVGroupMajor = {1024u, kPanelsVO * 1024u};  // V's rows: kPanelsVO panels
 constexpr SlotLayout kKLayout = kPaged && !kRotatedK ? kGroupMajor : kPanelMajor;
-constexpr SlotLayout kVLayout = kPaged ? kGroupMajor : kPanelMajor;
+constexpr SlotLayout kVLayout = kPaged ? kVGroupMajor : kPanelMajor;
 
 // Byte offset of 16-byte chunk `ch` of row `row` in a slot of layout `L`,
 // with the 128-byte swizzle. Where a panel's rows are contiguous the row
@@ -160,10 +164,13 @@ constexpr bool kUniformWg = kOwnTiles && (kConsumers == 2 || kTrimLast);
 // block feed besides (kRawQTuple) it needs 40 (24: 12-16 B of spills),
 // beside 232. (While it also copied the partial page's keys, before
 // consume.cuh's zero_v_tail, it needed 40, 56 and 64.) Three consumers
-// leave 32 / 160.
+// leave 32 / 160. Single prefill at 192/128 (MLA) with Q by TMA in two
+// parts spilled 4 B at 24 (causal and window); 40 / 232 spill nothing.
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-constexpr int kProducerRegs = kConsumers == 3 ? 32 : kPaged && kRawQTuple ? 40 : 24;
-constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kPaged && kRawQTuple ? 232 : 240;
+constexpr bool kWideProducer =
+    kRawQTuple && (kPaged || (kSplitVO && kKind == FI_PREFILL_KIND_SINGLE));
+constexpr int kProducerRegs = kConsumers == 3 ? 32 : kWideProducer ? 40 : 24;
+constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kWideProducer ? 232 : 240;
 static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
               "setmaxnreg: the warpgroups' registers must fit the CTA's launch allocation");
 
@@ -218,8 +225,13 @@ static_assert(kConsumers == 2 || kConsumers == 3, "the turn barriers and registe
 static_assert(!kFp8 || (kRawQTuple && kKind == FI_PREFILL_KIND_SINGLE && kTileKV % 32 == 0),
               "fp8: single prefill with Q as it is in q, k-steps within 128-key panels");
 static_assert(kQParts == 1 || kQParts == kConsumers, "a Q load is a tile's rows or a consumer's");
+static_assert(!kSplitVO || !kFp8, "fp8 has one head dim");
+static_assert(kKVBytes == kPanels * kTileKV * 128u && (kFp8 || kVSlotBytes == kPanelsVO * kTileKV * 128u),
+              "a K or V slot is its panels of kTileKV 128-byte rows (produce.cuh: load_tile)");
+static_assert(kOutPanels * 64 == kHeadDimVO && kHeadDimVO <= kHeadDim,
+              "the output's 64-column panels are staged in the Q buffer's first ones");
 static_assert((kFp8 ? FI_PREFILL_FP8_SMEM_BYTES(kHeadDim, kLean)
-                      : FI_PREFILL_WS_SMEM_BYTES(kHeadDim, kLean, kCausalMask)) >=
+                      : FI_PREFILL_WS_SMEM_BYTES_VO(kHeadDim, kHeadDimVO, kLean, kCausalMask)) >=
                   kQBufs * kQBufBytes + kStages * (kKVBytes + kVSlotBytes) + kFeedAt +
                       kFeedSlotBytes * kFeedSlots,
               "shared memory: Q, the K and V rings, the block feed, their barriers");

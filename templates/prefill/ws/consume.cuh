@@ -36,8 +36,8 @@ __device__ __forceinline__ void end_turns(int wg, int blocks)
 __device__ __forceinline__ void zero_v_tail(const Smem &sm, int slot, int keys, int wg, int wtid)
 {
     const vec16_t zero = {{0u, 0u, 0u, 0u}};
-    for (int c = keys * kChunks + wtid; c < kTileKV * kChunks; c += 128)
-        sts128(sm.v_slot(slot) + slot_offset(kVLayout, c / kChunks, c % kChunks), zero);
+    for (int c = keys * kChunksVO + wtid; c < kTileKV * kChunksVO; c += 128)
+        sts128(sm.v_slot(slot) + slot_offset(kVLayout, c / kChunksVO, c % kChunksVO), zero);
     wg::fence_proxy_async();  // read by wgmma
     named_sync(kBarWg + wg, 128);
 }
@@ -146,7 +146,7 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
             const unsigned long long b =
                 kFp8 ? wg::desc(vt + (kk >> 2) * kVtPanelBytes + (unsigned int)(kk & 3) * 32u, 0)
                      : wg::desc(vt + kk * 2u * kVLayout.group, kVLayout.panel, kVLayout.group);
-            wg::Mma<DTypeKV, kHeadDim>::rs(o, pa[kk], b, 1);
+            wg::Mma<DTypeKV, kHeadDimVO>::rs(o, pa[kk], b, 1);
         }
         wg::commit();
     };
@@ -420,8 +420,8 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
         }
     } else {
 #pragma unroll 4
-        for (int c = wtid; c < 64 * kChunks; c += 128) {
-            const int r = wg_row0 + c / kChunks, ch = c % kChunks;
+        for (int c = wtid; c < 64 * kChunksVO; c += 128) {
+            const int r = wg_row0 + c / kChunksVO, ch = c % kChunksVO;
             const int pr = row0 + r;
             if ((unsigned int)pr < (unsigned int)rows)  // rows before the request too
                 store_chunk(p, w, G, pr, ch, [&] { return q_tile + swz_panel<kTileQ>(r, ch); });

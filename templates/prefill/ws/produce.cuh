@@ -33,13 +33,15 @@ __device__ __forceinline__ void produce_q(const P &p, const fi_prefill_ws &maps,
 }
 
 // One K or V tile of a contiguous map (kTileKV rows from `row`, a box per
-// panel) into `slot`, completing `full`'s transaction bytes.
+// panel: kNPanels, K's kPanels or V's kPanelsVO) into `slot`, completing
+// `full`'s transaction bytes.
+template <int kNPanels>
 __device__ __forceinline__ void load_tile(unsigned int slot, const fi_tma_map *map, int kv_head, int row,
                                           unsigned int full)
 {
-    bar_expect(full, kKVBytes);
+    bar_expect(full, kNPanels * kTileKV * 128u);
 #pragma unroll
-    for (int c = 0; c < kPanels; ++c)
+    for (int c = 0; c < kNPanels; ++c)
         tma_load(slot + c * kTileKV * 128u, map, c * kPanelCols, kv_head, row, full);
 }
 
@@ -71,12 +73,12 @@ __device__ __forceinline__ void produce(const fi_prefill_ws &maps, const Work &w
         const unsigned int free_parity = ((it / kStages) & 1) ^ 1;
         const int t0 = kr.kv_start + i * kTileKV;
         bar_wait(sm.empty_k(s), free_parity);
-        load_tile(sm.k_slot(s), &maps.k, w.kv_head, k_row + t0, sm.full_k(s));
+        load_tile<kPanels>(sm.k_slot(s), &maps.k, w.kv_head, k_row + t0, sm.full_k(s));
         bar_wait(sm.empty_v(s), free_parity);
         if constexpr (kFp8)
             load_vt_tile(sm.v_slot(s), &maps.v, w.kv_head, v_row + t0, sm.full_v(s));
         else
-            load_tile(sm.v_slot(s), &maps.v, w.kv_head, v_row + t0, sm.full_v(s));
+            load_tile<kPanelsVO>(sm.v_slot(s), &maps.v, w.kv_head, v_row + t0, sm.full_v(s));
     }
 }
 
@@ -180,8 +182,8 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         // are uniform registers), yet one lane looping over the boxes took as
         // long as the tile's MMAs.
         auto load_boxes = [&](unsigned int slot, const fi_tma_map *map, const int (&coords)[3],
-                              unsigned int full) {
-            const unsigned int box_bytes = (unsigned int)box * kRowBytes;
+                              unsigned int full, unsigned int row_bytes) {
+            const unsigned int box_bytes = (unsigned int)box * row_bytes;
             if (lane == 0) bar_expect(full, (unsigned int)n * box_bytes);
             __syncwarp();
             if (lane < n)
@@ -192,14 +194,15 @@ __device__ __forceinline__ void produce_paged(const P &p, const fi_prefill_ws &m
         if constexpr (kOps & kOpK) {
             bar_wait(sm.empty_k(s), free_parity);
             if constexpr (kRotatedK) {  // K from the contiguous rotated rows
-                if (lane == 0) load_tile(sm.k_slot(s), &maps.k, w.kv_head, w.k_row0 + t0, sm.full_k(s));
+                if (lane == 0)
+                    load_tile<kPanels>(sm.k_slot(s), &maps.k, w.kv_head, w.k_row0 + t0, sm.full_k(s));
             } else {
-                load_boxes(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s));
+                load_boxes(sm.k_slot(s), &maps.k, maps.k_coords, sm.full_k(s), kRowBytes);
             }
         }
         if constexpr (kOps & kOpV) {
             bar_wait(sm.empty_v(s), free_parity);
-            load_boxes(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s));
+            load_boxes(sm.v_slot(s), &maps.v, maps.v_coords, sm.full_v(s), kRowBytesVO);
         }
         if constexpr (kParts) {
             lane_row += step_rows;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# MLA prefill (q/k head_dim 192, v/o 128) on the GPU machine, in one command:
+# prewarm the 48 tuples with ptxas' resources logged (bench/ws_resources.py:
+# the Hopper main loop's spills), tests/gpu/test_mla_prefill.py on the sm_90a
+# build (the Hopper main loop takes the 128-row tiles), again --quick on the
+# portable kernels (FIJIT_ARCH=sm_90: mma.sync everywhere) and on the tile
+# kernels alone (FIJIT_PREFILL_WS=0); compute-sanitizer memcheck (each tensor
+# its own allocation), racecheck and synccheck on the --quick set; the
+# transformers test (tests/gpu/test_python_hf.py --quick: DeepSeek-V3-shaped
+# model against eager); then bench/bench_mla_prefill.py against SDPA's cuDNN.
+# Build on the build host (`make`) and carry build/ here.
+#
+#   bench/gpu_mla_prefill.sh [--quick]     raw results in $OUT when set
+set -u
+cd "$(dirname "$0")/.."
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+OUT_DIR=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT_DIR"
+export PYTHONUNBUFFERED=1
+export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
+chmod 700 "$FIJIT_CACHE_DIR"
+STEP_TIMEOUT=${STEP_TIMEOUT:-900}
+failed=()
+step() {  # step NAME COMMAND...: run it with a timeout, log it, note a failure
+    local name=$1
+    shift
+    echo "== $name"
+    timeout "$STEP_TIMEOUT" "$@" > "$OUT_DIR/$name.log" 2>&1
+    local rc=$?
+    tail -3 "$OUT_DIR/$name.log"
+    [ $rc = 0 ] || failed+=("$name (rc $rc)")
+}
+nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null
+
+MLA=(--kernel prefill,batch_prefill_ragged,batch_prefill_paged --head-dim 192 --head-dim-vo 128
+     --dtype fp16,bf16 --mask none,causal,window,custom --softcap 0,1 -j "$(nproc)")
+FIJIT_LOG=4 build/fijit prewarm "${MLA[@]}" > "$OUT_DIR/prewarm_mla.log" 2>&1
+grep '^prewarm:' "$OUT_DIR/prewarm_mla.log"
+python3 bench/ws_resources.py "$OUT_DIR/prewarm_mla.log" | tail -1
+FIJIT_ARCH=sm_90 build/fijit prewarm "${MLA[@]}" | tail -1
+
+Q=()
+[ $QUICK = 1 ] && Q=(--quick)
+step test_mla_prefill python3 tests/gpu/test_mla_prefill.py "${Q[@]}"
+step test_mla_prefill_sm90 env FIJIT_ARCH=sm_90 python3 tests/gpu/test_mla_prefill.py --quick
+step test_mla_prefill_tiles env FIJIT_PREFILL_WS=0 python3 tests/gpu/test_mla_prefill.py --quick
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$CS" ]; then
+    for tool in memcheck racecheck synccheck; do
+        step "${tool}_mla_prefill" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$CS" --tool "$tool" \
+            --error-exitcode 1 python3 tests/gpu/test_mla_prefill.py --quick
+    done
+else
+    failed+=("compute-sanitizer not found")
+fi
+step test_python_hf python3 tests/gpu/test_python_hf.py --quick
+B=()
+[ $QUICK = 1 ] && B=(--seq 4096 --reps 10 --rounds 2)
+OUT=$OUT_DIR python3 bench/bench_mla_prefill.py "${B[@]}" 2>&1 | tee "$OUT_DIR/bench_mla_prefill.log"
+echo "gpu_mla_prefill: ${#failed[@]} failed${failed:+: ${failed[*]}}"
+[ ${#failed[@]} = 0 ]
