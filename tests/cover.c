@@ -1,0 +1,185 @@
+/* Covering subsets of a tuple space (see cover.h). */
+#include "cover.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+cover_strength cover_strength_of_run(void)
+{
+    if (getenv("FIJIT_TEST_SWEEP")) return COVER_ALL;
+    if (getenv("FIJIT_TEST_QUICK")) return COVER_VALUES;
+    return COVER_PAIRS;
+}
+
+/* What the greedy choice keeps: each row's fields as value numbers (dense,
+ * per field), which values and pairs the chosen rows hold, and where each
+ * pair of fields' table starts in `pair_seen`. */
+typedef struct cover_state {
+    int n, fields;
+    int *value_of;  /* [n * fields] */
+    int value_count[COVER_MAX_FIELDS];
+    unsigned char value_seen[COVER_MAX_FIELDS][COVER_MAX_VALUES];
+    int pair_base[COVER_MAX_FIELDS][COVER_MAX_FIELDS];
+    unsigned char *pair_seen;
+    unsigned char *chosen; /* [n] */
+} cover_state;
+
+static int number_values(cover_state *s, const int *rows)
+{
+    int values[COVER_MAX_FIELDS][COVER_MAX_VALUES];
+    for (int i = 0; i < s->n; i++)
+        for (int f = 0; f < s->fields; f++) {
+            const int v = rows[i * s->fields + f];
+            int k = 0;
+            while (k < s->value_count[f] && values[f][k] != v) k++;
+            if (k == s->value_count[f]) {
+                if (k == COVER_MAX_VALUES) return -1;
+                values[f][s->value_count[f]++] = v;
+            }
+            s->value_of[i * s->fields + f] = k;
+        }
+    return 0;
+}
+
+static unsigned char *pair_cell(cover_state *s, int row, int a, int b)
+{
+    const int *v = &s->value_of[row * s->fields];
+    return &s->pair_seen[s->pair_base[a][b] + v[a] * s->value_count[b] + v[b]];
+}
+
+/* New values, then new pairs, that choosing `row` would add, as one score. */
+static long gain(cover_state *s, int row)
+{
+    long values = 0, pairs = 0;
+    for (int a = 0; a < s->fields; a++) {
+        values += !s->value_seen[a][s->value_of[row * s->fields + a]];
+        for (int b = a + 1; b < s->fields; b++) pairs += !*pair_cell(s, row, a, b);
+    }
+    return values * (COVER_MAX_FIELDS * COVER_MAX_FIELDS) + pairs;
+}
+
+static void choose(cover_state *s, int row)
+{
+    s->chosen[row] = 1;
+    for (int a = 0; a < s->fields; a++) {
+        s->value_seen[a][s->value_of[row * s->fields + a]] = 1;
+        for (int b = a + 1; b < s->fields; b++) *pair_cell(s, row, a, b) = 1;
+    }
+}
+
+int cover_pick(int *out, const int *rows, int n, int fields, cover_strength strength)
+{
+    if (fields < 1 || fields > COVER_MAX_FIELDS) return -1;
+    if (strength >= COVER_ALL) {
+        for (int i = 0; i < n; i++) out[i] = i;
+        return n;
+    }
+    cover_state s = {.n = n, .fields = fields};
+    int picked = -1;
+    size_t pair_cells = 0;
+    s.value_of = malloc(sizeof *s.value_of * (size_t)(n > 0 ? n : 1) * (size_t)fields);
+    s.chosen = calloc((size_t)(n > 0 ? n : 1), 1);
+    if (!s.value_of || !s.chosen || number_values(&s, rows) < 0) goto out;
+    for (int a = 0; a < fields; a++)
+        for (int b = a + 1; b < fields; b++) {
+            s.pair_base[a][b] = (int)pair_cells;
+            pair_cells += (size_t)s.value_count[a] * (size_t)s.value_count[b];
+        }
+    if (!(s.pair_seen = calloc(pair_cells ? pair_cells : 1, 1))) goto out;
+    picked = 0;
+    for (;;) {
+        int best = -1;
+        long best_gain = 0;
+        for (int i = 0; i < n; i++) {
+            if (s.chosen[i]) continue;
+            const long g = gain(&s, i);
+            if (g > best_gain) best = i, best_gain = g;
+        }
+        /* Pairs only count once every value is in: then gain < one value's weight. */
+        if (best < 0 || (strength == COVER_VALUES && best_gain < COVER_MAX_FIELDS * COVER_MAX_FIELDS))
+            break;
+        choose(&s, best);
+        out[picked++] = best;
+    }
+out:
+    free(s.value_of);
+    free(s.chosen);
+    free(s.pair_seen);
+    return picked;
+}
+
+void cover_spec_fields(int out[COVER_SPEC_FIELDS], const fi_jit_spec *spec)
+{
+    const int fields[COVER_SPEC_FIELDS] = {(int)spec->kind,    (int)spec->q_dtype, (int)spec->kv_dtype,
+                                           (int)spec->o_dtype, spec->head_dim,     (int)spec->mask,
+                                           (int)spec->pos,     spec->soft_cap};
+    memcpy(out, fields, sizeof fields);
+}
+
+int cover_specs(fi_jit_spec *specs, int n, cover_strength strength)
+{
+    if (n <= 0) return n == 0 ? 0 : -1;
+    int *rows = calloc((size_t)n * COVER_SPEC_FIELDS, sizeof *rows);
+    int *picked = calloc((size_t)n, sizeof *picked);
+    fi_jit_spec *copy = calloc((size_t)n, sizeof *copy);
+    int count = -1;
+    if (rows && picked && copy) {
+        for (int i = 0; i < n; i++) cover_spec_fields(&rows[i * COVER_SPEC_FIELDS], &specs[i]);
+        count = cover_pick(picked, rows, n, COVER_SPEC_FIELDS, strength);
+        memcpy(copy, specs, sizeof *copy * (size_t)n);
+        for (int i = 0; i < count; i++) specs[i] = copy[picked[i]];
+    }
+    free(rows);
+    free(picked);
+    free(copy);
+    return count;
+}
+
+int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n, char *err,
+                  size_t err_size)
+{
+    for (int i = 0; i < n; i++) {
+        if (fi_jit_spec_check(&specs[i]) == 0) continue;
+        char text[256] = "";
+        fi_jit_spec_format(text, sizeof text, &specs[i]);
+        snprintf(err, err_size, "candidate %d (%s) is not accepted: %s", i, text, fi_last_error());
+        return -1;
+    }
+    const int count = cover_specs(specs, n, cover_strength_of_run());
+    if (count <= 0) {
+        snprintf(err, err_size, "no cover of %d candidates", n);
+        return -1;
+    }
+    fi_jit_ctx *ctx = NULL;
+    if (check_ctx_new(&ctx, arch) < 0) {
+        snprintf(err, err_size, "context for %s: %s", arch, fi_last_error());
+        return -1;
+    }
+    /* The cache (check_tmpdir's) may hold another arch's modules already. */
+    char first[2400];
+    fi_jit_stats before = FI_JIT_STATS_INIT, after = FI_JIT_STATS_INIT;
+    int rc = fi_jit_stats_get(&before, ctx);
+    const int failures = check_prewarm_all(ctx, specs, count, -1, first, sizeof first);
+    if (rc == 0) rc = fi_jit_stats_get(&after, ctx);
+    fi_jit_ctx_free(ctx);
+    const long long compiles = after.compiles - before.compiles;
+    const long long entries = after.entries - before.entries;
+    printf("  %s %s: %d of %d tuples, %d failed, NVRTC %.2f s per module (%d threads)\n", label,
+           arch, count, n, failures,
+           compiles > 0 ? (double)(after.compile_ns - before.compile_ns) / 1e9 / (double)compiles
+                        : 0.0,
+           check_jobs());
+    if (failures) {
+        snprintf(err, err_size, "%s: %d of %d failed; first: %s", arch, failures, count, first);
+        return -1;
+    }
+    if (rc < 0 || compiles != count || entries != count) {
+        snprintf(err, err_size, "%s: %lld compiles and %lld new entries for %d tuples", arch,
+                 compiles, entries, count);
+        return -1;
+    }
+    return count;
+}
