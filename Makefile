@@ -188,7 +188,7 @@ test-api: $(B)/tests/api/use_all_c $(B)/tests/api/use_all_cxx
 # runs' reports rest on (ws_resources.py, causal_tile_use.py). No GPU or torch needed.
 test-python: $(B)/libfijit.so
 	@echo "== python package"; python3 tests/python/test_package.py $(B)
-	@echo "== bench tools"; python3 tests/python/test_bench_tools.py
+	@echo "== bench tools"; PYTHONPATH=bench python3 tests/python/test_bench_tools.py
 
 test-install: all
 	@echo "== install check"; $(call timed,test-install,bash tests/install_check.sh)
@@ -198,7 +198,7 @@ bench: $(B)/bench_jit $(B)/fijit
 	bash bench/bench_prewarm.sh $(B)/fijit
 
 gpu-check: all
-	bash bench/gpu_run.sh
+	bash scripts/gpu/run.sh
 
 install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -35,10 +35,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fijit_py import (Fijit, Prefill, prefill_args, prefill_spec,  # noqa: E402
-                      seeded_generator)
-import fijit  # noqa: E402  (the package of this tree: fijit_py put it on sys.path)
+import fijit
+from fijit.testing import Fijit, Prefill, prefill_args, prefill_spec, seeded_generator
 
 FP8 = torch.float8_e4m3fn
 E4M3_MAX = 448.0
