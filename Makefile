@@ -131,7 +131,7 @@ test-plain: all $(NVRTC_MEMO)
 	@set -e; for t in $(TEST_SRC:tests/%.c=$(B)/tests/%); do echo "== $$t"; \
 	  $(call timed,$$t,env $(call memo_env,$$t) $$t); done
 
-# Sanitizer runs skip the exhaustive compile sweep (FIJIT_TEST_QUICK): it is NVRTC's code, not ours.
+# Sanitizer runs compile fewer tuples (FIJIT_TEST_QUICK: each field value once): it is NVRTC's code, not ours.
 test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%) $(NVRTC_MEMO)
 	@set -e; for t in $(filter-out $(NVRTC_MEMO),$^); do echo "== $$t"; $(call timed,$$t,env $(call memo_env,$$t) FIJIT_TEST_QUICK=1 \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp \
