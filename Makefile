@@ -9,7 +9,9 @@
 CUDA_HOME ?= /usr/local/cuda
 PREFIX    ?= /usr/local
 CC        ?= cc
-VERSION   := 0.2.0
+# The version is written once, in include/fijit.h (FIJIT_VERSION_MAJOR/MINOR/PATCH).
+VERSION   := $(shell sed -n 's/^\#define FIJIT_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9][0-9]*\)$$/\2/p' \
+               include/fijit.h | paste -sd. -)
 SONAME    := libfijit.so.0
 
 WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-field-initializers
@@ -71,13 +73,15 @@ $(1)/fijit: $(CLI_SRC:tools/%.c=$(1)/obj/tools/%.o) $(1)/libfijit.a
 $(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/check.o $(1)/obj/tests/cover.o $(1)/libfijit.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -o $$@ $$^ $$(TEST_LDLIBS)
-# The fake CUDA driver test_launch and test_multi_context load from their own
+# The fake CUDA driver test_launch, test_multi_context and
+# test_batch_decode_compile (its plans load their kernel) load from their own
 # directory (plain build: it runs inside sanitized processes without being
 # instrumented itself).
 $(1)/tests/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $$@ $$< -lpthread
-$(1)/tests/test_launch $(1)/tests/test_multi_context: | $(1)/tests/libcuda.so.1
+$(1)/tests/test_launch $(1)/tests/test_multi_context $(1)/tests/test_batch_decode_compile \
+  $(1)/tests/test_mla_decode: | $(1)/tests/libcuda.so.1
 endef
 
 SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -186,7 +190,7 @@ test-api: $(B)/tests/api/use_all_c $(B)/tests/api/use_all_cxx
 # The Python package (python/): layouts vs the headers, discovery, errors, prewarm,
 # python -m fijit, an offline pip install into a venv; and the bench tools the GPU
 # runs' reports rest on (ws_resources.py, causal_tile_use.py). No GPU or torch needed.
-test-python: $(B)/libfijit.so
+test-python: $(B)/libfijit.so $(B)/fijit
 	@echo "== python package"; python3 tests/python/test_package.py $(B)
 	@echo "== bench tools"; PYTHONPATH=bench python3 tests/python/test_bench_tools.py
 
@@ -203,13 +207,14 @@ gpu-check: all
 install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/fijit.h include/fijit_batch_decode.h include/fijit_prefill.h \
-	  include/fijit_cache.h $(DESTDIR)$(PREFIX)/include/
+	  include/fijit_cache.h include/fijit_mla.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(B)/libfijit.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libfijit.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libfijit.so
 	install -m 755 $(B)/fijit $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' fijit.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	  -e 's|@CUDA_INCLUDE@|$(CUDA_HOME)/include|g' fijit.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fijit.pc
 
 clean:

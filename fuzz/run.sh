@@ -40,7 +40,7 @@ done
 rm -f "$OUT/libfijit_fuzz.a"
 ar rcs "$OUT/libfijit_fuzz.a" "${objs[@]}"
 
-targets=(fuzz_spec fuzz_manifest fuzz_object fuzz_snippet fuzz_remote)
+targets=(fuzz_spec fuzz_manifest fuzz_object fuzz_snippet fuzz_remote fuzz_config)
 for t in "${targets[@]}"; do
     $CC $CPPFLAGS $CFLAGS -fsanitize=fuzzer "fuzz/$t.c" "$OUT/libfijit_fuzz.a" $LIBS -o "$OUT/$t"
 done
@@ -57,6 +57,8 @@ seed fuzz_manifest m3 'decode q=fp16 variant=caf\xc3\xa9\n'
 seed fuzz_object o1 '\x01\x00\x10decode q=fp16 hd=64 ELF payload bytes'
 seed fuzz_object o2 '\x02\x05\x08sm_90a..payload'
 seed fuzz_object o3 '\x00FIJITOB1\x01\x00\x00\x00'
+seed fuzz_config c1 '# settings\nmax_size = 5G\n  log_level=info  \nremote = redis://:pw@h:6379/0?readonly\numask = 027\njit = off\n'
+seed fuzz_config c2 'max_size = 0\nmax_szie = 2G\n'
 seed fuzz_remote r1 '\x00redis://app:s%40cret@cache.example:6380/2?prefix=prod&ttl=60&readonly'
 seed fuzz_remote r2 '\x00unix:///run/redis.sock?db=3&timeout=250'
 seed fuzz_remote r3 '\x01FIJITMC1................................FIJITOB1\x01\x00\x00\x00'

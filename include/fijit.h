@@ -19,16 +19,21 @@
  *    live as long as the fi_jit_ctx they came from.
  *  - Options and argument structs begin with `unsigned version`; initialise
  *    them with the matching *_INIT macro (FI__INIT below: C and C++ alike),
- *    which gives safe defaults (window_left = -1: no window; page_size = 16)
- *    and 0 / NULL elsewhere. Fields are only appended: a library accepts the
+ *    which gives safe defaults (page_size = 16; window_left = -1, which
+ *    means "not set": a spec with mask=window refuses it, so give
+ *    window_left >= 0 there) and 0 / NULL elsewhere. Fields are only appended: a library accepts the
  *    versions its header lists as still accepted (0.2 changed the layout of
  *    fi_batch_decode_args and fi_batch_prefill_args: their old versions are
  *    refused with a message).
  *  - Both batch kinds have one plan lifecycle:
  *      fi_batch_<kind>_workspace_size(&bytes, &spec, &plan_args)   (or _plan_workspace_size)
- *      fi_batch_<kind>_plan_new(&plan, ctx, &spec, &plan_args)     host only
+ *      fi_batch_<kind>_plan_new(&plan, ctx, &spec, &plan_args)     gets the kernel (compiles or
+ *                                                                  loads it: needs a current
+ *                                                                  CUDA context), outside any
+ *                                                                  CUDA-graph capture
  *      fi_batch_<kind>_plan_upload(plan, workspace, bytes)         once, synchronous
- *      fi_batch_<kind>_run(ctx, plan, &args, stream)               any number of times
+ *      fi_batch_<kind>_run(ctx, plan, &args, stream)               any number of times, one
+ *                                                                  launch each: capturable
  *      fi_batch_<kind>_plan_free(plan)
  *    Everything fixed for a batch layout (lengths, head counts, page size,
  *    window_left) is given to the plan; tensors and per-run scalars to the run.
@@ -97,8 +102,10 @@ typedef enum fi_error {
     FI_EPERM = -11        /* the cache directory is not safe to use */
 } fi_error;
 
-/* Message for the last error on this thread ("" if none). Valid until the next
- * fijit call on this thread. */
+/* Message of the last failed fijit call on this thread ("" before the first
+ * failure). A successful call does not clear it (as libgit2's
+ * git_error_last), so read it only after a call returned an error. Valid
+ * until the next fijit call on this thread. */
 FI_API const char *fi_last_error(void);
 /* Short, static name of an error code ("FI_EINVALID"). */
 FI_API const char *fi_error_name(int code);
@@ -111,6 +118,7 @@ typedef enum fi_kernel_kind {
     FI_KIND_PREFILL = 3,           /* single-request prefill: fijit_prefill.h */
     FI_KIND_BATCH_PREFILL_RAGGED = 4, /* batch prefill over ragged K/V: fijit_prefill.h */
     FI_KIND_BATCH_PREFILL_PAGED = 5,  /* batch prefill over a paged K/V cache: fijit_prefill.h */
+    FI_KIND_MLA_DECODE = 6,        /* absorbed MLA decode over a paged latent cache: fijit_mla.h */
 } fi_kernel_kind;
 
 typedef enum fi_dtype {
@@ -118,7 +126,7 @@ typedef enum fi_dtype {
     FI_DTYPE_BF16 = 2,
     FI_DTYPE_FP8_E4M3 = 3, /* kv_dtype of the decode kinds, or q and kv of single prefill on
                               sm_90a (fijit_prefill.h); with per-tensor scales */
-    FI_DTYPE_FP8_E5M2 = 4, /* likewise */
+    FI_DTYPE_FP8_E5M2 = 4, /* kv_dtype of the decode kinds only, with per-tensor scales */
 } fi_dtype;
 
 typedef enum fi_mask {
@@ -134,7 +142,7 @@ typedef enum fi_pos_encoding {
     FI_POS_ALIBI = 2,      /* per-head linear bias, slopes passed at launch */
 } fi_pos_encoding;
 
-#define FI_JIT_SPEC_VERSION 1
+#define FI_JIT_SPEC_VERSION 1 /* the first: the only one accepted */
 
 typedef struct fi_jit_spec {
     unsigned version;            /* FI_JIT_SPEC_VERSION */
@@ -156,18 +164,33 @@ typedef struct fi_jit_spec {
              FI__SET(kv_dtype, FI_DTYPE_FP16) FI__SET(o_dtype, FI_DTYPE_FP16)  \
              FI__SET(head_dim, 128))
 
+/* The *_INIT defaults from the library, for bindings that cannot use the
+ * macros: fi_<struct>_init(&s, FI_<STRUCT>_VERSION) sets `version` and the
+ * defaults of that version's fields and zeroes the rest of them, writing
+ * only the bytes a struct of that version has. FI_EINVALID, with a
+ * message, for a version this library does not accept. */
+FI_API int fi_jit_spec_init(fi_jit_spec *out, unsigned version);
+
 /* Parse a canonical spec string such as
  *   "decode q=fp16 kv=fp16 o=fp16 hd=128 mask=none pos=none softcap=0"
  * Fields after the kind may come in any order; kv and o default to q, the rest
- * to the values in FI_JIT_SPEC_INIT. `out->variant` points into `variant_buf`
- * (at least 64 bytes) when a variant is named. */
-FI_API int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant_buf_size,
+ * to the values in FI_JIT_SPEC_INIT. A variant's name is written to
+ * `out_variant` (out_variant_size at least FI_VARIANT_NAME_MAX + 1) and
+ * `out->variant` points there. Parsing checks the grammar only:
+ * fi_jit_spec_check says whether fijit builds the tuple. */
+FI_API int fi_jit_spec_parse(fi_jit_spec *out, char *out_variant, size_t out_variant_size,
                              const char *text);
-/* Write the canonical form of `spec` into buf (NUL-terminated). Returns the
- * length, or a negative code if the spec is invalid or buf is too small. */
-FI_API int fi_jit_spec_format(char *buf, size_t size, const fi_jit_spec *spec);
+/* Write the canonical form of `spec` into `out` (NUL-terminated). Returns the
+ * length, or a negative code if the spec is invalid or `out` is too small. */
+FI_API int fi_jit_spec_format(char *out, size_t out_size, const fi_jit_spec *spec);
 /* Check that fijit can build this tuple; the message names the field. */
 FI_API int fi_jit_spec_check(const fi_jit_spec *spec);
+/* The tuples fijit builds: writes the first `out_count` specs that
+ * fi_jit_spec_check accepts for `kind` (0: every kind) into `out`, in a fixed
+ * order, and returns how many there are in all (call with out_count 0 to size
+ * the array). Each accepts a custom variant too; arch limits (fp8 prefill is
+ * sm_90a only: fi_jit_prewarm says so) are not applied here. */
+FI_API int fi_jit_spec_enumerate(fi_jit_spec *out, size_t out_count, int kind);
 
 /* ---- Context --------------------------------------------------------------- */
 typedef struct fi_jit_ctx fi_jit_ctx;
@@ -176,7 +199,19 @@ typedef enum fi_log_level {
     FI_LOG_OFF = 0, FI_LOG_ERROR = 1, FI_LOG_WARN = 2, FI_LOG_INFO = 3, FI_LOG_DEBUG = 4
 } fi_log_level;
 
-#define FI_JIT_OPTIONS_VERSION 2 /* 2 added remote, remote_secret; 1 is still accepted */
+/* Receives each message fijit logs at or above the log level: its level and
+ * its text (one line or more, no trailing newline, valid during the call).
+ * Called from whichever thread logs, so it must be thread-safe; it must not
+ * call back into fijit. */
+typedef void (*fi_log_fn)(void *user, fi_log_level level, const char *message);
+
+/* Route fijit's messages to `fn` (with `user`), process-wide; NULL restores
+ * the default, stderr ("fijit warning: ..."). fi_jit_options.log_fn does the
+ * same when a context is created. */
+FI_API void fi_log_set_callback(fi_log_fn fn, void *user);
+
+#define FI_JIT_OPTIONS_VERSION 3 /* 2 added remote, remote_secret; 3 log_fn, log_user;
+                                    1 and 2 are still accepted */
 
 typedef struct fi_jit_options {
     unsigned version;        /* FI_JIT_OPTIONS_VERSION */
@@ -186,12 +221,16 @@ typedef struct fi_jit_options {
                                 runs it (same major, minor <=; "a" only on its own device) */
     int jit;                 /* 1: compile on miss; 0: serve only what the cache holds */
     int use_disk_cache;      /* 1: read and write the on-disk cache; 0: memory only */
-    fi_log_level log_level;  /* messages go to stderr at or above this level */
-    int64_t max_cache_bytes; /* 0: $FIJIT_MAX_CACHE_SIZE or unlimited */
+    fi_log_level log_level;  /* messages go to stderr (or log_fn) at or above this level;
+                                FIJIT_LOG and fijit.conf's log_level override it */
+    int64_t max_cache_bytes; /* 0: $FIJIT_MAX_CACHE_SIZE, else fijit.conf's max_size, else
+                                5 GiB (FI_DEFAULT_MAX_CACHE_BYTES); < 0: no limit. In the
+                                environment and the file, 0 means no limit */
     int allow_unsafe_dir;    /* 1: accept a cache dir writable by group/others */
     /* Version 2: a remote tier shared by a fleet, behind the disk cache (NULL:
      * $FIJIT_REMOTE, else none): redis://[[user]:password@]host[:port][/db]
-     * or unix:///path/to/redis.sock, with options after '?' joined by '&':
+     * or unix://[[user]:password@]/path/to/redis.sock (the password ends at
+     * the last '@'; '%' as %25), with options after '?' joined by '&':
      * readonly (never write), prefix=NAME (keys PREFIX:obj:<key>; default
      * fijit), ttl=SECONDS, connect_timeout=MS (50), timeout=MS (500),
      * backoff=MS (1000), lease=MS (3000), wait=MS (120000), db=N. What it
@@ -206,6 +245,10 @@ typedef struct fi_jit_options {
      * taken from it. Needs libsodium (libsodium.so.23, opened then; without
      * it fi_jit_ctx_new fails with FI_EUNSUPPORTED). */
     const char *remote_secret;
+    /* Version 3: where messages go (NULL: stderr), as fi_log_set_callback:
+     * process-wide, set when the context is created. */
+    fi_log_fn log_fn;
+    void *log_user;
 } fi_jit_options;
 
 #define FI_JIT_OPTIONS_INIT                                                    \
@@ -213,9 +256,15 @@ typedef struct fi_jit_options {
              FI__SET(jit, 1) FI__SET(use_disk_cache, 1)                       \
              FI__SET(log_level, FI_LOG_WARN))
 
+/* FI_JIT_OPTIONS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_jit_options_init(fi_jit_options *out, unsigned version);
+
 /* Create a context. `opts` may be NULL for defaults. Environment variables
  * (FIJIT_CACHE_DIR, FIJIT_ARCH, FIJIT_JIT, FIJIT_LOG, FIJIT_MAX_CACHE_SIZE,
- * FIJIT_REMOTE, FIJIT_REMOTE_SECRET) fill fields the options leave unset.
+ * FIJIT_REMOTE, FIJIT_REMOTE_SECRET, FIJIT_UMASK, FIJIT_LOCK_TIMEOUT_MS) and
+ * the cache's configuration file <cache dir>/fijit.conf fill fields the
+ * options leave unset (docs/configuration.md); a bad value in either is
+ * FI_EINVALID naming the variable, or the file and line.
  * No GPU is needed; an unreachable remote is not an error (FI_EINVALID for
  * a bad remote URL or a short secret). */
 FI_API int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts);
@@ -241,7 +290,8 @@ typedef struct fi_jit_kernel {
      * shape), NULL-padded; the launch functions pick among them. */
     struct CUfunc_st *functions[FI_JIT_MAX_FUNCTIONS];
     unsigned block_dim[3];            /* launch shape of `function` */
-    unsigned merge_block_dim[3];
+    unsigned merge_block_dim[3];      /* launch shape of the merge kernel (functions[1]) of
+                                         the kinds that have one (batch decode); else 0 */
     unsigned smem_bytes;              /* dynamic shared memory of `function` */
     unsigned param_bytes;             /* sizeof the kernel's single parameter struct */
     int registers;                    /* per thread, from the compiled object */
@@ -294,7 +344,15 @@ FI_API int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *
  * path given to fi_jit_variant_register_file, else "<name>.cuh". */
 #define FI_VARIANT_REPLACE 1u /* replace a variant registered under the same name */
 
-/* Register `source` under `name` (1-63 of [A-Za-z0-9_-], not "default").
+/* Longest variant name, and largest snippet, fi_jit_variant_register takes. */
+#define FI_VARIANT_NAME_MAX 63
+#define FI_VARIANT_MAX_SOURCE (256 * 1024)
+
+/* FI_EINVALID unless `name` is 1..FI_VARIANT_NAME_MAX of [A-Za-z0-9_-]. */
+FI_API int fi_jit_variant_name_check(const char *name);
+
+/* Register `source` under `name` (1..FI_VARIANT_NAME_MAX of [A-Za-z0-9_-],
+ * not "default").
  * Registering a name again with the same text is a no-op; with different
  * text it is FI_EINVALID unless FI_VARIANT_REPLACE is given. */
 FI_API int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char *source,
@@ -302,6 +360,10 @@ FI_API int fi_jit_variant_register(fi_jit_ctx *ctx, const char *name, const char
 /* The same from a file; `name` NULL: the file name up to its first '.'. */
 FI_API int fi_jit_variant_register_file(fi_jit_ctx *ctx, const char *name, const char *path,
                                         unsigned flags);
+/* fi_jit_variant_register with messages naming `origin` (a file as the user
+ * gave it; NULL: "<name>.cuh"), for a caller that reads the file itself. */
+FI_API int fi_jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
+                                      unsigned flags, const char *origin);
 
 /* Values for a variant's declared parameters, passed to a launch. Give every
  * declared parameter exactly once, by name, with the type it was declared
@@ -359,6 +421,9 @@ typedef struct fi_jit_stats {
 } fi_jit_stats;
 
 #define FI_JIT_STATS_INIT FI__INIT(fi_jit_stats, FI__SET(version, FI_JIT_STATS_VERSION))
+
+/* FI_JIT_STATS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_jit_stats_init(fi_jit_stats *out, unsigned version);
 
 /* Statistics persisted in the cache index (all processes), plus this
  * context's not yet flushed counts. out->version (1 to FI_JIT_STATS_VERSION,
@@ -423,6 +488,9 @@ typedef struct fi_decode_args {
     FI__INIT(fi_decode_args, FI__SET(version, FI_DECODE_ARGS_VERSION)         \
              FI__SET(window_left, -1))
 
+/* FI_DECODE_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_decode_args_init(fi_decode_args *out, unsigned version);
+
 /* Device workspace bytes needed for a launch with these shapes (0: none).
  * Needs a device only when max_splits and sm_count are both 0. */
 FI_API int fi_decode_workspace_size(size_t *out, const fi_jit_spec *spec,
@@ -438,5 +506,6 @@ FI_API int fi_decode_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_deco
 /* The other kernel families, each with its own header. */
 #include "fijit_batch_decode.h"
 #include "fijit_prefill.h"
+#include "fijit_mla.h"
 
 #endif /* FIJIT_H */

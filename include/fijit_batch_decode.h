@@ -10,7 +10,7 @@
  *   fi_batch_decode_plan_args pa = FI_BATCH_DECODE_PLAN_ARGS_INIT;
  *   pa.batch_size = B; pa.kv_indptr = host_indptr; pa.kv_last_page_len = host_last;
  *   pa.num_qo_heads = 32; pa.num_kv_heads = 8; pa.page_size = 16;
- *   fi_batch_decode_plan_new(&plan, ctx, &spec, &pa);      host only (+ SM count)
+ *   fi_batch_decode_plan_new(&plan, ctx, &spec, &pa);      gets (compiles/loads) the kernel
  *   fi_batch_decode_plan_workspace_size(&bytes, plan);     caller allocates bytes
  *   fi_batch_decode_plan_upload(plan, workspace, bytes);   writes the work list
  *   for each layer: fi_batch_decode_run(ctx, plan, &args, stream);
@@ -38,7 +38,8 @@
 extern "C" {
 #endif
 
-#define FI_BATCH_DECODE_PLAN_ARGS_VERSION 1 /* was fi_batch_decode_plan_info, same layout */
+#define FI_BATCH_DECODE_PLAN_ARGS_VERSION 1 /* the first (was fi_batch_decode_plan_info, same
+                                              layout): the only one accepted */
 
 /* The batch layout, in HOST memory. Request b owns the pages
  * kv_indices[kv_indptr[b] .. kv_indptr[b+1]) (kv_indices itself is on the
@@ -64,6 +65,9 @@ typedef struct fi_batch_decode_plan_args {
              FI__SET(version, FI_BATCH_DECODE_PLAN_ARGS_VERSION)               \
              FI__SET(page_size, 16) FI__SET(window_left, -1))
 
+/* FI_BATCH_DECODE_PLAN_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_batch_decode_plan_args_init(fi_batch_decode_plan_args *out, unsigned version);
+
 typedef struct fi_batch_decode_plan fi_batch_decode_plan;
 
 /* Device workspace bytes a plan for these arguments needs (work list, split
@@ -72,8 +76,10 @@ typedef struct fi_batch_decode_plan fi_batch_decode_plan;
  * context only when args->sm_count is 0. */
 FI_API int fi_batch_decode_workspace_size(size_t *out, const fi_jit_spec *spec,
                                           const fi_batch_decode_plan_args *args);
-/* Plan a batch for `spec`. Needs a current CUDA context only when
- * args->sm_count is 0. The plan belongs to the caller. */
+/* Plan a batch for `spec` and get its kernel (compiled, or read from the
+ * cache, and loaded into the current CUDA context, which it needs), so that
+ * no run compiles or loads: plan outside CUDA-graph capture, run inside it.
+ * The plan belongs to the caller. */
 FI_API int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx,
                                     const fi_jit_spec *spec,
                                     const fi_batch_decode_plan_args *args);
@@ -134,6 +140,9 @@ typedef struct fi_batch_decode_args {
 #define FI_BATCH_DECODE_ARGS_INIT \
     FI__INIT(fi_batch_decode_args, FI__SET(version, FI_BATCH_DECODE_ARGS_VERSION))
 
+/* FI_BATCH_DECODE_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_batch_decode_args_init(fi_batch_decode_args *out, unsigned version);
+
 /* Validate, get the kernel (through the cache) and launch one kernel on `stream`. */
 FI_API int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan,
                                const fi_batch_decode_args *args, struct CUstream_st *stream);
@@ -148,7 +157,8 @@ FI_API int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan
  * position encoding, soft-cap or variant: of `spec` only kind (which must
  * be FI_KIND_BATCH_DECODE), o_dtype (fp16 or bf16: v's and v_out's dtype)
  * and head_dim are read, so a batch decode's own spec serves. */
-#define FI_MERGE_STATES_ARGS_VERSION 1 /* fields renamed in 0.2 (s -> lse), same layout */
+#define FI_MERGE_STATES_ARGS_VERSION 1 /* the first, the only one accepted (fields renamed
+                                          in 0.2, s -> lse, same layout) */
 
 typedef struct fi_merge_states_args {
     unsigned version;              /* FI_MERGE_STATES_ARGS_VERSION */
@@ -164,6 +174,9 @@ typedef struct fi_merge_states_args {
 
 #define FI_MERGE_STATES_ARGS_INIT \
     FI__INIT(fi_merge_states_args, FI__SET(version, FI_MERGE_STATES_ARGS_VERSION))
+
+/* FI_MERGE_STATES_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_merge_states_args_init(fi_merge_states_args *out, unsigned version);
 
 FI_API int fi_merge_states(fi_jit_ctx *ctx, const fi_jit_spec *spec,
                            const fi_merge_states_args *args, struct CUstream_st *stream);

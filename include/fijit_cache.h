@@ -37,13 +37,15 @@ typedef enum fi_cache_flags {
 /* Open (creating it if needed, unless read-only) the cache at `dir`, with
  * the checks fi_jit_ctx_new makes: FI_EPERM for a directory of another user
  * or writable by group/others, FI_ENOTFOUND when a read-only open finds none.
- * Close with fi_cache_close. */
+ * What it creates gets the cache's modes (FIJIT_UMASK, fijit.conf's umask;
+ * a group-writable directory is accepted when that umask lets the group
+ * write). Close with fi_cache_close. */
 FI_API int fi_cache_open(fi_cache **out, const char *dir, unsigned flags);
 FI_API void fi_cache_close(fi_cache *cache);
 
 /* The directory the library uses when none is given: $FIJIT_CACHE_DIR,
  * $XDG_CACHE_HOME/fijit (absolute only), $HOME/.cache/fijit; creates nothing. */
-FI_API int fi_cache_default_dir(char *out, size_t size);
+FI_API int fi_cache_default_dir(char *out, size_t out_size);
 
 /* One entry of the cache, as fi_cache_foreach shows it. */
 typedef struct fi_cache_entry {
@@ -65,7 +67,7 @@ FI_API int fi_cache_foreach(fi_cache *cache, int (*fn)(void *user, const fi_cach
                             void *user);
 
 /* The hex form of a key (32 lower-case digits and a NUL). */
-FI_API void fi_cache_key_hex(char out[33], const unsigned char key[16]);
+FI_API void fi_cache_key_hex(char out[33], const uint8_t key[16]);
 
 /* The persisted counters plus the current entries and bytes. */
 FI_API int fi_cache_stats_get(fi_jit_stats *out, fi_cache *cache);
@@ -123,9 +125,10 @@ FI_API int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *p
 /* ---- the remote tier: a fleet's shared cache ------------------------------ */
 
 /* Check a remote URL (the grammar of fi_jit_options.remote) and write it
- * into `out` with its password masked, for showing. FI_EINVALID with words
- * naming the bad part. */
-FI_API int fi_remote_url_check(char *out, size_t size, const char *url);
+ * into `out` as fijit shows it: credentials, unknown options and any part
+ * it cannot recognise as not secret masked as "***" (written for a bad URL
+ * too). FI_EINVALID with words naming the bad part. */
+FI_API int fi_cache_remote_url_check(char *out, size_t out_size, const char *url);
 
 /* A remote opened for an operator (ping, describe, list). */
 typedef struct fi_cache_remote fi_cache_remote;
@@ -158,26 +161,18 @@ FI_API int fi_cache_remote_foreach(fi_cache_remote *remote,
 FI_API int fi_arch_check(const char *arch);
 
 /* The NVRTC the library compiles with (loaded on first use). */
-FI_API int fi_nvrtc_version(int *major, int *minor);
-/* The real archs NVRTC compiles for, as numbers (90 for sm_90), up to `max`. */
-FI_API int fi_nvrtc_supported_archs(int *out, int max, int *count);
+FI_API int fi_nvrtc_version(int *out_major, int *out_minor);
+/* The real archs NVRTC compiles for, as numbers (90 for sm_90): writes the
+ * first `out_count` into `out` and returns how many there are (call with
+ * out_count 0 to size the array), as every list query does
+ * (fi_jit_spec_enumerate). */
+FI_API int fi_nvrtc_supported_archs(int *out, size_t out_count);
 
-/* The arch of the current CUDA context's device ("sm_90a" for 9.0). */
-FI_API int fi_cuda_current_arch(char out[16]);
+/* The arch of the current CUDA context's device ("sm_90a" for 9.0) into
+ * `out`; returns its length (out_size 16 is always enough). */
+FI_API int fi_cuda_current_arch(char *out, size_t out_size);
 
-/* ---- variants, translation units, errors, logging ------------------------ */
-
-/* Longest variant name, and largest snippet, fi_jit_variant_register takes. */
-#define FI_VARIANT_NAME_MAX 63
-#define FI_VARIANT_MAX_SOURCE (256 * 1024)
-
-/* FI_EINVALID unless `name` is 1..FI_VARIANT_NAME_MAX of [A-Za-z0-9_-]. */
-FI_API int fi_jit_variant_name_check(const char *name);
-
-/* fi_jit_variant_register with messages naming `origin` (a file as the user
- * gave it; NULL: "<name>.cuh"): the CLI registers the bytes of a file. */
-FI_API int fi_jit_variant_register_as(fi_jit_ctx *ctx, const char *name, const char *source,
-                                      unsigned flags, const char *origin);
+/* ---- translation units, errors, logging ------------------------------------ */
 
 /* The translation unit `spec` expands to on `arch` (NULL: the context's),
  * byte for byte what the key hashes and NVRTC compiles (ptx 0), or the PTX
@@ -201,6 +196,50 @@ FI_API int fi_error_set(int code, const char *fmt, ...)
  * debug (any case). The level (>= 0), or FI_EINVALID. */
 FI_API int fi_log_level_parse(const char *text);
 #define FI_LOG_LEVEL_HELP "0-4, or off, error, warn, info, debug"
+
+/* ---- settings --------------------------------------------------------------
+ * What an operator configures, and where each value came from. Highest
+ * first: the program (fi_jit_options, a CLI option), the environment
+ * (FIJIT_*), the configuration file <cache dir>/fijit.conf, the default.
+ * docs/configuration.md describes every setting and the file's format. */
+typedef enum fi_setting_origin {
+    FI_SETTING_DEFAULT = 0,
+    FI_SETTING_FILE = 1,    /* <cache dir>/fijit.conf */
+    FI_SETTING_ENV = 2,     /* a FIJIT_* variable */
+    FI_SETTING_PROGRAM = 3, /* fi_jit_options or a command-line option */
+} fi_setting_origin;
+
+/* The size limit of a cache when nothing sets one (ccache's default is 5 GB too). */
+#define FI_DEFAULT_MAX_CACHE_BYTES ((int64_t)5 << 30)
+
+#define FI_SETTINGS_VERSION 1
+
+typedef struct fi_settings {
+    unsigned version;        /* FI_SETTINGS_VERSION */
+    char file[4096];         /* the configuration file that was read; "" if none */
+    int jit;                 /* FIJIT_JIT / jit: 0 serve only what the cache holds */
+    int log_level;           /* FIJIT_LOG / log_level */
+    int64_t max_cache_bytes; /* FIJIT_MAX_CACHE_SIZE / max_size; 0: no limit */
+    char remote[1024];       /* FIJIT_REMOTE / remote; "": none. May hold a password:
+                                show it through fi_remote_url_check */
+    int umask;               /* FIJIT_UMASK / umask; -1: a private cache (0700, 0600) */
+    int64_t lock_timeout_ms; /* FIJIT_LOCK_TIMEOUT_MS; -1: wait forever */
+    int remote_secret_set;   /* FIJIT_REMOTE_SECRET is set (and long enough) */
+    fi_setting_origin jit_from, log_level_from, max_cache_bytes_from, remote_from, umask_from,
+        lock_timeout_ms_from;
+} fi_settings;
+
+#define FI_SETTINGS_INIT FI__INIT(fi_settings, FI__SET(version, FI_SETTINGS_VERSION))
+/* FI_SETTINGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_settings_init(fi_settings *out, unsigned version);
+
+/* Read the settings for the cache at `cache_dir` (NULL: the environment and
+ * defaults only) from the environment and that cache's fijit.conf, checking
+ * every value: FI_EINVALID naming the variable, or the file and line, of the
+ * first bad one. Creates nothing. */
+FI_API int fi_settings_load(fi_settings *out, const char *cache_dir);
+/* "default", "fijit.conf", "environment", "program". */
+FI_API const char *fi_setting_origin_name(fi_setting_origin origin);
 
 #ifdef __cplusplus
 }
@@ -276,6 +315,7 @@ typedef struct fi_cuda_api {
 FI_API int fi_cuda_load(const fi_cuda_api **out);
 /* Set fi_last_error() to "<what>: <the driver's words for res>" and return `code`. */
 FI_API int fi_cuda_error(int code, CUresult res, const char *what);
+
 
 #ifdef __cplusplus
 }

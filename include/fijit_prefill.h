@@ -44,17 +44,24 @@
  * elements, base pointers 16-byte aligned).
  *
  * fp8 (single prefill, sm_90a): q_dtype = kv_dtype = FI_DTYPE_FP8_E4M3, o
- * fp16 or bf16, head_dim 128, mask none or causal, no pos encoding, soft-cap
- * or custom variant (others are FI_EUNSUPPORTED; so is any other arch). q, k
+ * fp16 or bf16, head_dim 128, mask none or causal; no pos encoding, no
+ * soft-cap and no custom variant (anything else is FI_EUNSUPPORTED; so are
+ * the batch kinds, e5m2 and any arch but sm_90a). q, k
  * and v hold the values divided by the per-tensor q_scale, k_scale and
  * v_scale of fi_prefill_args version 4; strides are in one-byte elements
  * (multiples of 16). It runs on the Hopper main loop with 8-bit tensor-core
  * products into fp32 accumulators (Hopper adds an 8-bit product's terms with
  * fewer bits than fp32); the softmax weights are rounded to e4m3
  * before P.V (relative error up to 2^-4 each), and it needs the workspace of
- * fi_prefill_workspace_size, where a first launch lays V out for P.V
- * (head_dim x kv_len rounded up to a whole K/V tile of 192 keys, bytes, per kv
- * head).
+ * fi_prefill_workspace_size, where
+ * every call, on its stream and before the main kernel, lays V out for P.V.
+ *
+ * RoPE (FI_POS_ROPE_LLAMA): with a workspace, every call first rotates the
+ * keys once into it (a pre-pass on the call's stream) and the main kernel
+ * reads them there; without one (single prefill only), each tile rotates the
+ * keys it reads. Nothing is kept from one call to the next, so a workspace
+ * may serve calls with other tensors, but not two calls that may run at the
+ * same time.
  */
 #ifndef FIJIT_PREFILL_H
 #define FIJIT_PREFILL_H
@@ -99,13 +106,13 @@ typedef struct fi_prefill_args {
     /* Version 3, optional (NULL: none): device memory, 16-byte aligned, of
      * fi_prefill_workspace_size bytes; needs no initialisation. With
      * FI_POS_ROPE_LLAMA the keys are rotated once into it (a short first
-     * launch) instead of in every block that reads them: 1.4-1.7x faster at
-     * 4k+ keys (a workspace too small for them is refused). After them, a
-     * counter through which sm_90a's persistent CTAs claim their blocks
-     * (zeroed by a memset on the stream before the launch), so that none
-     * idles at a causal grid's end: 1.08x at seq 15.5k, causal, 32/8, hd
-     * 128 (README); without room for it they walk the blocks in a fixed
-     * order. Runs that share a workspace must not overlap in time.
+     * launch) instead of in every block that reads them (faster from a few
+     * thousand keys: docs/performance.md; a workspace too small for them is
+     * refused). After them, a counter through which sm_90a's persistent
+     * CTAs claim their blocks (zeroed by a memset on the stream before the
+     * launch), so that none idles at a causal grid's end; without room for
+     * it they walk the blocks in a fixed order. Runs that share a workspace
+     * must not overlap in time.
      * fp8 (below) requires one: V is laid out there for the tensor cores. */
     void *workspace;
     size_t workspace_bytes;
@@ -118,6 +125,9 @@ typedef struct fi_prefill_args {
 #define FI_PREFILL_ARGS_INIT                                                   \
     FI__INIT(fi_prefill_args, FI__SET(version, FI_PREFILL_ARGS_VERSION)       \
              FI__SET(window_left, -1))
+
+/* FI_PREFILL_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_prefill_args_init(fi_prefill_args *out, unsigned version);
 
 /* Workspace bytes fi_prefill_run can use for these arguments: RoPE's
  * rotated keys and 16 for the block claims. Needs no device. */
@@ -141,7 +151,7 @@ FI_API int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_pre
  * friendly). The device arrays passed to a run must hold the same values as
  * the host arrays the plan saw.
  *
- *   fi_batch_prefill_plan_new(&plan, ctx, &spec, &pa);     host only (+ SM count); gets the kernel
+ *   fi_batch_prefill_plan_new(&plan, ctx, &spec, &pa);     gets the kernel (current context)
  *   fi_batch_prefill_plan_workspace_size(&bytes, plan);    caller allocates bytes
  *   fi_batch_prefill_plan_upload(plan, workspace, bytes);  writes the work list
  *   for each layer: fi_batch_prefill_run(ctx, plan, &args, stream);
@@ -172,6 +182,9 @@ typedef struct fi_batch_prefill_plan_args {
              FI__SET(version, FI_BATCH_PREFILL_PLAN_ARGS_VERSION)              \
              FI__SET(page_size, 16) FI__SET(window_left, -1))
 
+/* FI_BATCH_PREFILL_PLAN_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_batch_prefill_plan_args_init(fi_batch_prefill_plan_args *out, unsigned version);
+
 /* Device workspace bytes the plan for these arguments needs: the work list
  * and a counter of the blocks claimed during a run (Hopper); with pos = RoPE
  * also the keys rotated once per run (kv tokens x num_kv_heads x head_dim x
@@ -180,8 +193,9 @@ typedef struct fi_batch_prefill_plan_args {
 FI_API int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
                                            const fi_batch_prefill_plan_args *args);
 
-/* Make a plan for `spec` (a batch prefill kind), on the host. Gets (and so
- * compiles or loads) the kernel, so that runs never do. `*out` belongs to
+/* Make a plan for `spec` (a batch prefill kind). Gets (and so compiles or
+ * loads) the kernel into the current CUDA context, which it needs, so that
+ * runs never do: plan outside CUDA-graph capture. `*out` belongs to
  * the caller: fi_batch_prefill_plan_free. */
 FI_API int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
                                      const fi_jit_spec *spec,
@@ -214,13 +228,12 @@ FI_API void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan);
  * HND [pages, heads, page_size, hd] (stride_page = heads*page_size*hd,
  * stride_n = hd, stride_h = page_size*hd). Key j of request b is in page
  * kv_indices[kv_indptr[b] + j / page_size], slot j % page_size. On sm_90a
- * the Hopper main loop reads a page with one TMA where stride_h = hd (NHD,
- * any 16-byte multiple stride_n and stride_page) or stride_page =
- * heads*stride_h (HND), and page_size is a multiple of 8 dividing its K/V
- * tile (128 keys; 80 at hd 256), or any multiple of 8 where the tile holds
- * 160 keys (hd 128 with a causal mask, no per-logit hook: pages that do not
- * divide it are read in parts); other layouts run the tile kernels, correct
- * but slower. */
+ * the Hopper main loop reads pages by TMA where stride_h = hd (NHD, any
+ * 16-byte multiple stride_n and stride_page) or stride_page =
+ * heads*stride_h (HND), and page_size is a multiple of 8; which page sizes
+ * it reads whole and which in parts depends on its K/V tile (see
+ * docs/performance.md). Other layouts run the tile kernels: correct, but
+ * slower. */
 typedef struct fi_batch_prefill_args {
     unsigned version;                    /* FI_BATCH_PREFILL_ARGS_VERSION */
     const void *q;
@@ -255,8 +268,14 @@ typedef struct fi_batch_prefill_args {
 #define FI_BATCH_PREFILL_ARGS_INIT \
     FI__INIT(fi_batch_prefill_args, FI__SET(version, FI_BATCH_PREFILL_ARGS_VERSION))
 
+/* FI_BATCH_PREFILL_ARGS_INIT from the library (for bindings); see fi_jit_spec_init. */
+FI_API int fi_batch_prefill_args_init(fi_batch_prefill_args *out, unsigned version);
+
 /* One launch on `stream` for the planned batch (with RoPE two: the keys'
- * rotation into the workspace, then the attention kernel). */
+ * rotation into the workspace, then the attention kernel). The workspace is
+ * the one fi_batch_prefill_plan_upload was given (batch prefill's args have
+ * no workspace field, unlike batch decode's, which names it again and is
+ * checked against it); a run before the upload is refused with FI_EINVALID. */
 FI_API int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
                                 const fi_batch_prefill_args *args, struct CUstream_st *stream);
 

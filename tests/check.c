@@ -2,8 +2,10 @@
  * contain argv[1]) and prints "N passed, N failed". */
 #include "check.h"
 
+#include <cuda.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -186,6 +189,22 @@ void *check_fake_cuda(void)
     return lib;
 }
 
+int check_fake_cuda_current(void)
+{
+    void *lib = check_fake_cuda();
+    if (!lib) return -1;
+    CUresult (*retain)(CUcontext *, CUdevice) =
+        (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(CUcontext) = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");
+    CUcontext context = NULL;
+    if (!retain || !set_current || retain(&context, 0) != CUDA_SUCCESS ||
+        set_current(context) != CUDA_SUCCESS) {
+        fprintf(stderr, "the fake driver has no current context\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- a private redis-server (check.h) --------------------------------------- */
 
 /* The server answers PING: OK, or, when it wants a password, NOAUTH. The
@@ -219,6 +238,9 @@ static int redis_spawn(check_redis *r)
             argv[argc++] = r->password;
         }
         argv[argc] = NULL;
+        /* A test that fails returns before it stops its server: the server
+         * goes when the test program does, not holding its output open. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execvp("redis-server", (char *const *)argv);
         _exit(127);
     }
@@ -275,4 +297,35 @@ void check_redis_stop(check_redis *r)
     if (r->pid <= 0) return;
     kill(r->pid, SIGCONT); /* a paused server cannot exit */
     check_redis_signal(r, SIGKILL);
+}
+
+/* ---- stderr captured (check.h) -------------------------------------------- */
+
+static int saved_stderr = -1;
+static char captured_path[4400];
+
+void check_stderr_begin(const char *path)
+{
+    fflush(stderr);
+    snprintf(captured_path, sizeof captured_path, "%s", path);
+    saved_stderr = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        dup2(fd, 2);
+        close(fd);
+    }
+}
+
+void check_stderr_end(char *out, size_t size)
+{
+    fflush(stderr);
+    if (saved_stderr >= 0) {
+        dup2(saved_stderr, 2);
+        close(saved_stderr);
+        saved_stderr = -1;
+    }
+    FILE *f = fopen(captured_path, "rb");
+    size_t n = f ? fread(out, 1, size - 1, f) : 0;
+    out[n] = '\0';
+    if (f) fclose(f);
 }

@@ -52,6 +52,9 @@ extern int check_current_failed;
  * call (which then finds it by soname); its handle, or NULL with a message
  * on stderr. */
 void *check_fake_cuda(void);
+/* Loads the fake driver (check_fake_cuda) and makes its device's primary
+ * context current on this thread: 0, or -1 with a message on stderr. */
+int check_fake_cuda_current(void);
 
 /* A private redis-server for the remote-tier tests: on a unix socket in
  * `dir` (no TCP port, nothing saved to disk), its URL in `url` (with
@@ -74,6 +77,12 @@ int check_redis_restart(check_redis *r);
 void check_redis_signal(check_redis *r, int sig);
 /* Stop it (if running) and reap it. Accepts a server never started. */
 void check_redis_stop(check_redis *r);
+
+/* Send fd 2 (the library's log) to the file `path` until check_stderr_end,
+ * which puts it back and returns what was written (at most size - 1 bytes,
+ * NUL-terminated, in `out`). */
+void check_stderr_begin(const char *path);
+void check_stderr_end(char *out, size_t size);
 
 #define TEST(name)                                                             \
     static void test_##name(void);                                             \

@@ -18,34 +18,68 @@
 #include "common/dynlib.h"
 #include "common/embedded.h"
 #include "common/error.h"
+#include "common/settings.h"
 #include "core/expand.h"
 #include "core/key.h"
 #include "core/kinds.h"
 #include "core/spec.h"
 #include "common/sys.h"
 
-/* Every tuple the decode kind accepts. */
+/* The decode kind's 16-bit tuples (kv = q), from the library's tuple space. */
 static int decode_tuples(fi_jit_spec *out, int max)
 {
-    static const fi_dtype dtypes[] = {FI_DTYPE_FP16, FI_DTYPE_BF16};
-    static const int dims[] = {64, 128, 256};
-    static const fi_mask masks[] = {FI_MASK_NONE, FI_MASK_WINDOW};
-    static const fi_pos_encoding pos[] = {FI_POS_NONE, FI_POS_ROPE_LLAMA, FI_POS_ALIBI};
-    int n = 0;
-    for (int a = 0; a < 2; a++)
-        for (int b = 0; b < 3; b++)
-            for (int c = 0; c < 2; c++)
-                for (int d = 0; d < 3; d++)
-                    for (int e = 0; e < 2 && n < max; e++) {
-                        fi_jit_spec s = FI_JIT_SPEC_INIT;
-                        s.q_dtype = s.kv_dtype = s.o_dtype = dtypes[a];
-                        s.head_dim = dims[b];
-                        s.mask = masks[c];
-                        s.pos = pos[d];
-                        s.soft_cap = e;
-                        out[n++] = s;
-                    }
+    static fi_jit_spec all[1024];
+    int total = fi_jit_spec_enumerate(all, 1024, FI_KIND_DECODE), n = 0;
+    if (total > 1024) total = 1024; /* the round trip test counts what it gets */
+    for (int i = 0; i < total && n < max; i++)
+        if (all[i].kv_dtype == all[i].q_dtype) out[n++] = all[i];
     return n;
+}
+
+/* The tuple space, counted by hand from each kind's documented limits:
+ * decode kinds: q = o in {fp16, bf16} x kv in {q, e4m3, e5m2} x hd 3 x mask
+ * {none, window} x pos 3 x soft-cap 2 = 216 each; prefill kinds: 16-bit
+ * 2 x hd 3 x mask 4 x pos 3 x soft-cap 2 = 144 each, single prefill 4 more
+ * in fp8 (o fp16/bf16 x mask none/causal at hd 128); mla_decode: q = o in
+ * {fp16, bf16} x kv in {q, e4m3} x soft-cap 2 = 8 (hd 512, no mask or pos). */
+TEST(spec_enumerate_is_the_accepted_tuple_space)
+{
+    static const struct {
+        int kind, count;
+    } expected[] = {{FI_KIND_DECODE, 216},
+                    {FI_KIND_BATCH_DECODE, 216},
+                    {FI_KIND_PREFILL, 148},
+                    {FI_KIND_BATCH_PREFILL_RAGGED, 144},
+                    {FI_KIND_BATCH_PREFILL_PAGED, 144},
+                    {FI_KIND_MLA_DECODE, 8}};
+    static fi_jit_spec all[4096];
+    int sum = 0;
+    for (size_t k = 0; k < sizeof expected / sizeof expected[0]; k++) {
+        int n = fi_jit_spec_enumerate(NULL, 0, expected[k].kind);
+        CHECK_MSG(n == expected[k].count, "kind %d: %d tuples, want %d", expected[k].kind, n,
+                  expected[k].count);
+        sum += n;
+    }
+    int total = fi_jit_spec_enumerate(all, 4096, 0);
+    CHECK(total >= sum); /* kinds not in the table above add to it */
+    CHECK(strcmp(fi_last_error(), "") == 0); /* the checks' refusals are not the call's */
+    for (int i = 0; i < total; i++) {
+        char text[256];
+        CHECK_OK(fi_jit_spec_check(&all[i]));
+        CHECK(fi_jit_spec_format(text, sizeof text, &all[i]) > 0);
+        for (int j = 0; j < i; j++) CHECK(memcmp(&all[i], &all[j], sizeof all[i]) != 0);
+    }
+    /* A tuple a kind refuses is not listed: decode has no causal mask. */
+    for (int i = 0; i < total; i++)
+        CHECK(!(all[i].kind == FI_KIND_DECODE && all[i].mask == FI_MASK_CAUSAL));
+    /* A short array gets the first tuples and the full count. */
+    fi_jit_spec few[3];
+    CHECK(fi_jit_spec_enumerate(few, 3, FI_KIND_PREFILL) == 148);
+    /* The registry lists decode, batch decode, then prefill. */
+    const int prefill_first = expected[0].count + expected[1].count;
+    CHECK(memcmp(few, all + prefill_first, sizeof few) == 0);
+    CHECK(fi_jit_spec_enumerate(few, 3, 99) == FI_EINVALID);
+    CHECK(fi_jit_spec_enumerate(NULL, 3, FI_KIND_DECODE) == FI_EINVALID);
 }
 
 TEST(spec_round_trip_over_decode_tuples)
@@ -77,11 +111,11 @@ TEST(every_kind_is_named_by_the_kind_table_and_round_trips)
         fi_jit_spec spec = parse_or_die(info->name);
         CHECK(spec.kind == (fi_kernel_kind)k);
     }
-    CHECK(kinds == 5);
+    CHECK(kinds == 6);
     int parsed = -1;
     CHECK_RC(fi__kind_parse(&parsed, "prefil"), FI_EINVALID);
     CHECK(strstr(fi_last_error(), "decode, batch_decode, prefill, batch_prefill_ragged, "
-                                  "batch_prefill_paged"));
+                                  "batch_prefill_paged, mla_decode"));
 }
 
 TEST(spec_parse_defaults_and_order)
@@ -450,6 +484,21 @@ TEST(options_and_environment_are_validated)
     opts.remote_secret = "short";
     CHECK_RC(fi_jit_ctx_new(&ctx, &opts), FI_EINVALID);
     CHECK(strstr(fi_last_error(), "at least 16") != NULL);
+    /* Every FIJIT_* value is checked, the lock timeout and the secret too. */
+    opts.remote = NULL;
+    opts.remote_secret = NULL;
+    setenv("FIJIT_LOCK_TIMEOUT_MS", "x", 1);
+    rc = fi_jit_ctx_new(&ctx, &opts);
+    unsetenv("FIJIT_LOCK_TIMEOUT_MS");
+    CHECK_RC(rc, FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "FIJIT_LOCK_TIMEOUT_MS") != NULL, "%s", fi_last_error());
+    setenv("FIJIT_REMOTE_SECRET", "short", 1);
+    rc = fi_jit_ctx_new(&ctx, &opts);
+    unsetenv("FIJIT_REMOTE_SECRET");
+    CHECK_RC(rc, FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "FIJIT_REMOTE_SECRET") != NULL, "%s", fi_last_error());
+    /* Messages speak of arguments, not of the library's functions. */
+    CHECK(fi_jit_ctx_new(NULL, &opts) == FI_EINVALID && !strstr(fi_last_error(), "fi_"));
 }
 
 /* A caller built against version 1 of the options and the statistics (no
@@ -563,6 +612,35 @@ TEST(compiles_are_counted_when_a_statistics_write_fails)
     CHECK_MSG(0, "no SQLite fault point reached the compile");
 }
 
+/* Send stderr to `path`; returns what stderr_restore takes back, or -1. */
+static int stderr_to(const char *path)
+{
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (saved >= 0 && fd >= 0) dup2(fd, 2);
+    if (fd >= 0) close(fd);
+    if (fd < 0 && saved >= 0) {
+        close(saved);
+        saved = -1;
+    }
+    return saved;
+}
+
+static void stderr_restore(int saved)
+{
+    fflush(stderr);
+    if (saved < 0) return;
+    dup2(saved, 2);
+    close(saved);
+}
+
+/* Past the 1 KiB line buffer (ptxas' log of a module): "xxx...<end>". */
+static void long_message(char *out, size_t size)
+{
+    memset(out, 'x', size - 6);
+    memcpy(out + size - 6, "<end>", 6);
+}
+
 /* Configuration from the environment: a relative XDG_CACHE_HOME is ignored
  * (XDG base-directory spec), and a FIJIT_LOG that is not a level warns and
  * keeps the level the options ask for instead of silencing the library. */
@@ -592,31 +670,28 @@ TEST(environment_cache_dir_and_log_level_rules)
     CHECK(fi__parse_log_level("abc") < 0 && fi__parse_log_level("5") < 0 &&
           fi__parse_log_level("") < 0 && fi__parse_log_level("33") < 0);
 
-    /* FIJIT_LOG=abc: one warning naming it, and warnings still shown. */
+    /* FIJIT_LOG=abc: one warning naming it, and warnings still shown. The
+     * level is the process's, which an earlier test's context may have set:
+     * start from the default, as a fresh process does. */
+    fi__log_set_level(FI_LOG_WARN);
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     fi_jit_ctx *ctx = NULL;
     snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
     snprintf(log, sizeof log, "%s/stderr.txt", check_tmpdir);
     opts.cache_dir = dir;
     opts.use_disk_cache = 0;
-    fflush(stderr);
-    int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    CHECK(saved >= 0 && fd >= 0);
-    dup2(fd, 2);
-    close(fd);
+    int saved = stderr_to(log);
+    CHECK(saved >= 0);
     setenv("FIJIT_LOG", "abc", 1);
     int rc = fi_jit_ctx_new(&ctx, &opts);
     unsetenv("FIJIT_LOG");
     fi__log(FI_LOG_WARN, "a later warning");
     fi__log(FI_LOG_INFO, "an info line");
-    /* Past the 1 KiB line buffer (ptxas' log of a module), a message is printed whole. */
+    /* A long message is printed whole. */
     char longer[2001];
-    memset(longer, 'x', sizeof longer - 6);
-    memcpy(longer + sizeof longer - 6, "<end>", 6);
+    long_message(longer, sizeof longer);
     fi__log(FI_LOG_WARN, "long: %s", longer);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
+    stderr_restore(saved);
     fi_jit_ctx_free(ctx);
     fi__log_set_level(FI_LOG_WARN);
     CHECK_OK(rc);
@@ -663,4 +738,198 @@ TEST(dynlib_names_the_library_or_the_symbol_that_is_missing)
     CHECK_MSG(strstr(why, "libfijit-no-such-library.so.9") != NULL, "%s", why);
     CHECK(fi__dynlib_load(&api, required, 2, libm, why, sizeof why) == -1);
     CHECK_MSG(strcmp(why, "libm.so.6 lacks fijit_no_such_symbol") == 0, "%s", why);
+}
+
+/* ---- the log callback and the operator's settings -------------------------------- */
+
+typedef struct log_record {
+    int count;
+    int levels[8];
+    char texts[8][2100];
+} log_record;
+
+static void record_log(void *user, fi_log_level level, const char *message)
+{
+    log_record *r = user;
+    if (r->count < 8) {
+        r->levels[r->count] = (int)level;
+        snprintf(r->texts[r->count], sizeof r->texts[0], "%s", message);
+    }
+    r->count++;
+}
+
+TEST(log_callback_receives_each_message_with_its_level_and_stderr_stays_quiet)
+{
+    char log[4300], longer[2001];
+    log_record r;
+    memset(&r, 0, sizeof r);
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    opts.use_disk_cache = 0;
+    opts.log_level = FI_LOG_INFO;
+    opts.log_fn = record_log;
+    opts.log_user = &r;
+    snprintf(log, sizeof log, "%s/stderr.txt", check_tmpdir);
+    unsetenv("FIJIT_LOG");
+    int saved = stderr_to(log);
+    CHECK(saved >= 0);
+    int rc = fi_jit_ctx_new(&ctx, &opts);
+    fi__log(FI_LOG_WARN, "a warning %d", 7);
+    fi__log(FI_LOG_INFO, "an info line");
+    fi__log(FI_LOG_DEBUG, "a debug line"); /* below the level: nobody hears it */
+    long_message(longer, sizeof longer);
+    fi__log(FI_LOG_ERROR, "long: %s", longer);
+    stderr_restore(saved);
+    fi_jit_ctx_free(ctx);
+    fi_log_set_callback(NULL, NULL);
+    fi__log_set_level(FI_LOG_WARN);
+    CHECK_OK(rc);
+    CHECK_MSG(r.count == 3, "%d messages", r.count);
+    CHECK(r.levels[0] == FI_LOG_WARN && strcmp(r.texts[0], "a warning 7") == 0);
+    CHECK(r.levels[1] == FI_LOG_INFO && strcmp(r.texts[1], "an info line") == 0);
+    CHECK_MSG(r.levels[2] == FI_LOG_ERROR && strstr(r.texts[2], "<end>"), "the long one was cut");
+    struct stat sb;
+    CHECK_MSG(stat(log, &sb) == 0 && sb.st_size == 0, "stderr got %lld bytes",
+              (long long)sb.st_size);
+}
+
+TEST(options_of_version_2_never_read_the_log_fields)
+{
+    log_record r;
+    memset(&r, 0, sizeof r);
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    opts.version = 2; /* a caller built before log_fn: what follows is not its */
+    opts.use_disk_cache = 0;
+    opts.log_fn = record_log;
+    opts.log_user = &r;
+    CHECK_OK(fi_jit_ctx_new(&ctx, &opts));
+    fi_jit_ctx_free(ctx);
+    fi__log(FI_LOG_ERROR, "(expected on stderr: a version 2 caller has no log_fn)");
+    CHECK(r.count == 0);
+}
+
+/* Write `text` to <dir>/fijit.conf (dir created). */
+static void write_config(const char *dir, const char *text)
+{
+    char path[4300];
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/fijit.conf", dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static const char *const setting_envs[] = {"FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE",
+                                           "FIJIT_REMOTE", "FIJIT_UMASK", "FIJIT_LOCK_TIMEOUT_MS",
+                                           "FIJIT_REMOTE_SECRET"};
+
+TEST(settings_come_from_defaults_then_the_file_then_the_environment)
+{
+    char dir[4200];
+    fi_settings s = FI_SETTINGS_INIT;
+    for (size_t i = 0; i < sizeof setting_envs / sizeof *setting_envs; i++) unsetenv(setting_envs[i]);
+    snprintf(dir, sizeof dir, "%s/conf", check_tmpdir);
+    CHECK_OK(fi_settings_load(&s, dir)); /* no directory yet: the defaults */
+    CHECK(s.file[0] == '\0' && s.jit == 1 && s.log_level == FI_LOG_WARN && s.umask == -1);
+    CHECK(s.max_cache_bytes == FI_DEFAULT_MAX_CACHE_BYTES && s.max_cache_bytes_from == FI_SETTING_DEFAULT);
+
+    write_config(dir, "# a comment\n\n  max_size = 0 \nlog_level=debug\njit = off\n"
+                      "remote = redis://cache-host:6380/2\numask = 027\n");
+    CHECK_OK(fi_settings_load(&s, dir));
+    CHECK(strstr(s.file, "/conf/fijit.conf") != NULL);
+    CHECK(s.max_cache_bytes == 0 && s.max_cache_bytes_from == FI_SETTING_FILE); /* 0: no limit */
+    CHECK(s.log_level == FI_LOG_DEBUG && s.log_level_from == FI_SETTING_FILE);
+    CHECK(s.jit == 0 && s.jit_from == FI_SETTING_FILE);
+    CHECK(strcmp(s.remote, "redis://cache-host:6380/2") == 0 && s.remote_from == FI_SETTING_FILE);
+    CHECK(s.umask == 027 && s.umask_from == FI_SETTING_FILE);
+
+    setenv("FIJIT_MAX_CACHE_SIZE", "2G", 1);
+    setenv("FIJIT_JIT", "Yes", 1);
+    int rc = fi_settings_load(&s, dir);
+    unsetenv("FIJIT_MAX_CACHE_SIZE");
+    unsetenv("FIJIT_JIT");
+    CHECK_OK(rc);
+    CHECK(s.max_cache_bytes == (int64_t)2 << 30 && s.max_cache_bytes_from == FI_SETTING_ENV);
+    CHECK(s.jit == 1 && s.jit_from == FI_SETTING_ENV);
+    CHECK(strcmp(fi_setting_origin_name(FI_SETTING_FILE), "fijit.conf") == 0);
+
+    /* The booleans' usual spellings, and nothing else. */
+    static const char *const off[] = {"0", "false", "FALSE", "off", "no"};
+    static const char *const bad[] = {"", "2", "nope", "falsey", " on"};
+    for (int i = 0; i < 5; i++) CHECK(fi__parse_bool(off[i]) == 0);
+    for (int i = 0; i < 5; i++) CHECK_MSG(fi__parse_bool(bad[i]) < 0, "'%s'", bad[i]);
+    setenv("FIJIT_JIT", "maybe", 1);
+    rc = fi_settings_load(&s, NULL);
+    unsetenv("FIJIT_JIT");
+    CHECK_RC(rc, FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "FIJIT_JIT: 'maybe' is not a boolean"), "%s", fi_last_error());
+}
+
+TEST(a_bad_configuration_file_is_refused_naming_file_and_line)
+{
+    char dir[4200], path[4300];
+    fi_settings s = FI_SETTINGS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    for (size_t i = 0; i < sizeof setting_envs / sizeof *setting_envs; i++) unsetenv(setting_envs[i]);
+    snprintf(dir, sizeof dir, "%s/conf", check_tmpdir);
+    static const struct {
+        const char *text, *words;
+    } cases[] = {
+        {"max_size = 1G\nmax_szie = 2G\n", "fijit.conf:2: unknown setting 'max_szie'"},
+        {"\n\nmax_size = lots\n", "fijit.conf:3: max_size: 'lots' is not a size"},
+        {"jit = off\njit = on\n", "fijit.conf:2: jit is set twice"},
+        {"log_level\n", "fijit.conf:1: expected 'key = value'"},
+        {"umask = 020\n", "fijit.conf:1: umask: umask 020 lets others write"},
+        {"umask = 9\n", "fijit.conf:1: umask: '9' is not a umask"},
+        {"remote = redis://h:http\n", "fijit.conf:1: remote: "},
+        {"log_level = loud\n", "fijit.conf:1: log_level: 'loud' is not a log level"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        write_config(dir, cases[i].text);
+        CHECK_RC(fi_settings_load(&s, dir), FI_EINVALID);
+        CHECK_MSG(strstr(fi_last_error(), cases[i].words), "case %zu: %s", i, fi_last_error());
+    }
+    /* The library refuses it as the CLI does, and writes nothing. */
+    opts.cache_dir = dir;
+    CHECK_RC(fi_jit_ctx_new(&ctx, &opts), FI_EINVALID);
+    snprintf(path, sizeof path, "%s/index.sqlite", dir);
+    CHECK(access(path, F_OK) != 0);
+    /* Whoever may write the file chooses the remote: others must not. */
+    write_config(dir, "max_size = 1G\n");
+    snprintf(path, sizeof path, "%s/fijit.conf", dir);
+    chmod(path, 0666);
+    CHECK_RC(fi_settings_load(&s, dir), FI_EPERM);
+    chmod(path, 0620); /* the group's members too: the file decides whom the dir trusts */
+    CHECK_RC(fi_settings_load(&s, dir), FI_EPERM);
+    chmod(path, 0644);
+    CHECK_OK(fi_settings_load(&s, dir));
+}
+
+TEST(a_cache_umask_widens_private_modes_to_the_group)
+{
+    char path[4300];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/shared", check_tmpdir);
+    fi__cache_umask_set(027);
+    int made = fi__mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/shared/file", check_tmpdir);
+    int fd = fi__open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    mode_t unsafe_shared = fi__cache_unsafe_bits();
+    fi__cache_umask_set(007);
+    mode_t unsafe_group_writes = fi__cache_unsafe_bits();
+    fi__cache_umask_set(-1);
+    CHECK(made == 0 && fd >= 0);
+    fi__close(fd);
+    CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0640);
+    snprintf(path, sizeof path, "%s/shared", check_tmpdir);
+    CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0750);
+    CHECK(unsafe_shared == (S_IWGRP | S_IWOTH) && unsafe_group_writes == S_IWOTH);
+    CHECK(fi__cache_unsafe_bits() == (S_IWGRP | S_IWOTH));
+    /* Without a umask what fijit creates stays private. */
+    snprintf(path, sizeof path, "%s/private", check_tmpdir);
+    CHECK(fi__mkdir(path, 0700) == 0 && stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0700);
 }

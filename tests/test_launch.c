@@ -1652,6 +1652,35 @@ TEST(runs_are_single_launches_a_graph_can_capture)
     fi_jit_ctx_free(ctx);
 }
 
+/* The two batch lifecycles are one: batch decode's plan, like batch
+ * prefill's, gets its kernel, so the very first run of a fresh context is a
+ * single launch that a CUDA graph can capture (no compile, no module load). */
+TEST(batch_decode_plan_gets_its_kernel_so_a_first_run_is_capturable)
+{
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(launch_ctx(&ctx));
+    static unsigned char ws[1 << 20] __attribute__((aligned(256)));
+    int32_t indptr[3] = {0, 300, 310}, last[2] = {7, 16};
+    fi_batch_decode_plan_args info = plan_args_for(2, indptr, last);
+    info.window_left = 100;
+    fi_jit_spec bs = spec_of(FI_KIND_BATCH_DECODE, FI_MASK_WINDOW, FI_POS_NONE);
+    fi_batch_decode_plan *plan = NULL;
+    size_t bytes = 0;
+    CHECK_OK(fi_batch_decode_plan_new(&plan, ctx, &bs, &info));
+    CHECK_OK(fi_batch_decode_plan_workspace_size(&bytes, plan));
+    CHECK(bytes <= sizeof ws);
+    CHECK_OK(fi_batch_decode_plan_upload(plan, ws, bytes));
+    fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
+    batch_decode_args_for(&ba, 128, ws, bytes);
+    const int base = fake.uncapturable_calls(), launched = seen.count;
+    CHECK_MSG(fi_batch_decode_run(ctx, plan, &ba, NULL) == 0, "%s", fi_last_error());
+    CHECK_MSG(fake.uncapturable_calls() == base && seen.count == launched + 1,
+              "first run: %d uncapturable calls, %d launches", fake.uncapturable_calls() - base,
+              seen.count - launched);
+    fi_batch_decode_plan_free(plan);
+    fi_jit_ctx_free(ctx);
+}
+
 /* Every kind's host path once, on `ctx`: 0 when all succeeded, else the
  * first error (each call must return 0 or a negative fijit code). */
 static int every_kind_once(fi_jit_ctx *ctx, unsigned char *ws, size_t ws_bytes)

@@ -94,6 +94,8 @@ TEST(prefill_refuses_unsupported_tuples)
         s.q_dtype = FI_DTYPE_FP8_E5M2;
         CHECK(fi_jit_spec_check(&s) == FI_EUNSUPPORTED);
         CHECK(strstr(fi_last_error(), "q dtype") && strstr(fi_last_error(), "fp16, bf16"));
+        /* Single prefill names its fp8 q too; the batch kinds have none. */
+        CHECK(!strstr(fi_last_error(), "fp8_e4m3") == (kinds[k] != FI_KIND_PREFILL));
     }
 }
 

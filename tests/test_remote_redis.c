@@ -1,7 +1,8 @@
 /*
  * The Redis remote tier against a real redis-server, started by each test on
  * a private unix socket in its temp dir and stopped afterwards:
- *   - URLs: parsing, every bad part named, the password masked;
+ *   - URLs: parsing, every bad part named; the password in no message, masked
+ *     form or log line, whatever the URL's shape; socket paths sun_path holds;
  *   - two hosts (separate processes and cache dirs): B gets A's compiles as
  *     remote hits and compiles nothing;
  *   - fleet single flight: 8 processes on 4 cache dirs, 2 threads each, on
@@ -9,9 +10,11 @@
  *   - faults: the server killed mid-run, paused past the timeouts (extra
  *     latency measured and printed), restarted empty; corrupted, truncated
  *     and foreign values under a valid key; poisoning without the secret; a
- *     read-only remote; a wrong password.
- * Most tests work at the store level on small synthetic entries; the two
- * that go through fi_jit_prewarm compile two small decode kernels.
+ *     read-only remote; a wrong password; values too large or of another
+ *     type; leases no live holder can have made;
+ *   - statistics: each remote miss and bad value counted once.
+ * Most tests work at the store level on small synthetic entries; the three
+ * that go through fi_jit_prewarm compile two small decode kernels each.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -25,6 +28,7 @@
 #include <hiredis/hiredis.h>
 
 #include "check.h"
+#include "common/error.h"
 #include "common/sys.h"
 #include "store/object.h"
 #include "store/remote/remote.h"
@@ -52,7 +56,8 @@ static void key_of(uint8_t key[16], int i)
 static void meta_of(fi_object_meta *m, int i)
 {
     memset(m, 0, sizeof *m);
-    snprintf(m->spec, sizeof m->spec, "decode q=fp16 hd=%d", 64 + i);
+    snprintf(m->spec, sizeof m->spec,
+             "decode q=fp16 kv=fp16 o=fp16 hd=%d mask=none pos=none softcap=0", 64 << i % 3);
     snprintf(m->arch, sizeof m->arch, "sm_90a");
 }
 
@@ -131,7 +136,7 @@ TEST(remote_url_parses_and_names_what_is_wrong)
     CHECK(strcmp(c.password, "s@cret") == 0 && c.user[0] == '\0');
     CHECK(strcmp(c.prefix, "prod") == 0 && c.ttl_s == 86400 && c.read_only);
     CHECK(c.timeout_ms == 250 && c.connect_timeout_ms == 20);
-    CHECK(strstr(c.url, "s%40cret") == NULL && strstr(c.url, ":***@cache.example") != NULL);
+    CHECK(strstr(c.url, "s%40cret") == NULL && strstr(c.url, "redis://***@cache.example") != NULL);
     CHECK_OK(fi_remote_config_parse(&c, "redis://localhost"));
     CHECK(c.port == 6379 && c.db == 0 && !c.read_only && strcmp(c.prefix, "fijit") == 0);
     CHECK(c.timeout_ms == FI_REMOTE_OPERATION_TIMEOUT_MS &&
@@ -152,8 +157,9 @@ TEST(remote_url_parses_and_names_what_is_wrong)
         {"redis://h?ttl=-1", "ttl="},
         {"redis://h?timeout=0", "timeout="},
         {"redis://h?prefix=a:b", "prefix="},
-        {"redis://h?colour=red", "unknown option 'colour'"},
+        {"redis://h?colour=red", "unknown option"},
         {"unix://relative.sock", "unix:///absolute"},
+        {"unix://:pw/relative.sock", "unix:///absolute"},
         {"redis://h x", "space"},
         {"", "empty"},
     };
@@ -163,9 +169,120 @@ TEST(remote_url_parses_and_names_what_is_wrong)
                   fi_last_error());
     }
     CHECK_OK(fi_remote_url_masked(masked, sizeof masked, "redis://u:topsecret@h:1/0?readonly"));
-    CHECK(strcmp(masked, "redis://u:***@h:1/0?readonly") == 0);
+    CHECK(strcmp(masked, "redis://***@h:1/0?readonly") == 0);
     CHECK_OK(fi_remote_url_masked(masked, sizeof masked, "unix:///s.sock"));
     CHECK(strcmp(masked, "unix:///s.sock") == 0);
+    CHECK_OK(fi_remote_url_masked(masked, sizeof masked, "redis://[::1]:7000/3?ttl=60&x=1&wait=a/b"));
+    CHECK(strcmp(masked, "redis://[::1]:7000/3?ttl=60&***&wait=***") == 0);
+}
+
+/* A password the masked form must never show, in every shape a URL may
+ * take, good or bad: whatever the parser makes of it, neither its words
+ * nor the masked URL (messages, show-config, logs) hold any of it. */
+#define PW "SEKRIT"
+static const char *const password_shapes[] = {
+    "redis://:" PW "@h",
+    "redis://user:" PW "@h:6379/0",
+    "redis://:pa/" PW "@127.0.0.1:6379",
+    "redis://:pa?" PW "@127.0.0.1:6379",
+    "redis://:" PW "?x@h/0?readonly",
+    "redis://:p@" PW "@h",
+    "redis://:" PW ":colon@h",
+    "redis://" PW "@h",
+    "redis://" PW "@h?readonly",
+    "redis://:" PW "@",
+    "redis://:" PW "",
+    "redis://h:" PW,
+    "redis://h:6379/" PW,
+    "redis://:" PW "@h:99999",
+    "redis://:" PW "@h/abc",
+    "redis://:SEK%zzRIT@h",
+    "redis://:SEK%52IT@h",
+    "redis://:" PW "@h?colour=red",
+    "redis://:" PW "@h?prefix=a:b",
+    "redis://h?password=" PW,
+    "redis://h?" PW,
+    "redis://h?" PW "=1",
+    "redis://h?ttl=" PW,
+    "redis://h?readonly&timeout=" PW "&prefix=ok",
+    "redis://:" PW "@[::1",
+    "redis://[::1:" PW "]:1",
+    "redis://@:" PW "@h",
+    "redis://:" PW "@h#frag",
+    "redis:/:" PW "@h",
+    "redis//:" PW "@h",
+    "redis:" PW "@h",
+    "http://:" PW "@h",
+    ":" PW "@h",
+    PW,
+    "unix://:" PW "@/tmp/redis.sock",
+    "unix://user:" PW "@/tmp/redis.sock?db=2",
+    "unix://:pa/" PW "@/tmp/redis.sock",
+    "unix://:" PW "@relative.sock",
+    "unix://:" PW,
+    "unix:///tmp/redis.sock?password=" PW,
+    "unix:///tmp/redis.sock?" PW,
+    "unix://" PW "@/tmp/redis.sock",
+};
+
+static int shows_password(const char *text)
+{
+    return strstr(text, "SEK") != NULL || strstr(text, "RIT") != NULL;
+}
+
+TEST(remote_url_never_shows_a_password_whatever_its_shape)
+{
+    char long_url[1500];
+    snprintf(long_url, sizeof long_url, "redis://:" PW "@%0900d", 0); /* a host too long */
+    for (size_t i = 0; i <= sizeof password_shapes / sizeof *password_shapes; i++) {
+        const char *url = i < sizeof password_shapes / sizeof *password_shapes ? password_shapes[i]
+                                                                               : long_url;
+        fi_remote_config c;
+        char masked[512], checked[512], tiny[24];
+        int rc = fi_remote_config_parse(&c, url);
+        CHECK_MSG(rc == 0 ? !shows_password(c.url) : !shows_password(fi_last_error()),
+                  "%s: %s", url, rc == 0 ? c.url : fi_last_error());
+        CHECK_OK(fi_remote_url_masked(masked, sizeof masked, url));
+        CHECK_MSG(!shows_password(masked), "%s masked as %s", url, masked);
+        CHECK_OK(fi_remote_url_masked(tiny, sizeof tiny, url));
+        CHECK_MSG(!shows_password(tiny) && strlen(tiny) < sizeof tiny, "%s cut to %s", url, tiny);
+        CHECK_RC(fi_cache_remote_url_check(checked, sizeof checked, url), rc);
+        CHECK_MSG(strcmp(checked, masked) == 0 && !shows_password(fi_last_error()), "%s: %s",
+                  url, fi_last_error());
+    }
+    /* The ones that are good URLs mean what they say. */
+    fi_remote_config c;
+    CHECK_OK(fi_remote_config_parse(&c, "redis://:pa/" PW "@127.0.0.1:6379"));
+    CHECK(strcmp(c.password, "pa/" PW) == 0 && strcmp(c.host, "127.0.0.1") == 0);
+    CHECK(strcmp(c.url, "redis://***@127.0.0.1:6379") == 0);
+    CHECK_OK(fi_remote_config_parse(&c, "redis://:" PW "?x@h/0?readonly"));
+    CHECK(strcmp(c.password, PW "?x") == 0 && c.read_only && c.db == 0);
+    CHECK_OK(fi_remote_config_parse(&c, "unix://user:" PW "@/tmp/redis.sock?db=2"));
+    CHECK(c.unix_socket && strcmp(c.path, "/tmp/redis.sock") == 0 && c.db == 2);
+    CHECK(strcmp(c.user, "user") == 0 && strcmp(c.password, PW) == 0);
+    CHECK(strcmp(c.url, "unix://***@/tmp/redis.sock?db=2") == 0);
+    CHECK_OK(fi_remote_config_parse(&c, "unix:///tmp/a@b.sock"));
+    CHECK(strcmp(c.path, "/tmp/a@b.sock") == 0 && !c.password[0]);
+    CHECK_RC(fi_remote_config_parse(&c, "unix:///tmp/redis.sock?password=" PW), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "credentials go before") != NULL, "%s", fi_last_error());
+}
+
+TEST(remote_url_refuses_a_socket_path_the_kernel_would_cut)
+{
+    fi_remote_config c;
+    char url[300], path[200];
+    /* sun_path holds 107 bytes and a NUL: 107 is taken, 108 is refused. */
+    memset(path, 'a', sizeof path);
+    path[0] = '/';
+    path[107] = '\0';
+    snprintf(url, sizeof url, "unix://%s", path);
+    CHECK_OK(fi_remote_config_parse(&c, url));
+    CHECK(strlen(c.path) == 107);
+    path[107] = 'a';
+    path[108] = '\0';
+    snprintf(url, sizeof url, "unix://:pw@%s?db=1", path);
+    CHECK_RC(fi_remote_config_parse(&c, url), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "socket path is 108 bytes") != NULL, "%s", fi_last_error());
 }
 
 /* ---- two hosts, and the fleet ------------------------------------------------- */
@@ -357,10 +474,19 @@ TEST(redis_killed_mid_run_then_restarted_empty)
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
     CHECK(timed_miss(st, 2) >= 0); /* the connection is pooled now */
     check_redis_signal(&r, SIGKILL);
-    int64_t first = timed_miss(st, 3), during = timed_miss(st, 4);
+    int64_t first = timed_miss(st, 3);
+    CHECK_OK(fi_store_stats_get(st, &s));
+    const long long errors_after_first = s.remote_errors;
+    int64_t during = timed_miss(st, 4);
     printf("  redis killed: first miss %lld ms, then %lld ms during the back-off\n",
            (long long)first, (long long)during);
-    CHECK(first >= 0 && first < 300 && during >= 0 && during < 100);
+    /* Outcomes, not speed: both misses return, and the second, inside the
+     * back-off, does not try the dead server (no new error). The time bound
+     * only says "no hang" (the connect timeout is 50 ms). */
+    CHECK(first >= 0 && first < 10000 && during >= 0);
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK_MSG(errors_after_first >= 1 && s.remote_errors == errors_after_first,
+              "remote errors %lld, then %lld", errors_after_first, (long long)s.remote_errors);
     /* Local work goes on. */
     key_of(key, 5);
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
@@ -405,9 +531,11 @@ TEST(redis_paused_past_the_timeouts_costs_one_timeout_per_back_off)
     printf("  redis paused: healthy miss %lld ms; first miss while paused %lld ms (the 500 ms "
            "operation timeout); next 20 misses at most %lld ms each (skipped for the back-off)\n",
            (long long)healthy, (long long)first, (long long)worst_after);
-    CHECK(healthy >= 0 && healthy < 100);
-    CHECK_MSG(first >= 400 && first < 1500, "first miss %lld ms", (long long)first);
-    CHECK(worst_after >= 0 && worst_after < 100);
+    /* The first miss waits out the operation timeout (a lower bound holds on
+     * any machine; the upper one only says "no hang"); the next 20 are
+     * skipped for the back-off, which the single error counted shows. */
+    CHECK(healthy >= 0 && worst_after >= 0);
+    CHECK_MSG(first >= 400 && first < 20000, "first miss %lld ms", (long long)first);
     CHECK_OK(fi_store_stats_get(st, &s));
     CHECK(s.remote_errors == 1);
     /* Resumed: after the back-off (1 s) it answers again. */
@@ -573,23 +701,21 @@ TEST(redis_wrong_password_is_an_error_that_names_no_password)
     char url[4500];
     START_REDIS(&r, "right-password", NULL);
     snprintf(url, sizeof url, "unix://%s", r.socket);
-    /* unix:// URLs take no credentials; a TCP URL would be redis://:pw@host.
-     * Test both refusals through the backend directly. */
     CHECK_OK(fi_remote_open(&remote, url));
     CHECK(remote->ops->ping(remote) == FI_REMOTE_ERROR);
     CHECK_MSG(strstr(fi_last_error(), "NOAUTH") != NULL, "%s", fi_last_error());
     remote->ops->close(remote);
-    fi_remote_config config;
-    CHECK_OK(fi_remote_config_parse(&config, url));
-    snprintf(config.password, sizeof config.password, "wrong-password");
-    CHECK_OK(fi_redis_open(&remote, &config));
+    char with_password[4600];
+    snprintf(with_password, sizeof with_password, "unix://:wrong-password@%s", r.socket);
+    CHECK_OK(fi_remote_open(&remote, with_password));
     CHECK(remote->ops->ping(remote) == FI_REMOTE_ERROR);
     CHECK_MSG(strstr(fi_last_error(), "refused the password") != NULL &&
                   strstr(fi_last_error(), "wrong-password") == NULL, "%s", fi_last_error());
     remote->ops->close(remote);
-    snprintf(config.password, sizeof config.password, "right-password");
-    CHECK_OK(fi_redis_open(&remote, &config));
-    CHECK(remote->ops->ping(remote) == FI_REMOTE_OK);
+    /* A password-protected server on a socket: unix://[user]:password@/path. */
+    snprintf(with_password, sizeof with_password, "unix://:right-password@%s", r.socket);
+    CHECK_OK(fi_remote_open(&remote, with_password));
+    CHECK_MSG(remote->ops->ping(remote) == FI_REMOTE_OK, "%s", fi_last_error());
     remote->ops->close(remote);
     /* Through the store: a miss, counted, and the local tier serves. */
     CHECK_OK(open_store(&st, "host", url, NULL));
@@ -633,7 +759,7 @@ TEST(redis_lease_expires_when_its_holder_dies)
     int64_t waited = ms_since(start);
     printf("  lease holder killed: the next builder waited %lld ms (lease 300 ms)\n",
            (long long)waited);
-    CHECK(waited < 1000);
+    CHECK(waited < 20000); /* taken over, not waited out: the default wait is 120 s */
     redisContext *c = redis_direct(&r);
     redisReply *leases = redisCommand(c, "KEYS fijit:lease:*");
     CHECK(leases && leases->elements == 1); /* ours now */
@@ -710,4 +836,251 @@ TEST(redis_threads_share_one_remote_and_build_each_key_once)
     CHECK_MSG(atomic_load(&run.builds) == THREAD_KEYS, "%d builds for %d keys",
               atomic_load(&run.builds), THREAD_KEYS);
     CHECK(s.remote_errors == 0 && s.remote_bytes_out > 0);
+}
+
+/* ---- values and leases no fijit host writes ---------------------------------- */
+
+/* The name of `key`'s lease in Redis. */
+static void lease_name(char out[128], const uint8_t key[16])
+{
+    char hex[33];
+    fi_key_hex(hex, key);
+    snprintf(out, 128, "fijit:lease:%s", hex);
+}
+
+TEST(redis_value_of_another_type_is_a_bad_entry_not_a_sick_server)
+{
+    check_redis r;
+    fi_store *reader = NULL;
+    fi_object_meta m;
+    uint8_t key[16], next[16];
+    char name[128];
+    void *out = NULL;
+    size_t size;
+    fi_jit_stats s;
+    /* A back-off longer than any test: a remote skipped after the list
+     * would not take the put below. */
+    START_REDIS(&r, NULL, "?backoff=600000");
+    CHECK_OK(open_store(&reader, "reader", r.url, NULL));
+    key_of(key, 1);
+    key_of(next, 2);
+    value_name(name, key);
+    redisContext *c = redis_direct(&r);
+    freeReplyObject(redisCommand(c, "RPUSH %s a b c", name));
+    CHECK_RC(fi_store_get(reader, key, &out, &size, NULL), FI_ENOTFOUND);
+    CHECK_OK(fi_store_stats_get(reader, &s));
+    CHECK_MSG(s.remote_corrupt == 1 && s.remote_errors == 0, "remote_corrupt %lld, errors %lld",
+              (long long)s.remote_corrupt, (long long)s.remote_errors);
+    CHECK(redis_exists(c, key) == 0); /* removed: the next build's put replaces it */
+    meta_of(&m, 2);
+    CHECK_OK(fi_store_put(reader, next, payload, sizeof payload, &m));
+    CHECK(redis_exists(c, next) == 1); /* no back-off started */
+    redisFree(c);
+    fi_store_close(reader);
+    check_redis_stop(&r);
+}
+
+TEST(redis_value_larger_than_any_entry_is_refused_unread)
+{
+    check_redis r;
+    fi_store *reader = NULL, *ro = NULL, *writer = NULL;
+    fi_object_meta m;
+    uint8_t key[16], big_key[16];
+    void *out = NULL;
+    size_t size;
+    fi_jit_stats s;
+    char url[4500];
+    START_REDIS(&r, NULL, "?backoff=600000");
+    snprintf(url, sizeof url, "%s&readonly", r.url);
+    CHECK_OK(open_store(&reader, "reader", r.url, NULL));
+    CHECK_OK(open_store(&ro, "read-only", url, NULL));
+    key_of(key, 1);
+    size_t huge_size = FI_REMOTE_VALUE_MAX + 1;
+    char *huge = malloc(huge_size);
+    CHECK(huge != NULL);
+    memset(huge, 'x', huge_size);
+    memcpy(huge, FI_OBJECT_MAGIC, 8);
+    redisContext *c = redis_direct(&r);
+    redis_set(c, key, huge, huge_size);
+    /* Read-only: refused, counted once, left in place; nothing downloaded. */
+    CHECK_RC(fi_store_get(ro, key, &out, &size, NULL), FI_ENOTFOUND);
+    CHECK_OK(fi_store_stats_get(ro, &s));
+    CHECK_MSG(s.remote_corrupt == 1 && s.remote_errors == 0 && s.remote_bytes_in == 0,
+              "corrupt %lld, errors %lld, bytes in %lld", (long long)s.remote_corrupt,
+              (long long)s.remote_errors, (long long)s.remote_bytes_in);
+    CHECK(redis_exists(c, key) == 1);
+    /* Writable: refused unread and removed. */
+    CHECK_RC(fi_store_get(reader, key, &out, &size, NULL), FI_ENOTFOUND);
+    CHECK_OK(fi_store_stats_get(reader, &s));
+    CHECK(s.remote_corrupt == 1 && s.remote_errors == 0 && s.remote_bytes_in == 0);
+    CHECK(redis_exists(c, key) == 0);
+    /* An entry too large for a remote stays local, and the remote stays in use. */
+    CHECK_OK(open_store(&writer, "writer", r.url, NULL));
+    key_of(big_key, 2);
+    meta_of(&m, 2);
+    CHECK_OK(fi_store_put(writer, big_key, huge, huge_size, &m));
+    CHECK(redis_exists(c, big_key) == 0);
+    CHECK_OK(fi_store_put(writer, key, payload, sizeof payload, &m));
+    CHECK(redis_exists(c, key) == 1);
+    CHECK_OK(fi_store_stats_get(writer, &s));
+    CHECK(s.remote_errors == 0 && s.entries == 2);
+    free(huge);
+    redisFree(c);
+    fi_store_close(writer);
+    fi_store_close(ro);
+    fi_store_close(reader);
+    check_redis_stop(&r);
+}
+
+/* The lease value a test plants: 16 bytes, like a holder's token. */
+static const char planted_token[] = "0123456789abcdef";
+
+/* Plant `how` under `key`'s lease, then take the lock: the lease must end
+ * up ours (a token with an expiry within the lease time), not the planted
+ * one. `wait=2000`: an old build that waited for the planted lease gives up
+ * after that and holds no lease. */
+static void check_taken_over(check_redis *r, const char *how)
+{
+    fi_store *st = NULL;
+    fi_store_lock *lock = NULL;
+    uint8_t key[16];
+    char name[128], url[4500];
+    snprintf(url, sizeof url, "%s?lease=3000&wait=2000", r->url);
+    key_of(key, 1);
+    lease_name(name, key);
+    redisContext *c = redis_direct(r);
+    freeReplyObject(redisCommand(c, "DEL %s", name));
+    if (strcmp(how, "list") == 0)
+        freeReplyObject(redisCommand(c, "RPUSH %s a", name));
+    else if (strcmp(how, "no expiry") == 0)
+        freeReplyObject(redisCommand(c, "SET %s %s", name, planted_token));
+    else if (strcmp(how, "an hour") == 0)
+        freeReplyObject(redisCommand(c, "SET %s %s PX 3600000", name, planted_token));
+    else
+        freeReplyObject(redisCommand(c, "SET %s %s PX 2000", name, "not a token"));
+    int rc = open_store(&st, how, url, NULL);
+    if (rc == 0) rc = fi_store_lock_key(st, key, &lock);
+    redisReply *value = redisCommand(c, "GET %s", name);
+    redisReply *ttl = redisCommand(c, "PTTL %s", name);
+    int ours = value && value->type == REDIS_REPLY_STRING && value->len == 16 &&
+               memcmp(value->str, planted_token, 16) != 0 && ttl &&
+               ttl->type == REDIS_REPLY_INTEGER && ttl->integer > 0 && ttl->integer <= 3000;
+    if (value) freeReplyObject(value);
+    if (ttl) freeReplyObject(ttl);
+    fi_store_unlock(lock);
+    fi_jit_stats s = {0};
+    if (rc == 0) rc = fi_store_stats_get(st, &s);
+    fi_store_close(st);
+    redisFree(c);
+    CHECK_OK(rc);
+    CHECK_MSG(ours, "a lease of %s was not taken over", how);
+    CHECK(s.remote_errors == 0);
+}
+
+TEST(redis_lease_no_live_holder_can_have_made_is_taken_over)
+{
+    check_redis r;
+    START_REDIS(&r, NULL, NULL);
+    check_taken_over(&r, "no expiry");
+    check_taken_over(&r, "an hour");
+    check_taken_over(&r, "list");
+    check_taken_over(&r, "not a token");
+    /* A live holder's lease is not: the other host waits (here: not at all). */
+    fi_store *holder = NULL, *other = NULL;
+    fi_store_lock *held = NULL, *lock = NULL;
+    uint8_t key[16];
+    char name[128], url[4500];
+    snprintf(url, sizeof url, "%s?lease=3000&wait=0", r.url);
+    key_of(key, 2);
+    lease_name(name, key);
+    CHECK_OK(open_store(&holder, "holder", url, NULL));
+    CHECK_OK(open_store(&other, "other", url, NULL));
+    CHECK_OK(fi_store_lock_key(holder, key, &held));
+    redisContext *c = redis_direct(&r);
+    redisReply *before = redisCommand(c, "GET %s", name);
+    CHECK_OK(fi_store_lock_key(other, key, &lock));
+    redisReply *after = redisCommand(c, "GET %s", name);
+    CHECK(before && after && before->len == 16 && after->len == 16 &&
+          memcmp(before->str, after->str, 16) == 0);
+    freeReplyObject(before);
+    freeReplyObject(after);
+    fi_store_unlock(lock);
+    fi_store_unlock(held);
+    redisFree(c);
+    fi_store_close(other);
+    fi_store_close(holder);
+    check_redis_stop(&r);
+}
+
+/* ---- statistics: each event counted once ------------------------------------- */
+
+TEST(redis_each_remote_event_is_counted_once)
+{
+    check_redis r;
+    fi_jit_stats a, ro;
+    char url[4500];
+    START_REDIS(&r, NULL, NULL);
+    /* Host A: each cold key is one remote miss (the look under the build
+     * lock does not count it again). */
+    CHECK(host_wait(host_start("host-a", r.url, 1)) == 0);
+    CHECK_OK(host_stats(&a, "host-a"));
+    CHECK_MSG(a.compiles == FLEET_SPECS && a.remote_misses == FLEET_SPECS,
+              "host A: %lld compiles, %lld remote misses for %d keys", (long long)a.compiles,
+              (long long)a.remote_misses, FLEET_SPECS);
+    /* Damage every value; a read-only host counts each bad one once. */
+    redisContext *c = redis_direct(&r);
+    redisReply *keys = redisCommand(c, "KEYS fijit:obj:*");
+    CHECK(keys && keys->type == REDIS_REPLY_ARRAY && keys->elements == FLEET_SPECS);
+    for (size_t i = 0; i < keys->elements; i++)
+        freeReplyObject(redisCommand(c, "SETRANGE %s 100 %s", keys->element[i]->str, "damage"));
+    freeReplyObject(keys);
+    redisFree(c);
+    snprintf(url, sizeof url, "%s?readonly", r.url);
+    CHECK(host_wait(host_start("read-only", url, 1)) == 0);
+    CHECK_OK(host_stats(&ro, "read-only"));
+    check_redis_stop(&r);
+    CHECK_MSG(ro.compiles == FLEET_SPECS && ro.remote_corrupt == FLEET_SPECS &&
+                  ro.remote_misses == 0 && ro.remote_hits == 0,
+              "read-only host: %lld compiles, %lld corrupt, %lld misses for %d bad values",
+              (long long)ro.compiles, (long long)ro.remote_corrupt, (long long)ro.remote_misses,
+              FLEET_SPECS);
+}
+
+/* ---- no message holds the password --------------------------------------------- */
+
+TEST(redis_messages_and_log_lines_never_show_the_password)
+{
+    check_redis r;
+    fi_store *st = NULL, *wrong = NULL;
+    fi_object_meta m;
+    uint8_t key[16];
+    void *out = NULL;
+    size_t size;
+    char url[4600], wrong_url[4600], log_path[4300], said[8192];
+    /* A password with the characters that once escaped the mask. */
+    START_REDIS(&r, "pa/SEKRIT?x", NULL);
+    snprintf(url, sizeof url, "unix://:pa/SEKRIT?x@%s?backoff=1", r.socket);
+    snprintf(wrong_url, sizeof wrong_url, "unix://user:pa/SEKRIT-wrong@%s", r.socket);
+    snprintf(log_path, sizeof log_path, "%s/stderr.txt", check_tmpdir);
+    fi__log_set_level(FI_LOG_INFO);
+    check_stderr_begin(log_path);
+    CHECK_OK(open_store(&st, "host", url, NULL));
+    CHECK_OK(open_store(&wrong, "wrong", wrong_url, NULL));
+    key_of(key, 1);
+    meta_of(&m, 1);
+    int put_rc = fi_store_put(st, key, payload, sizeof payload, &m);
+    int wrong_rc = fi_store_get(wrong, key, &out, &size, NULL); /* refused password: logged */
+    check_redis_signal(&r, SIGKILL);
+    key_of(key, 2);
+    int dead_rc = fi_store_get(st, key, &out, &size, NULL); /* the server gone: logged */
+    check_stderr_end(said, sizeof said);
+    fi__log_set_level(FI_LOG_WARN);
+    CHECK(put_rc == 0 && wrong_rc == FI_ENOTFOUND && dead_rc == FI_ENOTFOUND);
+    CHECK_MSG(strstr(said, "remote cache unix://***@") != NULL &&
+                  strstr(said, "refused the password") != NULL,
+              "the log lines expected are missing: %.2000s", said);
+    CHECK_MSG(!shows_password(said), "a log line shows the password: %.2000s", said);
+    fi_store_close(wrong);
+    fi_store_close(st);
+    check_redis_stop(&r);
 }

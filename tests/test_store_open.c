@@ -50,7 +50,8 @@ static int put_obj(fi_store *st, int n, const char *tag)
     char text[64];
     fi_object_meta meta = {0};
     key_n(key, n);
-    snprintf(meta.spec, sizeof meta.spec, "decode hd=%d", 64 + n);
+    snprintf(meta.spec, sizeof meta.spec,
+             "decode q=fp16 kv=fp16 o=fp16 hd=%d mask=none pos=none softcap=0", 64 << n % 3);
     snprintf(meta.arch, sizeof meta.arch, "sm_90a");
     int len = snprintf(text, sizeof text, "object %d %s", n, tag);
     return fi_store_put(st, key, text, (size_t)len, &meta);
@@ -534,8 +535,11 @@ TEST(read_only_cache_serves_kernels_and_compiles_misses_in_memory)
 /* ---- 6. a full disk ---------------------------------------------------------------- */
 
 /* SQLite's own writes fail with ENOSPC while `sqlite_disk_full` is set,
- * through the unix VFS's system-call table (its fault-injection seam). */
+ * through the unix VFS's system-call table (its fault-injection seam): 1
+ * every write, FULL_GROWING only those that make a file longer (a full disk
+ * still overwrites the blocks a file has). */
 static atomic_int sqlite_disk_full;
+#define FULL_GROWING 2
 static sqlite3_syscall_ptr real_calls[5];
 static const char *const full_names[5] = {"write", "pwrite", "pwrite64", "ftruncate", "fallocate"};
 
@@ -544,29 +548,39 @@ typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
 typedef int (*ftruncate_fn)(int, off_t);
 typedef int (*fallocate_fn)(int, off_t, off_t);
 
+/* 1 when a write to `fd` that ends at `end` (< 0: at the file offset plus
+ * -end) must fail. */
+static int full_refuses(int fd, off_t end)
+{
+    int mode = atomic_load(&sqlite_disk_full);
+    struct stat sb;
+    if (mode != FULL_GROWING) return mode;
+    if (end < 0) end = lseek(fd, 0, SEEK_CUR) - end;
+    return fstat(fd, &sb) < 0 || end > sb.st_size;
+}
 static ssize_t full_write(int fd, const void *b, size_t n)
 {
-    if (atomic_load(&sqlite_disk_full)) return errno = ENOSPC, -1;
+    if (full_refuses(fd, -(off_t)n)) return errno = ENOSPC, -1;
     return ((write_fn)real_calls[0])(fd, b, n);
 }
 static ssize_t full_pwrite(int fd, const void *b, size_t n, off_t off)
 {
-    if (atomic_load(&sqlite_disk_full)) return errno = ENOSPC, -1;
+    if (full_refuses(fd, off + (off_t)n)) return errno = ENOSPC, -1;
     return ((pwrite_fn)real_calls[1])(fd, b, n, off);
 }
 static ssize_t full_pwrite64(int fd, const void *b, size_t n, off_t off)
 {
-    if (atomic_load(&sqlite_disk_full)) return errno = ENOSPC, -1;
+    if (full_refuses(fd, off + (off_t)n)) return errno = ENOSPC, -1;
     return ((pwrite_fn)real_calls[2])(fd, b, n, off);
 }
 static int full_ftruncate(int fd, off_t n)
 {
-    if (atomic_load(&sqlite_disk_full)) return errno = ENOSPC, -1;
+    if (full_refuses(fd, n)) return errno = ENOSPC, -1;
     return ((ftruncate_fn)real_calls[3])(fd, n);
 }
 static int full_fallocate(int fd, off_t off, off_t n)
 {
-    if (atomic_load(&sqlite_disk_full)) return ENOSPC; /* posix_fallocate returns the error */
+    if (full_refuses(fd, off + n)) return ENOSPC; /* posix_fallocate returns the error */
     return ((fallocate_fn)real_calls[4])(fd, off, n);
 }
 
@@ -588,6 +602,43 @@ static void disk_full(int on)
 {
     atomic_store(&sqlite_disk_full, on);
     fi__fault_arm(on ? FI_FAULT_DISK_FULL : 0, on, on);
+}
+
+/* Counters saved after the disk filled are not lost: SQLite's log cannot
+ * grow, but checkpointed it is written again from its start, in blocks it
+ * has (a prewarm on a full disk counted 32 compiles for 60 before). */
+TEST(full_disk_loses_no_counts_once_the_log_cannot_grow)
+{
+    enum { SAVES = 60 };
+    char dir[4200], index[4300];
+    fi_store *st = NULL;
+    sqlite3 *db = NULL;
+    in_tmp(dir, "cache");
+    snprintf(index, sizeof index, "%s/index.sqlite", dir);
+    CHECK_OK(fi_store_open(&st, dir, 0, 0));
+    fi_jit_stats one = FI_JIT_STATS_INIT;
+    one.compiles = 1;
+    int rc = 0;
+    for (int i = 1; rc == 0 && i <= 3; i++) rc = put_obj(st, i, "a");
+    if (rc == 0) rc = fi_store_stats_add(st, &one);
+    /* Another connection moves the log into the index: the log keeps its
+     * size, and the index its pages, for what follows. */
+    int checkpointed = sqlite3_open(index, &db) == SQLITE_OK &&
+                       sqlite3_exec(db, "PRAGMA wal_checkpoint(PASSIVE)", NULL, NULL, NULL) == SQLITE_OK;
+    sqlite3_close(db);
+    sqlite_full_install(1);
+    atomic_store(&sqlite_disk_full, FULL_GROWING);
+    int failed = 0;
+    for (int i = 0; rc == 0 && i < SAVES; i++) failed += fi_store_stats_add(st, &one) < 0;
+    atomic_store(&sqlite_disk_full, 0);
+    sqlite_full_install(0);
+    fi_jit_stats s = FI_JIT_STATS_INIT;
+    if (rc == 0) rc = fi_store_stats_get(st, &s);
+    fi_store_close(st);
+    CHECK_OK(rc);
+    CHECK(checkpointed);
+    CHECK_MSG(failed == 0 && s.compiles == SAVES + 1, "%d saves failed; %lld compiles counted of %d",
+              failed, (long long)s.compiles, SAVES + 1);
 }
 
 TEST(full_disk_still_serves_reads_and_says_the_disk_is_full)
@@ -935,4 +986,111 @@ TEST(a_cache_refusing_writes_warns_once_per_context)
     fi_jit_ctx_free(ctx);
     CHECK_MSG(occurrences(log, "could not save statistics") == 1, "said %d times",
               occurrences(log, "could not save statistics"));
+}
+
+/* An index broken under a running writer while another process holds the
+ * rebuild lock: that put fails, but the store does not stay closed; the
+ * next put opens the index again (rebuilding it) and stores, and every
+ * object is served. */
+TEST(index_closed_by_a_failed_rebuild_is_opened_again_by_the_next_put)
+{
+    char dir[4200], index[4300], lock[4300];
+    fi_store *st = NULL;
+    sqlite3 *db = NULL;
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    snprintf(index, sizeof index, "%s/index.sqlite", dir);
+    snprintf(lock, sizeof lock, "%s/locks/index.lock", dir);
+    CHECK_OK(fi_store_open(&st, dir, 0, 0));
+    fi_store_set_lock_timeout(st, 0);
+    CHECK_OK(put_obj(st, 1, "a"));
+    CHECK(sqlite3_open(index, &db) == SQLITE_OK);
+    int dropped = sqlite3_exec(db, "DROP TABLE entries", NULL, NULL, NULL) == SQLITE_OK;
+    sqlite3_close(db);
+    int fd = open(lock, O_RDWR | O_CREAT, 0600);
+    int held = fd >= 0 && flock(fd, LOCK_EX) == 0;
+    int rc_during = put_obj(st, 2, "a"); /* broken index, rebuild lock taken */
+    if (fd >= 0) close(fd);
+    int rc_after = put_obj(st, 3, "a");
+    int served = get_obj(st, 1, "a") + get_obj(st, 3, "a");
+    fi_jit_stats s = FI_JIT_STATS_INIT;
+    int rc_stats = fi_store_stats_get(st, &s);
+    fi_store_close(st);
+    CHECK(dropped && held);
+    CHECK_MSG(rc_during < 0, "the put under a held rebuild lock stored: %d", rc_during);
+    CHECK_MSG(rc_after == 0, "the next put failed: %s", fi_last_error());
+    CHECK(served == 2);
+    CHECK_OK(rc_stats);
+    CHECK(s.entries >= 2 && s.corrupt >= 1);
+}
+
+/* A holder stopped while it holds a key's lock is taken over within a few
+ * seconds of the default 60 s lock timeout: the waiter gets the lock (a
+ * real one, that a third process waits for), stores its entry; the holder,
+ * continued, finds it lost the lock and stores nothing over it. */
+static void frozen_holder_reporting(const char *dir, int ready_fd, int result_fd)
+{
+    fi_store *st = NULL;
+    fi_store_lock *lock = NULL;
+    uint8_t key[16];
+    key_n(key, 1);
+    if (fi_store_open(&st, dir, 0, 0) < 0 || fi_store_lock_key(st, key, &lock) < 0) _exit(2);
+    if (write(ready_fd, "L", 1) != 1) _exit(2);
+    raise(SIGSTOP);
+    int rc = put_obj(st, 1, "late");
+    fi_store_unlock(lock);
+    fi_store_close(st);
+    _exit(rc == 0 && write(result_fd, "P", 1) == 1 ? 0 : 1);
+}
+
+TEST(lock_of_a_stopped_holder_is_taken_over_and_the_holder_stores_nothing)
+{
+    char dir[4200], lock_path[4400], hex[33];
+    int ready[2], result[2], status = 0;
+    char c = 0;
+    uint8_t key[16];
+    fi_store *st = NULL;
+    fi_store_lock *lock = NULL;
+    in_tmp(dir, "cache");
+    CHECK_OK(make_cache(dir, 0));
+    key_n(key, 1);
+    fi_key_hex(hex, key);
+    snprintf(lock_path, sizeof lock_path, "%s/locks/%s.lock", dir, hex);
+    CHECK(pipe(ready) == 0 && pipe(result) == 0);
+    fflush(NULL);
+    pid_t holder = fork();
+    if (holder == 0) frozen_holder_reporting(dir, ready[1], result[1]);
+    close(ready[1]);
+    close(result[1]);
+    int got = (int)read(ready[0], &c, 1);
+    close(ready[0]);
+    CHECK(got == 1 && c == 'L');
+    CHECK(waitpid(holder, &status, WUNTRACED) == holder && WIFSTOPPED(status));
+
+    /* The default lock timeout: only a takeover ends the wait before it. */
+    CHECK_OK(fi_store_open(&st, dir, 0, 0));
+    int64_t t0 = fi__now_ns();
+    int rc = fi_store_lock_key(st, key, &lock);
+    double waited = (double)(fi__now_ns() - t0) / 1e9;
+    int fd = open(lock_path, O_RDWR);
+    int third_waits = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+    if (fd >= 0) close(fd);
+    int put = rc == 0 ? put_obj(st, 1, "early") : rc;
+    fi_store_unlock(lock);
+    kill(holder, SIGCONT);
+    int holder_status = 0;
+    waitpid(holder, &holder_status, 0);
+    got = (int)read(result[0], &c, 1);
+    close(result[0]);
+    printf("  took the lock of a stopped holder over in %.1f s (lock timeout %d s)\n", waited,
+           FI_STORE_LOCK_TIMEOUT_MS / 1000);
+    CHECK_OK(rc);
+    CHECK_MSG(waited < FI_STORE_LOCK_TIMEOUT_MS / 1000.0 / 2, "waited %.1f s", waited);
+    CHECK_MSG(third_waits, "the lock taken over is not held");
+    CHECK_OK(put);
+    CHECK_MSG(WIFEXITED(holder_status) && WEXITSTATUS(holder_status) == 0 && got == 1,
+              "holder %#x", holder_status);
+    /* The waiter's entry stands; the holder's put left it alone. */
+    CHECK(get_obj(st, 1, "early") == 1);
+    CHECK(entries_of(st) == 1 && fi_store_verify(st, 0, NULL, NULL) == 0);
+    fi_store_close(st);
 }

@@ -66,8 +66,10 @@ int cli_check_remote(const cli_command *cmd, const char *option);
 /* The remote URL in use (--remote, else FIJIT_REMOTE), or NULL. */
 const char *cli_remote_url(void);
 #define CLI_REMOTE_HELP "  --remote URL       the fleet's remote cache (default: $FIJIT_REMOTE), e.g.\n" \
-                        "                     redis://:PASSWORD@cache-host:6379/0 or\n" \
-                        "                     unix:///run/redis.sock (options after '?': README)\n"
+                        "                     redis://cache-host:6379/0 or unix:///run/redis.sock\n" \
+                        "                     (options after '?': README). A URL with a password\n" \
+                        "                     belongs in $FIJIT_REMOTE: every user can read a\n" \
+                        "                     command line (docs/security.md)\n"
 
 
 /* The cache directory the library would use (--cache-dir, FIJIT_CACHE_DIR,
@@ -80,10 +82,19 @@ int cli_resolve_cache_dir(char *out, size_t size);
 int cli_open_store(const cli_command *cmd, fi_cache **out, char dir[4096]);
 
 /* Environment values a command uses, checked before it does anything: a bad
- * one is a usage error (exit 2) like a bad option. */
-enum { CLI_ENV_LOG = 1u << 0, CLI_ENV_SIZE = 1u << 1, CLI_ENV_ARCH = 1u << 2 };
+ * one is a usage error (exit 2) like a bad option. CLI_ENV_SETTINGS: every
+ * setting the library reads (FIJIT_* and the cache's fijit.conf), into
+ * cli_settings; CLI_ENV_LOG and CLI_ENV_SIZE are older names for it. */
+enum {
+    CLI_ENV_SETTINGS = 1u << 0,
+    CLI_ENV_ARCH = 1u << 2,
+    CLI_ENV_LOG = CLI_ENV_SETTINGS,
+    CLI_ENV_SIZE = CLI_ENV_SETTINGS,
+};
 /* -1 to go on, or CLI_EXIT_USAGE after printing which value is wrong. */
 int cli_check_env(const cli_command *cmd, unsigned which);
+/* The settings cli_check_env(CLI_ENV_SETTINGS) read for the command's cache. */
+extern fi_settings cli_settings;
 /* An arch the command will compile for: well formed and one the NVRTC in use
  * compiles for. `what` names its source ("--arch", "FIJIT_ARCH"). -1 or
  * CLI_EXIT_USAGE. */
@@ -156,5 +167,9 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv);
 int cli_cmd_remote(const cli_command *cmd, int argc, char **argv);
 int cli_cmd_export(const cli_command *cmd, int argc, char **argv);
 int cli_cmd_import(const cli_command *cmd, int argc, char **argv);
+
+/* Replace every control byte and every byte outside printable ASCII in
+ * `text` with '?' (as ls does on a terminal), in place (cli_text.c). */
+void cli_text_printable(char *text);
 
 #endif

@@ -163,15 +163,15 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
     }
 
     if ((res = cu->DeviceGet(&dev, 0)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cuDeviceGet");
+        rc = driver_failed(cmd, res, "cannot get CUDA device 0");
         goto out;
     }
     if ((res = cu->DevicePrimaryCtxRetain(&cuctx, dev)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cuDevicePrimaryCtxRetain");
+        rc = driver_failed(cmd, res, "cannot retain the device's primary context");
         goto out;
     }
     if ((res = cu->CtxSetCurrent(cuctx)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cuCtxSetCurrent");
+        rc = driver_failed(cmd, res, "cannot make the context current");
         goto out;
     }
 
@@ -214,13 +214,13 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
     };
     for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++) {
         if ((res = cu->MemAlloc(buffers[i].ptr, buffers[i].bytes)) != CUDA_SUCCESS) {
-            rc = driver_failed(cmd, res, "cuMemAlloc");
+            rc = driver_failed(cmd, res, "cannot allocate device memory");
             goto out;
         }
         if (buffers[i].host &&
             (res = cu->MemcpyHtoD(*buffers[i].ptr, buffers[i].host, buffers[i].bytes)) !=
                 CUDA_SUCCESS) {
-            rc = driver_failed(cmd, res, "cuMemcpyHtoD");
+            rc = driver_failed(cmd, res, "cannot copy the inputs to the device");
             goto out;
         }
     }
@@ -231,11 +231,11 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
 
     size_t work_bytes = 0;
     if (fi_decode_workspace_size(&work_bytes, &spec, &a) < 0) {
-        rc = cli_runtime_error(cmd, "fi_decode_workspace_size");
+        rc = cli_runtime_error(cmd, "cannot size the decode workspace");
         goto out;
     }
     if (work_bytes && (res = cu->MemAlloc(&dwork, work_bytes)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cuMemAlloc");
+        rc = driver_failed(cmd, res, "cannot allocate device memory");
         goto out;
     }
     a.workspace = work_bytes ? (void *)(uintptr_t)dwork : NULL;
@@ -244,28 +244,28 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
     /* The first run compiles or reads the cache; time it on its own. */
     double t0 = seconds_now();
     if (fi_decode_run(ctx, &spec, &a, NULL) < 0) {
-        rc = cli_runtime_error(cmd, "fi_decode_run");
+        rc = cli_runtime_error(cmd, "the decode launch failed");
         goto out;
     }
     if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "kernel launch");
+        rc = driver_failed(cmd, res, "the kernel failed");
         goto out;
     }
     double first_s = seconds_now() - t0;
     t0 = seconds_now();
     for (int i = 0; i < DEMO_TIMED_RUNS; i++) {
         if (fi_decode_run(ctx, &spec, &a, NULL) < 0) {
-            rc = cli_runtime_error(cmd, "fi_decode_run");
+            rc = cli_runtime_error(cmd, "the decode launch failed");
             goto out;
         }
     }
     if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "kernel launch");
+        rc = driver_failed(cmd, res, "the kernel failed");
         goto out;
     }
     double per_run_s = (seconds_now() - t0) / DEMO_TIMED_RUNS;
     if ((res = cu->MemcpyDtoH(o, dout, q_elems * 2)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cuMemcpyDtoH");
+        rc = driver_failed(cmd, res, "cannot copy the output from the device");
         goto out;
     }
 

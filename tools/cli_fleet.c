@@ -41,7 +41,10 @@ static int remote_collect(void *user, const fi_cache_remote_entry *e)
         rows->rows = grown;
         rows->capacity = capacity;
     }
-    rows->rows[rows->count++] = *e;
+    fi_cache_remote_entry *kept = &rows->rows[rows->count++];
+    *kept = *e;
+    cli_text_printable(kept->entry.spec);
+    cli_text_printable(kept->entry.arch);
     rows->bytes += e->entry.size;
     rows->sealed += e->sealed;
     rows->bad += !e->header_ok;
@@ -78,14 +81,18 @@ int cli_cmd_remote(const cli_command *cmd, int argc, char **argv)
     const char *verb = args.positional[0];
     if (strcmp(verb, "ping") && strcmp(verb, "stats") && strcmp(verb, "list"))
         return cli_usage_error(cmd, "unknown verb '%s' (ping, stats or list)", verb);
+    /* The settings first: the remote may be fijit.conf's. */
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS)) >= 0) return rc;
     if ((rc = cli_check_remote(cmd, options[OPT_REMOTE].value)) >= 0) return rc;
     const char *url = cli_remote_url();
-    if (!url) return cli_usage_error(cmd, "no remote: give --remote URL or set FIJIT_REMOTE");
+    if (!url)
+        return cli_usage_error(cmd, "no remote: give --remote URL, set FIJIT_REMOTE or remote "
+                               "in the cache's fijit.conf");
 
     fi_cache_remote *remote = NULL;
     remote_rows rows = {0};
     char masked[512];
-    fi_remote_url_check(masked, sizeof masked, url);
+    fi_cache_remote_url_check(masked, sizeof masked, url);
     if (fi_cache_remote_open(&remote, url) < 0) return cli_runtime_error(cmd, "cannot open the remote");
     if (strcmp(verb, "ping") == 0) {
         int64_t ns = 0;
@@ -226,6 +233,46 @@ static int read_manifest(const cli_command *cmd, const char *path, export_filter
     return rc;
 }
 
+/* Marks which asked-for specs the cache holds (for the arches given). */
+typedef struct export_found {
+    const export_filter *filter;
+    char *found; /* one flag per filter spec */
+} export_found;
+
+static int export_mark(void *user, const fi_cache_entry *e)
+{
+    export_found *f = user;
+    for (int i = 0; i < f->filter->spec_count; i++)
+        if (export_wants(&(export_filter){f->filter->specs + i, 1, 1, f->filter->arches,
+                                          f->filter->arch_count}, e))
+            f->found[i] = 1;
+    return 0;
+}
+
+/* A bundle short of what was asked for is not written: name each spec the
+ * cache lacks. -1 to go on, else an exit code. */
+static int export_check_found(const cli_command *cmd, fi_cache *cache, const export_filter *filter)
+{
+    export_found f = {filter, calloc((size_t)filter->spec_count + 1, 1)};
+    int missing = 0;
+    if (!f.found) return cli_usage_error(cmd, "out of memory");
+    if (fi_cache_foreach(cache, export_mark, &f) < 0) {
+        free(f.found);
+        return cli_runtime_error(cmd, "cannot read the cache index");
+    }
+    for (int i = 0; i < filter->spec_count; i++) {
+        if (f.found[i]) continue;
+        fprintf(stderr, "fijit export: not in the cache%s: %s\n",
+                filter->arch_count ? " for the arches given" : "", filter->specs[i]);
+        missing++;
+    }
+    free(f.found);
+    if (!missing) return -1;
+    fprintf(stderr, "fijit export: %d of %d spec%s missing; no bundle written (prewarm them "
+            "first)\n", missing, filter->spec_count, filter->spec_count == 1 ? "" : "s");
+    return CLI_EXIT_FAILED;
+}
+
 int cli_cmd_export(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_OUTPUT, OPT_MANIFEST, OPT_ALL, OPT_ARCH };
@@ -248,6 +295,7 @@ int cli_cmd_export(const cli_command *cmd, int argc, char **argv)
     if (!output || !*output) return cli_usage_error(cmd, "-o FILE is required");
     if (given != 1)
         return cli_usage_error(cmd, "give exactly one of --manifest FILE, SPEC..., --all");
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS)) >= 0) return rc; /* the secret among them */
     if (options[OPT_ARCH].value &&
         cli_split_list(options[OPT_ARCH].value, &filter.arches, &filter.arch_count) < 0)
         return cli_usage_error(cmd, "--arch '%s': expected a comma-separated list",
@@ -266,10 +314,12 @@ int cli_cmd_export(const cli_command *cmd, int argc, char **argv)
         (rc = read_manifest(cmd, options[OPT_MANIFEST].value, &filter)) >= 0)
         goto out;
     if ((rc = cli_open_store(cmd, &cache, dir)) != 0) goto out;
-    if (!cache) {
-        rc = cli_runtime_error(cmd, "no cache to export (it does not exist yet)");
+    if (!cache) { /* the library said nothing: there is nothing to open */
+        fprintf(stderr, "fijit export: no cache at %s to export (it does not exist yet)\n", dir);
+        rc = CLI_EXIT_FAILED;
         goto out;
     }
+    if (filter.spec_count && (rc = export_check_found(cmd, cache, &filter)) >= 0) goto out;
     fi_bundle_counts counts;
     if (fi_cache_export(&counts, cache, output, export_wants, &filter, fleet_secret()) < 0) {
         rc = cli_runtime_error(cmd, "cannot write the bundle");
@@ -306,6 +356,7 @@ int cli_cmd_import(const cli_command *cmd, int argc, char **argv)
     int rc = cli_parse(cmd, NULL, argc, argv, &args);
     if (rc >= 0) return rc;
     if (args.positional_count != 1) return cli_usage_error(cmd, "expected one bundle FILE");
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS)) >= 0) return rc; /* the secret among them */
     if (cli_resolve_cache_dir(dir, sizeof dir) < 0)
         return cli_runtime_error(cmd, "cannot find the cache directory");
     if (fi_cache_open(&cache, dir, 0) < 0) {

@@ -14,6 +14,7 @@
  * fails only the job it held and is replaced.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -132,15 +133,43 @@ enum { DIM_DTYPE, DIM_HEAD_DIM, DIM_MASK, DIM_POS, DIM_SOFTCAP, DIM_VARIANT, DIM
 static const char *const dim_flag[DIM_COUNT] = {"dtype", "head-dim", "mask", "pos", "softcap",
                                                 "variant"};
 static const char *const dim_field[DIM_COUNT] = {"q", "hd", "mask", "pos", "softcap", "variant"};
-static const char *const dim_default[DIM_COUNT] = {"fp16,bf16", "64,128,256", "none", "none",
-                                                   "0", "default"};
+/* NULL: each kind's own values (--head-dim: every head_dim the kind builds). */
+static const char *const dim_default[DIM_COUNT] = {"fp16,bf16", NULL, "none", "none", "0",
+                                                   "default"};
 
 typedef struct product {
     char **kernels;
     int kernel_count;
     char **values[DIM_COUNT];
     int value_count[DIM_COUNT];
+    int own_head_dims; /* no --head-dim: each kernel takes its kind's (kind_head_dims) */
 } product;
+
+/* "64,128,256": every head_dim that the kind `kernel` names builds, from the
+ * library's tuple space (fi_jit_spec_enumerate), so the CLI restates no limit. */
+static int kind_head_dims(char *out, size_t size, const char *kernel)
+{
+    fi_jit_spec spec, *all = NULL;
+    char variant[64];
+    size_t used = 0;
+    out[0] = '\0';
+    if (fi_jit_spec_parse(&spec, variant, sizeof variant, kernel) < 0) return -1;
+    int n = fi_jit_spec_enumerate(NULL, 0, spec.kind);
+    if (n <= 0 || !(all = calloc((size_t)n, sizeof *all))) return -1;
+    n = fi_jit_spec_enumerate(all, (size_t)n, spec.kind);
+    /* Head dims vary inside dtypes in the enumeration: keep each once, ascending. */
+    for (int last = 0;;) {
+        int next = 0;
+        for (int i = 0; i < n; i++)
+            if (all[i].head_dim > last && (!next || all[i].head_dim < next)) next = all[i].head_dim;
+        if (!next) break;
+        used += (size_t)snprintf(out + used, used < size ? size - used : 0, "%s%d",
+                                 used ? "," : "", next);
+        last = next;
+    }
+    free(all);
+    return used > 0 && used < size ? 0 : -1;
+}
 
 static void product_free(product *p)
 {
@@ -181,12 +210,21 @@ static int product_parse(const cli_command *cmd, product *p, const char *kernels
     return -1;
 }
 
-static int product_expand(const cli_command *cmd, const product *p, job_list *list,
+static int product_expand(const cli_command *cmd, product *p, job_list *list,
                           char **arches, int arch_count)
 {
     int index[DIM_COUNT] = {0};
     for (int k = 0; k < p->kernel_count; k++) {
         memset(index, 0, sizeof index);
+        if (p->own_head_dims) {
+            char dims[64];
+            cli_free_list(p->values[DIM_HEAD_DIM], p->value_count[DIM_HEAD_DIM]);
+            p->values[DIM_HEAD_DIM] = NULL;
+            p->value_count[DIM_HEAD_DIM] = 0;
+            if (kind_head_dims(dims, sizeof dims, p->kernels[k]) < 0 ||
+                cli_split_list(dims, &p->values[DIM_HEAD_DIM], &p->value_count[DIM_HEAD_DIM]) < 0)
+                return cli_usage_error(cmd, "--kernel %s: %s", p->kernels[k], fi_last_error());
+        }
         for (;;) {
             char text[400];
             snprintf(text, sizeof text, "%s q=%s hd=%s mask=%s pos=%s softcap=%s variant=%s",
@@ -419,6 +457,25 @@ static void report_failures(const job_list *list)
                     list->jobs[i].arch);
 }
 
+/* The remote's share of the run, from the cache's statistics before and
+ * after (the workers' counts are saved there): what was fetched from it and
+ * pushed to it. -1 when it failed to answer (its errors are on stderr). */
+static int report_remote(const fi_jit_stats *before, const fi_jit_stats *after)
+{
+    char masked[512], pushed[32];
+    int64_t errors = after->remote_errors - before->remote_errors;
+    if (fi_cache_remote_url_check(masked, sizeof masked, cli_remote_url()) < 0)
+        snprintf(masked, sizeof masked, "(the remote)");
+    cli_format_size(pushed, sizeof pushed, after->remote_bytes_out - before->remote_bytes_out);
+    printf("remote: %" PRId64 " fetched, %s pushed, %" PRId64 " error%s (%s)\n",
+           after->remote_hits - before->remote_hits, pushed, errors, errors == 1 ? "" : "s",
+           masked);
+    if (!errors) return 0;
+    fprintf(stderr, "fijit prewarm: the remote cache %s failed %" PRId64 " time%s; what it did "
+            "not take or give was built or kept here\n", masked, errors, errors == 1 ? "" : "s");
+    return -1;
+}
+
 /* ---- the command ------------------------------------------------------------------ */
 
 /* Hand out every job to `worker_count` processes and report each result. */
@@ -565,7 +622,7 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
                 "workers\n", jobs_wanted, cpus > 0 ? cpus : 1, jobs_cap);
         jobs_wanted = jobs_cap;
     }
-    if ((rc = cli_check_env(cmd, CLI_ENV_LOG | CLI_ENV_SIZE |
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS |
                                      (options[OPT_ARCH].value ? 0 : CLI_ENV_ARCH))) >= 0)
         return rc;
     if ((rc = cli_check_remote(cmd, options[OPT_REMOTE].value)) >= 0) return rc;
@@ -603,9 +660,21 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     for (int d = 0; d < DIM_COUNT; d++) product_given |= options[dim_option[d]].value != NULL;
     if (product_given || !options[OPT_MANIFEST].value) {
         const char *values[DIM_COUNT];
+        char first_head_dims[64];
+        const char *kernels = options[OPT_KERNEL].value ? options[OPT_KERNEL].value : "decode";
         for (int d = 0; d < DIM_COUNT; d++)
             values[d] = options[dim_option[d]].value ? options[dim_option[d]].value
                                                      : dim_default[d];
+        if (!values[DIM_HEAD_DIM]) {
+            /* Checked against the first kernel like every list; each kernel then
+             * takes its own (product_expand). */
+            char first[64];
+            snprintf(first, sizeof first, "%.*s", (int)strcspn(kernels, ","), kernels);
+            if (kind_head_dims(first_head_dims, sizeof first_head_dims, first) < 0)
+                snprintf(first_head_dims, sizeof first_head_dims, "%s", "128");
+            values[DIM_HEAD_DIM] = first_head_dims;
+            prod.own_head_dims = 1;
+        }
         if (!options[OPT_VARIANT].value && variants.count) {
             if (!(variant_names = cli_variants_names(&variants))) {
                 rc = cli_usage_error(cmd, "out of memory");
@@ -613,7 +682,6 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
             }
             values[DIM_VARIANT] = variant_names;
         }
-        const char *kernels = options[OPT_KERNEL].value ? options[OPT_KERNEL].value : "decode";
         if ((rc = product_parse(cmd, &prod, kernels, values, &variants)) >= 0) goto out;
         if ((rc = product_expand(cmd, &prod, &list, arches, arch_count)) >= 0) goto out;
     }
@@ -634,14 +702,17 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
         goto out;
     }
     /* A context falls back to memory only when the disk cache cannot be
-     * opened; for prewarm that would throw every compile away. */
-    rc = fi_cache_open(&store, fi_jit_ctx_cache_dir(probe), 0);
-    fi_cache_close(store);
+     * opened; for prewarm that would throw every compile away. A read-only
+     * cache is fine: what it holds is "already cached", and only the specs
+     * it would have to store fail. */
+    rc = fi_cache_open(&store, fi_jit_ctx_cache_dir(probe), FI_CACHE_READ_ONLY_FALLBACK);
     fi_jit_ctx_free(probe);
     if (rc < 0) {
         rc = cli_runtime_error(cmd, "cannot open the cache");
         goto out;
     }
+    fi_jit_stats before = FI_JIT_STATS_INIT, after = FI_JIT_STATS_INIT;
+    int have_stats = fi_cache_stats_get(&before, store) == 0;
 
     int worker_count = jobs_wanted < list.count ? jobs_wanted : list.count;
     progress p = {isatty(STDERR_FILENO), list.count, 0, 0, 0, 0, now_ns()};
@@ -653,9 +724,13 @@ int cli_cmd_prewarm(const cli_command *cmd, int argc, char **argv)
     printf("prewarm: %d spec%s, %d compiled, %d already cached, %d failed in %.1f s (-j %d)\n",
            p.total, p.total == 1 ? "" : "s", p.compiled, p.cached, p.failed,
            (double)(now_ns() - p.start_ns) / 1e9, worker_count);
+    rc = p.failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+    have_stats = have_stats && fi_cache_stats_get(&after, store) == 0;
+    if (cli_remote_url() && have_stats && report_remote(&before, &after) < 0 && cli_remote_option)
+        rc = CLI_EXIT_FAILED; /* asked for by name, and it did not answer */
+    fi_cache_close(store);
     fflush(stdout);
     report_failures(&list);
-    rc = p.failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 out:
     free(list.jobs);
     free(variant_names);

@@ -23,6 +23,7 @@
 
 const char *cli_cache_dir_option;
 const char *cli_remote_option;
+fi_settings cli_settings = FI_SETTINGS_INIT;
 
 static void print_usage(FILE *f, const cli_command *cmd)
 {
@@ -124,8 +125,10 @@ int cli_parse(const cli_command *cmd, cli_option *options, int argc, char **argv
             for (cli_option *o = options; o && o->name; o++)
                 if (o->short_name && o->short_name == arg[1]) opt = o;
         }
+        /* An option is named without its value: that may be a secret given by mistake. */
+        int name_len = arg[1] == '-' ? (int)strcspn(arg, "=") : 2;
         if (!opt && !is_cache_dir)
-            return cli_usage_error(cmd, "unknown option '%s'", arg);
+            return cli_usage_error(cmd, "unknown option '%.*s'", name_len, arg);
 
         int takes_value = is_cache_dir || opt->takes_value;
         const char *value = NULL;
@@ -138,7 +141,7 @@ int cli_parse(const cli_command *cmd, cli_option *options, int argc, char **argv
                 return cli_usage_error(cmd, "option '%s' needs a value", arg);
             }
         } else if (inline_value) {
-            return cli_usage_error(cmd, "option '%s' takes no value", arg);
+            return cli_usage_error(cmd, "option '%.*s' takes no value", name_len, arg);
         }
 
         if (is_cache_dir) {
@@ -284,7 +287,9 @@ int cli_open_store(const cli_command *cmd, fi_cache **out, char dir[4096])
 const char *cli_remote_url(void)
 {
     const char *env = getenv("FIJIT_REMOTE");
-    return cli_remote_option ? cli_remote_option : env && *env ? env : NULL;
+    if (cli_remote_option) return cli_remote_option;
+    if (env && *env) return env;
+    return cli_settings.remote[0] ? cli_settings.remote : NULL; /* fijit.conf's */
 }
 
 int cli_check_remote(const cli_command *cmd, const char *option)
@@ -292,7 +297,7 @@ int cli_check_remote(const cli_command *cmd, const char *option)
     char masked[512];
     cli_remote_option = option;
     const char *url = cli_remote_url();
-    if (url && fi_remote_url_check(masked, sizeof masked, url) < 0)
+    if (url && fi_cache_remote_url_check(masked, sizeof masked, url) < 0)
         return cli_usage_error(cmd, "%s: %s", option ? "--remote" : "FIJIT_REMOTE", fi_last_error());
     return -1;
 }
@@ -300,13 +305,14 @@ int cli_check_remote(const cli_command *cmd, const char *option)
 int cli_check_env(const cli_command *cmd, unsigned which)
 {
     const char *v;
-    int64_t bytes;
-    if ((which & CLI_ENV_LOG) && (v = getenv("FIJIT_LOG")) && *v && fi_log_level_parse(v) < 0)
-        return cli_usage_error(cmd, "FIJIT_LOG '%s': expected a log level (" FI_LOG_LEVEL_HELP ")", v);
-    if ((which & CLI_ENV_SIZE) && (v = getenv("FIJIT_MAX_CACHE_SIZE")) && *v &&
-        fi_cache_size_parse(&bytes, v) < 0)
-        return cli_usage_error(cmd, "FIJIT_MAX_CACHE_SIZE '%s': expected bytes with an optional "
-                               "K, M, G or T suffix, e.g. 500M or 2G", v);
+    char dir[4096];
+    if (which & CLI_ENV_SETTINGS) {
+        /* Without a cache directory there is no fijit.conf: the environment alone. */
+        int have_dir = cli_resolve_cache_dir(dir, sizeof dir) == 0;
+        cli_settings = (fi_settings)FI_SETTINGS_INIT;
+        if (fi_settings_load(&cli_settings, have_dir ? dir : NULL) < 0)
+            return cli_usage_error(cmd, "%s", fi_last_error());
+    }
     if ((which & CLI_ENV_ARCH) && (v = getenv("FIJIT_ARCH")) && *v)
         return cli_check_arch(cmd, "FIJIT_ARCH", v);
     return -1;
@@ -314,10 +320,12 @@ int cli_check_env(const cli_command *cmd, unsigned which)
 
 int cli_check_arch(const cli_command *cmd, const char *what, const char *arch)
 {
-    int archs[128], count = 0, number = 0, major = 0, minor = 0;
+    int archs[128], number = 0, major = 0, minor = 0;
     if (fi_arch_check(arch) < 0) return cli_usage_error(cmd, "%s %s: %s", what, arch, fi_last_error());
     /* Without NVRTC (or one that cannot list them) the compile says what is wrong. */
-    if (fi_nvrtc_supported_archs(archs, 128, &count) < 0 || count == 0) return -1;
+    int count = fi_nvrtc_supported_archs(archs, 128);
+    if (count <= 0) return -1;
+    if (count > 128) count = 128;
     fi_nvrtc_version(&major, &minor);
     sscanf(arch + 3, "%d", &number);
     int specific = arch[strlen(arch) - 1] == 'a', known = 0;
@@ -347,7 +355,7 @@ static int detect_here(char out[16])
     if (cu->DeviceGet(&dev, 0) != CUDA_SUCCESS) return 0;
     if (cu->DevicePrimaryCtxRetain(&cuctx, dev) != CUDA_SUCCESS) return 0;
     int found = cu->CtxSetCurrent(cuctx) == CUDA_SUCCESS &&
-                fi_cuda_current_arch(out) == 0;
+                fi_cuda_current_arch(out, 16) > 0;
     /* The primary context stays retained: callers (demo, show-config) go on
      * using it, and the process ends soon after. */
     return found;

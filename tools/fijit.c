@@ -83,7 +83,10 @@ static int list_collect(void *user, const fi_cache_entry *row)
         rows->rows = grown;
         rows->capacity = capacity;
     }
-    rows->rows[rows->count++] = *row;
+    fi_cache_entry *kept = &rows->rows[rows->count++];
+    *kept = *row;
+    cli_text_printable(kept->spec);
+    cli_text_printable(kept->arch);
     return 0;
 }
 
@@ -265,8 +268,8 @@ out:
 static void verify_report(void *user, const char *problem)
 {
     (void)user;
-    /* Notes (leftovers of killed writers or an interrupted gc) come with
-     * their own "note: " and do not fail verify. */
+    /* Notes (temp files killed writers left) come with their own "note: "
+     * and do not fail verify. */
     if (strncmp(problem, "note: ", 6) == 0) printf("%s\n", problem);
     else printf("problem: %s\n", problem);
 }
@@ -359,15 +362,14 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
     int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
 
-    int64_t max_bytes = -1, older_than = 0;
+    int64_t max_bytes, older_than = 0;
     const char *size_text = options[OPT_MAX_SIZE].value;
     if (size_text && fi_cache_size_parse(&max_bytes, size_text) < 0)
         return cli_usage_error(cmd, "--max-size '%s': expected bytes with an optional K, M, G or T "
-                               "suffix, e.g. 500M or 2G", size_text);
-    const char *env_size = getenv("FIJIT_MAX_CACHE_SIZE");
-    if (!size_text && env_size && *env_size && fi_cache_size_parse(&max_bytes, env_size) < 0)
-        return cli_usage_error(cmd, "FIJIT_MAX_CACHE_SIZE '%s': expected bytes with an optional "
-                               "K, M, G or T suffix", env_size);
+                               "suffix, e.g. 500M or 2G (0: no limit)", size_text);
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS)) >= 0) return rc;
+    if (!size_text) max_bytes = cli_settings.max_cache_bytes;
+    if (max_bytes == 0) max_bytes = -1; /* 0 is "no limit" everywhere, as in ccache */
     if (options[OPT_OLDER_THAN].value) {
         int64_t seconds;
         if (cli_parse_duration(options[OPT_OLDER_THAN].value, &seconds) < 0)
@@ -400,6 +402,50 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
 
 /* ---- show-config --------------------------------------------------------------- */
 
+/* Where a setting came from, as show-config prints it: the variable, the file, or "default". */
+static const char *setting_source(fi_setting_origin from, const char *env)
+{
+    if (from == FI_SETTING_ENV) return env;
+    if (from == FI_SETTING_FILE) return cli_settings.file;
+    return fi_setting_origin_name(from);
+}
+
+/* The settings of cli_settings, each with its source. */
+static void show_settings(const char *dir)
+{
+    const fi_settings *s = &cli_settings;
+    char size[32];
+    if (s->file[0])
+        printf("config file          %s\n", s->file);
+    else if (dir[0])
+        printf("config file          none (%s/fijit.conf does not exist)\n", dir);
+    else
+        printf("config file          none (no cache directory)\n");
+    if (s->max_cache_bytes)
+        cli_format_size(size, sizeof size, s->max_cache_bytes);
+    else
+        snprintf(size, sizeof size, "no limit");
+    printf("max cache size       %s (%s)\n", size,
+           setting_source(s->max_cache_bytes_from, "FIJIT_MAX_CACHE_SIZE"));
+    printf("jit                  %s (%s)\n", s->jit ? "on: compile on a miss"
+           : "off: serve only what the cache holds", setting_source(s->jit_from, "FIJIT_JIT"));
+    static const char *const levels[] = {"off", "error", "warn", "info", "debug"};
+    printf("log level            %s (%s)\n", levels[s->log_level],
+           setting_source(s->log_level_from, "FIJIT_LOG"));
+    if (s->umask < 0)
+        printf("cache modes          private: directories 0700, files 0600 (%s)\n",
+               setting_source(s->umask_from, "FIJIT_UMASK"));
+    else
+        printf("cache modes          umask %03o: directories %04o, files %04o (%s)\n", s->umask,
+               0777 & ~s->umask, 0666 & ~s->umask, setting_source(s->umask_from, "FIJIT_UMASK"));
+    if (s->lock_timeout_ms < 0)
+        printf("lock timeout         none: wait forever (%s)\n",
+               setting_source(s->lock_timeout_ms_from, "FIJIT_LOCK_TIMEOUT_MS"));
+    else
+        printf("lock timeout         %lld ms (%s)\n", (long long)s->lock_timeout_ms,
+               setting_source(s->lock_timeout_ms_from, "FIJIT_LOCK_TIMEOUT_MS"));
+}
+
 static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_REMOTE };
@@ -409,6 +455,8 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     };
     int rc = cli_parse_options(cmd, options, argc, argv);
     if (rc >= 0) return rc;
+    /* What it shows is what the library would use: a bad value is exit 2 here too. */
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS | CLI_ENV_ARCH)) >= 0) return rc;
     if ((rc = cli_check_remote(cmd, options[OPT_REMOTE].value)) >= 0) return rc;
 
     printf("fijit version        %s (header %d.%d.%d)\n", fi_version_string(),
@@ -438,30 +486,22 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     cli_default_arch(arch, 0, &arch_source);
     printf("prewarm arch         %s (%s)\n", arch, arch_source);
 
-    char dir[4096];
+    char dir[4096] = "";
     if (cli_resolve_cache_dir(dir, sizeof dir) == 0)
         printf("cache dir            %s%s\n", dir, cli_cache_dir_option ? " (--cache-dir)" : "");
     else
         printf("cache dir            unusable: %s\n", fi_last_error());
 
-    const char *max_size = getenv("FIJIT_MAX_CACHE_SIZE");
-    int64_t max_bytes;
-    if (max_size && *max_size && fi_cache_size_parse(&max_bytes, max_size) == 0) {
-        char size[32];
-        cli_format_size(size, sizeof size, max_bytes);
-        printf("max cache size       %s (FIJIT_MAX_CACHE_SIZE)\n", size);
-    } else if (max_size && *max_size) {
-        printf("max cache size       invalid FIJIT_MAX_CACHE_SIZE '%s'\n", max_size);
-    } else {
-        printf("max cache size       unlimited\n");
-    }
+    show_settings(dir);
 
     /* The remote's password and the fleet secret are never printed. */
     char masked[512];
     const char *remote = cli_remote_url();
-    if (remote && fi_remote_url_check(masked, sizeof masked, remote) == 0)
+    if (remote && fi_cache_remote_url_check(masked, sizeof masked, remote) == 0)
         printf("remote cache         %s (%s)\n", masked,
-               cli_remote_option ? "--remote" : "FIJIT_REMOTE");
+               cli_remote_option ? "--remote"
+               : getenv("FIJIT_REMOTE") && *getenv("FIJIT_REMOTE") ? "FIJIT_REMOTE"
+                                                                     : cli_settings.file);
     else
         printf("remote cache         none\n");
     const char *secret = getenv("FIJIT_REMOTE_SECRET");
@@ -471,14 +511,16 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     static const char *const env_names[] = {
         "FIJIT_CACHE_DIR", "FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE",
         "FIJIT_LOCK_TIMEOUT_MS", "FIJIT_TEMPLATE_DIR", "FIJIT_REMOTE", "FIJIT_REMOTE_SECRET",
+        "FIJIT_UMASK",
         "XDG_CACHE_HOME", "CUDA_HOME", "CUDA_CACHE_DISABLE",
     };
     printf("environment\n");
     for (size_t i = 0; i < sizeof env_names / sizeof *env_names; i++) {
         const char *value = getenv(env_names[i]);
-        if (value && strcmp(env_names[i], "FIJIT_REMOTE") == 0 &&
-            fi_remote_url_check(masked, sizeof masked, value) == 0)
+        if (value && strcmp(env_names[i], "FIJIT_REMOTE") == 0) {
+            fi_cache_remote_url_check(masked, sizeof masked, value); /* masked even when bad */
             value = masked;
+        }
         else if (value && strcmp(env_names[i], "FIJIT_REMOTE_SECRET") == 0)
             value = "(set)";
         printf("  %-20s %s\n", env_names[i], value ? value : "(unset)");
@@ -545,7 +587,7 @@ static int cmd_explain(const cli_command *cmd, int argc, char **argv)
 
     char arch[16];
     const char *arch_text = options[OPT_ARCH].value;
-    if ((rc = cli_check_env(cmd, CLI_ENV_LOG | CLI_ENV_SIZE | (arch_text ? 0 : CLI_ENV_ARCH))) >= 0)
+    if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS | (arch_text ? 0 : CLI_ENV_ARCH))) >= 0)
         return rc;
     if (arch_text) {
         if ((rc = cli_check_arch(cmd, "--arch", arch_text)) >= 0) return rc;
@@ -599,7 +641,7 @@ static const cli_command commands[] = {
      "\n"
      "  --kernel K,..      kernel kinds (default: decode)\n"
      "  --dtype D,..       q/kv/o dtype (default: fp16,bf16)\n"
-     "  --head-dim N,..    head dims (default: 64,128,256)\n"
+     "  --head-dim N,..    head dims (default: 64,128,256; mla_decode: 512)\n"
      "  --mask M,..        masks: none, window (default: none)\n"
      "  --pos P,..         position encodings: none, rope, alibi (default: none)\n"
      "  --softcap S,..     logits soft-cap off/on: 0, 1 (default: 0)\n"
@@ -629,8 +671,12 @@ static const cli_command commands[] = {
      CACHE_DIR_HELP
      "\n"
      "Prints one line per spec (compiled / cached / FAILED) or, on a terminal, a\n"
-     "progress bar; then a summary, and each failed spec again on stderr. Exit\n"
-     "status: 0 all built, 1 some failed, 2 bad arguments, manifest or variant file.\n",
+     "progress bar; then a summary (with a remote, a second line: entries fetched\n"
+     "from it, bytes pushed to it, its errors), and each failed spec again on\n"
+     "stderr. A read-only cache is used as it is: what it holds is 'already\n"
+     "cached', and only specs it would have to store fail.\n"
+     "Exit status: 0 all built, 1 some failed or the --remote given failed to\n"
+     "answer, 2 bad arguments, manifest, variant file or setting.\n",
      cli_cmd_prewarm},
     {"list",
      "usage: fijit list [--kernel K,..] [--arch A,..] [--dtype D,..] [--variant V,..]\n"
@@ -689,8 +735,9 @@ static const cli_command commands[] = {
      "Evict least-recently-used entries.\n"
      "\n"
      "  --max-size SIZE    shrink the cache to at most SIZE: bytes, or with a suffix\n"
-     "                     K, M, G, T (powers of 1024), e.g. 500M, 2G (default:\n"
-     "                     $FIJIT_MAX_CACHE_SIZE, else no size limit)\n"
+     "                     K, M, G, T (powers of 1024), e.g. 500M, 2G; 0: no limit\n"
+     "                     (default: $FIJIT_MAX_CACHE_SIZE, else max_size in the\n"
+     "                     cache's fijit.conf, else 5 GiB)\n"
      "  --older-than AGE   remove entries not used for AGE: a number with s, m, h, d or\n"
      "                     w, e.g. 30d, 12h, 90m, 45s\n"
      CACHE_DIR_HELP,
@@ -699,8 +746,11 @@ static const cli_command commands[] = {
      "usage: fijit show-config [--remote URL] [--cache-dir DIR]\n",
      "\n"
      "Print versions (fijit, NVRTC, CUDA driver), the GPU arch, the cache directory,\n"
-     "its size limit, the remote cache (password masked) and the environment\n"
-     "variables fijit reads.\n"
+     "its configuration file, each setting (size limit, JIT, log level, cache modes,\n"
+     "lock timeout, the remote cache with its password masked) with where it came\n"
+     "from (--remote, a FIJIT_* variable, the file, or the default), and the\n"
+     "environment variables fijit reads. A bad value is an error (exit 2), as for\n"
+     "the commands that use it.\n"
      "\n"
      CLI_REMOTE_HELP
      CACHE_DIR_HELP,
@@ -808,7 +858,18 @@ static void print_main_help(FILE *f)
             "  demo          GPU smoke test against a CPU reference\n"
             "\n"
             "Run 'fijit COMMAND --help' for a command's options.\n"
-            "Exit status: 0 success, 1 failure, 2 bad arguments.\n",
+            "Exit status: 0 success, 1 failure, 2 bad arguments or settings.\n"
+            "\n"
+            "settings (command line > environment > <cache dir>/fijit.conf > default;\n"
+            "docs/configuration.md):\n"
+            "  FIJIT_CACHE_DIR        the cache directory\n"
+            "  FIJIT_MAX_CACHE_SIZE   max_size: size limit, e.g. 10G; 0: none (default 5G)\n"
+            "  FIJIT_JIT              jit: 1/true/yes/on or 0/false/no/off (default on)\n"
+            "  FIJIT_LOG              log_level: off, error, warn, info, debug (default warn)\n"
+            "  FIJIT_REMOTE           remote: the fleet's remote cache URL (default none)\n"
+            "  FIJIT_UMASK            umask: e.g. 027 or 007 to share the cache with a group\n"
+            "                         (default: private, 0700 directories, 0600 files)\n"
+            "  FIJIT_ARCH, FIJIT_LOCK_TIMEOUT_MS, FIJIT_REMOTE_SECRET: environment only\n",
             fi_version_string());
 }
 
@@ -827,10 +888,15 @@ int main(int argc, char **argv)
             printf("fijit %s\n", fi_version_string());
             return CLI_EXIT_OK;
         }
-        if (strcmp(arg, "--cache-dir") == 0 && i + 1 < argc && argv[i + 1][0]) {
-            cli_cache_dir_option = argv[++i];
-        } else if (strncmp(arg, "--cache-dir=", 12) == 0 && arg[12]) {
-            cli_cache_dir_option = arg + 12;
+        if (strcmp(arg, "--cache-dir") == 0 || strncmp(arg, "--cache-dir=", 12) == 0) {
+            const char *value = arg[11] == '=' ? arg + 12 : i + 1 < argc ? argv[++i] : NULL;
+            if (!value || !*value) {
+                fprintf(stderr, "fijit: option --cache-dir needs a %s\n\n",
+                        value ? "non-empty value" : "value");
+                print_main_help(stderr);
+                return CLI_EXIT_USAGE;
+            }
+            cli_cache_dir_option = value;
         } else {
             fprintf(stderr, "fijit: unknown option '%s'\n\n", arg);
             print_main_help(stderr);

@@ -13,22 +13,33 @@ from ._lib import library_path, library_version  # noqa: F401
 from .spec import Spec  # noqa: F401
 from .context import Context, default_context, set_default_context  # noqa: F401
 
-__version__ = "0.2.0"
-
 # Names that need torch live in modules imported on first use (PEP 562), so that
 # `import fijit` works on a build host without torch.
 _LAZY = {
     "decode": "attention", "prefill": "attention", "varlen_prefill": "attention",
     "merge_states": "attention", "BatchDecodePlan": "plans", "BatchPrefillPlan": "plans",
+    "mla_decode": "mla", "BatchMLADecodePlan": "mla",
 }
 
 
+TORCH_MISSING = ("fijit.{name} needs PyTorch, which is not installed: pip install torch "
+                 "(for a CUDA build matching your driver see https://pytorch.org/get-started/"
+                 "locally/). Spec, Context, prewarm, stats and explain work without it.")
+
+
 def __getattr__(name):
+    if name == "__version__":  # the library's: the version is written once, in fijit.h
+        return library_version()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'fijit' has no attribute {name!r}")
     import importlib
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    try:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        raise ImportError(TORCH_MISSING.format(name=name), name="torch") from e
     globals()[name] = value
     return value
 

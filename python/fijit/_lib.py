@@ -1,30 +1,37 @@
-"""Finding, loading and declaring libfijit.so.
+"""Finding, loading and declaring libfijit.so, and the structs the package hands it.
 
 Search order: $FIJIT_LIBRARY (a path), then a libfijit.so shipped next to this package
 (the wheel built from the repo carries build/libfijit.so), then the system loader
-(LD_LIBRARY_PATH, the ldconfig cache: what `make install` provides). The library's
-major.minor version must equal the package's: the struct layouts of _structs.py are
-those of one API version.
+(LD_LIBRARY_PATH, the ldconfig cache: what `make install` provides).
+
+The package's version is the library's (fi_version_string). What the two must agree
+on are the struct layouts: each struct of _structs.py mirrors one version of its C
+struct, and a library accepts the versions it still reads (older callers keep
+working). A library is refused when it lacks fi_<struct>_init for a struct or does
+not accept the version mirrored here. Defaults come from the same functions
+(new_struct), so the package restates none of the *_INIT macros.
 
 load_library(path) opens one given file instead (a Context made with library=path
 uses it: A/B benchmarks bind several builds of libfijit.so in one process, one per
-Context). Every handle is version-checked and declared the same way.
+Context). Every handle is checked and declared the same way.
 """
 import ctypes
 import os
 import threading
 
 from . import _structs as S
-from .errors import LibraryError
+from .errors import Error, LibraryError, check
 
-PACKAGE_VERSION = (0, 2, 0)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SONAMES = ("libfijit.so.0", "libfijit.so")
+# The structs with a version and an fi_<struct>_init.
+_VERSIONED = tuple(cls for cls in S.ALL if getattr(cls, "VERSION", None))
 
 _lock = threading.Lock()
 _lib = None
 _path = None
-_by_path = {}  # realpath -> handle opened by load_library
+_by_path = {}    # realpath -> handle opened by load_library
+_defaults = {}   # (struct class, handle) -> the struct as fi_<struct>_init made it
 
 
 def _candidates():
@@ -34,7 +41,7 @@ def _candidates():
         # An explicit choice is the only one tried: a typo must not load another copy.
         return [("$FIJIT_LIBRARY", env)]
     out = []
-    for name in ("libfijit.so", "libfijit.so.0", "libfijit.so.0.2.0"):
+    for name in ("libfijit.so", "libfijit.so.0"):
         out.append(("next to the package", os.path.join(_HERE, name)))
     for name in _SONAMES:
         out.append(("system loader", name))
@@ -56,16 +63,43 @@ def _open():
                        "install it (`make install`), or install the package from a built tree.")
 
 
-def _check_version(lib, path):
+def _check_api(lib, path):
+    """Refuse a library that is not fijit or does not take the package's struct layouts."""
     try:
-        number = lib.fi_version_number()
+        version = lib.fi_version_string
     except AttributeError:
-        raise LibraryError(f"fijit: {path} has no fi_version_number(): not a fijit library")
-    lib_ver = (number // 10000, number // 100 % 100, number % 100)
-    if lib_ver[:2] != PACKAGE_VERSION[:2]:
-        raise LibraryError("fijit: library %s is version %d.%d.%d, the Python package is %d.%d.%d; "
-                           "major.minor must match (the struct layouts differ between versions)"
-                           % ((path,) + lib_ver + PACKAGE_VERSION))
+        raise LibraryError(f"fijit: {path} has no fi_version_string(): not a fijit library")
+    version.restype, version.argtypes = ctypes.c_char_p, []
+    version = version().decode()
+    for cls in _VERSIONED:
+        name = cls.c_name + "_init"
+        if not hasattr(lib, name):
+            raise LibraryError(f"fijit: {path} is fijit {version}, which has no {name}(): this "
+                               "package needs the library it came with (or a newer one)")
+        try:
+            new_struct(cls, lib)
+        except Error as e:
+            raise LibraryError(f"fijit: {path} is fijit {version} and does not accept "
+                               f"{cls.c_name} version {cls.VERSION}, the layout this package "
+                               f"uses ({e.message}); use the package that came with that "
+                               "library") from None
+
+
+def new_struct(cls, handle=None, **fields):
+    """A `cls` (a versioned struct of _structs.py) at the package's version, holding the
+    defaults of fi_<struct>_init of the library `handle` (None: the package's library),
+    then `fields`. The library is asked once per struct; later calls copy that."""
+    handle = handle or lib()
+    template = _defaults.get((cls, handle))
+    if template is None:
+        template = cls()
+        check(getattr(handle, cls.c_name + "_init")(ctypes.byref(template), cls.VERSION),
+              cls.c_name + "_init", handle)
+        _defaults[(cls, handle)] = template
+    s = cls.from_buffer_copy(template)
+    for name, value in fields.items():
+        setattr(s, name, value)
+    return s
 
 
 def _declare(lib):
@@ -107,7 +141,18 @@ def _declare(lib):
         "fi_batch_prefill_plan_upload": (ci, [vp, vp, sz]),
         "fi_batch_prefill_plan_free": (None, [vp]),
         "fi_batch_prefill_run": (ci, [vp, vp, P(S.BatchPrefillArgs), vp]),
+        "fi_batch_mla_decode_workspace_size": (ci, [P(sz), P(S.JitSpec),
+                                                    P(S.BatchMLADecodePlanArgs)]),
+        "fi_batch_mla_decode_plan_new": (ci, [P(vp), vp, P(S.JitSpec),
+                                              P(S.BatchMLADecodePlanArgs)]),
+        "fi_batch_mla_decode_plan_workspace_size": (ci, [P(sz), vp]),
+        "fi_batch_mla_decode_plan_describe": (ci, [P(ci), P(ci), vp]),
+        "fi_batch_mla_decode_plan_upload": (ci, [vp, vp, sz]),
+        "fi_batch_mla_decode_plan_free": (None, [vp]),
+        "fi_batch_mla_decode_run": (ci, [vp, vp, P(S.BatchMLADecodeArgs), vp]),
     }
+    for cls in _VERSIONED:
+        protos[cls.c_name + "_init"] = (ci, [P(cls), ctypes.c_uint])
     for name, (restype, argtypes) in protos.items():
         try:
             fn = getattr(lib, name)
@@ -124,14 +169,14 @@ WRITE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
 
 
 def lib():
-    """The loaded, version-checked, declared library (loaded on first use)."""
+    """The loaded, checked, declared library (loaded on first use)."""
     global _lib, _path
     if _lib is None:
         with _lock:
             if _lib is None:
                 handle, path = _open()
-                _check_version(handle, path)
                 _declare(handle)
+                _check_api(handle, path)
                 _path = path
                 _lib = handle
     return _lib
@@ -139,7 +184,7 @@ def lib():
 
 def load_library(path):
     """The library at `path` (a file, or a bare soname for the system loader), opened,
-    version-checked and declared; one handle per file however often it is asked for.
+    checked and declared; one handle per file however often it is asked for.
     Unlike lib() this ignores $FIJIT_LIBRARY: the caller chose the file."""
     path = os.fspath(path)
     if os.sep in path:
@@ -154,8 +199,8 @@ def load_library(path):
                 handle = ctypes.CDLL(path)
             except OSError as e:
                 raise LibraryError(f"fijit: cannot load {path}: {e}")
-            _check_version(handle, path)
             _declare(handle)
+            _check_api(handle, path)
             _by_path[key] = handle
     return handle
 
@@ -167,4 +212,5 @@ def library_path():
 
 
 def library_version():
+    """The library's version ("MAJOR.MINOR.PATCH", from fijit.h): the package's version too."""
     return lib().fi_version_string().decode()

@@ -1,18 +1,29 @@
 """torch.library custom ops fijit::decode, fijit::prefill, fijit::varlen_prefill and
 fijit::merge_states, with fake (meta) implementations giving output shapes, so that
-torch.compile traces through fijit without graph breaks. The public functions in
-attention.py call these when torch.compiler.is_compiling(); eager calls skip the
-dispatcher. Each op returns (out, lse); variants, custom masks and fp8 prefill (its
-scales and out_dtype are no op arguments) are eager-only."""
+torch.compile traces through fijit without graph breaks. attention.py registers them
+over its eager functions (register_ops) and calls them when
+torch.compiler.is_compiling(); eager calls skip the dispatcher. Each op returns (out,
+lse); variants, custom masks and fp8 prefill (its scales and out_dtype are no op
+arguments) are eager-only. This module imports none of the package's own, so that
+attention.py can import it (no import circle)."""
+from types import SimpleNamespace
 from typing import Optional, Tuple
 
 import torch
 
-from . import attention as A
-
 Tensor = torch.Tensor
+AVAILABLE = hasattr(torch, "library") and hasattr(torch.library, "custom_op")  # torch >= 2.4
+_registered = False
 
-if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):  # torch >= 2.4
+
+def register_ops(**eager):
+    """Define fijit::* over the eager functions given (decode, prefill, varlen_prefill,
+    merge_states), once per process; nothing where torch.library cannot."""
+    global _registered
+    if not AVAILABLE or _registered:
+        return
+    _registered = True
+    A = SimpleNamespace(**eager)
 
     @torch.library.custom_op("fijit::decode", mutates_args=(), device_types="cuda")
     def decode_op(q: Tensor, k: Tensor, v: Tensor, kv_layout: str, sm_scale: float,
@@ -51,10 +62,11 @@ if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):  # torch >
                           sm_scale: float, alibi_slopes: Optional[Tensor], rope: bool,
                           rope_theta: float, rope_scale: float,
                           rope_offset: int) -> Tuple[Tensor, Tensor]:
-        out, lse = A.varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=causal,
-                                    window_left=window_left, softcap=softcap,
-                                    sm_scale=sm_scale or None, alibi_slopes=alibi_slopes,
-                                    rope=rope, rope_theta=rope_theta, rope_scale=rope_scale,
+        out, lse = A.varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                    softmax_scale=sm_scale or None, causal=causal,
+                                    window_size=(window_left, 0 if window_left >= 0 else -1),
+                                    softcap=softcap, alibi_slopes=alibi_slopes, rope=rope,
+                                    rope_theta=rope_theta, rope_scale=rope_scale,
                                     rope_offset=rope_offset, return_lse=True)
         return out, lse
 
@@ -72,6 +84,3 @@ if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):  # torch >
         seq, _, h, d = v.shape
         return v.new_empty((seq, h, d)), v.new_empty((seq, h), dtype=torch.float32)
 
-    AVAILABLE = True
-else:
-    AVAILABLE = False

@@ -1,10 +1,12 @@
-"""ctypes mirror of the structs and enums of include/fijit.h, fijit_batch_decode.h and
-fijit_prefill.h (API 0.2), field for field and in order.
+"""ctypes mirror of the structs and enums of include/fijit.h, fijit_batch_decode.h,
+fijit_prefill.h and fijit_mla.h, field for field and in order.
 
 This is the ONE place the C layouts are written down in Python; tests/python checks
-every field's offset and size, and every struct's size, against the C header with a
-small generated C program, so a drift fails `make test`. Fields are only appended in
-C: a new field is one new line at the end of its struct here (and a version bump).
+every field's offset and size, every struct's size, and each VERSION (the version of
+the layout mirrored, FI_<STRUCT>_VERSION) against the C header with a small generated
+C program, so a drift fails `make test`. Fields are only appended in C: a new field is
+one new line at the end of its struct here and a VERSION bump. Defaults are not
+written here: _lib.new_struct asks the library (fi_<struct>_init) for them.
 """
 import ctypes
 
@@ -15,7 +17,7 @@ i32_p = ctypes.POINTER(ctypes.c_int32)
 
 # ---- enums (values pinned by the header) ----------------------------------------------
 KIND = {"decode": 1, "batch_decode": 2, "prefill": 3, "batch_prefill_ragged": 4,
-        "batch_prefill_paged": 5}
+        "batch_prefill_paged": 5, "mla_decode": 6}
 DTYPE = {"fp16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8_e5m2": 4}
 MASK = {"none": 0, "causal": 1, "window": 2, "custom": 3}
 POS = {"none": 0, "rope": 1, "alibi": 2}
@@ -29,19 +31,6 @@ STATS_COUNTERS = ("memory_hits", "disk_hits", "misses", "compiles", "compile_fai
                   # version 2: the remote tier
                   "remote_hits", "remote_misses", "remote_errors", "remote_corrupt",
                   "remote_bytes_in", "remote_bytes_out")
-
-# ---- versions the package writes (the header's *_VERSION macros) ------------------------
-JIT_SPEC_VERSION = 1
-JIT_OPTIONS_VERSION = 2
-JIT_STATS_VERSION = 2
-DECODE_ARGS_VERSION = 4
-BATCH_DECODE_PLAN_ARGS_VERSION = 1
-BATCH_DECODE_ARGS_VERSION = 3
-MERGE_STATES_ARGS_VERSION = 1
-PREFILL_ARGS_VERSION = 4
-BATCH_PREFILL_PLAN_ARGS_VERSION = 2
-BATCH_PREFILL_ARGS_VERSION = 4
-
 
 class _StrictType(type(ctypes.Structure)):
     """Gives every struct class `__slots__ = ()`: an instance then has no __dict__, so
@@ -64,6 +53,7 @@ class Struct(ctypes.Structure, metaclass=_StrictType):
 
 class JitSpec(Struct):
     c_name = "fi_jit_spec"
+    VERSION = 1
     _fields_ = [("version", c_uint), ("kind", c_int), ("q_dtype", c_int), ("kv_dtype", c_int),
                 ("o_dtype", c_int), ("head_dim", c_int), ("mask", c_int), ("pos", c_int),
                 ("soft_cap", c_int), ("variant", ctypes.c_char_p)]
@@ -71,15 +61,19 @@ class JitSpec(Struct):
 
 class JitOptions(Struct):
     c_name = "fi_jit_options"
+    VERSION = 3
     _fields_ = [("version", c_uint), ("cache_dir", ctypes.c_char_p), ("arch", ctypes.c_char_p),
                 ("jit", c_int), ("use_disk_cache", c_int), ("log_level", c_int),
                 ("max_cache_bytes", i64), ("allow_unsafe_dir", c_int),
                 # version 2
-                ("remote", ctypes.c_char_p), ("remote_secret", ctypes.c_char_p)]
+                ("remote", ctypes.c_char_p), ("remote_secret", ctypes.c_char_p),
+                # version 3: the log callback (NULL here: messages go to stderr)
+                ("log_fn", ctypes.c_void_p), ("log_user", ctypes.c_void_p)]
 
 
 class JitStats(Struct):
     c_name = "fi_jit_stats"
+    VERSION = 2
     _fields_ = [("version", c_uint)] + [(n, i64) for n in STATS_COUNTERS]
 
 
@@ -102,6 +96,7 @@ class VariantArg(Struct):
 
 class DecodeArgs(Struct):
     c_name = "fi_decode_args"
+    VERSION = 4
     _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
                 ("o", c_void_p), ("lse", c_void_p),
                 ("num_qo_heads", c_int), ("num_kv_heads", c_int), ("kv_len", c_int),
@@ -118,6 +113,7 @@ class DecodeArgs(Struct):
 
 class BatchDecodePlanArgs(Struct):
     c_name = "fi_batch_decode_plan_args"
+    VERSION = 1
     _fields_ = [("version", c_uint), ("batch_size", c_int), ("kv_indptr", i32_p),
                 ("kv_last_page_len", i32_p), ("num_qo_heads", c_int), ("num_kv_heads", c_int),
                 ("page_size", c_int), ("window_left", c_int), ("max_splits", c_int),
@@ -126,6 +122,7 @@ class BatchDecodePlanArgs(Struct):
 
 class BatchDecodeArgs(Struct):
     c_name = "fi_batch_decode_args"
+    VERSION = 3
     _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
                 ("o", c_void_p), ("lse", c_void_p), ("kv_indices", c_void_p),
                 ("q_stride_b", i64), ("q_stride_h", i64), ("o_stride_b", i64),
@@ -140,6 +137,7 @@ class BatchDecodeArgs(Struct):
 
 class MergeStatesArgs(Struct):
     c_name = "fi_merge_states_args"
+    VERSION = 1
     _fields_ = [("version", c_uint), ("v", c_void_p), ("lse", c_void_p), ("v_out", c_void_p),
                 ("lse_out", c_void_p), ("seq_len", c_int), ("num_states", c_int),
                 ("num_heads", c_int), ("v_stride_seq", i64), ("v_stride_state", i64),
@@ -149,6 +147,7 @@ class MergeStatesArgs(Struct):
 
 class PrefillArgs(Struct):
     c_name = "fi_prefill_args"
+    VERSION = 4
     _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
                 ("o", c_void_p), ("lse", c_void_p), ("num_qo_heads", c_int),
                 ("num_kv_heads", c_int), ("qo_len", c_int), ("kv_len", c_int),
@@ -165,6 +164,7 @@ class PrefillArgs(Struct):
 
 class BatchPrefillPlanArgs(Struct):
     c_name = "fi_batch_prefill_plan_args"
+    VERSION = 2
     _fields_ = [("version", c_uint), ("batch_size", c_int), ("qo_indptr", i32_p),
                 ("kv_indptr", i32_p), ("kv_last_page_len", i32_p), ("num_qo_heads", c_int),
                 ("num_kv_heads", c_int), ("page_size", c_int), ("window_left", c_int),
@@ -173,6 +173,7 @@ class BatchPrefillPlanArgs(Struct):
 
 class BatchPrefillArgs(Struct):
     c_name = "fi_batch_prefill_args"
+    VERSION = 4
     _fields_ = [("version", c_uint), ("q", c_void_p), ("k", c_void_p), ("v", c_void_p),
                 ("o", c_void_p), ("lse", c_void_p), ("qo_indptr", c_void_p),
                 ("kv_indptr", c_void_p), ("kv_indices", c_void_p),
@@ -188,15 +189,30 @@ class BatchPrefillArgs(Struct):
                 ("rope_offsets", c_void_p)]
 
 
+class BatchMLADecodePlanArgs(Struct):
+    c_name = "fi_batch_mla_decode_plan_args"
+    VERSION = 1
+    _fields_ = [("version", c_uint), ("batch_size", c_int), ("qo_indptr", i32_p),
+                ("kv_indptr", i32_p), ("kv_last_page_len", i32_p), ("num_heads", c_int),
+                ("page_size", c_int), ("max_splits", c_int), ("sm_count", c_int)]
+
+
+class BatchMLADecodeArgs(Struct):
+    c_name = "fi_batch_mla_decode_args"
+    VERSION = 1
+    _fields_ = [("version", c_uint), ("q_nope", c_void_p), ("q_pe", c_void_p),
+                ("ckv", c_void_p), ("kpe", c_void_p), ("o", c_void_p), ("lse", c_void_p),
+                ("kv_indices", c_void_p), ("q_nope_stride_t", i64), ("q_nope_stride_h", i64),
+                ("q_pe_stride_t", i64), ("q_pe_stride_h", i64), ("ckv_stride_page", i64),
+                ("ckv_stride_n", i64), ("kpe_stride_page", i64), ("kpe_stride_n", i64),
+                ("o_stride_t", i64), ("o_stride_h", i64), ("sm_scale", c_float),
+                ("logits_soft_cap", c_float), ("kv_scale", c_float), ("workspace", c_void_p),
+                ("workspace_bytes", c_size_t), ("variant_args", c_void_p),
+                ("num_variant_args", c_int)]
+
+
 # Every mirrored struct, for the layout test.
 ALL = (JitSpec, JitOptions, JitStats, JitKernel, VariantArg, DecodeArgs, BatchDecodePlanArgs,
-       BatchDecodeArgs, MergeStatesArgs, PrefillArgs, BatchPrefillPlanArgs, BatchPrefillArgs)
+       BatchDecodeArgs, MergeStatesArgs, PrefillArgs, BatchPrefillPlanArgs, BatchPrefillArgs,
+       BatchMLADecodePlanArgs, BatchMLADecodeArgs)
 
-
-def new(cls, version, **defaults):
-    """A struct at `version`, zeroed, with the *_INIT macro's non-zero defaults."""
-    s = cls()
-    s.version = version
-    for k, v in defaults.items():
-        setattr(s, k, v)
-    return s

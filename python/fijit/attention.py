@@ -1,5 +1,6 @@
 """One-shot attention functions on torch tensors: decode, prefill, varlen_prefill
-(shaped like flash_attn_varlen_func) and merge_states.
+(flash_attn_varlen_func's arguments, names and order: softmax_scale, window_size) and
+merge_states.
 
 Conventions (as flash-attn): out= writes into a tensor you own; return_lse=True
 returns (out, lse) with lse the NATURAL log of the softmax denominator, float32,
@@ -10,42 +11,18 @@ functions go through the torch.library ops fijit::* (see _ops.py), without varia
 or fp8 prefill (eager only: prefill's docstring).
 """
 import ctypes
-import functools
 
 import torch
 
 from . import _structs as S
 from . import _tensors as T
+from ._callspec import pos_name, prefill_mask, spec_for  # noqa: F401  (also fijit.attention's)
+from ._callspec import sm_scale_arg as _scale
+from ._lib import new_struct
+from ._ops import register_ops
 from .context import default_context
 from .errors import check
-from .spec import Spec
-
-
-@functools.lru_cache(maxsize=1024)
-def spec_for(kind, q_dtype, kv_dtype, head_dim, mask, pos, soft_cap, variant, o_dtype=None):
-    """The Spec of a call (cached: building one per call would cost microseconds); o_dtype
-    None: q's."""
-    return Spec(kind=kind, q_dtype=T.DTYPE_NAME[q_dtype], kv_dtype=T.DTYPE_NAME[kv_dtype],
-                o_dtype=T.DTYPE_NAME[o_dtype or q_dtype], head_dim=head_dim, mask=mask, pos=pos,
-                soft_cap=soft_cap, variant=variant)
-
-
-def pos_name(rope, alibi_slopes):
-    if rope and alibi_slopes is not None:
-        raise ValueError("rope and alibi_slopes: choose one position encoding")
-    return "rope" if rope else ("alibi" if alibi_slopes is not None else "none")
-
-
-def prefill_mask(causal, window_left, custom_mask):
-    if custom_mask is not None:
-        if causal or window_left >= 0:
-            raise ValueError("custom_mask: give it alone (without causal or window_left)")
-        return "custom"
-    if window_left >= 0:
-        if not causal:
-            raise ValueError("window_left: fijit's sliding window is causal; pass causal=True")
-        return "window"
-    return "causal" if causal else "none"
+from .plans import BatchPrefillPlan
 
 
 def pack_mask(mask, qo_len, kv_len):
@@ -63,10 +40,6 @@ def pack_mask(mask, qo_len, kv_len):
         bits = torch.cat([bits, bits.new_zeros(pad)])
     weights = (1 << torch.arange(8, device=mask.device, dtype=torch.int32))
     return (bits.reshape(-1, 8).to(torch.int32) * weights).sum(1).to(torch.uint8)
-
-
-def _scale(sm_scale):
-    return 0.0 if sm_scale is None else float(sm_scale)
 
 
 def _compiling():
@@ -129,18 +102,18 @@ def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, softcap, window_left, a
     spec_c = spec_for("decode", q.dtype, k.dtype, D, "window" if window_left >= 0 else "none",
                       pos_name(rope, alibi_slopes), softcap > 0, variant).to_c()
     varr, nvar, keep = T.variant_args(variant_args, dev)
-    a = S.DecodeArgs(version=S.DECODE_ARGS_VERSION, q=q.data_ptr(), k=k.data_ptr(),
-                     v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else None,
-                     num_qo_heads=H, num_kv_heads=hkv, kv_len=kv_len, q_stride_h=q.stride(0),
-                     o_stride_h=o.stride(0), k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn,
-                     v_stride_h=vsh, sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
-                     rope_scale=float(rope_scale), rope_theta=float(rope_theta),
-                     rope_offset=int(rope_offset), window_left=int(window_left),
-                     alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
-                                             dev),
-                     max_splits=int(max_splits), k_scale=float(k_scale), v_scale=float(v_scale),
-                     variant_args=varr, num_variant_args=nvar)
     L = ctx._lib
+    a = new_struct(S.DecodeArgs, L, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+                   o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else None,
+                   num_qo_heads=H, num_kv_heads=hkv, kv_len=kv_len, q_stride_h=q.stride(0),
+                   o_stride_h=o.stride(0), k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn,
+                   v_stride_h=vsh, sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+                   rope_scale=float(rope_scale), rope_theta=float(rope_theta),
+                   rope_offset=int(rope_offset), window_left=int(window_left),
+                   alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
+                                           dev),
+                   max_splits=int(max_splits), k_scale=float(k_scale), v_scale=float(v_scale),
+                   variant_args=varr, num_variant_args=nvar)
     ws = None
     spec_p, args_p = ctypes.byref(spec_c), ctypes.byref(a)
     with T.device_of(q):
@@ -226,21 +199,20 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
     spec = spec_for("prefill", q.dtype, k.dtype, D, mask, pos_name(rope, alibi_slopes),
                     softcap > 0, variant, o.dtype)
     varr, nvar, keep = T.variant_args(variant_args, q.device)
-    a = S.PrefillArgs(version=S.PREFILL_ARGS_VERSION, q=q.data_ptr(), k=k.data_ptr(),
-                      v=v.data_ptr(), o=o.data_ptr(),
-                      lse=lse.data_ptr() if lse is not None else None, num_qo_heads=H,
-                      num_kv_heads=hkv, qo_len=Lq, kv_len=kv_len, q_stride_n=q.stride(0),
-                      q_stride_h=q.stride(1), o_stride_n=o.stride(0), o_stride_h=o.stride(1),
-                      k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn, v_stride_h=vsh,
-                      sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
-                      rope_scale=float(rope_scale), rope_theta=float(rope_theta),
-                      rope_offset=int(rope_offset), window_left=int(window_left),
-                      alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
-                                              q.device),
-                      custom_mask=bits.data_ptr() if bits is not None else None,
-                      variant_args=varr, num_variant_args=nvar, q_scale=float(q_scale),
-                      k_scale=float(k_scale), v_scale=float(v_scale))
     L = ctx._lib
+    a = new_struct(S.PrefillArgs, L, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
+                   o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else None,
+                   num_qo_heads=H, num_kv_heads=hkv, qo_len=Lq, kv_len=kv_len,
+                   q_stride_n=q.stride(0), q_stride_h=q.stride(1), o_stride_n=o.stride(0),
+                   o_stride_h=o.stride(1), k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn,
+                   v_stride_h=vsh, sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+                   rope_scale=float(rope_scale), rope_theta=float(rope_theta),
+                   rope_offset=int(rope_offset), window_left=int(window_left),
+                   alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
+                                           q.device),
+                   custom_mask=bits.data_ptr() if bits is not None else None,
+                   variant_args=varr, num_variant_args=nvar, q_scale=float(q_scale),
+                   k_scale=float(k_scale), v_scale=float(v_scale))
     spec_c = spec.to_c()
     ws = None
     with T.device_of(q):
@@ -261,16 +233,40 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
 
 
 # ---- varlen prefill (flash_attn_varlen_func's shape) ---------------------------------
-def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
-                   causal=False, window_left=-1, softcap=0.0, sm_scale=None, alibi_slopes=None,
-                   rope=False, rope_theta=1e4, rope_scale=1.0, rope_offset=0, variant=None,
-                   out=None, return_lse=False, stream=None, ctx=None, **variant_args):
-    """Packed batch prefill: q [total_q, H, D] and k, v [total_k, Hkv, D] with request b at
-    rows cu_seqlens_q[b]:cu_seqlens_q[b+1] (k, v: cu_seqlens_k), int32 CUDA tensors as in
-    flash-attn. max_seqlen_* are accepted for compatibility and not needed. The lengths
-    are read to the host (one synchronisation) to plan the batch; for repeated calls on
-    one layout, and for CUDA graphs, use BatchPrefillPlan. Returns out [total_q, H, D]
-    (and lse [total_q, H] with return_lse)."""
+def flash_window(causal, window_size):
+    """flash-attn's (causal, window_size=(left, right)) as fijit's (causal, window_left).
+    Keys from left before to right after the query's position are visible (-1: no
+    limit); fijit's sliding window is causal, so right must be 0 (or -1 with causal)."""
+    try:
+        left, right = (int(x) for x in window_size)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size: expected (left, right), got {window_size!r}") from None
+    if right == 0:
+        causal = True
+    elif right > 0 or (left >= 0 and not causal):
+        raise NotImplementedError(f"window_size={window_size!r}: fijit's sliding window is "
+                                  "causal; give (left, 0), or (left, -1) with causal=True")
+    return causal, max(left, -1)
+
+
+def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
+                   dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                   softcap=0.0, alibi_slopes=None, *, rope=False, rope_theta=1e4,
+                   rope_scale=1.0, rope_offset=0, variant=None, out=None, return_lse=False,
+                   stream=None, ctx=None, **variant_args):
+    """Packed batch prefill with flash_attn_varlen_func's arguments, in its order: q
+    [total_q, H, D] and k, v [total_k, Hkv, D] with request b at rows
+    cu_seqlens_q[b]:cu_seqlens_q[b+1] (k, v: cu_seqlens_k), int32 CUDA tensors.
+    max_seqlen_* are accepted and not needed; dropout_p must be 0 (no dropout at
+    inference); softmax_scale None means 1/sqrt(D); window_size (left, right) as
+    flash-attn's, causal only (see flash_window); softcap 0 means none. The lengths are
+    read to the host (one synchronisation) to plan the batch; for repeated calls on one
+    layout, and for CUDA graphs, use BatchPrefillPlan. Returns out [total_q, H, D] (and
+    lse [total_q, H] with return_lse)."""
+    if dropout_p:
+        raise NotImplementedError(f"dropout_p={dropout_p}: fijit has no dropout (inference only)")
+    causal, window_left = flash_window(causal, window_size)
+    sm_scale = softmax_scale
     if _compiling():
         _no_variant_in_graph(variant, variant_args)
         o, lse = torch.ops.fijit.varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k,
@@ -279,7 +275,6 @@ def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_s
                                                 float(rope_theta), float(rope_scale),
                                                 int(rope_offset))
         return _graph_result(o, lse, out, return_lse)
-    from .plans import BatchPrefillPlan
     T.qkv(q, k, v, 3, 3)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.dtype not in (torch.int32,
@@ -344,12 +339,12 @@ def merge_states_into(o, lo, v, lse, *, stream=None, ctx=None):
     ctx = ctx or default_context()
     seq, n, H, D = v.shape
     spec = spec_for("batch_decode", v.dtype, v.dtype, D, "none", "none", False, None)
-    a = S.MergeStatesArgs(version=S.MERGE_STATES_ARGS_VERSION, v=v.data_ptr(),
-                          lse=lse.data_ptr(), v_out=o.data_ptr(), lse_out=lo.data_ptr(),
-                          seq_len=seq, num_states=n, num_heads=H, v_stride_seq=v.stride(0),
-                          v_stride_state=v.stride(1), v_stride_h=v.stride(2),
-                          lse_stride_seq=lse.stride(0), lse_stride_state=lse.stride(1),
-                          v_out_stride_seq=o.stride(0), v_out_stride_h=o.stride(1))
+    a = new_struct(S.MergeStatesArgs, ctx._lib, v=v.data_ptr(), lse=lse.data_ptr(),
+                   v_out=o.data_ptr(), lse_out=lo.data_ptr(), seq_len=seq, num_states=n,
+                   num_heads=H, v_stride_seq=v.stride(0), v_stride_state=v.stride(1),
+                   v_stride_h=v.stride(2), lse_stride_seq=lse.stride(0),
+                   lse_stride_state=lse.stride(1), v_out_stride_seq=o.stride(0),
+                   v_out_stride_h=o.stride(1))
     with T.device_of(v):
         check(ctx._lib.fi_merge_states(ctx.handle, ctypes.byref(spec.to_c()), ctypes.byref(a),
                                        T.stream_handle(stream, v.device)), "fi_merge_states",
@@ -357,4 +352,6 @@ def merge_states_into(o, lo, v, lse, *, stream=None, ctx=None):
     return o
 
 
-from . import _ops  # noqa: E402,F401  (registers fijit::* when torch.library can)
+# fijit::* for torch.compile, where torch.library can (the ops call these functions).
+register_ops(decode=decode, prefill=prefill, varlen_prefill=varlen_prefill,
+             merge_states=merge_states)

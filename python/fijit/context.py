@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _structs as S
-from ._lib import WRITE_FN, lib, load_library
+from ._lib import WRITE_FN, lib, load_library, new_struct
 from .errors import check
 from .spec import as_spec
 
@@ -15,7 +15,9 @@ _LOG_LEVELS = {"off": 0, "error": 1, "warn": 2, "info": 3, "debug": 4}
 
 class Context:
     """A fijit context. Arguments left None come from the environment (FIJIT_CACHE_DIR,
-    FIJIT_ARCH, ...) and then the library's defaults, as in fi_jit_ctx_new. Needs no GPU.
+    FIJIT_ARCH, ...) and then the library's defaults (fi_jit_options_init), as in
+    fi_jit_ctx_new. log_level is one of "off", "error", "warn", "info", "debug". Needs
+    no GPU.
 
     library: None for the package's library (found as _lib.py describes), or the path
     of one libfijit.so to bind this context to; every call made with the context (the
@@ -26,22 +28,24 @@ class Context:
     whose MAC remote entries must carry), as fi_jit_options' fields; None: from
     $FIJIT_REMOTE and $FIJIT_REMOTE_SECRET."""
 
-    def __init__(self, cache_dir=None, *, arch=None, jit=True, use_disk_cache=True,
-                 log_level="warn", max_cache_bytes=0, allow_unsafe_dir=False, library=None,
+    def __init__(self, cache_dir=None, *, arch=None, jit=None, use_disk_cache=None,
+                 log_level=None, max_cache_bytes=None, allow_unsafe_dir=None, library=None,
                  remote=None, remote_secret=None):
-        if log_level not in _LOG_LEVELS:
+        if log_level is not None and log_level not in _LOG_LEVELS:
             raise ValueError(f"log_level: {log_level!r} is not one of {', '.join(_LOG_LEVELS)}")
         # Kept as attributes: the C context keeps the pointers for its lifetime.
         self._cache_dir_b = os.fsencode(cache_dir) if cache_dir is not None else None
         self._arch_b = arch.encode() if arch else None
         self._remote_b = remote.encode() if remote else None
         self._secret_b = remote_secret.encode() if remote_secret else None
-        opts = S.new(S.JitOptions, S.JIT_OPTIONS_VERSION, cache_dir=self._cache_dir_b,
-                     arch=self._arch_b, jit=int(bool(jit)), use_disk_cache=int(bool(use_disk_cache)),
-                     log_level=_LOG_LEVELS[log_level], max_cache_bytes=int(max_cache_bytes),
-                     allow_unsafe_dir=int(bool(allow_unsafe_dir)), remote=self._remote_b,
-                     remote_secret=self._secret_b)
+        # Only what the caller gave: the rest keeps fi_jit_options_init's defaults.
+        given = {"jit": jit, "use_disk_cache": use_disk_cache, "allow_unsafe_dir": allow_unsafe_dir,
+                 "max_cache_bytes": max_cache_bytes,
+                 "log_level": _LOG_LEVELS.get(log_level)}
+        fields = {k: int(v) for k, v in given.items() if v is not None}
         self._lib = lib() if library is None else load_library(library)
+        opts = new_struct(S.JitOptions, self._lib, cache_dir=self._cache_dir_b, arch=self._arch_b,
+                          remote=self._remote_b, remote_secret=self._secret_b, **fields)
         handle = ctypes.c_void_p()
         check(self._lib.fi_jit_ctx_new(ctypes.byref(handle), ctypes.byref(opts)), "fi_jit_ctx_new",
               self._lib)
@@ -135,7 +139,7 @@ class Context:
     def stats(self):
         """The cache's statistics (all processes) plus this context's unflushed counts:
         a dict of the FI_JIT_STATS_COUNTERS names to ints (compile_ns in ns, bytes)."""
-        st = S.new(S.JitStats, S.JIT_STATS_VERSION)
+        st = new_struct(S.JitStats, self._lib)
         check(self._lib.fi_jit_stats_get(ctypes.byref(st), self.handle), "fi_jit_stats_get",
               self._lib)
         return {name: getattr(st, name) for name in S.STATS_COUNTERS}

@@ -81,15 +81,11 @@ BY_CODE = {c.code: c for c in (InvalidError, NotFoundError, CompileError, LoadEr
                                CudaError, UnsafeCacheDirError)}
 
 
-def check(rc, call, lib=None):
+def check(rc, call, lib):
     """Raise the Error subclass for a negative return code of `call`; return rc otherwise.
-    `lib`: the library handle that made the call (its fi_last_error is the one that
-    holds the message); None is the package's default library."""
+    `lib`: the library handle that made the call (its fi_last_error holds the message)."""
     if rc >= 0:
         return rc
-    if lib is None:
-        from ._lib import lib as default_lib
-        lib = default_lib()
     message = (lib.fi_last_error() or b"").decode(errors="replace") or "(no message)"
     name = (lib.fi_error_name(rc) or b"").decode(errors="replace")
     cls = BY_CODE.get(rc, Error)

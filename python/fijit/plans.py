@@ -12,7 +12,9 @@ import torch
 
 from . import _structs as S
 from . import _tensors as T
-from .attention import pos_name, prefill_mask, spec_for, _scale
+from ._callspec import prefill_mask, spec_for
+from ._callspec import sm_scale_arg as _scale
+from ._lib import new_struct
 from .context import default_context
 from .errors import check
 
@@ -43,6 +45,11 @@ def _device_ints(name, host, given, device):
             raise ValueError(f"{name}: expected {len(host)} entries on {device}")
         return given.to(torch.int32).contiguous()
     return torch.tensor(host, dtype=torch.int32, device=device)
+
+
+def _given(**fields):
+    """The fields given (not None); the others keep the library's defaults."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _outputs(out, lse, return_lse, shape, dtype, device):
@@ -121,15 +128,22 @@ class _Plan:
 
 
 class BatchDecodePlan(_Plan):
-    """Batch decode over a paged KV cache: one query token per request."""
+    """Batch decode over a paged KV cache: one query token per request.
+
+    Not FlashInfer's argument order: BatchDecodeWithPagedKVCacheWrapper.plan takes
+    (indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+    ...); this plan takes no page indices (they are device data, given to run(), so
+    pages can move without a new plan), and page_size and the rest by keyword.
+    FlashInfer's logits_soft_cap is softcap=, pos_encoding_mode is pos_encoding=."""
     _prefix = "fi_batch_decode"
 
     def plan(self, kv_indptr, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, *,
-             page_size=16, q_dtype=torch.float16, kv_dtype=None, window_left=-1, softcap=0.0,
+             page_size=None, q_dtype=torch.float16, kv_dtype=None, window_left=-1, softcap=0.0,
              sm_scale=None, pos_encoding="none", rope_theta=1e4, rope_scale=1.0, variant=None,
              max_splits=0, grow_workspace=False):
         """kv_indptr [B+1] (offsets into kv_indices: each request's pages) and
-        kv_last_page_len [B] (1..page_size), host lists or tensors. pos_encoding "none",
+        kv_last_page_len [B] (1..page_size), host lists or tensors; page_size None: the
+        library's default (FI_BATCH_DECODE_PLAN_ARGS_INIT). pos_encoding "none",
         "rope" (rope_theta, rope_scale here; per-request offsets at run) or "alibi"
         (slopes at run). softcap > 0 caps the logits."""
         if pos_encoding not in _POS:
@@ -144,14 +158,14 @@ class BatchDecodePlan(_Plan):
                         "window" if window_left >= 0 else "none", pos_encoding, softcap > 0,
                         variant)
         self._host = (_c_ints(indptr), _c_ints(last))  # the plan reads them in plan_new
-        pa = S.BatchDecodePlanArgs(version=S.BATCH_DECODE_PLAN_ARGS_VERSION,
-                                   batch_size=len(last), kv_indptr=self._host[0],
-                                   kv_last_page_len=self._host[1], num_qo_heads=num_qo_heads,
-                                   num_kv_heads=num_kv_heads, page_size=page_size,
-                                   window_left=window_left, max_splits=max_splits)
+        pa = new_struct(S.BatchDecodePlanArgs, self._lib, batch_size=len(last),
+                        kv_indptr=self._host[0], kv_last_page_len=self._host[1],
+                        num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
+                        window_left=window_left, max_splits=max_splits,
+                        **_given(page_size=page_size))
         self._new_and_upload(spec, pa, grow_workspace)
         self.batch_size, self.num_qo_heads, self.num_kv_heads = len(last), num_qo_heads, num_kv_heads
-        self.head_dim, self.page_size, self.num_pages = int(head_dim), page_size, indptr[-1]
+        self.head_dim, self.page_size, self.num_pages = int(head_dim), pa.page_size, indptr[-1]
         self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
         self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
                              rope_theta=float(rope_theta), rope_scale=float(rope_scale))
@@ -193,22 +207,22 @@ class BatchDecodePlan(_Plan):
                              f"{self.num_pages} page ids")
         o, lse = _outputs(out, lse, return_lse, (B, H, D), q.dtype, dev)
         varr, nvar, keep = T.variant_args(variant_args, dev)
-        a = S.BatchDecodeArgs(version=S.BATCH_DECODE_ARGS_VERSION, q=q.data_ptr(),
-                              k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=o.data_ptr(),
-                              lse=lse.data_ptr() if lse is not None else None,
-                              kv_indices=kv_indices.data_ptr(), q_stride_b=q.stride(0),
-                              q_stride_h=q.stride(1), o_stride_b=o.stride(0),
-                              o_stride_h=o.stride(1), k_stride_page=kp[3], k_stride_n=kp[4],
-                              k_stride_h=kp[5], v_stride_page=vp[3], v_stride_n=vp[4],
-                              v_stride_h=vp[5],
-                              rope_offsets=T.optional("rope_offsets", rope_offsets, (B,),
-                                                      torch.int32, dev),
-                              alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,),
-                                                      torch.float32, dev),
-                              k_scale=float(k_scale), v_scale=float(v_scale),
-                              workspace=self.workspace.data_ptr(),
-                              workspace_bytes=self.workspace_bytes, variant_args=varr,
-                              num_variant_args=nvar, **self._scalars)
+        a = new_struct(S.BatchDecodeArgs, self._lib, q=q.data_ptr(),
+                       k=k_cache.data_ptr(), v=v_cache.data_ptr(), o=o.data_ptr(),
+                       lse=lse.data_ptr() if lse is not None else None,
+                       kv_indices=kv_indices.data_ptr(), q_stride_b=q.stride(0),
+                       q_stride_h=q.stride(1), o_stride_b=o.stride(0),
+                       o_stride_h=o.stride(1), k_stride_page=kp[3], k_stride_n=kp[4],
+                       k_stride_h=kp[5], v_stride_page=vp[3], v_stride_n=vp[4],
+                       v_stride_h=vp[5],
+                       rope_offsets=T.optional("rope_offsets", rope_offsets, (B,),
+                                               torch.int32, dev),
+                       alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,),
+                                               torch.float32, dev),
+                       k_scale=float(k_scale), v_scale=float(v_scale),
+                       workspace=self.workspace.data_ptr(),
+                       workspace_bytes=self.workspace_bytes, variant_args=varr,
+                       num_variant_args=nvar, **self._scalars)
         with T.device_of(q):
             check(self._lib.fi_batch_decode_run(self.ctx.handle, self._handle, ctypes.byref(a),
                                                 T.stream_handle(stream, dev)),
@@ -218,7 +232,13 @@ class BatchDecodePlan(_Plan):
 
 
 class BatchPrefillPlan(_Plan):
-    """Batch prefill: ragged K/V (packed tokens, paged=False) or a paged K/V cache."""
+    """Batch prefill: ragged K/V (packed tokens, paged=False) or a paged K/V cache.
+
+    plan() begins as FlashInfer's ragged wrapper's does (qo_indptr, kv_indptr,
+    num_qo_heads, num_kv_heads, head_dim, then keywords). Not the paged wrapper's order,
+    (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, ...): page
+    indices go to run(), kv_last_page_len is a keyword. FlashInfer's logits_soft_cap is
+    softcap=, pos_encoding_mode is pos_encoding=."""
 
     _prefix = "fi_batch_prefill"
 
@@ -227,14 +247,15 @@ class BatchPrefillPlan(_Plan):
         self.paged = bool(paged)
 
     def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim, *,
-             kv_last_page_len=None, page_size=16, q_dtype=torch.float16, kv_dtype=None,
+             kv_last_page_len=None, page_size=None, q_dtype=torch.float16, kv_dtype=None,
              causal=False, window_left=-1, softcap=0.0, sm_scale=None, pos_encoding="none",
              rope_theta=1e4, rope_scale=1.0, variant=None, cta_tile_q=0, grow_workspace=False,
              qo_indptr_device=None, kv_indptr_device=None, kv_last_page_len_device=None):
         """qo_indptr [B+1] query token offsets; kv_indptr [B+1]: ragged, key token
         offsets; paged, offsets into kv_indices (page counts), with kv_last_page_len [B].
         Host lists or tensors; the plan keeps device copies (or the *_device tensors given,
-        which must hold the same values)."""
+        which must hold the same values). page_size (paged) None: the library's default
+        (FI_BATCH_PREFILL_PLAN_ARGS_INIT)."""
         if pos_encoding not in _POS:
             raise ValueError(f"pos_encoding: {pos_encoding!r} is not one of {', '.join(_POS)}")
         qo = _host_ints("qo_indptr", qo_indptr)
@@ -257,11 +278,11 @@ class BatchPrefillPlan(_Plan):
                         prefill_mask(causal, window_left, None), pos_encoding, softcap > 0,
                         variant)
         self._host = (_c_ints(qo), _c_ints(kv), _c_ints(last))
-        pa = S.BatchPrefillPlanArgs(version=S.BATCH_PREFILL_PLAN_ARGS_VERSION, batch_size=B,
-                                    qo_indptr=self._host[0], kv_indptr=self._host[1],
-                                    kv_last_page_len=self._host[2], num_qo_heads=num_qo_heads,
-                                    num_kv_heads=num_kv_heads, page_size=page_size,
-                                    window_left=window_left, cta_tile_q=cta_tile_q)
+        pa = new_struct(S.BatchPrefillPlanArgs, self._lib, batch_size=B,
+                        qo_indptr=self._host[0], kv_indptr=self._host[1],
+                        kv_last_page_len=self._host[2], num_qo_heads=num_qo_heads,
+                        num_kv_heads=num_kv_heads, window_left=window_left,
+                        cta_tile_q=cta_tile_q, **_given(page_size=page_size))
         self._new_and_upload(spec, pa, grow_workspace)
         dev = self.workspace.device
         self._qo_d = _device_ints("qo_indptr_device", qo, qo_indptr_device, dev)
@@ -269,7 +290,7 @@ class BatchPrefillPlan(_Plan):
         self._last_d = (_device_ints("kv_last_page_len_device", last, kv_last_page_len_device,
                                      dev) if self.paged else None)
         self.batch_size, self.num_qo_heads, self.num_kv_heads = B, num_qo_heads, num_kv_heads
-        self.head_dim, self.page_size = int(head_dim), page_size
+        self.head_dim, self.page_size = int(head_dim), pa.page_size
         self.total_q, self.total_kv = qo[-1], kv[-1]
         self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
         self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
@@ -315,20 +336,20 @@ class BatchPrefillPlan(_Plan):
             strides = dict(k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn, v_stride_h=vsh)
         o, lse = _outputs(out, lse, return_lse, (self.total_q, H, D), q.dtype, dev)
         varr, nvar, keep = T.variant_args(variant_args, dev)
-        a = S.BatchPrefillArgs(version=S.BATCH_PREFILL_ARGS_VERSION, q=q.data_ptr(),
-                               k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
-                               lse=lse.data_ptr() if lse is not None else None,
-                               qo_indptr=self._qo_d.data_ptr(), kv_indptr=self._kv_d.data_ptr(),
-                               kv_indices=kv_indices.data_ptr() if self.paged else None,
-                               kv_last_page_len=(self._last_d.data_ptr() if self.paged
-                                                 else None),
-                               q_stride_n=q.stride(0), q_stride_h=q.stride(1),
-                               o_stride_n=o.stride(0), o_stride_h=o.stride(1),
-                               rope_offset=int(rope_offset),
-                               alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,),
-                                                       torch.float32, dev),
-                               variant_args=varr, num_variant_args=nvar, **strides,
-                               **self._scalars)
+        a = new_struct(S.BatchPrefillArgs, self._lib, q=q.data_ptr(),
+                       k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                       lse=lse.data_ptr() if lse is not None else None,
+                       qo_indptr=self._qo_d.data_ptr(), kv_indptr=self._kv_d.data_ptr(),
+                       kv_indices=kv_indices.data_ptr() if self.paged else None,
+                       kv_last_page_len=(self._last_d.data_ptr() if self.paged
+                                         else None),
+                       q_stride_n=q.stride(0), q_stride_h=q.stride(1),
+                       o_stride_n=o.stride(0), o_stride_h=o.stride(1),
+                       rope_offset=int(rope_offset),
+                       alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,),
+                                               torch.float32, dev),
+                       variant_args=varr, num_variant_args=nvar, **strides,
+                       **self._scalars)
         with T.device_of(q):
             check(self._lib.fi_batch_prefill_run(self.ctx.handle, self._handle, ctypes.byref(a),
                                                  T.stream_handle(stream, dev)),

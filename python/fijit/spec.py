@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import _structs as S
-from ._lib import lib
+from ._lib import lib, new_struct
 from .errors import check
 
 _NAMES = {"kind": S.KIND, "q_dtype": S.DTYPE, "kv_dtype": S.DTYPE, "o_dtype": S.DTYPE,
@@ -18,18 +18,27 @@ _VALUES = {field: {v: k for k, v in names.items()} for field, names in _NAMES.it
 class Spec:
     """One kernel tuple. Field values are the names of the canonical spec text
     ("decode", "fp16", "window", "rope"); soft_cap is a bool (the cap's value is a
-    launch argument); variant None is the built-in behaviour."""
-    kind: str = "decode"
-    q_dtype: str = "fp16"
-    kv_dtype: Optional[str] = None   # None: q_dtype
-    o_dtype: Optional[str] = None    # None: q_dtype
-    head_dim: int = 128
-    mask: str = "none"
-    pos: str = "none"
-    soft_cap: bool = False
+    launch argument); variant None is the built-in behaviour. Fields left None take
+    the library's defaults (fi_jit_spec_init: FI_JIT_SPEC_INIT), kv_dtype and o_dtype
+    q_dtype's, as in the spec text."""
+    kind: Optional[str] = None
+    q_dtype: Optional[str] = None
+    kv_dtype: Optional[str] = None
+    o_dtype: Optional[str] = None
+    head_dim: Optional[int] = None
+    mask: Optional[str] = None
+    pos: Optional[str] = None
+    soft_cap: Optional[bool] = None
     variant: Optional[str] = None
 
     def __post_init__(self):
+        defaults = None
+        for field in ("kind", "q_dtype", "head_dim", "mask", "pos", "soft_cap"):
+            if getattr(self, field) is None:
+                defaults = defaults or new_struct(S.JitSpec)
+                value = getattr(defaults, field)
+                object.__setattr__(self, field, _VALUES[field][value] if field in _VALUES
+                                   else value)
         # kv and o default to q, as in the spec text.
         if self.kv_dtype is None:
             object.__setattr__(self, "kv_dtype", self.q_dtype)
@@ -45,12 +54,15 @@ class Spec:
 
     @classmethod
     def parse(cls, text, _lib=None):
-        """Spec from a canonical spec string ("prefill q=bf16 hd=128 mask=causal")."""
+        """Spec from a canonical spec string ("prefill q=bf16 hd=128 mask=causal"). Raises
+        what str() of it would (InvalidError, UnsupportedError: the message names the
+        field): a Spec that parses can be written back."""
         L = _lib or lib()
-        raw = S.new(S.JitSpec, S.JIT_SPEC_VERSION)
+        raw = new_struct(S.JitSpec, L)
         buf = ctypes.create_string_buffer(64)
         check(L.fi_jit_spec_parse(ctypes.byref(raw), buf, len(buf), text.encode()),
               "fi_jit_spec_parse", L)
+        _format(raw, L)
         return cls._from_c(raw)
 
     @classmethod
@@ -66,25 +78,31 @@ class Spec:
         """The fi_jit_spec (cached: a Spec is immutable)."""
         raw = self.__dict__.get("_c")
         if raw is None:
-            raw = S.new(S.JitSpec, S.JIT_SPEC_VERSION, kind=S.KIND[self.kind],
-                        q_dtype=S.DTYPE[self.q_dtype], kv_dtype=S.DTYPE[self.kv_dtype],
-                        o_dtype=S.DTYPE[self.o_dtype], head_dim=int(self.head_dim),
-                        mask=S.MASK[self.mask], pos=S.POS[self.pos], soft_cap=int(self.soft_cap),
-                        variant=self.variant.encode() if self.variant else None)
+            raw = new_struct(S.JitSpec, kind=S.KIND[self.kind],
+                             q_dtype=S.DTYPE[self.q_dtype], kv_dtype=S.DTYPE[self.kv_dtype],
+                             o_dtype=S.DTYPE[self.o_dtype], head_dim=int(self.head_dim),
+                             mask=S.MASK[self.mask], pos=S.POS[self.pos],
+                             soft_cap=int(self.soft_cap),
+                             variant=self.variant.encode() if self.variant else None)
             object.__setattr__(self, "_c", raw)
         return raw
 
     def check(self):
         """Raise fijit.InvalidError / UnsupportedError (the message names the field)
         unless fijit can build this tuple."""
-        check(lib().fi_jit_spec_check(ctypes.byref(self.to_c())), "fi_jit_spec_check")
+        L = lib()
+        check(L.fi_jit_spec_check(ctypes.byref(self.to_c())), "fi_jit_spec_check", L)
         return self
 
     def __str__(self):
-        buf = ctypes.create_string_buffer(512)
-        check(lib().fi_jit_spec_format(buf, len(buf), ctypes.byref(self.to_c())),
-              "fi_jit_spec_format")
-        return buf.value.decode()
+        return _format(self.to_c(), lib())
+
+
+def _format(raw, L):
+    """The canonical text of a fi_jit_spec, or the library's refusal raised."""
+    buf = ctypes.create_string_buffer(512)
+    check(L.fi_jit_spec_format(buf, len(buf), ctypes.byref(raw)), "fi_jit_spec_format", L)
+    return buf.value.decode()
 
 
 def as_spec(spec, _lib=None):

@@ -34,6 +34,7 @@ type (the package's own functions take only well-typed values; the tests also se
 wrong ones on purpose).
 """
 import ctypes
+import glob
 import os
 import time
 
@@ -65,12 +66,20 @@ BatchDecodePlanArgs = S.BatchDecodePlanArgs
 BatchDecodeArgs = S.BatchDecodeArgs
 MergeStatesArgs = S.MergeStatesArgs
 
-FI_DECODE_ARGS_VERSION = S.DECODE_ARGS_VERSION
-FI_PREFILL_ARGS_VERSION = S.PREFILL_ARGS_VERSION
-FI_BATCH_PREFILL_PLAN_ARGS_VERSION = S.BATCH_PREFILL_PLAN_ARGS_VERSION
-FI_BATCH_PREFILL_ARGS_VERSION = S.BATCH_PREFILL_ARGS_VERSION
-FI_BATCH_DECODE_PLAN_ARGS_VERSION = S.BATCH_DECODE_PLAN_ARGS_VERSION
-FI_BATCH_DECODE_ARGS_VERSION = S.BATCH_DECODE_ARGS_VERSION
+FI_DECODE_ARGS_VERSION = S.DecodeArgs.VERSION
+FI_PREFILL_ARGS_VERSION = S.PrefillArgs.VERSION
+FI_BATCH_PREFILL_PLAN_ARGS_VERSION = S.BatchPrefillPlanArgs.VERSION
+FI_BATCH_PREFILL_ARGS_VERSION = S.BatchPrefillArgs.VERSION
+FI_BATCH_DECODE_PLAN_ARGS_VERSION = S.BatchDecodePlanArgs.VERSION
+FI_BATCH_DECODE_ARGS_VERSION = S.BatchDecodeArgs.VERSION
+
+
+def _new(cls, **fields):
+    """A zeroed struct at the package's version of it, with `fields` set (the tests give
+    every field they mean)."""
+    s = cls(**fields)
+    s.version = cls.VERSION
+    return s
 
 # A failed call raises the package's exceptions: fijit.Error and its per-code
 # subclasses (CompileError, InvalidError, ...), carrying fi_last_error()'s message.
@@ -154,7 +163,8 @@ def _default_library():
     if path:
         return path
     # The versioned file too: a copy of build/ may have lost the symlinks.
-    for name in ("libfijit.so", "libfijit.so.0", "libfijit.so.0.2.0"):
+    versioned = sorted(glob.glob(os.path.join(ROOT, "build", "libfijit.so.*.*.*")))
+    for name in ["libfijit.so", "libfijit.so.0"] + versioned:
         path = os.path.join(ROOT, "build", name)
         if os.path.exists(path):
             break
@@ -203,9 +213,9 @@ class Fijit:
              kind=FI_KIND_DECODE, variant=None):
         d = DTYPES[dtype]
         kv = DTYPES[kv_dtype] if kv_dtype else d
-        return S.new(Spec, S.JIT_SPEC_VERSION, kind=kind, q_dtype=d, kv_dtype=kv, o_dtype=d,
-                     head_dim=head_dim, mask=MASKS[mask], pos=POS[pos], soft_cap=int(soft_cap),
-                     variant=variant.encode() if variant else None)
+        return _new(Spec, kind=kind, q_dtype=d, kv_dtype=kv, o_dtype=d, head_dim=head_dim,
+                    mask=MASKS[mask], pos=POS[pos], soft_cap=int(soft_cap),
+                    variant=variant.encode() if variant else None)
 
     def kernel(self, spec):
         """The loaded fi_jit_kernel for spec (a copy of the borrowed struct)."""
@@ -328,11 +338,11 @@ def prefill_spec(kind="single", dtype="fp16", head_dim=128, mask="none", pos="no
     """q = kv = o = dtype unless kv_dtype / out_dtype name others (fp8 prefill:
     dtype="fp8_e4m3", out_dtype "fp16" or "bf16")."""
     d = DTYPES[dtype]
-    return S.new(Spec, S.JIT_SPEC_VERSION, kind=PREFILL_KINDS[kind], q_dtype=d,
-                 kv_dtype=DTYPES[kv_dtype] if kv_dtype else d,
-                 o_dtype=DTYPES[out_dtype] if out_dtype else d, head_dim=head_dim,
-                 mask=PREFILL_MASKS[mask], pos=POS[pos],
-                 soft_cap=int(soft_cap), variant=variant.encode() if variant else None)
+    return _new(Spec, kind=PREFILL_KINDS[kind], q_dtype=d,
+                kv_dtype=DTYPES[kv_dtype] if kv_dtype else d,
+                o_dtype=DTYPES[out_dtype] if out_dtype else d, head_dim=head_dim,
+                mask=PREFILL_MASKS[mask], pos=POS[pos],
+                soft_cap=int(soft_cap), variant=variant.encode() if variant else None)
 
 
 class Prefill:
@@ -372,10 +382,10 @@ class Prefill:
         qo = arr(*qo_indptr)
         kv = arr(*kv_indptr)
         last = (ctypes.c_int32 * max(b, 1))(*(kv_last_page_len or [0] * b))
-        a = S.new(PrefillPlanArgs, FI_BATCH_PREFILL_PLAN_ARGS_VERSION, batch_size=b,
-                  qo_indptr=qo, kv_indptr=kv, kv_last_page_len=last, num_qo_heads=num_qo_heads,
-                  num_kv_heads=num_kv_heads, page_size=page_size, window_left=window_left,
-                  sm_count=sm_count, cta_tile_q=cta_tile_q)
+        a = _new(PrefillPlanArgs, batch_size=b,
+                 qo_indptr=qo, kv_indptr=kv, kv_last_page_len=last, num_qo_heads=num_qo_heads,
+                 num_kv_heads=num_kv_heads, page_size=page_size, window_left=window_left,
+                 sm_count=sm_count, cta_tile_q=cta_tile_q)
         plan = ctypes.c_void_p()
         self.fj._check(self.fj.lib.fi_batch_prefill_plan_new(ctypes.byref(plan), self.fj.ctx,
                                                              ctypes.byref(spec), ctypes.byref(a)),
@@ -437,10 +447,10 @@ class BatchDecode:
         B = len(last_page_len)
         ip = (ctypes.c_int32 * (B + 1))(*[int(x) for x in indptr])
         lp = (ctypes.c_int32 * B)(*[int(x) for x in last_page_len])
-        info = S.new(BatchDecodePlanArgs, FI_BATCH_DECODE_PLAN_ARGS_VERSION, batch_size=B,
-                     kv_indptr=ip, kv_last_page_len=lp, num_qo_heads=num_qo_heads,
-                     num_kv_heads=num_kv_heads, page_size=page_size, window_left=window_left,
-                     max_splits=max_splits, sm_count=sm_count)
+        info = _new(BatchDecodePlanArgs, batch_size=B,
+                    kv_indptr=ip, kv_last_page_len=lp, num_qo_heads=num_qo_heads,
+                    num_kv_heads=num_kv_heads, page_size=page_size, window_left=window_left,
+                    max_splits=max_splits, sm_count=sm_count)
         plan = ctypes.c_void_p()
         L = self.fj.lib
         self.fj._check(L.fi_batch_decode_plan_new(ctypes.byref(plan), self.fj.ctx,
@@ -467,7 +477,7 @@ class BatchDecode:
         The spec is the batch-decode spec of (dtype, D): fi_merge_states reads its o_dtype
         and head_dim."""
         a = MergeStatesArgs()
-        a.version = S.MERGE_STATES_ARGS_VERSION
+        a.version = S.MergeStatesArgs.VERSION
         a.v, a.lse, a.v_out = v.data_ptr(), lse.data_ptr(), v_out.data_ptr()
         a.lse_out = _ptr(lse_out)
         a.seq_len, a.num_states, a.num_heads = v.shape[0], v.shape[1], v.shape[2]

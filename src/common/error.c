@@ -1,4 +1,6 @@
-/* Thread-local error messages (fi_last_error) and leveled logging to stderr. */
+/* Thread-local error messages (fi_last_error) and leveled logging, to stderr
+ * or to the host program's log function (fi_log_set_callback). */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,6 +14,11 @@
 
 static _Thread_local char error_text[FI_ERROR_CAPACITY];
 static atomic_int log_level = FI_LOG_WARN;
+/* The host's log function and its pointer, read together under the lock:
+ * messages are rare, and a half-updated pair would call one with the other's data. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static fi_log_fn log_fn;
+static void *log_user;
 
 int fi__error(int code, const char *fmt, ...)
 {
@@ -54,9 +61,32 @@ const char *fi_error_name(int code)
 
 void fi__log_set_level(int level) { atomic_store(&log_level, level); }
 
-void fi__log(int level, const char *fmt, ...)
+void fi__log_set_callback(fi_log_fn fn, void *user)
+{
+    pthread_mutex_lock(&log_lock);
+    log_fn = fn;
+    log_user = user;
+    pthread_mutex_unlock(&log_lock);
+}
+
+void fi_log_set_callback(fi_log_fn fn, void *user) { fi__log_set_callback(fn, user); }
+
+/* Hand one message to the host's function, else to stderr. */
+static void log_emit(int level, const char *text)
 {
     static const char *const names[] = {"", "error", "warning", "info", "debug"};
+    pthread_mutex_lock(&log_lock);
+    fi_log_fn fn = log_fn;
+    void *user = log_user;
+    pthread_mutex_unlock(&log_lock);
+    if (fn)
+        fn(user, (fi_log_level)level, text);
+    else
+        fprintf(stderr, "fijit %s: %s\n", names[level], text);
+}
+
+void fi__log(int level, const char *fmt, ...)
+{
     if (level > atomic_load(&log_level) || level <= FI_LOG_OFF || level > FI_LOG_DEBUG) return;
     char line[1024], *text = line, *longer = NULL;
     va_list ap, again;
@@ -71,6 +101,6 @@ void fi__log(int level, const char *fmt, ...)
         text = longer;
     }
     va_end(again);
-    fprintf(stderr, "fijit %s: %s\n", names[level], text);
+    log_emit(level, text);
     free(longer);
 }

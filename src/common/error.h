@@ -11,8 +11,11 @@ int fi__error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3
 void fi__error_append(const char *text);
 void fi__error_clear(void);
 
-/* Leveled logging to stderr, filtered by the level set with fi__log_set_level. */
+/* Leveled logging to stderr or the host's function (fi__log_set_callback,
+ * NULL: stderr), filtered by the level set with fi__log_set_level. Both are
+ * process-wide. */
 void fi__log_set_level(int level);
+void fi__log_set_callback(fi_log_fn fn, void *user);
 void fi__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Single-exit helpers: `int rc = 0; FI_TRY(step()); ... out: cleanup; return rc;` */

@@ -93,13 +93,41 @@ static int would_create(const char *path)
     return lstat(path, &sb) != 0;
 }
 
+/* The cache's umask (FIJIT_UMASK, fijit.conf's umask); -1: what fijit
+ * creates stays private, as its callers ask (0700 directories, 0600 files). */
+static atomic_int cache_umask = -1;
+
+void fi__cache_umask_set(int umask) { atomic_store(&cache_umask, umask); }
+
+int fi__cache_umask(void) { return atomic_load(&cache_umask); }
+
+mode_t fi__cache_unsafe_bits(void)
+{
+    const int umask = atomic_load(&cache_umask);
+    /* Others never; the group only where the umask shares the cache with it. */
+    return umask >= 0 && !(umask & S_IWGRP) ? S_IWOTH : (S_IWGRP | S_IWOTH);
+}
+
+/* A private mode (0700, 0600) widened to group and others, less the cache's
+ * umask; any other mode, or no umask set, is left as asked. */
+static mode_t cache_mode(mode_t mode)
+{
+    const int umask = atomic_load(&cache_umask);
+    if (umask < 0 || (mode & 077)) return mode;
+    const mode_t user = mode & 0700;
+    return (user | user >> 3 | user >> 6) & ~(mode_t)umask;
+}
+
 int fi__open(const char *path, int flags, mode_t mode)
 {
     FI_FILE_FAULT(-1);
     if ((flags & O_CREAT) && would_create(path)) FI_FULL_FAULT(-1);
+    const mode_t want = (flags & O_CREAT) ? cache_mode(mode) : mode;
     int fd;
-    do fd = open(path, flags | O_CLOEXEC, mode);
+    do fd = open(path, flags | O_CLOEXEC, want);
     while (fd < 0 && errno == EINTR);
+    /* The process's umask may have narrowed it; a file of another user stays as it is. */
+    if (fd >= 0 && want != mode) (void)fchmod(fd, want);
     return fd;
 }
 
@@ -162,7 +190,10 @@ int fi__mkdir(const char *path, mode_t mode)
 {
     FI_FILE_FAULT(-1);
     if (would_create(path)) FI_FULL_FAULT(-1);
-    return mkdir(path, mode);
+    const mode_t want = cache_mode(mode);
+    int rc = mkdir(path, want);
+    if (rc == 0 && want != mode) (void)chmod(path, want); /* past the process's umask */
+    return rc;
 }
 
 int fi__fstat(int fd, struct stat *st)

@@ -45,6 +45,16 @@ void *fi__realloc(void *p, size_t n);
 char *fi__strdup(const char *s);
 void fi__free(void *p);
 
+/* The cache's umask (-1: private). With one set, the private modes fijit
+ * asks for (0700, 0600) are widened to group and others less the umask when
+ * fi__open creates a file or fi__mkdir a directory, whatever the process's
+ * own umask: a cache shared by a group (docs/configuration.md). Process-wide. */
+void fi__cache_umask_set(int umask);
+int fi__cache_umask(void);
+/* Mode bits a cache directory must not have: S_IWOTH always, S_IWGRP unless
+ * the cache's umask lets the group write. */
+mode_t fi__cache_unsafe_bits(void);
+
 int fi__open(const char *path, int flags, mode_t mode); /* always O_CLOEXEC */
 int fi__close(int fd);
 /* Read/write the whole buffer, retrying on EINTR and short counts. 0 or -1 (errno). */

@@ -5,6 +5,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/error.h"
 #include "common/sys.h"
@@ -21,23 +22,36 @@ int fi_arch_check(const char *arch)
     return fi__arch_check(arch);
 }
 
-int fi_nvrtc_version(int *major, int *minor)
+int fi_nvrtc_version(int *out_major, int *out_minor)
 {
-    if (!major || !minor) return fi__error(FI_EINVALID, "fi_nvrtc_version: NULL argument");
-    return fi__nvrtc_version(major, minor);
+    if (!out_major || !out_minor) return fi__error(FI_EINVALID, "fi_nvrtc_version: NULL argument");
+    return fi__nvrtc_version(out_major, out_minor);
 }
 
-int fi_nvrtc_supported_archs(int *out, int max, int *count)
+int fi_nvrtc_supported_archs(int *out, size_t out_count)
 {
-    if (!out || !count || max < 0)
-        return fi__error(FI_EINVALID, "fi_nvrtc_supported_archs: bad argument");
-    return fi__nvrtc_supported_archs(out, max, count);
+    int all[256], count = 0;
+    if (!out && out_count)
+        return fi__error(FI_EINVALID, "fi_nvrtc_supported_archs: out is NULL but out_count is %zu",
+                         out_count);
+    int rc = fi__nvrtc_supported_archs(all, 256, &count);
+    if (rc < 0) return rc;
+    for (int i = 0; i < count && (size_t)i < out_count; i++) out[i] = all[i];
+    return count;
 }
 
-int fi_cuda_current_arch(char out[16])
+int fi_cuda_current_arch(char *out, size_t out_size)
 {
-    if (!out) return fi__error(FI_EINVALID, "fi_cuda_current_arch: out is NULL");
-    return fi__cuda_current_arch(out, NULL, NULL);
+    char arch[16];
+    if (!out || !out_size) return fi__error(FI_EINVALID, "fi_cuda_current_arch: no buffer");
+    int rc = fi__cuda_current_arch(arch, NULL, NULL);
+    if (rc < 0) return rc;
+    const size_t n = strlen(arch);
+    if (n >= out_size)
+        return fi__error(FI_EINVALID, "fi_cuda_current_arch: '%s' needs %zu bytes, the buffer has %zu",
+                         arch, n + 1, out_size);
+    memcpy(out, arch, n + 1);
+    return (int)n;
 }
 
 int fi_cuda_load(const fi_cuda_api **out)

@@ -32,6 +32,7 @@
 #include "core/spec.h"
 #include "store/remote/remote.h"
 #include "store/store.h"
+#include "common/settings.h"
 #include "common/sys.h"
 #include "core/table.h"
 #include "core/variant.h"
@@ -133,14 +134,15 @@ static void flush_counts(fi_jit_ctx *ctx)
 
 /* Bytes of fi_jit_options a caller of each version has (index: version). */
 static const size_t options_size[FI_JIT_OPTIONS_VERSION + 1] = {
-    0, offsetof(fi_jit_options, remote), sizeof(fi_jit_options)};
+    0, offsetof(fi_jit_options, remote), offsetof(fi_jit_options, log_fn),
+    sizeof(fi_jit_options)};
 
-/* The remote tier behind the store, as the options or FIJIT_REMOTE name it. */
-static int remote_attach(fi_store *store, const fi_jit_options *opts)
+/* The remote tier behind the store: the options' URL, else the settings'. */
+static int remote_attach(fi_store *store, const fi_jit_options *opts, const fi_settings *settings)
 {
     int rc = 0;
     fi_remote *remote = NULL;
-    const char *url = opts->remote ? opts->remote : getenv("FIJIT_REMOTE");
+    const char *url = opts->remote ? opts->remote : settings->remote;
     const char *secret = opts->remote_secret ? opts->remote_secret : getenv("FIJIT_REMOTE_SECRET");
     if (!url || !*url) return 0;
     if (secret && *secret) FI_TRY(fi_store_set_secret(store, secret));
@@ -150,13 +152,54 @@ out:
     return rc;
 }
 
+/* The cache directory: the options', else the default rule's ("" for a
+ * memory-only context that has none). */
+static int cache_dir_resolve(fi_jit_ctx *ctx, const fi_jit_options *opts)
+{
+    int rc;
+    if (opts->cache_dir) {
+        if (!*opts->cache_dir || strlen(opts->cache_dir) >= sizeof ctx->cache_dir - 64)
+            return fi__error(FI_EINVALID, "cache dir is empty or too long");
+        strcpy(ctx->cache_dir, opts->cache_dir);
+        return 0;
+    }
+    if ((rc = fi__default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir - 64)) < 0) {
+        if (opts->use_disk_cache) return rc;
+        /* Memory only needs no directory (a service without HOME). */
+        ctx->cache_dir[0] = '\0';
+        fi__error_clear();
+    }
+    return 0;
+}
+
+/* The program's options over the operator's settings (FIJIT_*, fijit.conf):
+ * the options win where they say something (a cache size, a remote); the
+ * operator's log level and JIT switch win over the options' (FIJIT_JIT=0 is
+ * a safety switch). */
+static int settings_apply(fi_jit_ctx *ctx, const fi_jit_options *opts, fi_settings *settings)
+{
+    int rc = 0;
+    settings->version = FI_SETTINGS_VERSION;
+    if (opts->log_fn) fi__log_set_callback(opts->log_fn, opts->log_user); /* hears the loader too */
+    FI_TRY(fi__settings_load(settings, ctx->cache_dir, 0));
+    fi__log_set_level(settings->log_level_from != FI_SETTING_DEFAULT ? settings->log_level
+                                                                     : (int)opts->log_level);
+    ctx->jit = settings->jit_from != FI_SETTING_DEFAULT ? settings->jit : opts->jit;
+    fi__cache_umask_set(settings->umask);
+    /* 0 in the options defers to the settings; < 0 asks for no limit (0 in the store). */
+    ctx->max_bytes = opts->max_cache_bytes > 0 ? opts->max_cache_bytes
+                     : opts->max_cache_bytes < 0 ? 0 : settings->max_cache_bytes;
+out:
+    return rc;
+}
+
 int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
 {
     int rc = 0;
     fi_jit_options defaults = FI_JIT_OPTIONS_INIT;
+    fi_settings settings;
     fi_jit_ctx *ctx = NULL;
-    const char *env;
-    if (!out) return fi__error(FI_EINVALID, "fi_jit_ctx_new: out is NULL");
+    if (!out) return fi__error(FI_EINVALID, "no place for the context (out is NULL)");
     *out = NULL;
     if (opts && (opts->version < 1 || opts->version > FI_JIT_OPTIONS_VERSION))
         return fi__error(FI_EINVALID, "options.version is %u, this library expects 1 to %d",
@@ -170,61 +213,28 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
     fi__registry_init(&ctx->variants);
     for (int i = 0; i < FI_BUILD_STRIPES; i++) pthread_mutex_init(&ctx->build_stripes[i], NULL);
 
-    fi__log_set_level(opts->log_level);
-    if ((env = getenv("FIJIT_LOG")) && *env) {
-        int level = fi__parse_log_level(env);
-        if (level >= 0)
-            fi__log_set_level(level);
-        else /* a typo must not silence the warnings it was meant to show */
-            fi__log(FI_LOG_WARN, "FIJIT_LOG='%.32s' is not a log level (" FI_LOG_LEVEL_HELP
-                    "); keeping %d", env, (int)opts->log_level);
-    }
-    ctx->jit = opts->jit;
+    FI_TRY(cache_dir_resolve(ctx, opts));
+    FI_TRY(settings_apply(ctx, opts, &settings));
     ctx->disk_wanted = opts->use_disk_cache;
-    if ((env = getenv("FIJIT_JIT")) && strcmp(env, "0") == 0) ctx->jit = 0; /* a safety switch */
     const char *arch = opts->arch ? opts->arch : getenv("FIJIT_ARCH");
     if (arch && *arch) {
         FI_TRY(fi__arch_check(arch));
         snprintf(ctx->arch, sizeof ctx->arch, "%s", arch);
     }
-    ctx->max_bytes = opts->max_cache_bytes;
-    if (!ctx->max_bytes && (env = getenv("FIJIT_MAX_CACHE_SIZE")) && *env &&
-        fi_cache_size_parse(&ctx->max_bytes, env) < 0)
-        FI_FAIL(FI_EINVALID, "FIJIT_MAX_CACHE_SIZE='%.32s' is not a size (e.g. 512M, 4G)", env);
-    if (opts->cache_dir) {
-        if (!*opts->cache_dir || strlen(opts->cache_dir) >= sizeof ctx->cache_dir - 64)
-            FI_FAIL(FI_EINVALID, "cache dir is empty or too long");
-        strcpy(ctx->cache_dir, opts->cache_dir);
-    } else if ((rc = fi__default_cache_dir(ctx->cache_dir, sizeof ctx->cache_dir - 64)) < 0) {
-        if (opts->use_disk_cache) goto out;
-        /* Memory only needs no directory (a service without HOME). */
-        ctx->cache_dir[0] = '\0';
-        fi__error_clear();
-        rc = 0;
-    }
     if (opts->use_disk_cache) {
         unsigned flags = FI_STORE_READ_ONLY_FALLBACK |
                          (opts->allow_unsafe_dir ? FI_STORE_ALLOW_UNSAFE_DIR : 0);
-        int64_t lock_ms = FI_STORE_LOCK_TIMEOUT_MS;
-        if ((env = getenv("FIJIT_LOCK_TIMEOUT_MS")) && *env) {
-            char *end = NULL;
-            long long v = strtoll(env, &end, 10);
-            if (end == env || *end || v < -1)
-                FI_FAIL(FI_EINVALID, "FIJIT_LOCK_TIMEOUT_MS='%.32s' is not a number of "
-                        "milliseconds (-1: wait forever)", env);
-            lock_ms = v;
-        }
         rc = fi_store_open(&ctx->store, ctx->cache_dir, flags, ctx->max_bytes);
         if (rc == FI_EPERM || rc == FI_EINVALID) goto out; /* never use a dir we must not trust */
-        fi_store_set_lock_timeout(ctx->store, lock_ms);
+        fi_store_set_lock_timeout(ctx->store, settings.lock_timeout_ms);
         if (rc < 0) {
             /* Read-only or full disk: keep serving kernels, compiled in memory. */
             fi__log(FI_LOG_WARN, "disk cache disabled: %s", fi_last_error());
             ctx->store = NULL;
             rc = 0;
         }
-        if (ctx->store) FI_TRY(remote_attach(ctx->store, opts));
-    } else if ((opts->remote && *opts->remote) || ((env = getenv("FIJIT_REMOTE")) && *env)) {
+        if (ctx->store) FI_TRY(remote_attach(ctx->store, opts, &settings));
+    } else if ((opts->remote && *opts->remote) || (!opts->remote && settings.remote[0])) {
         fi__log(FI_LOG_WARN, "the remote cache is not used: it needs the disk cache");
     }
     *out = ctx;
@@ -412,11 +422,12 @@ static int store_put_or_warn(fi_jit_ctx *ctx, fi_build *b)
 }
 
 /* b's object from the store's tiers; a disk hit is counted here, a remote
- * one by the store. */
-static int store_lookup(fi_jit_ctx *ctx, fi_build *b)
+ * one by the store. `again`: the look under the build lock, after a miss. */
+static int store_lookup(fi_jit_ctx *ctx, fi_build *b, int again)
 {
     fi_store_tier tier;
-    int rc = fi_store_lookup(ctx->store, b->key, &b->object, &b->object_size, &b->meta, &tier);
+    int rc = (again ? fi_store_lookup_again : fi_store_lookup)(ctx->store, b->key, &b->object,
+                                                               &b->object_size, &b->meta, &tier);
     if (rc == 0 && tier == FI_STORE_TIER_LOCAL) {
         count(ctx, C_DISK_HITS, 1);
         b->from_local = 1;
@@ -435,7 +446,7 @@ static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled, char *not_s
     *compiled = 0;
     if (not_stored) not_stored[0] = '\0';
     if (ctx->store) {
-        rc = store_lookup(ctx, b);
+        rc = store_lookup(ctx, b, 0);
         if (rc == 0) goto out;
         if (rc != FI_ENOTFOUND) goto out;
         rc = 0;
@@ -444,10 +455,14 @@ static int build_obtain(fi_jit_ctx *ctx, fi_build *b, int *compiled, char *not_s
     if (!ctx->jit)
         FI_FAIL(FI_ENOTFOUND, "%s for %s is not in the cache and JIT is disabled", b->meta.spec,
                 b->arch);
+    /* Prewarm stores what it builds: into a read-only cache a compile is wasted. */
+    if (not_stored && ctx->store && fi_store_read_only(ctx->store))
+        FI_FAIL(FI_EIO, "%s for %s is not in the cache, and the cache %s is read-only",
+                b->meta.spec, b->arch, fi_store_dir(ctx->store));
     if (ctx->store) {
         /* Another process may be building it: wait for its lock, then look again. */
         FI_TRY(fi_store_lock_key(ctx->store, b->key, &lock));
-        rc = store_lookup(ctx, b);
+        rc = store_lookup(ctx, b, 1);
         if (rc == 0) goto out;
         if (rc != FI_ENOTFOUND) goto out;
         rc = 0;

@@ -1,7 +1,6 @@
 /*
- * The table of kernel kinds (see kinds.h) and each kind's limits. A kind's
- * template file and launch code live in templates/ and src/launch/; this
- * file only names them.
+ * The registry of kernel kinds (see kinds.h) and the accepted tuple space
+ * (fi_jit_spec_enumerate). The units themselves live in src/kinds/.
  */
 #include <stddef.h>
 #include <string.h>
@@ -9,89 +8,23 @@
 #include "common/error.h"
 #include "core/kinds.h"
 #include "core/names.h"
+#include "kinds/units.h"
 
-/* q, kv and o of one 16-bit type: the kernels convert nothing else yet. */
-int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind)
-{
-    if (spec->q_dtype != FI_DTYPE_FP16 && spec->q_dtype != FI_DTYPE_BF16)
-        return fi__error(FI_EUNSUPPORTED, "q dtype '%s' is not supported for %s (supported: fp16, bf16)",
-                         fi__dtype_name(spec->q_dtype), kind);
-    if (spec->kv_dtype != spec->q_dtype)
-        return fi__error(FI_EUNSUPPORTED,
-                         "kv dtype '%s' is not supported with q=%s for %s (supported: kv equal to q)",
-                         fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->q_dtype), kind);
-    if (spec->o_dtype != spec->q_dtype)
-        return fi__error(FI_EUNSUPPORTED,
-                         "o dtype '%s' is not supported with q=%s for %s (supported: o equal to q)",
-                         fi__dtype_name(spec->o_dtype), fi__dtype_name(spec->q_dtype), kind);
-    return 0;
-}
-
-static int check_head_dim(const fi_jit_spec *spec)
-{
-    if (spec->head_dim != 64 && spec->head_dim != 128 && spec->head_dim != 256)
-        return fi__error(FI_EUNSUPPORTED, "head_dim %d is not supported (supported: 64, 128, 256)",
-                         spec->head_dim);
-    return 0;
-}
-
-/* Single and batch decode: q = o of one 16-bit type; kv the same, or fp8
- * (e4m3, e5m2) with per-tensor scales given at launch. */
-static int check_decode(const fi_jit_spec *spec)
-{
-    const char *kind = fi__kind_name(spec->kind);
-    int rc = 0;
-    if (spec->kv_dtype == FI_DTYPE_FP8_E4M3 || spec->kv_dtype == FI_DTYPE_FP8_E5M2) {
-        fi_jit_spec same = *spec;
-        same.kv_dtype = spec->q_dtype;
-        rc = fi__check_same_16bit_dtypes(&same, kind);
-    } else if (spec->kv_dtype != spec->q_dtype &&
-               (spec->q_dtype == FI_DTYPE_FP16 || spec->q_dtype == FI_DTYPE_BF16)) {
-        return fi__error(FI_EUNSUPPORTED,
-                         "kv dtype '%s' is not supported with q=%s for %s (supported: kv equal to "
-                         "q, fp8_e4m3, fp8_e5m2)",
-                         fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->q_dtype), kind);
-    } else {
-        rc = fi__check_same_16bit_dtypes(spec, kind);
-    }
-    if (rc < 0 || (rc = check_head_dim(spec)) < 0) return rc;
-    if (spec->mask != FI_MASK_NONE && spec->mask != FI_MASK_WINDOW)
-        return fi__error(FI_EUNSUPPORTED, "mask '%s' is not supported for %s (supported: none, window)",
-                         fi__mask_name(spec->mask), kind);
-    return 0;
-}
-
-static const fi_kind_info kinds[] = {
-    {FI_KIND_DECODE, "decode", "decode/decode.cuh", {"fi_decode_kernel"}, check_decode,
-     fi__decode_launch_shape},
-    {FI_KIND_BATCH_DECODE, "batch_decode", "decode/batch_decode.cuh",
-     {"fi_batch_decode_kernel", "fi_merge_states_kernel"}, check_decode,
-     fi__batch_decode_launch_shape},
-    /* Prefill: one kernel per query tile (128, 64, 16 rows; see
-     * templates/prefill/params.h), all kinds sharing templates/prefill/,
-     * then the RoPE pre-pass (src/launch/prefill.c), then the Hopper main
-     * loop (templates/prefill/mainloop_sm90_ws.cuh; empty but for sm_90a),
-     * then fp8's V pre-pass (templates/prefill/fp8.cuh; empty but for fp8). */
-    {FI_KIND_PREFILL, "prefill", "prefill/single.cuh",
-     {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
-      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws", "fi_prefill_fp8_v_kernel"},
-     fi__prefill_check, fi__prefill_launch_shape, fi__prefill_check_arch},
-    {FI_KIND_BATCH_PREFILL_RAGGED, "batch_prefill_ragged", "prefill/ragged.cuh",
-     {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
-      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws", "fi_prefill_fp8_v_kernel"},
-     fi__prefill_check, fi__prefill_launch_shape, fi__prefill_check_arch},
-    {FI_KIND_BATCH_PREFILL_PAGED, "batch_prefill_paged", "prefill/paged.cuh",
-     {"fi_prefill_kernel_q128", "fi_prefill_kernel_q64", "fi_prefill_kernel_q16",
-      "fi_prefill_rope_k_kernel", "fi_prefill_kernel_ws", "fi_prefill_fp8_v_kernel"},
-     fi__prefill_check, fi__prefill_launch_shape, fi__prefill_check_arch},
+static const fi_kind_info *const units[] = {
+    &fi__kind_decode,
+    &fi__kind_batch_decode,
+    &fi__kind_prefill,
+    &fi__kind_batch_prefill_ragged,
+    &fi__kind_batch_prefill_paged,
+    &fi__kind_mla_decode,
 };
 
-#define KIND_COUNT (sizeof kinds / sizeof kinds[0])
+#define UNIT_COUNT (sizeof units / sizeof units[0])
 
 const fi_kind_info *fi__kind_info(fi_kernel_kind kind)
 {
-    for (size_t i = 0; i < KIND_COUNT; i++)
-        if (kinds[i].kind == kind) return &kinds[i];
+    for (size_t i = 0; i < UNIT_COUNT; i++)
+        if (units[i]->kind == kind) return units[i];
     return NULL;
 }
 
@@ -111,12 +44,75 @@ int fi__kind_entry_count(const fi_kind_info *kind)
 int fi__kind_parse(int *out, const char *text)
 {
     char names[160] = "";
-    for (size_t i = 0; i < KIND_COUNT; i++) {
-        if (strcmp(kinds[i].name, text) == 0) {
-            *out = kinds[i].kind;
+    for (size_t i = 0; i < UNIT_COUNT; i++) {
+        if (strcmp(units[i]->name, text) == 0) {
+            *out = units[i]->kind;
             return 0;
         }
-        fi__name_list_add(names, sizeof names, kinds[i].name);
+        fi__name_list_add(names, sizeof names, units[i]->name);
     }
     return fi__name_unknown("kernel kind", text, names);
+}
+
+/* ---- the accepted tuple space ----------------------------------------------- */
+
+/* Every value of an enum field that names.c can name, in ascending order:
+ * the candidates the units' checks filter. */
+static int enum_values(int *out, int max, const char *(*name_of)(int))
+{
+    int n = 0;
+    for (int v = 0; v < 64 && n < max; v++)
+        if (name_of(v)) out[n++] = v;
+    return n;
+}
+
+/* Counts (and writes while there is room) the accepted tuples of one unit:
+ * the product of every dtype triple, the unit's head dims, every mask, pos
+ * encoding and soft-cap, filtered by the unit's check. */
+static size_t enumerate_unit(const fi_kind_info *unit, fi_jit_spec *out, size_t room)
+{
+    int dtypes[16], masks[16], pos[16];
+    const int nd = enum_values(dtypes, 16, fi__dtype_name);
+    const int nm = enum_values(masks, 16, fi__mask_name);
+    const int np = enum_values(pos, 16, fi__pos_name);
+    size_t n = 0;
+    for (int q = 0; q < nd; q++)
+        for (int kv = 0; kv < nd; kv++)
+            for (int o = 0; o < nd; o++)
+                for (int h = 0; h < FI_KIND_MAX_HEAD_DIMS && unit->head_dims[h]; h++)
+                    for (int m = 0; m < nm; m++)
+                        for (int p = 0; p < np; p++)
+                            for (int cap = 0; cap <= 1; cap++) {
+                                fi_jit_spec s = FI_JIT_SPEC_INIT;
+                                s.kind = unit->kind;
+                                s.q_dtype = (fi_dtype)dtypes[q];
+                                s.kv_dtype = (fi_dtype)dtypes[kv];
+                                s.o_dtype = (fi_dtype)dtypes[o];
+                                s.head_dim = unit->head_dims[h];
+                                s.mask = (fi_mask)masks[m];
+                                s.pos = (fi_pos_encoding)pos[p];
+                                s.soft_cap = cap;
+                                if (unit->check(&s) < 0) continue;
+                                if (n < room) out[n] = s;
+                                n++;
+                            }
+    return n;
+}
+
+int fi_jit_spec_enumerate(fi_jit_spec *out, size_t out_count, int kind)
+{
+    size_t total = 0;
+    if (!out && out_count)
+        return fi__error(FI_EINVALID, "fi_jit_spec_enumerate: out is NULL but out_count is %zu",
+                         out_count);
+    if (kind != 0 && !fi__kind_info((fi_kernel_kind)kind))
+        return fi__error(FI_EINVALID, "unknown kernel kind %d", kind);
+    for (size_t i = 0; i < UNIT_COUNT; i++) {
+        if (kind != 0 && units[i]->kind != (fi_kernel_kind)kind) continue;
+        const size_t room = total < out_count ? out_count - total : 0;
+        total += enumerate_unit(units[i], room ? out + total : NULL, room);
+    }
+    fi__error_clear(); /* the checks' refusals are not this call's error */
+    if (total > (size_t)0x7fffffff) return fi__error(FI_EINVALID, "tuple space too large");
+    return (int)total;
 }

@@ -71,7 +71,9 @@ void fi__load_release(fi_table_entry *e)
      * destroyed context's handle given to the next one made), whose module
      * could have this module's handle too: unload only when the handle still
      * has the id the module was loaded under. */
-    cu->CtxGetCurrent(&previous);
+    /* Without the caller's context to restore, switching would leave the
+     * thread without it: the module is left to its context then. */
+    if (cu->CtxGetCurrent(&previous) != CUDA_SUCCESS) return;
     if (cu->CtxSetCurrent((CUcontext)e->device_ctx) == CUDA_SUCCESS &&
         fi__cuda_current_context(&now, &id) == 0 && id == e->device_id)
         cu->ModuleUnload((CUmodule)e->module);

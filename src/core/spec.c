@@ -75,8 +75,8 @@ int fi__arch_runs_on(const char *arch, const char *device)
 /* Fields of a spec string, in canonical order; `seen` bits catch repeats. */
 enum { F_Q = 1, F_KV = 2, F_O = 4, F_HD = 8, F_MASK = 16, F_POS = 32, F_SOFTCAP = 64, F_VARIANT = 128 };
 
-static int parse_field(fi_jit_spec *spec, unsigned *seen, char *variant_buf,
-                       size_t variant_buf_size, const char *key, const char *value)
+static int parse_field(fi_jit_spec *spec, unsigned *seen, char *out_variant,
+                       size_t out_variant_size, const char *key, const char *value)
 {
     static const struct {
         const char *name;
@@ -104,16 +104,17 @@ static int parse_field(fi_jit_spec *spec, unsigned *seen, char *variant_buf,
     default:
         if (!fi__variant_name_ok(value))
             return fi__error(FI_EINVALID,
-                             "bad variant name '%.64s' (1-63 letters, digits, '_' or '-')", value);
-        if (!variant_buf || strlen(value) >= variant_buf_size)
+                             "bad variant name '%.64s' (1-%d letters, digits, '_' or '-')", value,
+                             FI_VARIANT_NAME_MAX);
+        if (!out_variant || strlen(value) >= out_variant_size)
             return fi__error(FI_EINVALID, "no room for variant name '%s'", value);
-        strcpy(variant_buf, value);
-        spec->variant = strcmp(value, "default") == 0 ? NULL : variant_buf;
+        strcpy(out_variant, value);
+        spec->variant = strcmp(value, "default") == 0 ? NULL : out_variant;
         return 0;
     }
 }
 
-int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant_buf_size,
+int fi_jit_spec_parse(fi_jit_spec *out, char *out_variant, size_t out_variant_size,
                       const char *text)
 {
     int rc = 0;
@@ -128,12 +129,15 @@ int fi_jit_spec_parse(fi_jit_spec *out, char *variant_buf, size_t variant_buf_si
     char *word = strtok_r(words, " \t\r\n", &save);
     if (!word) return fi__error(FI_EINVALID, "empty spec string");
     FI_TRY(fi__kind_parse((int *)&spec.kind, word));
+    /* A kind of one head dim (mla_decode's 512) needs no hd=. */
+    const int *dims = fi__kind_info(spec.kind)->head_dims;
+    if (dims[0] && !dims[1]) spec.head_dim = dims[0];
     while ((word = strtok_r(NULL, " \t\r\n", &save))) {
         char *eq = strchr(word, '=');
         if (!eq || eq == word || !eq[1])
             FI_FAIL(FI_EINVALID, "bad spec field '%.64s' (expected name=value)", word);
         *eq = '\0';
-        FI_TRY(parse_field(&spec, &seen, variant_buf, variant_buf_size, word, eq + 1));
+        FI_TRY(parse_field(&spec, &seen, out_variant, out_variant_size, word, eq + 1));
     }
     if (!(seen & F_KV)) spec.kv_dtype = spec.q_dtype;
     if (!(seen & F_O)) spec.o_dtype = spec.q_dtype;
@@ -142,18 +146,18 @@ out:
     return rc;
 }
 
-int fi_jit_spec_format(char *buf, size_t size, const fi_jit_spec *spec)
+int fi_jit_spec_format(char *out, size_t out_size, const fi_jit_spec *spec)
 {
     int rc = fi_jit_spec_check(spec);
     if (rc < 0) return rc;
-    int n = snprintf(buf, size, "%s q=%s kv=%s o=%s hd=%d mask=%s pos=%s softcap=%d%s%s",
+    int n = snprintf(out, out_size, "%s q=%s kv=%s o=%s hd=%d mask=%s pos=%s softcap=%d%s%s",
                      fi__kind_name(spec->kind), fi__dtype_name(spec->q_dtype),
                      fi__dtype_name(spec->kv_dtype), fi__dtype_name(spec->o_dtype),
                      spec->head_dim, fi__mask_name(spec->mask), fi__pos_name(spec->pos),
                      spec->soft_cap, spec->variant ? " variant=" : "",
                      spec->variant ? spec->variant : "");
-    if (n < 0 || (size_t)n >= size)
-        return fi__error(FI_EINVALID, "spec text needs %d bytes, buffer has %zu", n + 1, size);
+    if (n < 0 || (size_t)n >= out_size)
+        return fi__error(FI_EINVALID, "spec text needs %d bytes, buffer has %zu", n + 1, out_size);
     return n;
 }
 
@@ -180,8 +184,8 @@ int fi_jit_spec_check(const fi_jit_spec *spec)
     if (spec->soft_cap != 0 && spec->soft_cap != 1)
         return fi__error(FI_EINVALID, "soft_cap is %d (expected 0 or 1)", spec->soft_cap);
     if (fi__spec_has_variant(spec) && !fi__variant_name_ok(spec->variant))
-        return fi__error(FI_EINVALID, "bad variant name '%.64s' (1-63 letters, digits, '_' or '-')",
-                         spec->variant);
+        return fi__error(FI_EINVALID, "bad variant name '%.64s' (1-%d letters, digits, '_' or '-')",
+                         spec->variant, FI_VARIANT_NAME_MAX);
     return kind->check(spec);
 }
 

@@ -309,8 +309,8 @@ int fi__variant_new_as(fi_variant **out, const char *name, const char *source, c
     *out = NULL;
     if (!fi__variant_name_ok(name) || strcmp(name, "default") == 0)
         return fi__error(FI_EINVALID,
-                         "bad variant name '%.64s' (1-63 letters, digits, '_' or '-'; 'default' is built in)",
-                         name ? name : "(null)");
+                         "bad variant name '%.64s' (1-%d letters, digits, '_' or '-'; 'default' is built in)",
+                         name ? name : "(null)", FI_VARIANT_NAME_MAX);
     if (!source) return fi__error(FI_EINVALID, "variant '%s': source is NULL", name);
     size_t size = strlen(source);
     if (size > FI_VARIANT_MAX_SOURCE)

@@ -67,20 +67,6 @@ struct fi_batch_decode_plan {
     void *uploaded;            /* workspace the work list was copied to */
 };
 
-void fi__batch_decode_launch_shape(const fi_jit_spec *spec, const char *arch,
-                                   fi_launch_shape *out)
-{
-    FI_UNUSED(spec);
-    FI_UNUSED(arch); /* one shape on every arch */
-    memset(out, 0, sizeof *out);
-    out->block_dim[0] = FI_DECODE_THREADS;
-    out->block_dim[1] = out->block_dim[2] = 1;
-    out->merge_block_dim[0] = FI_MERGE_THREADS;
-    out->merge_block_dim[1] = out->merge_block_dim[2] = 1;
-    out->smem_bytes = 0;
-    out->param_bytes = (unsigned)sizeof(fi_batch_decode_params);
-}
-
 /* Blocks of the grid for chunk length `chunk` (0: no split). */
 static int64_t count_blocks(const int *keys, int batch, int64_t chunk, int y)
 {
@@ -90,9 +76,8 @@ static int64_t count_blocks(const int *keys, int batch, int64_t chunk, int y)
     return n * y;
 }
 
-/* The plan for these arguments (fi_batch_decode_plan_new without a context). */
-static int plan_make(fi_batch_decode_plan **out, const fi_jit_spec *spec,
-                     const fi_batch_decode_plan_args *info)
+int fi__batch_decode_plan_make(fi_batch_decode_plan **out, const fi_jit_spec *spec,
+                               const fi_batch_decode_plan_args *info)
 {
     int rc = 0;
     fi_batch_decode_plan *plan = NULL;
@@ -277,7 +262,18 @@ int fi_batch_decode_plan_new(fi_batch_decode_plan **out, fi_jit_ctx *ctx, const 
     if (!out) return fi__error(FI_EINVALID, "batch_decode: out is NULL");
     *out = NULL;
     if (!ctx) return fi__error(FI_EINVALID, "batch_decode: ctx is NULL");
-    return plan_make(out, spec, args);
+    fi_batch_decode_plan *plan = NULL;
+    const fi_jit_kernel *kernel = NULL;
+    int rc = fi__batch_decode_plan_make(&plan, spec, args);
+    /* Compile or load now, as batch prefill's plan does, so that no run
+     * (maybe under CUDA-graph capture) ever does. */
+    if (rc == 0) rc = fi_jit_get_kernel(&kernel, ctx, &plan->spec);
+    if (rc < 0) {
+        fi_batch_decode_plan_free(plan);
+        return rc;
+    }
+    *out = plan;
+    return 0;
 }
 
 int fi_batch_decode_workspace_size(size_t *out, const fi_jit_spec *spec,
@@ -286,7 +282,7 @@ int fi_batch_decode_workspace_size(size_t *out, const fi_jit_spec *spec,
     fi_batch_decode_plan *plan = NULL;
     if (!out) return fi__error(FI_EINVALID, "batch_decode: out is NULL");
     *out = 0;
-    int rc = plan_make(&plan, spec, args);
+    int rc = fi__batch_decode_plan_make(&plan, spec, args);
     if (rc == 0) *out = plan->workspace_bytes;
     fi_batch_decode_plan_free(plan);
     return rc;

@@ -29,7 +29,6 @@
 #include "launch/rope.h"
 #include "core/jit.h"
 #include "decode/params.h"
-#include "core/kinds.h"
 #include "common/sys.h"
 
 typedef struct decode_plan {
@@ -37,19 +36,6 @@ typedef struct decode_plan {
     int kv_begin, kv_chunk, num_splits;
     size_t workspace_bytes; /* needed for num_splits > 1, else 0 */
 } decode_plan;
-
-void fi__decode_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out)
-{
-    FI_UNUSED(arch); /* one shape on every arch */
-    memset(out, 0, sizeof *out);
-    out->block_dim[0] = FI_DECODE_THREADS;
-    out->block_dim[1] = out->block_dim[2] = 1;
-    /* Nominal: each launch passes its ring's size (fi__decode_launch). */
-    out->smem_bytes = (unsigned)FI_DECODE_SMEM_BYTES(spec->head_dim, fi__decode_kv_bytes(spec),
-                                                     spec->pos == FI_POS_ROPE_LLAMA,
-                                                     FI_DECODE_STAGES);
-    out->param_bytes = (unsigned)sizeof(fi_decode_params);
-}
 
 unsigned fi__decode_next_epoch(void)
 {
@@ -63,11 +49,6 @@ unsigned fi__decode_next_epoch(void)
     }
     while (e == 0) e = atomic_fetch_add(&next, 1u);
     return e;
-}
-
-int fi__decode_kv_bytes(const fi_jit_spec *spec)
-{
-    return spec->kv_dtype == FI_DTYPE_FP8_E4M3 || spec->kv_dtype == FI_DTYPE_FP8_E5M2 ? 1 : 2;
 }
 
 /* The caller's SM count (args version 4), 0: from the device. */

@@ -4,6 +4,7 @@
 #define FI_DECODE_H
 
 #include "fijit.h"
+#include "kinds/decode.h" /* fi__decode_kv_bytes */
 
 /* ---- tuning constants of both decode launchers ---------------------------
  * Decode blocks per SM the automatic plans aim for (single decode's splits,
@@ -51,8 +52,6 @@
 
 /* A fresh, nonzero epoch for the split counters (see decode/params.h). */
 unsigned fi__decode_next_epoch(void);
-/* Bytes per KV element of the spec: 1 for fp8, else 2. */
-int fi__decode_kv_bytes(const fi_jit_spec *spec);
 /* Row groups of a decode block that split a GQA group's heads (a power of
  * two; decode/params.h): the block serves FI_DECODE_HEADS_PER_THREAD times as
  * many heads. */
@@ -73,5 +72,12 @@ struct fi_batch_decode_plan;
 struct fi_batch_decode_work;
 int fi__batch_decode_plan_work(const struct fi_batch_decode_plan *plan,
                                const struct fi_batch_decode_work **out, int *count);
+
+/* The batch decode plan for these arguments, on the host alone:
+ * fi_batch_decode_plan_new without getting the kernel (workspace sizing, and
+ * tests of the plan's arithmetic). */
+struct fi_batch_decode_plan_args;
+int fi__batch_decode_plan_make(struct fi_batch_decode_plan **out, const fi_jit_spec *spec,
+                               const struct fi_batch_decode_plan_args *info);
 
 #endif

@@ -53,6 +53,7 @@
 #include "launch/rope.h"
 #include "fijit_prefill.h"
 #include "core/kinds.h"
+#include "kinds/prefill.h"
 #include "core/jit.h"
 #include "prefill/params.h"
 #include "core/spec.h"
@@ -65,81 +66,6 @@
         goto out;                                                              \
     } while (0)
 
-/* ---- kind table hooks --------------------------------------------------------- */
-
-/* 1 for an fp8 prefill spec (q = kv = e4m3: templates/prefill/fp8.cuh). */
-static int is_fp8(const fi_jit_spec *spec)
-{
-    return spec->q_dtype == FI_DTYPE_FP8_E4M3;
-}
-
-/* fp8 prefill: q = kv = e4m3, o fp16 or bf16, single prefill at head_dim 128
- * with no mask, a causal one, and nothing else on the logits (the Hopper
- * main loop with Q as it is in q). */
-static int check_fp8(const fi_jit_spec *spec, const char *kind)
-{
-    if (spec->kv_dtype != FI_DTYPE_FP8_E4M3)
-        return fi__error(FI_EUNSUPPORTED, "kv dtype '%s' is not supported with q=fp8_e4m3 for %s "
-                         "(supported: kv=fp8_e4m3)", fi__dtype_name(spec->kv_dtype), kind);
-    if (spec->o_dtype != FI_DTYPE_FP16 && spec->o_dtype != FI_DTYPE_BF16)
-        return fi__error(FI_EUNSUPPORTED, "o dtype '%s' is not supported with q=fp8_e4m3 for %s "
-                         "(supported: fp16, bf16)", fi__dtype_name(spec->o_dtype), kind);
-    if (spec->kind != FI_KIND_PREFILL)
-        return fi__error(FI_EUNSUPPORTED, "q=fp8_e4m3 is not supported for %s (supported: prefill)",
-                         kind);
-    if (spec->head_dim != 128)
-        return fi__error(FI_EUNSUPPORTED, "head_dim %d is not supported with q=fp8_e4m3 for %s "
-                         "(supported: 128)", spec->head_dim, kind);
-    if (spec->mask != FI_MASK_NONE && spec->mask != FI_MASK_CAUSAL)
-        return fi__error(FI_EUNSUPPORTED, "mask '%s' is not supported with q=fp8_e4m3 for %s "
-                         "(supported: none, causal)", fi__mask_name(spec->mask), kind);
-    if (spec->pos != FI_POS_NONE || spec->soft_cap || fi__spec_has_variant(spec))
-        return fi__error(FI_EUNSUPPORTED, "q=fp8_e4m3 for %s supports no pos encoding, soft-cap or "
-                         "custom variant (got pos '%s', soft_cap %d, variant '%s')", kind,
-                         fi__pos_name(spec->pos), spec->soft_cap,
-                         fi__spec_has_variant(spec) ? spec->variant : "default");
-    return 0;
-}
-
-int fi__prefill_check(const fi_jit_spec *spec)
-{
-    const char *kind = fi__kind_name(spec->kind);
-    if (is_fp8(spec)) return check_fp8(spec, kind);
-    int rc = fi__check_same_16bit_dtypes(spec, kind);
-    if (rc < 0) return rc;
-    if (spec->head_dim != 64 && spec->head_dim != 128 && spec->head_dim != 256)
-        return fi__error(FI_EUNSUPPORTED, "head_dim %d is not supported for %s (supported: 64, 128, 256)",
-                         spec->head_dim, kind);
-    /* Every mask (none, causal, window, custom), pos encoding and soft-cap is supported. */
-    return 0;
-}
-
-/* 1 when kernels compiled for `arch` use the sm_90a tile shapes
- * (FI_PREFILL_WGMMA in prefill/params.h). */
-static int is_sm90a(const char *arch)
-{
-    return strcmp(arch, "sm_90a") == 0;
-}
-
-int fi__prefill_check_arch(const fi_jit_spec *spec, const char *arch)
-{
-    if (is_fp8(spec) && !is_sm90a(arch))
-        return fi__error(FI_EUNSUPPORTED, "q=fp8_e4m3 prefill runs on the Hopper main loop only: "
-                         "arch %s is not supported (supported: sm_90a)", arch);
-    return 0;
-}
-
-void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out)
-{
-    /* Of functions[0] (128-row tiles); the launch code computes the others. */
-    const int sm90a = is_sm90a(arch);
-    memset(out, 0, sizeof *out);
-    out->block_dim[0] = (unsigned)FI_PREFILL_WARPS(0, spec->head_dim, sm90a) * 32u;
-    out->block_dim[1] = out->block_dim[2] = 1;
-    out->smem_bytes = (unsigned)FI_PREFILL_SMEM_BYTES(0, spec->head_dim, sm90a);
-    out->param_bytes = (unsigned)sizeof(fi_prefill_params);
-}
-
 /* ---- shared checks ------------------------------------------------------------- */
 
 /* Bytes of a q, k, v or o element of the 16-bit tuples (the batch kinds'
@@ -147,7 +73,7 @@ void fi__prefill_launch_shape(const fi_jit_spec *spec, const char *arch, fi_laun
 #define PREFILL_ELEM_BYTES 2
 
 /* Bytes of a q, k or v element of the spec. */
-static int in_bytes(const fi_jit_spec *spec) { return is_fp8(spec) ? 1 : PREFILL_ELEM_BYTES; }
+static int in_bytes(const fi_jit_spec *spec) { return fi__prefill_is_fp8(spec) ? 1 : PREFILL_ELEM_BYTES; }
 /* Grid x bound of the RoPE pre-pass: a few waves of blocks per kv head. */
 #define ROPE_MAX_BLOCKS 1024
 
@@ -305,13 +231,13 @@ static int ws_causal(const fi_jit_spec *spec) { return spec->mask == FI_MASK_CAU
 /* Keys of its K/V tiles and its dynamic shared memory. */
 static int ws_tile_kv(const fi_jit_spec *spec)
 {
-    return is_fp8(spec) ? FI_PREFILL_FP8_TILE_KV
+    return fi__prefill_is_fp8(spec) ? FI_PREFILL_FP8_TILE_KV
                         : FI_PREFILL_WS_TILE_KV(spec->head_dim, ws_lean(spec), ws_causal(spec));
 }
 
 static unsigned ws_smem_bytes(const fi_jit_spec *spec)
 {
-    return (unsigned)(is_fp8(spec) ? FI_PREFILL_FP8_SMEM_BYTES(spec->head_dim, ws_lean(spec))
+    return (unsigned)(fi__prefill_is_fp8(spec) ? FI_PREFILL_FP8_SMEM_BYTES(spec->head_dim, ws_lean(spec))
                                    : FI_PREFILL_WS_SMEM_BYTES(spec->head_dim, ws_lean(spec),
                                                               ws_causal(spec)));
 }
@@ -373,7 +299,7 @@ static enum ws_mode ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *
 {
     const char *env = getenv("FIJIT_PREFILL_WS");
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
-    if (idx != 0 || !is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
+    if (idx != 0 || !fi__prefill_is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
         !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM) ||
         (paged && !FI_PREFILL_WS_PAGE_OK(page_size, ws_tile_kv(spec))) ||
         (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
@@ -418,7 +344,7 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
     if (rc < 0) return rc;
     /* fp8: the pre-pass's vt {vt_keys, head_dim, kv heads}, a box a 128-key
      * row of every head_dim row (templates/prefill/fp8.cuh). */
-    if (is_fp8(spec))
+    if (fi__prefill_is_fp8(spec))
         return fi__cuda_tma_map_3d(&ws->v, p->vt, 1, p->vt_keys, hd, heads, p->vt_keys,
                                    (long long)hd * p->vt_keys, hd, 1);
     return fi__cuda_tma_map_3d(&ws->v, p->v, PREFILL_ELEM_BYTES, hd, heads, rows->v, p->v_stride_h,
@@ -518,9 +444,9 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
     memset(&ws, 0, sizeof ws);
     if (encode_kv_maps(&ws, spec, p, rows) < 0) return 0;
     encode_q_map(&ws, spec, p, rows->q);
-    if (is_fp8(spec) && ws.q_rows == 0) return 0; /* fp8 reads Q only by TMA (launch) */
+    if (fi__prefill_is_fp8(spec) && ws.q_rows == 0) return 0; /* fp8 reads Q only by TMA (launch) */
     encode_o_map(&ws, spec, p, rows->q); /* o has q's tokens */
-    if (is_fp8(spec)) { /* the maps suit: V is laid out now, not on a launch refused */
+    if (fi__prefill_is_fp8(spec)) { /* the maps suit: V is laid out now, not on a launch refused */
         const int laid = launch_fp8_v(kernel, p, stream);
         if (laid < 0) return laid;
     }
@@ -556,7 +482,7 @@ static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
         int rc = launch_ws(kernel, spec, ws, sm_count, ws_tiles, heads, p, rows, stream, who);
         if (rc != 0) return rc < 0 ? rc : 0;
     }
-    if (is_fp8(spec))
+    if (fi__prefill_is_fp8(spec))
         return fi__error(FI_EINVALID, "%s: q=fp8_e4m3 runs on the Hopper main loop alone, which "
                          "these tensors do not suit: it needs 16-byte aligned q, k, v and o, "
                          "sm_scale x q_scale x k_scale > 0 and a GQA group dividing %d (and not "
@@ -566,7 +492,7 @@ static int launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
     p->work_tile = tiles->tile;
     const unsigned gx = (unsigned)tiles->items, gy = (unsigned)heads;
     CUfunction f = kernel->functions[idx];
-    const int sm90a = is_sm90a(kernel->arch);
+    const int sm90a = fi__prefill_is_sm90a(kernel->arch);
     const unsigned block[3] = {(unsigned)FI_PREFILL_WARPS(idx, hd, sm90a) * 32u, 1, 1};
     if (!f) return fi__error(FI_ELOAD, "%s: the loaded module lacks tile kernel %d", who, idx);
     return fi__cuda_launch(f, gx, gy, block, (unsigned)FI_PREFILL_SMEM_BYTES(idx, hd, sm90a),
@@ -631,7 +557,7 @@ static size_t rotated_keys_bytes(int64_t rows, int kv_heads, int hd)
 
 static size_t single_pre_bytes(const fi_jit_spec *spec, const fi_prefill_args *a)
 {
-    if (is_fp8(spec))
+    if (fi__prefill_is_fp8(spec))
         return fi__align16((size_t)a->num_kv_heads * (size_t)spec->head_dim *
                            (size_t)fp8_vt_keys(a->kv_len));
     return spec->pos == FI_POS_ROPE_LLAMA ? rotated_keys_bytes(a->kv_len, a->num_kv_heads,
@@ -721,7 +647,7 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
     if (spec->pos == FI_POS_ROPE_LLAMA && (int64_t)a->rope_offset + a->kv_len + a->qo_len > INT_MAX)
         FI_FAIL(FI_EINVALID, "prefill: rope_offset %d + lengths must fit in an int", a->rope_offset);
     if (a->version >= 3 && a->workspace) FI_TRY(fi__check_ptr(who, "workspace", a->workspace, 16));
-    if (is_fp8(spec)) FI_TRY(check_fp8_args(spec, a));
+    if (fi__prefill_is_fp8(spec)) FI_TRY(check_fp8_args(spec, a));
     if (single_rotates_keys(spec, a)) {
         const size_t need = single_pre_bytes(spec, a);
         if (a->workspace_bytes < need)
@@ -765,7 +691,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     for (int i = 0; i < FI_PREFILL_NUM_TILES; i++) tiles[i] = ceil_div(rows, FI_PREFILL_TILE_Q(i));
     if (a->cta_tile_q) {
         FI_TRY(tile_index_of("prefill", a->cta_tile_q, &idx));
-    } else if (!is_fp8(spec)) { /* fp8 has only the Hopper loop, in tile 0's place */
+    } else if (!fi__prefill_is_fp8(spec)) { /* fp8 has only the Hopper loop, in tile 0's place */
         FI_TRY(fi__cuda_sm_count(&sm_count));
         idx = choose_tile(tiles, a->num_kv_heads, sm_count, rows);
     }
@@ -782,7 +708,7 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     if (single_rotates_keys(spec, a))
         FI_TRY(rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
                            (CUstream)stream, "prefill"));
-    if (is_fp8(spec)) fp8_scale_and_place_v(a, &p);
+    if (fi__prefill_is_fp8(spec)) fp8_scale_and_place_v(a, &p);
     unsigned int *claims = single_claims(spec, a);
     const enum ws_mode ws = ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0,
                                         row_mean_keys(spec, a->qo_len, a->kv_len), claims != NULL);

@@ -12,19 +12,26 @@
  *     mac            "blake2b-256" (every entry has one) or "none"
  *     created        unix seconds
  *     fijit          the version that wrote it
- *     entries        how many rows `entries` holds (a file that lost some is
- *                    refused as damaged, after the good rows it still had)
+ *     entries        how many rows `entries` holds, with rowids 1..entries
  *   entries(key TEXT PRIMARY KEY, spec TEXT, arch TEXT, size INTEGER,
  *           checksum INTEGER, mac BLOB, entry BLOB)
  *     key: 32 hex digits; size: bytes of `entry`; checksum: the XXH3-64 of
- *     the payload its header holds; mac: NULL without a secret.
+ *     the payload its header holds; mac: NULL without a secret. A rowid
+ *     table: its b-tree's inner cells hold rowids only, so an entry's bytes
+ *     live in one leaf cell and its overflow pages (bundles written before
+ *     were WITHOUT ROWID tables, read by key).
  * An export is written to a temp file beside its path and renamed into
- * place, so a bundle is whole or absent.
+ * place, so a bundle is whole or absent. A damaged or truncated one imports
+ * every entry it still holds whole: rows are read one by one, and a row
+ * whose pages are lost is refused like a damaged entry.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,7 +52,7 @@ static const char BUNDLE_SCHEMA_SQL[] =
     "CREATE TABLE bundle (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE entries (key TEXT PRIMARY KEY NOT NULL, spec TEXT NOT NULL, "
     "arch TEXT NOT NULL, size INTEGER NOT NULL, checksum INTEGER NOT NULL, mac BLOB, "
-    "entry BLOB NOT NULL) WITHOUT ROWID;";
+    "entry BLOB NOT NULL);";
 _Static_assert(FI_BUNDLE_APP_ID == 1179271758 && FI_BUNDLE_SCHEMA == 1,
                "BUNDLE_SCHEMA_SQL spells these numbers");
 
@@ -227,6 +234,9 @@ static int meta_value(sqlite3 *db, const char *name, char *out, size_t size)
         sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
         rc = sqlite3_step(s);
         if (rc == SQLITE_ROW) snprintf(out, size, "%s", (const char *)sqlite3_column_text(s, 0));
+        /* Echoed in messages: no terminal escapes from a file of elsewhere. */
+        for (unsigned char *p = (unsigned char *)out; *p; p++)
+            if (*p < 0x20 || *p >= 0x7f) *p = '?';
         if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
     }
     sqlite3_finalize(s);
@@ -287,7 +297,7 @@ static int check_row(sqlite3_stmt *s, const fi_seal_key *seal, uint8_t key[16],
     const void *entry = sqlite3_column_blob(s, 6);
     int entry_size = sqlite3_column_bytes(s, 6);
     if (!hex || strlen(hex) != 32 || fi_key_from_hex(hex, key) < 0) {
-        snprintf(why, why_size, "has a malformed key '%.40s'", hex ? hex : "");
+        snprintf(why, why_size, "has a malformed key");
         return FI_OBJECT_BAD;
     }
     if (!entry || entry_size != size) {
@@ -311,39 +321,150 @@ static int check_row(sqlite3_stmt *s, const fi_seal_key *seal, uint8_t key[16],
     return FI_OBJECT_OK;
 }
 
+/* How a bundle file looks before SQLite reads it: 0 for a regular file
+ * (links followed: a link to a bundle is the bundle), with its size in
+ * `*size` and `*truncated` set when it is shorter than its SQLite header
+ * says (page size x page count). A directory, FIFO or device is refused
+ * before anything opens it, so that nothing blocks on it. */
+static int bundle_file_check(const char *path, int64_t *size, int *truncated)
+{
+    struct stat sb;
+    uint8_t h[100];
+    *truncated = 0;
+    if (stat(path, &sb) < 0) {
+        if (errno == ENOENT) return fi__error(FI_ENOTFOUND, "bundle %s: no such file", path);
+        return fi__error(FI_EIO, "bundle %s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode))
+        return fi__error(FI_EINVALID, "bundle %s is not a regular file (a %s); name the bundle "
+                         "file itself", path, S_ISDIR(sb.st_mode) ? "directory" :
+                         S_ISFIFO(sb.st_mode) ? "FIFO" : S_ISSOCK(sb.st_mode) ? "socket" : "device");
+    *size = (int64_t)sb.st_size;
+    int fd = fi__open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
+    if (fd < 0) return fi__error(FI_EIO, "bundle %s: cannot open it: %s", path, strerror(errno));
+    if (fi__read_full(fd, h, sizeof h) == 0 && memcmp(h, "SQLite format 3", 16) == 0) {
+        uint32_t page = (uint32_t)h[16] << 8 | h[17], pages = (uint32_t)h[28] << 24 |
+                        (uint32_t)h[29] << 16 | (uint32_t)h[30] << 8 | h[31];
+        *truncated = (uint64_t)(page == 1 ? 65536 : page) * pages > (uint64_t)sb.st_size;
+    }
+    fi__close(fd);
+    return 0;
+}
+
+/* Which rows a bundle has, as handles to fetch them by. */
+typedef struct row_handles {
+    int by_rowid;     /* rows 1..count, by rowid */
+    int64_t count;
+    char (*keys)[33]; /* else their keys; "" for one that is not 32 characters */
+    int complete;     /* 0: a damaged page ended the walk for the keys */
+} row_handles;
+
+/* A rowid table (what export writes) is fetched by rowids 1..N, so that a
+ * damaged page costs only the rows on it; a WITHOUT ROWID table (bundles
+ * written before) by the keys of a walk, which a damaged page ends. */
+static int bundle_rows(sqlite3 *db, const char *path, int64_t want_entries, int64_t file_size,
+                       row_handles *out)
+{
+    int rc = 0, step;
+    sqlite3_stmt *s = NULL;
+    int64_t cap = 0;
+    memset(out, 0, sizeof *out);
+    out->complete = 1;
+    if (sqlite3_prepare_v2(db, "SELECT max(rowid) FROM entries", -1, &s, NULL) == SQLITE_OK) {
+        /* Every row takes more than 64 bytes: a bigger count is a lie that
+         * must not make the walk below go on for ever. */
+        if (want_entries > file_size / 64)
+            FI_FAIL(FI_ECORRUPT, "bundle %s has a damaged header (%" PRId64 " entries in %"
+                    PRId64 " bytes)", path, want_entries, file_size);
+        if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int64(s, 0) > want_entries)
+            FI_FAIL(FI_ECORRUPT, "bundle %s holds more rows than its header says (%" PRId64
+                    "); refusing it", path, want_entries);
+        out->by_rowid = 1;
+        out->count = want_entries;
+        goto out;
+    }
+    if (sqlite3_prepare_v2(db, "SELECT key FROM entries ORDER BY key", -1, &s, NULL) != SQLITE_OK)
+        SQL_FAIL(FI_ECORRUPT, "cannot read its entries");
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        if (out->count == cap) {
+            char(*grown)[33] = fi__realloc(out->keys, (size_t)(cap = cap ? cap * 2 : 64) * 33);
+            if (!grown) FI_FAIL(FI_ENOMEM, "out of memory reading bundle %s", path);
+            out->keys = grown;
+        }
+        const char *k = (const char *)sqlite3_column_text(s, 0);
+        snprintf(out->keys[out->count++], 33, "%s", k && strlen(k) == 32 ? k : "");
+    }
+    out->complete = step == SQLITE_DONE;
+out:
+    sqlite3_finalize(s);
+    return rc;
+}
+
 int fi_bundle_import(fi_bundle_counts *out, fi_store *store, const char *path,
                      const char *secret, void (*report)(void *user, const char *problem),
                      void *user)
 {
-    int rc = 0, sealed = 0, step;
-    int64_t want_entries = 0;
+    int rc = 0, sealed = 0, truncated = 0;
+    int64_t want_entries = 0, file_size = 0;
     sqlite3 *db = NULL;
     sqlite3_stmt *s = NULL;
+    row_handles rows = {0};
     fi_seal_key seal;
-    struct stat st;
+    char problem[600];
     memset(out, 0, sizeof *out);
     if (secret) FI_TRY(fi_seal_key_derive(&seal, secret));
-    if (fi__lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
-        FI_FAIL(FI_ENOTFOUND, "bundle %s: no such file", path);
+    FI_TRY(bundle_file_check(path, &file_size, &truncated));
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
         SQL_FAIL(FI_EIO, "cannot open it");
+    /* The file is input from elsewhere: no functions from its schema. And
+     * SQLite refuses a file shorter than its header says as a whole; with
+     * the schema check relaxed (harmless on a read-only connection) the
+     * pages that are there are read, and the lost ones fail only the rows
+     * that need them. */
+    sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL);
+    if (truncated) sqlite3_db_config(db, SQLITE_DBCONFIG_WRITABLE_SCHEMA, 1, (int *)NULL);
     FI_TRY(check_header(db, path, &sealed, &want_entries));
     if (secret && !sealed)
         FI_FAIL(FI_EINVALID, "bundle %s carries no MACs and a fleet secret is set: refusing it "
                 "(export it with the secret)", path);
-    if (sqlite3_prepare_v2(db, "SELECT key, spec, arch, size, checksum, mac, entry FROM entries "
-                           "ORDER BY key", -1, &s, NULL) != SQLITE_OK)
+    if (truncated && report) {
+        snprintf(problem, sizeof problem, "bundle %s is truncated: importing the entries it "
+                 "still holds whole", path);
+        report(user, problem);
+    }
+    FI_TRY(bundle_rows(db, path, want_entries, file_size, &rows));
+    if (sqlite3_prepare_v2(db, rows.by_rowid ? "SELECT key, spec, arch, size, checksum, mac, entry "
+                                               "FROM entries WHERE rowid = ?1"
+                                             : "SELECT key, spec, arch, size, checksum, mac, entry "
+                                               "FROM entries WHERE key = ?1",
+                           -1, &s, NULL) != SQLITE_OK)
         SQL_FAIL(FI_ECORRUPT, "cannot read its entries");
-    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+    /* Row by row, so that a damaged page costs the entries on it only. */
+    for (int64_t i = 0; i < rows.count; i++) {
         uint8_t key[16];
         fi_object_header hdr;
         const void *payload;
-        char why[256], problem[400];
+        char why[256] = "has a malformed key";
+        int added = 0, res = FI_OBJECT_BAD;
         out->entries++;
-        if (check_row(s, secret ? &seal : NULL, key, &hdr, &payload, why, sizeof why) !=
-            FI_OBJECT_OK) {
-            const char *hex = (const char *)sqlite3_column_text(s, 0);
-            snprintf(problem, sizeof problem, "entry %.32s %s; not imported", hex ? hex : "?", why);
+        sqlite3_reset(s);
+        const char *hex = rows.by_rowid ? NULL : rows.keys[i];
+        if (rows.by_rowid ? sqlite3_bind_int64(s, 1, i + 1) == SQLITE_OK
+                          : hex[0] && sqlite3_bind_text(s, 1, hex, -1, SQLITE_STATIC) == SQLITE_OK) {
+            int step = sqlite3_step(s);
+            if (step == SQLITE_ROW) {
+                res = check_row(s, secret ? &seal : NULL, key, &hdr, &payload, why, sizeof why);
+                if (!hex) hex = (const char *)sqlite3_column_text(s, 0);
+            } else {
+                snprintf(why, sizeof why, "cannot be read (%s)",
+                         step == SQLITE_DONE ? "its row is gone" : sqlite3_errmsg(db));
+            }
+        }
+        if (res != FI_OBJECT_OK) {
+            if (hex && fi_key_from_hex(hex, key) == 0) /* only a key is echoed, not any text */
+                snprintf(problem, sizeof problem, "entry %.32s %s; not imported", hex, why);
+            else
+                snprintf(problem, sizeof problem, "entry %" PRId64 " %s; not imported", i + 1, why);
             if (report) report(user, problem);
             out->refused++;
             continue;
@@ -353,20 +474,30 @@ int fi_bundle_import(fi_bundle_counts *out, fi_store *store, const char *path,
             rc = has;
             goto out;
         }
-        if (has) {
+        /* Another importer may add it between the look and the put: the
+         * put says which of the two added it. */
+        if (!has)
+            FI_TRY(fi_store_put_counted(store, key, payload, (size_t)hdr.payload_size, &hdr.meta,
+                                        &added));
+        if (added)
+            out->added++;
+        else
             out->present++;
-            continue;
-        }
-        FI_TRY(fi_store_put(store, key, payload, (size_t)hdr.payload_size, &hdr.meta));
-        out->added++;
     }
-    if (step != SQLITE_DONE)
-        SQL_FAIL(FI_ECORRUPT, "cannot read its entries");
-    if (out->entries != want_entries)
-        FI_FAIL(FI_ECORRUPT, "bundle %s holds %" PRId64 " entries but was written with %" PRId64
-                " (truncated or damaged); the %" PRId64 " good ones were imported", path,
-                out->entries, want_entries, out->added + out->present);
+    /* Rows the walk could not reach (a damaged page of the tree) are
+     * refused like damaged entries, after the good ones. */
+    if (!rows.complete || out->entries != want_entries) {
+        int64_t lost = want_entries - out->entries;
+        snprintf(problem, sizeof problem, "bundle %s holds %" PRId64 " readable rows but was "
+                 "written with %" PRId64 "; %s", path, out->entries, want_entries,
+                 lost > 0 ? "the others are not imported" : "its header is wrong");
+        if (lost < 0) FI_FAIL(FI_ECORRUPT, "%s", problem);
+        if (report) report(user, problem);
+        out->entries += lost;
+        out->refused += lost;
+    }
 out:
+    fi__free(rows.keys);
     sqlite3_finalize(s);
     sqlite3_close(db);
     return rc;

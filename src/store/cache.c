@@ -4,13 +4,10 @@
  * tier's), its bundles (bundle.c), and the one size parser that
  * FIJIT_MAX_CACHE_SIZE and the CLI share.
  */
-#include <ctype.h>
-#include <errno.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/settings.h"
 #include "common/sys.h"
 #include "fijit_cache.h"
 #include "store/bundle.h"
@@ -33,6 +30,11 @@ int fi_cache_open(fi_cache **out, const char *dir, unsigned flags)
     if (flags & ~(unsigned)(FI_CACHE_READ_ONLY | FI_CACHE_READ_ONLY_FALLBACK))
         return fi__error(FI_EINVALID, "fi_cache_open: unknown flags 0x%x", flags);
     if (!(cache = fi__calloc(1, sizeof *cache))) return fi__error(FI_ENOMEM, "out of memory");
+    /* What maintenance writes (import, repair) gets the cache's modes. Bad
+     * settings are the commands' to report: here they leave the cache private. */
+    fi_settings settings = FI_SETTINGS_INIT;
+    fi__cache_umask_set(fi__settings_load(&settings, dir, 1) == 0 ? settings.umask : -1);
+    fi__error_clear();
     FI_TRY(fi_store_open(&cache->store, dir, flags, 0));
     *out = cache;
     cache = NULL;
@@ -48,10 +50,10 @@ void fi_cache_close(fi_cache *cache)
     fi__free(cache);
 }
 
-int fi_cache_default_dir(char *out, size_t size)
+int fi_cache_default_dir(char *out, size_t out_size)
 {
-    if (!out || !size) return fi__error(FI_EINVALID, "fi_cache_default_dir: no buffer");
-    return fi__default_cache_dir(out, size);
+    if (!out || !out_size) return fi__error(FI_EINVALID, "fi_cache_default_dir: no buffer");
+    return fi__default_cache_dir(out, out_size);
 }
 
 int fi_cache_foreach(fi_cache *cache, int (*fn)(void *user, const fi_cache_entry *entry),
@@ -61,7 +63,7 @@ int fi_cache_foreach(fi_cache *cache, int (*fn)(void *user, const fi_cache_entry
     return fi_store_foreach(cache->store, fn, user); /* fi_store_row is fi_cache_entry */
 }
 
-void fi_cache_key_hex(char out[33], const unsigned char key[16]) { fi_key_hex(out, key); }
+void fi_cache_key_hex(char out[33], const uint8_t key[16]) { fi_key_hex(out, key); }
 
 int fi_cache_stats_get(fi_jit_stats *out, fi_cache *cache)
 {
@@ -111,28 +113,6 @@ int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *path, co
 
 int fi_cache_size_parse(int64_t *out, const char *text)
 {
-    char *end;
-    if (!out || !text) return fi__error(FI_EINVALID, "fi_cache_size_parse: NULL argument");
-    if (!isdigit((unsigned char)text[0])) goto bad; /* no sign, space, "inf" or "nan" */
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text) goto bad;
-    double scale = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': scale = 1024.0; end++; break;
-    case 'M': scale = 1024.0 * 1024; end++; break;
-    case 'G': scale = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (scale > 1 && (*end == 'i' || *end == 'I')) end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) goto bad;
-    double bytes = v * scale;
-    if (!(bytes >= 0) || bytes > 9.0e18) goto bad;
-    *out = (int64_t)llround(bytes);
-    return 0;
-bad:
-    return fi__error(FI_EINVALID, "'%.32s' is not a size: expected bytes with an optional K, M, "
-                     "G or T suffix, e.g. 500M, 2G or 4GiB", text);
+    if (!out || !text) return fi__error(FI_EINVALID, "no size to parse");
+    return fi__parse_size(out, text);
 }

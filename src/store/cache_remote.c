@@ -17,13 +17,14 @@ struct fi_cache_remote {
     fi_remote *remote;
 };
 
-int fi_remote_url_check(char *out, size_t size, const char *url)
+int fi_cache_remote_url_check(char *out, size_t out_size, const char *url)
 {
     fi_remote_config config;
-    if (!out || !size || !url) return fi__error(FI_EINVALID, "fi_remote_url_check: NULL argument");
-    out[0] = '\0';
+    if (!out || !out_size || !url)
+        return fi__error(FI_EINVALID, "fi_cache_remote_url_check: NULL argument");
     int rc = fi_remote_config_parse(&config, url);
-    return rc < 0 ? rc : fi_remote_url_masked(out, size, url);
+    fi_remote_url_masked(out, out_size, url); /* leaves fi_last_error() as the parse left it */
+    return rc < 0 ? rc : 0;
 }
 
 int fi_cache_remote_open(fi_cache_remote **out, const char *url)

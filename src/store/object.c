@@ -61,10 +61,23 @@ int fi_key_from_hex(const char *hex, uint8_t key[16])
     return hex[32] == '\0' ? 0 : -1;
 }
 
+int fi_object_spec_ok(const char *spec)
+{
+    fi_jit_spec parsed;
+    char variant[64], canonical[sizeof ((fi_object_meta *)0)->spec];
+    if (!*spec) return 1;
+    return fi_jit_spec_parse(&parsed, variant, sizeof variant, spec) == 0 &&
+           fi_jit_spec_format(canonical, sizeof canonical, &parsed) >= 0 &&
+           strcmp(canonical, spec) == 0;
+}
+
+int fi_object_arch_ok(const char *arch) { return !*arch || fi_arch_check(arch) == 0; }
+
 int fi_object_meta_ok(const fi_object_meta *meta)
 {
     return strnlen(meta->spec, sizeof meta->spec) < sizeof meta->spec &&
-           strnlen(meta->arch, sizeof meta->arch) < sizeof meta->arch;
+           strnlen(meta->arch, sizeof meta->arch) < sizeof meta->arch &&
+           fi_object_spec_ok(meta->spec) && fi_object_arch_ok(meta->arch);
 }
 
 size_t fi_object_header_build(uint8_t *h, const uint8_t key[16], const fi_object_meta *meta,
@@ -103,7 +116,7 @@ int fi_object_encode(void **out, size_t *out_size, const uint8_t key[16], const 
     if (payload_size == 0 || (uint64_t)payload_size > FI_OBJECT_MAX_PAYLOAD)
         return fi__error(FI_EINVALID, "fi_object_encode: object size %zu out of range", payload_size);
     if (!fi_object_meta_ok(meta))
-        return fi__error(FI_EINVALID, "fi_object_encode: spec or arch text is not NUL-terminated");
+        return fi__error(FI_EINVALID, "fi_object_encode: %s", FI_OBJECT_META_BAD);
     hsize = fi_object_header_build(h, key, meta, payload_size, XXH3_64bits(payload, payload_size));
     if (!(buf = fi__malloc(hsize + payload_size)))
         return fi__error(FI_ENOMEM, "out of memory encoding a cache entry (%zu bytes)",
@@ -162,6 +175,11 @@ int fi_object_check_header(const uint8_t *h, const uint8_t *want, fi_object_head
     memcpy(out->meta.arch, h + 64, 16);
     memcpy(out->meta.spec, h + 82, n);
     out->meta.spec[n] = '\0';
+    /* Listings on every host print these texts: a NUL inside, control
+     * bytes or a fake line must never get that far. */
+    if (memchr(h + 82, 0, n) || !fi_object_spec_ok(out->meta.spec))
+        BAD("has spec text that is not a canonical spec");
+    if (!fi_object_arch_ok(out->meta.arch)) BAD("has a bad arch field");
     out->meta.registers = (int)get_u32(h + 48);
     out->meta.spill_bytes = (int)get_u32(h + 52);
     out->meta.compile_ns = (int64_t)get_u64(h + 56);

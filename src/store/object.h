@@ -17,7 +17,8 @@
  *   56   8  i64 compile time in ns
  *   64  16  arch, NUL-padded ("sm_90a"), at most 15 characters
  *   80   2  u16 n: length of the spec text (<= 255)
- *   82   n  canonical spec text, no NUL
+ *   82   n  canonical spec text (fi_jit_spec_format's form), no NUL; or
+ *           none (n = 0). Anything else is refused (fi_object_meta_ok)
  * 82+n   8  u64 XXH3-64 of header bytes [0, H-8): guards the meta, which the
  *           payload checksum does not cover
  *    H   P  payload (the cubin)
@@ -63,8 +64,16 @@ typedef struct fi_object_header {
 size_t fi_object_header_build(uint8_t *h, const uint8_t key[16], const fi_object_meta *meta,
                               uint64_t payload_size, uint64_t checksum);
 
-/* 1 when meta's spec and arch texts are NUL-terminated within their fields. */
+/* 1 when meta's spec and arch texts are NUL-terminated within their fields
+ * and each is empty (an entry stored without meta) or valid: the spec in
+ * its canonical form (fi_jit_spec_format's), the arch as fi_arch_check
+ * wants it. Readers on other hosts print these texts, so the codec refuses
+ * anything else on both sides. */
 int fi_object_meta_ok(const fi_object_meta *meta);
+int fi_object_spec_ok(const char *spec);
+int fi_object_arch_ok(const char *arch);
+/* What fi_object_meta_ok refuses, in words. */
+#define FI_OBJECT_META_BAD "spec or arch text is not canonical (or not NUL-terminated)"
 
 /* A whole entry in one fresh buffer (freed with fi__free): header, then
  * payload. FI_EINVALID for a size out of range or bad meta texts. */

@@ -167,9 +167,10 @@ static void remote_bad(fi_store *st, remote_slot *slot, const uint8_t key[16], c
 }
 
 /* Ask one remote for `key`: 0 with the verified payload, FI_ENOTFOUND when
- * it has no good entry, or FI_ENOMEM. */
+ * it has no good entry, or FI_ENOMEM. `again`: the second look of one miss,
+ * whose first look counted the remote's miss. */
 static int remote_get(fi_store *st, remote_slot *slot, const uint8_t key[16], void **out,
-                      size_t *out_size, fi_object_meta *meta)
+                      size_t *out_size, fi_object_meta *meta, int again)
 {
     int rc = FI_ENOTFOUND;
     fi_remote *r = slot->remote;
@@ -182,7 +183,13 @@ static int remote_get(fi_store *st, remote_slot *slot, const uint8_t key[16], vo
     fi_remote_result res = r->ops->get(r, key, &value, &size);
     if (res == FI_REMOTE_NOT_FOUND) {
         remote_answered(slot);
-        atomic_fetch_add(&st->counts.misses, 1);
+        if (!again) atomic_fetch_add(&st->counts.misses, 1);
+        goto out;
+    }
+    if (res == FI_REMOTE_BAD) { /* a value that is no entry: the server is sound */
+        remote_answered(slot);
+        snprintf(why, sizeof why, "%s", fi_last_error());
+        remote_bad(st, slot, key, why);
         goto out;
     }
     if (res != FI_REMOTE_OK) {
@@ -211,8 +218,8 @@ out:
     return rc;
 }
 
-int fi_store_lookup(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
-                    fi_object_meta *meta, fi_store_tier *tier)
+static int lookup(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
+                  fi_object_meta *meta, fi_store_tier *tier, int again)
 {
     char local_miss[1024];
     fi_object_meta got;
@@ -223,12 +230,15 @@ int fi_store_lookup(fi_store *st, const uint8_t key[16], void **out, size_t *out
     snprintf(local_miss, sizeof local_miss, "%s", fi_last_error());
     for (size_t i = 0; i < st->remote_count; i++) {
         if (!remote_usable(&st->remotes[i])) continue;
-        rc = remote_get(st, &st->remotes[i], key, out, out_size, &got);
+        /* A read-only remote is not asked again: this host waited for no
+         * build there, and a bad value in it was counted and left in place. */
+        if (again && st->remotes[i].remote->config.read_only) continue;
+        rc = remote_get(st, &st->remotes[i], key, out, out_size, &got, again);
         if (rc == FI_ENOTFOUND) continue;
         if (rc < 0) return rc;
         /* Write-back: the next process finds it locally. Best effort. */
         if (!fi_local_read_only(st->local) &&
-            fi_local_put(st->local, key, *out, *out_size, &got) < 0)
+            fi_local_put(st->local, key, *out, *out_size, &got, NULL) < 0)
             fi__log(FI_LOG_WARN, "cannot write a remote cache hit to %s: %s",
                     fi_local_dir(st->local), fi_last_error());
         if (meta) *meta = got;
@@ -237,6 +247,18 @@ int fi_store_lookup(fi_store *st, const uint8_t key[16], void **out, size_t *out
         return 0;
     }
     return fi__error(FI_ENOTFOUND, "%s", local_miss);
+}
+
+int fi_store_lookup(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
+                    fi_object_meta *meta, fi_store_tier *tier)
+{
+    return lookup(st, key, out, out_size, meta, tier, 0);
+}
+
+int fi_store_lookup_again(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
+                          fi_object_meta *meta, fi_store_tier *tier)
+{
+    return lookup(st, key, out, out_size, meta, tier, 1);
 }
 
 int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
@@ -266,6 +288,13 @@ static void remote_put(fi_store *st, remote_slot *slot, const uint8_t key[16], c
 {
     fi__error_clear();
     fi_remote_result res = slot->remote->ops->put(slot->remote, key, value, size);
+    if (res == FI_REMOTE_BAD) { /* too large for a remote: the local tier keeps it */
+        char hex[33];
+        fi_key_hex(hex, key);
+        fi__log(FI_LOG_INFO, "remote cache %s: entry %s %s; kept in the local cache only",
+                slot->remote->config.url, hex, fi_last_error());
+        return;
+    }
     if (res != FI_REMOTE_OK) {
         remote_failed(st, slot, res, "put");
         return;
@@ -305,9 +334,15 @@ static void push(fi_store *st, const uint8_t key[16], const void *data, size_t s
 int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t size,
                  const fi_object_meta *meta)
 {
+    return fi_store_put_counted(st, key, data, size, meta, NULL);
+}
+
+int fi_store_put_counted(fi_store *st, const uint8_t key[16], const void *data, size_t size,
+                         const fi_object_meta *meta, int *out_added)
+{
     char local_err[1024];
     if (!st) return fi__error(FI_EINVALID, "fi_store_put: NULL argument");
-    int rc = fi_local_put(st->local, key, data, size, meta);
+    int rc = fi_local_put(st->local, key, data, size, meta, out_added);
     if (st->remote_count == 0) return rc;
     /* The remotes hear of it whatever the local tier said; the caller hears
      * only the local tier's answer, and its words. */

@@ -94,6 +94,13 @@ int fi_store_get(fi_store *st, const uint8_t key[16], void **out, size_t *out_si
 /* fi_store_get, saying in `*tier` (may be NULL) which tier served it. */
 int fi_store_lookup(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
                     fi_object_meta *meta, fi_store_tier *tier);
+/* The second look of a miss, under the build lock (fi_store_lock_key): as
+ * fi_store_lookup, but each event is counted once over both looks: a remote
+ * that still lacks the key is not counted as a miss again, and a read-only
+ * remote is not asked again (no lease was waited for there, and a bad value
+ * it holds was counted and left in place by the first look). */
+int fi_store_lookup_again(fi_store *st, const uint8_t key[16], void **out, size_t *out_size,
+                          fi_object_meta *meta, fi_store_tier *tier);
 /* 1 when the local tier's index lists `key`, 0 when not, or an error code. */
 int fi_store_has_local(fi_store *st, const uint8_t key[16]);
 /* Push an entry the local tier served to every writable remote that lacks
@@ -106,12 +113,21 @@ void fi_store_publish(fi_store *st, const uint8_t key[16], const void *data, siz
  * best effort: their failures are logged, never returned. */
 int fi_store_put(fi_store *st, const uint8_t key[16], const void *data, size_t size,
                  const fi_object_meta *meta);
+/* fi_store_put that also says, in `*out_added` (may be NULL), whether the
+ * local tier had no entry for the key (1) or one was there, put by another
+ * writer meanwhile (0): decided under the index's write lock, so that
+ * concurrent importers of one entry count it as added once. */
+int fi_store_put_counted(fi_store *st, const uint8_t key[16], const void *data, size_t size,
+                         const fi_object_meta *meta, int *out_added);
 
-/* Cross-process build lock for one key (flock on locks/<key>.lock). Waits at
- * most the store's lock timeout for another holder (which may be stopped or
- * hung), then returns a lock that holds nothing, so the caller builds
- * without it (puts are atomic, so a late second writer of the key is
- * harmless). Also holds nothing on a read-only store.
+/* Cross-process build lock for one key (flock on locks/<key>.lock). A
+ * holder on this host seen stopped (SIGSTOP, a debugger) for 2 s is taken
+ * over (store/local/lock.c); woken, it stores nothing over the entry of the
+ * process that took its lock. Otherwise waits at most the store's lock
+ * timeout for another holder (which may be hung), then returns a lock that
+ * holds nothing, so the caller builds without it (puts are atomic, so a
+ * late second writer of the key is harmless). Also holds nothing on a
+ * read-only store.
  * Then, with a writable remote, the fleet-wide lease on the key: taken (and
  * renewed by a thread while the caller builds, so that it expires soon
  * after a holder dies), or, while another host holds it, waited for until
@@ -125,7 +141,7 @@ int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out);
 #define FI_STORE_LOCK_TIMEOUT_MS 60000
 /* Set the wait in milliseconds: 0 does not wait, < 0 waits forever. */
 void fi_store_set_lock_timeout(fi_store *st, int64_t timeout_ms);
-void fi_store_unlock(fi_store_lock *lock); /* accepts NULL */
+void fi_store_unlock(fi_store_lock *lock); /* accepts NULL; before the store is closed */
 
 /* Add this process's counters to the persisted statistics (one transaction). */
 int fi_store_stats_add(fi_store *st, const fi_jit_stats *delta);
@@ -138,12 +154,16 @@ int fi_store_foreach(fi_store *st, int (*fn)(void *user, const fi_store_row *row
 
 /* Check the index (PRAGMA integrity_check, its tables) and every entry:
  * object present, header and checksum good, no orphan objects. `report` is
- * called with a description of each problem. With `repair`, one run fixes
- * all: a damaged index is rebuilt and every object re-indexed, bad entries
- * are removed, orphans re-indexed or deleted. What killed writers and an
- * interrupted gc leave (a temp file, a row whose object is gone) is passed
- * to `report` as text starting "note: " and is not counted. Returns the
- * number of problems found (>= 0) or an error code. */
+ * called with a description of each problem. The rule: where the index and
+ * the objects disagree (a row whose object is gone, as an interrupted gc
+ * leaves it, or an object without a row) or an object is bad, it is a
+ * problem, counted, because what is served or what the statistics say
+ * depends on it; a killed writer's temp file changes neither and is passed
+ * to `report` as text starting "note: ", not counted. With `repair`, one
+ * run fixes every problem and note: a damaged index is rebuilt and every
+ * object re-indexed, bad entries and rows without objects are removed,
+ * orphans re-indexed or deleted, leftover temps removed. Returns the number
+ * of problems found (>= 0) or an error code. */
 int fi_store_verify(fi_store *st, int repair, void (*report)(void *user, const char *problem),
                     void *user);
 
@@ -152,7 +172,8 @@ int fi_store_clear(fi_store *st);
 
 /* Evict least-recently-used entries until the cache holds at most max_bytes
  * (< 0: no size limit) and nothing last used before `older_than` (unix
- * seconds, 0: no age limit). Returns the number of entries removed. */
+ * seconds, 0: no age limit); drop the rows whose object is gone, so that
+ * the statistics match the objects. Returns the number of entries evicted. */
 int fi_store_gc(fi_store *st, int64_t max_bytes, int64_t older_than);
 
 /* Hex form of a key (33 bytes with NUL). */

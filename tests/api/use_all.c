@@ -8,10 +8,12 @@
  *
  * A public function or struct added to the headers belongs here too.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "fijit.h"
+#include "fijit_cache.h" /* fi_settings_init */
 
 static int failures;
 
@@ -30,16 +32,95 @@ static void collect(void *user, const char *text)
     *n += strlen(text);
 }
 
+static void count_log(void *user, fi_log_level level, const char *message)
+{
+    (void)level;
+    *(size_t *)user += strlen(message);
+}
+
 /* Every *_INIT at file scope too (static initialisation in C). */
 static fi_jit_spec g_spec = FI_JIT_SPEC_INIT;
+
+/* fi_<struct>_init(&x, FI_<STRUCT>_VERSION) gives what FI_<STRUCT>_INIT does,
+ * every byte of it in C (static objects: padding is zero on both sides); an
+ * unknown version is refused and leaves the struct alone. */
+#ifdef __cplusplus
+#define SAME_BYTES(a, b) ((a).version == (b).version) /* C++ copies need not keep padding */
+#else
+#define SAME_BYTES(a, b) (memcmp(&(a), &(b), sizeof(a)) == 0)
+#endif
+#define CHECK_INIT(type, init_macro, version_macro)                            \
+    do {                                                                       \
+        static type from_macro = init_macro, from_library, untouched;         \
+        memset(&from_library, 0x5a, sizeof from_library);                     \
+        EXPECT(type##_init(&from_library, version_macro) == 0 &&              \
+               SAME_BYTES(from_macro, from_library));                         \
+        memset(&untouched, 0x5a, sizeof untouched);                           \
+        from_library = untouched;                                              \
+        EXPECT(type##_init(&from_library, (version_macro) + 1) == FI_EINVALID && \
+               strstr(fi_last_error(), #type) != NULL &&                      \
+               memcmp(&from_library, &untouched, sizeof untouched) == 0);     \
+        EXPECT(type##_init(&from_library, 0) == FI_EINVALID);                  \
+        EXPECT(type##_init(NULL, version_macro) == FI_EINVALID);               \
+    } while (0)
+
+static void check_struct_inits(void)
+{
+    CHECK_INIT(fi_jit_spec, FI_JIT_SPEC_INIT, FI_JIT_SPEC_VERSION);
+    CHECK_INIT(fi_jit_options, FI_JIT_OPTIONS_INIT, FI_JIT_OPTIONS_VERSION);
+    CHECK_INIT(fi_settings, FI_SETTINGS_INIT, FI_SETTINGS_VERSION);
+    CHECK_INIT(fi_batch_mla_decode_plan_args, FI_BATCH_MLA_DECODE_PLAN_ARGS_INIT,
+               FI_BATCH_MLA_DECODE_PLAN_ARGS_VERSION);
+    CHECK_INIT(fi_batch_mla_decode_args, FI_BATCH_MLA_DECODE_ARGS_INIT,
+               FI_BATCH_MLA_DECODE_ARGS_VERSION);
+    CHECK_INIT(fi_jit_stats, FI_JIT_STATS_INIT, FI_JIT_STATS_VERSION);
+    CHECK_INIT(fi_decode_args, FI_DECODE_ARGS_INIT, FI_DECODE_ARGS_VERSION);
+    CHECK_INIT(fi_batch_decode_plan_args, FI_BATCH_DECODE_PLAN_ARGS_INIT,
+               FI_BATCH_DECODE_PLAN_ARGS_VERSION);
+    CHECK_INIT(fi_batch_decode_args, FI_BATCH_DECODE_ARGS_INIT, FI_BATCH_DECODE_ARGS_VERSION);
+    CHECK_INIT(fi_merge_states_args, FI_MERGE_STATES_ARGS_INIT, FI_MERGE_STATES_ARGS_VERSION);
+    CHECK_INIT(fi_prefill_args, FI_PREFILL_ARGS_INIT, FI_PREFILL_ARGS_VERSION);
+    CHECK_INIT(fi_batch_prefill_plan_args, FI_BATCH_PREFILL_PLAN_ARGS_INIT,
+               FI_BATCH_PREFILL_PLAN_ARGS_VERSION);
+    CHECK_INIT(fi_batch_prefill_args, FI_BATCH_PREFILL_ARGS_INIT, FI_BATCH_PREFILL_ARGS_VERSION);
+
+    /* The defaults themselves, in both languages. */
+    fi_decode_args da;
+    fi_batch_prefill_plan_args ppa;
+    fi_jit_options opts;
+    EXPECT(fi_decode_args_init(&da, FI_DECODE_ARGS_VERSION) == 0 && da.window_left == -1 &&
+           da.version == FI_DECODE_ARGS_VERSION && da.q == NULL && da.sm_count == 0);
+    EXPECT(fi_batch_prefill_plan_args_init(&ppa, FI_BATCH_PREFILL_PLAN_ARGS_VERSION) == 0 &&
+           ppa.page_size == 16 && ppa.window_left == -1);
+    EXPECT(fi_jit_options_init(&opts, FI_JIT_OPTIONS_VERSION) == 0 && opts.jit == 1 &&
+           opts.use_disk_cache == 1 && opts.log_level == FI_LOG_WARN && opts.remote == NULL);
+
+    /* An older version is accepted and written only as far as it reaches:
+     * version 3 of fi_decode_args ends before sm_count. */
+    memset(&da, 0x5a, sizeof da);
+    EXPECT(fi_decode_args_init(&da, 3) == 0 && da.version == 3 && da.window_left == -1 &&
+           da.num_variant_args == 0);
+    const unsigned char *tail = (const unsigned char *)&da + offsetof(fi_decode_args, sm_count);
+    EXPECT(tail[0] == 0x5a && tail[sizeof da.sm_count - 1] == 0x5a);
+    /* Versions whose layout changed are refused, as the calls that take them refuse them. */
+    fi_batch_decode_args bda;
+    EXPECT(fi_batch_decode_args_init(&bda, 2) == FI_EINVALID &&
+           strstr(fi_last_error(), "version 2") != NULL);
+}
 
 int main(void)
 {
     /* ---- version, errors ---- */
     EXPECT(fi_version_number() == FIJIT_VERSION_NUMBER);
-    EXPECT(strcmp(fi_version_string(), "0.2.0") == 0 && FIJIT_VERSION_NUMBER == 200);
+#define STR2(x) #x
+#define STR(x) STR2(x)
+    EXPECT(strcmp(fi_version_string(), STR(FIJIT_VERSION_MAJOR) "." STR(FIJIT_VERSION_MINOR) "."
+                                            STR(FIJIT_VERSION_PATCH)) == 0);
     EXPECT(strcmp(fi_error_name(FI_EINVALID), "FI_EINVALID") == 0);
     EXPECT(fi_last_error() != NULL);
+
+    /* ---- fi_<struct>_init: every *_INIT from the library ---- */
+    check_struct_inits();
 
     /* ---- spec ---- */
     fi_jit_spec spec = FI_JIT_SPEC_INIT;
@@ -51,11 +132,19 @@ int main(void)
                              "decode q=fp16 hd=128 mask=window") == 0);
     EXPECT(fi_jit_spec_format(text, sizeof text, &spec) > 0);
     EXPECT(fi_jit_spec_check(&spec) == 0);
+    fi_jit_spec space[4];
+    EXPECT(fi_jit_spec_enumerate(space, 4, FI_KIND_DECODE) > 4 && space[0].kind == FI_KIND_DECODE &&
+           fi_jit_spec_check(&space[3]) == 0);
 
     /* ---- context (memory only: nothing is written) ---- */
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
     EXPECT(opts.jit == 1 && opts.use_disk_cache == 1 && opts.log_level == FI_LOG_WARN &&
-           opts.remote == NULL && opts.remote_secret == NULL);
+           opts.remote == NULL && opts.remote_secret == NULL && opts.log_fn == NULL);
+    size_t logged = 0;
+    fi_log_set_callback(count_log, &logged);
+    fi_log_set_callback(NULL, NULL);
+    opts.log_fn = count_log;
+    opts.log_user = &logged;
     opts.use_disk_cache = 0;
     opts.log_level = FI_LOG_OFF;
     opts.arch = "sm_90a";
@@ -132,11 +221,18 @@ int main(void)
     size_t planned = 0;
     EXPECT(fi_batch_decode_workspace_size(&bytes, &bds, &bpa) == 0 && bytes > 0);
     fi_batch_decode_plan *bplan = NULL;
-    EXPECT(fi_batch_decode_plan_new(&bplan, ctx, &bds, &bpa) == 0 && bplan != NULL);
-    EXPECT(fi_batch_decode_plan_workspace_size(&planned, bplan) == 0 && planned == bytes);
-    int items = 0, most = 0;
-    EXPECT(fi_batch_decode_plan_describe(&items, &most, bplan) == 0 && items >= 2 && most >= 1);
-    EXPECT(fi_batch_decode_plan_upload(bplan, NULL, bytes) == FI_EINVALID);
+    EXPECT(fi_batch_decode_plan_new(&bplan, NULL, &bds, &bpa) == FI_EINVALID && bplan == NULL);
+    /* A plan gets its kernel, loaded into the current context: without a
+     * GPU (this test's usual machine) that is FI_ENODEVICE. */
+    const int plan_rc = fi_batch_decode_plan_new(&bplan, ctx, &bds, &bpa);
+    EXPECT(plan_rc == FI_ENODEVICE ? bplan == NULL : plan_rc == 0 && bplan != NULL);
+    if (bplan) {
+        EXPECT(fi_batch_decode_plan_workspace_size(&planned, bplan) == 0 && planned == bytes);
+        int items = 0, most = 0;
+        EXPECT(fi_batch_decode_plan_describe(&items, &most, bplan) == 0 && items >= 2 &&
+               most >= 1);
+        EXPECT(fi_batch_decode_plan_upload(bplan, NULL, bytes) == FI_EINVALID);
+    }
     fi_batch_decode_args ba = FI_BATCH_DECODE_ARGS_INIT;
     EXPECT(ba.version == FI_BATCH_DECODE_ARGS_VERSION);
     EXPECT(fi_batch_decode_run(ctx, NULL, &ba, NULL) == FI_EINVALID);
@@ -185,6 +281,33 @@ int main(void)
            bpr.rope_offsets == NULL);
     EXPECT(fi_batch_prefill_run(ctx, NULL, &bpr, NULL) == FI_EINVALID);
     fi_batch_prefill_plan_free(pplan);
+
+    /* ---- MLA decode (fijit_mla.h) ---- */
+    fi_jit_spec ms;
+    char mla_variant[64];
+    EXPECT(fi_jit_spec_parse(&ms, mla_variant, sizeof mla_variant, "mla_decode q=bf16") == 0 &&
+           ms.head_dim == FI_MLA_HEAD_DIM);
+    const int32_t mla_qo[3] = {0, 1, 3};
+    fi_batch_mla_decode_plan_args mpa = FI_BATCH_MLA_DECODE_PLAN_ARGS_INIT;
+    EXPECT(mpa.page_size == 64 && mpa.max_splits == 0);
+    mpa.batch_size = 2;
+    mpa.qo_indptr = mla_qo;
+    mpa.kv_indptr = indptr;
+    mpa.kv_last_page_len = last;
+    mpa.page_size = 16;
+    mpa.num_heads = 128;
+    mpa.sm_count = 132;
+    EXPECT(fi_batch_mla_decode_workspace_size(&bytes, &ms, &mpa) == 0 && bytes > 0);
+    fi_batch_mla_decode_plan *mplan = NULL;
+    EXPECT(fi_batch_mla_decode_plan_new(&mplan, NULL, &ms, &mpa) == FI_EINVALID && mplan == NULL);
+    EXPECT(fi_batch_mla_decode_plan_workspace_size(&planned, NULL) == FI_EINVALID);
+    int mla_items = 0, mla_most = 0;
+    EXPECT(fi_batch_mla_decode_plan_describe(&mla_items, &mla_most, NULL) == FI_EINVALID);
+    EXPECT(fi_batch_mla_decode_plan_upload(NULL, NULL, 0) == FI_EINVALID);
+    fi_batch_mla_decode_args mra = FI_BATCH_MLA_DECODE_ARGS_INIT;
+    EXPECT(mra.version == FI_BATCH_MLA_DECODE_ARGS_VERSION && mra.kv_scale == 0.f);
+    EXPECT(fi_batch_mla_decode_run(ctx, NULL, &mra, NULL) == FI_EINVALID);
+    fi_batch_mla_decode_plan_free(mplan);
 
     (void)kernel;
     (void)outcome;

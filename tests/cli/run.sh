@@ -48,7 +48,7 @@ normalise() {
         -e 's#objects/[0-9a-f]{2}/#objects/<xx>/#g' \
         -e 's/\b[0-9]+(\.[0-9])? (B|KiB|MiB|GiB)\b/<size>/g' \
         -e 's/ is [0-9]+ bytes but its header says [0-9]+/ is N bytes but its header says M/' \
-        -e 's/(<size> +)[0-9]+[smhd] /\1<age> /' \
+        -e 's/ +<size> +[0-9]+[smhd] +/ <size> <age> /' \
         -e 's/\b[0-9]+\.[0-9]+\.[0-9]+\b/<version>/g'
 }
 
@@ -99,6 +99,17 @@ stat_of() {
     "$FIJIT" stats --json --cache-dir "$CACHE" | sed -E "s/.*\"$1\":(-?[0-9]+).*/\1/"
 }
 stat_is() { [ "$(stat_of "$1")" = "$2" ] || { echo "    $1 = $(stat_of "$1"), want $2"; return 1; }; }
+
+# A list row normalises to one text however long the machine took: the age
+# column ("5s", "15s", "115s") and the size widen under load, and the columns
+# are padded to them.
+LIST_ROW='decode q=fp16 kv=fp16 o=fp16 hd=64 mask=none pos=none softcap=0  sm_90a'
+list_rows_normalised() {
+    printf '%s %10s %6s %6s\n' "$LIST_ROW" "$1" "$2" 1 | normalise
+}
+check list_age_normalised "a list row's age or size width shows through the normaliser" \
+    eval '[ "$(list_rows_normalised "88.1 KiB" 5s)" = "$(list_rows_normalised "100.3 KiB" 115s)" ] &&
+          [ "$(list_rows_normalised "88.1 KiB" 5s)" = "$(list_rows_normalised "88.1 KiB" 15s)" ]'
 
 # ---- help and usage -----------------------------------------------------------------
 run help -- --help
@@ -154,7 +165,7 @@ run remote_no_url -- remote ping
 run remote_bad_verb -- remote frob --remote 'unix:///nowhere.sock'
 "$FIJIT" show-config --remote 'redis://:hunter2@cache-host:6380/1?readonly' >"$WORK/fleet-config.txt" 2>&1
 check show_config_masks_the_password "show-config did not show the remote masked, or leaked it" \
-    eval "grep -q '^remote cache  *redis://:\*\*\*@cache-host:6380/1?readonly (--remote)' '$WORK/fleet-config.txt' && ! grep -q hunter2 '$WORK/fleet-config.txt'"
+    eval "grep -q '^remote cache  *redis://\*\*\*@cache-host:6380/1?readonly (--remote)' '$WORK/fleet-config.txt' && ! grep -q hunter2 '$WORK/fleet-config.txt'"
 if command -v redis-server >/dev/null; then
     redis-server --port 0 --unixsocket "$FLEET/redis.sock" --unixsocketperm 700 --save '' \
         --appendonly no --dir "$FLEET" --logfile "$FLEET/redis.log" --daemonize no &
@@ -196,6 +207,29 @@ run bundle_import_sealed_wrong_secret --sort --env FIJIT_REMOTE_SECRET=another-s
     -- import "$FLEET/sealed.bundle" --cache-dir "$FLEET/d"
 run bundle_import_sealed --env FIJIT_REMOTE_SECRET=0123456789abcdef-fleet \
     -- import "$FLEET/sealed.bundle" --cache-dir "$FLEET/d"
+# A link to a bundle imports it; a directory, FIFO or device is not a regular
+# file (and never blocks); a truncated bundle imports the entries it holds whole.
+ln -s all.bundle "$FLEET/link.bundle"
+run bundle_import_through_a_symlink -- import "$FLEET/link.bundle" --cache-dir "$FLEET/e"
+mkfifo "$FLEET/fifo.bundle"
+run bundle_import_fifo -- import "$FLEET/fifo.bundle" --cache-dir "$FLEET/e"
+run bundle_import_directory -- import "$FLEET" --cache-dir "$FLEET/e"
+run bundle_import_device -- import /dev/zero --cache-dir "$FLEET/e"
+head -c "$(( $(stat -c %s "$FLEET/all.bundle") * 99 / 100 ))" "$FLEET/all.bundle" >"$FLEET/short.bundle"
+"$FIJIT" import "$FLEET/short.bundle" --cache-dir "$FLEET/f" >"$WORK/short.out" 2>&1
+rc=$?
+check bundle_import_truncated_imports_the_whole_entries "want exit 1, 1 added, 1 refused: $(cat "$WORK/short.out")" \
+    eval "[ $rc = 1 ] && grep -q '2 entries: 1 added, 0 already present, 1 refused' '$WORK/short.out' \
+          && grep -q 'is truncated' '$WORK/short.out' && \"$FIJIT\" verify --cache-dir '$FLEET/f' >/dev/null"
+run bundle_export_missing_cache -- export -o "$FLEET/none.bundle" --all --cache-dir "$FLEET/no-such-cache"
+# A listing prints '?' for the control bytes an index written by another
+# program may hold, never the bytes themselves.
+cp -a "$CACHE" "$FLEET/escapes"
+python3 -c 'import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("UPDATE entries SET spec = \x27decode\x27 || char(27) || \x27[2J\x27 || char(10) || \x27fake line\x27 WHERE spec LIKE \x27%bf16%\x27")
+db.commit()' "$FLEET/escapes/index.sqlite"
+run list_escapes_control_bytes -- list --cache-dir "$FLEET/escapes"
 
 # ---- inspecting ----------------------------------------------------------------------
 run list -- list --cache-dir "$CACHE"
@@ -572,6 +606,166 @@ check robust_bad_args_wrote_nothing "a bad argument wrote objects" \
     test -z "$(find "$BAD/objects" -type f 2>/dev/null)"
 check robust_nul_manifest_named "the NUL byte was not named" grep -q 'NUL byte' "$WORK/bad9.out"
 
+# ---- settings: the environment, fijit.conf, exit codes -------------------------------
+# One cache of one entry for these cases.
+SC=$WORK/settings
+"$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$SC" >/dev/null 2>&1
+sstat() { fstat "$SC" "$1"; }
+# A size of 0 is "no limit" everywhere (as in ccache): gc keeps every entry.
+FIJIT_MAX_CACHE_SIZE=0 "$FIJIT" gc --cache-dir "$SC" >"$WORK/gc0.out" 2>&1
+rc=$?
+"$FIJIT" gc --max-size 0 --cache-dir "$SC" >>"$WORK/gc0.out" 2>&1
+check gc_size_zero_is_no_limit "want exit 0 and the entry kept: $(cat "$WORK/gc0.out")" \
+    eval "[ $rc = 0 ] && [ $(sstat entries) = 1 ]"
+FIJIT_MAX_CACHE_SIZE=0 "$FIJIT" show-config --cache-dir "$SC" >"$WORK/cfg0.out" 2>&1
+check show_config_size_zero "show-config does not say 'no limit': $(grep 'max cache' "$WORK/cfg0.out")" \
+    grep -qx 'max cache size       no limit (FIJIT_MAX_CACHE_SIZE)' "$WORK/cfg0.out"
+"$FIJIT" show-config --cache-dir "$SC" >"$WORK/cfgd.out" 2>&1
+check show_config_default_size "the default size limit is not 5 GiB: $(grep 'max cache' "$WORK/cfgd.out")" \
+    grep -qx 'max cache size       5.0 GiB (default)' "$WORK/cfgd.out"
+# FIJIT_JIT takes the usual booleans; off serves only what the cache holds.
+for off in 0 false off no FALSE; do
+    FIJIT_JIT=$off "$FIJIT" prewarm --dtype bf16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$SC" \
+        >"$WORK/jit.out" 2>&1
+    rc=$?
+    check "jit_off_spelled_$off" "FIJIT_JIT=$off: want exit 1, 'JIT is disabled' and no compile: $(cat "$WORK/jit.out")" \
+        eval "[ $rc = 1 ] && grep -q 'is not in the cache and JIT is disabled' '$WORK/jit.out' && [ $(sstat compiles) = 1 ]"
+done
+FIJIT_JIT=yes "$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$SC" >"$WORK/jit.out" 2>&1
+rc=$?
+check jit_on_spelled_yes "FIJIT_JIT=yes: want exit 0: $(cat "$WORK/jit.out")" test $rc = 0
+run env_bad_jit --env FIJIT_JIT=maybe -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_bad_lock_timeout --env FIJIT_LOCK_TIMEOUT_MS=x -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_short_secret --env FIJIT_REMOTE_SECRET=short -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_short_secret_export --env FIJIT_REMOTE_SECRET=short -- export -o "$WORK/short.bundle" --all --cache-dir "$SC"
+run env_short_secret_import --env FIJIT_REMOTE_SECRET=short -- import "$WORK/short.bundle" --cache-dir "$SC"
+run env_bad_umask --env FIJIT_UMASK=000 -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_bad_arch_show_config --env FIJIT_ARCH=garbage -- show-config --cache-dir "$SC"
+run empty_top_cache_dir -- --cache-dir "" list
+run empty_cache_dir -- list --cache-dir ""
+# The configuration file: shown with where each value came from, the
+# environment over the file over the default, and parsed strictly.
+printf '# the fleet host'"'"'s settings\nmax_size = 2G\n  log_level=info  \nremote = redis://:hunter2@cache-host:6379/0\numask = 027\n' \
+    >"$SC/fijit.conf"
+FIJIT_LOG=debug "$FIJIT" show-config --cache-dir "$SC" >"$WORK/cfg.out" 2>&1
+rc=$?
+check config_file_shown_with_origins "want each setting with its source: $(cat "$WORK/cfg.out")" \
+    eval "[ $rc = 0 ] && grep -qx 'config file          $SC/fijit.conf' '$WORK/cfg.out' \
+          && grep -qx 'max cache size       2.0 GiB ($SC/fijit.conf)' '$WORK/cfg.out' \
+          && grep -qx 'log level            debug (FIJIT_LOG)' '$WORK/cfg.out' \
+          && grep -qx 'jit                  on: compile on a miss (default)' '$WORK/cfg.out' \
+          && grep -qx 'cache modes          umask 027: directories 0750, files 0640 ($SC/fijit.conf)' '$WORK/cfg.out' \
+          && grep -qx 'remote cache         redis://\*\*\*@cache-host:6379/0 ($SC/fijit.conf)' '$WORK/cfg.out' \
+          && ! grep -q hunter2 '$WORK/cfg.out'"
+printf 'max_size = 2G\nmax_szie = 3G\n' >"$SC/fijit.conf"
+run config_unknown_key -- show-config --cache-dir "$SC"
+printf '\nmax_size = lots\n' >"$SC/fijit.conf"
+run config_bad_value -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+printf 'jit = off\njit = on\n' >"$SC/fijit.conf"
+run config_repeated_key -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+printf 'remote = unix://%s/no-redis.sock\n' "$WORK" >"$SC/fijit.conf"
+"$FIJIT" remote ping --cache-dir "$SC" >"$WORK/cfgremote.out" 2>&1
+rc=$?
+check config_file_remote_is_used "remote ping: want exit 1 from the file's remote: $(cat "$WORK/cfgremote.out")" \
+    eval "[ $rc = 1 ] && grep -q 'no-redis.sock' '$WORK/cfgremote.out'"
+printf 'jit = off\n' >"$SC/fijit.conf"
+"$FIJIT" prewarm --dtype bf16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$SC" >"$WORK/cfgjit.out" 2>&1
+rc=$?
+check config_file_jit_off "jit = off in fijit.conf: want exit 1 and no compile: $(cat "$WORK/cfgjit.out")" \
+    eval "[ $rc = 1 ] && grep -q 'JIT is disabled' '$WORK/cfgjit.out' && [ $(sstat compiles) = 1 ]"
+rm -f "$SC/fijit.conf"
+
+# export of a spec the cache lacks names it, writes no bundle and fails.
+run bundle_export_missing_spec -- export -o "$WORK/missing.bundle" "decode q=fp16 hd=64" \
+    "decode q=bf16 hd=128" --cache-dir "$SC"
+check bundle_export_missing_wrote_nothing "a bundle was written" test ! -e "$WORK/missing.bundle"
+
+# prewarm into a read-only cache: what it holds is "already cached" (exit 0);
+# only a spec it would have to store fails.
+RO=$WORK/ro-settings
+mkdir -m 755 "$RO"
+cp -a "$SC" "$RO/cache"
+[ "$(id -u)" = 0 ] && chown -R 65534:65534 "$RO"
+chmod -R a-w "$RO/cache"
+"${AS_USER[@]}" "$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$RO/cache" \
+    >"$WORK/rocached.out" 2>&1
+rc=$?
+check prewarm_read_only_all_cached "want exit 0 and 1 already cached: $(cat "$WORK/rocached.out")" \
+    eval "[ $rc = 0 ] && grep -q '^prewarm: 1 spec, 0 compiled, 1 already cached, 0 failed' '$WORK/rocached.out'"
+"${AS_USER[@]}" "$FIJIT" prewarm --dtype fp16,bf16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$RO/cache" \
+    >"$WORK/romiss.out" 2>&1
+rc=$?
+check prewarm_read_only_fails_only_what_it_must_store "want exit 1, 1 cached, 1 failed: $(cat "$WORK/romiss.out")" \
+    eval "[ $rc = 1 ] && grep -q '^prewarm: 2 specs, 0 compiled, 1 already cached, 1 failed' '$WORK/romiss.out' \
+          && grep -q '^FAILED    decode q=bf16 .* is not in the cache, and the cache .* is read-only' '$WORK/romiss.out'"
+chmod -R u+w "$RO/cache"
+
+# prewarm --remote with a remote that does not answer: the summary says so
+# and, as it was asked for by name, the exit status is 1.
+"$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 --remote "unix://$WORK/no-redis.sock" \
+    --cache-dir "$SC" >"$WORK/deadremote.out" 2>&1
+rc=$?
+check prewarm_dead_remote_fails "want exit 1 and the remote's errors counted: $(cat "$WORK/deadremote.out")" \
+    eval "[ $rc = 1 ] && grep -q '^prewarm: 1 spec, 0 compiled, 1 already cached, 0 failed' '$WORK/deadremote.out' \
+          && grep -qE '^remote: 0 fetched, 0 B pushed, [1-9][0-9]* errors? \(unix://' '$WORK/deadremote.out'"
+FIJIT_REMOTE="unix://$WORK/no-redis.sock" "$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 \
+    --cache-dir "$SC" >"$WORK/deadenv.out" 2>&1
+rc=$?
+check prewarm_dead_remote_from_env_counts_only "want exit 0 with the errors counted: $(cat "$WORK/deadenv.out")" \
+    eval "[ $rc = 0 ] && grep -qE '^remote: 0 fetched, 0 B pushed, [1-9]' '$WORK/deadenv.out'"
+
+# A group-shared cache (FIJIT_UMASK, fijit.conf's umask): built by one user,
+# read by a member of its group. Others may never write, whatever the umask.
+GS=$WORK/group-shared
+FIJIT_UMASK=027 "$FIJIT" prewarm --dtype fp16 --head-dim 64 --arch sm_90a -j 1 --cache-dir "$GS" \
+    >"$WORK/gs.out" 2>&1
+GS_MODES=$(find "$GS" \( -name '*.fo' -o -path "$GS" -o -path "$GS/objects" \) -printf '%m\n' | sort -u | tr '\n' ' ')
+check umask_group_shared_modes "want directories 750 and objects 640, got '$GS_MODES': $(cat "$WORK/gs.out")" \
+    test "$GS_MODES" = "640 750 "
+if [ "$(id -u)" = 0 ]; then
+    chgrp -R 65534 "$GS"
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$FIJIT" list --cache-dir "$GS" >"$WORK/gsread.out" 2>&1
+    rc=$?
+    check umask_group_member_reads_the_cache "want exit 0 and the entry: $(cat "$WORK/gsread.out")" \
+        eval "[ $rc = 0 ] && grep -q '^decode q=fp16' '$WORK/gsread.out'"
+fi
+mkdir -m 0770 "$WORK/group-writable"
+chmod 0770 "$WORK/group-writable"
+"$FIJIT" prewarm --manifest "$WORK/ro/empty.manifest" --arch sm_90a --cache-dir "$WORK/group-writable" \
+    >"$WORK/gw.out" 2>&1
+rc_private=$?
+FIJIT_UMASK=007 "$FIJIT" prewarm --manifest "$WORK/ro/empty.manifest" --arch sm_90a \
+    --cache-dir "$WORK/group-writable" >>"$WORK/gw.out" 2>&1
+rc_shared=$?
+check umask_allows_a_group_writable_dir "want exit 1 without a umask and 0 with 007: $rc_private/$rc_shared $(cat "$WORK/gw.out")" \
+    eval "[ $rc_private = 1 ] && [ $rc_shared = 0 ]"
+GW_INDEX=$(find "$WORK/group-writable" -maxdepth 1 -name index.sqlite -printf '%m')
+check umask_index_is_group_writable "want the index 660 with umask 007, got '$GW_INDEX'" test "$GW_INDEX" = 660
+if [ "$(id -u)" = 0 ]; then
+    # A member of the group stores into the cache the owner made.
+    chgrp -R 65534 "$WORK/group-writable"
+    printf 'umask = 007\n' >"$WORK/group-writable/fijit.conf"
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$FIJIT" prewarm --dtype fp16 --head-dim 64 \
+        --arch sm_90a -j 1 --cache-dir "$WORK/group-writable" >"$WORK/gwrite.out" 2>&1
+    rc=$?
+    check umask_group_member_stores "want exit 0 and 1 compiled: $(cat "$WORK/gwrite.out")" \
+        eval "[ $rc = 0 ] && grep -q '^prewarm: 1 spec, 1 compiled' '$WORK/gwrite.out'"
+fi
+FIJIT_UMASK=007 "$FIJIT" prewarm "${SPECS[@]}" --cache-dir "$WORK/open" >"$WORK/open2.out" 2>&1
+rc=$?
+check umask_never_allows_world_writable "want exit 1 for a dir others may write: $(cat "$WORK/open2.out")" \
+    test $rc = 1
+
+# What the CLI prints names no function of the library or the driver: what
+# it ran, and the error (the demo's GPU paths cannot run here, so their words
+# are checked in the source).
+FUNCTION_WORDS=$(grep -nE '(cli_runtime_error|cli_usage_error|driver_failed)\(cmd, (res, )?"(fi_|cu[A-Z]|nvrtc[A-Z])' \
+                 "$HERE"/../../tools/*.c)
+check cli_sources_say_what_failed_in_words "a message names a function: $FUNCTION_WORDS" test -z "$FUNCTION_WORDS"
+# What the CLI prints names no function of the library.
+check messages_name_no_functions "a message names a function: $(grep -lE '\bfi_[a-z_]+(:|\()' "$WORK"/*.err "$WORK"/*.out 2>/dev/null | head -3)" \
+    eval "! grep -qE '\bfi_[a-z_]+(:|\()' \"$WORK\"/*.err"
+
 # The fleet tier's libraries are opened when a remote or a secret is used,
 # never linked: a serving engine links libfijit without them.
 needs_no_fleet_libs() {
@@ -583,6 +777,8 @@ if [ -e "$LIBFIJIT" ]; then
     check lib_links_no_fleet_library "libfijit.so links hiredis or libsodium" \
         needs_no_fleet_libs "$LIBFIJIT"
 fi
+
+. "$HERE/remote_cases.sh"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

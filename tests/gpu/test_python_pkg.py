@@ -218,6 +218,19 @@ def varlen_cases():
             for b in range(len(lq))]
     compare("varlen_prefill causal (4 requests)", o, torch.cat([r[0] for r in refs]), lse,
             torch.cat([r[1] for r in refs]))
+    # flash_attn_varlen_func's names: softmax_scale, and window_size=(left, 0), the causal
+    # sliding window (positional, in flash-attn's order).
+    o = fijit.varlen_prefill(q, k, v, cq, ck, max(lq), max(lk), 0.0, 0.05, False, (16, 0))
+    refs = [reference(q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]], causal=True,
+                      window_left=16, sm_scale=0.05) for b in range(len(lq))]
+    compare("varlen_prefill softmax_scale, window_size=(16, 0)", o,
+            torch.cat([r[0] for r in refs]))
+    for bad in (dict(window_size=(16, 4)), dict(dropout_p=0.1)):
+        try:
+            fijit.varlen_prefill(q, k, v, cq, ck, **bad)
+            raise AssertionError(f"varlen_prefill accepted {bad}")
+        except NotImplementedError:
+            pass
 
 
 @case

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""CPU tests of the fijit Python package (no GPU, no torch): struct layouts against the
-C headers (a generated C program of _Static_asserts: nothing hand-kept), library
-discovery and version check, Spec parse/format/check, error mapping, prewarm / stats /
-explain, a variant compile error with the snippet's line numbers, `python -m fijit`,
-and an offline `pip install` into a fresh venv.
+"""CPU tests of the fijit Python package (no GPU, no torch): struct layouts and versions
+against the C headers (a generated C program of _Static_asserts: nothing hand-kept),
+defaults and the version from the library, library discovery and its API check, Spec
+parse/format/check, error mapping, prewarm / stats / explain, a variant compile error
+with the snippet's line numbers, `python -m fijit` (the C CLI), names that follow the
+peers, an import graph without circles, the wheel refusing an unbuilt tree, and an
+offline `pip install` into a fresh venv.
 
     python3 tests/python/test_package.py [build-dir]      (make test-python)
 
 Prints one line per check; exit status 1 if any failed.
 """
+import ast
 import ctypes
 import ctypes.util
 import os
@@ -81,13 +84,12 @@ def layout_program():
         lines.append(f"SAME(\"{pos_c[name]}\", {pos_c[name]}, {value});")
     for name in ("VARG_FLOAT", "VARG_INT", "VARG_PTR", "VARIANT_REPLACE"):
         lines.append(f"SAME(\"FI_{name}\", FI_{name}, {getattr(S, name)});")
-    for name in dir(S):
-        if name.endswith("_VERSION") and name.isupper():
-            lines.append(f"SAME(\"FI_{name}\", FI_{name}, {getattr(S, name)});")
+    for cls in S.ALL:
+        if hasattr(cls, "VERSION"):
+            macro = "FI_" + cls.c_name[len("fi_"):].upper() + "_VERSION"
+            lines.append(f"SAME(\"{macro}\", {macro}, {cls.VERSION});")
     for code, cls in E.BY_CODE.items():
         lines.append(f"SAME(\"{cls.__name__} code\", {code}, {code});")
-    major, minor, patch = fijit._lib.PACKAGE_VERSION
-    lines.append(f"SAME(\"package version\", FIJIT_VERSION_NUMBER, {major * 10000 + minor * 100 + patch});")
     return "\n".join(lines) + "\nint main(void) { return 0; }\n"
 
 
@@ -112,6 +114,34 @@ for code, cls in E.BY_CODE.items():
     if not issubclass(cls, fijit.Error) or cls.code != code or not lname.startswith("FI_E"):
         check(f"error class of {code}", False, f"{cls.__name__} / {lname}")
 check("every error code has a fijit.Error subclass", len(E.BY_CODE) == 11)
+
+# ---- defaults and the version come from the library ------------------------------------
+with open(os.path.join(ROOT, "include", "fijit.h")) as f:
+    header = f.read()
+HEADER_VERSION = ".".join(re.search(rf"^#define FIJIT_VERSION_{part} (\d+)$", header, re.M).group(1)
+                          for part in ("MAJOR", "MINOR", "PATCH"))
+versioned = [c for c in S.ALL if hasattr(c, "VERSION")]
+made = {c: fijit._lib.new_struct(c) for c in versioned}
+check(f"new_struct: every versioned struct ({len(versioned)}) at its VERSION from fi_<struct>_init",
+      versioned == [c for c in S.ALL if c._fields_[0][0] == "version"]
+      and all(s.version == c.VERSION for c, s in made.items()))
+bdp, dec = made[S.BatchDecodePlanArgs], made[S.DecodeArgs]
+check("new_struct: the *_INIT defaults are the library's (page_size 16, window_left -1)",
+      (bdp.page_size, bdp.window_left, dec.window_left, made[S.JitOptions].jit) == (16, -1, -1, 1)
+      and S.DecodeArgs().window_left == 0, repr((bdp.page_size, bdp.window_left)))
+check("new_struct: fields given override the defaults, and each call is a fresh struct",
+      fijit._lib.new_struct(S.DecodeArgs, window_left=7).window_left == 7
+      and fijit._lib.new_struct(S.DecodeArgs).window_left == -1)
+check("fijit.__version__ is the library's, as fijit.h writes it",
+      fijit.__version__ == fijit.library_version() == HEADER_VERSION, fijit.__version__)
+restated = []
+for dirpath, _dirs, files in os.walk(PKG):
+    for fname in files:
+        if fname.endswith((".py", ".toml")):
+            with open(os.path.join(dirpath, fname)) as f:
+                if HEADER_VERSION in f.read():
+                    restated.append(fname)
+check(f"the version {HEADER_VERSION} is written nowhere in python/", not restated, repr(restated))
 
 # ---- library discovery and version -----------------------------------------------------
 PROBE = "import fijit, sys; print(fijit.library_path())"
@@ -152,14 +182,28 @@ if ctypes.util.find_library("fijit") is None:
           and "next to the package" in r.stderr and "system loader" in r.stderr, r.stderr[-800:])
 else:
     print("note: a libfijit is installed system-wide; the none-found case is not checked")
-fake_src = os.path.join(WORK, "fake.c")
-with open(fake_src, "w") as f:
-    f.write("int fi_version_number(void) { return 900; }\n")
-fake = os.path.join(WORK, "libfake.so")
-r = run([cc, "-shared", "-fPIC", "-o", fake, fake_src])
+def fake_library(name, text):
+    src = os.path.join(WORK, name + ".c")
+    with open(src, "w") as f:
+        f.write('const char *fi_version_string(void) { return "0.9.0"; }\n' + text)
+    path = os.path.join(WORK, name + ".so")
+    run([cc, "-shared", "-fPIC", "-o", path, src])
+    return path
+
+
+fake = fake_library("libfake", "")
 r = probe(PKG, {"FIJIT_LIBRARY": fake})
-check("version: a 0.9 library is refused naming both versions",
-      r.returncode != 0 and "0.9.0" in r.stderr and "0.2.0" in r.stderr, r.stderr[-500:])
+check("API: a library without fi_<struct>_init is refused naming its version and the function",
+      r.returncode != 0 and "0.9.0" in r.stderr and "fi_jit_spec_init" in r.stderr, r.stderr[-500:])
+refusing = fake_library("librefusing", "".join(
+    f"int {c.c_name}_init(void *out, unsigned v) {{ (void)out; (void)v; return -1; }}\n"
+    for c in S.ALL if hasattr(c, "VERSION")) +
+    'const char *fi_last_error(void) { return "version 1 is not one this library accepts"; }\n'
+    'const char *fi_error_name(int c) { (void)c; return "FI_EINVALID"; }\n')
+r = probe(PKG, {"FIJIT_LIBRARY": refusing})
+check("API: a library refusing the package's struct version is refused naming struct and version",
+      r.returncode != 0 and "0.9.0" in r.stderr and "fi_jit_spec version 1" in r.stderr
+      and "not one this library accepts" in r.stderr, r.stderr[-500:])
 
 # ---- a library per Context (A/B benchmarks bind several builds in one process) ----------
 other_dir = os.path.join(WORK, "other")
@@ -181,11 +225,11 @@ e = raises(lambda: fijit._lib.load_library(os.path.join(WORK, "nowhere", "libfij
 check("load_library: a missing file is LibraryError naming it",
       isinstance(e, fijit.LibraryError) and "nowhere" in str(e), repr(e))
 e = raises(lambda: fijit.Context(library=fake), fijit.LibraryError)
-check("Context(library=) checks the version too",
+check("Context(library=) checks the library too",
       isinstance(e, fijit.LibraryError) and "0.9.0" in str(e), repr(e))
 e = raises(lambda: fijit.Context(cache_dir=tempfile.mkdtemp(), remote="bogus://x"), fijit.Error)
 check("Context(remote=) reaches fi_jit_options: a bad URL is InvalidError naming it",
-      isinstance(e, fijit.InvalidError) and "bogus://x" in str(e), repr(e))
+      isinstance(e, fijit.InvalidError) and "bogus://" in str(e) and "expected redis://" in str(e), repr(e))
 ctx_b.close()
 
 # ---- one ctypes binding in the repo: the GPU tests and benchmarks go through python/fijit
@@ -213,7 +257,7 @@ fj = fijit_py.Fijit(other)
 check("fijit.testing: Fijit(lib) binds that file through the package",
       fj.lib is fijit._lib.load_library(other) and fijit_py.DecodeArgs is S.DecodeArgs
       and isinstance(fijit_py.BatchPrefillArgs(), S.BatchPrefillArgs)
-      and fijit_py.BatchPrefillArgs().version == S.BATCH_PREFILL_ARGS_VERSION)
+      and fijit_py.BatchPrefillArgs().version == S.BatchPrefillArgs.VERSION)
 e = raises(lambda: setattr(fijit_py.BatchPrefillArgs(), "window_left", 3), AttributeError)
 check("fijit.testing: its structs refuse a field they lack",
       isinstance(e, AttributeError) and "window_left" in str(e), repr(e))
@@ -239,6 +283,9 @@ check("Spec.parse: a bad value is InvalidError (a ValueError) with the code name
       isinstance(e, fijit.InvalidError) and isinstance(e, ValueError) and e.code == -1
       and e.name == "FI_EINVALID" and "fp99" in e.message and "fi_jit_spec_parse" in str(e),
       repr(e))
+e = raises(lambda: fijit.Spec.parse("decode q=fp16 hd=96"), fijit.UnsupportedError)
+check("Spec.parse refuses what str() would: head_dim 96, naming the field",
+      isinstance(e, fijit.UnsupportedError) and "head_dim 96" in e.message, repr(e))
 e = raises(lambda: fijit.Spec(head_dim=96).check(), fijit.Error)
 check("Spec.check refuses head_dim 96 naming the field",
       isinstance(e, fijit.Error) and "head_dim" in str(e), repr(e))
@@ -298,8 +345,13 @@ check("a variant that does not compile is CompileError with the snippet's file a
       and f"{broken}(5)" in e.message and "undefined_scale" in e.message, repr(e)[:1500])
 check("the compile failure is counted", fijit.stats()["compile_failures"] == 1)
 
-# ---- python -m fijit -------------------------------------------------------------------
-env = dict(os.environ, PYTHONPATH=PKG)
+# ---- python -m fijit: the C CLI ---------------------------------------------------------
+env = dict(os.environ, PYTHONPATH=PKG, FIJIT_BUILD_DIR=BUILD)
+r = run([sys.executable, "-m", "fijit", "--version"], env=env)
+cli = run([os.path.join(BUILD, "fijit"), "--version"])
+check("python -m fijit --version is the C CLI's",
+      r.returncode == 0 and r.stdout == cli.stdout and r.stdout.strip() == f"fijit {HEADER_VERSION}",
+      r.stdout + r.stderr)
 r = run([sys.executable, "-m", "fijit", "prewarm", "--kernel", "decode", "--dtype", "fp16",
          "--head-dim", "64", "--arch", "sm_90a"], env=env)
 check("python -m fijit prewarm: the cached spec, exit 0",
@@ -309,7 +361,128 @@ r = run([sys.executable, "-m", "fijit", "prewarm", "--dtype", "fp99"], env=env)
 check("python -m fijit prewarm: a bad dtype is exit 2 naming it",
       r.returncode == 2 and "fp99" in r.stderr, r.stdout + r.stderr)
 r = run([sys.executable, "-m", "fijit", "stats", "--json"], env=env)
-check("python -m fijit stats --json", r.returncode == 0 and '"entries": 1' in r.stdout, r.stdout)
+check("python -m fijit stats --json", r.returncode == 0 and '"entries":1' in r.stdout, r.stdout)
+r = run([sys.executable, "-m", "fijit", "--version"],  # the package away from the source tree
+        env=dict(env, PYTHONPATH=bare, FIJIT_BUILD_DIR=os.path.join(WORK, "nowhere"),
+                 PATH="/nonexistent"), cwd=WORK)
+if r.returncode == 2:
+    check("python -m fijit without the CLI: exit 2 saying where it looked",
+          "not installed" in r.stderr and "nowhere" in r.stderr, r.stderr)
+else:
+    print("note: a fijit command is installed for this interpreter; the not-found case is not "
+          "checked")
+
+# ---- names that follow the peers, an import graph without circles -------------------------
+def module_ast(name):
+    with open(os.path.join(PKG, "fijit", *name.split(".")) + ".py") as f:
+        return ast.parse(f.read())
+
+
+def function(tree, name):
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+FLASH_VARLEN = ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
+                "dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes"]
+fn = function(module_ast("attention"), "varlen_prefill")
+got = [a.arg for a in fn.args.args]
+check("varlen_prefill takes flash_attn_varlen_func's arguments in its order",
+      got == FLASH_VARLEN, repr(got))
+plans_tree = module_ast("plans")
+docs = {n.name: ast.get_docstring(n) or "" for n in plans_tree.body if isinstance(n, ast.ClassDef)}
+check("the plans say where they differ from FlashInfer's argument order",
+      all("FlashInfer" in docs[c] and "order" in docs[c]
+          for c in ("BatchDecodePlan", "BatchPrefillPlan")), repr(docs)[:500])
+
+
+# The structs the torch-only paths build (run on a GPU only): every field they name exists.
+unknown, calls = [], 0
+for m in ("attention", "plans", "context", "spec"):
+    for node in ast.walk(module_ast(m)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "new_struct":
+            cls = getattr(S, node.args[0].attr)
+            calls += 1
+            names = {f for f, _ in cls._fields_}
+            unknown += [f"{m}: {cls.c_name}.{k.arg}" for k in node.keywords
+                        if k.arg is not None and k.arg not in names]
+check(f"new_struct calls ({calls}) name only fields their struct has", calls >= 10 and not unknown,
+      "; ".join(unknown))
+
+
+def package_modules():
+    out = []
+    for dirpath, _dirs, files in os.walk(os.path.join(PKG, "fijit")):
+        for fname in files:
+            if fname.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, fname), PKG)[:-3].replace(os.sep, ".")
+                out.append(rel[:-len(".__init__")] if rel.endswith(".__init__") else rel)
+    return sorted(out)
+
+
+def imports_of(module, tree):
+    """The package's modules `module` imports, anywhere in it (function bodies too)."""
+    package = module if module in ("fijit", "fijit.integrations") else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "fijit")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(base + ([node.module] if node.module else []))
+            elif (node.module or "").split(".")[0] == "fijit":
+                base = node.module
+            else:
+                continue
+            for a in node.names:  # `from . import _structs` names a module
+                found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
+    return {m for m in found if m in MODULES and m != module}
+
+
+MODULES = package_modules()
+graph = {m: imports_of(m, module_ast(m[len("fijit."):] if m != "fijit" else "__init__")
+                       if m != "fijit.integrations"
+                       else module_ast("integrations.__init__")) for m in MODULES}
+
+
+def find_cycle(graph):
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                return stack[stack.index(n):] + [n]
+            if n not in state:
+                cycle = visit(n)
+                if cycle:
+                    return cycle
+        state[m] = "done"
+        stack.pop()
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            cycle = visit(m)
+            if cycle:
+                return cycle
+    return None
+
+
+cycle = find_cycle(graph)
+check(f"the package's import graph ({len(MODULES)} modules, function-level imports too) has no "
+      "circle", cycle is None and "fijit._ops" in graph["fijit.attention"], " -> ".join(cycle or []))
+check("the circle finder finds one", find_cycle(dict(graph, **{"fijit.errors": {"fijit._lib"}}))
+      is not None)
+alone = []
+for m in MODULES:
+    r = run([sys.executable, "-c", f"import {m}"], env=env, cwd=WORK)
+    torch_missing = "No module named 'torch'" in r.stderr
+    if r.returncode != 0 and not torch_missing:
+        alone.append(f"{m}: {r.stderr.strip().splitlines()[-1]}")
+check(f"each of the {len(MODULES)} modules imports alone (those needing torch fail only for it)",
+      not alone, "; ".join(alone))
 
 # ---- torch is optional -----------------------------------------------------------------
 try:
@@ -317,10 +490,19 @@ try:
     print("note: torch is importable here; the no-torch check is skipped")
 except ImportError:
     e = raises(lambda: fijit.prefill, ImportError)
-    check("without torch, fijit imports and fijit.prefill raises ImportError",
-          isinstance(e, ImportError) and "torch" in str(e), repr(e))
+    check("without torch, fijit imports and fijit.prefill raises ImportError saying how to "
+          "install it", isinstance(e, ImportError) and "fijit.prefill needs PyTorch" in str(e)
+          and "pip install torch" in str(e), repr(e))
 
-# ---- offline install into a fresh venv ---------------------------------------------------
+# ---- the wheel: refused from an unbuilt tree; installed offline into a fresh venv ---------
+empty_build = os.path.join(WORK, "unbuilt")
+os.makedirs(empty_build)
+r = run([sys.executable, "-c", "import sys, fijit_build; fijit_build.build_wheel(sys.argv[1])",
+         WORK], env=dict(os.environ, FIJIT_BUILD_DIR=empty_build), cwd=PKG)
+check("wheel: an unbuilt tree is refused saying what to build",
+      r.returncode != 0 and "BuildError" in r.stderr and empty_build in r.stderr
+      and "make build/libfijit.so build/fijit" in r.stderr
+      and not any(n.endswith(".whl") for n in os.listdir(WORK)), r.stderr[-800:])
 venv = os.path.join(WORK, "venv")
 r = run([sys.executable, "-m", "venv", venv])
 if r.returncode != 0:
@@ -331,17 +513,22 @@ else:
             env=dict(os.environ, FIJIT_BUILD_DIR=BUILD, PIP_DISABLE_PIP_VERSION_CHECK="1"))
     check("offline install: pip install --no-build-isolation --no-index ./python",
           r.returncode == 0, r.stdout[-500:] + r.stderr[-1500:])
-    env = {k: v for k, v in os.environ.items() if k not in ("FIJIT_LIBRARY", "PYTHONPATH")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FIJIT_LIBRARY", "PYTHONPATH", "FIJIT_BUILD_DIR")}
     py = os.path.join(venv, "bin", "python")
     r = run([py, "-c", "import fijit; print(fijit.library_path()); print(fijit.__version__)"],
             env=env, cwd=WORK)
     check("offline install: the installed package loads the library it carries",
           r.returncode == 0 and r.stdout.split()[0].startswith(venv)
-          and r.stdout.split()[1] == "0.2.0", r.stdout + r.stderr)
+          and r.stdout.split()[1] == HEADER_VERSION, r.stdout + r.stderr)
+    r = run([os.path.join(venv, "bin", "fijit"), "--version"], env=env, cwd=WORK)
+    check("offline install: the wheel installs the C CLI as the fijit command",
+          r.returncode == 0 and r.stdout.strip() == f"fijit {HEADER_VERSION}", r.stdout + r.stderr)
     r = run([py, "-m", "fijit", "prewarm", "--kernel", "decode", "--dtype", "fp16",
              "--head-dim", "64", "--arch", "sm_90a"], env=env, cwd=WORK)
-    check("offline install: python -m fijit prewarm from the venv",
-          r.returncode == 0 and "1 already cached" in r.stdout, r.stdout + r.stderr)
+    check("offline install: python -m fijit prewarm from the venv runs that command",
+          r.returncode == 0 and "1 already cached" in r.stdout and "(-j " in r.stdout,
+          r.stdout + r.stderr)
 
 shutil.rmtree(WORK, ignore_errors=True)
 print(f"test_package: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")

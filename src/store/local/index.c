@@ -112,12 +112,31 @@ static int sql_error(fi_local *st, int src, const char *what)
                      code == FI_EIO && disk_full(st, src) ? " (the disk is full)" : "");
 }
 
+static int db_init(fi_local *st);
+
+/* The index was closed by a failure to open or rebuild it (another process
+ * rebuilding it, a transient I/O error): open it again, rebuilding it if it
+ * is broken, so that one failure does not stop a long run storing. Said
+ * when it works, so that the log explains the failures before it. */
+static int db_reopen(fi_local *st)
+{
+    char first[1024];
+    int rc = db_init(st);
+    if (rc == FI_ECORRUPT && !(st->flags & FI_STORE_READ_ONLY)) rc = fi__local_db_rebuild(st);
+    if (rc < 0) {
+        snprintf(first, sizeof first, "%s", fi_last_error());
+        return fi__error(rc, "cache index %s is closed after an earlier failure, and opening it "
+                         "again failed: %s", st->index_path, first);
+    }
+    fi__log(FI_LOG_INFO, "cache index %s opened again after an earlier failure", st->index_path);
+    return 0;
+}
+
 /* A cached, reset statement ready for binding. */
 int fi__local_sql_prep(fi_local *st, enum stmt_id id, sqlite3_stmt **out)
 {
-    if (!st->db)
-        return fi__error(FI_EIO, "cache index %s is closed after an earlier failure",
-                         st->index_path);
+    int rc;
+    if (!st->db && (rc = db_reopen(st)) < 0) return rc;
     if (fi__fault(FI_FAULT_SQL))
         return fi__error(FI_EIO, "cache index %s: preparing \"%s\": injected fault",
                          st->index_path, stmt_sql[id]);
@@ -354,6 +373,10 @@ static int db_init_as(fi_local *st, int how)
         flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
     } else {
         flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+        /* A shared cache's index gets its modes (SQLite gives its -wal and
+         * -shm the index's): made here, empty, since SQLite would make it 0644. */
+        if (fi__cache_umask() >= 0)
+            fi__close(fi__open(st->index_path, O_RDONLY | O_CREAT | O_NOFOLLOW, 0600));
     }
     src = sqlite3_open_v2(name, &st->db, flags, NULL);
     if (!st->db) FI_FAIL(FI_ENOMEM, "out of memory opening cache index %s", st->index_path);
@@ -699,12 +722,33 @@ out:
 
 /* ---- statistics ---------------------------------------------------------------- */
 
+static int stats_add_once(fi_local *st, const fi_jit_stats *delta);
+
+/* On a full disk SQLite's log cannot grow, but once checkpointed it is
+ * written again from its start, in blocks it has: so a save that fails for
+ * want of space checkpoints and tries once more, and counts made after the
+ * disk filled are kept (the caller keeps them for later only in memory). */
 int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta)
 {
-    int rc = 0, in_tx = 0;
+    int rc = 0;
     if (!st || !delta) return fi__error(FI_EINVALID, "fi_store_stats_add: NULL argument");
     if ((rc = fi__local_check_writable(st, "fi_store_stats_add")) < 0) return rc;
     pthread_mutex_lock(&st->mu);
+    rc = stats_add_once(st, delta);
+    if (rc == FI_EIO && st->db && disk_full(st, st->last_sql_error)) {
+        char first[1024];
+        snprintf(first, sizeof first, "%s", fi_last_error());
+        sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_RESTART, NULL, NULL);
+        if ((rc = stats_add_once(st, delta)) < 0) rc = fi__error(rc, "%s", first);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* One transaction adding `delta`. Under the mutex. */
+static int stats_add_once(fi_local *st, const fi_jit_stats *delta)
+{
+    int rc = 0, in_tx = 0;
     FI_TRY(fi__local_tx_begin(st));
     in_tx = 1;
     for (size_t i = 0; i < STAT_FIELD_COUNT; i++) {
@@ -715,7 +759,6 @@ int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta)
     in_tx = 0;
 out:
     if (in_tx) fi__local_tx_rollback(st);
-    pthread_mutex_unlock(&st->mu);
     return rc;
 }
 

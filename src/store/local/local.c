@@ -35,6 +35,7 @@ int fi_local_open(fi_local **out, const char *dir, unsigned flags, int64_t max_b
     *out = NULL;
     if (!(st = fi__calloc(1, sizeof *st))) FI_FAIL(FI_ENOMEM, "out of memory opening the cache");
     pthread_mutex_init(&st->mu, NULL);
+    pthread_mutex_init(&st->held_mu, NULL);
     st->flags = flags;
     st->max_bytes = max_bytes;
     st->lock_timeout_ms = FI_STORE_LOCK_TIMEOUT_MS;
@@ -88,6 +89,7 @@ void fi_local_close(fi_local *st)
     if (!st) return;
     fi__local_db_close(st);
     pthread_mutex_destroy(&st->mu);
+    pthread_mutex_destroy(&st->held_mu);
     fi__free(st->dir);
     fi__free(st);
 }
@@ -202,24 +204,24 @@ int fi_local_has(fi_local *st, const uint8_t key[16])
 }
 
 static int store_put_once(fi_local *st, const uint8_t key[16], const void *data, size_t size,
-                          const fi_object_meta *meta);
+                          const fi_object_meta *meta, int *out_added);
 
 /* A put that finds the index damaged under it (a table dropped, a page
  * gone bad since the open) rebuilds it from the objects and tries once
  * more: prewarm's job is to store. */
 int fi_local_put(fi_local *st, const uint8_t key[16], const void *data, size_t size,
-                 const fi_object_meta *meta)
+                 const fi_object_meta *meta, int *out_added)
 {
-    int rc = store_put_once(st, key, data, size, meta);
+    int rc = store_put_once(st, key, data, size, meta, out_added);
     if (rc != FI_ECORRUPT) return rc;
     pthread_mutex_lock(&st->mu);
     rc = fi__local_db_rebuild(st);
     pthread_mutex_unlock(&st->mu);
-    return rc < 0 ? rc : store_put_once(st, key, data, size, meta);
+    return rc < 0 ? rc : store_put_once(st, key, data, size, meta, out_added);
 }
 
 static int store_put_once(fi_local *st, const uint8_t key[16], const void *data, size_t size,
-                          const fi_object_meta *meta)
+                          const fi_object_meta *meta, int *out_added)
 {
     int rc = 0, begun = 0, locked = 0, in_tx = 0, removed = 0, renamed = 0;
     char hex[33], path[PATH_MAX_LEN], sub[PATH_MAX_LEN];
@@ -234,11 +236,22 @@ static int store_put_once(fi_local *st, const uint8_t key[16], const void *data,
     if (size == 0 || (uint64_t)size > FI_OBJECT_MAX_PAYLOAD)
         FI_FAIL(FI_EINVALID, "fi_store_put: object size %zu out of range", size);
     if (!meta) meta = &empty;
-    if (strnlen(meta->spec, sizeof meta->spec) == sizeof meta->spec ||
-        strnlen(meta->arch, sizeof meta->arch) == sizeof meta->arch)
-        FI_FAIL(FI_EINVALID, "fi_store_put: spec or arch text is not NUL-terminated");
+    if (!fi_object_meta_ok(meta)) FI_FAIL(FI_EINVALID, "fi_store_put: %s", FI_OBJECT_META_BAD);
     fi_key_hex(hex, key);
     FI_TRY(fi__local_object_path(st, path, hex));
+    if (fi__local_lock_lost(st, hex)) {
+        /* Stopped while building, this process had its lock taken over;
+         * the new holder's entry stands, and is not written a second time. */
+        pthread_mutex_lock(&st->mu);
+        int has = fi__local_row_exists(st, hex, NULL);
+        pthread_mutex_unlock(&st->mu);
+        if (has == 1) {
+            fi__log(FI_LOG_INFO, "another process took over the build lock of %s while this one "
+                    "was stopped, and stored it; not storing it again", hex);
+            if (out_added) *out_added = 0;
+            return 0;
+        }
+    }
     if (snprintf(sub, sizeof sub, "%s/objects/%.2s", st->dir, hex) >= (int)sizeof sub)
         FI_FAIL(FI_EINVALID, "cache path too long under %s", st->dir);
     FI_TRY(fi__local_ensure_subdir(sub, st->flags, 1));
@@ -257,6 +270,12 @@ static int store_put_once(fi_local *st, const uint8_t key[16], const void *data,
     FI_TRY(fi__local_tx_begin(st));
     in_tx = 1;
     begun = 0;
+    /* Whether the key is new is decided under the write lock, so that of
+     * two writers of one key exactly one is told it added the entry. */
+    if (out_added) {
+        FI_TRY(fi__local_row_exists(st, hex, NULL));
+        *out_added = rc == 0;
+    }
     FI_TRY(fi__atomic_commit(&f));
     renamed = 1;
     FI_TRY(fi__local_index_insert(st, hex, meta, (int64_t)(hsize + size), checksum, 0));

@@ -97,6 +97,8 @@ struct fi_local {
     int last_sql_error;             /* primary SQLite code of the last failure */
     int64_t lock_timeout_ms;        /* wait for another builder's lock; < 0: forever */
     atomic_int lock_timeout_warned; /* "gave up waiting for a lock" was logged */
+    pthread_mutex_t held_mu;        /* guards held */
+    struct fi_local_lock *held;     /* build locks this store holds (lock.c) */
 };
 
 /* What reading an object file found (besides its payload). */
@@ -119,8 +121,9 @@ const char *fi_local_dir(const fi_local *st);
 int fi_local_read_only(const fi_local *st);
 int fi_local_get(fi_local *st, const uint8_t key[16], void **out, size_t *out_size,
                  fi_object_meta *meta);
+/* `out_added` (may be NULL): see fi_store_put_counted. */
 int fi_local_put(fi_local *st, const uint8_t key[16], const void *data, size_t size,
-                 const fi_object_meta *meta);
+                 const fi_object_meta *meta, int *out_added);
 /* The per-key build lock (lock.c); the front's fi_store_lock wraps it. */
 typedef struct fi_local_lock fi_local_lock;
 int fi_local_lock_key(fi_local *st, const uint8_t key[16], fi_local_lock **out);
@@ -163,6 +166,7 @@ int fi__local_evict_to(fi_local *st, int64_t max_bytes, const char *keep, int *r
 
 /* lock.c: per-key build locks */
 int fi__local_lock_file_wait(const char *path, int64_t timeout_ms, int *out_fd);
+int fi__local_lock_lost(fi_local *st, const char *hex);
 void fi__local_clean_locks(fi_local *st);
 
 /* objects.c: paths, directory safety, object files, temp files */

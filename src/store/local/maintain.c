@@ -61,36 +61,49 @@ static void vnote(verify_ctx *v, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Every row's key and size, copied out so that rows can be changed while
+ * walking them. Under the mutex; `*keys` and `*sizes` freed by the caller. */
+static int list_rows(fi_local *st, char (**keys)[33], int64_t **sizes, size_t *count)
+{
+    int rc = 0;
+    sqlite3_stmt *s;
+    size_t cap = 0;
+    *keys = NULL;
+    *sizes = NULL;
+    *count = 0;
+    FI_TRY(fi__local_sql_prep(st, S_KEYS, &s));
+    while ((rc = fi__local_sql_step(st, s, "listing entries")) == 1) {
+        if (*count == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            char(*k2)[33] = fi__realloc(*keys, ncap * sizeof **keys);
+            if (k2) *keys = k2;
+            int64_t *s2 = k2 ? fi__realloc(*sizes, ncap * sizeof **sizes) : NULL;
+            if (s2) *sizes = s2;
+            if (!k2 || !s2) {
+                sqlite3_reset(s);
+                FI_FAIL(FI_ENOMEM, "out of memory listing the cache's entries");
+            }
+            cap = ncap;
+        }
+        const char *k = (const char *)sqlite3_column_text(s, 0);
+        snprintf((*keys)[*count], 33, "%s", k ? k : "");
+        (*sizes)[(*count)++] = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_reset(s);
+out:
+    return rc < 0 ? rc : 0;
+}
+
 /* Check every row's object. Under the mutex. */
 static int verify_rows(verify_ctx *v)
 {
     int rc = 0;
     fi_local *st = v->st;
-    sqlite3_stmt *s;
     char (*keys)[33] = NULL;
     int64_t *sizes = NULL;
-    size_t count = 0, cap = 0;
+    size_t count = 0;
     char path[PATH_MAX_LEN], why[256];
-    FI_TRY(fi__local_sql_prep(st, S_KEYS, &s));
-    while ((rc = fi__local_sql_step(st, s, "listing entries")) == 1) {
-        if (count == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            char(*k2)[33] = fi__realloc(keys, ncap * sizeof *keys);
-            if (k2) keys = k2;
-            int64_t *s2 = k2 ? fi__realloc(sizes, ncap * sizeof *sizes) : NULL;
-            if (s2) sizes = s2;
-            if (!k2 || !s2) {
-                sqlite3_reset(s);
-                FI_FAIL(FI_ENOMEM, "out of memory verifying the cache");
-            }
-            cap = ncap;
-        }
-        const char *k = (const char *)sqlite3_column_text(s, 0);
-        snprintf(keys[count], 33, "%s", k ? k : "");
-        sizes[count++] = sqlite3_column_int64(s, 1);
-    }
-    sqlite3_reset(s);
-    if (rc < 0) goto out;
+    FI_TRY(list_rows(st, &keys, &sizes, &count));
     for (size_t i = 0; i < count; i++) {
         uint8_t key[16];
         obj_info info;
@@ -110,8 +123,10 @@ static int verify_rows(verify_ctx *v)
         }
         FI_TRY(fi__local_obj_read(path, key, NULL, NULL, &info, why, sizeof why));
         if (rc == OBJ_MISSING) {
-            vnote(v, "entry %s: object file %s is missing (as an interrupted gc leaves it); %s",
-                  keys[i], path, v->repair ? "removed the row" : "its row goes on its next use");
+            /* The index and the objects disagree, as they do about an
+             * orphan object: the statistics count it, so it is a problem. */
+            vreport(v, "entry %s: object file %s is missing (as an interrupted gc leaves it)%s",
+                    keys[i], path, v->repair ? "; removed the row" : "");
             if (v->repair) FI_TRY(fi__local_drop_bad(st, keys[i], NULL));
         } else if (rc == OBJ_BAD) {
             vreport(v, "entry %s: object file %s %s", keys[i], path, why);
@@ -306,6 +321,29 @@ out:
     return rc;
 }
 
+/* Drop the rows whose object file is gone (what an interrupted gc or a
+ * hand-deleted object leaves), so that the statistics count only objects
+ * that exist. Inside the caller's write transaction. Not counted as
+ * removed by gc: the entries were gone already. */
+static int prune_rows_without_objects(fi_local *st)
+{
+    int rc = 0;
+    char (*keys)[33] = NULL, path[PATH_MAX_LEN];
+    int64_t *sizes = NULL;
+    size_t count = 0;
+    struct stat sb;
+    FI_TRY(list_rows(st, &keys, &sizes, &count));
+    for (size_t i = 0; i < count; i++) {
+        if (fi__local_object_path(st, path, keys[i]) < 0) continue;
+        if (fi__lstat(path, &sb) < 0 && errno == ENOENT)
+            FI_TRY(fi__local_delete_row(st, keys[i], "removing a row whose object is gone"));
+    }
+out:
+    fi__free(keys);
+    fi__free(sizes);
+    return rc;
+}
+
 int fi_local_gc(fi_local *st, int64_t max_bytes, int64_t older_than)
 {
     int rc = 0, in_tx = 0, removed = 0;
@@ -332,11 +370,24 @@ int fi_local_gc(fi_local *st, int64_t max_bytes, int64_t older_than)
         removed++;
     }
     if (max_bytes >= 0 && (rc = fi__local_evict_to(st, max_bytes, NULL, &removed)) < 0) goto unlock;
+    if ((rc = prune_rows_without_objects(st)) < 0) goto unlock;
     if ((rc = fi__local_tx_commit(st)) < 0) goto unlock;
     in_tx = 0;
     rc = removed;
 unlock:
-    if (in_tx) fi__local_tx_rollback(st);
+    if (in_tx) {
+        /* The rollback brings back the rows of objects already unlinked:
+         * drop those, so that a failed gc leaves the statistics matching
+         * the objects (best effort; a kill leaves them to the next gc). */
+        char first[1024];
+        snprintf(first, sizeof first, "%s", fi_last_error());
+        fi__local_tx_rollback(st);
+        if (fi__local_tx_begin(st) == 0) {
+            if (prune_rows_without_objects(st) == 0 && fi__local_tx_commit(st) == 0) in_tx = 0;
+            if (in_tx) fi__local_tx_rollback(st);
+        }
+        fi__error(rc, "%s", first);
+    }
     pthread_mutex_unlock(&st->mu);
     if (rc >= 0) {
         fi__local_clean_temps(st, TEMP_MAX_AGE_S);

@@ -77,11 +77,13 @@ int fi__local_check_owner_mode(const char *path, const struct stat *sb, unsigned
                          "cache directory %s belongs to uid %u, not to this user (uid %u) or "
                          "root; use a directory of your own or allow an unsafe directory",
                          path, (unsigned)sb->st_uid, (unsigned)geteuid());
-    if (sb->st_mode & (S_IWGRP | S_IWOTH))
+    if (sb->st_mode & fi__cache_unsafe_bits())
         return fi__error(FI_EPERM,
-                         "cache directory %s is writable by group or others (mode %03o); "
-                         "run chmod 700 on it or allow an unsafe directory",
-                         path, (unsigned)(sb->st_mode & 0777));
+                         "cache directory %s is writable by %s (mode %03o); run chmod 700 on "
+                         "it, share it with a group through a umask (docs/configuration.md), "
+                         "or allow an unsafe directory", path,
+                         fi__cache_unsafe_bits() & S_IWGRP ? "group or others" : "others",
+                         (unsigned)(sb->st_mode & 0777));
     return 0;
 }
 

@@ -37,16 +37,26 @@ typedef struct redis_remote {
     int idle_count;
 } redis_remote;
 
-/* Take the lease, or extend it when this token holds it: 1 taken, 0 held by another. */
+/* Take the lease, or extend it when this token holds it: 1 taken, 0 held
+ * by another. A live holder's lease is a 16-byte token that expires within
+ * the lease time (ARGV[2], ms), as its holder renews it; anything else
+ * under the name (no expiry, a longer one, another type or size) would
+ * stall every host until its wait ran out, so it is taken over. */
 static const char LEASE_SCRIPT[] =
-    "local v = redis.call('GET', KEYS[1]) "
-    "if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end "
-    "if v then return 0 end "
-    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1";
+    "local k = KEYS[1] "
+    "if redis.call('TYPE', k).ok == 'string' then "
+    "  local v = redis.call('GET', k) "
+    "  if v == ARGV[1] then redis.call('PEXPIRE', k, ARGV[2]) return 1 end "
+    "  local ttl = redis.call('PTTL', k) "
+    "  if string.len(v) == 16 and ttl > 0 and ttl <= tonumber(ARGV[2]) then return 0 end "
+    "end "
+    "redis.call('DEL', k) "
+    "redis.call('SET', k, ARGV[1], 'PX', ARGV[2]) return 1";
 /* Delete the lease only if this token still holds it (it may have expired
  * and been taken by another host meanwhile). */
 static const char RELEASE_SCRIPT[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+    "if redis.call('TYPE', KEYS[1]).ok == 'string' and "
+    "redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
     "return 0";
 
 static struct timeval timeval_ms(int ms)
@@ -205,7 +215,8 @@ static void drop_idle(redis_remote *r)
 }
 
 /* Run one command; `*out` is its reply (never an error reply: that is
- * FI_REMOTE_ERROR with the server's words). A pooled connection that turns
+ * FI_REMOTE_ERROR with the server's words, or FI_REMOTE_BAD for WRONGTYPE:
+ * the key holds a value fijit never writes). A pooled connection that turns
  * out closed (a restarted server) is replaced once; a timeout is not
  * retried, so one call costs at most one timeout. */
 static fi_remote_result command(redis_remote *r, redisReply **out, int argc, const char **argv,
@@ -229,8 +240,8 @@ static fi_remote_result command(redis_remote *r, redisReply **out, int argc, con
             give_back(r, c);
             if (reply->type == REDIS_REPLY_ERROR) {
                 fi__error(FI_EIO, "%s: %.300s", argv[0], reply->str);
+                res = strncmp(reply->str, "WRONGTYPE", 9) == 0 ? FI_REMOTE_BAD : FI_REMOTE_ERROR;
                 fi__hiredis()->FreeReplyObject(reply);
-                res = FI_REMOTE_ERROR;
             } else {
                 *out = reply;
             }
@@ -270,32 +281,6 @@ static fi_remote_result read_only(redis_remote *r, const char *verb)
     return FI_REMOTE_ERROR;
 }
 
-static fi_remote_result redis_get(fi_remote *base, const uint8_t key[16], void **out,
-                                  size_t *out_size)
-{
-    redis_remote *r = (redis_remote *)base;
-    char name[KEY_MAX];
-    redisReply *reply;
-    key_name(name, r, "obj", key);
-    const char *argv[2] = {"GET", name};
-    fi_remote_result res = command(r, &reply, 2, argv, NULL);
-    if (res != FI_REMOTE_OK) return res;
-    if (reply->type == REDIS_REPLY_NIL) {
-        fi__hiredis()->FreeReplyObject(reply);
-        return FI_REMOTE_NOT_FOUND;
-    }
-    if (reply->type != REDIS_REPLY_STRING) return unexpected(r, reply, "GET");
-    if (!(*out = fi__malloc(reply->len))) {
-        fi__error(FI_ENOMEM, "out of memory reading %zu bytes", reply->len);
-        fi__hiredis()->FreeReplyObject(reply);
-        return FI_REMOTE_ERROR;
-    }
-    memcpy(*out, reply->str, reply->len);
-    *out_size = reply->len;
-    fi__hiredis()->FreeReplyObject(reply);
-    return FI_REMOTE_OK;
-}
-
 /* A command whose reply is an integer: `*value` receives it. */
 static fi_remote_result integer_command(redis_remote *r, long long *value, int argc,
                                         const char **argv, const size_t *lens)
@@ -305,6 +290,55 @@ static fi_remote_result integer_command(redis_remote *r, long long *value, int a
     if (res != FI_REMOTE_OK) return res;
     if (reply->type != REDIS_REPLY_INTEGER) return unexpected(r, reply, argv[0]);
     *value = reply->integer;
+    fi__hiredis()->FreeReplyObject(reply);
+    return FI_REMOTE_OK;
+}
+
+/* `size` bytes, or at least that many when `at_least`. */
+static fi_remote_result too_large(long long size, int at_least)
+{
+    fi__error(FI_EIO, "is %s%lld bytes, more than a remote value may be (%zu)",
+              at_least ? "at least " : "", size, FI_REMOTE_VALUE_MAX);
+    return FI_REMOTE_BAD;
+}
+
+/* The size first, so that a value too large to be an entry is refused
+ * before a byte of it is read (and one of another type answers WRONGTYPE);
+ * then at most FI_REMOTE_VALUE_MAX + 1 bytes, should it have grown since.
+ * An empty value is no entry either way: a miss, which a put replaces. */
+static fi_remote_result redis_get(fi_remote *base, const uint8_t key[16], void **out,
+                                  size_t *out_size)
+{
+    redis_remote *r = (redis_remote *)base;
+    char name[KEY_MAX], last[24];
+    redisReply *reply;
+    long long size = 0;
+    key_name(name, r, "obj", key);
+    const char *size_argv[2] = {"STRLEN", name};
+    fi_remote_result res = integer_command(r, &size, 2, size_argv, NULL);
+    if (res == FI_REMOTE_BAD) fi__error(FI_EIO, "holds a Redis value of another type (WRONGTYPE)");
+    if (res != FI_REMOTE_OK) return res;
+    if (size <= 0) return FI_REMOTE_NOT_FOUND;
+    if ((unsigned long long)size > FI_REMOTE_VALUE_MAX) return too_large(size, 0);
+    snprintf(last, sizeof last, "%zu", FI_REMOTE_VALUE_MAX);
+    const char *argv[4] = {"GETRANGE", name, "0", last};
+    if ((res = command(r, &reply, 4, argv, NULL)) != FI_REMOTE_OK) return res;
+    if (reply->type != REDIS_REPLY_STRING) return unexpected(r, reply, "GETRANGE");
+    if (reply->len == 0) {
+        fi__hiredis()->FreeReplyObject(reply);
+        return FI_REMOTE_NOT_FOUND;
+    }
+    if (reply->len > FI_REMOTE_VALUE_MAX) {
+        fi__hiredis()->FreeReplyObject(reply);
+        return too_large((long long)FI_REMOTE_VALUE_MAX + 1, 1); /* it grew meanwhile */
+    }
+    if (!(*out = fi__malloc(reply->len))) {
+        fi__error(FI_ENOMEM, "out of memory reading %zu bytes", reply->len);
+        fi__hiredis()->FreeReplyObject(reply);
+        return FI_REMOTE_ERROR;
+    }
+    memcpy(*out, reply->str, reply->len);
+    *out_size = reply->len;
     fi__hiredis()->FreeReplyObject(reply);
     return FI_REMOTE_OK;
 }
@@ -333,6 +367,7 @@ static fi_remote_result redis_put(fi_remote *base, const uint8_t key[16], const 
     char name[KEY_MAX], ttl[24];
     redisReply *reply;
     if (r->base.config.read_only) return read_only(r, "put");
+    if (size > FI_REMOTE_VALUE_MAX) return too_large((long long)size, 0);
     key_name(name, r, "obj", key);
     snprintf(ttl, sizeof ttl, "%lld", (long long)r->base.config.ttl_s);
     const char *argv[5] = {"SET", name, value, "EX", ttl};

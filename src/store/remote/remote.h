@@ -14,9 +14,11 @@
  *
  * Configuration is a URL (url.c):
  *   redis://[[user]:password@]host[:port][/db][?option&...]
- *   unix:///path/to/redis.sock[?option&...]
+ *   unix://[[user]:password@]/path/to/redis.sock[?option&...]
  * options: readonly, db=N (unix), prefix=NAME, ttl=SECONDS,
  * connect_timeout=MS, timeout=MS, backoff=MS, lease=MS, wait=MS.
+ * Credentials end at the URL's last '@' (unix: its last "@/"), so a
+ * password may hold '/', '?' and '@' unencoded; '%' is written %25.
  */
 #ifndef FI_STORE_REMOTE_H
 #define FI_STORE_REMOTE_H
@@ -39,6 +41,11 @@
  * compiles the key itself. */
 #define FI_REMOTE_WAIT_MS 120000
 #define FI_REMOTE_PREFIX "fijit"
+/* The largest value a remote holds. An entry (header and cubin, sealed or
+ * not) is far smaller: fijit's cubins are tens to hundreds of KiB. A larger
+ * value under an entry's key is refused before any of it is read, and a
+ * larger entry is kept in the local tier only. */
+#define FI_REMOTE_VALUE_MAX ((size_t)16 << 20)
 
 typedef enum fi_remote_result {
     FI_REMOTE_OK = 0,
@@ -46,11 +53,15 @@ typedef enum fi_remote_result {
     FI_REMOTE_ERROR = 2,     /* anything else that went wrong (words in fi_last_error()) */
     FI_REMOTE_TIMEOUT = 3,   /* the backend did not answer in time */
     FI_REMOTE_HELD = 4,      /* lease: another holder has it */
+    /* get: the value under the key cannot be an entry (another Redis type,
+     * larger than FI_REMOTE_VALUE_MAX): a bad entry, not a sick server;
+     * put: the value is larger than FI_REMOTE_VALUE_MAX and was not stored. */
+    FI_REMOTE_BAD = 5,
 } fi_remote_result;
 
 /* A remote's configuration, as its URL gives it. */
 typedef struct fi_remote_config {
-    char url[512];         /* as given, password masked: for messages */
+    char url[512];         /* fi_remote_url_masked's form: the only one messages show */
     int unix_socket;       /* 1: `path` is a unix socket; 0: host and port */
     char host[256];
     int port;
@@ -71,7 +82,10 @@ typedef struct fi_remote_config {
 /* Parse `url` into `out` (the defaults above fill what it leaves out).
  * FI_EINVALID with words naming the part that is wrong. */
 int fi_remote_config_parse(fi_remote_config *out, const char *url);
-/* `url` with its password replaced by "***" (a bad URL is FI_EINVALID). */
+/* `url` as messages show it, whatever its shape (a bad URL too): scheme,
+ * host, port, database, socket path and the values of known options as
+ * given; credentials, anything unrecognised and any unknown option as
+ * "***"; cut to fit `size`. 0, or FI_EINVALID for a NULL argument. */
 int fi_remote_url_masked(char *out, size_t size, const char *url);
 
 typedef struct fi_remote fi_remote;
@@ -101,7 +115,9 @@ typedef struct fi_remote_ops {
     /* Remove the value for `key` (a bad one a reader found). */
     fi_remote_result (*remove)(fi_remote *r, const uint8_t key[16]);
     /* Take the build lease of `key` for `ttl_ms` under `token`, or extend it
-     * when `token` holds it already: OK, or HELD when another token does. */
+     * when `token` holds it already: OK, or HELD when another token does.
+     * A lease no live holder can have made (no expiry, an expiry beyond
+     * `ttl_ms`, not a token) is stale: it is taken over. */
     fi_remote_result (*lease)(fi_remote *r, const uint8_t key[16], const uint8_t token[16],
                               int ttl_ms);
     /* Give the lease back if `token` still holds it. */

@@ -1,0 +1,54 @@
+/*
+ * The operator's settings (fi_settings in fijit_cache.h): the environment
+ * (FIJIT_*) over the cache's configuration file <cache dir>/fijit.conf over
+ * the defaults, each value checked and remembered with where it came from.
+ * The program's own choices (fi_jit_options, CLI options) are laid over the
+ * result by the caller.
+ *
+ * The configuration file, one setting per line:
+ *
+ *     # comment
+ *     max_size = 5G        a size as FIJIT_MAX_CACHE_SIZE takes it; 0: no limit
+ *     remote = redis://cache-host:6379/0
+ *     log_level = info     as FIJIT_LOG
+ *     umask = 007          octal; a group-shared cache (docs/configuration.md)
+ *     jit = false          as FIJIT_JIT
+ *
+ * Blank lines and lines starting with '#' are skipped; spaces around the
+ * key and the value are not part of them. An unknown key, a repeated key or
+ * a bad value is FI_EINVALID naming the file and line.
+ */
+#ifndef FI_SETTINGS_H
+#define FI_SETTINGS_H
+
+#include <stdint.h>
+
+#include "fijit_cache.h"
+
+/* The configuration file's name inside the cache directory. */
+#define FI_CONFIG_FILE_NAME "fijit.conf"
+/* Larger than any honest configuration file. */
+#define FI_CONFIG_FILE_MAX (64 * 1024)
+
+/* Fill `out` from the environment and `cache_dir`'s configuration file
+ * (cache_dir NULL or "": the environment and the defaults only). With
+ * `strict_log` 0 a FIJIT_LOG that is no level is logged and ignored (the
+ * library: a typo must not silence the warnings it was meant to show); with
+ * 1 it is FI_EINVALID like every other bad value. */
+int fi__settings_load(fi_settings *out, const char *cache_dir, int strict_log);
+
+/* Parse the text of a configuration file (NUL-terminated; cut up in place)
+ * into `out`, over what it holds; `path` names the file in messages. */
+int fi__config_parse(fi_settings *out, const char *path, char *text);
+
+/* "1", "true", "yes", "on" → 1; "0", "false", "no", "off" → 0 (any case);
+ * anything else -1. */
+int fi__parse_bool(const char *text);
+/* A size: bytes with an optional K, M, G or T (powers of 1024, "iB" and "B"
+ * allowed). 0 or FI_EINVALID with words. */
+int fi__parse_size(int64_t *out, const char *text);
+/* An octal umask 0-0777 that keeps others from writing (its 002 bit set).
+ * The value, or FI_EINVALID with words. */
+int fi__parse_umask(const char *text);
+
+#endif

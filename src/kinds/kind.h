@@ -1,0 +1,59 @@
+/*
+ * A kernel kind as one unit. Each kind (src/kinds/<kind>.c) describes itself
+ * here: its name in spec strings, its template and kernels, the tuples it
+ * accepts, the launch shape of its main kernel and, optionally, what it needs
+ * of an arch. The registry (core/kinds.c) lists the units and nothing else;
+ * adding a kind is one unit, one template folder and its launch code, with
+ * no edit to spec parsing, the key, expansion, the store or the CLI.
+ *
+ * A unit depends on its templates' parameter header (shared with the
+ * kernels), common/ and core's spec helpers (spec.h, names.h); never on
+ * src/launch/, so that the launch code builds on the unit and not the other
+ * way round.
+ */
+#ifndef FI_KINDS_KIND_H
+#define FI_KINDS_KIND_H
+
+#include "fijit.h"
+
+typedef struct fi_launch_shape {
+    unsigned block_dim[3];
+    unsigned merge_block_dim[3]; /* of the merge kernel, where the kind has one */
+    unsigned smem_bytes;         /* dynamic shared memory of the main kernel */
+    unsigned param_bytes;        /* sizeof the main kernel's parameter struct */
+} fi_launch_shape;
+
+/* Longest list of head dims a unit offers (see head_dims). */
+#define FI_KIND_MAX_HEAD_DIMS 8
+
+typedef struct fi_kind_info {
+    fi_kernel_kind kind;
+    const char *name;          /* in spec strings: "decode" */
+    const char *template_name; /* file in templates/: "decode/decode.cuh" */
+    /* extern "C" names of the module's kernels, [0] the main one, NULL-padded. */
+    const char *entries[FI_JIT_MAX_FUNCTIONS];
+    /* Every head_dim `check` may accept, ascending, 0-terminated. The accepted
+     * tuple space (fi_jit_spec_enumerate) is the product of these with every
+     * dtype, mask, pos encoding and soft-cap, filtered by `check`: the limits
+     * are written once, in `check`. */
+    int head_dims[FI_KIND_MAX_HEAD_DIMS];
+    /* Limits of this kind beyond the enum checks; the message names the field
+     * and the supported values. */
+    int (*check)(const fi_jit_spec *spec);
+    /* Fill the launch shape a caller needs for this spec compiled for `arch`. */
+    void (*launch_shape)(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out);
+    /* Optional (NULL: every arch): limits of this spec on `arch`, checked
+     * before anything is expanded or compiled for it. */
+    int (*check_arch)(const fi_jit_spec *spec, const char *arch);
+} fi_kind_info;
+
+/* ---- checks several units share (kinds/checks.c) ---------------------------- */
+
+/* q, kv and o all fp16 or all bf16; FI_EUNSUPPORTED naming the field otherwise.
+ * `kind` is the kind's name for the message. */
+int fi__check_same_16bit_dtypes(const fi_jit_spec *spec, const char *kind);
+
+/* head_dim one of the unit's head_dims; FI_EUNSUPPORTED listing them otherwise. */
+int fi__check_head_dim(const fi_jit_spec *spec, const fi_kind_info *unit);
+
+#endif
