@@ -5,7 +5,7 @@ query heads over HKV kv heads, launched four times (the first three warm up), so
 can take the last:
 
     ncu --metrics ... -k regex:fi_prefill_kernel_ws --launch-skip 3 --launch-count 1 \\
-        python3 bench/ncu_batch_prefill.py KIND HD HKV MASK [PAGE]
+        PYTHONPATH=python python3 bench/ncu_batch_prefill.py KIND HD HKV MASK [PAGE]
 
 FIJIT_LIB picks the library (fijit.testing), so two builds profile alike.
 """

@@ -4,7 +4,7 @@ library keeps on bench_batch_prefill.py's batch (16 requests of mixed lengths, q
 seeded) against its own single prefill of the same (query, key) pairs (one request of
 the length whose L^2 is the batch's sum of L_i^2).
 
-    python3 bench/peer_batch_prefill.py [--hds 128] [--heads 32/8,32/32] [--masks none,causal]
+    PYTHONPATH=python python3 bench/peer_batch_prefill.py [--hds 128] [--heads 32/8,32/32] [--masks none,causal]
 
 Per shape, in one process on the same tensors, L2 flushed before every run, the median of
 --reps runs a round over --rounds rounds, each round's runners in an order drawn from all

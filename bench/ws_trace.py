@@ -2,7 +2,7 @@
 """Where the Hopper main loop's time goes: a cycle trace of its consumers
 (templates/prefill/ws/trace.cuh), side by side for several launches.
 
-    python3 bench/ws_trace.py [--cases ragged:64:8:causal,paged:64:8:causal] [--launches 2]
+    PYTHONPATH=python python3 bench/ws_trace.py [--cases ragged:64:8:causal,paged:64:8:causal] [--launches 2]
                               [--waits-only]
 
 A case is KIND:HD:KV_HEADS:MASK[:DTYPE] (32 query heads; DTYPE fp16 (the default), bf16,

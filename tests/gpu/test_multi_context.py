@@ -28,7 +28,7 @@ nothing here touches NVLink multicast. The kernels the parts use are listed by
 --print-manifest (scripts/gpu/run.sh prewarms them for contexts and devices;
 ranks measure the cold start on a cache of their own).
 
-  python3 tests/gpu/test_multi_context.py [contexts] [ranks] [devices] [mp-ranks]
+  PYTHONPATH=python python3 tests/gpu/test_multi_context.py [contexts] [ranks] [devices] [mp-ranks]
 Exit status 1 on any failure.
 """
 import argparse

@@ -19,7 +19,7 @@ workspace (FI_EINVALID), half the workspace, head_dim 64 (FI_EUNSUPPORTED),
 fp8 q with fp16 k/v (the C library: FI_EUNSUPPORTED; fijit.prefill: TypeError), and
 fijit.prefill's fp8 path once, against the reference.
 
-    python3 tests/gpu/test_prefill_fp8.py [--quick] [--json PATH] [--lib LIBFIJIT]
+    PYTHONPATH=python python3 tests/gpu/test_prefill_fp8.py [--quick] [--json PATH] [--lib LIBFIJIT]
 
 The seed is printed (FIJIT_TEST_SEED replays it). Results go to --json PATH, else to
 $OUT/test_prefill_fp8.json when OUT is set. Last line "test_prefill_fp8: N cases, F

@@ -17,7 +17,7 @@ time per token is that of the decode steps alone: (generate(N) - generate(1)) / 
 both greedy with the same settings, so the prompt's prefill inside generate is not
 spread over the tokens.
 
-    FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_python_hf.py [--quick]
+    PYTHONPATH=python FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_python_hf.py [--quick]
 """
 import logging
 import os

@@ -9,7 +9,7 @@ BatchPrefillPlan (ragged, paged) with a caller-owned workspace, CUDA-graph captu
 replay of run(), the torch.library ops under torch.compile(fullgraph=True), and a
 variant with a parameter passed by keyword.
 
-    FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_python_pkg.py [--quick]
+    PYTHONPATH=python FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_python_pkg.py [--quick]
 
 Prints one line per case; exit status 1 on any failure. The seed is printed
 (FIJIT_TEST_SEED replays it).
