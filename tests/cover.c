@@ -138,24 +138,37 @@ int cover_specs(fi_jit_spec *specs, int n, cover_strength strength)
     return count;
 }
 
+static void ignore_text(void *user, const char *text) { (void)user, (void)text; }
+
 int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n, char *err,
                   size_t err_size)
 {
-    for (int i = 0; i < n; i++) {
-        if (fi_jit_spec_check(&specs[i]) == 0) continue;
-        char text[256] = "";
-        fi_jit_spec_format(text, sizeof text, &specs[i]);
-        snprintf(err, err_size, "candidate %d (%s) is not accepted: %s", i, text, fi_last_error());
-        return -1;
-    }
-    const int count = cover_specs(specs, n, cover_strength_of_run());
-    if (count <= 0) {
-        snprintf(err, err_size, "no cover of %d candidates", n);
-        return -1;
-    }
     fi_jit_ctx *ctx = NULL;
     if (check_ctx_new(&ctx, arch) < 0) {
         snprintf(err, err_size, "context for %s: %s", arch, fi_last_error());
+        return -1;
+    }
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        int rc = fi_jit_spec_check(&specs[i]);
+        if (rc == 0) {
+            rc = fi_jit_explain(ctx, &specs[i], arch, ignore_text, NULL);
+            if (rc == FI_EUNSUPPORTED) continue; /* not built for this arch */
+        }
+        if (rc < 0) {
+            char text[256] = "";
+            fi_jit_spec_format(text, sizeof text, &specs[i]);
+            snprintf(err, err_size, "candidate %d (%s) on %s: %s", i, text, arch, fi_last_error());
+            fi_jit_ctx_free(ctx);
+            return -1;
+        }
+        specs[kept++] = specs[i];
+    }
+    const int count = kept > 0 ? cover_specs(specs, kept, cover_strength_of_run()) : -1;
+    if (count <= 0) {
+        snprintf(err, err_size, "%s: no cover of %d candidates (%d accepted on the arch)", arch, n,
+                 kept);
+        fi_jit_ctx_free(ctx);
         return -1;
     }
     /* The cache (check_tmpdir's) may hold another arch's modules already. */
@@ -167,8 +180,8 @@ int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n
     fi_jit_ctx_free(ctx);
     const long long compiles = after.compiles - before.compiles;
     const long long entries = after.entries - before.entries;
-    printf("  %s %s: %d of %d tuples, %d failed, NVRTC %.2f s per module (%d threads)\n", label,
-           arch, count, n, failures,
+    printf("  %s %s: %d of %d tuples (%d refused on the arch), %d failed, NVRTC %.2f s per "
+           "module (%d threads)\n", label, arch, count, kept, n - kept, failures,
            compiles > 0 ? (double)(after.compile_ns - before.compile_ns) / 1e9 / (double)compiles
                         : 0.0,
            check_jobs());

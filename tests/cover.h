@@ -58,10 +58,12 @@ void cover_spec_fields(int out[COVER_SPEC_FIELDS], const fi_jit_spec *spec);
 int cover_specs(fi_jit_spec *specs, int n, cover_strength strength);
 
 /* The compile test of a tuple space on one arch: checks that every
- * candidate in specs[0..n) is accepted (fi_jit_spec_check), keeps the cover
- * of this run's strength, and compiles it on a fresh context for `arch`
- * (check_prewarm_all). Prints "  LABEL ARCH: K of N tuples, ..." with the
- * mean NVRTC time. Returns K, or -1 with what failed in `err`. */
+ * candidate in specs[0..n) is accepted (fi_jit_spec_check), drops those the
+ * arch refuses (fi_jit_explain says FI_EUNSUPPORTED before expanding: fp8
+ * prefill off sm_90a, ...), keeps the cover of this run's strength, and
+ * compiles it on a fresh context for `arch` (check_prewarm_all). Prints
+ * "  LABEL ARCH: K of N tuples, ..." with the mean NVRTC time. Returns K, or
+ * -1 with what failed in `err`. specs[] is reordered. */
 int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n, char *err,
                   size_t err_size);
 
