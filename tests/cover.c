@@ -111,27 +111,82 @@ out:
     return picked;
 }
 
-void cover_spec_fields(int out[COVER_SPEC_FIELDS], const fi_jit_spec *spec)
+/* The fields of a set of specs, read from their canonical text
+ * (fi_jit_spec_format): the kind, then each "key=value" word, so a field the
+ * library adds to the spec is covered with no change here. Names and values
+ * are numbered as first seen. */
+typedef struct spec_fields {
+    int count;
+    char names[COVER_MAX_FIELDS][32];
+    int value_count[COVER_MAX_FIELDS];
+    char values[COVER_MAX_FIELDS][COVER_MAX_VALUES][64];
+} spec_fields;
+
+static int field_number(spec_fields *t, const char *name, size_t len)
 {
-    const int fields[COVER_SPEC_FIELDS] = {(int)spec->kind,    (int)spec->q_dtype, (int)spec->kv_dtype,
-                                           (int)spec->o_dtype, spec->head_dim,     (int)spec->mask,
-                                           (int)spec->pos,     spec->soft_cap};
-    memcpy(out, fields, sizeof fields);
+    for (int f = 0; f < t->count; f++)
+        if (strlen(t->names[f]) == len && strncmp(t->names[f], name, len) == 0) return f;
+    if (t->count == COVER_MAX_FIELDS || len >= sizeof t->names[0]) return -1;
+    snprintf(t->names[t->count], sizeof t->names[0], "%.*s", (int)len, name);
+    return t->count++;
+}
+
+static int value_number(spec_fields *t, int f, const char *value, size_t len)
+{
+    for (int v = 0; v < t->value_count[f]; v++)
+        if (strlen(t->values[f][v]) == len && strncmp(t->values[f][v], value, len) == 0) return v;
+    if (t->value_count[f] == COVER_MAX_VALUES || len >= sizeof t->values[0][0]) return -1;
+    snprintf(t->values[f][t->value_count[f]], sizeof t->values[0][0], "%.*s", (int)len, value);
+    return t->value_count[f]++;
+}
+
+/* Numbers the fields of `text` into t and, when row is not NULL, writes each
+ * field's value number to row[field] (a field the text lacks stays -1). */
+static int read_fields(spec_fields *t, const char *text, int *row)
+{
+    for (const char *word = text; *word;) {
+        const size_t len = strcspn(word, " ");
+        const char *eq = memchr(word, '=', len);
+        /* The first word is the kind: a field named "kind". */
+        const char *name = eq ? word : "kind", *value = eq ? eq + 1 : word;
+        const size_t name_len = eq ? (size_t)(eq - word) : 4;
+        const size_t value_len = eq ? len - name_len - 1 : len;
+        const int f = field_number(t, name, name_len);
+        if (f < 0) return -1;
+        if (row) {
+            const int v = value_number(t, f, value, value_len);
+            if (v < 0) return -1;
+            row[f] = v;
+        }
+        word += len;
+        while (*word == ' ') word++;
+    }
+    return 0;
 }
 
 int cover_specs(fi_jit_spec *specs, int n, cover_strength strength)
 {
     if (n <= 0) return n == 0 ? 0 : -1;
-    int *rows = calloc((size_t)n * COVER_SPEC_FIELDS, sizeof *rows);
+    spec_fields *fields = calloc(1, sizeof *fields);
+    char(*texts)[256] = calloc((size_t)n, sizeof *texts);
+    int *rows = calloc((size_t)n * COVER_MAX_FIELDS, sizeof *rows);
     int *picked = calloc((size_t)n, sizeof *picked);
     fi_jit_spec *copy = calloc((size_t)n, sizeof *copy);
     int count = -1;
-    if (rows && picked && copy) {
-        for (int i = 0; i < n; i++) cover_spec_fields(&rows[i * COVER_SPEC_FIELDS], &specs[i]);
-        count = cover_pick(picked, rows, n, COVER_SPEC_FIELDS, strength);
-        memcpy(copy, specs, sizeof *copy * (size_t)n);
-        for (int i = 0; i < count; i++) specs[i] = copy[picked[i]];
-    }
+    if (!fields || !texts || !rows || !picked || !copy) goto out;
+    for (int i = 0; i < n; i++)
+        if (fi_jit_spec_format(texts[i], sizeof texts[i], &specs[i]) < 0 ||
+            read_fields(fields, texts[i], NULL) < 0)
+            goto out;
+    for (int i = 0; i < n * fields->count; i++) rows[i] = -1;
+    for (int i = 0; i < n; i++)
+        if (read_fields(fields, texts[i], &rows[i * fields->count]) < 0) goto out;
+    count = cover_pick(picked, rows, n, fields->count, strength);
+    memcpy(copy, specs, sizeof *copy * (size_t)n);
+    for (int i = 0; i < count; i++) specs[i] = copy[picked[i]];
+out:
+    free(fields);
+    free(texts);
     free(rows);
     free(picked);
     free(copy);

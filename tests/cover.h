@@ -48,13 +48,11 @@ cover_strength cover_strength_of_run(void);
  * limits above. */
 int cover_pick(int *out, const int *rows, int n, int fields, cover_strength strength);
 
-/* The fields of a spec the compile tests cover, in the order kind, q, kv and
- * o dtype, head_dim, mask, pos, soft-cap. */
-#define COVER_SPEC_FIELDS 8
-void cover_spec_fields(int out[COVER_SPEC_FIELDS], const fi_jit_spec *spec);
-
-/* Keep in specs[0..n) the subset cover_pick chooses at `strength` over
- * their cover_spec_fields, in the order chosen; returns its count, or -1. */
+/* Keep in specs[0..n) the subset cover_pick chooses at `strength`, in the
+ * order chosen; returns its count, or -1. The fields are the words of the
+ * specs' canonical text (fi_jit_spec_format: the kind, then each
+ * "key=value"), so every field the library writes is covered, one it adds
+ * later included; a field some texts lack (a variant) is a value of its own. */
 int cover_specs(fi_jit_spec *specs, int n, cover_strength strength);
 
 /* The compile test of a tuple space on one arch: checks that every
