@@ -198,12 +198,12 @@ static void ignore_text(void *user, const char *text) { (void)user, (void)text; 
 int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n, char *err,
                   size_t err_size)
 {
+    int result = -1, kept = 0, count = 0;
     fi_jit_ctx *ctx = NULL;
     if (check_ctx_new(&ctx, arch) < 0) {
         snprintf(err, err_size, "context for %s: %s", arch, fi_last_error());
-        return -1;
+        goto out;
     }
-    int kept = 0;
     for (int i = 0; i < n; i++) {
         int rc = fi_jit_spec_check(&specs[i]);
         if (rc == 0) {
@@ -214,17 +214,14 @@ int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n
             char text[256] = "";
             fi_jit_spec_format(text, sizeof text, &specs[i]);
             snprintf(err, err_size, "candidate %d (%s) on %s: %s", i, text, arch, fi_last_error());
-            fi_jit_ctx_free(ctx);
-            return -1;
+            goto out;
         }
         specs[kept++] = specs[i];
     }
-    const int count = kept > 0 ? cover_specs(specs, kept, cover_strength_of_run()) : -1;
-    if (count <= 0) {
+    if (kept == 0 || (count = cover_specs(specs, kept, cover_strength_of_run())) <= 0) {
         snprintf(err, err_size, "%s: no cover of %d candidates (%d accepted on the arch)", arch, n,
                  kept);
-        fi_jit_ctx_free(ctx);
-        return -1;
+        goto out;
     }
     /* The cache (check_tmpdir's) may hold another arch's modules already. */
     char first[2400];
@@ -232,7 +229,6 @@ int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n
     int rc = fi_jit_stats_get(&before, ctx);
     const int failures = check_prewarm_all(ctx, specs, count, -1, first, sizeof first);
     if (rc == 0) rc = fi_jit_stats_get(&after, ctx);
-    fi_jit_ctx_free(ctx);
     const long long compiles = after.compiles - before.compiles;
     const long long entries = after.entries - before.entries;
     printf("  %s %s: %d of %d tuples (%d refused on the arch), %d failed, NVRTC %.2f s per "
@@ -240,14 +236,14 @@ int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n
            compiles > 0 ? (double)(after.compile_ns - before.compile_ns) / 1e9 / (double)compiles
                         : 0.0,
            check_jobs());
-    if (failures) {
+    if (failures)
         snprintf(err, err_size, "%s: %d of %d failed; first: %s", arch, failures, count, first);
-        return -1;
-    }
-    if (rc < 0 || compiles != count || entries != count) {
+    else if (rc < 0 || compiles != count || entries != count)
         snprintf(err, err_size, "%s: %lld compiles and %lld new entries for %d tuples", arch,
                  compiles, entries, count);
-        return -1;
-    }
-    return count;
+    else
+        result = count;
+out:
+    fi_jit_ctx_free(ctx);
+    return result;
 }
