@@ -211,9 +211,7 @@ int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n
             if (rc == FI_EUNSUPPORTED) continue; /* not built for this arch */
         }
         if (rc < 0) {
-            char text[256] = "";
-            fi_jit_spec_format(text, sizeof text, &specs[i]);
-            snprintf(err, err_size, "candidate %d (%s) on %s: %s", i, text, arch, fi_last_error());
+            snprintf(err, err_size, "candidate %d on %s: %s", i, arch, fi_last_error());
             goto out;
         }
         specs[kept++] = specs[i];

@@ -151,3 +151,17 @@ TEST(cover_specs_covers_every_field_the_text_has)
     CHECK(cover_specs(specs, 3, COVER_PAIRS) == 2);
     CHECK((specs[0].variant == NULL) != (specs[1].variant == NULL));
 }
+
+/* cover_compile refuses a candidate the library does not accept, and a space
+ * the arch builds none of, before compiling anything. */
+TEST(cover_compile_refuses_bad_candidates_without_compiling)
+{
+    char err[2600] = "";
+    fi_jit_spec specs[2] = {parse_or_die("decode q=fp16 hd=64"), parse_or_die("decode q=fp16 hd=96")};
+    CHECK(cover_compile("decode", "sm_90a", specs, 2, err, sizeof err) == -1);
+    CHECK_MSG(strstr(err, "candidate 1") && strstr(err, "head_dim 96"), "%s", err);
+    fi_jit_spec fp8 = parse_or_die("prefill q=fp8_e4m3 o=fp16");
+    CHECK_OK(fi_jit_spec_check(&fp8));
+    CHECK(cover_compile("prefill", "sm_80", &fp8, 1, err, sizeof err) == -1);
+    CHECK_MSG(strstr(err, "no cover of 1 candidates (0 accepted on the arch)"), "%s", err);
+}
