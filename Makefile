@@ -2,6 +2,7 @@
 #   make            library (static + shared), CLI, tests
 #   make run        install deps, build, prewarm the default set, stats, GPU demo
 #   make test       CPU test suite (plain, then ASan/UBSan, then TSan on the concurrent parts)
+#   make test-sweep every accepted kernel tuple compiled for every arch (make test: a covering subset)
 #   make bench      JIT benchmark (CPU side)
 #   make gpu-check  GPU tests and benchmarks (run on a machine with a GPU)
 #   make install PREFIX=/usr/local
@@ -35,7 +36,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEMPLATES := $(sort $(shell find templates -type f ! -name '.*'))
 TEMPLATE_HDR := $(filter %.h,$(TEMPLATES))
 
-.PHONY: all run test test-plain test-asan test-tsan test-cli test-install test-api test-fuzz test-python fuzz bench gpu-check install clean deps
+.PHONY: all run test test-sweep test-plain test-asan test-tsan test-cli test-install test-api test-fuzz test-python fuzz bench gpu-check install clean deps
 all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%) $(B)/bench_jit
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
@@ -61,7 +62,7 @@ $(1)/obj/embedded.o: $(B)/gen/embedded.c
 $(1)/obj/tools/%.o: tools/%.c $(wildcard include/*.h) $(wildcard tools/*.h)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(TOOL_CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
-$(1)/obj/tests/%.o: tests/%.c tests/check.h $(LIB_HDR) \
+$(1)/obj/tests/%.o: tests/%.c tests/check.h tests/cover.h $(LIB_HDR) \
                    $(TEMPLATE_HDR)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) $(2) -c $$< -o $$@
@@ -69,7 +70,7 @@ $(1)/libfijit.a: $(LIB_SRC:src/%.c=$(1)/obj/%.o) $(1)/obj/embedded.o
 	rm -f $$@ && ar rcs $$@ $$^
 $(1)/fijit: $(CLI_SRC:tools/%.c=$(1)/obj/tools/%.o) $(1)/libfijit.a
 	$$(CC) $(2) -o $$@ $$^ $$(LDLIBS)
-$(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/check.o $(1)/libfijit.a
+$(1)/tests/%: $(1)/obj/tests/%.o $(1)/obj/tests/check.o $(1)/obj/tests/cover.o $(1)/libfijit.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) -o $$@ $$^ $$(TEST_LDLIBS)
 # The fake CUDA driver test_launch, test_multi_context and
@@ -134,7 +135,7 @@ test-plain: all $(NVRTC_MEMO)
 	@set -e; for t in $(TEST_SRC:tests/%.c=$(B)/tests/%); do echo "== $$t"; \
 	  $(call timed,$$t,env $(call memo_env,$$t) $$t); done
 
-# Sanitizer runs skip the exhaustive compile sweep (FIJIT_TEST_QUICK): it is NVRTC's code, not ours.
+# Sanitizer runs compile fewer tuples (FIJIT_TEST_QUICK: each field value once): it is NVRTC's code, not ours.
 test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%) $(NVRTC_MEMO)
 	@set -e; for t in $(filter-out $(NVRTC_MEMO),$^); do echo "== $$t"; $(call timed,$$t,env $(call memo_env,$$t) FIJIT_TEST_QUICK=1 \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp \
@@ -149,6 +150,15 @@ test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context $
 	  echo "== $$t"; $(call timed,$$t,$(TSAN_ENV) $$t); done
 	@echo "== $(B)/tsan/tests/test_remote_redis redis_threads"; \
 	  $(call timed,test_remote_redis redis_threads,$(TSAN_ENV) $(B)/tsan/tests/test_remote_redis redis_threads)
+
+# The compile tests take a covering subset of the kernel tuples in `make test`
+# (tests/cover.h: per arch, every pair of field values some accepted tuple has;
+# FIJIT_TEST_QUICK: every value once); the full sweep compiles every accepted
+# tuple for every arch they name.
+SWEEP_TESTS := test_prefill_compile test_batch_decode_compile
+test-sweep: $(SWEEP_TESTS:%=$(B)/tests/%)
+	@set -e; for t in $^; do echo "== $$t"; \
+	  $(call timed,$$t,FIJIT_TEST_SWEEP=1 $$t _compile_for_every_arch); done
 
 test-cli: $(B)/fijit
 	@$(call timed,test-cli,bash tests/cli/run.sh $(B)/fijit)
@@ -182,7 +192,7 @@ test-api: $(B)/tests/api/use_all_c $(B)/tests/api/use_all_cxx
 # runs' reports rest on (ws_resources.py, causal_tile_use.py). No GPU or torch needed.
 test-python: $(B)/libfijit.so $(B)/fijit
 	@echo "== python package"; python3 tests/python/test_package.py $(B)
-	@echo "== bench tools"; python3 tests/python/test_bench_tools.py
+	@echo "== bench tools"; PYTHONPATH=bench python3 tests/python/test_bench_tools.py
 
 test-install: all
 	@echo "== install check"; $(call timed,test-install,bash tests/install_check.sh)
@@ -199,7 +209,7 @@ bench: $(B)/bench_jit $(B)/fijit
 	bash bench/bench_prewarm.sh $(B)/fijit
 
 gpu-check: all
-	bash bench/gpu_run.sh
+	bash scripts/gpu/run.sh
 
 install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -38,12 +38,9 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "gpu"))
-sys.path.insert(0, HERE)
-from bench_decode import Timer, copy_ceiling  # noqa: E402
-from bench_prefill import Config  # noqa: E402
-from fijit_py import FI_KIND_BATCH_DECODE, BatchDecode, Fijit, batch_decode_args  # noqa: E402
+from bench_decode import Timer, copy_ceiling
+from bench_prefill import Config
+from fijit.testing import FI_KIND_BATCH_DECODE, BatchDecode, Fijit, batch_decode_args
 
 
 class QuietTimer(Timer):

@@ -23,16 +23,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tests", "gpu"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batch_shapes import add_batch_options, batch_of, shape_grid, single_len  # noqa: E402
-from bench_prefill import TORCH_DTYPES, environment, time_once  # noqa: E402
-from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
+from batch_shapes import add_batch_options, batch_of, shape_grid, single_len
+from bench_prefill import TORCH_DTYPES, environment, time_once
+from fijit.testing import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec
 
 
 # --kinds: each one's batch kind and page order (None: --page-order's).

@@ -24,9 +24,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tests", "gpu"))
-from fijit_py import Fijit, decode_args  # noqa: E402
+from fijit.testing import Fijit, decode_args
 
 try:
     from torch.nn.attention import SDPBackend, sdpa_kernel

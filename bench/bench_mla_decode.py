@@ -5,7 +5,7 @@ ceiling measured in the same run and against torch SDPA on the same attention wr
 MQA over the dense latent (each of a request's q_len x heads rows a query head, one kv
 head: k = [ckv || kpe] 576 wide, v = ckv 512 wide), each SDPA backend that takes them.
 
-    FIJIT_LIBRARY=build/libfijit.so python3 bench/bench_mla_decode.py [--quick]
+    PYTHONPATH=python FIJIT_LIBRARY=build/libfijit.so python3 bench/bench_mla_decode.py [--quick]
 
 Shapes and the targets they are held to:
   memory-bound   bf16 and fp8_e4m3 KV, batch 64 and 128, kv 4k-32k, 16 heads, 1 query
@@ -31,10 +31,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("FIJIT_LIBRARY", os.path.join(ROOT, "build", "libfijit.so"))
 import fijit  # noqa: E402
 from bench_decode import Timer, copy_ceiling  # noqa: E402

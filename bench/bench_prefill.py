@@ -39,10 +39,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tests", "gpu"))
-from bench_decode import L2Flush  # noqa: E402
-from fijit_py import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
+from bench_decode import L2Flush
+from fijit.testing import BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec
 
 try:
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -14,11 +14,8 @@ import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "gpu"))
-sys.path.insert(0, HERE)
-from bench_prefill import time_once  # noqa: E402
-from fijit_py import Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
+from bench_prefill import time_once
+from fijit.testing import Fijit, Prefill, prefill_args, prefill_spec
 
 SHAPES = [(128, 4096, 32, 8, "causal"), (128, 8192, 32, 8, "causal"),
           (128, 8192, 32, 32, "none"), (64, 8192, 32, 8, "causal")]

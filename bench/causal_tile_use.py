@@ -15,11 +15,8 @@ rows, 160 keys) and 256 (128 rows, 80 keys), each consumer on its own tiles (als
 with two consumers; --own no counts every consumer on every tile). The batch loses to single prefill by
 the ratio of the two fractions before any per-block cost."""
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batch_shapes import batch_lens, single_len  # noqa: E402
+from batch_shapes import batch_lens, single_len
 
 # head_dim: (query tile rows, K/V tile keys, each consumer its own tiles)
 LEAN_CAUSAL_TILES = {64: (192, 128, True), 128: (128, 160, True), 256: (128, 80, True)}

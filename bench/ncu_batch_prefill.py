@@ -5,20 +5,16 @@ query heads over HKV kv heads, launched four times (the first three warm up), so
 can take the last:
 
     ncu --metrics ... -k regex:fi_prefill_kernel_ws --launch-skip 3 --launch-count 1 \\
-        python3 bench/ncu_batch_prefill.py KIND HD HKV MASK [PAGE]
+        PYTHONPATH=python python3 bench/ncu_batch_prefill.py KIND HD HKV MASK [PAGE]
 
-FIJIT_LIB picks the library (fijit_py), so two builds profile alike.
+FIJIT_LIB picks the library (fijit.testing), so two builds profile alike.
 """
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tests", "gpu"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch  # noqa: E402
-from batch_shapes import batch_lens  # noqa: E402
-from bench_batch_prefill import batch_runner  # noqa: E402
-from fijit_py import Fijit, Prefill, prefill_spec  # noqa: E402
+import torch
+from batch_shapes import batch_lens
+from bench_batch_prefill import batch_runner
+from fijit.testing import Fijit, Prefill, prefill_spec
 
 
 def main():

@@ -4,7 +4,7 @@ library keeps on bench_batch_prefill.py's batch (16 requests of mixed lengths, q
 seeded) against its own single prefill of the same (query, key) pairs (one request of
 the length whose L^2 is the batch's sum of L_i^2).
 
-    python3 bench/peer_batch_prefill.py [--hds 128] [--heads 32/8,32/32] [--masks none,causal]
+    PYTHONPATH=python python3 bench/peer_batch_prefill.py [--hds 128] [--heads 32/8,32/32] [--masks none,causal]
 
 Per shape, in one process on the same tensors, L2 flushed before every run, the median of
 --reps runs a round over --rounds rounds, each round's runners in an order drawn from all
@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 
 # Read by torch's cuDNN attention on nested tensors, where the build still gates it.
 os.environ.setdefault("TORCH_CUDNN_SDPA_NESTED_TENSOR_ENABLED", "1")
@@ -35,13 +34,10 @@ os.environ.setdefault("TORCH_CUDNN_SDPA_NESTED_TENSOR_ENABLED", "1")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "tests", "gpu"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batch_shapes import add_batch_options, batch_of, shape_grid, single_len  # noqa: E402
-from bench_batch_prefill import batch_runner, pairs  # noqa: E402
-from bench_prefill import TORCH_DTYPES, SDPBackend, add_sdpa, sdpa_kernel, time_runners  # noqa: E402
-from fijit_py import Fijit, Prefill, prefill_args, prefill_spec  # noqa: E402
+from batch_shapes import add_batch_options, batch_of, shape_grid, single_len
+from bench_batch_prefill import batch_runner, pairs
+from bench_prefill import TORCH_DTYPES, SDPBackend, add_sdpa, sdpa_kernel, time_runners
+from fijit.testing import Fijit, Prefill, prefill_args, prefill_spec
 
 # The runners, in the printed order; those whose work is the single request's (the rest
 # run the batch); the peers' batch runners; the batch outputs compared with flash varlen's.

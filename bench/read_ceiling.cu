@@ -10,7 +10,7 @@
 // apart (a grid with the head as its slow index). The copy ceiling of
 // bench_decode.py counts a read and a write; these count reads.
 //
-// Build and run (gpu_run.sh does): nvcc -O3 -arch=sm_90 -o read_ceiling
+// Build and run (scripts/gpu/run.sh does): nvcc -O3 -arch=sm_90 -o read_ceiling
 // bench/read_ceiling.cu && ./read_ceiling [OUT.json]
 // Prints one line and writes {"contiguous_gbs", "random_4k_gbs",
 // "paged_heads_adjacent_gbs", "paged_heads_strided_gbs"}, each

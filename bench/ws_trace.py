@@ -2,7 +2,7 @@
 """Where the Hopper main loop's time goes: a cycle trace of its consumers
 (templates/prefill/ws/trace.cuh), side by side for several launches.
 
-    python3 bench/ws_trace.py [--cases ragged:64:8:causal,paged:64:8:causal] [--launches 2]
+    PYTHONPATH=python python3 bench/ws_trace.py [--cases ragged:64:8:causal,paged:64:8:causal] [--launches 2]
                               [--waits-only]
 
 A case is KIND:HD:KV_HEADS:MASK[:DTYPE] (32 query heads; DTYPE fp16 (the default), bf16,
@@ -31,10 +31,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-from batch_shapes import batch_lens, single_len  # noqa: E402
-from bench_batch_prefill import batch_runner  # noqa: E402
+from batch_shapes import batch_lens, single_len
+from bench_batch_prefill import batch_runner
 # trace.cuh's TracePhase, in order: (name, a phase of the steady loop (per tile), a wait
 # (the phases FIJIT_WS_TRACE 2 adds up: trace.cuh, trace_kept)).
 PHASES = [("walk", False, True), ("Q wait", False, True), ("first K wait", False, True),
@@ -70,7 +68,7 @@ def traced_templates(tmp, mode):
 def run_case(case, launches, length):
     """In the child: launch the case `launches` times (its kernels print the trace)."""
     import torch
-    from fijit_py import Fijit, Prefill, prefill_args, prefill_spec
+    from fijit.testing import Fijit, Prefill, prefill_args, prefill_spec
     kind, hd, hkv, mask, dtype = (case + ":fp16").split(":")[:5]
     hd, hkv = int(hd), int(hkv)
     pf = Prefill(Fijit())

@@ -1,74 +1,53 @@
 /*
- * CPU tests of the decode kinds' tuple space: every accepted batch-decode
- * tuple (q=o fp16/bf16 x kv same/fp8_e4m3/fp8_e5m2 x head_dim 64/128/256 x
- * mask none/window x pos none/rope/alibi x soft-cap 0/1, 216 in all) and
- * every fp8 single-decode tuple (144) compiles through NVRTC for sm_90a with
- * no failure (fi_jit_prewarm, 2 threads); the kinds refuse what they do not
- * support with FI_EUNSUPPORTED naming the field; the batch-decode plan
- * validates its layout and sizes its workspace without a GPU.
- * FIJIT_TEST_QUICK=1 compiles only a handful of tuples.
+ * CPU tests of the decode kinds' tuple space: their accepted tuples
+ * (fi_jit_spec_enumerate: single and batch decode x q=o fp16/bf16 x kv
+ * same/fp8_e4m3/fp8_e5m2 x head_dim 64/128/256 x mask none/window x pos
+ * none/rope/alibi x soft-cap 0/1) compile through NVRTC with no failure for
+ * sm_80, sm_89 and sm_90a (fi_jit_prewarm, FIJIT_TEST_JOBS threads); the
+ * kinds refuse what they do
+ * not support with FI_EUNSUPPORTED naming the field; the batch-decode plan
+ * validates its layout and sizes its workspace without a GPU. Which tuples
+ * compile is tests/cover.h's rule: a pairwise cover per arch in `make test`,
+ * each value once with FIJIT_TEST_QUICK=1, every tuple with
+ * FIJIT_TEST_SWEEP=1 (`make test-sweep`).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "cover.h"
 #include "launch/decode.h"
 #include "fijit_batch_decode.h"
 #include "decode/params.h"
 
-/* Batch decode (all kv dtypes) then single decode with fp8 kv. */
+#define DECODE_TUPLES 1024
+
+/* Every tuple the decode kinds accept (fi_jit_spec_enumerate), or -1. */
 static int decode_tuples(fi_jit_spec *out, int max)
 {
-    static const fi_dtype qs[] = {FI_DTYPE_FP16, FI_DTYPE_BF16};
-    static const fi_dtype kvs[] = {0, FI_DTYPE_FP8_E4M3, FI_DTYPE_FP8_E5M2};
-    static const int dims[] = {64, 128, 256};
-    static const fi_mask masks[] = {FI_MASK_NONE, FI_MASK_WINDOW};
-    static const fi_pos_encoding pos[] = {FI_POS_NONE, FI_POS_ROPE_LLAMA, FI_POS_ALIBI};
+    static const fi_kernel_kind kinds[] = {FI_KIND_DECODE, FI_KIND_BATCH_DECODE};
     int n = 0;
-    for (int kind = 0; kind < 2; kind++)
-        for (int kv = kind; kv < 3; kv++) /* single decode: fp8 only (16-bit is test_core's) */
-            for (int a = 0; a < 2; a++)
-                for (int b = 0; b < 3; b++)
-                    for (int c = 0; c < 2; c++)
-                        for (int d = 0; d < 3; d++)
-                            for (int e = 0; e < 2 && n < max; e++) {
-                                fi_jit_spec s = FI_JIT_SPEC_INIT;
-                                s.kind = kind == 0 ? FI_KIND_BATCH_DECODE : FI_KIND_DECODE;
-                                s.q_dtype = s.o_dtype = qs[a];
-                                s.kv_dtype = kvs[kv] ? kvs[kv] : qs[a];
-                                s.head_dim = dims[b];
-                                s.mask = masks[c];
-                                s.pos = pos[d];
-                                s.soft_cap = e;
-                                out[n++] = s;
-                            }
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        const int got = fi_jit_spec_enumerate(out + n, (size_t)(max - n), kinds[k]);
+        if (got < 0 || got > max - n) return -1;
+        n += got;
+    }
     return n;
 }
 
-TEST(batch_decode_every_tuple_compiles)
+/* sm_80 converts fp8 K/V in software, sm_89 and later in hardware; sm_90a
+ * is the arch the kernels are tuned on. */
+static const char *const archs[] = {"sm_80", "sm_89", "sm_90a"};
+
+TEST(decode_tuples_compile_for_every_arch)
 {
-    static fi_jit_spec specs[400];
-    fi_jit_ctx *ctx = NULL;
-    int all = decode_tuples(specs, 400);
-    CHECK_MSG(all == 216 + 144, "tuple count %d", all);
-    int count = all;
-    if (check_quick()) {
-        /* A handful across kinds, dtypes and head dims. */
-        static const int pick[] = {0, 37, 100, 215, 216, 300, 359};
-        fi_jit_spec few[7];
-        for (int i = 0; i < 7; i++) few[i] = specs[pick[i]];
-        memcpy(specs, few, sizeof few);
-        count = 7;
+    for (size_t g = 0; g < sizeof archs / sizeof archs[0]; g++) {
+        static fi_jit_spec specs[DECODE_TUPLES];
+        static char err[2600];
+        const int total = decode_tuples(specs, DECODE_TUPLES);
+        CHECK(total > 0);
+        CHECK_MSG(cover_compile("decode", archs[g], specs, total, err, sizeof err) > 0, "%s", err);
     }
-    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
-    static char first[2400];
-    const int failures = check_prewarm_all(ctx, specs, count, -1, first, sizeof first);
-    fi_jit_stats st = FI_JIT_STATS_INIT;
-    fi_jit_stats_get(&st, ctx);
-    printf("  decode tuples: %d compiled, %d failed, mean NVRTC %.0f ms\n", count, failures,
-           st.compiles ? (double)st.compile_ns / (double)st.compiles / 1e6 : 0.0);
-    fi_jit_ctx_free(ctx);
-    CHECK_MSG(failures == 0, "%d of %d failed; first: %s", failures, count, first);
 }
 
 TEST(batch_decode_refuses_unsupported_tuples)

@@ -292,25 +292,7 @@ TEST(explain_lists_every_hashed_field)
         CHECK_MSG(strstr(text, expected[i]), "explain output lacks '%s':\n%s", expected[i], text);
 }
 
-static void compile_all(const char *arch)
-{
-    fi_jit_spec specs[128];
-    int n = decode_tuples(specs, 128);
-    if (check_quick()) n = 4; /* sanitizer runs: NVRTC is not our code */
-    fi_jit_ctx *ctx = NULL;
-    CHECK_OK(check_ctx_new(&ctx, arch));
-    char first[3000];
-    const int failures = check_prewarm_all(ctx, specs, n, -1, first, sizeof first);
-    fi_jit_stats stats = FI_JIT_STATS_INIT;
-    CHECK_OK(fi_jit_stats_get(&stats, ctx));
-    fi_jit_ctx_free(ctx);
-    CHECK_MSG(failures == 0, "%d failures, first: %s", failures, first);
-    CHECK_MSG(stats.compiles == n && stats.entries == n, "compiles %lld entries %lld, want %d",
-              (long long)stats.compiles, (long long)stats.entries, n);
-}
-
-TEST(nvrtc_compiles_every_decode_tuple_for_sm90a) { compile_all("sm_90a"); }
-TEST(nvrtc_compiles_every_decode_tuple_for_sm80) { compile_all("sm_80"); }
+/* The decode tuples compile for every arch in test_batch_decode_compile.c. */
 
 /* Run `fn` in a child process; returns its exit status. */
 static int in_child(int (*fn)(void *), void *arg)

@@ -1,108 +1,60 @@
 /*
- * CPU tests of the prefill kinds: every accepted tuple (3 kinds x fp16/bf16 x
- * head_dim 64/128/256 x 4 masks x 3 pos encodings x soft-cap 0/1) compiles
- * through NVRTC for sm_90a with no failure, and the kinds refuse what they do
- * not support with FI_EUNSUPPORTED naming the field; so do fp8 prefill's four
- * tuples (sm_90a only). FIJIT_TEST_QUICK=1
- * compiles only a handful of tuples. Prints the mean NVRTC time per module.
+ * CPU tests of the prefill kinds: their accepted tuples (fi_jit_spec_enumerate:
+ * 3 kinds x fp16/bf16 x head_dim 64/128/256 x 4 masks x 3 pos encodings x
+ * soft-cap 0/1, and fp8 prefill's four, built on sm_90a only) compile through
+ * NVRTC with no failure for sm_80, sm_89 and sm_90a, the archs whose template
+ * code differs; the
+ * kinds refuse what they do not support with FI_EUNSUPPORTED naming the
+ * field. Which tuples compile is tests/cover.h's rule: a pairwise cover per
+ * arch in `make test`, each value once with FIJIT_TEST_QUICK=1, every tuple
+ * with FIJIT_TEST_SWEEP=1 (`make test-sweep`). Prints the mean NVRTC time
+ * per module.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "cover.h"
 #include "fijit_prefill.h"
 
-/* Every tuple the prefill kinds accept, 432 in all. */
+#define PREFILL_TUPLES 1024
+
+static const fi_kernel_kind prefill_kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
+                                               FI_KIND_BATCH_PREFILL_PAGED};
+
+/* Every tuple the prefill kinds accept (fi_jit_spec_enumerate), or -1. */
 static int prefill_tuples(fi_jit_spec *out, int max)
 {
-    static const fi_kernel_kind kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
-                                           FI_KIND_BATCH_PREFILL_PAGED};
-    static const fi_dtype dtypes[] = {FI_DTYPE_FP16, FI_DTYPE_BF16};
-    static const int dims[] = {64, 128, 256};
-    static const fi_mask masks[] = {FI_MASK_NONE, FI_MASK_CAUSAL, FI_MASK_WINDOW, FI_MASK_CUSTOM};
-    static const fi_pos_encoding pos[] = {FI_POS_NONE, FI_POS_ROPE_LLAMA, FI_POS_ALIBI};
     int n = 0;
-    for (int k = 0; k < 3; k++)
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 3; b++)
-                for (int c = 0; c < 4; c++)
-                    for (int d = 0; d < 3; d++)
-                        for (int e = 0; e < 2 && n < max; e++) {
-                            fi_jit_spec s = FI_JIT_SPEC_INIT;
-                            s.kind = kinds[k];
-                            s.q_dtype = s.kv_dtype = s.o_dtype = dtypes[a];
-                            s.head_dim = dims[b];
-                            s.mask = masks[c];
-                            s.pos = pos[d];
-                            s.soft_cap = e;
-                            out[n++] = s;
-                        }
+    for (size_t k = 0; k < sizeof prefill_kinds / sizeof prefill_kinds[0]; k++) {
+        const int got = fi_jit_spec_enumerate(out + n, (size_t)(max - n), prefill_kinds[k]);
+        if (got < 0 || got > max - n) return -1;
+        n += got;
+    }
     return n;
 }
 
-/* Indices into prefill_tuples(): one per kind, both dtypes, every head_dim,
- * mask and pos at least once. */
-static const int spread[] = {0, 75, 150, 225, 290, 370, 431};
+/* sm_80: mma.sync tiles, fp8 converted in software; sm_89: the same tiles
+ * with hardware fp8 conversion; sm_90a: wgmma tiles, the Hopper main loop
+ * and fp8 prefill. */
+static const char *const archs[] = {"sm_80", "sm_89", "sm_90a"};
 
-TEST(prefill_every_tuple_compiles_for_sm90a)
+TEST(prefill_tuples_compile_for_every_arch)
 {
-    static fi_jit_spec all[432];
-    fi_jit_spec picked[432];
-    int total = prefill_tuples(all, 432), n = 0;
-    CHECK(total == 432);
-    if (check_quick()) {
-        for (size_t i = 0; i < sizeof spread / sizeof spread[0]; i++) picked[n++] = all[spread[i]];
-    } else {
-        memcpy(picked, all, sizeof all);
-        n = total;
-    }
-    fi_jit_ctx *ctx = NULL;
-    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
-    static char first[2400];
-    const int failures = check_prewarm_all(ctx, picked, n, -1, first, sizeof first);
-    if (failures) fprintf(stderr, "  first failure: %s\n", first);
-    fi_jit_stats st = FI_JIT_STATS_INIT;
-    int rc = fi_jit_stats_get(&st, ctx);
-    fi_jit_ctx_free(ctx);
-    CHECK(rc == 0);
-    if (st.compiles > 0)
-        fprintf(stderr, "  prefill: %lld modules compiled, NVRTC %.2f s per module (%d threads)\n",
-                (long long)st.compiles, (double)st.compile_ns / 1e9 / (double)st.compiles,
-                check_jobs());
-    CHECK_MSG(failures == 0, "%d of %d prefill tuples failed to compile", failures, n);
-    CHECK(st.compiles == n);
-}
-
-/* Off Hopper every tile takes the mma.sync path (sm_90a's 128- and 64-row
- * tiles use wgmma): a spread of tuples must compile there too. */
-TEST(prefill_tuples_compile_for_sm80_and_sm89)
-{
-    static fi_jit_spec all[432];
-    int total = prefill_tuples(all, 432);
-    CHECK(total == 432);
-    const int n = check_quick() ? 2 : (int)(sizeof spread / sizeof spread[0]);
-    fi_jit_spec picked[sizeof spread / sizeof spread[0]];
-    for (int i = 0; i < n; i++) picked[i] = all[spread[i]];
-    static const char *const archs[] = {"sm_80", "sm_89"};
-    for (int a = 0; a < 2; a++) {
-        fi_jit_ctx *ctx = NULL;
-        CHECK_OK(check_ctx_new(&ctx, archs[a]));
-        static char first[2400];
-        const int failures = check_prewarm_all(ctx, picked, n, -1, first, sizeof first);
-        if (failures) fprintf(stderr, "  %s, first failure: %s\n", archs[a], first);
-        fi_jit_ctx_free(ctx);
-        CHECK_MSG(failures == 0, "%s: %d of %d prefill tuples failed to compile", archs[a],
-                  failures, n);
+    for (size_t g = 0; g < sizeof archs / sizeof archs[0]; g++) {
+        static fi_jit_spec specs[PREFILL_TUPLES];
+        static char err[2600];
+        const int total = prefill_tuples(specs, PREFILL_TUPLES);
+        CHECK(total > 0);
+        CHECK_MSG(cover_compile("prefill", archs[g], specs, total, err, sizeof err) > 0, "%s", err);
     }
 }
 
 TEST(prefill_refuses_unsupported_tuples)
 {
-    static const fi_kernel_kind kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
-                                           FI_KIND_BATCH_PREFILL_PAGED};
     for (int k = 0; k < 3; k++) {
         fi_jit_spec s = FI_JIT_SPEC_INIT;
-        s.kind = kinds[k];
+        s.kind = prefill_kinds[k];
         CHECK_OK(fi_jit_spec_check(&s));
         s.head_dim = 96;
         CHECK(fi_jit_spec_check(&s) == FI_EUNSUPPORTED);
@@ -119,38 +71,33 @@ TEST(prefill_refuses_unsupported_tuples)
         CHECK(fi_jit_spec_check(&s) == FI_EUNSUPPORTED);
         CHECK(strstr(fi_last_error(), "q dtype") && strstr(fi_last_error(), "fp16, bf16"));
         /* Single prefill names its fp8 q too; the batch kinds have none. */
-        CHECK(!strstr(fi_last_error(), "fp8_e4m3") == (kinds[k] != FI_KIND_PREFILL));
+        CHECK(!strstr(fi_last_error(), "fp8_e4m3") == (prefill_kinds[k] != FI_KIND_PREFILL));
     }
 }
 
-/* fp8 prefill (templates/prefill/fp8.cuh): its four tuples compile for
- * sm_90a, every other field value is refused naming what is supported, and
- * so is any other arch, before anything is expanded. */
-TEST(prefill_fp8_tuples_compile_and_refuse_the_rest)
+/* fp8 prefill (templates/prefill/fp8.cuh): its four tuples are accepted (and
+ * compiled for sm_90a by prefill_tuples_compile_for_every_arch), every other
+ * field value is refused naming what is supported, and so is any other arch,
+ * before anything is expanded. */
+TEST(prefill_fp8_tuples_are_accepted_and_the_rest_refused)
 {
-    fi_jit_spec ok[4];
+    static fi_jit_spec all[PREFILL_TUPLES], ok[4];
+    const int total = prefill_tuples(all, PREFILL_TUPLES);
+    int n = 0;
+    for (int i = 0; i < total; i++)
+        if (all[i].q_dtype == FI_DTYPE_FP8_E4M3 && n < 4) ok[n++] = all[i];
+    CHECK_MSG(n == 4, "%d fp8 prefill tuples", n);
     for (int i = 0; i < 4; i++) {
-        fi_jit_spec s = FI_JIT_SPEC_INIT;
-        s.kind = FI_KIND_PREFILL;
-        s.q_dtype = s.kv_dtype = FI_DTYPE_FP8_E4M3;
-        s.o_dtype = i % 2 ? FI_DTYPE_BF16 : FI_DTYPE_FP16;
-        s.head_dim = 128;
-        s.mask = i < 2 ? FI_MASK_NONE : FI_MASK_CAUSAL;
-        CHECK_OK(fi_jit_spec_check(&s));
-        ok[i] = s;
+        CHECK(ok[i].kind == FI_KIND_PREFILL && ok[i].kv_dtype == FI_DTYPE_FP8_E4M3 &&
+              ok[i].head_dim == 128 && ok[i].pos == FI_POS_NONE && !ok[i].soft_cap);
+        CHECK_OK(fi_jit_spec_check(&ok[i]));
     }
     fi_jit_ctx *ctx = NULL;
-    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
-    static char first[2400];
-    const int failures = check_prewarm_all(ctx, ok, 4, -1, first, sizeof first);
-    if (failures) fprintf(stderr, "  first failure: %s\n", first);
-    CHECK_MSG(failures == 0, "%d of 4 fp8 prefill tuples failed to compile", failures);
-    fi_jit_ctx_free(ctx);
-    static const char *const archs[] = {"sm_80", "sm_89", "sm_90"};
+    static const char *const others[] = {"sm_80", "sm_89", "sm_90"};
     for (int a = 0; a < 3; a++) {
-        CHECK_OK(check_ctx_new(&ctx, archs[a]));
+        CHECK_OK(check_ctx_new(&ctx, others[a]));
         CHECK(fi_jit_prewarm(NULL, ctx, &ok[0], NULL) == FI_EUNSUPPORTED);
-        CHECK(strstr(fi_last_error(), archs[a]) && strstr(fi_last_error(), "supported: sm_90a"));
+        CHECK(strstr(fi_last_error(), others[a]) && strstr(fi_last_error(), "supported: sm_90a"));
         fi_jit_ctx_free(ctx);
     }
     struct {
@@ -315,19 +262,17 @@ TEST(prefill_variant_hooks_compile_in_every_kind)
         "    static __device__ __forceinline__ float output_transform(const P &p, float o, int h, int d, float lse)\n"
         "    { return 2.0f * o; }\n"
         "};\n";
-    static const fi_kernel_kind kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
-                                           FI_KIND_BATCH_PREFILL_PAGED};
     fi_jit_ctx *ctx = NULL;
     CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
     int rc = fi_jit_variant_register(ctx, "all_hooks", all_hooks, 0);
     CHECK_MSG(rc == 0, "register: %s", fi_last_error());
     for (int k = 0; k < (check_quick() ? 1 : 3); k++) {
         fi_jit_spec s = FI_JIT_SPEC_INIT;
-        s.kind = kinds[k];
+        s.kind = prefill_kinds[k];
         s.mask = FI_MASK_CUSTOM;
         s.variant = "all_hooks";
         rc = fi_jit_prewarm(NULL, ctx, &s, "sm_90a");
-        CHECK_MSG(rc == 0, "kind %d: %s", (int)kinds[k], fi_last_error());
+        CHECK_MSG(rc == 0, "kind %d: %s", (int)prefill_kinds[k], fi_last_error());
     }
     fi_jit_ctx_free(ctx);
 }

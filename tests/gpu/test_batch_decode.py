@@ -31,10 +31,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fijit_py import (FI_KIND_BATCH_DECODE, BatchDecode, Fijit, batch_decode_args,  # noqa: E402
-                      seeded_generator)
-from test_decode import TOL_LSE, TOL_O, lse_tol, reference  # noqa: E402
+from fijit.testing import (FI_KIND_BATCH_DECODE, BatchDecode, Fijit, batch_decode_args,
+                           seeded_generator)
+from test_decode import TOL_LSE, TOL_O, lse_tol, reference
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 FP8 = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}

@@ -33,8 +33,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fijit_py import Fijit, decode_args, seeded_generator  # noqa: E402
+from fijit.testing import Fijit, decode_args, seeded_generator
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # Budget: fp32 accumulation and approximate exp2 are ~1e-6; what remains is the

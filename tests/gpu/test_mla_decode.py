@@ -3,7 +3,7 @@
 package (fijit.BatchMLADecodePlan), against a float64 reference of the UN-absorbed MLA
 formula: per head, explicit keys k = [W_UK ckv || kpe] and values v = W_UV ckv.
 
-  FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_mla_decode.py [--quick]
+  PYTHONPATH=python FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_mla_decode.py [--quick]
 
 Two holds on the kernel, both from `reference` below:
   exact     W_UK = W_UV = identity (512 x 512): the un-absorbed formula then IS the
@@ -33,7 +33,6 @@ import traceback
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("FIJIT_LIBRARY", os.path.join(ROOT, "build", "libfijit.so"))
 import fijit  # noqa: E402
 

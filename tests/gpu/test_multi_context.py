@@ -25,10 +25,10 @@ from torch, so that a created context is as usable as the primary one; torch
 only makes inputs and the float64 references on the CPU. Outputs and lse are
 NaN-poisoned before each launch. NCCL_NVLS_ENABLE=0 is set for every rank and
 nothing here touches NVLink multicast. The kernels the parts use are listed by
---print-manifest (bench/gpu_run.sh prewarms them for contexts and devices;
+--print-manifest (scripts/gpu/run.sh prewarms them for contexts and devices;
 ranks measure the cold start on a cache of their own).
 
-  python3 tests/gpu/test_multi_context.py [contexts] [ranks] [devices] [mp-ranks]
+  PYTHONPATH=python python3 tests/gpu/test_multi_context.py [contexts] [ranks] [devices] [mp-ranks]
 Exit status 1 on any failure.
 """
 import argparse
@@ -45,14 +45,12 @@ import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from fijit_py import Fijit, Prefill, decode_args, prefill_args, prefill_spec  # noqa: E402
-from test_decode import TOL_LSE as DECODE_TOL_LSE  # noqa: E402
-from test_decode import TOL_O as DECODE_TOL_O  # noqa: E402
-from test_decode import reference as decode_reference  # noqa: E402
-from test_prefill import compare as prefill_compare  # noqa: E402
-from test_prefill import reference as prefill_reference  # noqa: E402
+from fijit.testing import Fijit, Prefill, decode_args, prefill_args, prefill_spec
+from test_decode import TOL_LSE as DECODE_TOL_LSE
+from test_decode import TOL_O as DECODE_TOL_O
+from test_decode import reference as decode_reference
+from test_prefill import compare as prefill_compare
+from test_prefill import reference as prefill_reference
 
 DTYPE = "fp16"
 HEAD_DIM = 128
@@ -130,7 +128,7 @@ class Driver:
 
 class DevTensor:
     """A copy of a CPU tensor in the current context's memory, with the shape, stride()
-    and data_ptr() that fijit_py's argument builders read."""
+    and data_ptr() that fijit.testing's argument builders read."""
 
     def __init__(self, drv, host):
         self.drv, self.host = drv, host.contiguous()
@@ -256,7 +254,7 @@ def function_of(fj, spec):
 
 def prewarmed_fijit():
     """A fijit context on $FIJIT_CACHE_DIR with the parts' kernels in the cache (compiled
-    now only when bench/gpu_run.sh did not prewarm them)."""
+    now only when scripts/gpu/run.sh did not prewarm them)."""
     fj = Fijit()
     for spec in (Fijit.spec(DTYPE, HEAD_DIM), prefill_spec("single", DTYPE, HEAD_DIM, "causal")):
         fj.prewarm(spec)

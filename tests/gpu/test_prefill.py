@@ -32,10 +32,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fijit_py import (BatchPrefillArgs, Fijit, Prefill, prefill_args,  # noqa: E402
-                      prefill_spec, seeded_generator)
-from test_decode import rope_apply, rope_freq  # noqa: E402
+from fijit.testing import (BatchPrefillArgs, Fijit, Prefill, prefill_args, prefill_spec,
+                           seeded_generator)
+from test_decode import rope_apply, rope_freq
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # q (after sm_scale and RoPE) and P are rounded to the 16-bit input type before the

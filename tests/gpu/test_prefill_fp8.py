@@ -19,7 +19,7 @@ workspace (FI_EINVALID), half the workspace, head_dim 64 (FI_EUNSUPPORTED),
 fp8 q with fp16 k/v (the C library: FI_EUNSUPPORTED; fijit.prefill: TypeError), and
 fijit.prefill's fp8 path once, against the reference.
 
-    python3 tests/gpu/test_prefill_fp8.py [--quick] [--json PATH] [--lib LIBFIJIT]
+    PYTHONPATH=python python3 tests/gpu/test_prefill_fp8.py [--quick] [--json PATH] [--lib LIBFIJIT]
 
 The seed is printed (FIJIT_TEST_SEED replays it). Results go to --json PATH, else to
 $OUT/test_prefill_fp8.json when OUT is set. Last line "test_prefill_fp8: N cases, F
@@ -35,10 +35,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fijit_py import (Fijit, Prefill, prefill_args, prefill_spec,  # noqa: E402
-                      seeded_generator)
-import fijit  # noqa: E402  (the package of this tree: fijit_py put it on sys.path)
+import fijit
+from fijit.testing import Fijit, Prefill, prefill_args, prefill_spec, seeded_generator
 
 FP8 = torch.float8_e4m3fn
 E4M3_MAX = 448.0

@@ -22,7 +22,7 @@ time per token is that of the decode steps alone: (generate(N) - generate(1)) / 
 both greedy with the same settings, so the prompt's prefill inside generate is not
 spread over the tokens.
 
-    FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_python_hf.py [--quick]
+    PYTHONPATH=python FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_python_hf.py [--quick]
 """
 import logging
 import os
@@ -33,7 +33,6 @@ import time
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("FIJIT_LIBRARY", os.path.join(ROOT, "build", "libfijit.so"))
 import fijit  # noqa: E402
 import fijit.integrations.transformers as fhf  # noqa: E402

@@ -9,7 +9,7 @@ BatchPrefillPlan (ragged, paged) with a caller-owned workspace, CUDA-graph captu
 replay of run(), the torch.library ops under torch.compile(fullgraph=True), and a
 variant with a parameter passed by keyword.
 
-    FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_python_pkg.py [--quick]
+    PYTHONPATH=python FIJIT_LIBRARY=build/libfijit.so python3 tests/gpu/test_python_pkg.py [--quick]
 
 Prints one line per case; exit status 1 on any failure. The seed is printed
 (FIJIT_TEST_SEED replays it).
@@ -23,7 +23,6 @@ import traceback
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("FIJIT_LIBRARY", os.path.join(ROOT, "build", "libfijit.so"))
 import fijit  # noqa: E402
 

@@ -63,11 +63,10 @@ import traceback
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fijit_py import (FI_KIND_BATCH_DECODE, ROOT, BatchDecode, BatchPrefillArgs,  # noqa: E402
-                      Fijit, FijitError, Prefill, batch_decode_args, decode_args, prefill_args,
-                      prefill_spec, set_variant_args, varg_int)
-from test_prefill import reference_logits, reference_softmax  # noqa: E402
+from fijit.testing import (FI_KIND_BATCH_DECODE, BatchDecode, BatchPrefillArgs, Fijit,
+                           FijitError, Prefill, batch_decode_args, decode_args,
+                           prefill_args, prefill_spec, set_variant_args, varg_int)
+from test_prefill import reference_logits, reference_softmax
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # Same budget as test_decode.py / test_prefill.py: fp32 accumulation; what remains is
@@ -84,6 +83,7 @@ TOL_LSE_BF16_ROPE = 2.5e-2
 def lse_tol(dtype, pos):
     return TOL_LSE_BF16_ROPE if dtype == "bf16" and pos == "rope" else TOL_LSE[dtype]
 EXAMPLES = ["sigmoid", "attention_sink", "document_mask", "tanh_softcap"]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES_DIR = os.path.join(ROOT, "examples", "variants")
 
 # Per example: (dtype, head_dim, pos, built-in soft-cap, decode masks, prefill masks).

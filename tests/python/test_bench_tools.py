@@ -4,18 +4,18 @@ bench/ws_resources.py on a prewarm log (spills, every serialisation note, and th
 whose log lost the loop's resource lines), bench/causal_tile_use.py's pair counts on
 cases small enough to count by hand, and bench/batch_shapes.py's batch and shapes.
 
-    python3 tests/python/test_bench_tools.py      (make test-python)
+    PYTHONPATH=bench python3 tests/python/test_bench_tools.py      (make test-python)
 
 Prints one line per check; exit status 1 if any failed.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 from batch_shapes import add_batch_options, batch_lens, batch_of, shape_grid, single_len  # noqa: E402
 from causal_tile_use import seen_and_computed  # noqa: E402
 
@@ -117,10 +117,24 @@ def test_batch_shapes():
           and abs(L * L - sum(x * x for x in lens)) <= L, f"{lens} -> {L}")
 
 
+def test_scripts_import_without_path_edits():
+    # The benchmarks and GPU tests import fijit.testing from the package and their
+    # siblings from their own folder; the runner sets PYTHONPATH (scripts/gpu/run.sh).
+    edits = []
+    for top in ("bench", os.path.join("tests", "gpu")):
+        for name in sorted(os.listdir(os.path.join(ROOT, top))):
+            if name.endswith(".py"):
+                with open(os.path.join(ROOT, top, name)) as f:
+                    if re.search(r"\bsys\.path\s*(\.\s*(insert|append|extend)\b|\+?=)", f.read()):
+                        edits.append(os.path.join(top, name))
+    check("bench/ and tests/gpu/ scripts edit no sys.path", not edits, ", ".join(edits))
+
+
 def main():
     test_ws_resources()
     test_causal_tile_use()
     test_batch_shapes()
+    test_scripts_import_without_path_edits()
     if failures:
         print(f"test_bench_tools: {len(failures)} failed")
         sys.exit(1)

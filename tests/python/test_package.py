@@ -253,19 +253,18 @@ for top in ("tests", "bench", "examples", "tools"):
                     bindings.append(f"{os.path.relpath(path, ROOT)}: {m.group(0)}")
 check("no ctypes struct or fijit prototype outside python/fijit", not bindings,
       "; ".join(bindings))
-sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
-import fijit_py  # noqa: E402  (the GPU tests' helper layer; needs no torch to import)
+import fijit.testing as fijit_py  # noqa: E402  (the GPU tests' and benchmarks' layer; no torch)
 fj = fijit_py.Fijit(other)
-check("tests/gpu/fijit_py: Fijit(lib) binds that file through the package",
+check("fijit.testing: Fijit(lib) binds that file through the package",
       fj.lib is fijit._lib.load_library(other) and fijit_py.DecodeArgs is S.DecodeArgs
       and isinstance(fijit_py.BatchPrefillArgs(), S.BatchPrefillArgs)
       and fijit_py.BatchPrefillArgs().version == S.BatchPrefillArgs.VERSION)
 e = raises(lambda: setattr(fijit_py.BatchPrefillArgs(), "window_left", 3), AttributeError)
-check("tests/gpu/fijit_py: its structs refuse a field they lack",
+check("fijit.testing: its structs refuse a field they lack",
       isinstance(e, AttributeError) and "window_left" in str(e), repr(e))
 e = raises(lambda: fj.register_variant_file(os.path.join(WORK, "missing-fp.cuh")),
            fijit_py.FijitError)
-check("tests/gpu/fijit_py: failures are fijit.Error with the library's message",
+check("fijit.testing: failures are fijit.Error with the library's message",
       isinstance(e, fijit.NotFoundError) and "missing-fp.cuh" in str(e), repr(e))
 fj.close()
 

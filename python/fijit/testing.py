@@ -4,10 +4,12 @@ The repo has ONE ctypes binding of include/fijit.h: python/fijit (struct layouts
 fijit/_structs.py, checked field by field against the header by `make test-python`;
 library loading, version check and prototypes in fijit/_lib.py; error mapping in
 fijit/errors.py). This module defines no struct and no prototype of its own: it gives
-the GPU tests and benchmarks a raw, C-shaped layer over that binding, where they build
-the args structs field by field (pointers, strides, forced tiles, deliberately wrong
-variant arguments) and launch them as the C API would, on torch tensors, in the CUDA
-context torch made current.
+the GPU tests (tests/gpu/) and the benchmarks (bench/) a raw, C-shaped layer over that
+binding, where they build the args structs field by field (pointers, strides, forced
+tiles, deliberately wrong variant arguments) and launch them as the C API would, on
+torch tensors, in the CUDA context torch made current. Both import it from the package
+(`from fijit.testing import Fijit`), the tree's python/ on PYTHONPATH (scripts/gpu/run.sh
+exports it) or the package installed; it needs no torch to import.
 
 Fijit(lib_path) binds one library file (default: $FIJIT_LIB, then $FIJIT_LIBRARY, then
 build/libfijit.so): a fijit.Context(library=path) whose calls all go to that file, so a
@@ -34,11 +36,10 @@ wrong ones on purpose).
 import ctypes
 import glob
 import os
-import sys
 import time
 
+# The source tree, when this is its python/fijit: its build/ holds the default library.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))  # the package of this tree
 
 import fijit  # noqa: E402
 from fijit import _structs as S  # noqa: E402

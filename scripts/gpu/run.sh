@@ -5,15 +5,15 @@
 # with build/; this script only builds when build/libfijit.so is missing and
 # the -dev headers to build it exist.
 #
-#   bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|
+#   scripts/gpu/run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|
 #                    variants|jit|sanitize|python|multi-gpu]
 #     --quick: fewer test shapes, shorter benches
 #     --only:  one part (the parts fit separate device calls); default all:
 #              decode (single + batch decode tests and benches), prefill
-#              (bench/gpu_prefill.sh), variants (tests/gpu/test_variants.py:
+#              (scripts/gpu/prefill.sh), variants (tests/gpu/test_variants.py:
 #              the example variants vs float64 and the bit-identical default),
 #              jit (fijit demo + bench_jit on a GPU), sanitize
-#              (bench/gpu_sanitize.sh: compute-sanitizer memcheck on every
+#              (scripts/gpu/sanitize.sh: compute-sanitizer memcheck on every
 #              kind, racecheck and synccheck per kernel family); decode-tests
 #              and decode-bench: the two halves of decode;
 #              python (the Python package: installed with pip --target, then
@@ -27,7 +27,10 @@
 # runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
 # cannot take the others' results with it.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
+# The Python tests and benchmarks import this tree's package (python/fijit and its
+# fijit.testing helpers).
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 QUICK=0
 ONLY=all
 SANITIZE=0
@@ -36,7 +39,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --only) ONLY=$2; shift ;;
     --sanitize) SANITIZE=1 ;;
-    *) echo "usage: bench/gpu_run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|variants|jit|sanitize|python|multi-gpu]" >&2
+    *) echo "usage: scripts/gpu/run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|variants|jit|sanitize|python|multi-gpu]" >&2
        exit 2 ;;
     esac
     shift
@@ -53,10 +56,10 @@ STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 
 if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.2.0 ]; then
     if [ -e /usr/include/sqlite3.h ] && [ -e /usr/include/xxhash.h ]; then
-        echo "gpu_run: build/libfijit.so missing, building it here"
+        echo "scripts/gpu/run.sh: build/libfijit.so missing, building it here"
         make -j"$(nproc)" build/libfijit.so build/fijit || exit 1
     else
-        echo "gpu_run: build/libfijit.so is missing and this machine lacks sqlite3.h/xxhash.h;" \
+        echo "scripts/gpu/run.sh: build/libfijit.so is missing and this machine lacks sqlite3.h/xxhash.h;" \
              "run make on the build host and carry build/" >&2
         exit 1
     fi
@@ -94,12 +97,12 @@ fi
 if run_part prefill; then
     PREFILL_ARGS=()
     [ $QUICK = 1 ] && PREFILL_ARGS=(--quick)
-    bash bench/gpu_prefill.sh "${PREFILL_ARGS[@]}" > "$OUT_DIR/gpu_prefill.log" 2>&1
+    bash scripts/gpu/prefill.sh "${PREFILL_ARGS[@]}" > "$OUT_DIR/gpu_prefill.log" 2>&1
     rc_prefill=$?
     [ "$ONLY" = prefill ] && { sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"; exit $rc_prefill; }
 fi
 if run_part sanitize || [ $SANITIZE = 1 ]; then
-    bash bench/gpu_sanitize.sh > "$OUT_DIR/gpu_sanitize.log" 2>&1
+    bash scripts/gpu/sanitize.sh > "$OUT_DIR/gpu_sanitize.log" 2>&1
     rc_sanitize=$?
     [ "$ONLY" = sanitize ] && { sed -n '/==== sanitize summary/,$p' "$OUT_DIR/gpu_sanitize.log"; exit $rc_sanitize; }
 fi

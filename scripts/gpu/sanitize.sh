@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer over the GPU suites (bench/gpu_run.sh --sanitize): memcheck on
+# compute-sanitizer over the GPU suites (scripts/gpu/run.sh --sanitize): memcheck on
 # every kind at small shapes (prefill: every mask, the custom mask included, page
 # sizes 1 and 7, and fp8 prefill's --quick set; decode and batch decode: their --tiny sets, fp16 and fp8 KV,
 # page sizes 1, 7, 16, 64), racecheck and synccheck on one small tuple per kernel
@@ -10,14 +10,17 @@
 # end of a buffer is seen. 0 errors is the bar; a table is printed last.
 # Build on the build host (`make`) and carry build/ here.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
+# The Python tests and benchmarks import this tree's package (python/fijit and its
+# fijit.testing helpers).
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 OUT_DIR=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1 PYTHONUNBUFFERED=1
 export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
 chmod 700 "$FIJIT_CACHE_DIR"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-[ -x "$CS" ] || { echo "gpu_sanitize: compute-sanitizer not found" >&2; exit 1; }
+[ -x "$CS" ] || { echo "scripts/gpu/sanitize.sh: compute-sanitizer not found" >&2; exit 1; }
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 # The kernels the runs below load, compiled in parallel first.
 build/fijit prewarm --kernel prefill,batch_prefill_ragged,batch_prefill_paged --dtype fp16 \

@@ -10,7 +10,7 @@
 # and spills of the Hopper main loop (bench/ws_resources.py) and the prefill
 # table are printed last. Build on the build host (`make`) and carry build/ here.
 #
-#   bench/gpu_prefill.sh [--quick]    (--quick: fewer test shapes, fewer reps)
+#   scripts/gpu/prefill.sh [--quick]    (--quick: fewer test shapes, fewer reps)
 # PREFILL_BASELINE=LIB[,TEMPLATE_DIR] also times that build ("before": a copy of an
 # older build/libfijit.so and its templates) against this one ("after"), interleaved
 # in one process on the same tensors (bench_prefill.py --config);
@@ -18,13 +18,16 @@
 # (e.g. PREFILL_AB=static,FIJIT_PREFILL_WS=static: the blocks' static order).
 # Raw results go to $OUT (test_prefill.json, bench_prefill.json, logs) when set.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
+# The Python tests and benchmarks import this tree's package (python/fijit and its
+# fijit.testing helpers).
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 OUT_DIR=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.1.0 ]; then
-    echo "gpu_prefill: build/libfijit.so is missing; run make on the build host and carry build/" >&2
+    echo "scripts/gpu/prefill.sh: build/libfijit.so is missing; run make on the build host and carry build/" >&2
     exit 1
 fi
 
