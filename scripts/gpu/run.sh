@@ -5,12 +5,13 @@
 # with build/; this script only builds when build/libfijit.so is missing and
 # the -dev headers to build it exist.
 #
-#   scripts/gpu/run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|
+#   scripts/gpu/run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|mla|
 #                    variants|jit|sanitize|python|multi-gpu]
 #     --quick: fewer test shapes, shorter benches
 #     --only:  one part (the parts fit separate device calls); default all:
 #              decode (single + batch decode tests and benches), prefill
-#              (scripts/gpu/prefill.sh), variants (tests/gpu/test_variants.py:
+#              (scripts/gpu/prefill.sh), mla (scripts/gpu/mla.sh: MLA decode and
+#              192/128 prefill, tests, sanitizers, benchmarks), variants (tests/gpu/test_variants.py:
 #              the example variants vs float64 and the bit-identical default),
 #              jit (fijit demo + bench_jit on a GPU), sanitize
 #              (scripts/gpu/sanitize.sh: compute-sanitizer memcheck on every
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --only) ONLY=$2; shift ;;
     --sanitize) SANITIZE=1 ;;
-    *) echo "usage: scripts/gpu/run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|variants|jit|sanitize|python|multi-gpu]" >&2
+    *) echo "usage: scripts/gpu/run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|mla|variants|jit|sanitize|python|multi-gpu]" >&2
        exit 2 ;;
     esac
     shift
@@ -100,6 +101,13 @@ if run_part prefill; then
     bash scripts/gpu/prefill.sh "${PREFILL_ARGS[@]}" > "$OUT_DIR/gpu_prefill.log" 2>&1
     rc_prefill=$?
     [ "$ONLY" = prefill ] && { sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"; exit $rc_prefill; }
+fi
+if run_part mla; then
+    MLA_ARGS=()
+    [ $QUICK = 1 ] && MLA_ARGS=(--quick)
+    bash scripts/gpu/mla.sh "${MLA_ARGS[@]}" > "$OUT_DIR/gpu_mla.log" 2>&1
+    rc_mla=$?
+    [ "$ONLY" = mla ] && { sed -n '/==== mla summary/,$p' "$OUT_DIR/gpu_mla.log"; exit $rc_mla; }
 fi
 if run_part sanitize || [ $SANITIZE = 1 ]; then
     bash scripts/gpu/sanitize.sh > "$OUT_DIR/gpu_sanitize.log" 2>&1
@@ -194,6 +202,7 @@ fi
 echo
 echo "==== summary ===="
 [ "$ONLY" = all ] && sed -n '/==== prefill summary/,$p' "$OUT_DIR/gpu_prefill.log"
+[ "$ONLY" = all ] && sed -n '/==== mla summary/,$p' "$OUT_DIR/gpu_mla.log"
 [ "$ONLY" = all ] && sed -n '/^variants vs float64/,$p' "$OUT_DIR/test_variants.log"
 [ -n "${rc_sanitize:-}" ] && sed -n '/==== sanitize summary/,$p' "$OUT_DIR/gpu_sanitize.log"
 if decode_part tests; then
@@ -208,9 +217,9 @@ if decode_part bench; then
 fi
 echo "rc: test_decode $rc_test_decode, test_batch_decode $rc_test_batch_decode," \
      "bench_decode $rc_bench_decode, bench_batch_decode $rc_bench_batch_decode," \
-     "bench_batch_decode_fp8 $rc_bench_batch_decode_fp8, prefill ${rc_prefill:--}," \
+     "bench_batch_decode_fp8 $rc_bench_batch_decode_fp8, prefill ${rc_prefill:--}, mla ${rc_mla:--}," \
      "variants ${rc_variants:--}, sanitize ${rc_sanitize:--}, python ${rc_python:--}"
 [ "$rc_test_decode" = 0 ] && [ "$rc_test_batch_decode" = 0 ] && [ "$rc_bench_decode" = 0 ] &&
     [ "$rc_bench_batch_decode" = 0 ] && [ "$rc_bench_batch_decode_fp8" = 0 ] &&
-    [ "${rc_prefill:-0}" = 0 ] && [ "${rc_variants:-0}" = 0 ] && [ "${rc_sanitize:-0}" = 0 ] &&
+    [ "${rc_prefill:-0}" = 0 ] && [ "${rc_mla:-0}" = 0 ] && [ "${rc_variants:-0}" = 0 ] && [ "${rc_sanitize:-0}" = 0 ] &&
     [ "${rc_python:-0}" = 0 ]
