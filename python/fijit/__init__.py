@@ -2,7 +2,8 @@
 ctypes (no compiled extension; the standard library only, torch imported when a tensor
 function is first used).
 
-Without torch or a GPU: Spec, Context, prewarm, stats, explain, register_variant.
+Without torch or a GPU: Spec, accepted_specs, Context, prewarm, stats, explain,
+register_variant.
 With torch on a CUDA device: decode, prefill, varlen_prefill, merge_states, the
 BatchDecodePlan / BatchPrefillPlan objects, and the torch.library ops (fijit::*).
 """
@@ -10,7 +11,7 @@ from .errors import (CompileError, CorruptError, CudaError, DiskError, Error,  #
                      InvalidError, LibraryError, LoadError, NoDeviceError, NotFoundError,
                      OutOfMemoryError, UnsafeCacheDirError, UnsupportedError)
 from ._lib import library_path, library_version  # noqa: F401
-from .spec import Spec  # noqa: F401
+from .spec import Spec, accepted_specs  # noqa: F401
 from .context import Context, default_context, set_default_context  # noqa: F401
 
 # Names that need torch live in modules imported on first use (PEP 562), so that

@@ -114,6 +114,7 @@ def _declare(lib):
         "fi_jit_spec_parse": (ci, [P(S.JitSpec), cp, sz, cp]),
         "fi_jit_spec_format": (ci, [cp, sz, P(S.JitSpec)]),
         "fi_jit_spec_check": (ci, [P(S.JitSpec)]),
+        "fi_jit_spec_enumerate": (ci, [P(S.JitSpec), sz, ci]),
         "fi_jit_ctx_new": (ci, [P(vp), P(S.JitOptions)]),
         "fi_jit_ctx_free": (None, [vp]),
         "fi_jit_ctx_cache_dir": (cp, [vp]),

@@ -103,6 +103,19 @@ class Spec:
         return _format(self.to_c(), lib())
 
 
+def accepted_specs(kind=None, _lib=None):
+    """Every Spec fijit builds (of `kind`, a kind name; None: every kind), default variant,
+    from the library's tuple space (fi_jit_spec_enumerate): the one list of what is
+    accepted, which nothing in Python restates."""
+    L = _lib or lib()
+    code = S.KIND[kind] if kind is not None else 0
+    n = L.fi_jit_spec_enumerate(None, 0, code)
+    check(n, "fi_jit_spec_enumerate", L)
+    raws = (S.JitSpec * n)()
+    check(L.fi_jit_spec_enumerate(raws, n, code), "fi_jit_spec_enumerate", L)
+    return [Spec._from_c(raw) for raw in raws]
+
+
 def _format(raw, L):
     """The canonical text of a fi_jit_spec, or the library's refusal raised."""
     buf = ctypes.create_string_buffer(512)

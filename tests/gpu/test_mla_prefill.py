@@ -24,11 +24,9 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ.setdefault("FIJIT_LIBRARY", os.path.join(ROOT, "build", "libfijit.so"))
 import fijit  # noqa: E402
-from fijit_py import seeded_generator  # noqa: E402
+from fijit.testing import seeded_generator  # noqa: E402
 from test_prefill import TORCH_DTYPES, compare, reference  # noqa: E402
 
 QUICK = "--quick" in sys.argv

@@ -287,6 +287,13 @@ check("Spec.parse: a bad value is InvalidError (a ValueError) with the code name
 e = raises(lambda: fijit.Spec.parse("decode q=fp16 hd=96"), fijit.UnsupportedError)
 check("Spec.parse refuses what str() would: head_dim 96, naming the field",
       isinstance(e, fijit.UnsupportedError) and "head_dim 96" in e.message, repr(e))
+every = fijit.accepted_specs()
+prefill_specs = fijit.accepted_specs("prefill")
+check("accepted_specs: the library's tuple space, each spec valid and written back as parsed",
+      len(every) > len(prefill_specs) > 0 and all(x.kind == "prefill" for x in prefill_specs)
+      and all(fijit.Spec.parse(str(x)) == x for x in every[::37])
+      and fijit.Spec.parse("prefill q=bf16 hd=192 hd_vo=128 mask=causal") in prefill_specs
+      and fijit.Spec(head_dim=96) not in every, f"{len(every)} specs")
 e = raises(lambda: fijit.Spec(head_dim=96).check(), fijit.Error)
 check("Spec.check refuses head_dim 96 naming the field",
       isinstance(e, fijit.Error) and "head_dim" in str(e), repr(e))

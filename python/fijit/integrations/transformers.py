@@ -24,19 +24,27 @@ q/k/v arrive as [batch, heads, seq, head_dim] (k, v with the cache); the output 
 [batch, seq, heads, head_dim of v]. fijit reads the views in place (HND layout), one
 call per batch row.
 """
+import functools
 import logging
 
 import torch
 
 from .. import attention as A
+from ..spec import accepted_specs
 
 NAME = "fijit"
 _log = logging.getLogger("fijit.transformers")
 _warned = set()
 # Calls served by fijit and by the SDPA fallback, for tests and for users checking coverage.
 calls = {"fijit": 0, "sdpa": 0}
-# (head_dim of q and k, head_dim of v) that fijit builds.
-_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
+
+
+@functools.lru_cache(maxsize=1)
+def _head_dims():
+    """(head_dim of q and k, head_dim of v) of the 16-bit single prefills fijit builds,
+    from the library's tuple space (fijit.accepted_specs)."""
+    return frozenset((s.head_dim, s.head_dim_vo or s.head_dim)
+                     for s in accepted_specs("prefill") if s.q_dtype in ("fp16", "bf16"))
 
 
 def _fallback(reason, module, query, key, value, attention_mask, **kwargs):
@@ -56,9 +64,10 @@ def _unsupported(module, query, key, value, attention_mask, dropout):
         return "tensors not on a CUDA device"
     if query.dtype not in (torch.float16, torch.bfloat16) or key.dtype != query.dtype:
         return f"dtype {query.dtype} (fijit serves fp16 and bf16)"
-    if key.shape[-1] != query.shape[-1] or (query.shape[-1], value.shape[-1]) not in _HEAD_DIMS:
-        return (f"head_dim {query.shape[-1]} with v's {value.shape[-1]} (fijit builds 64, 128, "
-                f"256, and 192 with v of 128)")
+    if key.shape[-1] != query.shape[-1] or (query.shape[-1], value.shape[-1]) not in _head_dims():
+        built = ", ".join(f"{qk}/{vo}" for qk, vo in sorted(_head_dims()))
+        return (f"head_dim {query.shape[-1]} with v's {value.shape[-1]} (fijit builds q.k/v "
+                f"{built})")
     if dropout and module.training:
         return "attention dropout while training"
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad):
