@@ -46,10 +46,10 @@ deps:
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
 
-$(B)/gen/embedded.c: tools/embed/embed.c cache/schema.sql $(TEMPLATES)
+$(B)/gen/embedded.c: tools/embed/embed.c src/store/local/schema.sql $(TEMPLATES)
 	@mkdir -p $(B)/gen
 	$(CC) -O1 -o $(B)/gen/embed tools/embed/embed.c
-	$(B)/gen/embed $@ --schema cache/schema.sql --root templates $(TEMPLATES)
+	$(B)/gen/embed $@ --schema src/store/local/schema.sql --root templates $(TEMPLATES)
 
 # One build flavour per directory: $(B) plain, $(B)/asan, $(B)/tsan.
 define flavour

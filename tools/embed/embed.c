@@ -1,8 +1,8 @@
 /*
- * Build-time generator: turns templates/ files and cache/schema.sql into one C
+ * Build-time generator: turns templates/ files and src/store/local/schema.sql into one C
  * file, so the library carries its kernel sources and schema and never reads
  * them from a path that could drift. Usage:
- *   embed OUT.c --schema cache/schema.sql --root templates FILE...
+ *   embed OUT.c --schema src/store/local/schema.sql --root templates FILE...
  * Each template FILE is embedded under its path relative to the root
  * (templates/prefill/ws/config.cuh as "prefill/ws/config.cuh"), the name
  * templates #include it by and src/core/expand.c looks up; a path outside

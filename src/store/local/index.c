@@ -325,7 +325,7 @@ static int db_schema(fi_local *st)
         FI_TRY(pragma_int(st, "PRAGMA user_version", &version));
         if (version != FI_SCHEMA_VERSION)
             FI_FAIL(FI_EINVALID,
-                    "internal: cache/schema.sql sets user_version %" PRId64 " but src/store/local/index.c expects %d",
+                    "internal: src/store/local/schema.sql sets user_version %" PRId64 " but src/store/local/index.c expects %d",
                     version, FI_SCHEMA_VERSION);
     }
     FI_TRY(fi__local_tx_commit(st));

@@ -1,5 +1,5 @@
 /*
- * The local tier: a cache directory with an SQLite index (cache/schema.sql)
+ * The local tier: a cache directory with an SQLite index (src/store/local/schema.sql)
  * plus one object file per key, in the entry format of store/object.h.
  * Objects are written to a temp file, fsynced and renamed before their index
  * row commits; every read verifies the object's header and checksum, and a
@@ -49,7 +49,7 @@
 #include "store/object.h"
 #include "store/store.h"
 
-/* Must equal the PRAGMA user_version set at the end of cache/schema.sql. */
+/* Must equal the PRAGMA user_version set at the end of src/store/local/schema.sql. */
 #define FI_SCHEMA_VERSION 1
 
 #define BUSY_TIMEOUT_MS 10000
