@@ -78,15 +78,6 @@ struct fi_jit_ctx {
     counter_slot counters[FI_COUNTER_SLOTS];
 };
 
-int fi_version_number(void) { return FIJIT_VERSION_NUMBER; }
-
-const char *fi_version_string(void)
-{
-#define FI_STR2(x) #x
-#define FI_STR(x) FI_STR2(x)
-    return FI_STR(FIJIT_VERSION_MAJOR) "." FI_STR(FIJIT_VERSION_MINOR) "." FI_STR(FIJIT_VERSION_PATCH);
-}
-
 static void count(fi_jit_ctx *ctx, int counter, long long n)
 {
     static atomic_uint next_slot;

@@ -1,5 +1,5 @@
 /*
- * The toolchain, variant and error half of fijit_cache.h (the advanced API
+ * The toolchain, variant and error part of fijit_cache.h (the advanced API
  * the `fijit` CLI is written against): each function is the library's own
  * internal one under a public, exported name.
  */

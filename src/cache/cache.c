@@ -1,8 +1,17 @@
 /*
  * The cache half of fijit_cache.h: a cache directory opened for maintenance
  * (a handle over the tier front, store.h, whose maintenance is the local
- * tier's), its bundles (bundle.c), and the one size parser that
- * FIJIT_MAX_CACHE_SIZE and the CLI share.
+ * tier's) and its bundles (store/bundle.c).
+ *
+ * src/cache/ holds the implementation of fijit_cache.h, the advanced API the
+ * `fijit` CLI is written against: cache.c (cache directories), remote.c
+ * (remote tiers), advanced.c (toolchain, variants, errors), settings.c (the
+ * operator's settings). It is a folder of its own, above store/, core/,
+ * toolchain/ and common/, because the header fronts all of them: in store/
+ * it would make the store call core, in core/ the core would grow the
+ * store's maintenance. Nothing in the library calls into it. The one
+ * exception is fi_cache_size_parse, in common/size.c beside the parser it
+ * names, which FIJIT_MAX_CACHE_SIZE and the settings file use too.
  */
 #include <string.h>
 
@@ -109,10 +118,4 @@ int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *path, co
 {
     if (!out || !cache || !path) return fi__error(FI_EINVALID, "fi_cache_import: NULL argument");
     return fi_bundle_import(out, cache->store, path, secret, report, user);
-}
-
-int fi_cache_size_parse(int64_t *out, const char *text)
-{
-    if (!out || !text) return fi__error(FI_EINVALID, "no size to parse");
-    return fi__parse_size(out, text);
 }
