@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "common/arch.h" /* fi__arch_check, for the users of specs */
 #include "core/names.h" /* fi__dtype_name & co., for the users of specs */
 #include "fijit.h"
 #include "fijit_cache.h" /* FI_VARIANT_NAME_MAX */
@@ -37,8 +38,6 @@ int fi__spec_head_dim_vo(const fi_jit_spec *spec);
 /* 1 if `name` is a valid variant name: 1..63 of [A-Za-z0-9_-]. */
 int fi__variant_name_ok(const char *name);
 
-/* Check an arch name: "sm_" + 2 or 3 digits + optional 'a' (e.g. sm_90a). */
-int fi__arch_check(const char *arch);
 /* 1 when a cubin built for `arch` loads on a device whose own arch is
  * `device` (both checked): the same major version, a minor no higher, and an
  * arch-specific target ("sm_90a") only on its own device. */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/arch.h"
 #include "common/error.h"
 #include "common/sys.h"
 #include "store/object.h"
@@ -71,7 +72,7 @@ int fi_object_spec_ok(const char *spec)
            strcmp(canonical, spec) == 0;
 }
 
-int fi_object_arch_ok(const char *arch) { return !*arch || fi_arch_check(arch) == 0; }
+int fi_object_arch_ok(const char *arch) { return !*arch || fi__arch_check(arch) == 0; }
 
 int fi_object_meta_ok(const fi_object_meta *meta)
 {
