@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -335,4 +336,30 @@ int fi__parse_log_level(const char *text)
         if (strcasecmp(text, names[i]) == 0) return i;
     if (strcasecmp(text, "warning") == 0) return FI_LOG_WARN;
     return -1;
+}
+
+/* ---- paths ------------------------------------------------------------------ */
+
+int fi__join_path(char *out, const char *a, const char *b)
+{
+    if (snprintf(out, FI_PATH_LEN, "%s/%s", a, b) >= FI_PATH_LEN)
+        return fi__error(FI_EINVALID, "cache path too long: %s/%s", a, b);
+    return 0;
+}
+
+static int remove_tree_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb, (void)ftw;
+    return (type == FTW_DP ? rmdir(path) : fi__unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+/* Remove whatever sits at `path` (a file, link, FIFO, or a whole folder,
+ * never following a link): something planted where a cache file belongs
+ * must not block every later write. 0 when nothing is left. */
+int fi__remove_any(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) < 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(sb.st_mode)) return fi__unlink(path) < 0 && errno != ENOENT ? -1 : 0;
+    return nftw(path, remove_tree_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }

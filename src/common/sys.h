@@ -96,6 +96,14 @@ void fi__atomic_write(fi_atomic_file *f, const void *buf, size_t n);
 int fi__atomic_commit(fi_atomic_file *f);
 void fi__atomic_abort(fi_atomic_file *f);
 
+/* Longest path the cache builds, with its NUL. */
+#define FI_PATH_LEN 4096
+/* `a`/`b` into `out` (FI_PATH_LEN bytes); FI_EINVALID when it does not fit. */
+int fi__join_path(char *out, const char *a, const char *b);
+/* Remove whatever sits at `path` (a file, link, FIFO, or a whole folder,
+ * never following a link). 0 when nothing is left, else -1 (errno). */
+int fi__remove_any(const char *path);
+
 /* Monotonic clock in nanoseconds. */
 int64_t fi__now_ns(void);
 

@@ -1,7 +1,8 @@
 /*
- * The local tier's index (see local.h): its SQL statements, the helpers that
- * run them, opening, checking and rebuilding index.sqlite, the rows that
- * describe objects, eviction by least-recent use, statistics and listing.
+ * The local tier's index (see local.h), a leaf that touches no object file:
+ * its SQL statements, the helpers that run them, opening, checking and
+ * rebuilding index.sqlite, the rows that describe objects, the choice of the
+ * least recently used entry to evict, statistics and listing.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -70,6 +71,15 @@ static const struct {
 #define STAT_FIELD_COUNT (sizeof stat_fields / sizeof stat_fields[0])
 
 /* ---- SQLite helpers --------------------------------------------------------- */
+
+/* Wall-clock time of a row's last use, in nanoseconds. */
+static int64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 
 /* Whether a failed SQLite call ran out of space. SQLite reports a full disk
  * as SQLITE_FULL only for its own files' writes; growing index.sqlite-shm
@@ -479,7 +489,7 @@ int fi__local_db_rebuild(fi_local *st)
     int rc = 0, fd = -1;
     char lock_path[PATH_MAX_LEN], aside[PATH_MAX_LEN + 16], side[PATH_MAX_LEN + 16], why[256];
     fi__local_db_close(st);
-    FI_TRY(fi__local_join_path(lock_path, st->dir, "locks/index.lock"));
+    FI_TRY(fi__join_path(lock_path, st->dir, "locks/index.lock"));
     FI_TRY(fi__local_lock_file_wait(lock_path, st->lock_timeout_ms, &fd));
     if (rc == 1)
         FI_FAIL(FI_EIO, "cache index %s is broken and another process has held %s for over %"
@@ -494,7 +504,7 @@ int fi__local_db_rebuild(fi_local *st)
     if (fi__rename(st->index_path, aside) < 0 && errno != ENOENT) {
         /* An older copy in the way (a folder cannot replace a file, nor a
          * file a folder): the newer one is the one worth keeping. */
-        if (fi__local_remove_any(aside) < 0 || (fi__rename(st->index_path, aside) < 0 && errno != ENOENT))
+        if (fi__remove_any(aside) < 0 || (fi__rename(st->index_path, aside) < 0 && errno != ENOENT))
             FI_FAIL(FI_EIO, "cannot move the broken cache index %s aside: %s", st->index_path,
                     strerror(errno));
     }
@@ -631,7 +641,7 @@ int fi__local_resolve_index_path(fi_local *st)
                          st->dir, strlen(real),
                          strcmp(real, st->dir) != 0 ? " once links are resolved" : "", max,
                          max - strlen(name));
-    return fi__local_join_path(st->index_path, real, "index.sqlite");
+    return fi__join_path(st->index_path, real, "index.sqlite");
 }
 
 /* ---- rows ------------------------------------------------------------------- */
@@ -648,31 +658,13 @@ out:
     return rc;
 }
 
-/* Delete an entry's row, then its object (inside the caller's transaction).
- * A missing object is fine: the goal is that neither exists. The row goes
- * first so that a failing delete leaves the object alone; an interrupted
- * transaction can still bring back rows whose objects are gone, which get
- * and verify treat as a plain miss. A folder at the path goes too: it
- * would block every rebuild. */
-int fi__local_remove_entry(fi_local *st, const char *hex)
-{
-    int rc = 0;
-    char path[PATH_MAX_LEN];
-    FI_TRY(fi__local_object_path(st, path, hex));
-    FI_TRY(fi__local_delete_row(st, hex, "removing an entry"));
-    if (fi__local_remove_any(path) < 0)
-        FI_FAIL(FI_EIO, "cannot remove cache object %s: %s", path, strerror(errno));
-out:
-    return rc;
-}
-
 /* Insert the row for an object from its header (put, and re-indexing). */
 int fi__local_index_insert(fi_local *st, const char *hex, const fi_object_meta *meta,
                         int64_t file_size, uint64_t checksum, int64_t hits)
 {
     int rc = 0;
     sqlite3_stmt *s;
-    int64_t ns = fi__local_wall_ns();
+    int64_t ns = wall_ns();
     FI_TRY(fi__local_sql_prep(st, S_INSERT, &s));
     FI_TRY(fi__local_bind_text(st, s, 1, hex));
     FI_TRY(fi__local_bind_text(st, s, 2, meta->spec));
@@ -691,31 +683,52 @@ out:
     return rc;
 }
 
-/* Evict least-recently-used entries (other than `keep`) until the total size
- * is at most max_bytes. Inside the caller's transaction. */
-int fi__local_evict_to(fi_local *st, int64_t max_bytes, const char *keep, int *removed)
+/* Record a hit on `hex`'s row. 1 when it was updated, 0 when there is no
+ * row (the caller re-indexes the object), or an error code. */
+int fi__local_index_touch(fi_local *st, const char *hex)
 {
     int rc = 0;
     sqlite3_stmt *s;
-    int64_t bytes;
-    char hex[33];
+    int64_t ns = wall_ns();
+    FI_TRY(fi__local_sql_prep(st, S_TOUCH, &s));
+    FI_TRY(fi__local_bind_i64(st, s, 1, ns / 1000000000));
+    FI_TRY(fi__local_bind_i64(st, s, 2, ns));
+    FI_TRY(fi__local_bind_text(st, s, 3, hex));
+    FI_TRY(fi__local_sql_run(st, s, "recording a hit"));
+    rc = sqlite3_changes(st->db) != 0;
+out:
+    return rc;
+}
+
+/* The total size of the entries, in `bytes`. */
+int fi__local_index_total(fi_local *st, int64_t *bytes)
+{
+    int rc = 0;
+    sqlite3_stmt *s;
     FI_TRY(fi__local_sql_prep(st, S_TOTAL, &s));
     FI_TRY(fi__local_sql_step(st, s, "summing entry sizes"));
-    bytes = sqlite3_column_int64(s, 1);
+    *bytes = sqlite3_column_int64(s, 1);
     sqlite3_reset(s);
-    while (bytes > max_bytes) {
-        FI_TRY(fi__local_sql_prep(st, S_OLDEST, &s));
-        FI_TRY(fi__local_bind_text(st, s, 1, keep ? keep : ""));
-        FI_TRY(fi__local_sql_step(st, s, "finding the least recently used entry"));
-        if (rc == 0) break; /* only `keep` is left */
-        const unsigned char *k = sqlite3_column_text(s, 0);
-        snprintf(hex, sizeof hex, "%s", k ? (const char *)k : "");
-        bytes -= sqlite3_column_int64(s, 1);
-        sqlite3_reset(s);
-        FI_TRY(fi__local_remove_entry(st, hex));
-        (*removed)++;
-    }
     rc = 0;
+out:
+    return rc;
+}
+
+/* The least recently used entry other than `keep` (NULL: none), for
+ * eviction: 1 with its key in `hex` and its size in `size`, 0 when only
+ * `keep` is left. The caller deletes the entry; this deletes nothing. */
+int fi__local_index_oldest(fi_local *st, const char *keep, char hex[33], int64_t *size)
+{
+    int rc = 0;
+    sqlite3_stmt *s;
+    FI_TRY(fi__local_sql_prep(st, S_OLDEST, &s));
+    FI_TRY(fi__local_bind_text(st, s, 1, keep ? keep : ""));
+    FI_TRY(fi__local_sql_step(st, s, "finding the least recently used entry"));
+    if (rc == 0) goto out;
+    const unsigned char *k = sqlite3_column_text(s, 0);
+    snprintf(hex, 33, "%s", k ? (const char *)k : "");
+    *size = sqlite3_column_int64(s, 1);
+    sqlite3_reset(s);
 out:
     return rc;
 }

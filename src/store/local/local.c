@@ -1,7 +1,10 @@
 /*
- * The local tier's verbs (see local.h): open and close a cache directory,
- * get (read and verify an object, count and remove a bad one) and put
- * (write, rename and index an object, then evict to the size limit).
+ * The local tier's verbs (see local.h), coordinating the files (objects.c)
+ * and the index (index.c): open and close a cache directory, get (read and
+ * verify an object, count and remove a bad one) and put (write, rename and
+ * index an object, then evict to the size limit), and the helpers that keep
+ * a row and its object file together (remove an entry, evict, drop a bad
+ * object, re-index a hit), which maintain.c uses too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,7 +67,7 @@ int fi_local_open(fi_local **out, const char *dir, unsigned flags, int64_t max_b
         ro = 1;
     }
     for (size_t i = 0; i < sizeof subdirs / sizeof subdirs[0]; i++) {
-        FI_TRY(fi__local_join_path(path, st->dir, subdirs[i]));
+        FI_TRY(fi__join_path(path, st->dir, subdirs[i]));
         rc = fi__local_ensure_subdir(path, st->flags, !ro);
         if (rc == FI_ENOTFOUND && ro) { /* nothing to read there, nothing to write */
             fi__error_clear();
@@ -99,13 +102,6 @@ const char *fi_local_dir(const fi_local *st) { return st ? st->dir : NULL; }
 int fi_local_read_only(const fi_local *st)
 {
     return st && (st->flags & FI_STORE_READ_ONLY) != 0;
-}
-
-int fi__local_check_writable(const fi_local *st, const char *what)
-{
-    if (st->flags & FI_STORE_READ_ONLY)
-        return fi__error(FI_EINVALID, "%s: cache %s was opened read-only", what, st->dir);
-    return 0;
 }
 
 /* ---- get / put ---------------------------------------------------------------- */
@@ -170,14 +166,9 @@ int fi_local_get(fi_local *st, const uint8_t key[16], void **out, size_t *out_si
     if (!(st->flags & FI_STORE_READ_ONLY)) {
         /* Bookkeeping of a good hit is best effort: failing it must not turn a
          * valid object into a recompile. The UPDATE never creates a row. */
-        sqlite3_stmt *s;
-        int64_t ns = fi__local_wall_ns();
         pthread_mutex_lock(&st->mu);
         locked = 1;
-        if (fi__local_sql_prep(st, S_TOUCH, &s) == 0 && fi__local_bind_i64(st, s, 1, ns / 1000000000) == 0 &&
-            fi__local_bind_i64(st, s, 2, ns) == 0 && fi__local_bind_text(st, s, 3, hex) == 0 &&
-            fi__local_sql_run(st, s, "recording a hit") == 0 && sqlite3_changes(st->db) == 0)
-            (void)fi__local_reindex_hit(st, hex, path, &info);
+        if (fi__local_index_touch(st, hex) == 0) (void)fi__local_reindex_hit(st, hex, path, &info);
         pthread_mutex_unlock(&st->mu);
         locked = 0;
     }
@@ -293,5 +284,101 @@ out:
     if (rc < 0 && renamed) unlink(path);
     if (locked) pthread_mutex_unlock(&st->mu);
     if (begun) fi__atomic_abort(&f);
+    return rc;
+}
+
+/* ---- entries: an index row with its object file ------------------------------- */
+
+/* Delete an entry's row, then its object (inside the caller's transaction).
+ * A missing object is fine: the goal is that neither exists. The row goes
+ * first so that a failing delete leaves the object alone; an interrupted
+ * transaction can still bring back rows whose objects are gone, which get
+ * and verify treat as a plain miss. A folder at the path goes too: it
+ * would block every rebuild. */
+int fi__local_remove_entry(fi_local *st, const char *hex)
+{
+    int rc = 0;
+    char path[PATH_MAX_LEN];
+    FI_TRY(fi__local_object_path(st, path, hex));
+    FI_TRY(fi__local_delete_row(st, hex, "removing an entry"));
+    if (fi__remove_any(path) < 0)
+        FI_FAIL(FI_EIO, "cannot remove cache object %s: %s", path, strerror(errno));
+out:
+    return rc;
+}
+
+/* Evict least-recently-used entries (other than `keep`) until the total size
+ * is at most max_bytes: the index picks each one, and it goes with its
+ * object. Inside the caller's transaction. */
+int fi__local_evict_to(fi_local *st, int64_t max_bytes, const char *keep, int *removed)
+{
+    int rc = 0;
+    int64_t bytes, size;
+    char hex[33];
+    FI_TRY(fi__local_index_total(st, &bytes));
+    while (bytes > max_bytes) {
+        FI_TRY(fi__local_index_oldest(st, keep, hex, &size));
+        if (rc == 0) break; /* only `keep` is left */
+        bytes -= size;
+        FI_TRY(fi__local_remove_entry(st, hex));
+        (*removed)++;
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+/* A bad or missing object was found for a key: under the write lock, remove
+ * the object (only if it is still the file we read: a concurrent put may
+ * have replaced it) and the row, and count a bad one (a missing object is
+ * what an interrupted gc leaves, not damage). Returns 1 when the path now
+ * holds a different file, so the caller should read again. */
+int fi__local_drop_bad(fi_local *st, const char *hex, const obj_info *seen)
+{
+    int rc = 0, in_tx = 0, raced = 0;
+    char path[PATH_MAX_LEN];
+    struct stat sb;
+    FI_TRY(fi__local_object_path(st, path, hex));
+    FI_TRY(fi__local_tx_begin(st));
+    in_tx = 1;
+    if (fi__lstat(path, &sb) < 0) {
+        if (errno != ENOENT)
+            FI_FAIL(FI_EIO, "cannot stat cache object %s: %s", path, strerror(errno));
+    } else {
+        if (!seen || sb.st_dev != seen->dev || sb.st_ino != seen->ino) {
+            raced = 1;
+            goto out;
+        }
+        if (fi__remove_any(path) < 0)
+            FI_FAIL(FI_EIO, "cannot remove bad cache object %s: %s", path, strerror(errno));
+    }
+    FI_TRY(fi__local_delete_row(st, hex, "removing a bad entry"));
+    if (seen) FI_TRY(fi__local_stat_add1(st, "corrupt", 1));
+    FI_TRY(fi__local_tx_commit(st));
+    in_tx = 0;
+out:
+    if (in_tx) fi__local_tx_rollback(st);
+    return rc < 0 ? rc : raced;
+}
+
+/* A hit whose row is gone: the index was rebuilt or lost, or an eviction
+ * removed the entry after we read it. Re-index from the header only if the
+ * file we read is still at the path, checked under the write lock (which
+ * eviction holds while it unlinks), so that a removed entry never comes
+ * back as a row without an object. */
+int fi__local_reindex_hit(fi_local *st, const char *hex, const char *path, const obj_info *info)
+{
+    int rc = 0, in_tx = 0;
+    struct stat sb;
+    FI_TRY(fi__local_tx_begin(st));
+    in_tx = 1;
+    if (fi__lstat(path, &sb) == 0 && sb.st_dev == info->dev && sb.st_ino == info->ino &&
+        (rc = fi__local_row_exists(st, hex, NULL)) == 0)
+        FI_TRY(fi__local_index_insert(st, hex, &info->meta, info->file_size, info->checksum, 1));
+    FI_TRY(rc);
+    FI_TRY(fi__local_tx_commit(st));
+    in_tx = 0;
+out:
+    if (in_tx) fi__local_tx_rollback(st);
     return rc;
 }

@@ -13,9 +13,27 @@
  *   locks/<32 hex>.lock   per-key build locks
  *   tmp/                  temp files of writers; leftovers are cleaned
  *
- * Files: local.c (open, get, put), index.c (the SQLite index, statistics,
- * listing), objects.c (directory safety, object files, temp files), lock.c
- * (build locks), maintain.c (verify/repair, clear, gc).
+ * Layering (an arrow is "calls"; nothing calls upwards or sideways, so the
+ * tier has no call circle):
+ *
+ *     maintain.c ─────────────▶ local.c            coordinators
+ *      │     │     │              │   │   │
+ *      │     │     └──────┐ ┌─────┘   │   │
+ *      ▼     ▼            ▼ ▼         ▼   ▼
+ *   objects.c        index.c ──▶ lock.c            leaves
+ *
+ *  - objects.c, the files: paths, directory safety, temp files, reading an
+ *    object file. No SQL.
+ *  - index.c, the index: SQL only, over index.sqlite (and the files SQLite
+ *    keeps beside it); statistics, listing; eviction picks keys and deletes
+ *    no object file. It takes locks/index.lock through lock.c to rebuild.
+ *  - lock.c: per-key build locks and the index lock (flock). Calls no other
+ *    file of the tier.
+ *  - local.c: open, get, put, and what joins a row to its object file
+ *    (removing an entry, eviction, dropping a bad object, re-indexing a
+ *    hit). maintain.c: verify/repair, clear and gc, over the leaves and
+ *    local.c's entry helpers.
+ * Path joining and the removal of whatever sits at a path are common/sys.h's.
  *
  * Concurrency model
  *  - Threads: one fi_local is shared by the threads of a process; a mutex
@@ -45,6 +63,8 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "common/error.h"
+#include "common/sys.h"
 #include "fijit.h"
 #include "store/object.h"
 #include "store/store.h"
@@ -60,7 +80,7 @@
  * grace covers a pid seen from another host sharing the directory. */
 #define TEMP_DEAD_WRITER_AGE_S 60
 
-#define PATH_MAX_LEN 4096
+#define PATH_MAX_LEN FI_PATH_LEN
 
 enum stmt_id {
     S_BEGIN,
@@ -140,7 +160,16 @@ int fi_local_verify(fi_local *st, int repair, void (*report)(void *user, const c
 int fi_local_clear(fi_local *st);
 int fi_local_gc(fi_local *st, int64_t max_bytes, int64_t older_than);
 
-/* index.c: the SQLite index (statements, transactions, open and rebuild, rows, eviction) */
+/* Refuse a change to a cache opened read-only, naming the call. */
+static inline int fi__local_check_writable(const fi_local *st, const char *what)
+{
+    if (st->flags & FI_STORE_READ_ONLY)
+        return fi__error(FI_EINVALID, "%s: cache %s was opened read-only", what, st->dir);
+    return 0;
+}
+
+/* index.c: the SQLite index (statements, transactions, open and rebuild, rows,
+ * the choice of what to evict); no object file */
 int fi__local_sql_prep(fi_local *st, enum stmt_id id, sqlite3_stmt **out);
 int fi__local_sql_step(fi_local *st, sqlite3_stmt *s, const char *what);
 int fi__local_sql_run(fi_local *st, sqlite3_stmt *s, const char *what);
@@ -159,22 +188,20 @@ void fi__local_say_read_only(const fi_local *st, const char *why);
 int fi__local_db_open(fi_local *st);
 int fi__local_resolve_index_path(fi_local *st);
 int fi__local_delete_row(fi_local *st, const char *hex, const char *what);
-int fi__local_remove_entry(fi_local *st, const char *hex);
 int fi__local_index_insert(fi_local *st, const char *hex, const fi_object_meta *meta,
                            int64_t file_size, uint64_t checksum, int64_t hits);
-int fi__local_evict_to(fi_local *st, int64_t max_bytes, const char *keep, int *removed);
+int fi__local_index_touch(fi_local *st, const char *hex);
+int fi__local_index_total(fi_local *st, int64_t *bytes);
+int fi__local_index_oldest(fi_local *st, const char *keep, char hex[33], int64_t *size);
 
 /* lock.c: per-key build locks */
 int fi__local_lock_file_wait(const char *path, int64_t timeout_ms, int *out_fd);
 int fi__local_lock_lost(fi_local *st, const char *hex);
 void fi__local_clean_locks(fi_local *st);
 
-/* objects.c: paths, directory safety, object files, temp files */
-int64_t fi__local_wall_ns(void);
-int fi__local_join_path(char *out, const char *a, const char *b);
+/* objects.c: paths, directory safety, object files, temp files; no SQL */
 int fi__local_object_path(const fi_local *st, char *out, const char *hex);
 int fi__local_is_temp_name(const char *name);
-int fi__local_remove_any(const char *path);
 int fi__local_check_owner_mode(const char *path, const struct stat *sb, unsigned flags);
 int fi__local_make_dirs(const char *path);
 int fi__local_ensure_subdir(const char *path, unsigned flags, int create);
@@ -183,11 +210,13 @@ void fi__local_clean_temps(fi_local *st, int64_t max_age_s);
 void fi__local_maybe_clean_temps(fi_local *st);
 int fi__local_obj_read(const char *path, const uint8_t *want, void **payload_out,
                        size_t *payload_size_out, obj_info *info, char *why, size_t why_size);
-int fi__local_drop_bad(fi_local *st, const char *hex, const obj_info *seen);
 int fi__local_subdir_plain(const char *path);
-int fi__local_reindex_hit(fi_local *st, const char *hex, const char *path, const obj_info *info);
 
-/* local.c: the tier verbs */
-int fi__local_check_writable(const fi_local *st, const char *what);
+/* local.c: an index row together with its object file (under the caller's
+ * transaction or taking one), for local.c and maintain.c */
+int fi__local_remove_entry(fi_local *st, const char *hex);
+int fi__local_evict_to(fi_local *st, int64_t max_bytes, const char *keep, int *removed);
+int fi__local_drop_bad(fi_local *st, const char *hex, const obj_info *seen);
+int fi__local_reindex_hit(fi_local *st, const char *hex, const char *path, const obj_info *info);
 
 #endif

@@ -295,12 +295,12 @@ void fi__local_clean_locks(fi_local *st)
     char locks[PATH_MAX_LEN], path[PATH_MAX_LEN];
     DIR *d;
     struct dirent *e;
-    if (fi__local_join_path(locks, st->dir, "locks") < 0 || !(d = opendir(locks))) return;
+    if (fi__join_path(locks, st->dir, "locks") < 0 || !(d = opendir(locks))) return;
     while ((e = readdir(d))) {
         size_t n = strlen(e->d_name);
         int fd = -1;
         if (n < 6 || strcmp(e->d_name + n - 5, ".lock") != 0) continue;
-        if (fi__local_join_path(path, locks, e->d_name) < 0) continue;
+        if (fi__join_path(path, locks, e->d_name) < 0) continue;
         if (lock_file(path, 1, &fd) == 0) {
             (void)fi__unlink(path);
             fi__close(fd);

@@ -180,7 +180,7 @@ static int verify_file(verify_ctx *v, const char *sub, const char *name, const c
     if (S_ISDIR(sb.st_mode) || len != 35 || strcmp(name + 32, ".fo") != 0) {
         vreport(v, "unexpected %s %s in the objects folder", S_ISDIR(sb.st_mode) ? "folder" : "file",
                 path);
-        if (v->repair) (void)fi__local_remove_any(path);
+        if (v->repair) (void)fi__remove_any(path);
         return 0;
     }
     if (!named) {
@@ -211,24 +211,24 @@ static int verify_objects(verify_ctx *v)
     char objects[PATH_MAX_LEN], sub[PATH_MAX_LEN], path[PATH_MAX_LEN];
     DIR *d = NULL, *sd = NULL;
     struct dirent *e, *f;
-    FI_TRY(fi__local_join_path(objects, v->st->dir, "objects"));
+    FI_TRY(fi__join_path(objects, v->st->dir, "objects"));
     if (!(d = opendir(objects)))
         FI_FAIL(FI_EIO, "cannot list %s: %s", objects, strerror(errno));
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        FI_TRY(fi__local_join_path(sub, objects, e->d_name));
+        FI_TRY(fi__join_path(sub, objects, e->d_name));
         struct stat sb;
         if (lstat(sub, &sb) < 0) continue;
         if (strlen(e->d_name) != 2 || fi_hex_digit(e->d_name[0]) < 0 || fi_hex_digit(e->d_name[1]) < 0 ||
             !S_ISDIR(sb.st_mode)) {
             vreport(v, "unexpected entry %s in the objects folder", sub);
-            if (v->repair) (void)fi__local_remove_any(sub);
+            if (v->repair) (void)fi__remove_any(sub);
             continue;
         }
         if (!(sd = opendir(sub))) continue;
         while ((f = readdir(sd))) {
             if (!strcmp(f->d_name, ".") || !strcmp(f->d_name, "..")) continue;
-            FI_TRY(fi__local_join_path(path, sub, f->d_name));
+            FI_TRY(fi__join_path(path, sub, f->d_name));
             FI_TRY(verify_file(v, e->d_name, f->d_name, path));
         }
         closedir(sd);
@@ -288,19 +288,19 @@ int fi_local_clear(fi_local *st)
     struct dirent *e, *f;
     if (!st) return fi__error(FI_EINVALID, "fi_store_clear: NULL argument");
     FI_TRY(fi__local_check_writable(st, "fi_store_clear"));
-    FI_TRY(fi__local_join_path(objects, st->dir, "objects"));
+    FI_TRY(fi__join_path(objects, st->dir, "objects"));
     pthread_mutex_lock(&st->mu);
     if ((rc = fi__local_tx_begin(st)) < 0) goto unlock;
     in_tx = 1;
     /* Every object file goes, indexed or not; temps of running writers stay. */
     if ((d = opendir(objects))) {
         while ((e = readdir(d))) {
-            if (strlen(e->d_name) != 2 || fi__local_join_path(sub, objects, e->d_name) < 0) continue;
+            if (strlen(e->d_name) != 2 || fi__join_path(sub, objects, e->d_name) < 0) continue;
             if (!(sd = opendir(sub))) continue;
             while ((f = readdir(sd))) {
                 size_t n = strlen(f->d_name);
                 if (n < 4 || strcmp(f->d_name + n - 3, ".fo") != 0) continue;
-                if (fi__local_join_path(path, sub, f->d_name) < 0) continue;
+                if (fi__join_path(path, sub, f->d_name) < 0) continue;
                 if (fi__unlink(path) < 0 && errno != ENOENT && !first_err)
                     first_err = fi__error(FI_EIO, "cannot remove %s: %s", path, strerror(errno));
             }

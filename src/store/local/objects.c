@@ -1,13 +1,11 @@
 /*
- * The local tier's files (see local.h): paths, the cache directory's safety
- * checks, reading an object file through the entry codec (store/object.h),
- * removing a bad one, re-indexing a hit whose row is gone, and the sweep of
- * leftover temp files.
+ * The local tier's files (see local.h), a leaf with no SQL: paths, the cache
+ * directory's safety checks, reading an object file through the entry codec
+ * (store/object.h), and the sweep of leftover temp files.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -22,20 +20,6 @@
 #include "common/sys.h"
 #include "store/local/local.h"
 
-int64_t fi__local_wall_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-int fi__local_join_path(char *out, const char *a, const char *b)
-{
-    if (snprintf(out, PATH_MAX_LEN, "%s/%s", a, b) >= PATH_MAX_LEN)
-        return fi__error(FI_EINVALID, "cache path too long: %s/%s", a, b);
-    return 0;
-}
-
 int fi__local_object_path(const fi_local *st, char *out, const char *hex)
 {
     if (snprintf(out, PATH_MAX_LEN, "%s/objects/%.2s/%s.fo", st->dir, hex, hex) >= PATH_MAX_LEN)
@@ -44,23 +28,6 @@ int fi__local_object_path(const fi_local *st, char *out, const char *hex)
 }
 
 int fi__local_is_temp_name(const char *name) { return strstr(name, ".tmp.") != NULL; }
-
-static int remove_tree_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)ftw;
-    return (type == FTW_DP ? rmdir(path) : fi__unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-/* Remove whatever sits at `path` (a file, link, FIFO, or a whole folder,
- * never following a link): something planted where a cache file belongs
- * must not block every later write. 0 when nothing is left. */
-int fi__local_remove_any(const char *path)
-{
-    struct stat sb;
-    if (lstat(path, &sb) < 0) return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(sb.st_mode)) return fi__unlink(path) < 0 && errno != ENOENT ? -1 : 0;
-    return nftw(path, remove_tree_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-}
 
 /* ---- directories ------------------------------------------------------------ */
 
@@ -150,7 +117,7 @@ static void clean_temps_in(const char *dir, time_t cutoff)
     if (!d) return;
     while ((e = readdir(d))) {
         if (!fi__local_is_temp_name(e->d_name)) continue;
-        if (fi__local_join_path(path, dir, e->d_name) < 0) continue;
+        if (fi__join_path(path, dir, e->d_name) < 0) continue;
         if (lstat(path, &sb) == 0 && !S_ISDIR(sb.st_mode) &&
             (sb.st_mtime < cutoff ||
              (sb.st_mtime < dead_cutoff && fi__local_temp_writer_dead(e->d_name))))
@@ -165,13 +132,13 @@ void fi__local_clean_temps(fi_local *st, int64_t max_age_s)
     time_t cutoff = time(NULL) - (time_t)max_age_s;
     DIR *d;
     struct dirent *e;
-    if (fi__local_join_path(objects, st->dir, "objects") < 0) return;
-    if (fi__local_join_path(sub, st->dir, "tmp") == 0) clean_temps_in(sub, cutoff);
+    if (fi__join_path(objects, st->dir, "objects") < 0) return;
+    if (fi__join_path(sub, st->dir, "tmp") == 0) clean_temps_in(sub, cutoff);
     if (!(d = opendir(objects))) return;
     while ((e = readdir(d))) {
         if (strlen(e->d_name) != 2 || fi_hex_digit(e->d_name[0]) < 0 || fi_hex_digit(e->d_name[1]) < 0)
             continue;
-        if (fi__local_join_path(sub, objects, e->d_name) == 0) clean_temps_in(sub, cutoff);
+        if (fi__join_path(sub, objects, e->d_name) == 0) clean_temps_in(sub, cutoff);
     }
     closedir(d);
 }
@@ -182,13 +149,13 @@ void fi__local_maybe_clean_temps(fi_local *st)
 {
     char marker[PATH_MAX_LEN];
     struct stat sb;
-    if (fi__local_join_path(marker, st->dir, "tmp/last-clean") < 0) return;
+    if (fi__join_path(marker, st->dir, "tmp/last-clean") < 0) return;
     int found = lstat(marker, &sb) == 0;
     if (found && S_ISREG(sb.st_mode) && sb.st_mtime > time(NULL) - TEMP_MAX_AGE_S) return;
     fi__local_clean_temps(st, TEMP_MAX_AGE_S);
     /* Anything but a plain file there (a FIFO would block the open below
      * without O_NONBLOCK; a folder would never be stamped) is replaced. */
-    if (found && !S_ISREG(sb.st_mode)) (void)fi__local_remove_any(marker);
+    if (found && !S_ISREG(sb.st_mode)) (void)fi__remove_any(marker);
     int fd = fi__open(marker, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0600);
     if (fd >= 0) {
         if (fi__fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) futimens(fd, NULL);
@@ -268,39 +235,6 @@ out:
     return rc;
 }
 
-/* A bad or missing object was found for a key: under the write lock, remove
- * the object (only if it is still the file we read: a concurrent put may
- * have replaced it) and the row, and count a bad one (a missing object is
- * what an interrupted gc leaves, not damage). Returns 1 when the path now
- * holds a different file, so the caller should read again. */
-int fi__local_drop_bad(fi_local *st, const char *hex, const obj_info *seen)
-{
-    int rc = 0, in_tx = 0, raced = 0;
-    char path[PATH_MAX_LEN];
-    struct stat sb;
-    FI_TRY(fi__local_object_path(st, path, hex));
-    FI_TRY(fi__local_tx_begin(st));
-    in_tx = 1;
-    if (fi__lstat(path, &sb) < 0) {
-        if (errno != ENOENT)
-            FI_FAIL(FI_EIO, "cannot stat cache object %s: %s", path, strerror(errno));
-    } else {
-        if (!seen || sb.st_dev != seen->dev || sb.st_ino != seen->ino) {
-            raced = 1;
-            goto out;
-        }
-        if (fi__local_remove_any(path) < 0)
-            FI_FAIL(FI_EIO, "cannot remove bad cache object %s: %s", path, strerror(errno));
-    }
-    FI_TRY(fi__local_delete_row(st, hex, "removing a bad entry"));
-    if (seen) FI_TRY(fi__local_stat_add1(st, "corrupt", 1));
-    FI_TRY(fi__local_tx_commit(st));
-    in_tx = 0;
-out:
-    if (in_tx) fi__local_tx_rollback(st);
-    return rc < 0 ? rc : raced;
-}
-
 /* 0 when the objects/<xx> folder of object `path` is a link or not a
  * folder: O_NOFOLLOW guards only the last component, and put refuses to
  * create one. Serving and verify both judge a folder by this. */
@@ -310,26 +244,4 @@ int fi__local_subdir_plain(const char *path)
     char sub[PATH_MAX_LEN];
     snprintf(sub, sizeof sub, "%.*s", (int)(strlen(path) - 36), path);
     return !(lstat(sub, &sb) == 0 && !S_ISDIR(sb.st_mode));
-}
-
-/* A hit whose row is gone: the index was rebuilt or lost, or an eviction
- * removed the entry after we read it. Re-index from the header only if the
- * file we read is still at the path, checked under the write lock (which
- * eviction holds while it unlinks), so that a removed entry never comes
- * back as a row without an object. */
-int fi__local_reindex_hit(fi_local *st, const char *hex, const char *path, const obj_info *info)
-{
-    int rc = 0, in_tx = 0;
-    struct stat sb;
-    FI_TRY(fi__local_tx_begin(st));
-    in_tx = 1;
-    if (fi__lstat(path, &sb) == 0 && sb.st_dev == info->dev && sb.st_ino == info->ino &&
-        (rc = fi__local_row_exists(st, hex, NULL)) == 0)
-        FI_TRY(fi__local_index_insert(st, hex, &info->meta, info->file_size, info->checksum, 1));
-    FI_TRY(rc);
-    FI_TRY(fi__local_tx_commit(st));
-    in_tx = 0;
-out:
-    if (in_tx) fi__local_tx_rollback(st);
-    return rc;
 }
