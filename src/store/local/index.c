@@ -733,6 +733,75 @@ out:
     return rc;
 }
 
+/* Every row's key and size, copied out so that rows can be changed while
+ * walking them. Under the mutex; `*keys` and `*sizes` freed by the caller. */
+int fi__local_index_keys(fi_local *st, char (**keys)[33], int64_t **sizes, size_t *count)
+{
+    int rc = 0;
+    sqlite3_stmt *s;
+    size_t cap = 0;
+    *keys = NULL;
+    *sizes = NULL;
+    *count = 0;
+    FI_TRY(fi__local_sql_prep(st, S_KEYS, &s));
+    while ((rc = fi__local_sql_step(st, s, "listing entries")) == 1) {
+        if (*count == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            char(*k2)[33] = fi__realloc(*keys, ncap * sizeof **keys);
+            if (k2) *keys = k2;
+            int64_t *s2 = k2 ? fi__realloc(*sizes, ncap * sizeof **sizes) : NULL;
+            if (s2) *sizes = s2;
+            if (!k2 || !s2) {
+                sqlite3_reset(s);
+                FI_FAIL(FI_ENOMEM, "out of memory listing the cache's entries");
+            }
+            cap = ncap;
+        }
+        const char *k = (const char *)sqlite3_column_text(s, 0);
+        snprintf((*keys)[*count], 33, "%s", k ? k : "");
+        (*sizes)[(*count)++] = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_reset(s);
+out:
+    return rc < 0 ? rc : 0;
+}
+
+/* Delete every row (clear; inside the caller's transaction). */
+int fi__local_index_clear(fi_local *st)
+{
+    return fi__local_sql_exec_id(st, S_CLEAR, "removing all entries");
+}
+
+/* Bring use times later than `now` back to `now`, so that a clock set back
+ * does not keep entries from gc's age limit. */
+int fi__local_index_clamp_used(fi_local *st, int64_t now)
+{
+    int rc = 0;
+    sqlite3_stmt *s;
+    FI_TRY(fi__local_sql_prep(st, S_CLAMP, &s));
+    FI_TRY(fi__local_bind_i64(st, s, 1, now));
+    FI_TRY(fi__local_sql_run(st, s, "clamping future use times"));
+out:
+    return rc;
+}
+
+/* An entry last used before `older_than`, for gc: 1 with its key in `hex`,
+ * 0 when there is none. The caller deletes it; this deletes nothing. */
+int fi__local_index_older(fi_local *st, int64_t older_than, char hex[33])
+{
+    int rc = 0;
+    sqlite3_stmt *s;
+    FI_TRY(fi__local_sql_prep(st, S_OLDER, &s));
+    FI_TRY(fi__local_bind_i64(st, s, 1, older_than));
+    FI_TRY(fi__local_sql_step(st, s, "finding old entries"));
+    if (rc == 0) goto out;
+    const char *k = (const char *)sqlite3_column_text(s, 0);
+    snprintf(hex, 33, "%s", k ? k : "");
+    sqlite3_reset(s);
+out:
+    return rc;
+}
+
 /* ---- statistics ---------------------------------------------------------------- */
 
 static int stats_add_once(fi_local *st, const fi_jit_stats *delta);

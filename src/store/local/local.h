@@ -32,7 +32,8 @@
  *  - local.c: open, get, put, and what joins a row to its object file
  *    (removing an entry, eviction, dropping a bad object, re-indexing a
  *    hit). maintain.c: verify/repair, clear and gc, over the leaves and
- *    local.c's entry helpers.
+ *    local.c's entry helpers. Neither runs SQL of its own: they call the
+ *    index's functions, inside transactions they open with it.
  * Path joining and the removal of whatever sits at a path are common/sys.h's.
  *
  * Concurrency model
@@ -193,6 +194,10 @@ int fi__local_index_insert(fi_local *st, const char *hex, const fi_object_meta *
 int fi__local_index_touch(fi_local *st, const char *hex);
 int fi__local_index_total(fi_local *st, int64_t *bytes);
 int fi__local_index_oldest(fi_local *st, const char *keep, char hex[33], int64_t *size);
+int fi__local_index_keys(fi_local *st, char (**keys)[33], int64_t **sizes, size_t *count);
+int fi__local_index_clear(fi_local *st);
+int fi__local_index_clamp_used(fi_local *st, int64_t now);
+int fi__local_index_older(fi_local *st, int64_t older_than, char hex[33]);
 
 /* lock.c: per-key build locks */
 int fi__local_lock_file_wait(const char *path, int64_t timeout_ms, int *out_fd);

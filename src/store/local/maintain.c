@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -61,39 +60,6 @@ static void vnote(verify_ctx *v, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Every row's key and size, copied out so that rows can be changed while
- * walking them. Under the mutex; `*keys` and `*sizes` freed by the caller. */
-static int list_rows(fi_local *st, char (**keys)[33], int64_t **sizes, size_t *count)
-{
-    int rc = 0;
-    sqlite3_stmt *s;
-    size_t cap = 0;
-    *keys = NULL;
-    *sizes = NULL;
-    *count = 0;
-    FI_TRY(fi__local_sql_prep(st, S_KEYS, &s));
-    while ((rc = fi__local_sql_step(st, s, "listing entries")) == 1) {
-        if (*count == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            char(*k2)[33] = fi__realloc(*keys, ncap * sizeof **keys);
-            if (k2) *keys = k2;
-            int64_t *s2 = k2 ? fi__realloc(*sizes, ncap * sizeof **sizes) : NULL;
-            if (s2) *sizes = s2;
-            if (!k2 || !s2) {
-                sqlite3_reset(s);
-                FI_FAIL(FI_ENOMEM, "out of memory listing the cache's entries");
-            }
-            cap = ncap;
-        }
-        const char *k = (const char *)sqlite3_column_text(s, 0);
-        snprintf((*keys)[*count], 33, "%s", k ? k : "");
-        (*sizes)[(*count)++] = sqlite3_column_int64(s, 1);
-    }
-    sqlite3_reset(s);
-out:
-    return rc < 0 ? rc : 0;
-}
-
 /* Check every row's object. Under the mutex. */
 static int verify_rows(verify_ctx *v)
 {
@@ -103,7 +69,7 @@ static int verify_rows(verify_ctx *v)
     int64_t *sizes = NULL;
     size_t count = 0;
     char path[PATH_MAX_LEN], why[256];
-    FI_TRY(list_rows(st, &keys, &sizes, &count));
+    FI_TRY(fi__local_index_keys(st, &keys, &sizes, &count));
     for (size_t i = 0; i < count; i++) {
         uint8_t key[16];
         obj_info info;
@@ -310,7 +276,7 @@ int fi_local_clear(fi_local *st)
         closedir(d);
         d = NULL;
     }
-    if ((rc = fi__local_sql_exec_id(st, S_CLEAR, "removing all entries")) < 0) goto unlock;
+    if ((rc = fi__local_index_clear(st)) < 0) goto unlock;
     if ((rc = fi__local_tx_commit(st)) < 0) goto unlock;
     in_tx = 0;
     rc = first_err;
@@ -332,7 +298,7 @@ static int prune_rows_without_objects(fi_local *st)
     int64_t *sizes = NULL;
     size_t count = 0;
     struct stat sb;
-    FI_TRY(list_rows(st, &keys, &sizes, &count));
+    FI_TRY(fi__local_index_keys(st, &keys, &sizes, &count));
     for (size_t i = 0; i < count; i++) {
         if (fi__local_object_path(st, path, keys[i]) < 0) continue;
         if (fi__lstat(path, &sb) < 0 && errno == ENOENT)
@@ -348,24 +314,16 @@ int fi_local_gc(fi_local *st, int64_t max_bytes, int64_t older_than)
 {
     int rc = 0, in_tx = 0, removed = 0;
     char hex[33];
-    sqlite3_stmt *s;
     if (!st) return fi__error(FI_EINVALID, "fi_store_gc: NULL argument");
     FI_TRY(fi__local_check_writable(st, "fi_store_gc"));
     pthread_mutex_lock(&st->mu);
     if ((rc = fi__local_tx_begin(st)) < 0) goto unlock;
     in_tx = 1;
-    if (older_than > 0 &&
-        ((rc = fi__local_sql_prep(st, S_CLAMP, &s)) < 0 || (rc = fi__local_bind_i64(st, s, 1, (int64_t)time(NULL))) < 0 ||
-         (rc = fi__local_sql_run(st, s, "clamping future use times")) < 0))
+    if (older_than > 0 && (rc = fi__local_index_clamp_used(st, (int64_t)time(NULL))) < 0)
         goto unlock;
     while (older_than > 0) {
-        if ((rc = fi__local_sql_prep(st, S_OLDER, &s)) < 0 || (rc = fi__local_bind_i64(st, s, 1, older_than)) < 0 ||
-            (rc = fi__local_sql_step(st, s, "finding old entries")) < 0)
-            goto unlock;
+        if ((rc = fi__local_index_older(st, older_than, hex)) < 0) goto unlock;
         if (rc == 0) break;
-        const char *k = (const char *)sqlite3_column_text(s, 0);
-        snprintf(hex, sizeof hex, "%s", k ? k : "");
-        sqlite3_reset(s);
         if ((rc = fi__local_remove_entry(st, hex)) < 0) goto unlock;
         removed++;
     }
