@@ -13,14 +13,12 @@
  *   locks/<32 hex>.lock   per-key build locks
  *   tmp/                  temp files of writers; leftovers are cleaned
  *
- * Layering (an arrow is "calls"; nothing calls upwards or sideways, so the
- * tier has no call circle):
+ * Layering (an arrow is "calls"; nothing calls upwards, and of two files
+ * at most one calls the other, so the tier has no call circle):
  *
- *     maintain.c ─────────────▶ local.c            coordinators
- *      │     │     │              │   │   │
- *      │     │     └──────┐ ┌─────┘   │   │
- *      ▼     ▼            ▼ ▼         ▼   ▼
- *   objects.c        index.c ──▶ lock.c            leaves
+ *     maintain.c ──▶ local.c                 coordinators: each calls all
+ *                                             three files below
+ *     objects.c     index.c ──▶ lock.c       leaves
  *
  *  - objects.c, the files: paths, directory safety, temp files, reading an
  *    object file. No SQL.
