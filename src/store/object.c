@@ -115,9 +115,9 @@ int fi_object_encode(void **out, size_t *out_size, const uint8_t key[16], const 
     *out = NULL;
     *out_size = 0;
     if (payload_size == 0 || (uint64_t)payload_size > FI_OBJECT_MAX_PAYLOAD)
-        return fi__error(FI_EINVALID, "fi_object_encode: object size %zu out of range", payload_size);
+        return fi__error(FI_EINVALID, "cache entry: object size %zu is out of range", payload_size);
     if (!fi_object_meta_ok(meta))
-        return fi__error(FI_EINVALID, "fi_object_encode: %s", FI_OBJECT_META_BAD);
+        return fi__error(FI_EINVALID, "cache entry: %s", FI_OBJECT_META_BAD);
     hsize = fi_object_header_build(h, key, meta, payload_size, XXH3_64bits(payload, payload_size));
     if (!(buf = fi__malloc(hsize + payload_size)))
         return fi__error(FI_ENOMEM, "out of memory encoding a cache entry (%zu bytes)",

@@ -48,7 +48,7 @@ int fi_store_open(fi_store **out, const char *dir, unsigned flags, int64_t max_b
 {
     int rc = 0;
     fi_store *st = NULL;
-    if (!out || !dir || !*dir) return fi__error(FI_EINVALID, "fi_store_open: no cache directory");
+    if (!out || !dir || !*dir) return fi__error(FI_EINVALID, "no cache directory given");
     *out = NULL;
     if (!(st = fi__calloc(1, sizeof *st))) FI_FAIL(FI_ENOMEM, "out of memory opening the cache");
     FI_TRY(fi_local_open(&st->local, dir, flags, max_bytes));

@@ -33,7 +33,7 @@ int fi_local_open(fi_local **out, const char *dir, unsigned flags, int64_t max_b
     char path[PATH_MAX_LEN];
     static const char *const subdirs[] = {"objects", "locks", "tmp"};
 
-    if (!out || !dir || !*dir) return fi__error(FI_EINVALID, "fi_store_open: no cache directory");
+    if (!out || !dir || !*dir) return fi__error(FI_EINVALID, "no cache directory given");
     *out = NULL;
     if (!(st = fi__calloc(1, sizeof *st))) FI_FAIL(FI_ENOMEM, "out of memory opening the cache");
     pthread_mutex_init(&st->mu, NULL);
@@ -224,9 +224,9 @@ static int store_put_once(fi_local *st, const uint8_t key[16], const void *data,
     if (!st || !key || !data) return fi__error(FI_EINVALID, "fi_store_put: NULL argument");
     FI_TRY(fi__local_check_writable(st, "fi_store_put"));
     if (size == 0 || (uint64_t)size > FI_OBJECT_MAX_PAYLOAD)
-        FI_FAIL(FI_EINVALID, "fi_store_put: object size %zu out of range", size);
+        FI_FAIL(FI_EINVALID, "cache entry: object size %zu is out of range", size);
     if (!meta) meta = &empty;
-    if (!fi_object_meta_ok(meta)) FI_FAIL(FI_EINVALID, "fi_store_put: %s", FI_OBJECT_META_BAD);
+    if (!fi_object_meta_ok(meta)) FI_FAIL(FI_EINVALID, "cache entry: %s", FI_OBJECT_META_BAD);
     fi_key_hex(hex, key);
     FI_TRY(fi__local_object_path(st, path, hex));
     if (fi__local_lock_lost(st, hex)) {
