@@ -23,8 +23,8 @@ CFLAGS    += -std=c11 -fPIC -fvisibility=hidden $(WARN)
 # directly too.
 LDLIBS    := -lsqlite3 -lxxhash -ldl -lpthread -lm
 TEST_LDLIBS := $(LDLIBS) -lhiredis
-# The CLI is a client of the public headers only (include/, cuda.h): no -Isrc.
-TOOL_CPPFLAGS := -D_GNU_SOURCE -Iinclude -I$(CUDA_HOME)/include
+# The CLI is a client of the public headers only (include/): no -Isrc, no cuda.h.
+TOOL_CPPFLAGS := -D_GNU_SOURCE -Iinclude
 
 B         := build
 LIB_SRC   := $(sort $(wildcard src/*/*.c src/*/*/*.c))
@@ -221,7 +221,7 @@ install: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libfijit.so
 	install -m 755 $(B)/fijit $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	  -e 's|@CUDA_INCLUDE@|$(CUDA_HOME)/include|g' fijit.pc.in \
+	  fijit.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fijit.pc
 
 clean:

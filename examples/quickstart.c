@@ -6,13 +6,13 @@
  *   cc -std=c11 quickstart.c $(pkg-config --cflags --libs fijit) -o quickstart
  *   ./quickstart
  *
- * The .pc brings -lm for the reference's exp and sqrt. The CUDA driver is
- * reached through fijit, which opens libcuda at run time: no -lcuda.
+ * The .pc brings -lm for the reference's exp and sqrt. The GPU is reached
+ * through fijit (fi_device_*), which opens the CUDA driver at run time: no
+ * cuda.h, no -lcuda.
  *
  * Exit status: 0 the output matches the reference; 1 an error; 77 no GPU
  * (FI_ENODEVICE): the kernel was compiled into the cache, nothing was run.
  */
-#include <cuda.h>
 #include <fijit.h>
 #include <fijit_cache.h>
 #include <math.h>
@@ -77,37 +77,15 @@ static void reference(double *o, const uint16_t *q, const uint16_t *k, const uin
     }
 }
 
-/* Make GPU 0's primary context current (retained for the process's life: fijit
- * loads kernels into the thread's current context). FI_ENODEVICE without a
- * driver or a device. */
-static int open_device(const fi_cuda_api **out)
-{
-    const fi_cuda_api *cu;
-    int rc, count = 0;
-    CUdevice dev;
-    CUcontext cuctx;
-    CUresult res;
-    if ((rc = fi_cuda_load(&cu)) < 0) return rc;
-    if ((res = cu->DeviceGetCount(&count)) != CUDA_SUCCESS || count < 1)
-        return fi_error_set(FI_ENODEVICE, "the CUDA driver sees no device");
-    if ((res = cu->DeviceGet(&dev, 0)) != CUDA_SUCCESS ||
-        (res = cu->DevicePrimaryCtxRetain(&cuctx, dev)) != CUDA_SUCCESS ||
-        (res = cu->CtxSetCurrent(cuctx)) != CUDA_SUCCESS)
-        return fi_cuda_error(FI_ECUDA, res, "making GPU 0 current");
-    *out = cu;
-    return 0;
-}
-
 int main(void)
 {
     const size_t q_elems = QO_HEADS * HEAD_DIM, kv_elems = (size_t)KV_LEN * KV_HEADS * HEAD_DIM;
     static uint16_t q[QO_HEADS * HEAD_DIM], o[QO_HEADS * HEAD_DIM];
     static double expected[QO_HEADS * HEAD_DIM];
     uint16_t *k = malloc(kv_elems * 2), *v = malloc(kv_elems * 2);
-    const fi_cuda_api *cu = NULL;
     fi_jit_ctx *ctx = NULL;
-    CUdeviceptr dq = 0, dk = 0, dv = 0, dout = 0, dwork = 0;
-    int rc, status = 1;
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dwork = NULL;
+    int rc, status = 1, gpu = 0;
     if (!k || !v) {
         fprintf(stderr, "quickstart: out of memory\n");
         goto out;
@@ -116,11 +94,14 @@ int main(void)
     /* 1. A context: the cache in $FIJIT_CACHE_DIR or ~/.cache/fijit. */
     if ((rc = fi_jit_ctx_new(&ctx, NULL)) < 0) goto fail;
 
-    /* 2. GPU 0, if there is one. */
-    if ((rc = open_device(&cu)) == FI_ENODEVICE)
+    /* 2. GPU 0, if there is one: its primary context made current (fijit
+     *    loads kernels into the thread's current context). */
+    if ((rc = fi_device_use(0)) == FI_ENODEVICE)
         printf("no GPU (%s: %s): compiling only\n", fi_error_name(rc), fi_last_error());
     else if (rc < 0)
         goto fail;
+    else
+        gpu = 1;
 
     /* 3. The kernel for this tuple, compiled by NVRTC into the cache for the
      *    GPU's arch (without a GPU, for the default one). Needs no GPU. */
@@ -134,30 +115,27 @@ int main(void)
            fi_jit_ctx_cache_dir(ctx));
 
     /* 4. Run it on the GPU. */
-    if (!cu) {
+    if (!gpu) {
         status = EXIT_NO_DEVICE;
         goto out;
     }
     fill_random(q, q_elems);
     fill_random(k, kv_elems);
     fill_random(v, kv_elems);
-    CUresult res;
-    if ((res = cu->MemAlloc(&dq, q_elems * 2)) != CUDA_SUCCESS ||
-        (res = cu->MemAlloc(&dk, kv_elems * 2)) != CUDA_SUCCESS ||
-        (res = cu->MemAlloc(&dv, kv_elems * 2)) != CUDA_SUCCESS ||
-        (res = cu->MemAlloc(&dout, q_elems * 2)) != CUDA_SUCCESS ||
-        (res = cu->MemcpyHtoD(dq, q, q_elems * 2)) != CUDA_SUCCESS ||
-        (res = cu->MemcpyHtoD(dk, k, kv_elems * 2)) != CUDA_SUCCESS ||
-        (res = cu->MemcpyHtoD(dv, v, kv_elems * 2)) != CUDA_SUCCESS) {
-        rc = fi_cuda_error(FI_ECUDA, res, "copying the inputs to the GPU");
+    if ((rc = fi_device_alloc(&dq, q_elems * 2)) < 0 ||
+        (rc = fi_device_alloc(&dk, kv_elems * 2)) < 0 ||
+        (rc = fi_device_alloc(&dv, kv_elems * 2)) < 0 ||
+        (rc = fi_device_alloc(&dout, q_elems * 2)) < 0 ||
+        (rc = fi_device_upload(dq, q, q_elems * 2)) < 0 ||
+        (rc = fi_device_upload(dk, k, kv_elems * 2)) < 0 ||
+        (rc = fi_device_upload(dv, v, kv_elems * 2)) < 0)
         goto fail;
-    }
 
     fi_decode_args args = FI_DECODE_ARGS_INIT;
-    args.q = (const void *)(uintptr_t)dq;
-    args.k = (const void *)(uintptr_t)dk;
-    args.v = (const void *)(uintptr_t)dv;
-    args.o = (void *)(uintptr_t)dout;
+    args.q = dq;
+    args.k = dk;
+    args.v = dv;
+    args.o = dout;
     args.num_qo_heads = QO_HEADS;
     args.num_kv_heads = KV_HEADS;
     args.kv_len = KV_LEN;
@@ -166,18 +144,12 @@ int main(void)
     args.k_stride_h = args.v_stride_h = HEAD_DIM;
     size_t work_bytes = 0; /* split-KV partial results, when the keys are split */
     if ((rc = fi_decode_workspace_size(&work_bytes, &spec, &args)) < 0) goto fail;
-    if (work_bytes && (res = cu->MemAlloc(&dwork, work_bytes)) != CUDA_SUCCESS) {
-        rc = fi_cuda_error(FI_ECUDA, res, "allocating the workspace");
-        goto fail;
-    }
-    args.workspace = (void *)(uintptr_t)dwork;
+    if (work_bytes && (rc = fi_device_alloc(&dwork, work_bytes)) < 0) goto fail;
+    args.workspace = dwork;
     args.workspace_bytes = work_bytes;
     if ((rc = fi_decode_run(ctx, &spec, &args, NULL)) < 0) goto fail;
-    if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS ||
-        (res = cu->MemcpyDtoH(o, dout, q_elems * 2)) != CUDA_SUCCESS) {
-        rc = fi_cuda_error(FI_ECUDA, res, "running the kernel");
+    if ((rc = fi_device_synchronize()) < 0 || (rc = fi_device_download(o, dout, q_elems * 2)) < 0)
         goto fail;
-    }
 
     /* 5. Check: bf16 output against the reference, relative to its largest value. */
     reference(expected, q, k, v);
@@ -196,11 +168,11 @@ int main(void)
 fail:
     fprintf(stderr, "quickstart: %s: %s\n", fi_error_name(rc), fi_last_error());
 out:
-    if (cu) {
-        CUdeviceptr buffers[] = {dq, dk, dv, dout, dwork};
-        for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++)
-            if (buffers[i]) cu->MemFree(buffers[i]);
-    }
+    fi_device_free(dq); /* each accepts NULL */
+    fi_device_free(dk);
+    fi_device_free(dv);
+    fi_device_free(dout);
+    fi_device_free(dwork);
     fi_jit_ctx_free(ctx);
     free(k);
     free(v);

@@ -241,83 +241,31 @@ FI_API int fi_settings_load(fi_settings *out, const char *cache_dir);
 /* "default", "fijit.conf", "environment", "program". */
 FI_API const char *fi_setting_origin_name(fi_setting_origin origin);
 
-#ifdef __cplusplus
-}
-#endif
+/* ---- the device: a small window on the CUDA driver --------------------------
+ * For programs with no CUDA runtime of their own (the CLI's demo, the quick
+ * start): the primary context of a device, device memory and copies. The
+ * driver is the one fijit opens at run time (no -lcuda). FI_ENODEVICE without
+ * a driver or device; FI_ECUDA with the driver's words when a call fails. */
 
-#endif
-
-/* ---- the CUDA driver --------------------------------------------------------
- * The driver as the library loaded it (dlopen of libcuda.so.1 on first use,
- * so that compile-only machines need none). Declared once <cuda.h> has been
- * included before this header: outside the main guard, so that a later
- * inclusion after <cuda.h> still declares it. */
-#if defined(CUDA_VERSION) && !defined(FIJIT_CACHE_CUDA_H)
-#define FIJIT_CACHE_CUDA_H
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* The driver's entry points fijit calls, one line each: X(name, symbol,
- * required, parameters). `name` is the field of fi_cuda_api (cu<name> in
- * cuda.h), `symbol` the versioned name cuda.h maps that macro to; an
- * optional entry (required 0) is NULL on drivers without it. The struct and
- * the loader (cuda_drv.c) are both made from this list. */
-#define FI_CUDA_API(X)                                                                     \
-    X(Init, "cuInit", 1, (unsigned int))                                                   \
-    X(DriverGetVersion, "cuDriverGetVersion", 1, (int *))                                  \
-    X(GetErrorString, "cuGetErrorString", 1, (CUresult, const char **))                    \
-    X(CtxGetCurrent, "cuCtxGetCurrent", 1, (CUcontext *))                                  \
-    X(CtxGetDevice, "cuCtxGetDevice", 1, (CUdevice *))                                     \
-    X(CtxSetCurrent, "cuCtxSetCurrent", 1, (CUcontext))                                    \
-    X(DeviceGet, "cuDeviceGet", 1, (CUdevice *, int))                                      \
-    X(DeviceGetCount, "cuDeviceGetCount", 1, (int *))                                      \
-    X(DeviceGetAttribute, "cuDeviceGetAttribute", 1, (int *, CUdevice_attribute, CUdevice)) \
-    X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 1, (CUcontext *, CUdevice))      \
-    X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice))              \
-    X(ModuleLoadData, "cuModuleLoadData", 1, (CUmodule *, const void *))                   \
-    X(ModuleUnload, "cuModuleUnload", 1, (CUmodule))                                       \
-    X(ModuleGetFunction, "cuModuleGetFunction", 1, (CUfunction *, CUmodule, const char *)) \
-    X(FuncGetAttribute, "cuFuncGetAttribute", 1, (int *, CUfunction_attribute, CUfunction)) \
-    X(FuncSetAttribute, "cuFuncSetAttribute", 1, (CUfunction, CUfunction_attribute, int))  \
-    X(LaunchKernel, "cuLaunchKernel", 1,                                                   \
-      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,    \
-       CUstream, void **, void **))                                                        \
-    X(MemAlloc, "cuMemAlloc_v2", 1, (CUdeviceptr *, size_t))                               \
-    X(MemFree, "cuMemFree_v2", 1, (CUdeviceptr))                                           \
-    X(MemcpyHtoD, "cuMemcpyHtoD_v2", 1, (CUdeviceptr, const void *, size_t))               \
-    X(MemcpyDtoH, "cuMemcpyDtoH_v2", 1, (void *, CUdeviceptr, size_t))                     \
-    X(MemsetD8, "cuMemsetD8_v2", 1, (CUdeviceptr, unsigned char, size_t))                  \
-    X(StreamSynchronize, "cuStreamSynchronize", 1, (CUstream))                             \
-    X(CtxSynchronize, "cuCtxSynchronize", 1, (void))                                       \
-    /* TMA descriptors: drivers before CUDA 12 lack it. */                                 \
-    X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", 0,                                   \
-      (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,         \
-       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,  \
-       CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))               \
-    /* Entries added since 0.2.0 come last, so that earlier fields keep their offsets. */ \
-    /* A context's number, never reused in the process (handles are): CUDA 12.0+. */        \
-    X(CtxGetId, "cuCtxGetId", 0, (CUcontext, unsigned long long *))                        \
-    /* Whether a device's primary context is active (fi_jit_ctx_free's liveness test). */   \
-    X(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 0,                           \
-      (CUdevice, unsigned int *, int *))                                                   \
-    /* Zeroes single prefill's block-claim counter on the launch's stream (capturable). */  \
-    X(MemsetD32Async, "cuMemsetD32Async", 0, (CUdeviceptr, unsigned int, size_t, CUstream))
-
-typedef struct fi_cuda_api {
-#define FI_CUDA_FIELD(name, symbol, required, params) CUresult(*name) params;
-    FI_CUDA_API(FI_CUDA_FIELD)
-#undef FI_CUDA_FIELD
-} fi_cuda_api;
-
-/* Load the driver once (thread-safe); `*out` is borrowed for the process's
- * life. FI_ENODEVICE when libcuda cannot be loaded or cuInit fails. */
-FI_API int fi_cuda_load(const fi_cuda_api **out);
-/* Set fi_last_error() to "<what>: <the driver's words for res>" and return `code`. */
-FI_API int fi_cuda_error(int code, CUresult res, const char *what);
-
+/* Number of devices the driver sees. */
+FI_API int fi_device_count(int *out);
+/* Retain device `ordinal`'s primary context and make it current on this
+ * thread (fijit loads kernels into the thread's current context). */
+FI_API int fi_device_use(int ordinal);
+/* `bytes` of device memory of the current context into `*out`; free with
+ * fi_device_free, which accepts NULL. */
+FI_API int fi_device_alloc(void **out, size_t bytes);
+FI_API void fi_device_free(void *ptr);
+/* Synchronous copies between host and device memory. */
+FI_API int fi_device_upload(void *device_dst, const void *host_src, size_t bytes);
+FI_API int fi_device_download(void *host_dst, const void *device_src, size_t bytes);
+/* Wait for every launch in the current context. */
+FI_API int fi_device_synchronize(void);
+/* The driver's CUDA version (12040 for 12.4). */
+FI_API int fi_cuda_driver_version(int *out);
 
 #ifdef __cplusplus
 }
 #endif
+
 #endif

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fijit_cache.h"
 #include "launch/decode.h"
 #include "fake_cuda.h"
 #include "fijit_batch_decode.h"
@@ -1650,6 +1651,38 @@ TEST(runs_are_single_launches_a_graph_can_capture)
     }
     fi_batch_decode_plan_free(plan);
     fi_jit_ctx_free(ctx);
+}
+
+/* fijit_cache.h's device calls, over the fake driver: a device made current,
+ * memory allocated, copied both ways and freed; errors for a device that is
+ * not there and for NULL pointers. */
+TEST(device_calls_reach_the_driver_fijit_opened)
+{
+    CHECK(fake_ready());
+    int count = -1, version = 0;
+    CHECK_OK(fi_device_count(&count));
+    CHECK(count >= 1);
+    CHECK_OK(fi_cuda_driver_version(&version));
+    CHECK(version == 13000);
+    CHECK_RC(fi_device_use(count), FI_ENODEVICE);
+    CHECK(strstr(fi_last_error(), "no CUDA device"));
+    CHECK_OK(fi_device_use(0));
+    char arch[16];
+    CHECK(fi_cuda_current_arch(arch, sizeof arch) > 0);
+    void *mem = NULL;
+    const char text[] = "through the device";
+    char back[sizeof text] = "";
+    CHECK_OK(fi_device_alloc(&mem, sizeof text));
+    CHECK(mem != NULL);
+    CHECK_OK(fi_device_upload(mem, text, sizeof text));
+    CHECK_OK(fi_device_synchronize());
+    CHECK_OK(fi_device_download(back, mem, sizeof text));
+    CHECK(memcmp(back, text, sizeof text) == 0);
+    fi_device_free(mem);
+    fi_device_free(NULL);
+    CHECK_RC(fi_device_alloc(NULL, 16), FI_EINVALID);
+    CHECK_RC(fi_device_upload(NULL, text, 1), FI_EINVALID);
+    CHECK_RC(fi_device_download(back, NULL, 1), FI_EINVALID);
 }
 
 /* The two batch lifecycles are one: batch decode's plan, like batch

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <cuda.h>
 
 #include "cli.h"
 
@@ -113,13 +112,6 @@ static double seconds_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Report a failed driver call through the library's wording. */
-static int driver_failed(const cli_command *cmd, CUresult res, const char *what)
-{
-    fi_cuda_error(FI_ECUDA, res, what);
-    return cli_runtime_error(cmd, what);
-}
-
 int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_KV_LEN, OPT_REMOTE };
@@ -137,10 +129,8 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
         return cli_usage_error(cmd, "--kv-len '%s': expected a positive number",
                                options[OPT_KV_LEN].value);
 
-    const fi_cuda_api *cu = NULL;
     int device_count = 0;
-    if (fi_cuda_load(&cu) < 0 || cu->DeviceGetCount(&device_count) != CUDA_SUCCESS ||
-        device_count < 1) {
+    if (fi_device_count(&device_count) < 0 || device_count < 1) {
         printf("demo: no CUDA device; skipped launch (compile-only machine)\n");
         return CLI_EXIT_OK;
     }
@@ -151,27 +141,16 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
     uint16_t *q = malloc(q_elems * 2), *k = malloc(kv_elems * 2), *v = malloc(kv_elems * 2);
     uint16_t *o = malloc(q_elems * 2);
     double *ref = malloc(q_elems * sizeof *ref);
-    CUdeviceptr dq = 0, dk = 0, dv = 0, dout = 0, dwork = 0;
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dwork = NULL;
     fi_jit_ctx *ctx = NULL;
-    CUdevice dev;
-    CUcontext cuctx;
-    CUresult res;
     rc = CLI_EXIT_FAILED;
     if (!q || !k || !v || !o || !ref) {
         fprintf(stderr, "fijit demo: out of memory\n");
         goto out;
     }
 
-    if ((res = cu->DeviceGet(&dev, 0)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cannot get CUDA device 0");
-        goto out;
-    }
-    if ((res = cu->DevicePrimaryCtxRetain(&cuctx, dev)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cannot retain the device's primary context");
-        goto out;
-    }
-    if ((res = cu->CtxSetCurrent(cuctx)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cannot make the context current");
+    if (fi_device_use(0) < 0) {
+        rc = cli_runtime_error(cmd, "cannot use CUDA device 0");
         goto out;
     }
 
@@ -205,7 +184,7 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
     /* The workspace size depends on the arguments, pointers included (they
      * are validated), so it is asked for after q, k, v and o exist. */
     struct {
-        CUdeviceptr *ptr;
+        void **ptr;
         size_t bytes;
         const void *host;
     } buffers[] = {
@@ -213,32 +192,31 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
         {&dout, q_elems * 2, NULL},
     };
     for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++) {
-        if ((res = cu->MemAlloc(buffers[i].ptr, buffers[i].bytes)) != CUDA_SUCCESS) {
-            rc = driver_failed(cmd, res, "cannot allocate device memory");
+        if (fi_device_alloc(buffers[i].ptr, buffers[i].bytes) < 0) {
+            rc = cli_runtime_error(cmd, "cannot allocate device memory");
             goto out;
         }
         if (buffers[i].host &&
-            (res = cu->MemcpyHtoD(*buffers[i].ptr, buffers[i].host, buffers[i].bytes)) !=
-                CUDA_SUCCESS) {
-            rc = driver_failed(cmd, res, "cannot copy the inputs to the device");
+            fi_device_upload(*buffers[i].ptr, buffers[i].host, buffers[i].bytes) < 0) {
+            rc = cli_runtime_error(cmd, "cannot copy the inputs to the device");
             goto out;
         }
     }
-    a.q = (const void *)(uintptr_t)dq;
-    a.k = (const void *)(uintptr_t)dk;
-    a.v = (const void *)(uintptr_t)dv;
-    a.o = (void *)(uintptr_t)dout;
+    a.q = dq;
+    a.k = dk;
+    a.v = dv;
+    a.o = dout;
 
     size_t work_bytes = 0;
     if (fi_decode_workspace_size(&work_bytes, &spec, &a) < 0) {
         rc = cli_runtime_error(cmd, "cannot size the decode workspace");
         goto out;
     }
-    if (work_bytes && (res = cu->MemAlloc(&dwork, work_bytes)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cannot allocate device memory");
+    if (work_bytes && fi_device_alloc(&dwork, work_bytes) < 0) {
+        rc = cli_runtime_error(cmd, "cannot allocate device memory");
         goto out;
     }
-    a.workspace = work_bytes ? (void *)(uintptr_t)dwork : NULL;
+    a.workspace = work_bytes ? dwork : NULL;
     a.workspace_bytes = work_bytes;
 
     /* The first run compiles or reads the cache; time it on its own. */
@@ -247,8 +225,8 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
         rc = cli_runtime_error(cmd, "the decode launch failed");
         goto out;
     }
-    if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "the kernel failed");
+    if (fi_device_synchronize() < 0) {
+        rc = cli_runtime_error(cmd, "the kernel failed");
         goto out;
     }
     double first_s = seconds_now() - t0;
@@ -259,13 +237,13 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
             goto out;
         }
     }
-    if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "the kernel failed");
+    if (fi_device_synchronize() < 0) {
+        rc = cli_runtime_error(cmd, "the kernel failed");
         goto out;
     }
     double per_run_s = (seconds_now() - t0) / DEMO_TIMED_RUNS;
-    if ((res = cu->MemcpyDtoH(o, dout, q_elems * 2)) != CUDA_SUCCESS) {
-        rc = driver_failed(cmd, res, "cannot copy the output from the device");
+    if (fi_device_download(o, dout, q_elems * 2) < 0) {
+        rc = cli_runtime_error(cmd, "cannot copy the output from the device");
         goto out;
     }
 
@@ -291,11 +269,11 @@ int cli_cmd_demo(const cli_command *cmd, int argc, char **argv)
                 DEMO_MAX_REL_ERR);
     rc = ok ? CLI_EXIT_OK : CLI_EXIT_FAILED;
 out:
-    if (dq) cu->MemFree(dq);
-    if (dk) cu->MemFree(dk);
-    if (dv) cu->MemFree(dv);
-    if (dout) cu->MemFree(dout);
-    if (dwork) cu->MemFree(dwork);
+    fi_device_free(dq);
+    fi_device_free(dk);
+    fi_device_free(dv);
+    fi_device_free(dout);
+    fi_device_free(dwork);
     fi_jit_ctx_free(ctx);
     free(q);
     free(k);

@@ -17,7 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cuda.h>
 
 #include "fijit_cache.h"
 
@@ -346,16 +345,7 @@ int cli_check_arch(const cli_command *cmd, const char *what, const char *arch)
  * current and let the library name its arch. */
 static int detect_here(char out[16])
 {
-    const fi_cuda_api *cu = NULL;
-    int count = 0;
-    CUdevice dev;
-    CUcontext cuctx = NULL;
-    if (fi_cuda_load(&cu) < 0) return 0;
-    if (cu->DeviceGetCount(&count) != CUDA_SUCCESS || count < 1) return 0;
-    if (cu->DeviceGet(&dev, 0) != CUDA_SUCCESS) return 0;
-    if (cu->DevicePrimaryCtxRetain(&cuctx, dev) != CUDA_SUCCESS) return 0;
-    int found = cu->CtxSetCurrent(cuctx) == CUDA_SUCCESS &&
-                fi_cuda_current_arch(out, 16) > 0;
+    int found = fi_device_use(0) == 0 && fi_cuda_current_arch(out, 16) > 0;
     /* The primary context stays retained: callers (demo, show-config) go on
      * using it, and the process ends soon after. */
     return found;

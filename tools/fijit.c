@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cuda.h>
 
 #include "cli.h"
 
@@ -468,15 +467,15 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     else
         printf("nvrtc                not found (%s)\n", fi_last_error());
 
-    const fi_cuda_api *cu = NULL;
     int driver = 0;
-    if (fi_cuda_load(&cu) == 0 && cu->DriverGetVersion(&driver) == CUDA_SUCCESS)
+    const int have_driver = fi_cuda_driver_version(&driver) == 0;
+    if (have_driver)
         printf("cuda driver          %d.%d\n", driver / 1000, driver % 1000 / 10);
     else
         printf("cuda driver          no driver (%s)\n", fi_last_error());
 
     char gpu_arch[16];
-    if (cu && cli_detect_gpu_arch(gpu_arch, 0))
+    if (have_driver && cli_detect_gpu_arch(gpu_arch, 0))
         printf("gpu arch             %s (device 0)\n", gpu_arch);
     else
         printf("gpu arch             none (compile-only, default sm_90a)\n");

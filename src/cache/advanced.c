@@ -54,17 +54,6 @@ int fi_cuda_current_arch(char *out, size_t out_size)
     return (int)n;
 }
 
-int fi_cuda_load(const fi_cuda_api **out)
-{
-    if (!out) return fi__error(FI_EINVALID, "fi_cuda_load: out is NULL");
-    return fi__cuda_load(out);
-}
-
-int fi_cuda_error(int code, CUresult res, const char *what)
-{
-    return fi__cuda_error(code, res, what ? what : "a CUDA driver call");
-}
-
 int fi_jit_variant_name_check(const char *name)
 {
     if (name && fi__variant_name_ok(name)) return 0;

@@ -12,9 +12,61 @@
 
 #include "fijit_cache.h"
 
-/* fi_cuda_api, the table of driver entry points, is public in fijit_cache.h
- * (the CLI's demo drives the GPU through it), made from one list there,
- * FI_CUDA_API, as is the loader in cuda_drv.c. */
+/* Every driver call goes through this one table (as SQLite's aSyscall[]):
+ * it gives the lazy dlopen and a single place where tests put a fake driver
+ * (tests/fake_cuda.c, loaded as libcuda.so.1). Programs outside the library
+ * reach the driver through fijit_cache.h's fi_device_* calls. */
+/* The driver's entry points fijit calls, one line each: X(name, symbol,
+ * required, parameters). `name` is the field of fi_cuda_api (cu<name> in
+ * cuda.h), `symbol` the versioned name cuda.h maps that macro to; an
+ * optional entry (required 0) is NULL on drivers without it. The struct and
+ * the loader (cuda_drv.c) are both made from this list. */
+#define FI_CUDA_API(X)                                                                     \
+    X(Init, "cuInit", 1, (unsigned int))                                                   \
+    X(DriverGetVersion, "cuDriverGetVersion", 1, (int *))                                  \
+    X(GetErrorString, "cuGetErrorString", 1, (CUresult, const char **))                    \
+    X(CtxGetCurrent, "cuCtxGetCurrent", 1, (CUcontext *))                                  \
+    X(CtxGetDevice, "cuCtxGetDevice", 1, (CUdevice *))                                     \
+    X(CtxSetCurrent, "cuCtxSetCurrent", 1, (CUcontext))                                    \
+    X(DeviceGet, "cuDeviceGet", 1, (CUdevice *, int))                                      \
+    X(DeviceGetCount, "cuDeviceGetCount", 1, (int *))                                      \
+    X(DeviceGetAttribute, "cuDeviceGetAttribute", 1, (int *, CUdevice_attribute, CUdevice)) \
+    X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 1, (CUcontext *, CUdevice))      \
+    X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", 1, (CUdevice))              \
+    X(ModuleLoadData, "cuModuleLoadData", 1, (CUmodule *, const void *))                   \
+    X(ModuleUnload, "cuModuleUnload", 1, (CUmodule))                                       \
+    X(ModuleGetFunction, "cuModuleGetFunction", 1, (CUfunction *, CUmodule, const char *)) \
+    X(FuncGetAttribute, "cuFuncGetAttribute", 1, (int *, CUfunction_attribute, CUfunction)) \
+    X(FuncSetAttribute, "cuFuncSetAttribute", 1, (CUfunction, CUfunction_attribute, int))  \
+    X(LaunchKernel, "cuLaunchKernel", 1,                                                   \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,    \
+       CUstream, void **, void **))                                                        \
+    X(MemAlloc, "cuMemAlloc_v2", 1, (CUdeviceptr *, size_t))                               \
+    X(MemFree, "cuMemFree_v2", 1, (CUdeviceptr))                                           \
+    X(MemcpyHtoD, "cuMemcpyHtoD_v2", 1, (CUdeviceptr, const void *, size_t))               \
+    X(MemcpyDtoH, "cuMemcpyDtoH_v2", 1, (void *, CUdeviceptr, size_t))                     \
+    X(MemsetD8, "cuMemsetD8_v2", 1, (CUdeviceptr, unsigned char, size_t))                  \
+    X(StreamSynchronize, "cuStreamSynchronize", 1, (CUstream))                             \
+    X(CtxSynchronize, "cuCtxSynchronize", 1, (void))                                       \
+    /* TMA descriptors: drivers before CUDA 12 lack it. */                                 \
+    X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled", 0,                                   \
+      (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,         \
+       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,  \
+       CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))               \
+    /* Entries added since 0.2.0 come last, so that earlier fields keep their offsets. */ \
+    /* A context's number, never reused in the process (handles are): CUDA 12.0+. */        \
+    X(CtxGetId, "cuCtxGetId", 0, (CUcontext, unsigned long long *))                        \
+    /* Whether a device's primary context is active (fi_jit_ctx_free's liveness test). */   \
+    X(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 0,                           \
+      (CUdevice, unsigned int *, int *))                                                   \
+    /* Zeroes single prefill's block-claim counter on the launch's stream (capturable). */  \
+    X(MemsetD32Async, "cuMemsetD32Async", 0, (CUdeviceptr, unsigned int, size_t, CUstream))
+
+typedef struct fi_cuda_api {
+#define FI_CUDA_FIELD(name, symbol, required, params) CUresult(*name) params;
+    FI_CUDA_API(FI_CUDA_FIELD)
+#undef FI_CUDA_FIELD
+} fi_cuda_api;
 
 /* Load the driver once (thread-safe). FI_ENODEVICE with a message when
  * libcuda cannot be loaded or cuInit fails. */

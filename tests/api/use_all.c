@@ -282,6 +282,20 @@ int main(void)
     EXPECT(fi_batch_prefill_run(ctx, NULL, &bpr, NULL) == FI_EINVALID);
     fi_batch_prefill_plan_free(pplan);
 
+    /* ---- the device (fijit_cache.h): FI_ENODEVICE without a driver ---- */
+    int devices = -1, driver = -1;
+    const int drc = fi_device_count(&devices);
+    EXPECT(drc == FI_ENODEVICE ? devices == 0 : drc == 0 && devices >= 0);
+    EXPECT(fi_cuda_driver_version(&driver) == (drc == FI_ENODEVICE ? FI_ENODEVICE : 0));
+    EXPECT(fi_device_use(-1) == FI_ENODEVICE);
+    void *dmem = NULL;
+    EXPECT(fi_device_alloc(NULL, 16) == FI_EINVALID);
+    EXPECT(drc == 0 || (fi_device_alloc(&dmem, 16) == FI_ENODEVICE && dmem == NULL));
+    EXPECT(fi_device_upload(NULL, "x", 1) == FI_EINVALID);
+    EXPECT(fi_device_download(NULL, NULL, 1) == FI_EINVALID);
+    EXPECT(drc == 0 || fi_device_synchronize() == FI_ENODEVICE);
+    fi_device_free(NULL);
+
     /* ---- MLA decode (fijit_mla.h) ---- */
     fi_jit_spec ms;
     char mla_variant[64];
