@@ -289,7 +289,7 @@ static double row_mean_keys(const fi_jit_spec *spec, int64_t qo, int64_t kv)
     return m < 0 ? 0 : m > (double)kv ? (double)kv : m;
 }
 
-/* The Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) takes a launch of tile
+/* The Hopper main loop (templates/prefill/ws/kernel.cuh) takes a launch of tile
  * kernel `idx` when the module was compiled for sm_90a for a tuple it serves,
  * the keys are read as they are or rotated once into a workspace (`rot_k`)
  * and, paged, `page_size` suits its K/V tiles (FI_PREFILL_WS_PAGE_OK);

@@ -70,7 +70,7 @@
 /* Bytes of K/V (all requests) the heads of one block-order section may span. */
 #define FI_PREFILL_L2_BUDGET (24u << 20)
 
-/* ---- the Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) -------------
+/* ---- the Hopper main loop (templates/prefill/ws/kernel.cuh) -------------
  * In a module compiled for sm_90a, every prefill kind without a custom
  * mask also holds fi_prefill_kernel_ws: query tiles of FI_PREFILL_WS_TILE_Q
  * rows (the block order of tile kernel 0, over its own work items: tiles of
