@@ -7,7 +7,8 @@
  *                      (work list, workspace layout, upload)
  *   prefill_prepass.c  the pre-passes: RoPE's rotated keys, fp8's V layout
  *   prefill_ws.c       the Hopper main loop: launch modes, TMA maps, block
- *                      claims, and the launch of tile kernel 0 or it
+ *                      claims, and the launch (a tile kernel, or the Hopper
+ *                      main loop in its place)
  *   prefill_single.c   single prefill (fi_prefill_*)
  *   prefill_batch.c    batch prefill's run (fi_batch_prefill_run)
  * templates/prefill/ holds the kernels, templates/prefill/params.h the
@@ -41,7 +42,8 @@
     } while (0)
 
 /* Bytes of a q, k, v or o element of the 16-bit tuples (the batch kinds'
- * only ones: fi__prefill_check); fp8's q, k and v take 1 (fi__prefill_in_bytes). */
+ * only ones: fi__prefill_check); fp8's q, k and v take 1
+ * (fi__prefill_in_bytes). */
 #define PREFILL_ELEM_BYTES 2
 
 /* What fi_prefill_args and fi_batch_prefill_args give alike (the same field
@@ -65,8 +67,9 @@
         (p)->v_stride_n = (a)->v_stride_n;                                                    \
         (p)->v_stride_h = (a)->v_stride_h;                                                    \
         memcpy((p)->variant_params, (variant_params), sizeof(p)->variant_params);             \
-        fi__prefill_fill_scalars((p), (spec), (a)->sm_scale, (a)->logits_soft_cap, (a)->rope_scale,       \
-                     (a)->rope_theta, (a)->rope_offset, (window_left));                       \
+        fi__prefill_fill_scalars((p), (spec), (a)->sm_scale, (a)->logits_soft_cap,            \
+                                 (a)->rope_scale, (a)->rope_theta, (a)->rope_offset,          \
+                                 (window_left));                                              \
     } while (0)
 
 /* Index of the Hopper main loop among the module's entries (src/core/kinds.c). */

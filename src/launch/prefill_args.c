@@ -6,7 +6,10 @@
 #include "launch/prefill.h"
 
 /* Bytes of a q, k or v element of the spec. */
-int fi__prefill_in_bytes(const fi_jit_spec *spec) { return fi__prefill_is_fp8(spec) ? 1 : PREFILL_ELEM_BYTES; }
+int fi__prefill_in_bytes(const fi_jit_spec *spec)
+{
+    return fi__prefill_is_fp8(spec) ? 1 : PREFILL_ELEM_BYTES;
+}
 
 int fi__prefill_check_heads(const char *who, int qo_heads, int kv_heads)
 {
@@ -19,9 +22,9 @@ int fi__prefill_check_heads(const char *who, int qo_heads, int kv_heads)
 
 /* The scalar arguments both launch kinds share (window_left: the batch
  * kinds check it in the plan). */
-int fi__prefill_check_scalars(const char *who, const fi_jit_spec *spec, float sm_scale, float soft_cap,
-                         float rope_scale, float rope_theta, int rope_offset,
-                         const float *alibi_slopes, const void *custom_mask)
+int fi__prefill_check_scalars(const char *who, const fi_jit_spec *spec, float sm_scale,
+                              float soft_cap, float rope_scale, float rope_theta, int rope_offset,
+                              const float *alibi_slopes, const void *custom_mask)
 {
     int rc = fi__check_scalars(who, spec, sm_scale, soft_cap, rope_scale, rope_theta, alibi_slopes);
     if (rc < 0) return rc;
@@ -44,8 +47,8 @@ int fi__prefill_tile_index(const char *who, int cta_tile_q, int *out)
 }
 
 void fi__prefill_fill_scalars(fi_prefill_params *p, const fi_jit_spec *spec, float sm_scale,
-                         float soft_cap, float rope_scale, float rope_theta, int rope_offset,
-                         int window_left)
+                              float soft_cap, float rope_scale, float rope_theta, int rope_offset,
+                              int window_left)
 {
     p->sm_scale = fi__launch_sm_scale(sm_scale, spec->head_dim);
     p->soft_cap = fi__launch_soft_cap(spec, soft_cap);

@@ -61,8 +61,9 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
         FI_TRY(fi__check_stride(who, "k_stride_page", a->k_stride_page, 1, PREFILL_ELEM_BYTES));
         FI_TRY(fi__check_stride(who, "v_stride_page", a->v_stride_page, 1, PREFILL_ELEM_BYTES));
     }
-    FI_TRY(fi__prefill_check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale, a->rope_theta,
-                         a->rope_offset, a->alibi_slopes, a->custom_mask));
+    FI_TRY(fi__prefill_check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale,
+                                     a->rope_theta, a->rope_offset, a->alibi_slopes,
+                                     a->custom_mask));
     FI_TRY(fi__check_opt_ptr(who, "custom_mask_offsets", a->custom_mask_offsets, 8));
     FI_TRY(batch_rope_offsets(who, spec, a, &rope_offsets));
     FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
@@ -84,15 +85,16 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
     p.page_size = paged ? plan->page_size : 1;
     if (plan->rot_k)
         FI_TRY(fi__prefill_rotate_keys(kernel, spec->head_dim, plan->rot_k,
-                           plan->kv_token_start ? plan->kv_token_start : a->kv_indptr,
-                           plan->kv_rows, plan->batch_size, &p, (CUstream)stream, who));
+                                       plan->kv_token_start ? plan->kv_token_start : a->kv_indptr,
+                                       plan->kv_rows, plan->batch_size, &p, (CUstream)stream, who));
     const struct ws_rows rows = {plan->qo_tokens, paged ? plan->kv_rows : plan->kv_tokens,
                                  plan->kv_tokens};
     const struct work_grid tile_grid = {plan->num_work, plan->work_request, plan->work_tile, NULL};
     const struct work_grid ws_grid = {plan->num_ws_work, plan->ws_work_request, plan->ws_work_tile,
                                       plan->claims};
-    FI_TRY(fi__prefill_launch(kernel, spec, plan->tile, (enum ws_mode)plan->ws, plan->sm_count, &tile_grid,
-                  &ws_grid, plan->num_kv_heads, &p, &rows, (CUstream)stream, who));
+    FI_TRY(fi__prefill_launch(kernel, spec, plan->tile, (enum ws_mode)plan->ws, plan->sm_count,
+                              &tile_grid, &ws_grid, plan->num_kv_heads, &p, &rows, (CUstream)stream,
+                              who));
 out:
     return rc;
 }

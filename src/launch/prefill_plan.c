@@ -39,7 +39,7 @@ int fi__prefill_heads_per_section(int64_t kv_tokens, const fi_jit_spec *spec, in
 
 /* The automatic tile: `tiles[i]` CTAs per kv head with tile i. */
 int fi__prefill_choose_tile(const int64_t tiles[FI_PREFILL_NUM_TILES], int kv_heads, int sm_count,
-                       int64_t max_rows)
+                            int64_t max_rows)
 {
     if (tiles[0] * kv_heads >= sm_count) return 0;
     return max_rows > 16 ? 1 : 2;
@@ -293,8 +293,9 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
     plan->qo_tokens = a->qo_indptr[a->batch_size];
     /* Compile or load now, so that runs (maybe under graph capture) never do. */
     FI_TRY(fi_jit_get_kernel(&kernel, ctx, spec));
-    plan->ws = (int)fi__prefill_ws_mode_for(kernel, spec, plan->tile, 1, paged ? a->page_size : 0,
-                                plan->qo_tokens > 0 ? row_keys / (double)plan->qo_tokens : 0, 1);
+    plan->ws = (int)fi__prefill_ws_mode_for(
+        kernel, spec, plan->tile, 1, paged ? a->page_size : 0,
+        plan->qo_tokens > 0 ? row_keys / (double)plan->qo_tokens : 0, 1);
     if (plan->ws == WS_PERSISTENT || plan->ws == WS_STATIC) {
         if (!sm_count) sm_count = a->sm_count;
         FI_TRY(fi__prefill_persistent_ctas(&sm_count));

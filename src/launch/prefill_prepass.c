@@ -22,8 +22,8 @@ int fi__prefill_fp8_vt_keys(int kv_len)
     return (int)fi__prefill_ceil_div(kv_len, FI_PREFILL_FP8_TILE_KV) * FI_PREFILL_FP8_TILE_KV;
 }
 
-/* fp8's V pre-pass (fi__prefill_fp8_scale_and_place_v), ahead of the main loop on its
- * stream. */
+/* fp8's V pre-pass (fi__prefill_fp8_scale_and_place_v), ahead of the main
+ * loop on its stream. */
 int fi__prefill_launch_fp8_v(const fi_jit_kernel *kernel, fi_prefill_params *p, CUstream stream)
 {
     CUfunction f = kernel->functions[FP8_V_ENTRY];
@@ -38,9 +38,9 @@ int fi__prefill_launch_fp8_v(const fi_jit_kernel *kernel, fi_prefill_params *p, 
  * writes the kv_rows keys rotated into rot_k (prefill/params.h), then point
  * p's keys at them for the tile kernel. kv_token_start: the requests' first
  * rows (device), NULL for single prefill. */
-int fi__prefill_rotate_keys(const fi_jit_kernel *kernel, int hd, void *rot_k, const int *kv_token_start,
-                       int kv_rows, int batch_size, fi_prefill_params *p, CUstream stream,
-                       const char *who)
+int fi__prefill_rotate_keys(const fi_jit_kernel *kernel, int hd, void *rot_k,
+                            const int *kv_token_start, int kv_rows, int batch_size,
+                            fi_prefill_params *p, CUstream stream, const char *who)
 {
     int rc = 0;
     CUfunction f = kernel->functions[FI_PREFILL_NUM_TILES];
@@ -66,8 +66,8 @@ out:
 
 /* fp8: the scales into p (the logits' into sm_scale, V's onto O), and where
  * the V pre-pass writes V as P.V reads it (vt, templates/prefill/fp8.cuh):
- * the caller's workspace. launch_ws (prefill_ws.c) runs the pre-pass, once the launch is
- * sure to go ahead. */
+ * the caller's workspace. launch_ws (prefill_ws.c) runs the pre-pass, once
+ * the launch is sure to go ahead. */
 void fi__prefill_fp8_scale_and_place_v(const fi_prefill_args *a, fi_prefill_params *p)
 {
     p->sm_scale *= fi__launch_fp8_scale(a->q_scale) * fi__launch_fp8_scale(a->k_scale);

@@ -19,9 +19,9 @@ static size_t single_pre_bytes(const fi_jit_spec *spec, const fi_prefill_args *a
     if (fi__prefill_is_fp8(spec))
         return fi__align16((size_t)a->num_kv_heads * (size_t)spec->head_dim *
                            (size_t)fi__prefill_fp8_vt_keys(a->kv_len));
-    return spec->pos == FI_POS_ROPE_LLAMA ? fi__prefill_rotated_keys_bytes(a->kv_len, a->num_kv_heads,
-                                                                spec->head_dim)
-                                          : 0;
+    return spec->pos == FI_POS_ROPE_LLAMA
+               ? fi__prefill_rotated_keys_bytes(a->kv_len, a->num_kv_heads, spec->head_dim)
+               : 0;
 }
 
 /* The counter in the caller's workspace, or NULL where it has no room. */
@@ -100,8 +100,9 @@ static int check_single(const fi_jit_spec *spec, const fi_prefill_args *a)
         FI_FAIL(FI_EINVALID, "prefill: o strides (n %lld, h %lld) are smaller than o's head dim "
                 "(%d): rows would overlap", (long long)a->o_stride_n, (long long)a->o_stride_h,
                 fi__spec_head_dim_vo(spec));
-    FI_TRY(fi__prefill_check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale, a->rope_theta,
-                         a->rope_offset, a->alibi_slopes, a->custom_mask));
+    FI_TRY(fi__prefill_check_scalars(who, spec, a->sm_scale, a->logits_soft_cap, a->rope_scale,
+                                     a->rope_theta, a->rope_offset, a->alibi_slopes,
+                                     a->custom_mask));
     FI_TRY(fi__check_window(who, spec, a->window_left));
     if (spec->pos == FI_POS_ROPE_LLAMA && (int64_t)a->rope_offset + a->kv_len + a->qo_len > INT_MAX)
         FI_FAIL(FI_EINVALID, "prefill: rope_offset %d + lengths must fit in an int", a->rope_offset);
@@ -166,17 +167,19 @@ int fi_prefill_run(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_prefill_ar
     p.kv_len = a->kv_len;
     if (single_rotates_keys(spec, a))
         FI_TRY(fi__prefill_rotate_keys(kernel, spec->head_dim, a->workspace, NULL, a->kv_len, 1, &p,
-                           (CUstream)stream, "prefill"));
+                                       (CUstream)stream, "prefill"));
     if (fi__prefill_is_fp8(spec)) fi__prefill_fp8_scale_and_place_v(a, &p);
     unsigned int *claims = single_claims(spec, a);
-    const enum ws_mode ws = fi__prefill_ws_mode_for(kernel, spec, idx, p.rot_k != NULL, 0,
-                                        fi__prefill_row_mean_keys(spec, a->qo_len, a->kv_len), claims != NULL);
+    const enum ws_mode ws = fi__prefill_ws_mode_for(
+        kernel, spec, idx, p.rot_k != NULL, 0,
+        fi__prefill_row_mean_keys(spec, a->qo_len, a->kv_len), claims != NULL);
     if (ws == WS_PERSISTENT || ws == WS_STATIC) FI_TRY(fi__prefill_persistent_ctas(&sm_count));
     const struct ws_rows ws_rows = {a->qo_len, a->kv_len, a->kv_len};
     const struct work_grid tile_grid = {(int)tiles[idx], NULL, NULL, NULL};
-    const struct work_grid ws_grid = {(int)fi__prefill_ceil_div(rows, fi__prefill_ws_tile_q(spec)), NULL, NULL, claims, 1};
-    FI_TRY(fi__prefill_launch(kernel, spec, idx, ws, sm_count, &tile_grid, &ws_grid, a->num_kv_heads, &p,
-                  &ws_rows, (CUstream)stream, "prefill"));
+    const struct work_grid ws_grid = {(int)fi__prefill_ceil_div(rows, fi__prefill_ws_tile_q(spec)),
+                                      NULL, NULL, claims, 1};
+    FI_TRY(fi__prefill_launch(kernel, spec, idx, ws, sm_count, &tile_grid, &ws_grid,
+                              a->num_kv_heads, &p, &ws_rows, (CUstream)stream, "prefill"));
 out:
     return rc;
 }

@@ -104,7 +104,7 @@ double fi__prefill_row_mean_keys(const fi_jit_spec *spec, int64_t qo, int64_t kv
  * measurements, else ws_default (mean_keys, can_claim). Batch kinds decide
  * once, in the plan. */
 enum ws_mode fi__prefill_ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
-                                int rot_k, int page_size, double mean_keys, int can_claim)
+                                     int rot_k, int page_size, double mean_keys, int can_claim)
 {
     const char *env = getenv("FIJIT_PREFILL_WS");
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
@@ -142,8 +142,8 @@ static int encode_kv_maps(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_p
                                                p->v_stride_page, ws->v_coords);
     }
     if (rows->k <= 0) return 0;
-    int rc = fi__cuda_tma_map_3d(&ws->k, p->k, fi__prefill_in_bytes(spec), hd, heads, rows->k, p->k_stride_h,
-                                 p->k_stride_n, 1, box);
+    int rc = fi__cuda_tma_map_3d(&ws->k, p->k, fi__prefill_in_bytes(spec), hd, heads, rows->k,
+                                 p->k_stride_h, p->k_stride_n, 1, box);
     if (rc < 0) return rc;
     /* fp8: the pre-pass's vt {vt_keys, head_dim, kv heads}, a box a 128-key
      * row of every head_dim row (templates/prefill/fp8.cuh). */
@@ -167,8 +167,9 @@ static void encode_q_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
     const int group = p->group_size;
     const int box_rows = FI_PREFILL_WS_Q_BOX_ROWS(spec->head_dim, ws_lean(spec));
     if (q_rows <= 0 || box_rows % group != 0 || !(p->sm_scale > 0.f)) return;
-    if (fi__cuda_tma_map_3d(&ws->q, p->q, fi__prefill_in_bytes(spec), spec->head_dim, p->num_qo_heads, q_rows,
-                            p->q_stride_h, p->q_stride_n, group, box_rows / group) == 0)
+    if (fi__cuda_tma_map_3d(&ws->q, p->q, fi__prefill_in_bytes(spec), spec->head_dim,
+                            p->num_qo_heads, q_rows, p->q_stride_h, p->q_stride_n, group,
+                            box_rows / group) == 0)
         ws->q_rows = q_rows;
 }
 
@@ -259,10 +260,10 @@ static int launch_ws(const fi_jit_kernel *kernel, const fi_jit_spec *spec, enum 
 /* Launch tile kernel `idx` of `kernel` over `tiles` x `heads` blocks, or the
  * Hopper main loop in its place over `ws_tiles` x `heads` (`ws`, see
  * fi__prefill_ws_mode_for); sm_count and rows as launch_ws takes them. */
-int fi__prefill_launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx, enum ws_mode ws,
-                  int sm_count, const struct work_grid *tiles, const struct work_grid *ws_tiles,
-                  int heads, fi_prefill_params *p, const struct ws_rows *rows, CUstream stream,
-                  const char *who)
+int fi__prefill_launch(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
+                       enum ws_mode ws, int sm_count, const struct work_grid *tiles,
+                       const struct work_grid *ws_tiles, int heads, fi_prefill_params *p,
+                       const struct ws_rows *rows, CUstream stream, const char *who)
 {
     const int hd = spec->head_dim;
     if (ws != WS_OFF) {
