@@ -4,14 +4,15 @@
 // launched in place of tile kernel 0 (prefill/tile/loop.cuh) for the tuples
 // FI_PREFILL_WS_TUPLE accepts (prefill/params.h).
 // Only the main loop is its own: the tile scheduler (prefill/work.cuh), the
-// query rows (rope.cuh), masks (mask.cuh), softmax (softmax.cuh), epilogue
-// (epilogue.cuh) and the variant hooks are the tile kernels'. Its parts, in
-// prefill/ws/: config.cuh (the tuple's tiles, rings, registers and shared
-// memory), schedule.cuh (which blocks a CTA takes), produce.cuh (the
-// producer's loads), consume.cuh (a consumer warpgroup), epilogue.cuh (a
-// consumer's O store), trace.cuh (an optional cycle trace of the consumers,
-// empty unless FIJIT_WS_TRACE is defined); this file sets up the CTA, gives
-// each warp its role (run) and is the kernel's entry (WsEntry).
+// query rows (rope.cuh), masks (mask.cuh), softmax (softmax.cuh), the
+// epilogue's steps (prefill/epilogue.cuh) and the variant hooks are the tile
+// kernels'. Its parts, in prefill/ws/: config.cuh (the tuple's tiles, rings,
+// registers and shared memory), schedule.cuh (which blocks a CTA takes),
+// produce.cuh (the producer's loads), consume.cuh (a consumer warpgroup),
+// epilogue.cuh (a consumer's O store), trace.cuh (an optional cycle trace of
+// the consumers, empty unless FIJIT_WS_TRACE is defined); this file sets up
+// the CTA, gives each warp its role (run) and is the kernel's entry
+// (WsEntry).
 //
 // One CTA = a producer warpgroup and kConsumers (2 or 3) consumers:
 //  * the producer (warpgroup 0) gives its registers away (setmaxnreg); its
