@@ -542,7 +542,7 @@ TEST(prefill_hopper_main_loop_at_head_dim_64_takes_192_row_tiles)
 /* head_dim 256: one Q buffer, filled by TMA too (its box a consumer's 64
  * packed rows, each consumer's refilled on its own), 80-key K/V tiles;
  * persistent CTAs without a causal mask, a CTA per block with one where
- * they cannot claim (no workspace: prefill.c, ws_default; where they can,
+ * they cannot claim (no workspace: prefill_ws.c, ws_default; where they can,
  * the next test). */
 TEST(prefill_hopper_main_loop_at_head_dim_256_loads_q_by_tma)
 {

@@ -1,7 +1,7 @@
 /*
  * The prefill kinds: single prefill, batch prefill over ragged K/V and over a
  * paged K/V cache. They share templates/prefill/ (each kind's entry file
- * includes the same kernels) and src/launch/prefill.c. A module holds one
+ * includes the same kernels) and src/launch/prefill_*.c. A module holds one
  * kernel per query tile (128, 64, 16 rows; templates/prefill/params.h), the
  * RoPE pre-pass, the Hopper main loop (empty but for sm_90a) and fp8's V
  * pre-pass (empty but for fp8).

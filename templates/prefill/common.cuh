@@ -13,16 +13,19 @@
 //                          custom mask's bits
 //   prefill/softmax.cuh    the online softmax of a row and the rescale of O
 //   prefill/epilogue.cuh   normalise, output hook, lse, the 16-byte stores
-//   prefill/tile_loop.cuh  the tile kernels' CTA: Q, the K/V pipeline, masks,
-//                          softmax and epilogue around one K/V tile's products
-//   prefill/mainloop_sm80.cuh     those products on mma.sync (sm_80+)
-//   prefill/mainloop_sm90_tile.cuh  on wgmma (sm_90a, 128- and 64-row tiles)
-//   prefill/mainloop_sm90_ws.cuh  the warp-specialised Hopper kernel (TMA,
-//                          wgmma, producer and consumer warpgroups): its CTA,
-//                          over prefill/ws/: config.cuh (tiles, rings,
+//   prefill/tile/          the tile kernels (FlashAttention-2 style, every arch):
+//     loop.cuh             their CTA: Q, the K/V pipeline, masks, softmax and
+//                          epilogue around one K/V tile's products
+//     mainloop_sm80.cuh    those products on mma.sync (sm_80+)
+//     mainloop_sm90.cuh    on wgmma (sm_90a, 128- and 64-row tiles)
+//     kernel.cuh           the entry: which products tile kernel i runs
+//   prefill/ws/            the warp-specialised Hopper kernel (TMA, wgmma,
+//                          producer and consumer warpgroups):
+//     kernel.cuh           its CTA and entry; config.cuh (tiles, rings,
 //                          registers, shared memory), schedule.cuh (the
 //                          blocks a CTA takes), produce.cuh (TMA loads of Q,
-//                          K and V), consume.cuh (a consumer warpgroup)
+//                          K and V), consume.cuh (a consumer warpgroup),
+//                          epilogue.cuh (a consumer's O store)
 //   prefill/kernels.cuh    the module's entry points
 // Every part calls the variant hooks of common/variant.cuh the same way.
 //
@@ -221,7 +224,7 @@ __device__ __forceinline__ void p_fragment(const float (&s)[kN][4], int kk, unsi
 
 // A tile kernel's shape (prefill/params.h): query rows, warps, rows per
 // warp in 16-row MMA tiles, keys per K/V tile, and whether its products run
-// on wgmma (prefill/mainloop_sm90_tile.cuh) or mma.sync (mainloop_sm80.cuh).
+// on wgmma (prefill/tile/mainloop_sm90.cuh) or mma.sync (tile/mainloop_sm80.cuh).
 template <int kTileIdx>
 struct Cfg {
     static constexpr int kTileQ = FI_PREFILL_TILE_Q(kTileIdx);

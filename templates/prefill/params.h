@@ -1,6 +1,6 @@
 /*
  * Prefill kernel parameters and launch constants, shared by the host launch
- * code (C11, src/launch/prefill.c) and the kernels (CUDA C++ under NVRTC,
+ * code (C11, src/launch/prefill_*.c) and the kernels (CUDA C++ under NVRTC,
  * templates/prefill/). Builtin types only: NVRTC sees no <stdint.h>.
  * Every prefill kernel takes exactly one fi_prefill_params by value.
  */
@@ -70,7 +70,7 @@
 /* Bytes of K/V (all requests) the heads of one block-order section may span. */
 #define FI_PREFILL_L2_BUDGET (24u << 20)
 
-/* ---- the Hopper main loop (templates/prefill/mainloop_sm90_ws.cuh) -------------
+/* ---- the Hopper main loop (templates/prefill/ws/kernel.cuh) -------------
  * In a module compiled for sm_90a, every prefill kind without a custom
  * mask also holds fi_prefill_kernel_ws: query tiles of FI_PREFILL_WS_TILE_Q
  * rows (the block order of tile kernel 0, over its own work items: tiles of
@@ -152,7 +152,7 @@
  * (active cycles 93-99.6% of elapsed), claiming 0.2%, and the kernel took
  * 4.04 ms against 4.25. At 256 it measured 0.82-0.87x against 0.85-0.94x
  * while the output left the registers by 4-byte stores; with the output by
- * TMA and causal CTAs claiming blocks (prefill.c: ws_default), 1.00-1.05x
+ * TMA and causal CTAs claiming blocks (prefill_ws.c: ws_default), 1.00-1.05x
  * the consumers loading Q on 7 of 8 shapes (one 0.97x; H100, the batch
  * below, two runs in one call). Paged K/V at 64, whose consumers loaded Q
  * (its producer, 32 registers beside three consumers, spilled 52-56 B with

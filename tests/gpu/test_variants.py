@@ -561,8 +561,8 @@ def equal_cases(rnd, n):
 
 def takes_raw_q(c):
     """Whether the built-in kernel of prefill case c may read q as it is, with sm_scale
-    applied in the softmax (the Hopper loop's kRawQTuple, templates/prefill/
-    mainloop_sm90_ws.cuh: tuples that keep the base query and logits hooks, no RoPE,
+    applied in the softmax (the Hopper loop's kRawQTuple, templates/prefill/ws/
+    config.cuh: tuples that keep the base query and logits hooks, no RoPE,
     head_dim <= 128, 128-row tiles or the automatic choice): a variant redefining the
     hooks scales q first, which rounds differently."""
     return (c["kind"] == "prefill" and c["pos"] == "none" and not c["softcap"] and

@@ -1,4 +1,4 @@
-// The Hopper main loop's shape for the tuple (prefill/mainloop_sm90_ws.cuh):
+// The Hopper main loop's shape for the tuple (prefill/ws/kernel.cuh):
 // its tiles, rings and registers, the layout of a K/V slot, the named
 // barriers, and the shared memory map. Compile-time only.
 #pragma once
@@ -149,7 +149,7 @@ constexpr bool kOwnTiles = kConsumers == 3 || kCausal;
 constexpr bool kTrimLast = kOwnTiles && kCausalMask && !kFp8 &&
                            (kTileKV == 160 || (kConsumers == 3 && kPaged));
 // The consumers' warpgroup index as a shuffle from lane 0, which ptxas knows
-// to be uniform (mainloop_sm90_ws.cuh: run), where the wgmmas they issue
+// to be uniform (ws/kernel.cuh: run), where the wgmmas they issue
 // depend on it: their tile counts with two consumers, and the last P.V's
 // k-steps (kTrimLast). Not with three otherwise, where in one run single
 // prefill causal 32/32 seq 4k measured 0.82x with it (not seen again with

@@ -1,14 +1,15 @@
 // A consumer warpgroup of the Hopper main loop: its 64 query rows through
 // every K/V tile of the block (S = Q K^T, masks and hooks, online softmax,
-// O += P V, in turns with the other consumers), then the epilogue.
+// O += P V, in turns with the other consumers), then the epilogue
+// (ws/epilogue.cuh).
 #pragma once
 
 #include "common/tma_sm90.cuh"
-#include "prefill/epilogue.cuh"
 #include "prefill/mask.cuh"
 #include "prefill/rope.cuh"
 #include "prefill/softmax.cuh"
 #include "prefill/ws/config.cuh"
+#include "prefill/ws/epilogue.cuh"
 #include "prefill/ws/trace.cuh"
 
 namespace fijit {
@@ -374,64 +375,8 @@ __device__ __forceinline__ void consume(const P &p, const fi_prefill_ws &maps, c
     }
     phases.mark(kTrPass);
 
-    // Epilogue (prefill/epilogue.cuh, as tile kernel 0): normalise, output
-    // hook, staged in this warpgroup's own Q rows, which leave by TMA where
-    // the host made a map of o and the 64 rows are the request's (single
-    // prefill: the map ends with its rows; a ragged request's are followed
-    // by the next one's), else by 16-byte stores of whole rows. The store by
-    // TMA is one thread's instruction: the 8 rounds of shared loads and
-    // global stores of 64 rows cost the warps ~2.6k cycles a block (H100,
-    // hd 128), while the other consumer, in the same place, left the tensor
-    // cores idle. (With one Q buffer, at head_dim 256, the output once left
-    // from registers, 4-byte stores, so that the next block's Q could land
-    // during the epilogue: 4-6k cycles a block; staged and stored by TMA,
-    // the Q after it, measured 1.01-1.15x that on bench_prefill's hd 256
-    // shapes and ragged 1.01-1.08x, H100 A/B in one process.)
-    const bool by_tma = maps.o_rows > 0 && row0 + wg_row0 >= 0 &&
-                        (kKind == FI_PREFILL_KIND_SINGLE || row0 + wg_row0 + 64 <= rows);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float inv, lse;
-        finish_row(d[h], m[h] * logit_scale(), inv, lse);
-        if constexpr (kFp8) inv *= p.v_scale;  // v holds the values / v_scale
-        const int r = wg_row0 + warp * 16 + g + 8 * h;
-        const int tok = row_tok[h], head = row_head[h];
-        stage_row(p, o, h, inv, lse, head, t,
-                  [&](int dt) { return q_tile + swz_panel<kTileQ>(r, dt); });
-        if (p.lse != nullptr && t == 0 && (unsigned int)(row0 + r) < (unsigned int)rows)
-            store_lse(p, w, tok, head, lse);
-    }
-    // The rows are whole before they leave (and, for TMA, seen by the async
-    // proxy).
-    if (by_tma) wg::fence_proxy_async();
-    named_sync(kBarWg + wg, 128);
-    phases.mark(kTrStage);
-    if (by_tma) {
-        // A box per panel: the group's heads x 64 / G tokens (the host makes
-        // the map only where G divides 64). Its thread waits until TMA has
-        // read the rows, then frees them with the others (below).
-        if (wtid == 0) {
-#pragma unroll
-            for (int c = 0; c < kOutPanels; ++c)
-                tma_store(&maps.o, c * 64, kv_head * G, w.q_begin + (row0 + wg_row0) / G,
-                          q_tile + (unsigned int)(c * kTileQ + wg_row0) * 128u);
-            bulk_commit();
-            if (!late_q) bulk_wait_read();
-        }
-    } else {
-#pragma unroll 4
-        for (int c = wtid; c < 64 * kChunksVO; c += 128) {
-            const int r = wg_row0 + c / kChunksVO, ch = c % kChunksVO;
-            const int pr = row0 + r;
-            if ((unsigned int)pr < (unsigned int)rows)  // rows before the request too
-                store_chunk(p, w, G, pr, ch, [&] { return q_tile + swz_panel<kTileQ>(r, ch); });
-        }
-    }
-    // Converged before the next block's wgmmas (else ptxas serialises them:
-    // C7520); the rows are freed in that block (release_previous_q).
-    __syncwarp();
-    phases.mark(kTrStore);
-    phases.end_block();
+    store_output(p, maps, w, row0, wg, q_tile, o, m, d, row_tok, row_head, logit_scale, late_q,
+                 phases);
     if (late_q) return;
     named_sync(kBarWg + wg, 128);  // the rows are free for the next block's Q
     if (raw_q) {

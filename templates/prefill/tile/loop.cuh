@@ -1,9 +1,9 @@
 // Prefill's tile kernels (FlashAttention-2 style): run<tile, Mainloop>() is
 // one CTA per query tile, the same on every arch; Mainloop supplies the two
 // products of a K/V tile and the shared-memory layout they read
-// (prefill/mainloop_sm80.cuh: mma.sync; prefill/mainloop_sm90_tile.cuh:
+// (prefill/tile/mainloop_sm80.cuh: mma.sync; prefill/tile/mainloop_sm90.cuh:
 // wgmma, the 128- and 64-row tiles on sm_90a; prefill/kernels.cuh picks).
-// The Hopper kernel (mainloop_sm90_ws.cuh) replaces tile 0 where it can.
+// The Hopper kernel (prefill/ws/kernel.cuh) replaces tile 0 where it can.
 //
 // Organisation of one CTA (one query tile of one request x one KV head):
 //  * Rows of the query tile are packed (token, group head) pairs, so every

@@ -1,16 +1,18 @@
 // Hopper main loop of prefill (sm_90a): warp-specialised, TMA-fed, with the
 // softmax overlapped with the tensor cores. It computes query tiles of
 // kTileQ rows (128, or 192 at head_dim 64: FI_PREFILL_WS_TILE_Q) and is
-// launched in place of tile kernel 0 (prefill/tile_loop.cuh) for the tuples
+// launched in place of tile kernel 0 (prefill/tile/loop.cuh) for the tuples
 // FI_PREFILL_WS_TUPLE accepts (prefill/params.h).
 // Only the main loop is its own: the tile scheduler (prefill/work.cuh), the
-// query rows (rope.cuh), masks (mask.cuh), softmax (softmax.cuh), epilogue
-// (epilogue.cuh) and the variant hooks are the tile kernels'. Its parts, in
-// prefill/ws/: config.cuh (the tuple's tiles, rings, registers and shared
-// memory), schedule.cuh (which blocks a CTA takes), produce.cuh (the
-// producer's loads), consume.cuh (a consumer warpgroup), trace.cuh (an
-// optional cycle trace of the consumers, empty unless FIJIT_WS_TRACE is
-// defined); this file sets up the CTA and gives each warp its role (run).
+// query rows (rope.cuh), masks (mask.cuh), softmax (softmax.cuh), the
+// epilogue's steps (prefill/epilogue.cuh) and the variant hooks are the tile
+// kernels'. Its parts, in prefill/ws/: config.cuh (the tuple's tiles, rings,
+// registers and shared memory), schedule.cuh (which blocks a CTA takes),
+// produce.cuh (the producer's loads), consume.cuh (a consumer warpgroup),
+// epilogue.cuh (a consumer's O store), trace.cuh (an optional cycle trace of
+// the consumers, empty unless FIJIT_WS_TRACE is defined); this file sets up
+// the CTA, gives each warp its role (run) and is the kernel's entry
+// (WsEntry).
 //
 // One CTA = a producer warpgroup and kConsumers (2 or 3) consumers:
 //  * the producer (warpgroup 0) gives its registers away (setmaxnreg); its
@@ -157,5 +159,26 @@ __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &ws, unsigne
 }
 
 }  // namespace ws
+}  // namespace prefill
+}  // namespace fijit
+
+// The kernel entry: the Hopper main loop in modules for sm_90a of the
+// tuples FI_PREFILL_WS_TUPLE accepts; empty elsewhere (fi_prefill_kernel_ws
+// in prefill/kernels.cuh calls it).
+namespace fijit {
+namespace prefill {
+constexpr bool kWsTuple = kSm90a && FI_PREFILL_WS_TUPLE(kKind, kCustom);
+template <bool kOn, int kUnused = 0>
+struct WsEntry {
+    static __device__ __forceinline__ void run(const P &, const fi_prefill_ws &, unsigned char *) {}
+};
+template <int kUnused>
+struct WsEntry<true, kUnused> {
+    static __device__ __forceinline__ void run(const P &p, const fi_prefill_ws &maps,
+                                               unsigned char *smem)
+    {
+        ws::run(p, maps, smem);
+    }
+};
 }  // namespace prefill
 }  // namespace fijit

@@ -2,8 +2,8 @@
 // 64-row tiles: FI_PREFILL_WGMMA in prefill/params.h): S = Q.K^T and
 // O += P.V of one K/V tile for this warpgroup's rows, and the shared-memory
 // layout their operands are read from. The CTA around them is
-// prefill/tile_loop.cuh, the same as on mma.sync (prefill/mainloop_sm80.cuh);
-// the warp-specialised Hopper kernel is prefill/mainloop_sm90_ws.cuh.
+// prefill/tile/loop.cuh, the same as on mma.sync (prefill/tile/mainloop_sm80.cuh);
+// the warp-specialised Hopper kernel is prefill/ws/kernel.cuh.
 //  * The warps form warpgroups of 64 rows (two and one), and each product is
 //    one asynchronous wgmma per 16-wide k-step (common/wgmma_sm90.cuh)
 //    reading Q and K/V straight from shared memory, P.V with P from
@@ -38,7 +38,7 @@ struct MainloopSm90Tile {
         // Rows that skip a K/V tile together: the warpgroup's (they multiply as one).
         kSkipRows = 64,
     };
-    static_assert(C::kWgmma, "the tile runs on mma.sync: prefill/mainloop_sm80.cuh");
+    static_assert(C::kWgmma, "the tile runs on mma.sync: prefill/tile/mainloop_sm80.cuh");
     static_assert(!(kSplitVO && C::kWgmma), "a separate v/o head dim runs on mma.sync (kSm90aTiles)");
 
     static __device__ __forceinline__ unsigned int q_at(int r, int ch)

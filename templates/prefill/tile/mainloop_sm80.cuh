@@ -1,8 +1,8 @@
 // The tile kernels' products on mma.sync (sm_80+; every tile but the 128-
-// and 64-row ones on sm_90a, prefill/mainloop_sm90_tile.cuh): S = Q.K^T and
+// and 64-row ones on sm_90a, prefill/tile/mainloop_sm90.cuh): S = Q.K^T and
 // O += P.V of one K/V tile for this warp's rows, and the shared-memory
 // layout their operands are read from. The CTA around them (work, loads,
-// masks, softmax, epilogue) is prefill/tile_loop.cuh.
+// masks, softmax, epilogue) is prefill/tile/loop.cuh.
 //  * Q.K^T contracts over kHeadDim, P.V produces kHeadDimVO columns (MLA's
 //    prefill: 192 and 128); V rows are kHeadDimVO wide in shared memory.
 //  * Each warp owns 16 or 32 query rows; both products run on mma.sync
@@ -31,7 +31,7 @@ struct MainloopSm80 {
         kDT = kHeadDimVO / 8,      // 8-wide column tiles of O
         kSkipRows = C::kMT * 16,   // rows that skip a K/V tile together: the warp's
     };
-    static_assert(!C::kWgmma, "the tile runs on wgmma: prefill/mainloop_sm90_tile.cuh");
+    static_assert(!C::kWgmma, "the tile runs on wgmma: prefill/tile/mainloop_sm90.cuh");
 
     // Where chunk ch of row r of the Q tile and of a K/V tile lives.
     static __device__ __forceinline__ unsigned int q_at(int r, int ch) { return swz(r, ch); }
