@@ -139,7 +139,7 @@ test-plain: all $(NVRTC_MEMO)
 test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%) $(NVRTC_MEMO)
 	@set -e; for t in $(filter-out $(NVRTC_MEMO),$^); do echo "== $$t"; $(call timed,$$t,env $(call memo_env,$$t) FIJIT_TEST_QUICK=1 \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 LSAN_OPTIONS=suppressions=tests/lsan.supp \
-	  $$t); done
+	  bash tests/run_sanitized.sh $$t); done
 
 # TSan covers the concurrent parts: the in-process table and single flight,
 # threads driving two (fake) devices at once, and threads sharing one remote
