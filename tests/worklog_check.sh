@@ -2,10 +2,10 @@
 # The repository's own text speaks of the software, not of how it was made.
 # Checks, over every tracked text file (every file when this is not a git
 # checkout), that:
-#   1. nothing reads as a work log: numbered sessions, issues or rounds of
-#      work ("session 12", "issue #5", "round 3"; a command's `--rounds 3`
-#      is an option, and "a warp issues 4 loads" a verb). A figure carries
-#      its machine, date and command instead.
+#   1. nothing reads as a work log: sessions, issues or rounds of work
+#      named by their numbers (a command's --rounds option is not one, nor
+#      is "issues" as a verb followed by a count). A figure carries its
+#      machine, date and command instead.
 #   2. every repository path named in text (src/..., templates/...,
 #      tests/... ending in a source suffix) names a file that exists;
 #   3. README.md is a front door, not a manual's worth: at most 25 KB;
@@ -31,7 +31,8 @@ list_files() {
 # grep -I skips binary files; -H names the file even when there is one.
 grep_files() { list_files | xargs -0 -r grep -HnIiE "$@" --; }
 
-# 1. Work-log wording. ("issues 4 loads" is a verb; "issues #4" is not.)
+# 1. Work-log wording. (The verb "issues" before a count is allowed; "issues"
+# before a '#' and a number is not.)
 worklog='\bsessions? [0-9]+|\bissue #?[0-9]+\b|\bissues #[0-9]+|(^|[^-])\brounds? [0-9]+\b'
 if hits=$(grep_files "$worklog"); then
     problem "text that reads as a work log (say what the software does; give a figure its machine, date and command):"
