@@ -36,7 +36,7 @@ TEST_SRC  := $(sort $(wildcard tests/test_*.c))
 TEMPLATES := $(sort $(shell find templates -type f ! -name '.*'))
 TEMPLATE_HDR := $(filter %.h,$(TEMPLATES))
 
-.PHONY: all run test test-sweep test-plain test-asan test-tsan test-cli test-install test-api test-fuzz test-python fuzz bench gpu-check install clean deps
+.PHONY: test-layering all run test test-sweep test-plain test-asan test-tsan test-cli test-install test-api test-fuzz test-python fuzz bench gpu-check install clean deps
 all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests/%) $(B)/bench_jit
 
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
@@ -110,7 +110,7 @@ run: deps
 # mostly one thread each (the fuzz run is timed, not CPU-bound), so they run two
 # at a time, each one's output kept together. Every suite and test prints its
 # seconds, to see where CI time goes.
-TEST_PARALLEL := test-asan test-tsan test-cli test-install test-api test-fuzz test-python test-worklog
+TEST_PARALLEL := test-asan test-tsan test-cli test-install test-api test-fuzz test-python test-worklog test-layering
 test: test-plain
 	@$(MAKE) --no-print-directory -j2 --output-sync=target $(TEST_PARALLEL)
 	@echo "make test: all suites passed"
@@ -190,6 +190,13 @@ test-api: $(B)/tests/api/use_all_c $(B)/tests/api/use_all_cxx
 # The Python package (python/): layouts vs the headers, discovery, errors, prewarm,
 # python -m fijit, an offline pip install into a venv; and the bench tools the GPU
 # runs' reports rest on (ws_resources.py, causal_tile_use.py). No GPU or torch needed.
+# No call circle between src/'s folders, read from the built objects' symbols
+# (tests/layering_check.py; --self-test shows it finds one).
+LIB_OBJ := $(LIB_SRC:src/%.c=$(B)/obj/%.o)
+test-layering: $(LIB_OBJ)
+	@echo "== layering"; python3 tests/layering_check.py --self-test && \
+	  python3 tests/layering_check.py $(B)/obj $(LIB_OBJ)
+
 test-python: $(B)/libfijit.so $(B)/fijit
 	@echo "== python package"; python3 tests/python/test_package.py $(B)
 	@echo "== bench tools"; PYTHONPATH=bench python3 tests/python/test_bench_tools.py

@@ -1,12 +1,12 @@
 /* libFuzzer target: the configuration file <cache dir>/fijit.conf
- * (src/common/settings.c). Whatever the bytes, the parser accepts them or
+ * (src/core/settings.c). Whatever the bytes, the parser accepts them or
  * names the file and a line that exists; what it accepts is a valid setting. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/settings.h"
+#include "core/settings.h"
 
 #define REQUIRE(c) do { if (!(c)) { fprintf(stderr, "violated: %s\n", #c); abort(); } } while (0)
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "core/spec.h"
+#include "kinds/spec.h"
 #include "common/sys.h"
 #include "core/table.h"
 

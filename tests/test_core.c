@@ -18,11 +18,11 @@
 #include "common/dynlib.h"
 #include "common/embedded.h"
 #include "common/error.h"
-#include "common/settings.h"
+#include "core/settings.h"
 #include "core/expand.h"
 #include "core/key.h"
-#include "core/kinds.h"
-#include "core/spec.h"
+#include "kinds/registry.h"
+#include "kinds/spec.h"
 #include "common/sys.h"
 
 /* The decode kind's 16-bit tuples (kv = q), from the library's tuple space. */

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "core/spec.h"
+#include "kinds/spec.h"
 #include "fijit_cache.h"
 #include "fijit_prefill.h"
 

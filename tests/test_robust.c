@@ -29,7 +29,7 @@
 #include <xxhash.h>
 
 #include "check.h"
-#include "core/spec.h"
+#include "kinds/spec.h"
 #include "store/store.h"
 #include "common/sys.h"
 

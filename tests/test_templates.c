@@ -18,8 +18,8 @@
 #include "common/sys.h"
 #include "core/expand.h"
 #include "core/key.h"
-#include "core/kinds.h"
-#include "core/spec.h"
+#include "kinds/registry.h"
+#include "kinds/spec.h"
 
 static int write_file(const char *dir, const char *name, const char *text, const char *mode)
 {

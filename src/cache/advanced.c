@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "common/sys.h"
-#include "core/spec.h"
+#include "kinds/spec.h"
 #include "core/jit.h"
 #include "core/variant.h"
 #include "fijit_cache.h"

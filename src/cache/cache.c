@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "common/settings.h"
+#include "core/settings.h"
 #include "common/sys.h"
 #include "fijit_cache.h"
 #include "store/bundle.h"

@@ -1,11 +1,11 @@
 /*
  * The settings half of fijit_cache.h: fi_settings_load and
  * fi_setting_origin_name, the public face of the operator's settings that
- * common/settings.c reads (defaults, fijit.conf, FIJIT_*), for the CLI's
+ * core/settings.c reads (defaults, fijit.conf, FIJIT_*), for the CLI's
  * `fijit config`.
  */
 #include "common/error.h"
-#include "common/settings.h"
+#include "core/settings.h"
 #include "fijit_cache.h"
 
 int fi_settings_load(fi_settings *out, const char *cache_dir)

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
-#include "common/settings.h"
+#include "common/parse.h"
 #include "fijit_cache.h"
 
 int fi_cache_size_parse(int64_t *out, const char *text)

@@ -11,8 +11,8 @@
 #include "common/embedded.h"
 #include "common/error.h"
 #include "core/expand.h"
-#include "core/kinds.h"
-#include "core/spec.h"
+#include "kinds/registry.h"
+#include "kinds/spec.h"
 #include "common/sys.h"
 #include "core/variant.h"
 

@@ -7,7 +7,7 @@
 #ifndef FI_LOAD_H
 #define FI_LOAD_H
 
-#include "core/kinds.h"
+#include "kinds/registry.h"
 #include "core/table.h"
 #include "toolchain/cuda_drv.h"
 

@@ -14,7 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "core/spec.h"
+#include "kinds/spec.h"
 #include "core/variant.h"
 #include "fijit.h"
 

@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "core/spec.h"
+#include "kinds/spec.h"
 
 #define FI_TABLE_BUCKETS 1024 /* a process rarely holds more than a few hundred kernels */
 

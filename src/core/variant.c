@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 #include "common/params.h"
-#include "core/spec.h"
+#include "kinds/spec.h"
 #include "common/sys.h"
 #include "core/variant.h"
 

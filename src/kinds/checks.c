@@ -2,7 +2,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
-#include "core/names.h"
+#include "kinds/names.h"
 #include "kinds/kind.h"
 
 /* q, kv and o of one 16-bit type: the kernels convert nothing else. */

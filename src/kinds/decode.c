@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "core/names.h"
+#include "kinds/names.h"
 #include "decode/params.h"
 #include "kinds/decode.h"
 #include "kinds/units.h"

@@ -2,12 +2,12 @@
  * A kernel kind as one unit. Each kind (src/kinds/<kind>.c) describes itself
  * here: its name in spec strings, its template and kernels, the tuples it
  * accepts, the launch shape of its main kernel and, optionally, what it needs
- * of an arch. The registry (core/kinds.c) lists the units and nothing else;
+ * of an arch. The registry (kinds/registry.c) lists the units and nothing else;
  * adding a kind is one unit, one template folder and its launch code, with
  * no edit to spec parsing, the key, expansion, the store or the CLI.
  *
  * A unit depends on its templates' parameter header (shared with the
- * kernels), common/ and core's spec helpers (spec.h, names.h); never on
+ * kernels), common/ and this folder's spec grammar (spec.h, names.h); never on
  * src/launch/, so that the launch code builds on the unit and not the other
  * way round.
  */

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "core/names.h"
+#include "kinds/names.h"
 #include "kinds/kind.h"
 #include "kinds/mla_decode.h"
 #include "kinds/units.h"

@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "core/names.h"
-#include "core/spec.h"
+#include "kinds/names.h"
+#include "kinds/spec.h"
 #include "kinds/prefill.h"
 #include "kinds/units.h"
 #include "prefill/params.h"

@@ -1,5 +1,5 @@
 /*
- * Every kind unit, for the registry (core/kinds.c). A new kind adds its
+ * Every kind unit, for the registry (kinds/registry.c). A new kind adds its
  * descriptor here and to the registry's table.
  */
 #ifndef FI_KINDS_UNITS_H

@@ -45,8 +45,8 @@
 #include "core/jit.h"
 #include "fijit_batch_decode.h"
 #include "decode/params.h"
-#include "core/kinds.h"
-#include "core/spec.h"
+#include "kinds/registry.h"
+#include "kinds/spec.h"
 #include "common/sys.h"
 
 /* A failed driver call: fi__cuda_error has already written the message. */

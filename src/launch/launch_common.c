@@ -8,7 +8,7 @@
 
 #include "launch/launch_common.h"
 #include "common/error.h"
-#include "core/spec.h"
+#include "kinds/spec.h"
 
 int fi__check_kind(const char *who, const fi_jit_spec *spec, fi_kernel_kind kind,
                    const char *kind_name)

@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "core/jit.h"
-#include "core/spec.h"
+#include "kinds/spec.h"
 #include "decode/params.h"
 #include "fijit_batch_decode.h"
 #include "launch/launch_common.h"

@@ -27,11 +27,11 @@
 #include "common/error.h"
 #include "launch/rope.h"
 #include "fijit_prefill.h"
-#include "core/kinds.h"
+#include "kinds/registry.h"
 #include "kinds/prefill.h"
 #include "core/jit.h"
 #include "prefill/params.h"
-#include "core/spec.h"
+#include "kinds/spec.h"
 #include "common/sys.h"
 
 /* A failed driver call: fi__cuda_error has already written the message. */
@@ -72,10 +72,10 @@
                                  (window_left));                                              \
     } while (0)
 
-/* Index of the Hopper main loop among the module's entries (src/core/kinds.c). */
+/* Index of the Hopper main loop among the module's entries (src/kinds/registry.c). */
 #define WS_ENTRY (FI_PREFILL_NUM_TILES + 1)
 
-/* Index of fp8's V pre-pass among the module's entries (src/core/kinds.c). */
+/* Index of fp8's V pre-pass among the module's entries (src/kinds/registry.c). */
 #define FP8_V_ENTRY (WS_ENTRY + 1)
 
 /* How tile kernel 0's blocks are launched on sm_90a. */

@@ -1,5 +1,5 @@
 // The entry points of a prefill module, one per query tile (in the order of
-// src/core/kinds.c; tile sizes and warps in prefill/params.h), the RoPE
+// src/kinds/registry.c; tile sizes and warps in prefill/params.h), the RoPE
 // pre-pass, the Hopper kernel (empty but on sm_90a) and fp8's V pre-pass
 // (empty but for fp8, whose tile kernels are empty). Each path's entry and
 // parts are its folder's: prefill/tile/kernel.cuh, prefill/ws/kernel.cuh.

@@ -11,7 +11,7 @@
 
 /* ---- tiles ---------------------------------------------------------------------
  * A module holds one kernel per CTA query tile, in this order (the kinds'
- * entries in src/core/kinds.c follow it): rows of the tile are "packed rows",
+ * entries in src/kinds/registry.c follow it): rows of the tile are "packed rows",
  * (query token, head of the GQA group) pairs, row = token * group + head, so
  * that all query heads sharing a KV head share every K/V tile. On mma.sync
  * (every arch but sm_90a, below):

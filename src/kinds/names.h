@@ -1,6 +1,6 @@
 /*
  * Names of the spec's enum values as spec strings write them: dtypes, masks,
- * positional encodings. Kind names belong to the kind table (core/kinds.h),
+ * positional encodings. Kind names belong to the kind table (kinds/registry.h),
  * which checks specs with these names in its messages; spec.c parses and
  * formats with both.
  */

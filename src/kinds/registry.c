@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "core/kinds.h"
-#include "core/names.h"
+#include "kinds/registry.h"
+#include "kinds/names.h"
 #include "kinds/units.h"
 
 static const fi_kind_info *const units[] = {

@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include "common/parse.h"
 #include "fijit_cache.h"
 
 /* The configuration file's name inside the cache directory. */
@@ -40,15 +41,5 @@ int fi__settings_load(fi_settings *out, const char *cache_dir, int strict_log);
 /* Parse the text of a configuration file (NUL-terminated; cut up in place)
  * into `out`, over what it holds; `path` names the file in messages. */
 int fi__config_parse(fi_settings *out, const char *path, char *text);
-
-/* "1", "true", "yes", "on" → 1; "0", "false", "no", "off" → 0 (any case);
- * anything else -1. */
-int fi__parse_bool(const char *text);
-/* A size: bytes with an optional K, M, G or T (powers of 1024, "iB" and "B"
- * allowed). 0 or FI_EINVALID with words. */
-int fi__parse_size(int64_t *out, const char *text);
-/* An octal umask 0-0777 that keeps others from writing (its 002 bit set).
- * The value, or FI_EINVALID with words. */
-int fi__parse_umask(const char *text);
 
 #endif

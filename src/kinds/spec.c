@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "core/kinds.h"
-#include "core/names.h"
-#include "core/spec.h"
+#include "kinds/registry.h"
+#include "kinds/names.h"
+#include "kinds/spec.h"
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 

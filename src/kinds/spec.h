@@ -1,13 +1,13 @@
 /* Spec parsing, formatting, validation and the fixed-size form used as the
  * in-memory table key. The names in spec strings come from the kind table
- * (core/kinds.h) and core/names.h. */
+ * (kinds/registry.h) and kinds/names.h. */
 #ifndef FI_SPEC_H
 #define FI_SPEC_H
 
 #include <stdint.h>
 
 #include "common/arch.h" /* fi__arch_check, for the users of specs */
-#include "core/names.h" /* fi__dtype_name & co., for the users of specs */
+#include "kinds/names.h" /* fi__dtype_name & co., for the users of specs */
 #include "fijit.h"
 #include "fijit_cache.h" /* FI_VARIANT_NAME_MAX */
 

@@ -1,4 +1,5 @@
-/* The operator's settings: defaults, then fijit.conf, then FIJIT_* (settings.h). */
+/* The operator's settings: defaults, then fijit.conf, then FIJIT_* (settings.h). In
+ * core/: it checks a remote URL and a fleet secret with the store's own rules. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -9,65 +10,13 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "common/settings.h"
+#include "core/settings.h"
 #include "common/sys.h"
 #include "store/seal.h"
+#include "store/remote/remote.h"
 #include "store/store.h"
 
 #define BOOL_HELP "1, true, yes, on or 0, false, no, off"
-#define SIZE_HELP "bytes with an optional K, M, G or T suffix, e.g. 500M, 2G or 4GiB; 0: no limit"
-#define UMASK_HELP "an octal umask such as 077 (private), 027 or 007 (group-shared)"
-
-int fi__parse_bool(const char *text)
-{
-    static const char *const no[] = {"0", "false", "no", "off"};
-    static const char *const yes[] = {"1", "true", "yes", "on"};
-    for (int i = 0; text && i < 4; i++) {
-        if (strcasecmp(text, no[i]) == 0) return 0;
-        if (strcasecmp(text, yes[i]) == 0) return 1;
-    }
-    return -1;
-}
-
-int fi__parse_size(int64_t *out, const char *text)
-{
-    char *end;
-    if (!isdigit((unsigned char)text[0])) goto bad; /* no sign, space, "inf" or "nan" */
-    errno = 0;
-    double v = strtod(text, &end);
-    if (errno || end == text) goto bad;
-    double scale = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': scale = 1024.0; end++; break;
-    case 'M': scale = 1024.0 * 1024; end++; break;
-    case 'G': scale = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (scale > 1 && (*end == 'i' || *end == 'I')) end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) goto bad;
-    double bytes = v * scale;
-    if (!(bytes >= 0) || bytes > 9.0e18) goto bad;
-    *out = (int64_t)llround(bytes);
-    return 0;
-bad:
-    return fi__error(FI_EINVALID, "'%.32s' is not a size: expected " SIZE_HELP, text);
-}
-
-int fi__parse_umask(const char *text)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 8);
-    if (!*text || !isdigit((unsigned char)text[0]) || errno || *end || v < 0 || v > 0777)
-        return fi__error(FI_EINVALID, "'%.32s' is not a umask: expected " UMASK_HELP, text);
-    /* Others may never write: whoever could plant an object there runs code in us. */
-    if (!(v & 002))
-        return fi__error(FI_EINVALID, "umask %03lo lets others write to the cache; "
-                         "expected " UMASK_HELP, v);
-    return (int)v;
-}
 
 static int parse_lock_timeout(int64_t *out, const char *text)
 {
@@ -100,7 +49,7 @@ static const struct {
 static int setting_apply(fi_settings *out, setting_id id, const char *value,
                          fi_setting_origin from)
 {
-    char masked[1024];
+    fi_remote_config remote; /* checked, then dropped: the text is kept */
     int v;
     switch (id) {
     case S_JIT:
@@ -124,7 +73,7 @@ static int setting_apply(fi_settings *out, setting_id id, const char *value,
         if (strlen(value) >= sizeof out->remote)
             return fi__error(FI_EINVALID, "the remote URL is longer than %zu bytes",
                              sizeof out->remote - 1);
-        if (*value && fi_cache_remote_url_check(masked, sizeof masked, value) < 0) return FI_EINVALID;
+        if (*value && fi_remote_config_parse(&remote, value) < 0) return FI_EINVALID;
         snprintf(out->remote, sizeof out->remote, "%s", value);
         out->remote_from = from;
         return 0;

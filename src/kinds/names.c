@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "core/names.h"
+#include "kinds/names.h"
 #include "fijit.h"
 
 typedef struct fi_name {
