@@ -276,3 +276,17 @@ TEST(prefill_variant_hooks_compile_in_every_kind)
     }
     fi_jit_ctx_free(ctx);
 }
+
+/* Messages name the kind as spec strings do, or the public function where no
+ * spec is at hand. */
+TEST(batch_prefill_messages_name_the_kind)
+{
+    fi_jit_spec s = FI_JIT_SPEC_INIT; /* decode */
+    fi_batch_prefill_plan_args pa = FI_BATCH_PREFILL_PLAN_ARGS_INIT;
+    size_t bytes = 0;
+    CHECK_RC(fi_batch_prefill_workspace_size(&bytes, &s, &pa), FI_EINVALID);
+    CHECK_MSG(strstr(fi_last_error(), "spec.kind decode is not a batch prefill kind"), "%s",
+              fi_last_error());
+    CHECK_RC(fi_batch_prefill_plan_workspace_size(&bytes, NULL), FI_EINVALID);
+    CHECK(strstr(fi_last_error(), "fi_batch_prefill_plan_workspace_size: plan is NULL"));
+}

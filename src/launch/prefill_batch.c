@@ -31,8 +31,8 @@ int fi_batch_prefill_run(fi_jit_ctx *ctx, const fi_batch_prefill_plan *plan,
     unsigned long long variant_params[FI_VARIANT_PARAM_WORDS];
     const int32_t *rope_offsets = NULL;
 
-    if (!ctx) FI_FAIL(FI_EINVALID, "batch prefill: ctx is NULL");
-    if (!plan) FI_FAIL(FI_EINVALID, "batch prefill: plan is NULL");
+    if (!ctx) FI_FAIL(FI_EINVALID, "fi_batch_prefill_run: ctx is NULL");
+    if (!plan) FI_FAIL(FI_EINVALID, "fi_batch_prefill_run: plan is NULL");
     const fi_jit_spec *spec = &plan->spec;
     const char *who = fi__prefill_batch_who(spec);
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;

@@ -24,6 +24,7 @@
  * fi_batch_prefill_workspace_size needs no device.
  */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "launch/prefill.h"
@@ -62,8 +63,9 @@ static int check_plan_args(const fi_jit_spec *spec, const fi_batch_prefill_plan_
     const char *who = fi__prefill_batch_who(spec);
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
     if (spec->kind != FI_KIND_BATCH_PREFILL_RAGGED && !paged)
-        FI_FAIL(FI_EINVALID, "batch prefill: spec.kind is %d, expected FI_KIND_BATCH_PREFILL_RAGGED "
-                "or FI_KIND_BATCH_PREFILL_PAGED", (int)spec->kind);
+        FI_FAIL(FI_EINVALID, "spec.kind %s is not a batch prefill kind (expected "
+                "batch_prefill_ragged or batch_prefill_paged)",
+                fi__kind_name(spec->kind) ? fi__kind_name(spec->kind) : "(unknown)");
     FI_TRY(fi__check_version(who, "plan args", a, a ? a->version : 0,
                              FI_BATCH_PREFILL_PLAN_ARGS_VERSION, FI_BATCH_PREFILL_PLAN_ARGS_VERSION));
     if (a->batch_size <= 0)
@@ -165,7 +167,7 @@ int fi_batch_prefill_workspace_size(size_t *out, const fi_jit_spec *spec,
     int rc = 0;
     int64_t max_rows, bound;
     workspace_layout layout;
-    if (!out) FI_FAIL(FI_EINVALID, "batch prefill: out is NULL");
+    if (!out) FI_FAIL(FI_EINVALID, "fi_batch_prefill_workspace_size: out is NULL");
     *out = 0;
     FI_TRY(check_plan_args(spec, args, &max_rows, &bound));
     FI_TRY(layout_workspace(spec, args, bound, &layout));
@@ -252,9 +254,9 @@ int fi_batch_prefill_plan_new(fi_batch_prefill_plan **out, fi_jit_ctx *ctx,
     const char *who = fi__prefill_batch_who(spec);
     const int paged = spec && spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
 
-    if (!out) FI_FAIL(FI_EINVALID, "batch prefill: out is NULL");
+    if (!out) FI_FAIL(FI_EINVALID, "fi_batch_prefill_plan_new: out is NULL");
     *out = NULL;
-    if (!ctx) FI_FAIL(FI_EINVALID, "batch prefill: ctx is NULL");
+    if (!ctx) FI_FAIL(FI_EINVALID, "fi_batch_prefill_plan_new: ctx is NULL");
     FI_TRY(check_plan_args(spec, a, &max_rows, &bound));
     FI_TRY(layout_workspace(spec, a, bound, &layout));
     if (!(plan = fi__calloc(1, sizeof *plan))) FI_FAIL(FI_ENOMEM, "out of memory");
@@ -340,11 +342,19 @@ out:
 
 int fi_batch_prefill_plan_workspace_size(size_t *out, const fi_batch_prefill_plan *plan)
 {
-    if (!out) return fi__error(FI_EINVALID, "batch prefill: out is NULL");
+    if (!out) return fi__error(FI_EINVALID, "fi_batch_prefill_plan_workspace_size: out is NULL");
     *out = 0;
-    if (!plan) return fi__error(FI_EINVALID, "batch prefill: plan is NULL");
+    if (!plan) return fi__error(FI_EINVALID, "fi_batch_prefill_plan_workspace_size: plan is NULL");
     *out = plan->workspace_bytes;
     return 0;
+}
+
+/* A failed driver call of the upload, named by the plan's kind and the step. */
+static int upload_failed(CUresult res, const char *who, const char *step)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%s: %s", who, step);
+    return fi__cuda_error(FI_ECUDA, res, what);
 }
 
 int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
@@ -353,7 +363,7 @@ int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
     int rc = 0;
     const fi_cuda_api *cu = NULL;
     CUresult res;
-    if (!plan) FI_FAIL(FI_EINVALID, "batch prefill: plan is NULL");
+    if (!plan) FI_FAIL(FI_EINVALID, "fi_batch_prefill_plan_upload: plan is NULL");
     const char *who = fi__prefill_batch_who(&plan->spec);
     if (workspace_bytes < plan->workspace_bytes)
         FI_FAIL(FI_EINVALID, "%s: workspace has %zu bytes, this batch needs %zu (see "
@@ -371,12 +381,12 @@ int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
         res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)workspace, plan->list,
                              sizeof(int32_t) * 2 * (size_t)(n + m));
         if (res != CUDA_SUCCESS)
-            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (work list)"));
+            CU_FAIL(upload_failed(res, who, "cuMemcpyHtoD (work list)"));
         /* Launches leave the counter at 0 (prefill/params.h); it starts there. */
         plan->claims = (unsigned int *)((char *)workspace + plan->claims_off);
         res = cu->MemsetD8((CUdeviceptr)(uintptr_t)plan->claims, 0, sizeof(unsigned int));
         if (res != CUDA_SUCCESS)
-            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemsetD8 (block claims)"));
+            CU_FAIL(upload_failed(res, who, "cuMemsetD8 (block claims)"));
         if (plan->spec.pos == FI_POS_ROPE_LLAMA) {
             plan->rot_k = (char *)workspace + plan->rot_k_off;
             if (plan->starts) {
@@ -384,7 +394,7 @@ int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
                 res = cu->MemcpyHtoD((CUdeviceptr)(uintptr_t)plan->kv_token_start, plan->starts,
                                      sizeof(int32_t) * ((size_t)plan->batch_size + 1));
                 if (res != CUDA_SUCCESS)
-                    CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuMemcpyHtoD (key rows)"));
+                    CU_FAIL(upload_failed(res, who, "cuMemcpyHtoD (key rows)"));
             }
         }
         /* cuMemcpyHtoD from pageable memory may return before the DMA lands,
@@ -392,7 +402,7 @@ int fi_batch_prefill_plan_upload(fi_batch_prefill_plan *plan, void *workspace,
          * here, as batch decode's upload does, so a run right after the
          * upload reads the list it wrote. */
         if ((res = cu->CtxSynchronize()) != CUDA_SUCCESS)
-            CU_FAIL(fi__cuda_error(FI_ECUDA, res, "batch prefill: cuCtxSynchronize (work list)"));
+            CU_FAIL(upload_failed(res, who, "cuCtxSynchronize (work list)"));
     }
     plan->uploaded = 1;
 out:
