@@ -704,8 +704,8 @@ TEST(full_disk_context_serves_the_cache)
 /* ---- 10. a frozen lock holder ------------------------------------------------------- */
 
 /* The holder: lock key 1, say so, stop; when continued, publish object 1
- * ("late") and leave. */
-static void frozen_holder(const char *dir, int ready_fd)
+ * ("late") and leave, writing "P" to `result_fd` (when >= 0) if it published. */
+static void frozen_holder(const char *dir, int ready_fd, int result_fd)
 {
     fi_store *st = NULL;
     fi_store_lock *lock = NULL;
@@ -717,7 +717,7 @@ static void frozen_holder(const char *dir, int ready_fd)
     int rc = put_obj(st, 1, "late");
     fi_store_unlock(lock);
     fi_store_close(st);
-    _exit(rc == 0 ? 0 : 1);
+    _exit(rc == 0 && (result_fd < 0 || write(result_fd, "P", 1) == 1) ? 0 : 1);
 }
 
 /* The waiter: times out, builds and publishes object 1 ("early"). Exit 0 if
@@ -753,7 +753,7 @@ TEST(waiter_gives_up_on_a_frozen_lock_holder_and_the_late_writer_is_harmless)
     CHECK(pipe(fds) == 0);
     fflush(NULL);
     pid_t holder = fork();
-    if (holder == 0) frozen_holder(dir, fds[1]);
+    if (holder == 0) frozen_holder(dir, fds[1], -1);
     close(fds[1]);
     int got = (int)read(fds[0], &c, 1);
     close(fds[0]);
@@ -1027,21 +1027,6 @@ TEST(index_closed_by_a_failed_rebuild_is_opened_again_by_the_next_put)
  * seconds of the default 60 s lock timeout: the waiter gets the lock (a
  * real one, that a third process waits for), stores its entry; the holder,
  * continued, finds it lost the lock and stores nothing over it. */
-static void frozen_holder_reporting(const char *dir, int ready_fd, int result_fd)
-{
-    fi_store *st = NULL;
-    fi_store_lock *lock = NULL;
-    uint8_t key[16];
-    key_n(key, 1);
-    if (fi_store_open(&st, dir, 0, 0) < 0 || fi_store_lock_key(st, key, &lock) < 0) _exit(2);
-    if (write(ready_fd, "L", 1) != 1) _exit(2);
-    raise(SIGSTOP);
-    int rc = put_obj(st, 1, "late");
-    fi_store_unlock(lock);
-    fi_store_close(st);
-    _exit(rc == 0 && write(result_fd, "P", 1) == 1 ? 0 : 1);
-}
-
 TEST(lock_of_a_stopped_holder_is_taken_over_and_the_holder_stores_nothing)
 {
     char dir[4200], lock_path[4400], hex[33];
@@ -1058,7 +1043,7 @@ TEST(lock_of_a_stopped_holder_is_taken_over_and_the_holder_stores_nothing)
     CHECK(pipe(ready) == 0 && pipe(result) == 0);
     fflush(NULL);
     pid_t holder = fork();
-    if (holder == 0) frozen_holder_reporting(dir, ready[1], result[1]);
+    if (holder == 0) frozen_holder(dir, ready[1], result[1]);
     close(ready[1]);
     close(result[1]);
     int got = (int)read(ready[0], &c, 1);

@@ -76,12 +76,7 @@ class BatchMLADecodePlan(_Plan):
 
     def describe(self):
         """(work items, the most items one (request, 64-row block) was cut into)."""
-        self._need_plan()
-        a, b = ctypes.c_int(), ctypes.c_int()
-        check(self._lib.fi_batch_mla_decode_plan_describe(ctypes.byref(a), ctypes.byref(b),
-                                                          self._handle),
-              "fi_batch_mla_decode_plan_describe", self._lib)
-        return a.value, b.value
+        return self._describe()
 
     def run(self, q_nope, q_pe, ckv, kpe, kv_indices, *, kv_scale=1.0, out=None, lse=None,
             return_lse=False, stream=None, **variant_args):

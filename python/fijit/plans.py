@@ -126,6 +126,15 @@ class _Plan:
         if not self._handle:
             raise RuntimeError(f"{type(self).__name__}.run: call plan() first")
 
+    def _describe(self):
+        """The two counts <prefix>_plan_describe gives (the kinds that have one)."""
+        self._need_plan()
+        a, b = ctypes.c_int(), ctypes.c_int()
+        name = f"{self._prefix}_plan_describe"
+        check(getattr(self._lib, name)(ctypes.byref(a), ctypes.byref(b), self._handle), name,
+              self._lib)
+        return a.value, b.value
+
 
 class BatchDecodePlan(_Plan):
     """Batch decode over a paged KV cache: one query token per request.
@@ -173,12 +182,7 @@ class BatchDecodePlan(_Plan):
 
     def describe(self):
         """(work items, the most chunks one request was split into)."""
-        self._need_plan()
-        a, b = ctypes.c_int(), ctypes.c_int()
-        check(self._lib.fi_batch_decode_plan_describe(ctypes.byref(a), ctypes.byref(b),
-                                                      self._handle), "fi_batch_decode_plan_describe",
-              self._lib)
-        return a.value, b.value
+        return self._describe()
 
     def run(self, q, k_cache, v_cache, kv_indices, *, alibi_slopes=None, rope_offsets=None,
             k_scale=1.0, v_scale=1.0, out=None, lse=None, return_lse=False, stream=None,
