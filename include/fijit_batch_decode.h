@@ -161,8 +161,9 @@ FI_API int fi_batch_decode_run(fi_jit_ctx *ctx, const fi_batch_decode_plan *plan
  * made the states serves, a 192/128 prefill's included (chunked context:
  * the new tokens against each cached chunk, causal against their own, then
  * one merge of 128-wide states). */
-#define FI_MERGE_STATES_ARGS_VERSION 2 /* 2 appended dtype, head_dim; 1 is still accepted
-                                          (fields renamed in 0.2, s -> lse, same layout) */
+#define FI_MERGE_STATES_ARGS_VERSION 2 /* 2 appended dtype, head_dim; 1 is still accepted.
+                                          Renamed, same layout: s -> lse (0.2), the row
+                                          strides *_seq -> *_n as in every args struct (0.3) */
 
 typedef struct fi_merge_states_args {
     unsigned version;              /* FI_MERGE_STATES_ARGS_VERSION */
@@ -171,9 +172,9 @@ typedef struct fi_merge_states_args {
     void *v_out;                   /* [seq, num_heads, hd], spec.o_dtype */
     float *lse_out;                /* NULL or [seq, num_heads] contiguous */
     int seq_len, num_states, num_heads;
-    int64_t v_stride_seq, v_stride_state, v_stride_h; /* elements */
-    int64_t lse_stride_seq, lse_stride_state;
-    int64_t v_out_stride_seq, v_out_stride_h;
+    int64_t v_stride_n, v_stride_state, v_stride_h; /* elements */
+    int64_t lse_stride_n, lse_stride_state;
+    int64_t v_out_stride_n, v_out_stride_h;
     /* Version 2: the states' dtype and head dim (0: from the spec). */
     fi_dtype dtype;
     int head_dim;

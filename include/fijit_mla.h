@@ -121,7 +121,7 @@ FI_API void fi_batch_mla_decode_plan_free(fi_batch_mla_decode_plan *plan);
 #define FI_BATCH_MLA_DECODE_ARGS_VERSION 1
 
 /* Device pointers and element strides. Query token t, head h: q_nope +
- * t*q_nope_stride_t + h*q_nope_stride_h (512 values), q_pe likewise (64). One
+ * t*q_nope_stride_n + h*q_nope_stride_h (512 values), q_pe likewise (64). One
  * 576-wide q tensor [tokens, heads, 576] is q_pe = q_nope + 512 with the same
  * strides. Cached token n of page pg: ckv + pg*ckv_stride_page +
  * n*ckv_stride_n (512 values), kpe likewise (64): two paged tensors
@@ -133,12 +133,12 @@ typedef struct fi_batch_mla_decode_args {
     unsigned version;              /* FI_BATCH_MLA_DECODE_ARGS_VERSION */
     const void *q_nope, *q_pe;     /* q dtype */
     const void *ckv, *kpe;         /* kv dtype */
-    void *o;                       /* [tokens, num_heads, 512] at o_stride_t, o_stride_h, o dtype */
+    void *o;                       /* [tokens, num_heads, 512] at o_stride_n, o_stride_h, o dtype */
     float *lse;                    /* NULL or [tokens, num_heads] contiguous: natural log */
     const int32_t *kv_indices;     /* [kv_indptr[batch_size]] page numbers */
-    int64_t q_nope_stride_t, q_nope_stride_h, q_pe_stride_t, q_pe_stride_h;
+    int64_t q_nope_stride_n, q_nope_stride_h, q_pe_stride_n, q_pe_stride_h;
     int64_t ckv_stride_page, ckv_stride_n, kpe_stride_page, kpe_stride_n;
-    int64_t o_stride_t, o_stride_h;
+    int64_t o_stride_n, o_stride_h;
     float sm_scale;                /* > 0, required (DeepSeek-V3: 1/sqrt(192), the scale
                                       of the un-absorbed head dim, times its YaRN factor) */
     float logits_soft_cap;         /* > 0, used when spec.soft_cap */

@@ -1230,11 +1230,11 @@ static fi_merge_states_args merge_args_for(int seq, int states, int heads)
     a.num_heads = heads;
     a.v_stride_h = 128;
     a.v_stride_state = heads * 128;
-    a.v_stride_seq = states * heads * 128;
+    a.v_stride_n = states * heads * 128;
     a.lse_stride_state = heads;
-    a.lse_stride_seq = states * heads;
+    a.lse_stride_n = states * heads;
     a.v_out_stride_h = 128;
-    a.v_out_stride_seq = heads * 128;
+    a.v_out_stride_n = heads * 128;
     return a;
 }
 

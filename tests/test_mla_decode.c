@@ -168,11 +168,11 @@ static fi_batch_mla_decode_args run_args(int heads, int page, void *ws, size_t b
     a.o = DEV(2);
     a.lse = DEV(3);
     a.kv_indices = DEV(4);
-    a.q_nope_stride_t = a.q_pe_stride_t = (int64_t)heads * (CKV + KPE);
+    a.q_nope_stride_n = a.q_pe_stride_n = (int64_t)heads * (CKV + KPE);
     a.q_nope_stride_h = a.q_pe_stride_h = CKV + KPE;
     a.ckv_stride_page = a.kpe_stride_page = (int64_t)page * (CKV + KPE);
     a.ckv_stride_n = a.kpe_stride_n = CKV + KPE;
-    a.o_stride_t = (int64_t)heads * CKV;
+    a.o_stride_n = (int64_t)heads * CKV;
     a.o_stride_h = CKV;
     a.sm_scale = 0.0721688f; /* 1/sqrt(192) */
     a.workspace = ws;
@@ -639,7 +639,7 @@ TEST(mla_bad_run_arguments_are_refused_by_name_and_launch_nothing)
     CHECK(seen.main_count == 1 && seen.merge_count == 0 && seen.p.soft_cap == 30.f);
     static const char *const words[] = {
         "q_nope", "q_pe (", "ckv", "kpe", "o (", "kv_indices", "lse",
-        "q_nope_stride_t", "kpe_stride_page", "o_stride_h (256)", "o_stride_t",
+        "q_nope_stride_n", "kpe_stride_page", "o_stride_h (256)", "o_stride_n",
         "sm_scale is 0", "sm_scale is nan", "kv_scale is -1", "logits_soft_cap", "workspace has",
         "version"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
@@ -652,10 +652,10 @@ TEST(mla_bad_run_arguments_are_refused_by_name_and_launch_nothing)
         case 4: x.o = (char *)x.o + 4; break;
         case 5: x.kv_indices = NULL; break;
         case 6: x.lse = (float *)((char *)x.lse + 2); break;
-        case 7: x.q_nope_stride_t = 100; break;
+        case 7: x.q_nope_stride_n = 100; break;
         case 8: x.kpe_stride_page = -8; break;
         case 9: x.o_stride_h = 256; break;
-        case 10: x.o_stride_t = 512; break;
+        case 10: x.o_stride_n = 512; break;
         case 11: x.sm_scale = 0.f; break;
         case 12: x.sm_scale = NAN; break;
         case 13: x.kv_scale = -1.f; break;

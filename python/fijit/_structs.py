@@ -142,9 +142,9 @@ class MergeStatesArgs(Struct):
     VERSION = 2
     _fields_ = [("version", c_uint), ("v", c_void_p), ("lse", c_void_p), ("v_out", c_void_p),
                 ("lse_out", c_void_p), ("seq_len", c_int), ("num_states", c_int),
-                ("num_heads", c_int), ("v_stride_seq", i64), ("v_stride_state", i64),
-                ("v_stride_h", i64), ("lse_stride_seq", i64), ("lse_stride_state", i64),
-                ("v_out_stride_seq", i64), ("v_out_stride_h", i64),
+                ("num_heads", c_int), ("v_stride_n", i64), ("v_stride_state", i64),
+                ("v_stride_h", i64), ("lse_stride_n", i64), ("lse_stride_state", i64),
+                ("v_out_stride_n", i64), ("v_out_stride_h", i64),
                 # version 2
                 ("dtype", c_int), ("head_dim", c_int)]
 
@@ -206,10 +206,10 @@ class BatchMLADecodeArgs(Struct):
     VERSION = 1
     _fields_ = [("version", c_uint), ("q_nope", c_void_p), ("q_pe", c_void_p),
                 ("ckv", c_void_p), ("kpe", c_void_p), ("o", c_void_p), ("lse", c_void_p),
-                ("kv_indices", c_void_p), ("q_nope_stride_t", i64), ("q_nope_stride_h", i64),
-                ("q_pe_stride_t", i64), ("q_pe_stride_h", i64), ("ckv_stride_page", i64),
+                ("kv_indices", c_void_p), ("q_nope_stride_n", i64), ("q_nope_stride_h", i64),
+                ("q_pe_stride_n", i64), ("q_pe_stride_h", i64), ("ckv_stride_page", i64),
                 ("ckv_stride_n", i64), ("kpe_stride_page", i64), ("kpe_stride_n", i64),
-                ("o_stride_t", i64), ("o_stride_h", i64), ("sm_scale", c_float),
+                ("o_stride_n", i64), ("o_stride_h", i64), ("sm_scale", c_float),
                 ("logits_soft_cap", c_float), ("kv_scale", c_float), ("workspace", c_void_p),
                 ("workspace_bytes", c_size_t), ("variant_args", c_void_p),
                 ("num_variant_args", c_int)]

@@ -346,9 +346,9 @@ def merge_states_into(o, lo, v, lse, *, stream=None, ctx=None):
     spec = spec_for("batch_decode", v.dtype, v.dtype, D, "none", "none", False, None)
     a = new_struct(S.MergeStatesArgs, ctx._lib, v=v.data_ptr(), lse=lse.data_ptr(),
                    v_out=o.data_ptr(), lse_out=lo.data_ptr(), seq_len=seq, num_states=n,
-                   num_heads=H, v_stride_seq=v.stride(0), v_stride_state=v.stride(1),
-                   v_stride_h=v.stride(2), lse_stride_seq=lse.stride(0),
-                   lse_stride_state=lse.stride(1), v_out_stride_seq=o.stride(0),
+                   num_heads=H, v_stride_n=v.stride(0), v_stride_state=v.stride(1),
+                   v_stride_h=v.stride(2), lse_stride_n=lse.stride(0),
+                   lse_stride_state=lse.stride(1), v_out_stride_n=o.stride(0),
                    v_out_stride_h=o.stride(1))
     with T.device_of(v):
         check(ctx._lib.fi_merge_states(ctx.handle, ctypes.byref(spec.to_c()), ctypes.byref(a),

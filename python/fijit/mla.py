@@ -109,10 +109,10 @@ class BatchMLADecodePlan(_Plan):
             S.BatchMLADecodeArgs, self._lib, q_nope=q_nope.data_ptr(),
             q_pe=q_pe.data_ptr(), ckv=ckv.data_ptr(), kpe=kpe.data_ptr(), o=o.data_ptr(),
             lse=lse.data_ptr() if lse is not None else None, kv_indices=kv_indices.data_ptr(),
-            q_nope_stride_t=q_nope.stride(0), q_nope_stride_h=q_nope.stride(1),
-            q_pe_stride_t=q_pe.stride(0), q_pe_stride_h=q_pe.stride(1),
+            q_nope_stride_n=q_nope.stride(0), q_nope_stride_h=q_nope.stride(1),
+            q_pe_stride_n=q_pe.stride(0), q_pe_stride_h=q_pe.stride(1),
             ckv_stride_page=ckv.stride(0), ckv_stride_n=ckv.stride(1),
-            kpe_stride_page=kpe.stride(0), kpe_stride_n=kpe.stride(1), o_stride_t=o.stride(0),
+            kpe_stride_page=kpe.stride(0), kpe_stride_n=kpe.stride(1), o_stride_n=o.stride(0),
             o_stride_h=o.stride(1), kv_scale=float(kv_scale),
             workspace=self.workspace.data_ptr(), workspace_bytes=self.workspace_bytes,
             variant_args=varr, num_variant_args=nvar, **self._scalars)

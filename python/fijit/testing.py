@@ -481,9 +481,9 @@ class BatchDecode:
         a.v, a.lse, a.v_out = v.data_ptr(), lse.data_ptr(), v_out.data_ptr()
         a.lse_out = _ptr(lse_out)
         a.seq_len, a.num_states, a.num_heads = v.shape[0], v.shape[1], v.shape[2]
-        a.v_stride_seq, a.v_stride_state, a.v_stride_h = v.stride(0), v.stride(1), v.stride(2)
-        a.lse_stride_seq, a.lse_stride_state = lse.stride(0), lse.stride(1)
-        a.v_out_stride_seq, a.v_out_stride_h = v_out.stride(0), v_out.stride(1)
+        a.v_stride_n, a.v_stride_state, a.v_stride_h = v.stride(0), v.stride(1), v.stride(2)
+        a.lse_stride_n, a.lse_stride_state = lse.stride(0), lse.stride(1)
+        a.v_out_stride_n, a.v_out_stride_h = v_out.stride(0), v_out.stride(1)
         spec = Fijit.spec(dtype, v.shape[3], kind=FI_KIND_BATCH_DECODE)
         self.fj._check(self.fj.lib.fi_merge_states(self.fj.ctx, ctypes.byref(spec),
                                                    ctypes.byref(a), ctypes.c_void_p(stream)),

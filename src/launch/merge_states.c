@@ -67,10 +67,10 @@ int fi_merge_states(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_merge_sta
         (a->v && (uintptr_t)a->v % 8))
         FI_FAIL(FI_EINVALID, "merge_states: v, lse, v_out must be non-NULL and v, v_out 8-byte "
                 "aligned");
-    if ((a->v_stride_seq | a->v_stride_state | a->v_stride_h | a->v_out_stride_seq |
+    if ((a->v_stride_n | a->v_stride_state | a->v_stride_h | a->v_out_stride_n |
          a->v_out_stride_h) % 4 ||
-        a->v_stride_seq < 0 || a->v_stride_state < 0 || a->v_stride_h < 0 ||
-        a->v_out_stride_seq < 0 || a->v_out_stride_h < 0 || a->lse_stride_seq < 0 ||
+        a->v_stride_n < 0 || a->v_stride_state < 0 || a->v_stride_h < 0 ||
+        a->v_out_stride_n < 0 || a->v_out_stride_h < 0 || a->lse_stride_n < 0 ||
         a->lse_stride_state < 0)
         FI_FAIL(FI_EINVALID, "merge_states: strides must be >= 0 and those of v and v_out "
                 "multiples of 4");
@@ -87,12 +87,12 @@ int fi_merge_states(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_merge_sta
     p.s = a->lse;
     p.v_out = a->v_out;
     p.s_out = a->lse_out;
-    p.v_stride_seq = a->v_stride_seq;
+    p.v_stride_seq = a->v_stride_n;
     p.v_stride_state = a->v_stride_state;
     p.v_stride_h = a->v_stride_h;
-    p.s_stride_seq = a->lse_stride_seq;
+    p.s_stride_seq = a->lse_stride_n;
     p.s_stride_state = a->lse_stride_state;
-    p.o_stride_seq = a->v_out_stride_seq;
+    p.o_stride_seq = a->v_out_stride_n;
     p.o_stride_h = a->v_out_stride_h;
     p.seq_len = a->seq_len;
     p.num_states = a->num_states;

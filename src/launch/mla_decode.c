@@ -330,24 +330,24 @@ static int check_run_args(const fi_batch_mla_decode_plan *plan, const fi_batch_m
     FI_TRY(fi__check_ptr(who, "kv_indices", a->kv_indices, 4));
     FI_TRY(fi__check_opt_ptr(who, "lse", a->lse, 4));
     const int tokens = plan->num_tokens > 1, heads = plan->num_heads > 1;
-    FI_TRY(fi__check_stride(who, "q_nope_stride_t", a->q_nope_stride_t, tokens, 2));
+    FI_TRY(fi__check_stride(who, "q_nope_stride_n", a->q_nope_stride_n, tokens, 2));
     FI_TRY(fi__check_stride(who, "q_nope_stride_h", a->q_nope_stride_h, heads, 2));
-    FI_TRY(fi__check_stride(who, "q_pe_stride_t", a->q_pe_stride_t, tokens, 2));
+    FI_TRY(fi__check_stride(who, "q_pe_stride_n", a->q_pe_stride_n, tokens, 2));
     FI_TRY(fi__check_stride(who, "q_pe_stride_h", a->q_pe_stride_h, heads, 2));
     FI_TRY(fi__check_stride(who, "ckv_stride_page", a->ckv_stride_page, 1, kvb));
     FI_TRY(fi__check_stride(who, "ckv_stride_n", a->ckv_stride_n, plan->page_size > 1, kvb));
     FI_TRY(fi__check_stride(who, "kpe_stride_page", a->kpe_stride_page, 1, kvb));
     FI_TRY(fi__check_stride(who, "kpe_stride_n", a->kpe_stride_n, plan->page_size > 1, kvb));
-    FI_TRY(fi__check_stride(who, "o_stride_t", a->o_stride_t, tokens, 2));
+    FI_TRY(fi__check_stride(who, "o_stride_n", a->o_stride_n, tokens, 2));
     FI_TRY(fi__check_stride(who, "o_stride_h", a->o_stride_h, heads, 2));
     /* Rows of o must not overlap: the blocks write them at the same time. */
     if (heads && a->o_stride_h < FI_MLA_DIM_CKV)
         FI_FAIL(FI_EINVALID, "%s: o_stride_h (%lld) is smaller than the 512 values of a row", who,
                 (long long)a->o_stride_h);
-    if (tokens && a->o_stride_t < (int64_t)plan->num_heads * FI_MLA_DIM_CKV &&
-        a->o_stride_t < a->o_stride_h * plan->num_heads)
-        FI_FAIL(FI_EINVALID, "%s: o_stride_t (%lld) makes tokens overlap", who,
-                (long long)a->o_stride_t);
+    if (tokens && a->o_stride_n < (int64_t)plan->num_heads * FI_MLA_DIM_CKV &&
+        a->o_stride_n < a->o_stride_h * plan->num_heads)
+        FI_FAIL(FI_EINVALID, "%s: o_stride_n (%lld) makes tokens overlap", who,
+                (long long)a->o_stride_n);
     if (!(a->sm_scale > 0.f && isfinite(a->sm_scale)))
         FI_FAIL(FI_EINVALID, "%s: sm_scale is %g; give the finite scale > 0 of the model "
                 "(DeepSeek-V3: 1/sqrt(192) before absorption, times its YaRN factor)", who,
@@ -393,15 +393,15 @@ int fi_batch_mla_decode_run(fi_jit_ctx *ctx, const fi_batch_mla_decode_plan *pla
         p.partial_o = (float *)(ws + plan->partial_o_off);
         p.partial_lse = (float *)(ws + plan->partial_lse_off);
     }
-    p.q_nope_stride_t = a->q_nope_stride_t;
+    p.q_nope_stride_t = a->q_nope_stride_n;
     p.q_nope_stride_h = a->q_nope_stride_h;
-    p.q_pe_stride_t = a->q_pe_stride_t;
+    p.q_pe_stride_t = a->q_pe_stride_n;
     p.q_pe_stride_h = a->q_pe_stride_h;
     p.ckv_stride_page = a->ckv_stride_page;
     p.ckv_stride_n = a->ckv_stride_n;
     p.kpe_stride_page = a->kpe_stride_page;
     p.kpe_stride_n = a->kpe_stride_n;
-    p.o_stride_t = a->o_stride_t;
+    p.o_stride_t = a->o_stride_n;
     p.o_stride_h = a->o_stride_h;
     p.num_heads = plan->num_heads;
     p.page_size = plan->page_size;
