@@ -26,7 +26,7 @@ QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 OUT_DIR=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
-if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.1.0 ]; then
+if [ ! -e build/libfijit.so ]; then
     echo "scripts/gpu/prefill.sh: build/libfijit.so is missing; run make on the build host and carry build/" >&2
     exit 1
 fi

@@ -55,7 +55,7 @@ STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 # Debian's copies in build/deps (see docs/performance.md).
 [ -d build/deps ] && export LD_LIBRARY_PATH=$PWD/build/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
-if [ ! -e build/libfijit.so ] && [ ! -e build/libfijit.so.0.2.0 ]; then
+if [ ! -e build/libfijit.so ]; then
     if [ -e /usr/include/sqlite3.h ] && [ -e /usr/include/xxhash.h ]; then
         echo "scripts/gpu/run.sh: build/libfijit.so missing, building it here"
         make -j"$(nproc)" build/libfijit.so build/fijit || exit 1
