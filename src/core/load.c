@@ -27,8 +27,8 @@ typedef struct loaded_library {
 } loaded_library;
 
 /* The process's libraries; a short list (one per kernel in use), walked on
- * misses only. The lock also orders the per-device attribute calls, which
- * the driver leaves to the caller to serialise. */
+ * misses only. The lock also makes the per-device attribute calls one at a
+ * time (the driver documents concurrent sets of one attribute as racing). */
 static pthread_mutex_t libraries_lock = PTHREAD_MUTEX_INITIALIZER;
 static loaded_library *libraries;
 /* The driver that loaded them, for the releases (whose fi__cuda_load could
