@@ -71,7 +71,7 @@ enum {
 typedef void (*fake_cuda_set_launch_hook_fn)(fake_cuda_launch_hook hook, void *user);
 typedef int (*fake_cuda_launch_count_fn)(void);
 /* Calls so far that a stream capture (CUDA graphs) would not allow: memory
- * allocation and copies, memsets, synchronisation and module loads. */
+ * allocation and copies, memsets, synchronisation, module and library loads. */
 typedef int (*fake_cuda_uncapturable_calls_fn)(void);
 /* Make the n-th fallible driver call from now (n >= 1; 0 disarms) return
  * `error`; fake_cuda_fault_fired says whether it has happened. */
