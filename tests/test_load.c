@@ -115,7 +115,7 @@ static int fresh_ctx_on_device_0(fi_jit_ctx **out)
 
 /* ---- kernels ------------------------------------------------------------------- */
 
-/* Entry points of a kernel's module (functions it has). */
+/* How many entry points (functions) the kernel has. */
 static int entries_of(const fi_jit_kernel *k)
 {
     int n = 0;
