@@ -82,6 +82,12 @@ $(1)/tests/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $$@ $$< -lpthread
 $(1)/tests/test_launch $(1)/tests/test_multi_context $(1)/tests/test_batch_decode_compile \
   $(1)/tests/test_mla_decode: | $(1)/tests/libcuda.so.1
+# The same fake as a driver before CUDA 12 (no context-independent loading),
+# which test_load runs itself again on (FIJIT_TEST_FAKE_CUDA).
+$(1)/tests/cuda11/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CPPFLAGS) $$(CFLAGS) -DFAKE_CUDA_NO_LIBRARIES -shared -Wl,-soname,libcuda.so.1 -o $$@ $$< -lpthread
+$(1)/tests/test_load: | $(1)/tests/libcuda.so.1 $(1)/tests/cuda11/libcuda.so.1
 endef
 
 SAN_ASAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -165,6 +171,18 @@ test-cli: $(B)/fijit
 
 $(B)/bench_jit: $(B)/obj/tests/bench_jit.o $(B)/libfijit.a
 	$(CC) -o $@ $^ $(LDLIBS)
+
+# Per-context load time and memory, one library vs a module per context
+# (bench/bench_load.c; scripts/gpu/run.sh's jit part runs it on the GPU). Here,
+# without a GPU, it runs on the fake driver: that it works, not what it measures.
+$(B)/bench_load: bench/bench_load.c include/fijit.h include/fijit_cache.h $(B)/libfijit.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ bench/bench_load.c $(B)/libfijit.a $(LDLIBS)
+all: $(B)/bench_load
+.PHONY: bench-load
+bench-load: $(B)/bench_load $(B)/tests/libcuda.so.1
+	@if [ -e /dev/nvidia0 ]; then $(B)/bench_load; else d=$$(mktemp -d) && \
+	  FIJIT_CACHE_DIR=$$d LD_LIBRARY_PATH=$(B)/tests $(B)/bench_load --spec "decode q=fp16 hd=64" \
+	    --rounds 1; rc=$$?; rm -rf $$d; exit $$rc; fi
 
 # libFuzzer targets (fuzz/): a short run in `make test`, a long one with `make fuzz`.
 test-fuzz: $(B)/gen/embedded.c

@@ -273,12 +273,16 @@ FI_API int fi_jit_options_init(fi_jit_options *out, unsigned version);
  * No GPU is needed; an unreachable remote is not an error (FI_EINVALID for
  * a bad remote URL or a short secret). */
 FI_API int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts);
-/* Frees the context and unloads the modules it loaded in CUDA contexts that
- * are certainly live: the current one and the devices' active primary
- * contexts (when the module's context is the one that handle names now).
- * Modules in other contexts (one made with cuCtxCreate and not current) are
- * left to that context and go when it is destroyed: a destroyed context's
- * handle may dangle, and fijit never hands one to the driver. Accepts NULL. */
+/* Frees the context. A kernel loaded as a library (one per process, where
+ * the driver has context-independent loading; FIJIT_LOAD) is unloaded from
+ * every CUDA context once no other fi_jit_ctx of the process holds it. A
+ * module (one per CUDA context: FIJIT_LOAD=module, drivers before CUDA 12)
+ * is unloaded in a CUDA context that is certainly live: the current one and
+ * the devices' active primary contexts (when the module's context is the
+ * one that handle names now). Modules in other contexts (one made with
+ * cuCtxCreate and not current) are left to that context and go when it is
+ * destroyed: a destroyed context's handle may dangle, and fijit never hands
+ * one to the driver. Accepts NULL. */
 FI_API void fi_jit_ctx_free(fi_jit_ctx *ctx);
 /* The cache directory in use (borrowed); "" for a memory-only context when
  * none is configured (no FIJIT_CACHE_DIR, XDG_CACHE_HOME or HOME). */

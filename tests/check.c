@@ -94,6 +94,45 @@ int check_ctx_new(fi_jit_ctx **out, const char *arch)
     return fi_jit_ctx_new(out, &opts);
 }
 
+int check_ctx_on(fi_jit_ctx **out, const char *dir, int use_disk)
+{
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    opts.cache_dir = dir;
+    opts.use_disk_cache = use_disk;
+    opts.log_level = FI_LOG_OFF;
+    return fi_jit_ctx_new(out, &opts);
+}
+
+static char shared_cache[4096];
+
+static void remove_shared_cache(void) { remove_tree(shared_cache); }
+
+const char *check_shared_cache(const char *const *specs, int n)
+{
+    fi_jit_ctx *ctx = NULL;
+    if (shared_cache[0]) return shared_cache;
+    const char *given = getenv(CHECK_SHARED_CACHE_ENV);
+    if (given && *given) {
+        snprintf(shared_cache, sizeof shared_cache, "%s", given);
+        return shared_cache;
+    }
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(shared_cache, sizeof shared_cache, "%s/fijit-shared-XXXXXX", base);
+    if (!mkdtemp(shared_cache)) {
+        shared_cache[0] = '\0';
+        return NULL;
+    }
+    atexit(remove_shared_cache);
+    int rc = check_ctx_on(&ctx, shared_cache, 1);
+    for (int i = 0; i < n && rc == 0; i++) {
+        fi_jit_spec s = parse_or_die(specs[i]);
+        rc = fi_jit_prewarm(NULL, ctx, &s, "sm_90a");
+    }
+    if (rc < 0) fprintf(stderr, "warming %s: %s\n", shared_cache, fi_last_error());
+    fi_jit_ctx_free(ctx);
+    return rc == 0 ? shared_cache : NULL;
+}
+
 /* ---- parallel compile sweeps (check.h) ------------------------------------ */
 
 int check_jobs(void)
@@ -178,6 +217,14 @@ void *check_fake_cuda(void)
     static void *lib;
     char path[PATH_MAX];
     if (lib) return lib;
+    /* A test may run itself again on another build of the fake (test_load:
+     * a driver without context-independent loading). */
+    const char *chosen = getenv("FIJIT_TEST_FAKE_CUDA");
+    if (chosen && *chosen) {
+        if (!(lib = dlopen(chosen, RTLD_NOW | RTLD_GLOBAL)))
+            fprintf(stderr, "cannot load the fake driver %s: %s\n", chosen, dlerror());
+        return lib;
+    }
     const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
     if (n <= 0) return NULL;
     path[n] = '\0';
@@ -187,6 +234,26 @@ void *check_fake_cuda(void)
     if (!(lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL)))
         fprintf(stderr, "cannot load the fake driver %s: %s\n", path, dlerror());
     return lib;
+}
+
+/* Device addresses the launch code passes on but never reads. */
+static _Alignas(256) unsigned char fake_arena[4 * 4096];
+
+int check_fake_decode(fi_jit_ctx *ctx, const fi_jit_spec *spec)
+{
+    fi_decode_args a = FI_DECODE_ARGS_INIT;
+    a.q = fake_arena;
+    a.k = fake_arena + 4096;
+    a.v = fake_arena + 2 * 4096;
+    a.o = fake_arena + 3 * 4096;
+    a.num_qo_heads = 8;
+    a.num_kv_heads = 2;
+    a.kv_len = 100;
+    a.q_stride_h = a.o_stride_h = spec->head_dim;
+    a.k_stride_n = a.v_stride_n = 2 * spec->head_dim; /* NHD */
+    a.k_stride_h = a.v_stride_h = spec->head_dim;
+    a.max_splits = 1;
+    return fi_decode_run(ctx, spec, &a, NULL);
 }
 
 int check_fake_cuda_current(void)

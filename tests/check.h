@@ -49,12 +49,25 @@ int check_prewarm_all(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, int want
 extern int check_current_failed;
 /* The fake CUDA driver (tests/fake_cuda.c) built next to the test program as
  * libcuda.so.1, loaded once with RTLD_GLOBAL before fijit's first driver
- * call (which then finds it by soname); its handle, or NULL with a message
- * on stderr. */
+ * call (which then finds it by soname), or the build $FIJIT_TEST_FAKE_CUDA
+ * names; its handle, or NULL with a message on stderr. */
 void *check_fake_cuda(void);
 /* Loads the fake driver (check_fake_cuda) and makes its device's primary
  * context current on this thread: 0, or -1 with a message on stderr. */
 int check_fake_cuda_current(void);
+/* A one-pass decode of 100 keys (8 query heads over 2 KV heads, NHD) of
+ * `spec` in the current context, on addresses the fake driver never reads:
+ * it refuses a function of another context, as a GPU does. */
+int check_fake_decode(fi_jit_ctx *ctx, const fi_jit_spec *spec);
+
+/* A quiet context on the cache in `dir` (use_disk 0: in memory only). */
+int check_ctx_on(fi_jit_ctx **out, const char *dir, int use_disk);
+/* A cache holding the `n` kernels `specs` name, built for sm_90a once per
+ * process and removed at exit, for tests that do not count compiles; or the
+ * one $FIJIT_TEST_SHARED_CACHE names (a test's child process sharing its
+ * parent's). NULL with a message on stderr when it cannot be made. */
+#define CHECK_SHARED_CACHE_ENV "FIJIT_TEST_SHARED_CACHE"
+const char *check_shared_cache(const char *const *specs, int n);
 
 /* A private redis-server for the remote-tier tests: on a unix socket in
  * `dir` (no TCP port, nothing saved to disk), its URL in `url` (with

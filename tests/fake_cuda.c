@@ -14,12 +14,14 @@
 
 #define API __attribute__((visibility("default")))
 #define MAX_MODULES 64
+#define MAX_LIBRARIES 64
+#define MAX_KERNELS 256
 #define MAX_FUNCTIONS 256
 #define STATIC_SMEM_LIMIT (48 * 1024) /* dynamic shared memory without the opt-in */
 /* Slots 0..FAKE_CUDA_MAX_DEVICES-1 are the devices' primary contexts; the
  * rest serve cuCtxCreate, first free slot first, so a destroyed context's
  * handle comes back for the next one made, as real drivers' handles do. */
-#define MAX_CONTEXTS (FAKE_CUDA_MAX_DEVICES + 6)
+#define MAX_CONTEXTS (FAKE_CUDA_MAX_DEVICES + 16)
 
 typedef struct fake_context {
     int live;
@@ -34,15 +36,47 @@ typedef struct fake_module {
     fake_context *context; /* where it was loaded */
 } fake_module;
 
-typedef struct fake_function {
-    fake_module *module;      /* NULL: slot free */
+/* A library (cuLibraryLoadData): loaded once, for no context in particular. */
+typedef struct fake_library {
+    int loaded;
+    const unsigned char *image;
+    size_t size;
+} fake_library;
+
+typedef struct fake_kernel {
+    fake_library *library;    /* NULL: slot free */
     char name[128];
-    int max_dynamic_smem;     /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    int max_dynamic_smem[FAKE_CUDA_MAX_DEVICES]; /* cuKernelSetAttribute's, per device */
+} fake_kernel;
+
+/* A function of a module (module set) or a library kernel's function in one
+ * context (kernel and context set); neither: slot free. */
+typedef struct fake_function {
+    fake_module *module;
+    fake_kernel *kernel;
+    fake_context *context;    /* the kernel's function's context */
+    char name[128];
+    int max_dynamic_smem;     /* cuFuncSetAttribute's; -1: the kernel's for the device */
 } fake_function;
+
+/* Entry points whose successful calls are counted and which a test can make
+ * fail by name (fake_cuda_calls, fake_cuda_fail_next). */
+enum {
+    CALL_LIBRARY_LOAD_DATA, CALL_LIBRARY_UNLOAD, CALL_LIBRARY_GET_KERNEL, CALL_KERNEL_GET_FUNCTION,
+    CALL_KERNEL_SET_ATTRIBUTE, CALL_MODULE_LOAD_DATA, CALL_MODULE_UNLOAD, CALL_FUNC_SET_ATTRIBUTE,
+    CALL_COUNT
+};
+static const char *const call_names[CALL_COUNT] = {
+    "cuLibraryLoadData", "cuLibraryUnload", "cuLibraryGetKernel", "cuKernelGetFunction",
+    "cuKernelSetAttribute", "cuModuleLoadData", "cuModuleUnload", "cuFuncSetAttribute",
+};
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static fake_module modules[MAX_MODULES];
+static fake_library libraries[MAX_LIBRARIES];
 static fake_function functions[MAX_FUNCTIONS];
+static int calls[CALL_COUNT];             /* successful calls per counted entry */
+static CUresult fail_next[CALL_COUNT];    /* != CUDA_SUCCESS: the next call returns it */
 static fake_cuda_launch_hook launch_hook;
 static void *launch_hook_user;
 static int launches;
@@ -96,6 +130,49 @@ API int fake_cuda_fault_fired(void)
     pthread_mutex_unlock(&lock);
     return fired;
 }
+
+static int call_index(const char *entry)
+{
+    for (int i = 0; entry && i < CALL_COUNT; i++)
+        if (strcmp(call_names[i], entry) == 0) return i;
+    return -1;
+}
+
+API int fake_cuda_calls(const char *entry)
+{
+    const int i = call_index(entry);
+    if (i < 0) return -1;
+    pthread_mutex_lock(&lock);
+    const int n = calls[i];
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+API int fake_cuda_fail_next(const char *entry, CUresult error)
+{
+    const int i = call_index(entry);
+    if (i < 0) return -1;
+    pthread_mutex_lock(&lock);
+    fail_next[i] = error;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+/* The failure armed for entry `i` by fake_cuda_fail_next (once), else success. */
+static CUresult failure_armed(int i)
+{
+    pthread_mutex_lock(&lock);
+    const CUresult res = fail_next[i];
+    fail_next[i] = CUDA_SUCCESS;
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+#define NAMED_FAULT_POINT(i)                                                   \
+    do {                                                                       \
+        const CUresult named__ = failure_armed(i);                             \
+        if (named__ != CUDA_SUCCESS) return named__;                           \
+    } while (0)
 
 /* The armed fault, when this call is the one it is for. Every entry point
  * fijit can see fail counts, except cuInit (called once per process),
@@ -218,7 +295,9 @@ static fake_context *context_of(CUcontext c)
 /* The current context if it is still live (NULL otherwise); lock held. */
 static fake_context *current_of_thread(void) { return context_of(current_context); }
 
-/* Unload every module of `ctx`, as the driver does when a context goes; lock held. */
+/* Unload every module of `ctx` and drop the functions libraries' kernels
+ * have there, as the driver does when a context goes (the libraries stay);
+ * lock held. */
 static void unload_modules_of(const fake_context *ctx)
 {
     for (int i = 0; i < MAX_MODULES; i++) {
@@ -227,6 +306,8 @@ static void unload_modules_of(const fake_context *ctx)
         for (int f = 0; f < MAX_FUNCTIONS; f++)
             if (functions[f].module == &modules[i]) functions[f].module = NULL;
     }
+    for (int f = 0; f < MAX_FUNCTIONS; f++)
+        if (functions[f].kernel && functions[f].context == ctx) functions[f].kernel = NULL;
 }
 
 /* The primary context stays live (with its modules) across retain and
@@ -362,6 +443,7 @@ static size_t elf_size(const unsigned char *p)
 API CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
     FAULT_POINT();
+    NAMED_FAULT_POINT(CALL_MODULE_LOAD_DATA);
     count_uncapturable();
     const size_t size = image ? elf_size(image) : 0;
     CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
@@ -374,6 +456,7 @@ API CUresult cuModuleLoadData(CUmodule *module, const void *image)
             if (!modules[i].loaded) {
                 modules[i] = (fake_module){1, image, size, ctx};
                 *module = (CUmodule)(void *)&modules[i];
+                calls[CALL_MODULE_LOAD_DATA]++;
                 res = CUDA_SUCCESS;
                 break;
             }
@@ -395,11 +478,20 @@ API CUresult cuModuleUnload(CUmodule module)
             m->loaded = 0;
             for (int i = 0; i < MAX_FUNCTIONS; i++)
                 if (functions[i].module == m) functions[i].module = NULL;
+            calls[CALL_MODULE_UNLOAD]++;
             res = CUDA_SUCCESS;
         }
     }
     pthread_mutex_unlock(&lock);
     return res;
+}
+
+/* A free function slot, or NULL; lock held. */
+static fake_function *function_slot(void)
+{
+    for (int i = 0; i < MAX_FUNCTIONS; i++)
+        if (!functions[i].module && !functions[i].kernel) return &functions[i];
+    return NULL;
 }
 
 API CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
@@ -414,16 +506,14 @@ API CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const ch
         if (len >= sizeof functions[0].name || !memmem(m->image, m->size, name, len + 1)) {
             res = CUDA_ERROR_NOT_FOUND;
         } else {
+            fake_function *fn = function_slot();
             res = CUDA_ERROR_OUT_OF_MEMORY; /* unless a slot is free */
-            for (int i = 0; i < MAX_FUNCTIONS; i++)
-                if (!functions[i].module) {
-                    functions[i].module = m;
-                    memcpy(functions[i].name, name, len + 1);
-                    functions[i].max_dynamic_smem = STATIC_SMEM_LIMIT;
-                    *function = (CUfunction)(void *)&functions[i];
-                    res = CUDA_SUCCESS;
-                    break;
-                }
+            if (fn) {
+                *fn = (fake_function){.module = m, .max_dynamic_smem = STATIC_SMEM_LIMIT};
+                memcpy(fn->name, name, len + 1);
+                *function = (CUfunction)(void *)fn;
+                res = CUDA_SUCCESS;
+            }
         }
     }
     pthread_mutex_unlock(&lock);
@@ -434,7 +524,23 @@ API CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const ch
 static fake_function *function_of(CUfunction f)
 {
     fake_function *fn = (fake_function *)(void *)f;
-    return fn >= functions && fn < functions + MAX_FUNCTIONS && fn->module ? fn : NULL;
+    return fn >= functions && fn < functions + MAX_FUNCTIONS && (fn->module || fn->kernel) ? fn
+                                                                                          : NULL;
+}
+
+/* The context a live function launches in; lock held. */
+static fake_context *function_context(const fake_function *fn)
+{
+    return fn->module ? fn->module->context : fn->context;
+}
+
+/* The dynamic shared memory a live function may launch with: its own
+ * opt-in, which overrides its kernel's for the device (as documented for
+ * cuKernelSetAttribute); lock held. */
+static int function_smem(const fake_function *fn)
+{
+    if (fn->max_dynamic_smem >= 0) return fn->max_dynamic_smem;
+    return fn->kernel->max_dynamic_smem[fn->context->device];
 }
 
 API CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attribute, CUfunction f)
@@ -446,7 +552,7 @@ API CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attribute, CUfu
         switch (attribute) {
         case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 64; break;
         case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-        case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = fn->max_dynamic_smem; break;
+        case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = function_smem(fn); break;
         default: *value = 0; break;
         }
     }
@@ -457,6 +563,7 @@ API CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attribute, CUfu
 API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, int value)
 {
     FAULT_POINT();
+    NAMED_FAULT_POINT(CALL_FUNC_SET_ATTRIBUTE);
     CUresult res = CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_lock(&lock);
     fake_function *fn = function_of(f);
@@ -466,6 +573,7 @@ API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attribute, in
             if (value < 0 || value > FAKE_CUDA_SMEM_OPTIN_MAX) res = CUDA_ERROR_INVALID_VALUE;
             else fn->max_dynamic_smem = value;
         }
+        if (res == CUDA_SUCCESS) calls[CALL_FUNC_SET_ATTRIBUTE]++;
     }
     pthread_mutex_unlock(&lock);
     return res;
@@ -481,13 +589,13 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
     fake_function *fn = function_of(f);
     CUresult res = CUDA_SUCCESS;
     if (!ctx) res = CUDA_ERROR_INVALID_CONTEXT;
-    else if (!fn || fn->module->context != ctx) res = CUDA_ERROR_INVALID_HANDLE; /* another context's */
+    else if (!fn || function_context(fn) != ctx) res = CUDA_ERROR_INVALID_HANDLE; /* another context's */
     else if (!params || extra) res = CUDA_ERROR_INVALID_VALUE; /* fijit passes kernelParams */
     else if (!gx || !gy || !gz || gx > INT32_MAX || gy > 65535 || gz > 65535)
         res = CUDA_ERROR_INVALID_VALUE;
     else if (!bx || !by || !bz || (unsigned long long)bx * by * bz > 1024 || bz > 64)
         res = CUDA_ERROR_INVALID_VALUE;
-    else if ((int)smem > fn->max_dynamic_smem) /* the opt-in was missing or too small */
+    else if ((int)smem > function_smem(fn)) /* the opt-in was missing or too small */
         res = CUDA_ERROR_INVALID_VALUE;
     fake_cuda_launch_hook hook = launch_hook;
     void *user = launch_hook_user;
@@ -503,20 +611,229 @@ API CUcontext fake_cuda_function_context(CUfunction f)
 {
     pthread_mutex_lock(&lock);
     fake_function *fn = function_of(f);
-    CUcontext ctx = fn ? (CUcontext)(void *)fn->module->context : NULL;
+    CUcontext ctx = fn ? (CUcontext)(void *)function_context(fn) : NULL;
     pthread_mutex_unlock(&lock);
     return ctx;
+}
+
+/* Whether `lib` has a function in `ctx`; lock held. */
+static int library_in(const fake_library *lib, const fake_context *ctx)
+{
+    for (int f = 0; f < MAX_FUNCTIONS; f++)
+        if (functions[f].kernel && functions[f].kernel->library == lib && functions[f].context == ctx)
+            return 1;
+    return 0;
 }
 
 API int fake_cuda_modules_in(CUcontext context)
 {
     int n = 0;
     pthread_mutex_lock(&lock);
+    fake_context *ctx = context_of(context);
     for (int i = 0; i < MAX_MODULES; i++)
-        n += modules[i].loaded && (CUcontext)(void *)modules[i].context == context;
+        n += modules[i].loaded && modules[i].context == ctx;
+    for (int i = 0; ctx && i < MAX_LIBRARIES; i++)
+        n += libraries[i].loaded && library_in(&libraries[i], ctx);
     pthread_mutex_unlock(&lock);
     return n;
 }
+
+API int fake_cuda_libraries_loaded(void)
+{
+    int n = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_LIBRARIES; i++) n += libraries[i].loaded;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* Device memory the loaded code takes, as cuMemGetInfo reports it: a
+ * module's image in its context, a library's in each context it has a
+ * function in (lazy loading); lock held. */
+static size_t code_bytes_on(CUdevice device)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < MAX_MODULES; i++)
+        if (modules[i].loaded && modules[i].context->device == device) bytes += modules[i].size;
+    for (int c = 0; c < MAX_CONTEXTS; c++)
+        for (int i = 0; contexts[c].live && contexts[c].device == device && i < MAX_LIBRARIES; i++)
+            if (libraries[i].loaded && library_in(&libraries[i], &contexts[c]))
+                bytes += libraries[i].size;
+    return bytes;
+}
+
+API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+    FAULT_POINT();
+    pthread_mutex_lock(&lock);
+    fake_context *ctx = current_of_thread();
+    if (ctx) {
+        *total_bytes = FAKE_CUDA_MEMORY_BYTES;
+        *free_bytes = FAKE_CUDA_MEMORY_BYTES - code_bytes_on(ctx->device);
+    }
+    pthread_mutex_unlock(&lock);
+    return ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/* ---- libraries: context-independent loading (CUDA 12.0+) ------------------------ */
+
+#ifndef FAKE_CUDA_NO_LIBRARIES
+static fake_kernel kernels[MAX_KERNELS];
+
+API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jit_options,
+                               void **jit_values, unsigned int jit_count,
+                               CUlibraryOption *library_options, void **library_values,
+                               unsigned int library_count)
+{
+    (void)jit_options, (void)jit_values, (void)library_options, (void)library_values;
+    FAULT_POINT();
+    NAMED_FAULT_POINT(CALL_LIBRARY_LOAD_DATA);
+    count_uncapturable();
+    const size_t size = code ? elf_size(code) : 0;
+    if (!library || jit_count || library_count) return CUDA_ERROR_INVALID_VALUE;
+    if (!size) return CUDA_ERROR_INVALID_IMAGE;
+    /* The driver copies the image (no CU_LIBRARY_BINARY_IS_PRESERVED). */
+    unsigned char *copy = malloc(size);
+    if (!copy) return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(copy, code, size);
+    CUresult res = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_LIBRARIES; i++)
+        if (!libraries[i].loaded) {
+            libraries[i] = (fake_library){1, copy, size};
+            *library = (CUlibrary)(void *)&libraries[i];
+            calls[CALL_LIBRARY_LOAD_DATA]++;
+            res = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    if (res != CUDA_SUCCESS) free(copy);
+    return res;
+}
+
+/* The loaded library behind a handle, or NULL; lock held. */
+static fake_library *library_of(CUlibrary l)
+{
+    fake_library *lib = (fake_library *)(void *)l;
+    return lib >= libraries && lib < libraries + MAX_LIBRARIES && lib->loaded ? lib : NULL;
+}
+
+/* The live kernel behind a handle, or NULL; lock held. */
+static fake_kernel *kernel_of(CUkernel k)
+{
+    fake_kernel *kernel = (fake_kernel *)(void *)k;
+    return kernel >= kernels && kernel < kernels + MAX_KERNELS && kernel->library ? kernel : NULL;
+}
+
+/* Unloads it from every context: its kernels and their functions go. */
+API CUresult cuLibraryUnload(CUlibrary library)
+{
+    CUresult res = CUDA_ERROR_INVALID_HANDLE;
+    unsigned char *image = NULL;
+    pthread_mutex_lock(&lock);
+    fake_library *lib = library_of(library);
+    if (lib) {
+        for (int f = 0; f < MAX_FUNCTIONS; f++)
+            if (functions[f].kernel && functions[f].kernel->library == lib) functions[f].kernel = NULL;
+        for (int k = 0; k < MAX_KERNELS; k++)
+            if (kernels[k].library == lib) kernels[k].library = NULL;
+        image = (unsigned char *)lib->image;
+        lib->loaded = 0;
+        calls[CALL_LIBRARY_UNLOAD]++;
+        res = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    free(image);
+    return res;
+}
+
+/* One kernel per (library, name): asking again gives the same handle. */
+API CUresult cuLibraryGetKernel(CUkernel *kernel, CUlibrary library, const char *name)
+{
+    FAULT_POINT();
+    NAMED_FAULT_POINT(CALL_LIBRARY_GET_KERNEL);
+    const size_t len = strlen(name);
+    CUresult res = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    fake_library *lib = library_of(library);
+    if (lib && (len >= sizeof kernels[0].name || !memmem(lib->image, lib->size, name, len + 1))) {
+        res = CUDA_ERROR_NOT_FOUND;
+    } else if (lib) {
+        fake_kernel *found = NULL, *free_slot = NULL;
+        for (int k = 0; k < MAX_KERNELS && !found; k++) {
+            if (kernels[k].library == lib && strcmp(kernels[k].name, name) == 0) found = &kernels[k];
+            else if (!kernels[k].library && !free_slot) free_slot = &kernels[k];
+        }
+        if (!found && free_slot) {
+            found = free_slot;
+            found->library = lib;
+            memcpy(found->name, name, len + 1);
+            for (int d = 0; d < FAKE_CUDA_MAX_DEVICES; d++) found->max_dynamic_smem[d] = STATIC_SMEM_LIMIT;
+        }
+        res = found ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+        if (found) {
+            *kernel = (CUkernel)(void *)found;
+            calls[CALL_LIBRARY_GET_KERNEL]++;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+/* The kernel's function in the current context: made at the first call
+ * there (the library's code is loaded into the context then), the same
+ * handle after. */
+API CUresult cuKernelGetFunction(CUfunction *function, CUkernel kernel)
+{
+    FAULT_POINT();
+    NAMED_FAULT_POINT(CALL_KERNEL_GET_FUNCTION);
+    CUresult res = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    fake_kernel *k = kernel_of(kernel);
+    fake_context *ctx = current_of_thread();
+    if (!ctx) {
+        res = CUDA_ERROR_INVALID_CONTEXT;
+    } else if (k) {
+        fake_function *fn = NULL;
+        for (int f = 0; f < MAX_FUNCTIONS && !fn; f++)
+            if (functions[f].kernel == k && functions[f].context == ctx) fn = &functions[f];
+        if (!fn && (fn = function_slot())) {
+            *fn = (fake_function){.kernel = k, .context = ctx, .max_dynamic_smem = -1};
+            memcpy(fn->name, k->name, sizeof fn->name);
+        }
+        res = fn ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+        if (fn) {
+            *function = (CUfunction)(void *)fn;
+            calls[CALL_KERNEL_GET_FUNCTION]++;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+/* Per device: every context of `device`, now and later, sees the value
+ * (unless cuFuncSetAttribute set the function's own). */
+API CUresult cuKernelSetAttribute(CUfunction_attribute attribute, int value, CUkernel kernel,
+                                  CUdevice device)
+{
+    FAULT_POINT();
+    NAMED_FAULT_POINT(CALL_KERNEL_SET_ATTRIBUTE);
+    if (!device_valid(device)) return CUDA_ERROR_INVALID_DEVICE;
+    CUresult res = CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    fake_kernel *k = kernel_of(kernel);
+    if (k) {
+        res = CUDA_SUCCESS;
+        if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+            if (value < 0 || value > FAKE_CUDA_SMEM_OPTIN_MAX) res = CUDA_ERROR_INVALID_VALUE;
+            else k->max_dynamic_smem[device] = value;
+        }
+        if (res == CUDA_SUCCESS) calls[CALL_KERNEL_SET_ATTRIBUTE]++;
+    }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+#endif
 
 /* ---- TMA descriptors (see fake_cuda.h) ----------------------------------------- */
 

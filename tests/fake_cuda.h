@@ -18,6 +18,17 @@
  * while cuCtxGetId gives every context a number never reused. A module
  * belongs to the context current when it was loaded: its functions launch
  * only there (else CUDA_ERROR_INVALID_HANDLE) and it unloads only there.
+ *
+ * Libraries (context-independent loading, CUDA 12.0+): cuLibraryLoadData
+ * needs no context and copies the image; cuLibraryGetKernel gives one kernel
+ * per name; cuKernelGetFunction gives the kernel's function in the current
+ * context (the same handle each time there), which launches only there and
+ * goes when that context is destroyed, the library staying; cuLibraryUnload
+ * takes its kernels and functions from every context. cuKernelSetAttribute's
+ * dynamic shared memory opt-in holds for every context of its device, and a
+ * function's own (cuFuncSetAttribute) overrides it. Built with
+ * -DFAKE_CUDA_NO_LIBRARIES the fake exports none of these, as a driver
+ * before CUDA 12 (build/tests/cuda11/libcuda.so.1).
  */
 #ifndef FI_FAKE_CUDA_H
 #define FI_FAKE_CUDA_H
@@ -27,6 +38,10 @@
 #define FAKE_CUDA_SM_COUNT 132
 #define FAKE_CUDA_MAX_DEVICES 8
 #define FAKE_CUDA_SMEM_OPTIN_MAX (227 * 1024)
+/* cuMemGetInfo's total per device; the free part is that less the loaded
+ * code: each module's image in its context's device, each library's in
+ * every context it has a function in. */
+#define FAKE_CUDA_MEMORY_BYTES ((size_t)80 << 30)
 
 typedef struct fake_cuda_launch {
     const char *name;         /* the kernel's entry name */
@@ -56,7 +71,7 @@ enum {
 typedef void (*fake_cuda_set_launch_hook_fn)(fake_cuda_launch_hook hook, void *user);
 typedef int (*fake_cuda_launch_count_fn)(void);
 /* Calls so far that a stream capture (CUDA graphs) would not allow: memory
- * allocation and copies, memsets, synchronisation and module loads. */
+ * allocation and copies, memsets, synchronisation, module and library loads. */
 typedef int (*fake_cuda_uncapturable_calls_fn)(void);
 /* Make the n-th fallible driver call from now (n >= 1; 0 disarms) return
  * `error`; fake_cuda_fault_fired says whether it has happened. */
@@ -66,7 +81,18 @@ typedef int (*fake_cuda_fault_fired_fn)(void);
 typedef void (*fake_cuda_set_device_count_fn)(int n);
 /* The context a function's module was loaded into; NULL: not a live function. */
 typedef CUcontext (*fake_cuda_function_context_fn)(CUfunction f);
-/* Modules loaded in `context` now. */
+/* Code images loaded in `context` now: its modules, and the libraries that
+ * have a function there. */
 typedef int (*fake_cuda_modules_in_fn)(CUcontext context);
+/* Libraries loaded in the process now. */
+typedef int (*fake_cuda_libraries_loaded_fn)(void);
+/* Successful calls so far of `entry`, one of cuLibraryLoadData,
+ * cuLibraryUnload, cuLibraryGetKernel, cuKernelGetFunction,
+ * cuKernelSetAttribute, cuModuleLoadData, cuModuleUnload, cuFuncSetAttribute
+ * (-1: not one of them). */
+typedef int (*fake_cuda_calls_fn)(const char *entry);
+/* Make the next call of `entry` (one of fake_cuda_calls' but the unloads)
+ * return `error`, once; -1 for another name. */
+typedef int (*fake_cuda_fail_next_fn)(const char *entry, CUresult error);
 
 #endif

@@ -1,14 +1,15 @@
 /*
  * Several CUDA contexts and several processes, against the fake driver
- * (tests/fake_cuda.c, two devices): fijit promises one module per (kernel,
- * CUDA context), a kernel handle that works in the context that asked for
- * it, built once per process however many devices ask, and once per cache
- * however many ranks start together. The fake binds a module's functions to
- * the context it was loaded in, so a handle of the wrong context fails its
- * launch here as it would on a GPU. Nothing executes.
+ * (tests/fake_cuda.c, two devices): fijit promises a kernel's code in each
+ * CUDA context that asks (one library for all of them, or with
+ * FIJIT_LOAD=module one module each: the last test runs the others again
+ * that way), a kernel handle that works in the context that asked for it,
+ * built once per process however many devices ask, and once per cache
+ * however many ranks start together. The fake binds each function to its
+ * context, so a handle of the wrong context fails its launch here as it
+ * would on a GPU. Nothing executes.
  */
 #include <dlfcn.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -31,6 +32,14 @@ static const char *const spec_texts[] = {
 };
 #define SPECS 2
 
+/* Whether kernels load as a module per context (FIJIT_LOAD=module; the
+ * fake has the library calls, so a library otherwise). */
+static int module_per_context(void)
+{
+    const char *way = getenv("FIJIT_LOAD");
+    return way && strcmp(way, "module") == 0;
+}
+
 /* ---- the fake driver -------------------------------------------------------- */
 
 static struct {
@@ -41,6 +50,7 @@ static struct {
     fake_cuda_set_device_count_fn set_device_count;
     fake_cuda_function_context_fn function_context;
     fake_cuda_modules_in_fn modules_in;
+    fake_cuda_calls_fn calls;
     CUcontext primary[DEVICES];
 } fake;
 
@@ -57,8 +67,9 @@ static int fake_ready(void)
     *(void **)&fake.set_device_count = dlsym(lib, "fake_cuda_set_device_count");
     *(void **)&fake.function_context = dlsym(lib, "fake_cuda_function_context");
     *(void **)&fake.modules_in = dlsym(lib, "fake_cuda_modules_in");
+    *(void **)&fake.calls = dlsym(lib, "fake_cuda_calls");
     if (!fake.primary_retain || !fake.set_current || !fake.create || !fake.destroy ||
-        !fake.set_device_count || !fake.function_context || !fake.modules_in)
+        !fake.set_device_count || !fake.function_context || !fake.modules_in || !fake.calls)
         return 0;
     fake.set_device_count(DEVICES);
     for (int d = 0; d < DEVICES; d++)
@@ -69,71 +80,6 @@ static int fake_ready(void)
 static fi_jit_spec spec_number(int i)
 {
     return parse_or_die(spec_texts[i]);
-}
-
-/* Device addresses the launch code passes on but never reads. */
-static _Alignas(256) unsigned char device_arena[4 * 4096];
-
-/* A decode of 100 keys in one pass (no workspace) in the current context:
- * fijit looks the kernel up for that context and the fake refuses a
- * function of another one. */
-static int decode_here(fi_jit_ctx *ctx, const fi_jit_spec *spec)
-{
-    fi_decode_args a = FI_DECODE_ARGS_INIT;
-    a.q = device_arena;
-    a.k = device_arena + 4096;
-    a.v = device_arena + 2 * 4096;
-    a.o = device_arena + 3 * 4096;
-    a.num_qo_heads = 8;
-    a.num_kv_heads = 2;
-    a.kv_len = 100;
-    a.q_stride_h = a.o_stride_h = spec->head_dim;
-    a.k_stride_n = a.v_stride_n = 2 * spec->head_dim; /* NHD */
-    a.k_stride_h = a.v_stride_h = spec->head_dim;
-    a.max_splits = 1;
-    return fi_decode_run(ctx, spec, &a, NULL);
-}
-
-static int ctx_on(fi_jit_ctx **out, const char *cache_dir, int use_disk)
-{
-    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    opts.cache_dir = cache_dir;
-    opts.use_disk_cache = use_disk;
-    opts.log_level = FI_LOG_OFF;
-    return fi_jit_ctx_new(out, &opts);
-}
-
-/* A cache holding both kernels, made once for the tests that do not count
- * compiles (removed at exit). */
-static char warm_dir[4096];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void remove_warm_dir(void)
-{
-    nftw(warm_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *warm_cache(void)
-{
-    fi_jit_ctx *ctx = NULL;
-    if (warm_dir[0]) return warm_dir;
-    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    snprintf(warm_dir, sizeof warm_dir, "%s/fijit-multi-XXXXXX", base);
-    if (!mkdtemp(warm_dir)) return NULL;
-    atexit(remove_warm_dir);
-    int rc = ctx_on(&ctx, warm_dir, 1);
-    for (int i = 0; i < SPECS && rc == 0; i++) {
-        fi_jit_spec s = spec_number(i);
-        rc = fi_jit_prewarm(NULL, ctx, &s, "sm_90a");
-    }
-    if (rc < 0) fprintf(stderr, "warming %s: %s\n", warm_dir, fi_last_error());
-    fi_jit_ctx_free(ctx);
-    return rc == 0 ? warm_dir : NULL;
 }
 
 /* ---- one process, two contexts ------------------------------------------------ */
@@ -150,13 +96,13 @@ TEST(two_devices_get_two_modules_from_one_compile)
     for (int use_disk = 1; use_disk >= 0; use_disk--) {
         const int before[DEVICES] = {fake.modules_in(fake.primary[0]),
                                      fake.modules_in(fake.primary[1])};
-        CHECK_OK(ctx_on(&ctx, dir, use_disk));
+        CHECK_OK(check_ctx_on(&ctx, dir, use_disk));
         for (int d = 0; d < DEVICES; d++) {
             CHECK(fake.set_current(fake.primary[d]) == CUDA_SUCCESS);
             CHECK_OK(fi_jit_get_kernel(&k[d], ctx, &s));
             CHECK(fake.function_context(k[d]->function) == fake.primary[d]);
             CHECK(fake.modules_in(fake.primary[d]) == before[d] + 1);
-            CHECK_OK(decode_here(ctx, &s));
+            CHECK_OK(check_fake_decode(ctx, &s));
         }
         CHECK(k[0] != k[1] && k[0]->function != k[1]->function);
         CHECK(memcmp(k[0]->key, k[1]->key, sizeof k[0]->key) == 0);
@@ -183,9 +129,9 @@ TEST(a_kernel_is_only_returned_to_the_context_it_was_loaded_in)
 {
     fi_jit_ctx *ctx = NULL;
     CUcontext created = NULL;
-    const char *dir = warm_cache();
+    const char *dir = check_shared_cache(spec_texts, SPECS);
     CHECK(fake_ready() && dir);
-    CHECK_OK(ctx_on(&ctx, dir, 1));
+    CHECK_OK(check_ctx_on(&ctx, dir, 1));
     /* The primary contexts of both devices and a second context on device 0
      * (what cuCtxCreate next to a framework's primary one gives). */
     CHECK(fake.create(&created, 0, 0) == CUDA_SUCCESS);
@@ -224,27 +170,28 @@ TEST(a_destroyed_context_whose_handle_comes_back_gets_new_modules)
     CUcontext gone = NULL, reborn = NULL;
     const fi_jit_kernel *k = NULL;
     fi_jit_spec s = spec_number(0);
-    const char *dir = warm_cache();
+    const char *dir = check_shared_cache(spec_texts, SPECS);
     CHECK(fake_ready() && dir);
-    CHECK_OK(ctx_on(&ctx, dir, 1));
+    CHECK_OK(check_ctx_on(&ctx, dir, 1));
     CHECK(fake.create(&gone, 0, 0) == CUDA_SUCCESS);
     CHECK_OK(fi_jit_get_kernel(&k, ctx, &s));
     CHECK(fake.set_current(fake.primary[1]) == CUDA_SUCCESS);
-    CHECK_OK(decode_here(ctx, &s));
+    CHECK_OK(check_fake_decode(ctx, &s));
     /* The caller destroys its context and makes another, with the same
      * handle: a table keyed by the handle would return a dead function. */
     CHECK(destroy_and_recreate(gone, &reborn));
     CHECK_OK(fi_jit_get_kernel(&k, ctx, &s));
     CHECK(fake.function_context(k->function) == reborn);
-    CHECK_OK(decode_here(ctx, &s));
+    CHECK_OK(check_fake_decode(ctx, &s));
     /* The other device never noticed. */
     CHECK(fake.set_current(fake.primary[1]) == CUDA_SUCCESS);
-    CHECK_OK(decode_here(ctx, &s));
+    CHECK_OK(check_fake_decode(ctx, &s));
     /* Freed while another context is current: fijit leaves the created
      * context's module to it (it cannot tell a live created context's handle
-     * from a dangling one), and destroying the context takes the module. */
+     * from a dangling one), and destroying the context takes the module; a
+     * library, which no context owns, goes with the fi_jit_ctx. */
     fi_jit_ctx_free(ctx);
-    CHECK(fake.modules_in(reborn) == 1);
+    CHECK(fake.modules_in(reborn) == module_per_context());
     CHECK(fake.destroy(reborn) == CUDA_SUCCESS && fake.modules_in(reborn) == 0);
 }
 
@@ -254,10 +201,10 @@ TEST(freeing_after_a_context_went_leaves_its_successor_alone)
     CUcontext gone = NULL, reborn = NULL;
     const fi_jit_kernel *k = NULL;
     fi_jit_spec s = spec_number(0);
-    const char *dir = warm_cache();
+    const char *dir = check_shared_cache(spec_texts, SPECS);
     CHECK(fake_ready() && dir);
-    CHECK_OK(ctx_on(&early, dir, 1));
-    CHECK_OK(ctx_on(&late, dir, 1));
+    CHECK_OK(check_ctx_on(&early, dir, 1));
+    CHECK_OK(check_ctx_on(&late, dir, 1));
     CHECK(fake.create(&gone, 0, 0) == CUDA_SUCCESS);
     CHECK_OK(fi_jit_get_kernel(&k, early, &s));
     CHECK(destroy_and_recreate(gone, &reborn));
@@ -267,7 +214,7 @@ TEST(freeing_after_a_context_went_leaves_its_successor_alone)
     fi_jit_ctx_free(early);
     CHECK(fake.set_current(reborn) == CUDA_SUCCESS);
     CHECK(fake.modules_in(reborn) == 1);
-    CHECK_OK(decode_here(late, &s));
+    CHECK_OK(check_fake_decode(late, &s));
     fi_jit_ctx_free(late);
     CHECK(fake.modules_in(reborn) == 0);
     CHECK(fake.destroy(reborn) == CUDA_SUCCESS);
@@ -279,24 +226,26 @@ TEST(freeing_one_jit_context_leaves_the_others_kernels_working)
     const fi_jit_kernel *kb[DEVICES] = {NULL}, *k = NULL;
     fi_jit_spec s = spec_number(1);
     int loaded[DEVICES];
-    const char *dir = warm_cache();
+    const char *dir = check_shared_cache(spec_texts, SPECS);
     CHECK(fake_ready() && dir);
-    CHECK_OK(ctx_on(&a, dir, 1));
-    CHECK_OK(ctx_on(&b, dir, 1));
+    CHECK_OK(check_ctx_on(&a, dir, 1));
+    CHECK_OK(check_ctx_on(&b, dir, 1));
     for (int d = 0; d < DEVICES; d++) {
         CHECK(fake.set_current(fake.primary[d]) == CUDA_SUCCESS);
         CHECK_OK(fi_jit_get_kernel(&k, a, &s));
         CHECK_OK(fi_jit_get_kernel(&kb[d], b, &s));
-        CHECK(k->function != kb[d]->function); /* one module per fi_jit_ctx, too */
+        /* One module per fi_jit_ctx, or one library for the process. */
+        CHECK(module_per_context() ? k->function != kb[d]->function
+                                   : k->function == kb[d]->function);
         loaded[d] = fake.modules_in(fake.primary[d]);
     }
     fi_jit_ctx_free(a);
     for (int d = 0; d < DEVICES; d++) {
-        CHECK(fake.modules_in(fake.primary[d]) == loaded[d] - 1);
+        CHECK(fake.modules_in(fake.primary[d]) == loaded[d] - module_per_context());
         CHECK(fake.set_current(fake.primary[d]) == CUDA_SUCCESS);
         CHECK_OK(fi_jit_get_kernel(&k, b, &s));
         CHECK(k == kb[d] && fake.function_context(k->function) == fake.primary[d]);
-        CHECK_OK(decode_here(b, &s));
+        CHECK_OK(check_fake_decode(b, &s));
     }
     fi_jit_ctx_free(b);
 }
@@ -324,7 +273,7 @@ static void *drive_device(void *arg)
             const fi_jit_kernel *k = NULL;
             fi_jit_spec s = spec_number(i);
             int rc = fi_jit_get_kernel(&k, t->ctx, &s);
-            if (rc == 0) rc = decode_here(t->ctx, &s);
+            if (rc == 0) rc = check_fake_decode(t->ctx, &s);
             if (rc == 0 && fake.function_context(k->function) == t->context) continue;
             if (!t->failures++)
                 snprintf(t->first_failure, sizeof t->first_failure, "round %d spec %d: %s", round,
@@ -340,10 +289,12 @@ TEST(threads_on_two_devices_each_get_their_own_kernels)
     pthread_t ids[THREADS];
     pthread_barrier_t start;
     fi_jit_stats before = FI_JIT_STATS_INIT, st = FI_JIT_STATS_INIT;
-    const char *dir = warm_cache();
+    const char *dir = check_shared_cache(spec_texts, SPECS);
     CHECK(fake_ready() && dir);
-    CHECK_OK(ctx_on(&ctx, dir, 1));
+    CHECK_OK(check_ctx_on(&ctx, dir, 1));
     CHECK_OK(fi_jit_stats_get(&before, ctx)); /* the shared cache counts every test's work */
+    const int library_loads = fake.calls("cuLibraryLoadData");
+    const int module_loads = fake.calls("cuModuleLoadData");
     pthread_barrier_init(&start, NULL, THREADS);
     for (int i = 0; i < THREADS; i++) {
         threads[i] = (device_thread){ctx, fake.primary[i % DEVICES], &start, 0, ""};
@@ -365,6 +316,12 @@ TEST(threads_on_two_devices_each_get_their_own_kernels)
               "disk hits %lld, compiles %lld", (long long)(st.disk_hits - before.disk_hits),
               (long long)(st.compiles - before.compiles));
     for (int d = 0; d < DEVICES; d++) CHECK(fake.modules_in(fake.primary[d]) == SPECS);
+    /* And loaded once per process, or once per device with a module each. */
+    const int libraries = fake.calls("cuLibraryLoadData") - library_loads;
+    const int modules = fake.calls("cuModuleLoadData") - module_loads;
+    CHECK_MSG(module_per_context() ? libraries == 0 && modules == SPECS * DEVICES
+                                   : libraries == SPECS && modules == 0,
+              "library loads %d, module loads %d", libraries, modules);
     fi_jit_ctx_free(ctx);
 }
 
@@ -379,14 +336,14 @@ static int rank_main(const char *cache_dir, int start_fd)
     while (read(start_fd, &byte, 1) > 0) {} /* EOF: the parent let every rank go */
     close(start_fd);
     if (!fake_ready()) return 10;
-    if (ctx_on(&ctx, cache_dir, 1) < 0) return 11;
+    if (check_ctx_on(&ctx, cache_dir, 1) < 0) return 11;
     int rc = 0;
     for (int d = 0; d < DEVICES && rc == 0; d++) {
         if (fake.set_current(fake.primary[d]) != CUDA_SUCCESS) rc = 12;
         for (int i = 0; i < SPECS && rc == 0; i++) {
             const fi_jit_kernel *k = NULL;
             fi_jit_spec s = spec_number(i);
-            if (fi_jit_get_kernel(&k, ctx, &s) < 0 || decode_here(ctx, &s) < 0) rc = 13;
+            if (fi_jit_get_kernel(&k, ctx, &s) < 0 || check_fake_decode(ctx, &s) < 0) rc = 13;
             else if (fake.function_context(k->function) != fake.primary[d]) rc = 14;
         }
     }
@@ -441,7 +398,7 @@ TEST(eight_ranks_on_two_devices_compile_each_kernel_once)
     /* The index's counters are every rank's: one compile per kernel in the
      * whole job, and in each rank one compile or one disk read per kernel
      * (the second device loads the first one's object). */
-    CHECK_OK(ctx_on(&ctx, dir, 1));
+    CHECK_OK(check_ctx_on(&ctx, dir, 1));
     CHECK_OK(fi_jit_stats_get(&st, ctx));
     fi_jit_ctx_free(ctx);
     CHECK_MSG(st.compiles == SPECS && st.entries == SPECS && st.compile_failures == 0,
@@ -450,4 +407,27 @@ TEST(eight_ranks_on_two_devices_compile_each_kernel_once)
     CHECK_MSG(st.compiles + st.disk_hits == RANKS * SPECS,
               "compiles %lld + disk hits %lld, want %d", (long long)st.compiles,
               (long long)st.disk_hits, RANKS * SPECS);
+}
+
+/* ---- the module per context ----------------------------------------------------- */
+
+TEST(every_test_passes_with_a_module_per_context)
+{
+    if (module_per_context()) return; /* this is that run */
+    const char *dir = check_shared_cache(spec_texts, SPECS);
+    CHECK(dir);
+    fflush(NULL);
+    const pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        setenv("FIJIT_LOAD", "module", 1);
+        setenv(CHECK_SHARED_CACHE_ENV, dir, 1);
+        execl("/proc/self/exe", "test_multi_context", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "FIJIT_LOAD=module run: %s %d",
+              WIFEXITED(status) ? "exit" : "signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 }

@@ -13,7 +13,7 @@
 #              (scripts/gpu/prefill.sh), mla (scripts/gpu/mla.sh: MLA decode and
 #              192/128 prefill, tests, sanitizers, benchmarks), variants (tests/gpu/test_variants.py:
 #              the example variants vs float64 and the bit-identical default),
-#              jit (fijit demo + bench_jit on a GPU), sanitize
+#              jit (fijit demo + bench_jit + bench_load on a GPU), sanitize
 #              (scripts/gpu/sanitize.sh: compute-sanitizer memcheck on every
 #              kind, racecheck and synccheck per kernel family); decode-tests
 #              and decode-bench: the two halves of decode;
@@ -85,7 +85,13 @@ if [ "$ONLY" = multi-gpu ]; then
     else echo "multi-gpu: $gpus GPU: skipping devices and mp-ranks (they need 2 or more)"; fi
     NCCL_NVLS_ENABLE=0 OUT=$OUT_DIR timeout "$STEP_TIMEOUT" python3 tests/gpu/test_multi_context.py \
         "${parts[@]}" 2>&1 | tee "$OUT_DIR/test_multi_context.log"
-    exit "${PIPESTATUS[0]}"
+    rc=${PIPESTATUS[0]}
+    # The contexts part again with a module per context (FIJIT_LOAD=module, the
+    # way drivers before CUDA 12 load).
+    FIJIT_LOAD=module timeout "$STEP_TIMEOUT" python3 tests/gpu/test_multi_context.py \
+        contexts 2>&1 | tee "$OUT_DIR/test_multi_context_module.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    exit "$rc"
 fi
 if run_part jit; then
     # The main job's GPU check on the default cache path, then the JIT benchmark
@@ -93,6 +99,11 @@ if run_part jit; then
     (unset FIJIT_CACHE_DIR; build/fijit prewarm --head-dim 128 -j "$(nproc)" >/dev/null && build/fijit demo)
     rc_demo=$?
     if [ -x build/bench_jit ]; then build/bench_jit | tail -9; fi
+    # Per-context load time and memory with 1, 2 and 8 contexts: one library
+    # for the process vs a module per context (bench/bench_load.c).
+    if [ -x build/bench_load ]; then
+        timeout "$STEP_TIMEOUT" build/bench_load 2>&1 | tee "$OUT_DIR/bench_load.txt"
+    fi
     [ "$ONLY" = jit ] && exit $rc_demo
 fi
 if run_part prefill; then

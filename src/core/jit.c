@@ -3,15 +3,14 @@
  *
  *   hot:  spec key → in-memory table (no expansion, no hashing of source)
  *   miss: expand → key → store (disk, then remote) → (per-key lock, check
- *         again) → NVRTC → store → cuModuleLoadData → publish in the table
+ *         again) → NVRTC → store → load (load.h) → publish in the table
  *
  * Single flight: threads of one process that miss on the same spec serialise
  * on one of FI_BUILD_STRIPES mutexes chosen by the spec's hash; processes
  * serialise on the store's per-key file lock, and hosts on its lease in the
  * remote tier (both taken by fi_store_lock_key).
  *
- * The context's variants are in registry.c; an object becomes a module in
- * load.c.
+ * The context's variants are in registry.c; an object is loaded in load.c.
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -594,14 +593,12 @@ out:
 
 /* ---- loading --------------------------------------------------------------- */
 
-/* Load `object` into the current context as e's module and fill e's
- * kernel: launch shape for `arch`, key, arch. */
+/* Fill e's kernel (launch shape for `arch`, key, arch) and load `object`
+ * for the current context into it (load.h). */
 static int load_entry(fi_table_entry *e, const fi_jit_spec *spec, const fi_kind_info *kind,
                       const char *arch, const void *object, const uint8_t key[16],
                       int registers, int spill_bytes, const fi_cuda_api *cu)
 {
-    int rc = fi__load_module(e, object, kind, registers, spill_bytes, cu);
-    if (rc < 0) return rc;
     fi_launch_shape shape;
     kind->launch_shape(spec, arch, &shape);
     memcpy(e->kernel.block_dim, shape.block_dim, sizeof shape.block_dim);
@@ -610,7 +607,7 @@ static int load_entry(fi_table_entry *e, const fi_jit_spec *spec, const fi_kind_
     e->kernel.param_bytes = shape.param_bytes;
     memcpy(e->kernel.key, key, sizeof e->kernel.key);
     snprintf(e->kernel.arch, sizeof e->kernel.arch, "%s", arch);
-    return 0;
+    return fi__load_object(e, object, key, kind, registers, spill_bytes, cu);
 }
 
 /* The slow path of fi_jit_get_kernel: load the object another context of

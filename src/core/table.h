@@ -27,7 +27,9 @@ typedef struct fi_table_entry {
     fi_spec_key spec;
     uint64_t device_id;     /* id of the CUDA context the module was loaded into */
     void *device_ctx;       /* its handle, to unload in it (while its id is still this one) */
-    void *module;           /* CUmodule */
+    void *module;           /* CUmodule (the module path) */
+    void *library;          /* load.c's library, shared by entries of one key (the
+                               library path); NULL on the module path */
     const void *object;     /* the cubin loaded; NULL: none kept */
     int owns_object;        /* 1: this entry frees it; 0: borrowed from an entry of
                                another context, which lives as long */

@@ -60,7 +60,17 @@
     X(DevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState", 0,                           \
       (CUdevice, unsigned int *, int *))                                                   \
     /* Zeroes single prefill's block-claim counter on the launch's stream (capturable). */  \
-    X(MemsetD32Async, "cuMemsetD32Async", 0, (CUdeviceptr, unsigned int, size_t, CUstream))
+    X(MemsetD32Async, "cuMemsetD32Async", 0, (CUdeviceptr, unsigned int, size_t, CUstream)) \
+    /* Context-independent loading (CUDA 12.0+, core/load.h): a library loaded once per  */ \
+    /* process, a kernel per entry, a function per context, attributes per device.      */ \
+    X(LibraryLoadData, "cuLibraryLoadData", 0,                                             \
+      (CUlibrary *, const void *, CUjit_option *, void **, unsigned int, CUlibraryOption *, \
+       void **, unsigned int))                                                             \
+    X(LibraryUnload, "cuLibraryUnload", 0, (CUlibrary))                                    \
+    X(LibraryGetKernel, "cuLibraryGetKernel", 0, (CUkernel *, CUlibrary, const char *))    \
+    X(KernelGetFunction, "cuKernelGetFunction", 0, (CUfunction *, CUkernel))               \
+    X(KernelSetAttribute, "cuKernelSetAttribute", 0,                                       \
+      (CUfunction_attribute, int, CUkernel, CUdevice))
 
 typedef struct fi_cuda_api {
 #define FI_CUDA_FIELD(name, symbol, required, params) CUresult(*name) params;

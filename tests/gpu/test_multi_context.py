@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Several CUDA contexts, devices and processes on one fijit cache.
 
-fijit promises one module per (kernel, CUDA context), each kernel built once
-per process however many devices ask, and once per cache however many ranks
-start together. Parts (run what is named; those needing more GPUs than the
+fijit promises each CUDA context that asks its own functions of a kernel (one
+library for the process where the driver has context-independent loading, a
+module per context with FIJIT_LOAD=module or an older driver), each kernel
+built once per process however many devices ask, and once per cache however
+many ranks start together. Parts (run what is named; those needing more GPUs than the
 machine has print SKIP and pass):
 
   contexts   one GPU: the primary context and one made with cuCtxCreate on the same
-             device, each with its own module, decode and prefill checked on both;
+             device, each with its own functions, decode and prefill checked on both;
              destroying the created one leaves the primary working; a context made
              after it (drivers may give it the dead one's handle) and the primary
-             context after cuDevicePrimaryCtxReset get fresh modules.
+             context after cuDevicePrimaryCtxReset get fresh functions.
   ranks      N processes (--ranks, default 8) on the GPUs round-robin by LOCAL_RANK
              (all on one GPU when there is one), one empty cache dir, released
              together: compiles == distinct kernels, and each rank's time to first
