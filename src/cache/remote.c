@@ -121,6 +121,9 @@ int fi_cache_remote_foreach(fi_cache_remote *remote,
                             int (*fn)(void *user, const fi_cache_remote_entry *entry), void *user)
 {
     if (!remote || !fn) return fi__error(FI_EINVALID, "fi_cache_remote_foreach: NULL argument");
+    if (!remote->remote->ops->scan)
+        return fi__error(FI_EUNSUPPORTED, "remote cache %s cannot be listed (an %s store has no "
+                         "listing)", remote->remote->config.url, remote->remote->ops->name);
     foreach_call call = {fn, user};
     fi__error_clear();
     fi_remote_result res = remote->remote->ops->scan(remote->remote,

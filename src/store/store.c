@@ -492,7 +492,7 @@ int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out)
     if (!fi_local_read_only(st->local))
         for (size_t i = 0; i < st->remote_count; i++) {
             remote_slot *slot = &st->remotes[i];
-            if (!remote_writable(slot)) continue;
+            if (!slot->remote->ops->lease || !remote_writable(slot)) continue;
             fleet_lease(st, slot, lock);
             break; /* one remote holds the fleet's leases */
         }
