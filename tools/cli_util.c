@@ -291,6 +291,20 @@ const char *cli_remote_url(void)
     return cli_settings.remote[0] ? cli_settings.remote : NULL; /* fijit.conf's */
 }
 
+int cli_remote_list(char urls[][2048], const char *list)
+{
+    int count = 0;
+    for (const char *p = list; *p && count < CLI_REMOTE_LIST_MAX;) {
+        size_t skip = strspn(p, " \t\r\n"), n = strcspn(p + skip, " \t\r\n");
+        p += skip;
+        if (n == 0 || n >= 2048) break; /* the end, or a URL the check refused */
+        memcpy(urls[count], p, n);
+        urls[count++][n] = '\0';
+        p += n;
+    }
+    return count;
+}
+
 int cli_check_remote(const cli_command *cmd, const char *option)
 {
     char masked[512];

@@ -497,10 +497,10 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     char masked[512];
     const char *remote = cli_remote_url();
     if (remote && fi_cache_remote_url_check(masked, sizeof masked, remote) == 0)
-        printf("remote cache         %s (%s)\n", masked,
-               cli_remote_option ? "--remote"
-               : getenv("FIJIT_REMOTE") && *getenv("FIJIT_REMOTE") ? "FIJIT_REMOTE"
-                                                                     : cli_settings.file);
+        cli_show_remotes(remote, cli_remote_option ? "--remote"
+                                 : getenv("FIJIT_REMOTE") && *getenv("FIJIT_REMOTE")
+                                     ? "FIJIT_REMOTE"
+                                     : cli_settings.file);
     else
         printf("remote cache         none\n");
     const char *secret = getenv("FIJIT_REMOTE_SECRET");

@@ -319,7 +319,7 @@ static fi_remote_result http_describe(fi_remote *base,
     line(user, "auth", r->auth == AUTH_BASIC    ? "basic (user and password in the URL)"
                        : r->auth == AUTH_BEARER ? "bearer token (FIJIT_REMOTE_TOKEN)"
                                                 : "none");
-    line(user, "fleet lease", "none: an HTTP store has no lease (a Redis remote beside it has)");
+    line(user, "fleet lease", "none (HTTP has none; a Redis remote in the list can hold them)");
     line(user, "listing", "none: an HTTP store cannot be listed");
     return FI_REMOTE_OK;
 }
