@@ -124,7 +124,7 @@ FI_API int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *p
 
 /* ---- the remote tier: a fleet's shared cache ------------------------------ */
 
-/* Check a remote URL (the grammar of fi_jit_options.remote) and write it
+/* Check a remote URL, or a list of them (the grammar of fi_jit_options.remote), and write it
  * into `out` as fijit shows it: credentials, unknown options and any part
  * it cannot recognise as not secret masked as "***" (written for a bad URL
  * too). FI_EINVALID with words naming the bad part. */

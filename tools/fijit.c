@@ -510,7 +510,7 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     static const char *const env_names[] = {
         "FIJIT_CACHE_DIR", "FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE",
         "FIJIT_LOCK_TIMEOUT_MS", "FIJIT_TEMPLATE_DIR", "FIJIT_REMOTE", "FIJIT_REMOTE_SECRET",
-        "FIJIT_UMASK",
+        "FIJIT_UMASK", "FIJIT_REMOTE_TOKEN",
         "XDG_CACHE_HOME", "CUDA_HOME", "CUDA_CACHE_DISABLE",
     };
     printf("environment\n");
@@ -520,7 +520,8 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
             fi_cache_remote_url_check(masked, sizeof masked, value); /* masked even when bad */
             value = masked;
         }
-        else if (value && strcmp(env_names[i], "FIJIT_REMOTE_SECRET") == 0)
+        else if (value && (strcmp(env_names[i], "FIJIT_REMOTE_SECRET") == 0 ||
+                           strcmp(env_names[i], "FIJIT_REMOTE_TOKEN") == 0))
             value = "(set)";
         printf("  %-20s %s\n", env_names[i], value ? value : "(unset)");
     }
@@ -871,7 +872,8 @@ static void print_main_help(FILE *f)
             "  FIJIT_REMOTE           remote: the fleet's remote cache URL (default none)\n"
             "  FIJIT_UMASK            umask: e.g. 027 or 007 to share the cache with a group\n"
             "                         (default: private, 0700 directories, 0600 files)\n"
-            "  FIJIT_ARCH, FIJIT_LOCK_TIMEOUT_MS, FIJIT_REMOTE_SECRET: environment only\n",
+            "  FIJIT_ARCH, FIJIT_LOCK_TIMEOUT_MS, FIJIT_REMOTE_SECRET, FIJIT_REMOTE_TOKEN:\n"
+            "                         environment only\n",
             fi_version_string());
 }
 
