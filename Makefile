@@ -146,11 +146,14 @@ test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%) $(NVRTC_MEMO)
 # threads driving two (fake) devices at once, and threads sharing one remote
 # tier (connection pool, lease renewals).
 TSAN_ENV := FIJIT_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp
-test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context $(B)/tsan/tests/test_remote_redis
+test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context $(B)/tsan/tests/test_remote_redis \
+           $(B)/tsan/tests/test_remote_http
 	@set -e; for t in $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context; do \
 	  echo "== $$t"; $(call timed,$$t,$(TSAN_ENV) $$t); done
 	@echo "== $(B)/tsan/tests/test_remote_redis redis_threads"; \
 	  $(call timed,test_remote_redis redis_threads,$(TSAN_ENV) $(B)/tsan/tests/test_remote_redis redis_threads)
+	@echo "== $(B)/tsan/tests/test_remote_http http_threads"; \
+	  $(call timed,test_remote_http http_threads,$(TSAN_ENV) $(B)/tsan/tests/test_remote_http http_threads)
 
 # The compile tests take a covering subset of the kernel tuples in `make test`
 # (tests/cover.h: per arch, every pair of field values some accepted tuple has;

@@ -12,8 +12,8 @@
  *     truncated, oversized and poisoned objects refused with a secret and
  *     counted; a read-only remote; a server whose disk refuses writes
  *     (RLIMIT_FSIZE): PUT fails, counted, serving goes on;
- *   - 8 processes on overlapping key sets; a Redis remote beside it, asked
- *     in list order.
+ *   - 12 threads on one remote; 8 processes on overlapping key sets; two
+ *     remotes in a list, asked in order and both written.
  * Tests work at the store level on small synthetic entries, except the two
  * hosts, which compile two small decode kernels.
  */
@@ -785,6 +785,67 @@ TEST(http_eight_processes_on_overlapping_keys_leave_every_entry_whole)
     CHECK_MSG(whole == KEYS && s.remote_hits == KEYS && s.remote_corrupt == 0,
               "%d of %d whole, %lld remote hits", whole, KEYS, (long long)s.remote_hits);
     fi_store_close(fresh);
+    nginx_stop(&n);
+}
+
+typedef struct thread_run {
+    fi_store *st;
+    int first;
+    atomic_int lost;
+} thread_run;
+
+/* Keys first .. first+15 (a thread's 16): put, then read back through the
+ * shared remote's pool of handles. */
+static void *hammer_remote(void *arg)
+{
+    thread_run *run = arg;
+    fi_object_meta m;
+    for (int i = run->first; i < run->first + 16; i++) {
+        uint8_t key[16];
+        check_key_of(key, i);
+        check_meta_of(&m, i);
+        if (fi_store_put(run->st, key, payload, sizeof payload, &m) < 0)
+            atomic_fetch_add(&run->lost, 1);
+    }
+    return NULL;
+}
+
+TEST(http_threads_share_one_remote)
+{
+    enum { THREADS = 12 }; /* more than the pool keeps: extra handles are closed */
+    nginx n;
+    fi_store *st = NULL, *reader = NULL;
+    pthread_t t[THREADS];
+    thread_run runs[THREADS];
+    char url[4600];
+    START_NGINX(&n, 0);
+    snprintf(url, sizeof url, "%s?connect_timeout=5000&timeout=20000", n.url);
+    CHECK_OK(check_open_store(&st, "writer", url, NULL));
+    for (int i = 0; i < THREADS; i++) {
+        runs[i].st = st;
+        runs[i].first = i * 16;
+        atomic_init(&runs[i].lost, 0);
+        pthread_create(&t[i], NULL, hammer_remote, &runs[i]);
+    }
+    int lost = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        lost += atomic_load(&runs[i].lost);
+    }
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK_MSG(lost == 0 && s.remote_errors == 0, "%d lost, %lld remote errors", lost,
+              (long long)s.remote_errors);
+    CHECK_OK(check_open_store(&reader, "reader", url, NULL));
+    int whole = 0;
+    for (int i = 0; i < THREADS * 16; i++) {
+        uint8_t key[16];
+        check_key_of(key, i);
+        whole += get_matches(reader, key, payload, sizeof payload);
+    }
+    CHECK_MSG(whole == THREADS * 16, "%d of %d entries came back", whole, THREADS * 16);
+    fi_store_close(reader);
+    fi_store_close(st);
     nginx_stop(&n);
 }
 
