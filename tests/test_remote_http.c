@@ -849,6 +849,30 @@ TEST(http_threads_share_one_remote)
     nginx_stop(&n);
 }
 
+typedef struct remote_counts {
+    char names[4][512];
+    fi_jit_stats rows[4];
+    int count;
+} remote_counts;
+
+static int collect_counts(void *user, const char *remote, const fi_jit_stats *counts)
+{
+    remote_counts *c = user;
+    if (c->count == 4) return 1;
+    snprintf(c->names[c->count], sizeof c->names[0], "%s", remote);
+    c->rows[c->count++] = *counts;
+    return 0;
+}
+
+/* The counts of the remote whose URL begins `url` and goes on with '?'. */
+static const fi_jit_stats *counts_of(const remote_counts *c, const char *url)
+{
+    for (int i = 0; i < c->count; i++)
+        if (strncmp(c->names[i], url, strlen(url)) == 0 && c->names[i][strlen(url)] == '?')
+            return &c->rows[i];
+    return NULL;
+}
+
 TEST(http_remotes_in_a_list_are_asked_in_order_and_all_written)
 {
     nginx first, second;
@@ -872,6 +896,22 @@ TEST(http_remotes_in_a_list_are_asked_in_order_and_all_written)
     fi_jit_stats s;
     CHECK_OK(fi_store_stats_get(reader, &s));
     CHECK(s.remote_errors == 1 && s.remote_hits == 1);
+    /* Each remote's own counters, saved with the totals. */
+    fi_jit_stats none = {0};
+    remote_counts counts = {0};
+    CHECK_OK(fi_store_stats_add(reader, &none));
+    CHECK_OK(fi_store_stats_add(st, &none));
+    CHECK_OK(fi_store_remote_stats_foreach(reader, collect_counts, &counts));
+    const fi_jit_stats *a = counts_of(&counts, first.url), *b = counts_of(&counts, second.url);
+    CHECK_MSG(counts.count == 2 && a && b, "%d remotes", counts.count);
+    CHECK(a->remote_errors == 1 && a->remote_hits == 0 && a->remote_bytes_in == 0);
+    CHECK(b->remote_errors == 0 && b->remote_hits == 1 && b->remote_bytes_in > 0);
+    counts.count = 0;
+    CHECK_OK(fi_store_remote_stats_foreach(st, collect_counts, &counts));
+    a = counts_of(&counts, first.url);
+    b = counts_of(&counts, second.url);
+    CHECK(counts.count == 2 && a && b && a->remote_bytes_out > 0 &&
+          a->remote_bytes_out == b->remote_bytes_out);
     fi_store_close(reader);
     fi_store_close(st);
     nginx_stop(&second);

@@ -218,6 +218,21 @@ static void print_stat(const char *label, int unit, int64_t value)
     printf("%-20s %s\n", label, text);
 }
 
+/* One remote's own counters, after the totals (which count every remote). */
+static int print_remote_stats(void *user, const char *remote, const fi_jit_stats *counts)
+{
+    (void)user;
+    printf("remote cache         %s\n", remote);
+#define STAT_REMOTE_(name, unit, label)                                         \
+    if (strncmp(#name, "remote_", 7) == 0) {                                   \
+        printf("  ");                                                          \
+        print_stat(label, STAT_UNIT_##unit, counts->name);                     \
+    }
+    FI_JIT_STATS_COUNTERS(STAT_REMOTE_)
+#undef STAT_REMOTE_
+    return 0;
+}
+
 static int cmd_stats(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_JSON, OPT_ZERO };
@@ -255,6 +270,10 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
 #define STAT_TEXT_(name, unit, label) print_stat(label, STAT_UNIT_##unit, s.name);
         FI_JIT_STATS_COUNTERS(STAT_TEXT_)
 #undef STAT_TEXT_
+        if (st && fi_cache_remote_stats_foreach(st, print_remote_stats, NULL) < 0) {
+            rc = cli_runtime_error(cmd, "cannot read the statistics");
+            goto out;
+        }
     }
     rc = CLI_EXIT_OK;
 out:

@@ -168,6 +168,9 @@ EOF
     FIJIT_REMOTE=$HTTP_URL "$FIJIT" prewarm "${SPECS[@]}" -j 1 --cache-dir "$REMOTE_WORK/http-cache" >"$said" 2>&1
     check remote_http_prewarm_fills_it "a prewarm did not push its entries to the HTTP store: $(cat "$said")" \
         eval "grep -q ' pushed, 0 errors' '$said' && [ \$(ls '$NGINX_DIR/www/fleet/fijit' | wc -l) = 2 ]"
+    "$FIJIT" stats --cache-dir "$REMOTE_WORK/http-cache" >"$said" 2>&1
+    check remote_http_counted_per_remote "fijit stats did not show the HTTP remote's own counters: $(cat "$said")" \
+        eval "grep -q '^remote cache         http://127.0.0.1:$HTTP_PORT/fleet?' '$said' && grep -qE '^  remote bytes out +[1-9]' '$said'"
     # A list: each remote shown, masked, and which one holds the fleet's leases.
     FIJIT_REMOTE="$HTTP_URL redis://:SEKRIT@127.0.0.1:1" "$FIJIT" show-config --cache-dir "$CACHE" >"$said" 2>&1
     check remote_list_in_show_config "show-config of a list: $(grep -E 'remote|fleet' "$said")" \
