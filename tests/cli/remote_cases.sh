@@ -165,6 +165,8 @@ EOF
         eval "'$FIJIT' remote stats --remote '$HTTP_URL' >'$said' 2>&1 && grep -q 'cannot list' '$said' && grep -q 'fleet lease' '$said'"
     check remote_http_list_fails_saying_why "remote list of an HTTP store did not fail saying why" \
         eval "! '$FIJIT' remote list --remote '$HTTP_URL' >'$said' 2>&1 && grep -q 'cannot be listed' '$said'"
+    check remote_http_credentials_refused_on_the_command_line "--remote with an HTTP password was taken" \
+        eval "'$FIJIT' remote ping --remote 'http://u:SEKRIT@127.0.0.1:$HTTP_PORT' >'$said' 2>&1; [ \$? = 2 ] && grep -q 'belong in FIJIT_REMOTE' '$said' && ! grep -q SEKRIT '$said'"
     FIJIT_REMOTE=$HTTP_URL "$FIJIT" prewarm "${SPECS[@]}" -j 1 --cache-dir "$REMOTE_WORK/http-cache" >"$said" 2>&1
     check remote_http_prewarm_fills_it "a prewarm did not push its entries to the HTTP store: $(cat "$said")" \
         eval "grep -q ' pushed, 0 errors' '$said' && [ \$(ls '$NGINX_DIR/www/fleet/fijit' | wc -l) = 2 ]"
