@@ -288,11 +288,12 @@ int fi_remote_url_masked(char *out, size_t size, const char *url)
     masked_text t = {out, size, 0};
     out[0] = '\0';
     /* A list: each URL masked on its own (a URL as a whole is one of them). */
-    for (const char *cursor = url; fi_remote_list_next(one, sizeof one, &cursor) > 0;) {
+    int rc;
+    for (const char *cursor = url; (rc = fi_remote_list_next(one, sizeof one, &cursor)) != 0;) {
         if (t.n) put_str(&t, " ");
-        put_masked(&t, one);
+        if (rc > 0) put_masked(&t, one);
+        else put_str(&t, "***"); /* longer than any URL may be */
     }
-    if (!t.n && *url) put_str(&t, "***"); /* a URL longer than any URL may be */
     return 0;
 }
 
