@@ -13,7 +13,8 @@
  *     counted; a read-only remote; a server whose disk refuses writes
  *     (RLIMIT_FSIZE): PUT fails, counted, serving goes on;
  *   - 12 threads on one remote; 8 processes on overlapping key sets; two
- *     remotes in a list, asked in order and both written.
+ *     remotes in a list, asked in order and both written, each counted on
+ *     its own; beside Redis, which holds the fleet's build leases.
  * Tests work at the store level on small synthetic entries, except the two
  * hosts, which compile two small decode kernels.
  */
@@ -30,6 +31,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <hiredis/hiredis.h>
 
 #include "check.h"
 #include "common/error.h"
@@ -915,4 +918,49 @@ TEST(http_remotes_in_a_list_are_asked_in_order_and_all_written)
     fi_store_close(reader);
     fi_store_close(st);
     nginx_stop(&second);
+}
+
+/* With an HTTP remote first and Redis second, the build lease is taken in
+ * Redis (an HTTP store has none); with HTTP alone, the local lock only. */
+TEST(http_beside_redis_leaves_the_fleet_lease_to_redis)
+{
+    nginx n;
+    check_redis r;
+    fi_store *st = NULL;
+    fi_store_lock *lock = NULL;
+    uint8_t key[16];
+    char urls[9000], hex[33], lease[128];
+    START_NGINX(&n, 0);
+    int started = check_redis_start(&r, check_tmpdir, NULL, NULL);
+    if (started == 1) {
+        nginx_stop(&n);
+        return;
+    }
+    CHECK(started == 0);
+    snprintf(urls, sizeof urls, "%s?connect_timeout=5000&timeout=10000 %s", n.url, r.url);
+    CHECK_OK(check_open_store(&st, "host", urls, NULL));
+    check_key_of(key, 1);
+    fi_key_hex(hex, key);
+    snprintf(lease, sizeof lease, "fijit:lease:%s", hex);
+    CHECK_OK(fi_store_lock_key(st, key, &lock));
+    redisContext *c = redisConnectUnix(r.socket);
+    redisReply *reply = c ? redisCommand(c, "EXISTS %s", lease) : NULL;
+    CHECK(reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1);
+    if (reply) freeReplyObject(reply);
+    fi_store_unlock(lock);
+    fi_store_close(st);
+    /* HTTP alone: the lock is the local one, and nothing is asked of a lease. */
+    snprintf(urls, sizeof urls, "%s?connect_timeout=5000&timeout=10000", n.url);
+    CHECK_OK(check_open_store(&st, "alone", urls, NULL));
+    lock = NULL;
+    CHECK_OK(fi_store_lock_key(st, key, &lock));
+    CHECK(lock != NULL);
+    fi_store_unlock(lock);
+    fi_jit_stats s;
+    CHECK_OK(fi_store_stats_get(st, &s));
+    CHECK(s.remote_errors == 0);
+    fi_store_close(st);
+    if (c) redisFree(c);
+    check_redis_stop(&r);
+    nginx_stop(&n);
 }
