@@ -431,7 +431,8 @@ TEST(http_server_frozen_costs_one_timeout_per_back_off)
     START_NGINX(&n, 0);
     snprintf(url, sizeof url, "%s?connect_timeout=5000&timeout=400&backoff=60000", n.url);
     CHECK_OK(check_open_store(&st, "host", url, NULL));
-    int64_t healthy = check_timed_miss(st, 1);
+    /* No healthy call first: it would have to finish within the 400 ms too.
+     * A frozen nginx's kernel still takes the connection; the GET times out. */
     nginx_signal(&n, SIGSTOP);
     int64_t first = check_timed_miss(st, 2);
     int64_t worst_after = 0;
@@ -440,16 +441,15 @@ TEST(http_server_frozen_costs_one_timeout_per_back_off)
         if (t > worst_after) worst_after = t;
     }
     nginx_stop(&n);
-    printf("  nginx frozen: healthy miss %lld ms; first miss while frozen %lld ms (the 400 ms "
-           "timeout); next 20 misses at most %lld ms each (skipped for the back-off)\n",
-           (long long)healthy, (long long)first, (long long)worst_after);
+    printf("  nginx frozen: first miss %lld ms (the 400 ms timeout); next 20 misses at most "
+           "%lld ms each (skipped for the back-off)\n", (long long)first, (long long)worst_after);
     /* The first miss waits out the timeout (a lower bound holds on any
      * machine; the upper one only says "no hang"); the next 20 are skipped,
      * which the single error counted shows. */
-    CHECK(healthy >= 0 && worst_after >= 0);
+    CHECK(worst_after >= 0);
     CHECK_MSG(first >= 350 && first < 60000, "first miss %lld ms", (long long)first);
     CHECK_OK(fi_store_stats_get(st, &s));
-    CHECK_MSG(s.remote_errors == 1 && s.remote_misses == 1, "errors %lld, misses %lld",
+    CHECK_MSG(s.remote_errors == 1 && s.remote_misses == 0, "errors %lld, misses %lld",
               (long long)s.remote_errors, (long long)s.remote_misses);
     fi_store_close(st);
 }
@@ -460,24 +460,24 @@ TEST(http_slow_server_past_the_timeout_is_a_timeout_not_a_hang)
     fi_store *writer = NULL, *reader = NULL;
     fi_object_meta m;
     fi_jit_stats s;
-    uint8_t key[16], small_key[16];
+    uint8_t key[16];
     char url[4600];
-    /* 256 KiB at 4 KiB/s takes a minute; the timeout is 1 s. */
+    /* 256 KiB at 4 KiB/s takes a minute; the reader's timeout is 1 s (the
+     * writer's, far above what a PUT takes: limit_rate slows what nginx
+     * sends, not what it takes). */
     size_t big_size = 256 << 10;
     uint8_t *big = malloc(big_size);
     CHECK(big != NULL);
     for (size_t i = 0; i < big_size; i++) big[i] = (uint8_t)(i * 2654435761u >> 13);
     START_NGINX(&n, NGINX_SLOW);
-    snprintf(url, sizeof url, "%s?connect_timeout=5000&timeout=1000&backoff=60000", n.url);
+    snprintf(url, sizeof url, "%s?connect_timeout=5000&timeout=60000", n.url);
     CHECK_OK(check_open_store(&writer, "writer", url, NULL));
+    snprintf(url, sizeof url, "%s?connect_timeout=5000&timeout=1000&backoff=60000", n.url);
     CHECK_OK(check_open_store(&reader, "reader", url, NULL));
     check_key_of(key, 1);
-    check_key_of(small_key, 2);
     check_meta_of(&m, 1);
     CHECK_OK(fi_store_put(writer, key, big, big_size, &m));
-    CHECK_OK(fi_store_put(writer, small_key, payload, sizeof payload, &m));
-    CHECK(object_exists(&n, key)); /* limit_rate slows what nginx sends, not what it takes */
-    CHECK(get_matches(reader, small_key, payload, sizeof payload)); /* small: within the timeout */
+    CHECK(object_exists(&n, key));
     void *out = NULL;
     size_t size;
     int64_t start = fi__now_ns();
@@ -487,7 +487,7 @@ TEST(http_slow_server_past_the_timeout_is_a_timeout_not_a_hang)
            (long long)took);
     CHECK_MSG(took >= 900 && took < 60000, "%lld ms", (long long)took);
     CHECK_OK(fi_store_stats_get(reader, &s));
-    CHECK(s.remote_errors == 1 && s.remote_corrupt == 0 && s.entries == 1);
+    CHECK(s.remote_errors == 1 && s.remote_corrupt == 0 && s.entries == 0);
     nginx_stop(&n);
     fi_store_close(reader);
     fi_store_close(writer);
