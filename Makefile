@@ -18,7 +18,7 @@ WARN      := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-missing-fie
 CPPFLAGS  += -D_GNU_SOURCE -DFIJIT_BUILDING -Iinclude -Isrc -Itemplates -Ibuild/gen -I$(CUDA_HOME)/include
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=c11 -fPIC -fvisibility=hidden $(WARN)
-# hiredis and libsodium (the fleet tier) are opened at run time, not linked
+# hiredis, libcurl and libsodium (the fleet tier) are opened at run time, not linked
 # (src/common/dynlib.h); test_remote_redis talks to its server through hiredis
 # directly too.
 LDLIBS    := -lsqlite3 -lxxhash -ldl -lpthread -lm
@@ -42,6 +42,7 @@ all: $(B)/libfijit.a $(B)/libfijit.so $(B)/fijit $(TEST_SRC:tests/%.c=$(B)/tests
 # Debian packages the build needs (CUDA toolkit itself comes from NVIDIA's installer).
 deps:
 	@missing=""; for p in libsqlite3-dev libxxhash-dev libhiredis-dev libsodium-dev redis-server \
+	  libcurl4-openssl-dev nginx-light openssl \
 	  pkg-config clang libclang-rt-14-dev python3-venv; do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
@@ -151,11 +152,14 @@ test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%) $(NVRTC_MEMO)
 # threads driving two (fake) devices at once, and threads sharing one remote
 # tier (connection pool, lease renewals).
 TSAN_ENV := FIJIT_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp
-test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context $(B)/tsan/tests/test_remote_redis
+test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context $(B)/tsan/tests/test_remote_redis \
+           $(B)/tsan/tests/test_remote_http
 	@set -e; for t in $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context; do \
 	  echo "== $$t"; $(call timed,$$t,$(TSAN_ENV) $$t); done
 	@echo "== $(B)/tsan/tests/test_remote_redis redis_threads"; \
 	  $(call timed,test_remote_redis redis_threads,$(TSAN_ENV) $(B)/tsan/tests/test_remote_redis redis_threads)
+	@echo "== $(B)/tsan/tests/test_remote_http http_threads"; \
+	  $(call timed,test_remote_http http_threads,$(TSAN_ENV) $(B)/tsan/tests/test_remote_http http_threads)
 
 # The compile tests take a covering subset of the kernel tuples in `make test`
 # (tests/cover.h: per arch, every pair of field values some accepted tuple has;

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # The fleet tier's figures (docs/performance.md, "Fleet tier"), on this machine, with
-# a private redis-server on loopback TCP:
-#   1. per kernel, each in a fresh process: cold compile (filling Redis),
-#      local disk hit, and remote hit into an empty local cache;
+# a private redis-server and a private nginx (WebDAV) on loopback TCP:
+#   1. per kernel, each in a fresh process: cold compile (filling Redis and
+#      the HTTP store), local disk hit, and remote hit into an empty local
+#      cache from Redis and from the HTTP store;
 #   2. a simulated fleet start: 16 processes on 16 empty cache dirs and the
-#      36-tuple default decode set, against a warm Redis, against an empty
-#      one (fleet single flight: 36 compiles in all), and without a remote
-#      (every process compiles every tuple; BENCH_FLEET_NO_REMOTE=0 skips it).
+#      36-tuple default decode set, against a warm Redis, a warm HTTP store,
+#      an empty Redis (fleet single flight: 36 compiles in all), and without
+#      a remote (every process compiles every tuple; BENCH_FLEET_NO_REMOTE=0
+#      skips it).
 #   bash bench/bench_remote.sh [build/fijit]
 set -euo pipefail
 fijit=${1:-build/fijit}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/fijit-bench-remote.XXXXXX")
-redis_pid=
-cleanup() { [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null; rm -rf "$work"; }
+redis_pid= nginx_pid=
+cleanup() {
+    [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null
+    [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null
+    rm -rf "$work"
+}
 trap cleanup EXIT
 export CUDA_CACHE_DISABLE=1 FIJIT_LOG=error
 unset FIJIT_REMOTE FIJIT_REMOTE_SECRET FIJIT_CACHE_DIR
@@ -28,6 +34,25 @@ redis_pid=$!
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 url=redis://127.0.0.1:$port
 
+# nginx with WebDAV, one process, on the next port (nginx-light has the module).
+http_port=$((port + 1))
+mkdir -p "$work/nginx/www"
+cat >"$work/nginx/nginx.conf" <<EOF
+daemon off; master_process off; pid $work/nginx/nginx.pid; error_log $work/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off; client_body_temp_path $work/nginx/body; proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi; uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi; client_max_body_size 64m;
+  server { listen 127.0.0.1:$http_port; root $work/nginx/www;
+    location / { dav_methods PUT DELETE; create_full_put_path on; } }
+}
+EOF
+/usr/sbin/nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" &
+nginx_pid=$!
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$http_port") 2>/dev/null && break; sleep 0.05; done
+http_url=http://127.0.0.1:$http_port/fleet
+
 set_flags=(--kernel decode --dtype fp16,bf16 --head-dim 64,128,256 --mask none,window
            --pos none,rope,alibi --arch sm_90a)
 for d in fp16 bf16; do for h in 64 128 256; do for m in none window; do for p in none rope alibi; do
@@ -35,10 +60,12 @@ for d in fp16 bf16; do for h in 64 128 256; do for m in none window; do for p in
 done; done; done; done >"$work/set.manifest"
 
 echo "== per kernel, fresh process each run (36 decode tuples, sm_90a; no GPU load)"
-printf '%-34s ' "cold compile (pushes to Redis)"; "$work/bench_remote" "$work/a" "$work/set.manifest" "$url"
-printf '%-34s ' "local disk hit";                  "$work/bench_remote" "$work/a" "$work/set.manifest"
-printf '%-34s ' "remote hit, empty local cache";   "$work/bench_remote" "$work/b" "$work/set.manifest" "$url"
-printf '%-34s ' "local hit, remote configured";    "$work/bench_remote" "$work/b" "$work/set.manifest" "$url"
+printf '%-38s ' "cold compile (pushes to both)";     "$work/bench_remote" "$work/a" "$work/set.manifest" "$url $http_url"
+printf '%-38s ' "local disk hit";                     "$work/bench_remote" "$work/a" "$work/set.manifest"
+printf '%-38s ' "Redis hit, empty local cache";       "$work/bench_remote" "$work/b" "$work/set.manifest" "$url"
+printf '%-38s ' "local hit, remote configured";       "$work/bench_remote" "$work/b" "$work/set.manifest" "$url"
+printf '%-38s ' "HTTP hit, empty local cache";        "$work/bench_remote" "$work/c" "$work/set.manifest" "$http_url"
+printf '%-38s ' "local hit, HTTP remote configured";  "$work/bench_remote" "$work/c" "$work/set.manifest" "$http_url"
 
 fleet() { # NAME URL...: 16 fijit prewarm processes on 16 empty cache dirs
     local name=$1 start end pids=()
@@ -61,6 +88,7 @@ fleet() { # NAME URL...: 16 fijit prewarm processes on 16 empty cache dirs
 
 echo "== fleet start: 16 processes, 16 empty cache dirs, 36 tuples each, $(nproc) cores"
 fleet "warm Redis" --remote "$url"
+fleet "warm HTTP store (nginx)" --remote "$http_url"
 redis-cli -p "$port" flushall >/dev/null
 fleet "empty Redis (fleet single flight)" --remote "$url"
 if [ "${BENCH_FLEET_NO_REMOTE:-1}" != 0 ]; then

@@ -1,6 +1,8 @@
 /* libFuzzer target: what the remote tier parses. The first byte picks:
  *   even  the rest is a remote URL: it parses or fails with a message; a
  *         URL that parses masks to its text with the credentials as "***";
+ *         read as a list of URLs, each one that parses shows in the list's
+ *         masked text as it shows alone;
  *   odd   the rest is a value a remote returned for a fixed key: unwrapping
  *         (with and without a fleet secret) and decoding it must never
  *         read out of bounds, and an entry it accepts with the secret must
@@ -16,6 +18,19 @@
 
 #define REQUIRE(c) do { if (!(c)) { fprintf(stderr, "violated: %s\n", #c); abort(); } } while (0)
 
+static void check_list(const char *list)
+{
+    static char masked[16384]; /* each URL's masked form is at most 3 bytes longer, plus a space */
+    char one[4096];
+    fi_remote_config config;
+    int rc;
+    REQUIRE(fi_remote_url_masked(masked, sizeof masked, list) == 0);
+    for (const char *cursor = list; (rc = fi_remote_list_next(one, sizeof one, &cursor)) != 0;)
+        if (rc > 0 && fi_remote_config_parse(&config, one) == 0)
+            REQUIRE(strstr(masked, config.url) != NULL);
+    (void)fi_remote_list_check(list);
+}
+
 static void check_url(const uint8_t *data, size_t size)
 {
     char url[4096], masked[512];
@@ -23,6 +38,7 @@ static void check_url(const uint8_t *data, size_t size)
     if (size >= sizeof url) size = sizeof url - 1;
     memcpy(url, data, size);
     url[size] = '\0';
+    check_list(url);
     if (fi_remote_config_parse(&config, url) < 0) {
         REQUIRE(fi_last_error()[0] != '\0');
         return;

@@ -61,6 +61,8 @@ seed fuzz_config c1 '# settings\nmax_size = 5G\n  log_level=info  \nremote = red
 seed fuzz_config c2 'max_size = 0\nmax_szie = 2G\n'
 seed fuzz_remote r1 '\x00redis://app:s%40cret@cache.example:6380/2?prefix=prod&ttl=60&readonly'
 seed fuzz_remote r2 '\x00unix:///run/redis.sock?db=3&timeout=250'
+seed fuzz_remote r4 '\x00https://fleet:s%40cret@cache.example:8443/ci/cache?prefix=p&cafile=/etc/ca.pem'
+seed fuzz_remote r5 '\x00http://[::1]:8080/a redis://:pw@h:1/0?readonly\tunix:///s.sock'
 seed fuzz_remote r3 '\x01FIJITMC1................................FIJITOB1\x01\x00\x00\x00'
 seed fuzz_snippet v1 '\x00struct Variant : DefaultVariant {\n  template <typename T> __device__ static T logits_transform(T x) { return x * 2; }\n};\n'
 seed fuzz_snippet v2 '\x45#include "../../etc/passwd"\n}}}}\n/*'

@@ -242,7 +242,12 @@ typedef struct fi_jit_options {
      * returns is verified before it is stored or loaded; a sick remote costs
      * its timeouts, then is skipped for its back-off. Needs use_disk_cache.
      * hiredis is opened when a remote is first given: without it (Debian:
-     * libhiredis0.14) fi_jit_ctx_new fails with FI_EUNSUPPORTED. */
+     * libhiredis0.14) fi_jit_ctx_new fails with FI_EUNSUPPORTED.
+     * Also http[s]://[user:password@]host[:port][/path] (an HTTP object store,
+     * entries at PATH/PREFIX/<key>; options readonly, prefix, connect_timeout
+     * (300), timeout (2000), backoff, cafile=/path; libcurl opened then; a
+     * bearer token from $FIJIT_REMOTE_TOKEN), and a list of URLs separated by
+     * spaces, asked in that order (docs/fleet-http.md). */
     const char *remote;
     /* Version 2: the fleet secret (NULL: $FIJIT_REMOTE_SECRET, else none), at
      * least 16 characters: entries pushed to the remote carry a keyed MAC

@@ -73,6 +73,13 @@ FI_API void fi_cache_key_hex(char out[33], const uint8_t key[16]);
 FI_API int fi_cache_stats_get(fi_jit_stats *out, fi_cache *cache);
 /* Zero the persisted counters. */
 FI_API int fi_cache_stats_zero(fi_cache *cache);
+/* Each remote's persisted counters (the remote_* fields of `counts`; the
+ * totals of fi_cache_stats_get count every remote), by its URL as fijit
+ * shows it, in the order of those texts. `fn` returns nonzero to stop. */
+FI_API int fi_cache_remote_stats_foreach(fi_cache *cache,
+                                         int (*fn)(void *user, const char *remote,
+                                                   const fi_jit_stats *counts),
+                                         void *user);
 
 /* Check the index and every object; `report` (may be NULL) hears of each
  * problem, and of harmless leftovers as text starting "note: ". With
@@ -124,7 +131,7 @@ FI_API int fi_cache_import(fi_bundle_counts *out, fi_cache *cache, const char *p
 
 /* ---- the remote tier: a fleet's shared cache ------------------------------ */
 
-/* Check a remote URL (the grammar of fi_jit_options.remote) and write it
+/* Check a remote URL, or a list of them (the grammar of fi_jit_options.remote), and write it
  * into `out` as fijit shows it: credentials, unknown options and any part
  * it cannot recognise as not secret masked as "***" (written for a bad URL
  * too). FI_EINVALID with words naming the bad part. */

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/sys.h"
 #include "store/remote/remote.h"
+#include "store/store.h"
 
 #define CHECK_MAX_CASES 512
 
@@ -364,6 +367,116 @@ void check_redis_stop(check_redis *r)
     if (r->pid <= 0) return;
     kill(r->pid, SIGCONT); /* a paused server cannot exit */
     check_redis_signal(r, SIGKILL);
+}
+
+/* ---- remote-tier fixtures (check.h) ----------------------------------------- */
+
+void check_key_of(uint8_t key[16], int i)
+{
+    memset(key, 0, 16);
+    key[0] = 0xab;
+    key[14] = (uint8_t)(i >> 8);
+    key[15] = (uint8_t)i;
+}
+
+void check_meta_of(fi_object_meta *m, int i)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->spec, sizeof m->spec,
+             "decode q=fp16 kv=fp16 o=fp16 hd=%d mask=none pos=none softcap=0", 64 << i % 3);
+    snprintf(m->arch, sizeof m->arch, "sm_90a");
+}
+
+int check_open_store(fi_store **st, const char *name, const char *urls, const char *fleet_secret)
+{
+    char dir[4300], url[4600];
+    snprintf(dir, sizeof dir, "%s/%s", check_tmpdir, name);
+    int rc = fi_store_open(st, dir, 0, 0);
+    if (rc == 0 && fleet_secret) rc = fi_store_set_secret(*st, fleet_secret);
+    for (const char *cursor = urls;
+         rc == 0 && urls && fi_remote_list_next(url, sizeof url, &cursor) > 0;) {
+        fi_remote *remote = NULL;
+        rc = fi_remote_open(&remote, url);
+        if (rc == 0) rc = fi_store_add_remote(*st, remote);
+    }
+    return rc;
+}
+
+int64_t check_ms_since(int64_t start_ns) { return (fi__now_ns() - start_ns) / 1000000; }
+
+int64_t check_timed_miss(fi_store *st, int i)
+{
+    uint8_t key[16];
+    void *out = NULL;
+    size_t size;
+    check_key_of(key, i);
+    int64_t start = fi__now_ns();
+    int rc = fi_store_get(st, key, &out, &size, NULL);
+    fi__free(out);
+    return rc == FI_ENOTFOUND ? check_ms_since(start) : -1;
+}
+
+/* ---- fleet hosts (check.h) ------------------------------------------------- */
+
+typedef struct host_run {
+    fi_jit_ctx *ctx;
+    const char *const *specs;
+    int count;
+    atomic_int failures;
+} host_run;
+
+static void *host_thread(void *arg)
+{
+    host_run *run = arg;
+    for (int i = 0; i < run->count; i++) {
+        fi_jit_spec spec = parse_or_die(run->specs[i]);
+        if (fi_jit_prewarm(NULL, run->ctx, &spec, NULL) < 0) {
+            fprintf(stderr, "  %s: %s\n", run->specs[i], fi_last_error());
+            atomic_fetch_add(&run->failures, 1);
+        }
+    }
+    return NULL;
+}
+
+pid_t check_host_start(const char *name, const char *url, int threads,
+                       const char *const *specs, int count)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    static host_run run;
+    char dir[4300];
+    pthread_t t[4];
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    snprintf(dir, sizeof dir, "%s/%s", check_tmpdir, name);
+    opts.cache_dir = dir;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_OFF;
+    opts.remote = url;
+    run.specs = specs;
+    run.count = count;
+    if (threads < 1 || threads > 4 || fi_jit_ctx_new(&run.ctx, &opts) < 0) _exit(2);
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, host_thread, &run);
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    fi_jit_ctx_free(run.ctx);
+    _exit(atomic_load(&run.failures) ? 1 : 0);
+}
+
+int check_host_wait(pid_t pid)
+{
+    int status = 0;
+    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int check_host_stats(fi_jit_stats *out, const char *name)
+{
+    char dir[4300];
+    fi_store *st = NULL;
+    snprintf(dir, sizeof dir, "%s/%s", check_tmpdir, name);
+    int rc = fi_store_open(&st, dir, 0, 0);
+    if (rc == 0) rc = fi_store_stats_get(st, out);
+    fi_store_close(st);
+    return rc;
 }
 
 /* ---- stderr captured (check.h) -------------------------------------------- */

@@ -15,8 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "fijit.h"
+#include "store/object.h"
+#include "store/store.h"
 
 typedef void (*check_fn)(void);
 typedef struct check_case {
@@ -90,6 +93,28 @@ int check_redis_restart(check_redis *r);
 void check_redis_signal(check_redis *r, int sig);
 /* Stop it (if running) and reap it. Accepts a server never started. */
 void check_redis_stop(check_redis *r);
+
+/* Fixtures of the remote-tier tests, at the store level: key `i` (i < 65536),
+ * an entry's metadata for it, and a store on cache dir check_tmpdir/<name>
+ * with the remotes of `urls` (a space-separated list; NULL: none) and the
+ * fleet secret (NULL: none). */
+void check_key_of(uint8_t key[16], int i);
+void check_meta_of(fi_object_meta *m, int i);
+int check_open_store(fi_store **st, const char *name, const char *urls, const char *fleet_secret);
+int64_t check_ms_since(int64_t start_ns);
+/* Get key `i` (a miss everywhere): how long it took in ms, or -1 when it
+ * was no miss. */
+int64_t check_timed_miss(fi_store *st, int i);
+
+/* A fleet host for the remote-tier tests: a child process with its own
+ * cache dir check_tmpdir/<name> (arch sm_90a, remote `url`) that prewarms
+ * specs[0..count) from each of `threads` threads (at most 4). Its pid;
+ * check_host_wait gives its exit code: 0 when every prewarm succeeded. */
+pid_t check_host_start(const char *name, const char *url, int threads,
+                       const char *const *specs, int count);
+int check_host_wait(pid_t pid);
+/* The statistics of cache dir check_tmpdir/<name>. */
+int check_host_stats(fi_jit_stats *out, const char *name);
 
 /* Send fd 2 (the library's log) to the file `path` until check_stderr_end,
  * which puts it back and returns what was written (at most size - 1 bytes,

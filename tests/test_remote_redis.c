@@ -46,34 +46,7 @@ static const char secret[] = "0123456789abcdef-fleet";
         CHECK_MSG(started__ == 0, "redis-server did not start (see %s/redis.log)", check_tmpdir); \
     } while (0)
 
-static void key_of(uint8_t key[16], int i)
-{
-    memset(key, 0, 16);
-    key[0] = 0xab;
-    key[15] = (uint8_t)i;
-}
-
-static void meta_of(fi_object_meta *m, int i)
-{
-    memset(m, 0, sizeof *m);
-    snprintf(m->spec, sizeof m->spec,
-             "decode q=fp16 kv=fp16 o=fp16 hd=%d mask=none pos=none softcap=0", 64 << i % 3);
-    snprintf(m->arch, sizeof m->arch, "sm_90a");
-}
-
 static const char payload[] = "the bytes of a cubin, for the store's purposes";
-
-static int open_store(fi_store **st, const char *name, const char *url, const char *fleet_secret)
-{
-    char dir[4300];
-    fi_remote *remote = NULL;
-    snprintf(dir, sizeof dir, "%s/%s", check_tmpdir, name);
-    int rc = fi_store_open(st, dir, 0, 0);
-    if (rc == 0 && fleet_secret) rc = fi_store_set_secret(*st, fleet_secret);
-    if (rc == 0 && url) rc = fi_remote_open(&remote, url);
-    if (rc == 0 && url) rc = fi_store_add_remote(*st, remote);
-    return rc;
-}
 
 /* A direct connection, for what a test does behind the tier's back. */
 static redisContext *redis_direct(const check_redis *r)
@@ -122,8 +95,6 @@ static void *redis_value(redisContext *c, const uint8_t key[16], size_t *size)
     return copy;
 }
 
-static int64_t ms_since(int64_t start_ns) { return (fi__now_ns() - start_ns) / 1000000; }
-
 /* ---- URLs ---------------------------------------------------------------------- */
 
 TEST(remote_url_parses_and_names_what_is_wrong)
@@ -148,7 +119,7 @@ TEST(remote_url_parses_and_names_what_is_wrong)
     static const struct {
         const char *url, *words;
     } bad[] = {
-        {"http://x", "expected redis://"},
+        {"ftp://x", "expected redis://"},
         {"redis://", "no host"},
         {"redis://h:0", "port"},
         {"redis://h:99999", "port"},
@@ -290,67 +261,10 @@ TEST(remote_url_refuses_a_socket_path_the_kernel_would_cut)
 static const char *const fleet_specs[] = {"decode q=fp16 hd=64", "decode q=bf16 hd=64"};
 #define FLEET_SPECS 2
 
-static int host_ctx(fi_jit_ctx **out, const char *name, const char *url)
-{
-    char dir[4300];
-    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    snprintf(dir, sizeof dir, "%s/%s", check_tmpdir, name);
-    opts.cache_dir = dir;
-    opts.arch = "sm_90a";
-    opts.log_level = FI_LOG_OFF;
-    opts.remote = url;
-    return fi_jit_ctx_new(out, &opts);
-}
-
-/* Host `name` prewarms the fleet specs from `threads` threads, in a child
- * process; exits 0 when every prewarm succeeded. */
-typedef struct host_run {
-    fi_jit_ctx *ctx;
-    atomic_int failures;
-} host_run;
-
-static void *host_thread(void *arg)
-{
-    host_run *run = arg;
-    for (int i = 0; i < FLEET_SPECS; i++) {
-        fi_jit_spec spec = parse_or_die(fleet_specs[i]);
-        if (fi_jit_prewarm(NULL, run->ctx, &spec, NULL) < 0) {
-            fprintf(stderr, "  %s: %s\n", fleet_specs[i], fi_last_error());
-            atomic_fetch_add(&run->failures, 1);
-        }
-    }
-    return NULL;
-}
-
+/* Host `name` prewarms the fleet specs from `threads` threads. */
 static pid_t host_start(const char *name, const char *url, int threads)
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid != 0) return pid;
-    static host_run run;
-    pthread_t t[4];
-    if (host_ctx(&run.ctx, name, url) < 0) _exit(2);
-    for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, host_thread, &run);
-    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
-    fi_jit_ctx_free(run.ctx);
-    _exit(atomic_load(&run.failures) ? 1 : 0);
-}
-
-static int host_wait(pid_t pid)
-{
-    int status = 0;
-    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static int host_stats(fi_jit_stats *out, const char *name)
-{
-    char dir[4300];
-    fi_store *st = NULL;
-    snprintf(dir, sizeof dir, "%s/%s", check_tmpdir, name);
-    int rc = fi_store_open(&st, dir, 0, 0);
-    if (rc == 0) rc = fi_store_stats_get(st, out);
-    fi_store_close(st);
-    return rc;
+    return check_host_start(name, url, threads, fleet_specs, FLEET_SPECS);
 }
 
 typedef struct key_list {
@@ -370,12 +284,12 @@ TEST(redis_host_b_gets_host_a_compiles_as_remote_hits)
     check_redis r;
     fi_jit_stats a, b;
     START_REDIS(&r, NULL, NULL);
-    int a_rc = host_wait(host_start("host-a", r.url, 1));
-    int b_rc = host_wait(host_start("host-b", r.url, 1));
+    int a_rc = check_host_wait(host_start("host-a", r.url, 1));
+    int b_rc = check_host_wait(host_start("host-b", r.url, 1));
     check_redis_stop(&r);
     CHECK(a_rc == 0 && b_rc == 0);
-    CHECK_OK(host_stats(&a, "host-a"));
-    CHECK_OK(host_stats(&b, "host-b"));
+    CHECK_OK(check_host_stats(&a, "host-a"));
+    CHECK_OK(check_host_stats(&b, "host-b"));
     CHECK_MSG(a.compiles == FLEET_SPECS && a.remote_misses >= FLEET_SPECS &&
                   a.remote_bytes_out > 0 && a.remote_errors == 0,
               "host A: %lld compiles, %lld remote misses", (long long)a.compiles,
@@ -388,8 +302,8 @@ TEST(redis_host_b_gets_host_a_compiles_as_remote_hits)
     /* B holds A's bytes: the same cubins, written back to its disk. */
     fi_store *sa = NULL, *sb = NULL;
     key_list keys = {0};
-    CHECK_OK(open_store(&sa, "host-a", NULL, NULL));
-    CHECK_OK(open_store(&sb, "host-b", NULL, NULL));
+    CHECK_OK(check_open_store(&sa, "host-a", NULL, NULL));
+    CHECK_OK(check_open_store(&sb, "host-b", NULL, NULL));
     CHECK_OK(fi_store_foreach(sb, collect_key, &keys));
     int same = 0;
     for (int i = 0; i < keys.count; i++) {
@@ -421,8 +335,8 @@ TEST(redis_fleet_single_flight_compiles_each_key_once)
         pids[p] = host_start(name, r.url, THREADS);
     }
     int failed = 0;
-    for (int p = 0; p < PROCESSES; p++) failed += host_wait(pids[p]) != 0;
-    int64_t wall_ms = ms_since(start);
+    for (int p = 0; p < PROCESSES; p++) failed += check_host_wait(pids[p]) != 0;
+    int64_t wall_ms = check_ms_since(start);
     check_redis_stop(&r);
     CHECK_MSG(failed == 0, "%d of %d hosts failed", failed, PROCESSES);
     long long compiles = 0, remote_hits = 0, entries = 0;
@@ -430,7 +344,7 @@ TEST(redis_fleet_single_flight_compiles_each_key_once)
         char name[32];
         fi_jit_stats s;
         snprintf(name, sizeof name, "host-%d", d);
-        CHECK_OK(host_stats(&s, name));
+        CHECK_OK(check_host_stats(&s, name));
         compiles += s.compiles;
         remote_hits += s.remote_hits;
         entries += s.entries;
@@ -445,19 +359,6 @@ TEST(redis_fleet_single_flight_compiles_each_key_once)
 
 /* ---- faults --------------------------------------------------------------------- */
 
-/* Get `key` (a miss everywhere) and return how long it took, in ms. */
-static int64_t timed_miss(fi_store *st, int i)
-{
-    uint8_t key[16];
-    void *out = NULL;
-    size_t size;
-    key_of(key, i);
-    int64_t start = fi__now_ns();
-    int rc = fi_store_get(st, key, &out, &size, NULL);
-    fi__free(out);
-    return rc == FI_ENOTFOUND ? ms_since(start) : -1;
-}
-
 TEST(redis_killed_mid_run_then_restarted_empty)
 {
     check_redis r;
@@ -468,16 +369,16 @@ TEST(redis_killed_mid_run_then_restarted_empty)
     size_t size;
     fi_jit_stats s;
     START_REDIS(&r, NULL, "?backoff=100");
-    CHECK_OK(open_store(&st, "host", r.url, NULL));
-    key_of(key, 1);
-    meta_of(&m, 1);
+    CHECK_OK(check_open_store(&st, "host", r.url, NULL));
+    check_key_of(key, 1);
+    check_meta_of(&m, 1);
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
-    CHECK(timed_miss(st, 2) >= 0); /* the connection is pooled now */
+    CHECK(check_timed_miss(st, 2) >= 0); /* the connection is pooled now */
     check_redis_signal(&r, SIGKILL);
-    int64_t first = timed_miss(st, 3);
+    int64_t first = check_timed_miss(st, 3);
     CHECK_OK(fi_store_stats_get(st, &s));
     const long long errors_after_first = s.remote_errors;
-    int64_t during = timed_miss(st, 4);
+    int64_t during = check_timed_miss(st, 4);
     printf("  redis killed: first miss %lld ms, then %lld ms during the back-off\n",
            (long long)first, (long long)during);
     /* Outcomes, not speed: both misses return, and the second, inside the
@@ -488,7 +389,7 @@ TEST(redis_killed_mid_run_then_restarted_empty)
     CHECK_MSG(errors_after_first >= 1 && s.remote_errors == errors_after_first,
               "remote errors %lld, then %lld", errors_after_first, (long long)s.remote_errors);
     /* Local work goes on. */
-    key_of(key, 5);
+    check_key_of(key, 5);
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
     CHECK_OK(fi_store_get(st, key, &out, &size, NULL));
     fi__free(out);
@@ -498,14 +399,14 @@ TEST(redis_killed_mid_run_then_restarted_empty)
     /* Restarted empty: after the back-off the tier misses, then fills again. */
     CHECK(check_redis_restart(&r) == 0);
     usleep(250 * 1000);
-    key_of(key, 6);
+    check_key_of(key, 6);
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
-    CHECK_OK(open_store(&other, "other", r.url, NULL));
+    CHECK_OK(check_open_store(&other, "other", r.url, NULL));
     CHECK_OK(fi_store_get(other, key, &out, &size, NULL));
     CHECK(size == sizeof payload && memcmp(out, payload, size) == 0);
     fi__free(out);
     out = NULL;
-    key_of(key, 1); /* pushed before the restart: gone */
+    check_key_of(key, 1); /* pushed before the restart: gone */
     CHECK_RC(fi_store_get(other, key, &out, &size, NULL), FI_ENOTFOUND);
     fi_store_close(other);
     fi_store_close(st);
@@ -518,13 +419,13 @@ TEST(redis_paused_past_the_timeouts_costs_one_timeout_per_back_off)
     fi_store *st = NULL;
     fi_jit_stats s;
     START_REDIS(&r, NULL, NULL); /* default timeouts: 50 ms connect, 500 ms per call */
-    CHECK_OK(open_store(&st, "host", r.url, NULL));
-    int64_t healthy = timed_miss(st, 1);
+    CHECK_OK(check_open_store(&st, "host", r.url, NULL));
+    int64_t healthy = check_timed_miss(st, 1);
     check_redis_signal(&r, SIGSTOP);
-    int64_t first = timed_miss(st, 2);
+    int64_t first = check_timed_miss(st, 2);
     int64_t worst_after = 0;
     for (int i = 0; i < 20; i++) {
-        int64_t t = timed_miss(st, 10 + i);
+        int64_t t = check_timed_miss(st, 10 + i);
         if (t > worst_after) worst_after = t;
     }
     check_redis_signal(&r, SIGCONT);
@@ -542,8 +443,8 @@ TEST(redis_paused_past_the_timeouts_costs_one_timeout_per_back_off)
     usleep(1100 * 1000);
     uint8_t key[16];
     fi_object_meta m;
-    key_of(key, 40);
-    meta_of(&m, 40);
+    check_key_of(key, 40);
+    check_meta_of(&m, 40);
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
     redisContext *c = redis_direct(&r);
     CHECK(redis_exists(c, key) == 1);
@@ -578,11 +479,11 @@ TEST(redis_corrupt_truncated_and_foreign_values_are_refused_and_removed)
     fi_object_meta m;
     uint8_t key[16], other[16];
     START_REDIS(&r, NULL, NULL);
-    CHECK_OK(open_store(&writer, "writer", r.url, NULL));
-    CHECK_OK(open_store(&reader, "reader", r.url, NULL));
-    key_of(key, 1);
-    key_of(other, 2);
-    meta_of(&m, 1);
+    CHECK_OK(check_open_store(&writer, "writer", r.url, NULL));
+    CHECK_OK(check_open_store(&reader, "reader", r.url, NULL));
+    check_key_of(key, 1);
+    check_key_of(other, 2);
+    check_meta_of(&m, 1);
     CHECK_OK(fi_store_put(writer, key, payload, sizeof payload, &m));
     CHECK_OK(fi_store_put(writer, other, payload, sizeof payload, &m));
     redisContext *c = redis_direct(&r);
@@ -615,12 +516,12 @@ TEST(redis_poisoning_without_the_secret_is_refused)
     size_t size;
     static const char evil[] = "a cubin the attacker wants every host to load";
     START_REDIS(&r, NULL, NULL);
-    CHECK_OK(open_store(&honest, "honest", r.url, secret));
-    CHECK_OK(open_store(&poisoner, "poisoner", r.url, NULL));
-    CHECK_OK(open_store(&reader, "reader", r.url, secret));
-    CHECK_OK(open_store(&plain, "plain", r.url, NULL));
-    key_of(key, 1);
-    meta_of(&m, 1);
+    CHECK_OK(check_open_store(&honest, "honest", r.url, secret));
+    CHECK_OK(check_open_store(&poisoner, "poisoner", r.url, NULL));
+    CHECK_OK(check_open_store(&reader, "reader", r.url, secret));
+    CHECK_OK(check_open_store(&plain, "plain", r.url, NULL));
+    check_key_of(key, 1);
+    check_meta_of(&m, 1);
     CHECK_OK(fi_store_put(honest, key, payload, sizeof payload, &m));
     /* A host without the secret reads sealed values (the codec checks them). */
     CHECK_OK(fi_store_get(plain, key, &out, &size, NULL));
@@ -664,11 +565,11 @@ TEST(redis_read_only_remote_serves_and_never_writes)
     char url[4500];
     START_REDIS(&r, NULL, NULL);
     snprintf(url, sizeof url, "%s?readonly", r.url);
-    CHECK_OK(open_store(&writer, "writer", r.url, NULL));
-    CHECK_OK(open_store(&consumer, "consumer", url, NULL));
-    key_of(key, 1);
-    key_of(mine, 2);
-    meta_of(&m, 1);
+    CHECK_OK(check_open_store(&writer, "writer", r.url, NULL));
+    CHECK_OK(check_open_store(&consumer, "consumer", url, NULL));
+    check_key_of(key, 1);
+    check_key_of(mine, 2);
+    check_meta_of(&m, 1);
     CHECK_OK(fi_store_put(writer, key, payload, sizeof payload, &m));
     CHECK_OK(fi_store_get(consumer, key, &out, &size, NULL));
     fi__free(out);
@@ -718,9 +619,9 @@ TEST(redis_wrong_password_is_an_error_that_names_no_password)
     CHECK_MSG(remote->ops->ping(remote) == FI_REMOTE_OK, "%s", fi_last_error());
     remote->ops->close(remote);
     /* Through the store: a miss, counted, and the local tier serves. */
-    CHECK_OK(open_store(&st, "host", url, NULL));
-    key_of(key, 1);
-    meta_of(&m, 1);
+    CHECK_OK(check_open_store(&st, "host", url, NULL));
+    check_key_of(key, 1);
+    check_meta_of(&m, 1);
     CHECK_RC(fi_store_get(st, key, &out, &size, NULL), FI_ENOTFOUND);
     CHECK_OK(fi_store_put(st, key, payload, sizeof payload, &m));
     CHECK_OK(fi_store_get(st, key, &out, &size, NULL));
@@ -739,24 +640,24 @@ TEST(redis_lease_expires_when_its_holder_dies)
     fi_store_lock *lock = NULL;
     uint8_t key[16];
     START_REDIS(&r, NULL, "?lease=300");
-    key_of(key, 1);
+    check_key_of(key, 1);
     /* A holder that dies mid-build (no release, no renewal). */
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
         fi_store *mine = NULL;
         fi_store_lock *held = NULL;
-        if (open_store(&mine, "dead", r.url, NULL) < 0 || fi_store_lock_key(mine, key, &held) < 0)
+        if (check_open_store(&mine, "dead", r.url, NULL) < 0 || fi_store_lock_key(mine, key, &held) < 0)
             _exit(1);
         kill(getpid(), SIGKILL);
     }
     int status;
     waitpid(pid, &status, 0);
     CHECK(WIFSIGNALED(status));
-    CHECK_OK(open_store(&st, "alive", r.url, NULL));
+    CHECK_OK(check_open_store(&st, "alive", r.url, NULL));
     int64_t start = fi__now_ns();
     CHECK_OK(fi_store_lock_key(st, key, &lock));
-    int64_t waited = ms_since(start);
+    int64_t waited = check_ms_since(start);
     printf("  lease holder killed: the next builder waited %lld ms (lease 300 ms)\n",
            (long long)waited);
     CHECK(waited < 20000); /* taken over, not waited out: the default wait is 120 s */
@@ -792,7 +693,7 @@ static void *hammer_remote(void *arg)
         void *out = NULL;
         size_t size;
         fi_store_lock *lock = NULL;
-        key_of(key, k);
+        check_key_of(key, k);
         if (fi_store_get(run->st, key, &out, &size, NULL) == 0) {
             fi__free(out);
             continue;
@@ -805,7 +706,7 @@ static void *hammer_remote(void *arg)
             fi__free(out);
         } else {
             fi_object_meta m;
-            meta_of(&m, k);
+            check_meta_of(&m, k);
             usleep(30 * 1000); /* a "compile", long enough for lease renewals */
             atomic_fetch_add(&run->builds, 1);
             if (fi_store_put(run->st, key, payload, sizeof payload, &m) < 0)
@@ -823,7 +724,7 @@ TEST(redis_threads_share_one_remote_and_build_each_key_once)
     static thread_run run;
     pthread_t threads[THREADS];
     START_REDIS(&r, NULL, "?lease=60"); /* renewed every 20 ms while a thread builds */
-    CHECK_OK(open_store(&run.st, "host", r.url, secret));
+    CHECK_OK(check_open_store(&run.st, "host", r.url, secret));
     atomic_store(&run.builds, 0);
     atomic_store(&run.failures, 0);
     for (int t = 0; t < THREADS; t++) pthread_create(&threads[t], NULL, hammer_remote, &run);
@@ -861,9 +762,9 @@ TEST(redis_value_of_another_type_is_a_bad_entry_not_a_sick_server)
     /* A back-off longer than any test: a remote skipped after the list
      * would not take the put below. */
     START_REDIS(&r, NULL, "?backoff=600000");
-    CHECK_OK(open_store(&reader, "reader", r.url, NULL));
-    key_of(key, 1);
-    key_of(next, 2);
+    CHECK_OK(check_open_store(&reader, "reader", r.url, NULL));
+    check_key_of(key, 1);
+    check_key_of(next, 2);
     value_name(name, key);
     redisContext *c = redis_direct(&r);
     freeReplyObject(redisCommand(c, "RPUSH %s a b c", name));
@@ -872,7 +773,7 @@ TEST(redis_value_of_another_type_is_a_bad_entry_not_a_sick_server)
     CHECK_MSG(s.remote_corrupt == 1 && s.remote_errors == 0, "remote_corrupt %lld, errors %lld",
               (long long)s.remote_corrupt, (long long)s.remote_errors);
     CHECK(redis_exists(c, key) == 0); /* removed: the next build's put replaces it */
-    meta_of(&m, 2);
+    check_meta_of(&m, 2);
     CHECK_OK(fi_store_put(reader, next, payload, sizeof payload, &m));
     CHECK(redis_exists(c, next) == 1); /* no back-off started */
     redisFree(c);
@@ -892,9 +793,9 @@ TEST(redis_value_larger_than_any_entry_is_refused_unread)
     char url[4500];
     START_REDIS(&r, NULL, "?backoff=600000");
     snprintf(url, sizeof url, "%s&readonly", r.url);
-    CHECK_OK(open_store(&reader, "reader", r.url, NULL));
-    CHECK_OK(open_store(&ro, "read-only", url, NULL));
-    key_of(key, 1);
+    CHECK_OK(check_open_store(&reader, "reader", r.url, NULL));
+    CHECK_OK(check_open_store(&ro, "read-only", url, NULL));
+    check_key_of(key, 1);
     size_t huge_size = FI_REMOTE_VALUE_MAX + 1;
     char *huge = malloc(huge_size);
     CHECK(huge != NULL);
@@ -915,9 +816,9 @@ TEST(redis_value_larger_than_any_entry_is_refused_unread)
     CHECK(s.remote_corrupt == 1 && s.remote_errors == 0 && s.remote_bytes_in == 0);
     CHECK(redis_exists(c, key) == 0);
     /* An entry too large for a remote stays local, and the remote stays in use. */
-    CHECK_OK(open_store(&writer, "writer", r.url, NULL));
-    key_of(big_key, 2);
-    meta_of(&m, 2);
+    CHECK_OK(check_open_store(&writer, "writer", r.url, NULL));
+    check_key_of(big_key, 2);
+    check_meta_of(&m, 2);
     CHECK_OK(fi_store_put(writer, big_key, huge, huge_size, &m));
     CHECK(redis_exists(c, big_key) == 0);
     CHECK_OK(fi_store_put(writer, key, payload, sizeof payload, &m));
@@ -946,7 +847,7 @@ static void check_taken_over(check_redis *r, const char *how)
     uint8_t key[16];
     char name[128], url[4500];
     snprintf(url, sizeof url, "%s?lease=3000&wait=2000", r->url);
-    key_of(key, 1);
+    check_key_of(key, 1);
     lease_name(name, key);
     redisContext *c = redis_direct(r);
     freeReplyObject(redisCommand(c, "DEL %s", name));
@@ -958,7 +859,7 @@ static void check_taken_over(check_redis *r, const char *how)
         freeReplyObject(redisCommand(c, "SET %s %s PX 3600000", name, planted_token));
     else
         freeReplyObject(redisCommand(c, "SET %s %s PX 2000", name, "not a token"));
-    int rc = open_store(&st, how, url, NULL);
+    int rc = check_open_store(&st, how, url, NULL);
     if (rc == 0) rc = fi_store_lock_key(st, key, &lock);
     redisReply *value = redisCommand(c, "GET %s", name);
     redisReply *ttl = redisCommand(c, "PTTL %s", name);
@@ -991,10 +892,10 @@ TEST(redis_lease_no_live_holder_can_have_made_is_taken_over)
     uint8_t key[16];
     char name[128], url[4500];
     snprintf(url, sizeof url, "%s?lease=3000&wait=0", r.url);
-    key_of(key, 2);
+    check_key_of(key, 2);
     lease_name(name, key);
-    CHECK_OK(open_store(&holder, "holder", url, NULL));
-    CHECK_OK(open_store(&other, "other", url, NULL));
+    CHECK_OK(check_open_store(&holder, "holder", url, NULL));
+    CHECK_OK(check_open_store(&other, "other", url, NULL));
     CHECK_OK(fi_store_lock_key(holder, key, &held));
     redisContext *c = redis_direct(&r);
     redisReply *before = redisCommand(c, "GET %s", name);
@@ -1022,8 +923,8 @@ TEST(redis_each_remote_event_is_counted_once)
     START_REDIS(&r, NULL, NULL);
     /* Host A: each cold key is one remote miss (the look under the build
      * lock does not count it again). */
-    CHECK(host_wait(host_start("host-a", r.url, 1)) == 0);
-    CHECK_OK(host_stats(&a, "host-a"));
+    CHECK(check_host_wait(host_start("host-a", r.url, 1)) == 0);
+    CHECK_OK(check_host_stats(&a, "host-a"));
     CHECK_MSG(a.compiles == FLEET_SPECS && a.remote_misses == FLEET_SPECS,
               "host A: %lld compiles, %lld remote misses for %d keys", (long long)a.compiles,
               (long long)a.remote_misses, FLEET_SPECS);
@@ -1036,8 +937,8 @@ TEST(redis_each_remote_event_is_counted_once)
     freeReplyObject(keys);
     redisFree(c);
     snprintf(url, sizeof url, "%s?readonly", r.url);
-    CHECK(host_wait(host_start("read-only", url, 1)) == 0);
-    CHECK_OK(host_stats(&ro, "read-only"));
+    CHECK(check_host_wait(host_start("read-only", url, 1)) == 0);
+    CHECK_OK(check_host_stats(&ro, "read-only"));
     check_redis_stop(&r);
     CHECK_MSG(ro.compiles == FLEET_SPECS && ro.remote_corrupt == FLEET_SPECS &&
                   ro.remote_misses == 0 && ro.remote_hits == 0,
@@ -1064,14 +965,14 @@ TEST(redis_messages_and_log_lines_never_show_the_password)
     snprintf(log_path, sizeof log_path, "%s/stderr.txt", check_tmpdir);
     fi__log_set_level(FI_LOG_INFO);
     check_stderr_begin(log_path);
-    CHECK_OK(open_store(&st, "host", url, NULL));
-    CHECK_OK(open_store(&wrong, "wrong", wrong_url, NULL));
-    key_of(key, 1);
-    meta_of(&m, 1);
+    CHECK_OK(check_open_store(&st, "host", url, NULL));
+    CHECK_OK(check_open_store(&wrong, "wrong", wrong_url, NULL));
+    check_key_of(key, 1);
+    check_meta_of(&m, 1);
     int put_rc = fi_store_put(st, key, payload, sizeof payload, &m);
     int wrong_rc = fi_store_get(wrong, key, &out, &size, NULL); /* refused password: logged */
     check_redis_signal(&r, SIGKILL);
-    key_of(key, 2);
+    check_key_of(key, 2);
     int dead_rc = fi_store_get(st, key, &out, &size, NULL); /* the server gone: logged */
     check_stderr_end(said, sizeof said);
     fi__log_set_level(FI_LOG_WARN);

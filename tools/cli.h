@@ -65,8 +65,17 @@ extern const char *cli_remote_option;
 int cli_check_remote(const cli_command *cmd, const char *option);
 /* The remote URL in use (--remote, else FIJIT_REMOTE), or NULL. */
 const char *cli_remote_url(void);
+/* The URLs of a checked remote list (separated by spaces), at most
+ * CLI_REMOTE_LIST_MAX (what the library takes): how many. */
+#define CLI_REMOTE_LIST_MAX 8
+int cli_remote_list(char urls[][2048], const char *list);
+/* show-config's lines for a checked remote list: each remote, masked, in
+ * the order they are asked (`source` says where the list came from), and
+ * which one holds the fleet's build leases. */
+void cli_show_remotes(const char *list, const char *source);
 #define CLI_REMOTE_HELP "  --remote URL       the fleet's remote cache (default: $FIJIT_REMOTE), e.g.\n" \
-                        "                     redis://cache-host:6379/0 or unix:///run/redis.sock\n" \
+                        "                     redis://cache-host:6379/0, unix:///run/redis.sock or\n" \
+                        "                     https://cache-host/fijit; several: separated by spaces\n" \
                         "                     (options after '?': README). A URL with a password\n" \
                         "                     belongs in $FIJIT_REMOTE: every user can read a\n" \
                         "                     command line (docs/security.md)\n"

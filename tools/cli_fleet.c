@@ -65,6 +65,76 @@ static void describe_line(void *user, const char *name, const char *value)
     printf("  %-20s %s\n", name, value);
 }
 
+/* One verb on one remote of the list; `titled`: say which remote first
+ * (a list of several). */
+static int remote_one(const cli_command *cmd, const char *verb, const char *url, int keys,
+                      int titled)
+{
+    int rc;
+    fi_cache_remote *remote = NULL;
+    remote_rows rows = {0};
+    char masked[512];
+    fi_cache_remote_url_check(masked, sizeof masked, url);
+    if (titled && strcmp(verb, "ping") != 0) printf("== %s\n", masked);
+    if (fi_cache_remote_open(&remote, url) < 0) return cli_runtime_error(cmd, "cannot open the remote");
+    if (strcmp(verb, "ping") == 0) {
+        int64_t ns = 0;
+        if (fi_cache_remote_ping(&ns, remote) < 0) {
+            rc = cli_runtime_error(cmd, "no answer");
+            goto out;
+        }
+        printf("remote %s answers in %.2f ms\n", masked, (double)ns / 1e6);
+        rc = CLI_EXIT_OK;
+        goto out;
+    }
+    /* A store that cannot be listed (HTTP) still answers stats. */
+    int listed = fi_cache_remote_foreach(remote, remote_collect, &rows);
+    if ((listed < 0 && (listed != FI_EUNSUPPORTED || strcmp(verb, "list") == 0)) || rows.nomem) {
+        rc = cli_runtime_error(cmd, rows.nomem ? "out of memory" : "cannot list the remote");
+        goto out;
+    }
+    if (strcmp(verb, "stats") == 0) {
+        char size[32];
+        cli_format_size(size, sizeof size, rows.bytes);
+        printf("remote               %s\n", masked);
+        if (listed < 0) {
+            printf("entries              ? (the server cannot list what it holds)\n");
+        } else {
+            printf("entries              %d\n", rows.count);
+            printf("size                 %s\n", size);
+            printf("sealed (with a MAC)  %d\n", rows.sealed);
+            printf("bad headers          %d\n", rows.bad);
+        }
+        printf("server\n");
+        if (fi_cache_remote_describe(remote, describe_line, NULL) < 0) {
+            rc = cli_runtime_error(cmd, "cannot ask the server");
+            goto out;
+        }
+        rc = CLI_EXIT_OK;
+        goto out;
+    }
+    qsort(rows.rows, (size_t)rows.count, sizeof *rows.rows, by_spec);
+    for (int i = 0; i < rows.count; i++) {
+        const fi_cache_remote_entry *e = &rows.rows[i];
+        char size[32], hex[33];
+        cli_format_size(size, sizeof size, e->entry.size);
+        if (keys) {
+            fi_cache_key_hex(hex, e->entry.key);
+            printf("%s  ", hex);
+        }
+        if (e->header_ok)
+            printf("%-64s %-7s %10s%s\n", e->entry.spec, e->entry.arch, size,
+                   e->sealed ? "  sealed" : "");
+        else
+            printf("%-64s %-7s %10s\n", "(bad header: refused by every reader)", "?", size);
+    }
+    rc = CLI_EXIT_OK;
+out:
+    free(rows.rows);
+    fi_cache_remote_close(remote);
+    return rc;
+}
+
 int cli_cmd_remote(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_REMOTE, OPT_KEYS };
@@ -84,66 +154,49 @@ int cli_cmd_remote(const cli_command *cmd, int argc, char **argv)
     /* The settings first: the remote may be fijit.conf's. */
     if ((rc = cli_check_env(cmd, CLI_ENV_SETTINGS)) >= 0) return rc;
     if ((rc = cli_check_remote(cmd, options[OPT_REMOTE].value)) >= 0) return rc;
-    const char *url = cli_remote_url();
-    if (!url)
+    const char *list = cli_remote_url();
+    char urls[CLI_REMOTE_LIST_MAX][2048];
+    int count = list ? cli_remote_list(urls, list) : 0;
+    if (count == 0)
         return cli_usage_error(cmd, "no remote: give --remote URL, set FIJIT_REMOTE or remote "
                                "in the cache's fijit.conf");
-
-    fi_cache_remote *remote = NULL;
-    remote_rows rows = {0};
-    char masked[512];
-    fi_cache_remote_url_check(masked, sizeof masked, url);
-    if (fi_cache_remote_open(&remote, url) < 0) return cli_runtime_error(cmd, "cannot open the remote");
-    if (strcmp(verb, "ping") == 0) {
-        int64_t ns = 0;
-        if (fi_cache_remote_ping(&ns, remote) < 0) {
-            rc = cli_runtime_error(cmd, "no answer");
-            goto out;
-        }
-        printf("remote %s answers in %.2f ms\n", masked, (double)ns / 1e6);
-        rc = CLI_EXIT_OK;
-        goto out;
-    }
-    if (fi_cache_remote_foreach(remote, remote_collect, &rows) < 0 || rows.nomem) {
-        rc = cli_runtime_error(cmd, rows.nomem ? "out of memory" : "cannot list the remote");
-        goto out;
-    }
-    if (strcmp(verb, "stats") == 0) {
-        char size[32];
-        cli_format_size(size, sizeof size, rows.bytes);
-        printf("remote               %s\n", masked);
-        printf("entries              %d\n", rows.count);
-        printf("size                 %s\n", size);
-        printf("sealed (with a MAC)  %d\n", rows.sealed);
-        printf("bad headers          %d\n", rows.bad);
-        printf("server\n");
-        if (fi_cache_remote_describe(remote, describe_line, NULL) < 0) {
-            rc = cli_runtime_error(cmd, "cannot ask the server");
-            goto out;
-        }
-        rc = CLI_EXIT_OK;
-        goto out;
-    }
-    qsort(rows.rows, (size_t)rows.count, sizeof *rows.rows, by_spec);
-    for (int i = 0; i < rows.count; i++) {
-        const fi_cache_remote_entry *e = &rows.rows[i];
-        char size[32], hex[33];
-        cli_format_size(size, sizeof size, e->entry.size);
-        if (options[OPT_KEYS].value) {
-            fi_cache_key_hex(hex, e->entry.key);
-            printf("%s  ", hex);
-        }
-        if (e->header_ok)
-            printf("%-64s %-7s %10s%s\n", e->entry.spec, e->entry.arch, size,
-                   e->sealed ? "  sealed" : "");
-        else
-            printf("%-64s %-7s %10s\n", "(bad header: refused by every reader)", "?", size);
-    }
+    /* Each remote of a list in turn; the command fails if any does. */
     rc = CLI_EXIT_OK;
-out:
-    free(rows.rows);
-    fi_cache_remote_close(remote);
+    for (int i = 0; i < count; i++) {
+        if (i && strcmp(verb, "ping") != 0) printf("\n");
+        int one = remote_one(cmd, verb, urls[i], options[OPT_KEYS].value != NULL, count > 1);
+        if (one != CLI_EXIT_OK) rc = one;
+    }
     return rc;
+}
+
+/* The library takes the fleet's build leases in the first writable remote
+ * that has them: Redis (redis://, unix://); an HTTP store has none. */
+static int takes_leases(const char *masked)
+{
+    const char *query = strchr(masked, '?');
+    int read_only = 0;
+    for (const char *q = query; q; q = strchr(q + 1, '&'))
+        read_only = strncmp(q + 1, "readonly", 8) == 0 &&
+                    (q[9] == '\0' || q[9] == '&' || strncmp(q + 9, "=1", 2) == 0);
+    return !read_only && (strncmp(masked, "redis://", 8) == 0 || strncmp(masked, "unix://", 7) == 0);
+}
+
+void cli_show_remotes(const char *list, const char *source)
+{
+    char urls[CLI_REMOTE_LIST_MAX][2048], masked[512], lease[512] = "";
+    int count = cli_remote_list(urls, list);
+    for (int i = 0; i < count; i++) {
+        fi_cache_remote_url_check(masked, sizeof masked, urls[i]);
+        printf("remote cache         %s%s%s%s\n", masked, i ? "" : " (", i ? "" : source,
+               i ? "" : ")");
+        if (!lease[0] && takes_leases(masked)) snprintf(lease, sizeof lease, "%s", masked);
+    }
+    if (lease[0])
+        printf("fleet single flight  build leases in %s\n", lease);
+    else
+        printf("fleet single flight  none: no writable Redis remote (an HTTP store has no lease), "
+               "so hosts that miss the same kernel at once each compile it\n");
 }
 
 /* ---- export ------------------------------------------------------------------ */

@@ -291,6 +291,20 @@ const char *cli_remote_url(void)
     return cli_settings.remote[0] ? cli_settings.remote : NULL; /* fijit.conf's */
 }
 
+int cli_remote_list(char urls[][2048], const char *list)
+{
+    int count = 0;
+    for (const char *p = list; *p && count < CLI_REMOTE_LIST_MAX;) {
+        size_t skip = strspn(p, " \t\r\n"), n = strcspn(p + skip, " \t\r\n");
+        p += skip;
+        if (n == 0 || n >= 2048) break; /* the end, or a URL the check refused */
+        memcpy(urls[count], p, n);
+        urls[count++][n] = '\0';
+        p += n;
+    }
+    return count;
+}
+
 int cli_check_remote(const cli_command *cmd, const char *option)
 {
     char masked[512];
@@ -298,6 +312,13 @@ int cli_check_remote(const cli_command *cmd, const char *option)
     const char *url = cli_remote_url();
     if (url && fi_cache_remote_url_check(masked, sizeof masked, url) < 0)
         return cli_usage_error(cmd, "%s: %s", option ? "--remote" : "FIJIT_REMOTE", fi_last_error());
+    /* An HTTP remote's credentials come from the environment or fijit.conf
+     * only: a command line is readable by every user of the machine. (A
+     * Redis URL with a password is still taken there, as it always was.) */
+    if (option && (strstr(masked, "http://***@") || strstr(masked, "https://***@")))
+        return cli_usage_error(cmd, "--remote: an HTTP remote's user and password belong in "
+                               "FIJIT_REMOTE or fijit.conf, not on a command line that every "
+                               "user can read (docs/security.md)");
     return -1;
 }
 

@@ -218,6 +218,21 @@ static void print_stat(const char *label, int unit, int64_t value)
     printf("%-20s %s\n", label, text);
 }
 
+/* One remote's own counters, after the totals (which count every remote). */
+static int print_remote_stats(void *user, const char *remote, const fi_jit_stats *counts)
+{
+    (void)user;
+    printf("remote cache         %s\n", remote);
+#define STAT_REMOTE_(name, unit, label)                                         \
+    if (strncmp(#name, "remote_", 7) == 0) {                                   \
+        printf("  ");                                                          \
+        print_stat(label, STAT_UNIT_##unit, counts->name);                     \
+    }
+    FI_JIT_STATS_COUNTERS(STAT_REMOTE_)
+#undef STAT_REMOTE_
+    return 0;
+}
+
 static int cmd_stats(const cli_command *cmd, int argc, char **argv)
 {
     enum { OPT_JSON, OPT_ZERO };
@@ -255,6 +270,10 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
 #define STAT_TEXT_(name, unit, label) print_stat(label, STAT_UNIT_##unit, s.name);
         FI_JIT_STATS_COUNTERS(STAT_TEXT_)
 #undef STAT_TEXT_
+        if (st && fi_cache_remote_stats_foreach(st, print_remote_stats, NULL) < 0) {
+            rc = cli_runtime_error(cmd, "cannot read the statistics");
+            goto out;
+        }
     }
     rc = CLI_EXIT_OK;
 out:
@@ -497,10 +516,10 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     char masked[512];
     const char *remote = cli_remote_url();
     if (remote && fi_cache_remote_url_check(masked, sizeof masked, remote) == 0)
-        printf("remote cache         %s (%s)\n", masked,
-               cli_remote_option ? "--remote"
-               : getenv("FIJIT_REMOTE") && *getenv("FIJIT_REMOTE") ? "FIJIT_REMOTE"
-                                                                     : cli_settings.file);
+        cli_show_remotes(remote, cli_remote_option ? "--remote"
+                                 : getenv("FIJIT_REMOTE") && *getenv("FIJIT_REMOTE")
+                                     ? "FIJIT_REMOTE"
+                                     : cli_settings.file);
     else
         printf("remote cache         none\n");
     const char *secret = getenv("FIJIT_REMOTE_SECRET");
@@ -510,7 +529,7 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     static const char *const env_names[] = {
         "FIJIT_CACHE_DIR", "FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE",
         "FIJIT_LOCK_TIMEOUT_MS", "FIJIT_TEMPLATE_DIR", "FIJIT_REMOTE", "FIJIT_REMOTE_SECRET",
-        "FIJIT_UMASK",
+        "FIJIT_UMASK", "FIJIT_REMOTE_TOKEN",
         "XDG_CACHE_HOME", "CUDA_HOME", "CUDA_CACHE_DISABLE",
     };
     printf("environment\n");
@@ -520,7 +539,8 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
             fi_cache_remote_url_check(masked, sizeof masked, value); /* masked even when bad */
             value = masked;
         }
-        else if (value && strcmp(env_names[i], "FIJIT_REMOTE_SECRET") == 0)
+        else if (value && (strcmp(env_names[i], "FIJIT_REMOTE_SECRET") == 0 ||
+                           strcmp(env_names[i], "FIJIT_REMOTE_TOKEN") == 0))
             value = "(set)";
         printf("  %-20s %s\n", env_names[i], value ? value : "(unset)");
     }
@@ -871,7 +891,8 @@ static void print_main_help(FILE *f)
             "  FIJIT_REMOTE           remote: the fleet's remote cache URL (default none)\n"
             "  FIJIT_UMASK            umask: e.g. 027 or 007 to share the cache with a group\n"
             "                         (default: private, 0700 directories, 0600 files)\n"
-            "  FIJIT_ARCH, FIJIT_LOCK_TIMEOUT_MS, FIJIT_REMOTE_SECRET: environment only\n",
+            "  FIJIT_ARCH, FIJIT_LOCK_TIMEOUT_MS, FIJIT_REMOTE_SECRET, FIJIT_REMOTE_TOKEN:\n"
+            "                         environment only\n",
             fi_version_string());
 }
 

@@ -80,6 +80,15 @@ int fi_cache_stats_get(fi_jit_stats *out, fi_cache *cache)
     return fi_store_stats_get(cache->store, out);
 }
 
+int fi_cache_remote_stats_foreach(fi_cache *cache,
+                                  int (*fn)(void *user, const char *remote,
+                                            const fi_jit_stats *counts),
+                                  void *user)
+{
+    if (!cache) return fi__error(FI_EINVALID, "fi_cache_remote_stats_foreach: NULL argument");
+    return fi_store_remote_stats_foreach(cache->store, fn, user);
+}
+
 int fi_cache_stats_zero(fi_cache *cache)
 {
     if (!cache) return fi__error(FI_EINVALID, "fi_cache_stats_zero: NULL argument");

@@ -19,10 +19,9 @@ struct fi_cache_remote {
 
 int fi_cache_remote_url_check(char *out, size_t out_size, const char *url)
 {
-    fi_remote_config config;
     if (!out || !out_size || !url)
         return fi__error(FI_EINVALID, "fi_cache_remote_url_check: NULL argument");
-    int rc = fi_remote_config_parse(&config, url);
+    int rc = fi_remote_list_check(url);
     fi_remote_url_masked(out, out_size, url); /* leaves fi_last_error() as the parse left it */
     return rc < 0 ? rc : 0;
 }
@@ -121,6 +120,9 @@ int fi_cache_remote_foreach(fi_cache_remote *remote,
                             int (*fn)(void *user, const fi_cache_remote_entry *entry), void *user)
 {
     if (!remote || !fn) return fi__error(FI_EINVALID, "fi_cache_remote_foreach: NULL argument");
+    if (!remote->remote->ops->scan)
+        return fi__error(FI_EUNSUPPORTED, "remote cache %s cannot be listed (an %s store has no "
+                         "listing)", remote->remote->config.url, remote->remote->ops->name);
     foreach_call call = {fn, user};
     fi__error_clear();
     fi_remote_result res = remote->remote->ops->scan(remote->remote,

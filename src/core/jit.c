@@ -128,17 +128,21 @@ static const size_t options_size[FI_JIT_OPTIONS_VERSION + 1] = {
     0, offsetof(fi_jit_options, remote), offsetof(fi_jit_options, log_fn),
     sizeof(fi_jit_options)};
 
-/* The remote tier behind the store: the options' URL, else the settings'. */
+/* The remote tiers behind the store, in the order listed: the options'
+ * URLs, else the settings'. */
 static int remote_attach(fi_store *store, const fi_jit_options *opts, const fi_settings *settings)
 {
     int rc = 0;
-    fi_remote *remote = NULL;
-    const char *url = opts->remote ? opts->remote : settings->remote;
+    char url[2048];
+    const char *list = opts->remote ? opts->remote : settings->remote;
     const char *secret = opts->remote_secret ? opts->remote_secret : getenv("FIJIT_REMOTE_SECRET");
-    if (!url || !*url) return 0;
+    if (!list || (rc = fi_remote_list_check(list)) <= 0) return rc;
     if (secret && *secret) FI_TRY(fi_store_set_secret(store, secret));
-    FI_TRY(fi_remote_open(&remote, url));
-    rc = fi_store_add_remote(store, remote); /* takes it over */
+    for (const char *cursor = list; fi_remote_list_next(url, sizeof url, &cursor) > 0;) {
+        fi_remote *remote = NULL;
+        FI_TRY(fi_remote_open(&remote, url));
+        FI_TRY(fi_store_add_remote(store, remote)); /* takes it over */
+    }
 out:
     return rc;
 }

@@ -49,7 +49,6 @@ static const struct {
 static int setting_apply(fi_settings *out, setting_id id, const char *value,
                          fi_setting_origin from)
 {
-    fi_remote_config remote; /* checked, then dropped: the text is kept */
     int v;
     switch (id) {
     case S_JIT:
@@ -73,7 +72,7 @@ static int setting_apply(fi_settings *out, setting_id id, const char *value,
         if (strlen(value) >= sizeof out->remote)
             return fi__error(FI_EINVALID, "the remote URL is longer than %zu bytes",
                              sizeof out->remote - 1);
-        if (*value && fi_remote_config_parse(&remote, value) < 0) return FI_EINVALID;
+        if (fi_remote_list_check(value) < 0) return FI_EINVALID;
         snprintf(out->remote, sizeof out->remote, "%s", value);
         out->remote_from = from;
         return 0;

@@ -22,18 +22,24 @@
 #include "store/seal.h"
 #include "store/store.h"
 
-/* Each remote, and its back-off: after a failure it is skipped until
- * skip_until_ns, a period that doubles with each failure in a row. */
-typedef struct remote_slot {
-    fi_remote *remote;
-    atomic_llong skip_until_ns; /* 0: in use */
-    atomic_int failures;        /* in a row */
-} remote_slot;
-
 /* The remote_* statistics, counted here until the caller saves them. */
 typedef struct remote_counts {
     atomic_llong hits, misses, errors, corrupt, bytes_in, bytes_out;
 } remote_counts;
+
+/* Each remote, its back-off (after a failure it is skipped until
+ * skip_until_ns, a period that doubles with each failure in a row) and its
+ * own counts (the store's count every remote). */
+typedef struct remote_slot {
+    fi_remote *remote;
+    atomic_llong skip_until_ns; /* 0: in use */
+    atomic_int failures;        /* in a row */
+    remote_counts counts;
+} remote_slot;
+
+/* Count `n` of `field` for the remote in `slot` and in the store's total. */
+#define COUNT(st, slot, field, n)                                                          \
+    (atomic_fetch_add(&(st)->counts.field, (n)), atomic_fetch_add(&(slot)->counts.field, (n)))
 
 struct fi_store {
     fi_local *local;
@@ -134,7 +140,7 @@ static void remote_failed(fi_store *st, remote_slot *slot, fi_remote_result res,
 {
     const fi_remote_config *cfg = &slot->remote->config;
     const char *words = fi_last_error(); /* the backend's, cleared before the call */
-    atomic_fetch_add(&st->counts.errors, 1);
+    COUNT(st, slot, errors, 1);
     int in_row = atomic_fetch_add(&slot->failures, 1);
     int64_t period_ms = cfg->backoff_ms;
     for (int i = 0; i < in_row && period_ms < FI_REMOTE_BACKOFF_MAX_MS; i++) period_ms *= 2;
@@ -157,7 +163,7 @@ static void remote_bad(fi_store *st, remote_slot *slot, const uint8_t key[16], c
     fi_remote *r = slot->remote;
     char hex[33];
     fi_key_hex(hex, key);
-    atomic_fetch_add(&st->counts.corrupt, 1);
+    COUNT(st, slot, corrupt, 1);
     fi__log(FI_LOG_WARN, "remote cache %s: entry %s %s; not used%s", r->config.url, hex, why,
             r->config.read_only ? " (read-only remote: left in place)" : ", removed");
     if (r->config.read_only) return;
@@ -183,7 +189,7 @@ static int remote_get(fi_store *st, remote_slot *slot, const uint8_t key[16], vo
     fi_remote_result res = r->ops->get(r, key, &value, &size);
     if (res == FI_REMOTE_NOT_FOUND) {
         remote_answered(slot);
-        if (!again) atomic_fetch_add(&st->counts.misses, 1);
+        if (!again) COUNT(st, slot, misses, 1);
         goto out;
     }
     if (res == FI_REMOTE_BAD) { /* a value that is no entry: the server is sound */
@@ -197,7 +203,7 @@ static int remote_get(fi_store *st, remote_slot *slot, const uint8_t key[16], vo
         goto out;
     }
     remote_answered(slot);
-    atomic_fetch_add(&st->counts.bytes_in, (long long)size);
+    COUNT(st, slot, bytes_in, (long long)size);
     if (fi_seal_unwrap(&entry, &entry_size, st->sealed ? &st->seal : NULL, key, value, size, why,
                        sizeof why) != FI_OBJECT_OK ||
         fi_object_decode(entry, entry_size, key, &hdr, &payload, why, sizeof why) != FI_OBJECT_OK) {
@@ -211,7 +217,7 @@ static int remote_get(fi_store *st, remote_slot *slot, const uint8_t key[16], vo
     memcpy(*out, payload, (size_t)hdr.payload_size);
     *out_size = (size_t)hdr.payload_size;
     if (meta) *meta = hdr.meta;
-    atomic_fetch_add(&st->counts.hits, 1);
+    COUNT(st, slot, hits, 1);
     rc = 0;
 out:
     fi__free(value);
@@ -300,7 +306,7 @@ static void remote_put(fi_store *st, remote_slot *slot, const uint8_t key[16], c
         return;
     }
     remote_answered(slot);
-    atomic_fetch_add(&st->counts.bytes_out, (long long)size);
+    COUNT(st, slot, bytes_out, (long long)size);
 }
 
 /* Push to every writable remote; `only_missing` asks each first. */
@@ -492,7 +498,7 @@ int fi_store_lock_key(fi_store *st, const uint8_t key[16], fi_store_lock **out)
     if (!fi_local_read_only(st->local))
         for (size_t i = 0; i < st->remote_count; i++) {
             remote_slot *slot = &st->remotes[i];
-            if (!remote_writable(slot)) continue;
+            if (!slot->remote->ops->lease || !remote_writable(slot)) continue;
             fleet_lease(st, slot, lock);
             break; /* one remote holds the fleet's leases */
         }
@@ -534,34 +540,77 @@ void fi_store_unlock(fi_store_lock *lock)
 
 /* ---- statistics and maintenance: the local tier's ------------------------------ */
 
-/* Move (take) or copy the remote counts into `s`. */
-static void remote_counts_into(fi_store *st, fi_jit_stats *s, int take)
+/* Move (take) or copy counts `c` into `s`'s remote_* fields. */
+static void remote_counts_into(remote_counts *c, fi_jit_stats *s, int take)
 {
 #define MOVE(field)                                                                        \
-    s->remote_##field += take ? atomic_exchange(&st->counts.field, 0) : atomic_load(&st->counts.field);
+    s->remote_##field += take ? atomic_exchange(&c->field, 0) : atomic_load(&c->field);
     MOVE(hits) MOVE(misses) MOVE(errors) MOVE(corrupt) MOVE(bytes_in) MOVE(bytes_out)
 #undef MOVE
+}
+
+/* Give back to `c` what remote_counts_into took into `s`, less what `s`
+ * held before (`before`; NULL: nothing). */
+static void remote_counts_back(remote_counts *c, const fi_jit_stats *s, const fi_jit_stats *before)
+{
+#define BACK(field)                                                                        \
+    atomic_fetch_add(&c->field, s->remote_##field - (before ? before->remote_##field : 0));
+    BACK(hits) BACK(misses) BACK(errors) BACK(corrupt) BACK(bytes_in) BACK(bytes_out)
+#undef BACK
 }
 
 int fi_store_stats_add(fi_store *st, const fi_jit_stats *delta)
 {
     if (!st || !delta) return fi__error(FI_EINVALID, "fi_store_stats_add: NULL argument");
     fi_jit_stats all = *delta;
-    remote_counts_into(st, &all, 1);
-    int rc = fi_local_stats_add(st->local, &all);
-    if (rc < 0) { /* kept for the next save */
-#define BACK(field) atomic_fetch_add(&st->counts.field, all.remote_##field - delta->remote_##field);
-        BACK(hits) BACK(misses) BACK(errors) BACK(corrupt) BACK(bytes_in) BACK(bytes_out)
-#undef BACK
+    fi_local_remote_stats *each = NULL;
+    size_t each_count = 0;
+    remote_counts_into(&st->counts, &all, 1);
+    /* Each remote's own counts go with the totals; without memory for them
+     * they wait in their slots for the next save. */
+    if (st->remote_count && (each = fi__calloc(st->remote_count, sizeof *each))) {
+        each_count = st->remote_count;
+        for (size_t i = 0; i < each_count; i++) {
+            snprintf(each[i].remote, sizeof each[i].remote, "%s", st->remotes[i].remote->config.url);
+            remote_counts_into(&st->remotes[i].counts, &each[i].counts, 1);
+        }
     }
+    int rc = fi_local_stats_add(st->local, &all, each, each_count);
+    if (rc < 0) { /* kept for the next save */
+        remote_counts_back(&st->counts, &all, delta);
+        for (size_t i = 0; i < each_count; i++)
+            remote_counts_back(&st->remotes[i].counts, &each[i].counts, NULL);
+    }
+    fi__free(each);
     return rc;
+}
+
+typedef struct remote_stats_call {
+    int (*fn)(void *user, const char *remote, const fi_jit_stats *counts);
+    void *user;
+} remote_stats_call;
+
+static int remote_stats_row(void *user, const fi_local_remote_stats *r)
+{
+    remote_stats_call *call = user;
+    return call->fn(call->user, r->remote, &r->counts);
+}
+
+int fi_store_remote_stats_foreach(fi_store *st,
+                                  int (*fn)(void *user, const char *remote,
+                                            const fi_jit_stats *counts),
+                                  void *user)
+{
+    if (!st || !fn) return fi__error(FI_EINVALID, "fi_store_remote_stats_foreach: NULL argument");
+    remote_stats_call call = {fn, user};
+    return fi_local_remote_stats_foreach(st->local, remote_stats_row, &call);
 }
 
 int fi_store_stats_get(fi_store *st, fi_jit_stats *out)
 {
     if (!st) return fi__error(FI_EINVALID, "fi_store_stats_get: NULL argument");
     int rc = fi_local_stats_get(st->local, out);
-    if (rc == 0) remote_counts_into(st, out, 0); /* not yet saved */
+    if (rc == 0) remote_counts_into(&st->counts, out, 0); /* not yet saved */
     return rc;
 }
 

@@ -148,6 +148,13 @@ int fi_store_stats_add(fi_store *st, const fi_jit_stats *delta);
 /* Persisted counters plus current entries and bytes. */
 int fi_store_stats_get(fi_store *st, fi_jit_stats *out);
 int fi_store_stats_zero(fi_store *st);
+/* Each remote's saved counters (the remote_* fields of `counts`), by the
+ * masked URL it had, in the order of those names; `fn` returns nonzero to
+ * stop. The totals of fi_store_stats_get count every remote. */
+int fi_store_remote_stats_foreach(fi_store *st,
+                                  int (*fn)(void *user, const char *remote,
+                                            const fi_jit_stats *counts),
+                                  void *user);
 
 /* Call `fn` for each index row (ordered by spec); stop early if it returns nonzero. */
 int fi_store_foreach(fi_store *st, int (*fn)(void *user, const fi_store_row *row), void *user);

@@ -29,6 +29,9 @@ PASSWORD_SHAPES=(
     "unix://:pa/SEKRIT@$REMOTE_WORK/none.sock"
     "unix://$REMOTE_WORK/none.sock?password=SEKRIT"
     'unix://:SEKRIT@relative.sock'
+    'http://:SEKRIT@127.0.0.1:1'
+    'https://user:SEKRIT@127.0.0.1:1/cache?readonly'
+    'http://127.0.0.1:1 redis://:SEKRIT@127.0.0.1:1'
 )
 said=$REMOTE_WORK/said.txt
 : >"$said"
@@ -82,10 +85,10 @@ if command -v redis-server >/dev/null; then
     kill -9 "$PROTECTED_PID"; wait "$PROTECTED_PID" 2>/dev/null
 fi
 
-# ---- libhiredis and libsodium: opened only for a remote or a secret ---------------
+# ---- libhiredis, libcurl and libsodium: opened only for a remote or a secret --------
 # The loader's own record of what the process loaded (LD_DEBUG=libs, on stderr).
 loads_fleet_libs() {
-    LD_DEBUG=libs "$@" 2>&1 >/dev/null | grep -qE 'lib(hiredis|sodium)\.so'
+    LD_DEBUG=libs "$@" 2>&1 >/dev/null | grep -qE 'lib(hiredis|sodium|curl)\.so'
 }
 loads_none_for() {
     ! loads_fleet_libs "$FIJIT" "$@"
@@ -129,4 +132,53 @@ PY
         eval 'ctx_loads "$plain_log" && grep -q libfijit "$plain_log" && ! grep -qE "lib(hiredis|sodium)\.so" "$plain_log"'
     check remote_fleet_libraries_loaded_for_a_remote_context "FIJIT_REMOTE and a secret did not load both" \
         eval 'ctx_loads "$fleet_log" FIJIT_REMOTE="unix://$REMOTE_WORK/none.sock" FIJIT_REMOTE_SECRET=0123456789abcdef-fleet && grep -q "libhiredis\.so" "$fleet_log" && grep -q "libsodium\.so" "$fleet_log"'
+fi
+
+# ---- an HTTP remote: a private nginx with WebDAV on a free loopback port -----------
+check remote_libcurl_loaded_for_an_http_remote "remote ping did not show libcurl loading" \
+    eval "LD_DEBUG=libs '$FIJIT' remote ping --remote http://127.0.0.1:1 2>&1 >/dev/null | grep -q 'libcurl[-a-z]*\.so'"
+if [ -x /usr/sbin/nginx ]; then
+    NGINX_DIR=$REMOTE_WORK/nginx
+    mkdir -p "$NGINX_DIR/www"
+    HTTP_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    cat >"$NGINX_DIR/nginx.conf" <<EOF
+daemon off; master_process off; pid $NGINX_DIR/nginx.pid; error_log $NGINX_DIR/error.log warn;
+events { worker_connections 64; }
+http {
+  access_log off; client_body_temp_path $NGINX_DIR/body; proxy_temp_path $NGINX_DIR/proxy;
+  fastcgi_temp_path $NGINX_DIR/fastcgi; uwsgi_temp_path $NGINX_DIR/uwsgi; scgi_temp_path $NGINX_DIR/scgi;
+  server { listen 127.0.0.1:$HTTP_PORT; root $NGINX_DIR/www;
+    location / { dav_methods PUT DELETE; create_full_put_path on; } }
+}
+EOF
+    /usr/sbin/nginx -p "$NGINX_DIR" -c "$NGINX_DIR/nginx.conf" 2>/dev/null &
+    NGINX_PID=$!
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$HTTP_PORT") 2>/dev/null && break
+        sleep 0.05
+    done
+    HTTP_URL="http://127.0.0.1:$HTTP_PORT/fleet?connect_timeout=5000&timeout=20000"
+    said=$REMOTE_WORK/http.txt
+    check remote_http_ping "remote ping of an HTTP store failed" \
+        eval "'$FIJIT' remote ping --remote '$HTTP_URL' >'$said' 2>&1 && grep -q 'answers in' '$said'"
+    check remote_http_stats_says_it_cannot_list "remote stats of an HTTP store said otherwise" \
+        eval "'$FIJIT' remote stats --remote '$HTTP_URL' >'$said' 2>&1 && grep -q 'cannot list' '$said' && grep -q 'fleet lease' '$said'"
+    check remote_http_list_fails_saying_why "remote list of an HTTP store did not fail saying why" \
+        eval "! '$FIJIT' remote list --remote '$HTTP_URL' >'$said' 2>&1 && grep -q 'cannot be listed' '$said'"
+    check remote_http_credentials_refused_on_the_command_line "--remote with an HTTP password was taken" \
+        eval "'$FIJIT' remote ping --remote 'http://u:SEKRIT@127.0.0.1:$HTTP_PORT' >'$said' 2>&1; [ \$? = 2 ] && grep -q 'belong in FIJIT_REMOTE' '$said' && ! grep -q SEKRIT '$said'"
+    FIJIT_REMOTE=$HTTP_URL "$FIJIT" prewarm "${SPECS[@]}" -j 1 --cache-dir "$REMOTE_WORK/http-cache" >"$said" 2>&1
+    check remote_http_prewarm_fills_it "a prewarm did not push its entries to the HTTP store: $(cat "$said")" \
+        eval "grep -q ' pushed, 0 errors' '$said' && [ \$(ls '$NGINX_DIR/www/fleet/fijit' | wc -l) = 2 ]"
+    "$FIJIT" stats --cache-dir "$REMOTE_WORK/http-cache" >"$said" 2>&1
+    check remote_http_counted_per_remote "fijit stats did not show the HTTP remote's own counters: $(cat "$said")" \
+        eval "grep -q '^remote cache         http://127.0.0.1:$HTTP_PORT/fleet?' '$said' && grep -qE '^  remote bytes out +[1-9]' '$said'"
+    # A list: each remote shown, masked, and which one holds the fleet's leases.
+    FIJIT_REMOTE="$HTTP_URL redis://:SEKRIT@127.0.0.1:1" "$FIJIT" show-config --cache-dir "$CACHE" >"$said" 2>&1
+    check remote_list_in_show_config "show-config of a list: $(grep -E 'remote|fleet' "$said")" \
+        eval "[ \$(grep -c '^remote cache' '$said') = 2 ] && grep -q 'single flight  build leases in redis://\*\*\*@127.0.0.1:1' '$said' && ! grep -q SEKRIT '$said'"
+    FIJIT_REMOTE="$HTTP_URL" "$FIJIT" show-config --cache-dir "$CACHE" >"$said" 2>&1
+    check remote_http_alone_has_no_single_flight "show-config of an HTTP remote alone: $(grep fleet "$said")" \
+        eval "grep -q 'single flight  none: no writable Redis remote' '$said'"
+    kill -9 "$NGINX_PID"; wait "$NGINX_PID" 2>/dev/null
 fi

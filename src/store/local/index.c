@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -804,39 +805,61 @@ out:
 
 /* ---- statistics ---------------------------------------------------------------- */
 
-static int stats_add_once(fi_local *st, const fi_jit_stats *delta);
+static int stats_add_once(fi_local *st, const fi_jit_stats *delta,
+                          const fi_local_remote_stats *remotes, size_t remote_count);
 
 /* On a full disk SQLite's log cannot grow, but once checkpointed it is
  * written again from its start, in blocks it has: so a save that fails for
  * want of space checkpoints and tries once more, and counts made after the
  * disk filled are kept (the caller keeps them for later only in memory). */
-int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta)
+int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta,
+                       const fi_local_remote_stats *remotes, size_t remote_count)
 {
     int rc = 0;
-    if (!st || !delta) return fi__error(FI_EINVALID, "fi_store_stats_add: NULL argument");
+    if (!st || !delta || (remote_count && !remotes))
+        return fi__error(FI_EINVALID, "fi_store_stats_add: NULL argument");
     if ((rc = fi__local_check_writable(st, "fi_store_stats_add")) < 0) return rc;
     pthread_mutex_lock(&st->mu);
-    rc = stats_add_once(st, delta);
+    rc = stats_add_once(st, delta, remotes, remote_count);
     if (rc == FI_EIO && st->db && disk_full(st, st->last_sql_error)) {
         char first[1024];
         snprintf(first, sizeof first, "%s", fi_last_error());
         sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_RESTART, NULL, NULL);
-        if ((rc = stats_add_once(st, delta)) < 0) rc = fi__error(rc, "%s", first);
+        if ((rc = stats_add_once(st, delta, remotes, remote_count)) < 0)
+            rc = fi__error(rc, "%s", first);
     }
     pthread_mutex_unlock(&st->mu);
     return rc;
 }
 
-/* One transaction adding `delta`. Under the mutex. */
-static int stats_add_once(fi_local *st, const fi_jit_stats *delta)
+static int is_remote_counter(const char *name) { return strncmp(name, "remote_", 7) == 0; }
+
+/* The counters of `delta` (with `remote`: its remote_* ones only, under
+ * "<counter>@<remote>"). Inside a transaction. */
+static int stats_add_rows(fi_local *st, const fi_jit_stats *delta, const char *remote)
+{
+    int rc = 0;
+    char name[640];
+    for (size_t i = 0; i < STAT_FIELD_COUNT; i++) {
+        int64_t v = *(const int64_t *)((const char *)delta + stat_fields[i].offset);
+        if (!v || (remote && !is_remote_counter(stat_fields[i].name))) continue;
+        if (remote) snprintf(name, sizeof name, "%s@%s", stat_fields[i].name, remote);
+        FI_TRY(fi__local_stat_add1(st, remote ? name : stat_fields[i].name, v));
+    }
+out:
+    return rc;
+}
+
+/* One transaction adding `delta` and each remote's counts. Under the mutex. */
+static int stats_add_once(fi_local *st, const fi_jit_stats *delta,
+                          const fi_local_remote_stats *remotes, size_t remote_count)
 {
     int rc = 0, in_tx = 0;
     FI_TRY(fi__local_tx_begin(st));
     in_tx = 1;
-    for (size_t i = 0; i < STAT_FIELD_COUNT; i++) {
-        int64_t v = *(const int64_t *)((const char *)delta + stat_fields[i].offset);
-        if (v) FI_TRY(fi__local_stat_add1(st, stat_fields[i].name, v));
-    }
+    FI_TRY(stats_add_rows(st, delta, NULL));
+    for (size_t r = 0; r < remote_count; r++)
+        FI_TRY(stats_add_rows(st, &remotes[r].counts, remotes[r].remote));
     FI_TRY(fi__local_tx_commit(st));
     in_tx = 0;
 out:
@@ -868,6 +891,79 @@ int fi_local_stats_get(fi_local *st, fi_jit_stats *out)
     rc = 0;
 out:
     pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* The remote named by a row "<counter>@<remote>" in `list` (found or
+ * added); NULL when out of memory. */
+typedef struct remote_rows {
+    fi_local_remote_stats *rows;
+    size_t count, cap;
+} remote_rows;
+
+static fi_local_remote_stats *remote_row(remote_rows *list, const char *remote)
+{
+    for (size_t i = 0; i < list->count; i++)
+        if (strcmp(list->rows[i].remote, remote) == 0) return &list->rows[i];
+    if (list->count == list->cap) {
+        size_t cap = list->cap ? list->cap * 2 : 8;
+        fi_local_remote_stats *grown = fi__realloc(list->rows, cap * sizeof *grown);
+        if (!grown) return NULL;
+        list->rows = grown;
+        list->cap = cap;
+    }
+    fi_local_remote_stats *row = &list->rows[list->count++];
+    memset(row, 0, sizeof *row);
+    snprintf(row->remote, sizeof row->remote, "%s", remote);
+    return row;
+}
+
+static int by_remote(const void *a, const void *b)
+{
+    return strcmp(((const fi_local_remote_stats *)a)->remote,
+                  ((const fi_local_remote_stats *)b)->remote);
+}
+
+int fi_local_remote_stats_foreach(fi_local *st,
+                                  int (*fn)(void *user, const fi_local_remote_stats *r),
+                                  void *user)
+{
+    int rc = 0;
+    sqlite3_stmt *s;
+    remote_rows list = {0};
+    if (!st || !fn) return fi__error(FI_EINVALID, "fi_store_remote_stats_foreach: NULL argument");
+    /* Rows are gathered first so that `fn` runs without the store's mutex. */
+    pthread_mutex_lock(&st->mu);
+    if ((rc = fi__local_sql_prep(st, S_STATS, &s)) < 0) {
+        pthread_mutex_unlock(&st->mu);
+        goto out;
+    }
+    while ((rc = fi__local_sql_step(st, s, "reading statistics")) == 1) {
+        const char *name = (const char *)sqlite3_column_text(s, 0);
+        const char *at = name ? strchr(name, '@') : NULL;
+        if (!at || !is_remote_counter(name)) continue;
+        for (size_t i = 0; i < STAT_FIELD_COUNT; i++) {
+            if (strlen(stat_fields[i].name) != (size_t)(at - name) ||
+                strncmp(name, stat_fields[i].name, (size_t)(at - name)) != 0)
+                continue;
+            fi_local_remote_stats *row = remote_row(&list, at + 1);
+            if (!row) {
+                rc = fi__error(FI_ENOMEM, "out of memory reading statistics");
+                break;
+            }
+            *(int64_t *)((char *)&row->counts + stat_fields[i].offset) = sqlite3_column_int64(s, 1);
+        }
+        if (rc < 0) break;
+    }
+    sqlite3_reset(s);
+    pthread_mutex_unlock(&st->mu);
+    if (rc < 0) goto out;
+    rc = 0;
+    qsort(list.rows, list.count, sizeof *list.rows, by_remote);
+    for (size_t i = 0; i < list.count; i++)
+        if (fn(user, &list.rows[i])) break; /* the caller has seen enough */
+out:
+    fi__free(list.rows);
     return rc;
 }
 

@@ -150,8 +150,21 @@ void fi_local_set_lock_timeout(fi_local *st, int64_t timeout_ms);
 void fi_local_unlock(fi_local_lock *lock);
 /* 1 when the index lists `key`, 0 when not, or an error code. */
 int fi_local_has(fi_local *st, const uint8_t key[16]);
-int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta);
+/* One remote's own counters (the remote_* fields of `counts`), kept as rows
+ * "<counter>@<remote>" beside the totals, which count every remote. */
+typedef struct fi_local_remote_stats {
+    char remote[512]; /* the remote's masked URL (fi_remote_config.url) */
+    fi_jit_stats counts;
+} fi_local_remote_stats;
+/* Add `delta` to the totals and each of remotes[0..remote_count) to its
+ * remote's rows, in one transaction. */
+int fi_local_stats_add(fi_local *st, const fi_jit_stats *delta,
+                       const fi_local_remote_stats *remotes, size_t remote_count);
 int fi_local_stats_get(fi_local *st, fi_jit_stats *out);
+/* Each remote with saved counters, in the order of their names. */
+int fi_local_remote_stats_foreach(fi_local *st,
+                                  int (*fn)(void *user, const fi_local_remote_stats *r),
+                                  void *user);
 int fi_local_stats_zero(fi_local *st);
 int fi_local_foreach(fi_local *st, int (*fn)(void *user, const fi_store_row *row), void *user);
 int fi_local_verify(fi_local *st, int repair, void (*report)(void *user, const char *problem),

@@ -33,7 +33,9 @@ CREATE INDEX IF NOT EXISTS entries_lru ON entries (used_ns);
 -- Persisted counters (names match the fields of fi_jit_stats): memory_hits,
 -- disk_hits, misses, compiles, compile_failures, compile_ns, bytes_written,
 -- corrupt, and the remote tier's remote_hits, remote_misses, remote_errors,
--- remote_corrupt, remote_bytes_in, remote_bytes_out. A missing row reads as 0.
+-- remote_corrupt, remote_bytes_in, remote_bytes_out, which count every remote; and
+-- each remote's own as "<remote counter>@<the remote's masked URL>". A missing row
+-- reads as 0.
 CREATE TABLE IF NOT EXISTS stats (
     name  TEXT PRIMARY KEY NOT NULL,
     value INTEGER NOT NULL DEFAULT 0

@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include "store/object.h"
 #include "store/remote/hiredis_api.h"
 #include "store/remote/remote.h"
+#include "store/remote/sigpipe.h"
 
 /* Idle connections kept for the next call; more threads than this at once
  * still work, their extra connections are closed after the call. */
@@ -65,41 +65,7 @@ static struct timeval timeval_ms(int ms)
     return tv;
 }
 
-/* hiredis writes with write(2): a server that went away raises SIGPIPE,
- * which kills a process that has not ignored it, and a library must not
- * change a process's signal handling. So SIGPIPE is blocked on this thread
- * for the call, and one the call raised is taken before it is unblocked. */
-typedef struct sigpipe_guard {
-    sigset_t old;
-    int was_pending;
-} sigpipe_guard;
-
-static int sigpipe_pending(void)
-{
-    sigset_t pending;
-    return sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
-}
-
-static void sigpipe_block(sigpipe_guard *g)
-{
-    sigset_t pipe_only;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    g->was_pending = sigpipe_pending();
-    pthread_sigmask(SIG_BLOCK, &pipe_only, &g->old);
-}
-
-static void sigpipe_restore(sigpipe_guard *g)
-{
-    if (!g->was_pending && sigpipe_pending()) {
-        sigset_t pipe_only;
-        struct timespec zero = {0, 0};
-        sigemptyset(&pipe_only);
-        sigaddset(&pipe_only, SIGPIPE);
-        while (sigtimedwait(&pipe_only, NULL, &zero) < 0 && errno == EINTR) {}
-    }
-    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
-}
+/* hiredis writes with write(2): SIGPIPE is held off each call (sigpipe.h). */
 
 /* What a failed connection means for the caller, with the words set. */
 static fi_remote_result connection_failed(redis_remote *r, const redisContext *c, int err,
@@ -223,7 +189,7 @@ static fi_remote_result command(redis_remote *r, redisReply **out, int argc, con
                                 const size_t *lens)
 {
     fi_remote_result res;
-    sigpipe_guard guard;
+    fi_sigpipe_guard guard;
     redisContext *c = NULL;
     int reused = 0;
     *out = NULL;
@@ -231,7 +197,7 @@ static fi_remote_result command(redis_remote *r, redisReply **out, int argc, con
         fi__error(FI_EIO, "%s: injected fault", argv[0]);
         return FI_REMOTE_ERROR;
     }
-    sigpipe_block(&guard);
+    fi__sigpipe_block(&guard);
     for (int attempt = 0; attempt < 2; attempt++) {
         if ((res = take(r, &c, &reused)) != FI_REMOTE_OK) break;
         redisReply *reply = fi__hiredis()->CommandArgv(c, argc, argv, lens);
@@ -254,7 +220,7 @@ static fi_remote_result command(redis_remote *r, redisReply **out, int argc, con
         drop_idle(r);
         if (!reused || res == FI_REMOTE_TIMEOUT) break;
     }
-    sigpipe_restore(&guard);
+    fi__sigpipe_restore(&guard);
     return res;
 }
 
@@ -525,10 +491,10 @@ static fi_remote_result redis_scan(fi_remote *base, size_t head_size,
             reply->element[1]->type != REDIS_REPLY_ARRAY)
             return unexpected(r, reply, "SCAN");
         snprintf(cursor, sizeof cursor, "%s", reply->element[0]->str);
-        sigpipe_guard guard;
-        sigpipe_block(&guard);
+        fi_sigpipe_guard guard;
+        fi__sigpipe_block(&guard);
         res = scan_batch(r, reply->element[1], head_size, fn, user, &stop);
-        sigpipe_restore(&guard);
+        fi__sigpipe_restore(&guard);
         fi__hiredis()->FreeReplyObject(reply);
         if (res != FI_REMOTE_OK) return res;
     } while (strcmp(cursor, "0") != 0 && !stop);

@@ -15,10 +15,15 @@
  * Configuration is a URL (url.c):
  *   redis://[[user]:password@]host[:port][/db][?option&...]
  *   unix://[[user]:password@]/path/to/redis.sock[?option&...]
+ *   http[s]://[user:password@]host[:port][/path][?option&...]
  * options: readonly, db=N (unix), prefix=NAME, ttl=SECONDS,
- * connect_timeout=MS, timeout=MS, backoff=MS, lease=MS, wait=MS.
+ * connect_timeout=MS, timeout=MS, backoff=MS, lease=MS, wait=MS;
+ * http(s): readonly, prefix, connect_timeout, timeout, backoff and
+ * cafile=/path (https: the CAs to verify the server with).
  * Credentials end at the URL's last '@' (unix: its last "@/"), so a
  * password may hold '/', '?' and '@' unencoded; '%' is written %25.
+ * Several remotes are a list of URLs separated by spaces (a URL holds
+ * none), asked in that order.
  */
 #ifndef FI_STORE_REMOTE_H
 #define FI_STORE_REMOTE_H
@@ -30,6 +35,12 @@
  * compile: a connect is at most 50 ms, one verb at most 500 ms. */
 #define FI_REMOTE_CONNECT_TIMEOUT_MS 50
 #define FI_REMOTE_OPERATION_TIMEOUT_MS 500
+/* An HTTP(S) store is often a site or a region away, and its connect
+ * includes the TLS handshake: still far below a compile. */
+#define FI_REMOTE_HTTP_CONNECT_TIMEOUT_MS 300
+#define FI_REMOTE_HTTP_OPERATION_TIMEOUT_MS 2000
+/* The most remotes one list names (each one is asked on a miss). */
+#define FI_REMOTE_LIST_MAX 8
 /* After a failure the remote is skipped this long, doubling on each failure
  * in a row up to FI_REMOTE_BACKOFF_MAX_MS. */
 #define FI_REMOTE_BACKOFF_MS 1000
@@ -63,14 +74,18 @@ typedef enum fi_remote_result {
 typedef struct fi_remote_config {
     char url[512];         /* fi_remote_url_masked's form: the only one messages show */
     int unix_socket;       /* 1: `path` is a unix socket; 0: host and port */
+    int http;              /* 1: an HTTP(S) object store (http.c); 0: Redis */
+    int tls;               /* https:// */
     char host[256];
     int port;
-    char path[256];
+    char path[256];        /* unix: the socket; http: the base path ("" or "/a/b") */
+    char cafile[256];      /* https: CAs to verify the server with; "": the system's */
     char user[128];        /* "" with a password: AUTH password */
     char password[256];    /* "": no AUTH */
     int db;
     int read_only;         /* never put, remove or lease */
-    char prefix[65];       /* names of this fleet's keys: PREFIX:obj:<hex> */
+    char prefix[65];       /* names of this fleet's keys: PREFIX:obj:<hex> (http:
+                              PATH/PREFIX/<hex>) */
     int64_t ttl_s;         /* expiry of pushed values; 0: none */
     int connect_timeout_ms;
     int timeout_ms;
@@ -82,6 +97,13 @@ typedef struct fi_remote_config {
 /* Parse `url` into `out` (the defaults above fill what it leaves out).
  * FI_EINVALID with words naming the part that is wrong. */
 int fi_remote_config_parse(fi_remote_config *out, const char *url);
+/* The next URL of the space-separated list at `*cursor` into `out`,
+ * moving the cursor past it: 1, 0 at the end of the list, or FI_EINVALID
+ * (no words) for a URL that does not fit. */
+int fi_remote_list_next(char *out, size_t out_size, const char **cursor);
+/* Parse every URL of a list: how many it names (0: none), or FI_EINVALID
+ * with the first bad one's words (or too many of them). */
+int fi_remote_list_check(const char *list);
 /* `url` as messages show it, whatever its shape (a bad URL too): scheme,
  * host, port, database, socket path and the values of known options as
  * given; credentials, anything unrecognised and any unknown option as
@@ -104,7 +126,7 @@ typedef struct fi_remote_item {
  * the remote: callers prefix its URL.
  * The optional ones (NULL in a backend without them) serve operators' tools. */
 typedef struct fi_remote_ops {
-    const char *name; /* "redis": for messages */
+    const char *name; /* "redis", "http": for messages */
     /* The value for `key` in `*out` (allocated with fi__malloc, the caller
      * frees it with fi__free), its size in `*out_size`. */
     fi_remote_result (*get)(fi_remote *r, const uint8_t key[16], void **out, size_t *out_size);
@@ -114,7 +136,9 @@ typedef struct fi_remote_ops {
     fi_remote_result (*put)(fi_remote *r, const uint8_t key[16], const void *value, size_t size);
     /* Remove the value for `key` (a bad one a reader found). */
     fi_remote_result (*remove)(fi_remote *r, const uint8_t key[16]);
-    /* Take the build lease of `key` for `ttl_ms` under `token`, or extend it
+    /* Optional (lease and release; NULL: the backend has no lease, so the
+     * fleet's single flight needs another remote that has one).
+     * Take the build lease of `key` for `ttl_ms` under `token`, or extend it
      * when `token` holds it already: OK, or HELD when another token does.
      * A lease no live holder can have made (no expiry, an expiry beyond
      * `ttl_ms`, not a token) is stale: it is taken over. */
@@ -144,5 +168,7 @@ struct fi_remote {
 int fi_remote_open(fi_remote **out, const char *url);
 /* The Redis backend (redis.c). */
 int fi_redis_open(fi_remote **out, const fi_remote_config *config);
+/* The HTTP(S) backend (http.c). */
+int fi_http_open(fi_remote **out, const fi_remote_config *config);
 
 #endif

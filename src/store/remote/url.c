@@ -27,8 +27,13 @@
 /* The options a URL may carry; none of their values is secret. */
 static const char *const OPTIONS[] = {
     "readonly", "db", "prefix", "ttl", "connect_timeout", "timeout", "backoff", "lease", "wait",
+    "cafile",
 };
-#define OPTIONS_HELP "readonly, db, prefix, ttl, connect_timeout, timeout, backoff, lease, wait"
+#define OPTIONS_HELP "readonly, db, prefix, ttl, connect_timeout, timeout, backoff, lease, " \
+                     "wait; http(s): readonly, prefix, connect_timeout, timeout, backoff, cafile"
+/* The options only a Redis server can follow: an HTTP store has no
+ * databases, no expiry per value and no lease. */
+static const char *const REDIS_ONLY_OPTIONS[] = {"db", "ttl", "lease", "wait"};
 
 /* A decimal integer in [lo, hi] that is all of text[0, n). */
 static int parse_int(const char *text, size_t n, long long lo, long long hi, long long *out)
@@ -83,45 +88,76 @@ static int all_of(const char *text, size_t n, int (*ok)(char c))
 static int digit_ok(char c) { return c >= '0' && c <= '9'; }
 static int ipv6_char_ok(char c) { return fi_hex_digit((char)(c | 0x20)) >= 0 || c == ':' || c == '.'; }
 static int path_char_ok(char c) { return c > ' ' && c < 0x7f; }
+/* An HTTP path or a CA file's path, as shown and as sent: unreserved
+ * characters and '/' (nothing to encode, nothing that reads as a query,
+ * a fragment or credentials). */
+static int url_path_char_ok(char c) { return name_char_ok(c) || c == '/' || c == '~'; }
+
+/* text[0, n) into out when it fits and is all url_path_char_ok; else -1. */
+static int copy_url_path(char *out, size_t size, const char *text, size_t n)
+{
+    if (n >= size || !all_of(text, n, url_path_char_ok)) return -1;
+    memcpy(out, text, n);
+    out[n] = '\0';
+    return 0;
+}
 
 /* ---- where the parts are ---------------------------------------------------- */
 
 /* A URL cut into its parts, as both the parser and the masker see it (so
  * what one takes for a password the other hides). Ranges are [begin, end). */
 typedef struct url_parts {
-    int scheme;              /* SCHEME_REDIS, SCHEME_UNIX, or 0: neither */
+    int scheme;              /* SCHEME_*, or 0: none of them */
     const char *creds;       /* "[user]:password", or NULL */
     const char *creds_end;   /* the '@' after them */
-    const char *server;      /* redis: "host[:port][/db]"; unix: the socket path */
+    const char *server;      /* redis: "host[:port][/db]"; unix: the socket path;
+                                http(s): "host[:port][/path]" */
     const char *server_end;  /* the '?' or the end */
     const char *query;       /* after the '?', or NULL */
     const char *end;
 } url_parts;
 
-enum { SCHEME_REDIS = 1, SCHEME_UNIX = 2 };
+enum { SCHEME_REDIS = 1, SCHEME_UNIX = 2, SCHEME_HTTP = 3, SCHEME_HTTPS = 4 };
 
-/* Credentials end at the last '@' of a redis:// URL (its host, database and
- * options hold none; a password may hold '@', '/' or '?', encoded or not).
+static const struct {
+    const char *prefix;
+    int scheme;
+} SCHEMES[] = {
+    {"redis://", SCHEME_REDIS},
+    {"unix://", SCHEME_UNIX},
+    {"http://", SCHEME_HTTP},
+    {"https://", SCHEME_HTTPS},
+};
+
+static const char *scheme_text(int scheme)
+{
+    for (size_t i = 0; i < sizeof SCHEMES / sizeof *SCHEMES; i++)
+        if (SCHEMES[i].scheme == scheme) return SCHEMES[i].prefix;
+    return "";
+}
+
+/* Credentials end at the last '@' of a redis:// or http(s):// URL (its
+ * host, database, path and options hold none; a password may hold '@', '/'
+ * or '?', encoded or not).
  * A unix:// URL has them when its path does not follow the scheme at once,
  * up to the last "@/" (a socket path may hold an '@'). */
 static void url_split(url_parts *p, const char *url)
 {
     memset(p, 0, sizeof *p);
     p->end = url + strlen(url);
-    const char *rest;
-    if (strncmp(url, "redis://", 8) == 0) {
-        p->scheme = SCHEME_REDIS;
-        rest = url + 8;
+    const char *rest = NULL;
+    for (size_t i = 0; i < sizeof SCHEMES / sizeof *SCHEMES && !rest; i++)
+        if (strncmp(url, SCHEMES[i].prefix, strlen(SCHEMES[i].prefix)) == 0) {
+            p->scheme = SCHEMES[i].scheme;
+            rest = url + strlen(SCHEMES[i].prefix);
+        }
+    if (!rest) return;
+    if (p->scheme != SCHEME_UNIX) {
         for (const char *q = rest; q < p->end; q++)
             if (*q == '@') p->creds_end = q;
-    } else if (strncmp(url, "unix://", 7) == 0) {
-        p->scheme = SCHEME_UNIX;
-        rest = url + 7;
-        if (*rest != '/')
-            for (const char *q = rest; q + 1 < p->end; q++)
-                if (q[0] == '@' && q[1] == '/') p->creds_end = q;
-    } else {
-        return;
+    } else if (*rest != '/') {
+        for (const char *q = rest; q + 1 < p->end; q++)
+            if (q[0] == '@' && q[1] == '/') p->creds_end = q;
     }
     if (p->creds_end) {
         p->creds = rest;
@@ -182,7 +218,8 @@ static void put_server(masked_text *t, const url_parts *p)
     if (!slash) return;
     size_t db_n = n - host_n - 1;
     put_str(t, "/");
-    if (all_of(slash + 1, db_n, digit_ok)) put(t, slash + 1, db_n);
+    int (*ok)(char c) = p->scheme == SCHEME_REDIS ? digit_ok : url_path_char_ok;
+    if (all_of(slash + 1, db_n, ok)) put(t, slash + 1, db_n);
     else put_str(t, "***");
 }
 
@@ -212,7 +249,9 @@ static void put_query(masked_text *t, const char *q, const char *end)
                 size_t value_n = (size_t)(opt_end - eq - 1);
                 put_str(t, "=");
                 int is_prefix = name_n == 6 && memcmp(q, "prefix", 6) == 0;
-                if (all_of(eq + 1, value_n, is_prefix ? name_char_ok : digit_ok))
+                int is_path = name_n == 6 && memcmp(q, "cafile", 6) == 0;
+                if (all_of(eq + 1, value_n,
+                           is_prefix ? name_char_ok : is_path ? url_path_char_ok : digit_ok))
                     put(t, eq + 1, value_n);
                 else put_str(t, "***");
             }
@@ -222,27 +261,75 @@ static void put_query(masked_text *t, const char *q, const char *end)
     }
 }
 
-int fi_remote_url_masked(char *out, size_t size, const char *url)
+/* One URL of a list, masked. */
+static void put_masked(masked_text *t, const char *url)
 {
-    if (!out || !size || !url) return fi__error(FI_EINVALID, "fi_remote_url_masked: NULL argument");
-    masked_text t = {out, size, 0};
     url_parts p;
-    out[0] = '\0';
     url_split(&p, url);
     if (!p.scheme) {
         /* Another scheme is named (when it looks like one); the rest is not shown. */
         size_t n = 0;
         while (n < 16 && ((url[n] >= 'a' && url[n] <= 'z') || (url[n] >= '0' && url[n] <= '9')))
             n++;
-        if (n && strncmp(url + n, "://", 3) == 0) put(&t, url, n + 3);
-        put_str(&t, "***");
-        return 0;
+        if (n && strncmp(url + n, "://", 3) == 0) put(t, url, n + 3);
+        put_str(t, "***");
+        return;
     }
-    put_str(&t, p.scheme == SCHEME_REDIS ? "redis://" : "unix://");
-    if (p.creds) put_str(&t, "***@");
-    put_server(&t, &p);
-    if (p.query) put_query(&t, p.query, p.end);
+    put_str(t, scheme_text(p.scheme));
+    if (p.creds) put_str(t, "***@");
+    put_server(t, &p);
+    if (p.query) put_query(t, p.query, p.end);
+}
+
+int fi_remote_url_masked(char *out, size_t size, const char *url)
+{
+    char one[MAX_URL];
+    if (!out || !size || !url) return fi__error(FI_EINVALID, "fi_remote_url_masked: NULL argument");
+    masked_text t = {out, size, 0};
+    out[0] = '\0';
+    /* A list: each URL masked on its own (a URL as a whole is one of them). */
+    int rc;
+    for (const char *cursor = url; (rc = fi_remote_list_next(one, sizeof one, &cursor)) != 0;) {
+        if (t.n) put_str(&t, " ");
+        if (rc > 0) put_masked(&t, one);
+        else put_str(&t, "***"); /* longer than any URL may be */
+    }
     return 0;
+}
+
+/* ---- lists ----------------------------------------------------------------------- */
+
+static int list_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+int fi_remote_list_next(char *out, size_t out_size, const char **cursor)
+{
+    const char *p = *cursor;
+    while (list_space(*p)) p++;
+    size_t n = 0;
+    while (p[n] && !list_space(p[n])) n++;
+    *cursor = p + n;
+    if (n == 0) return 0;
+    if (n >= out_size) return FI_EINVALID; /* no message: callers name the list masked */
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return 1;
+}
+
+int fi_remote_list_check(const char *list)
+{
+    char one[MAX_URL];
+    fi_remote_config config;
+    int rc, count = 0;
+    if (!list) return fi__error(FI_EINVALID, "fi_remote_list_check: NULL argument");
+    for (const char *cursor = list; (rc = fi_remote_list_next(one, sizeof one, &cursor)) != 0;) {
+        if (rc < 0) return fi__error(FI_EINVALID, "remote URL is longer than %d bytes", MAX_URL - 1);
+        if ((rc = fi_remote_config_parse(&config, one)) < 0) return rc;
+        count++;
+    }
+    if (count > FI_REMOTE_LIST_MAX)
+        return fi__error(FI_EINVALID, "%d remotes are listed; at most %d are asked",
+                         count, FI_REMOTE_LIST_MAX);
+    return count;
 }
 
 /* ---- parsing -------------------------------------------------------------------- */
@@ -264,6 +351,23 @@ static int parse_option(fi_remote_config *c, const char *opt, size_t n, const ch
                              "from %d to %d", masked, lo, hi);                               \
         c->field = (int)v;                                                                   \
         return 0;                                                                            \
+    }
+    if (c->http)
+        for (size_t i = 0; i < sizeof REDIS_ONLY_OPTIONS / sizeof *REDIS_ONLY_OPTIONS; i++)
+            if (IS(REDIS_ONLY_OPTIONS[i]))
+                return fi__error(FI_EINVALID, "remote URL %s: %s= is an option of a Redis "
+                                 "remote; an HTTP remote takes readonly, prefix, "
+                                 "connect_timeout, timeout, backoff and cafile",
+                                 masked, REDIS_ONLY_OPTIONS[i]);
+    if (IS("cafile")) {
+        if (!c->tls)
+            return fi__error(FI_EINVALID, "remote URL %s: cafile= is for https:// URLs", masked);
+        if (value_n == 0 || *value != '/' ||
+            copy_url_path(c->cafile, sizeof c->cafile, value, value_n) < 0)
+            return fi__error(FI_EINVALID, "remote URL %s: cafile= wants an absolute path of "
+                             "letters, digits, '_', '-', '.', '~' and '/' (at most %zu)",
+                             masked, sizeof c->cafile - 1);
+        return 0;
     }
     if (IS("readonly")) {
         if (eq && !(value_n == 1 && (*value == '0' || *value == '1')))
@@ -329,15 +433,11 @@ static int parse_credentials(fi_remote_config *c, const char *p, const char *end
     return 0;
 }
 
-/* "host[:port][/db]" of a redis:// URL. */
-static int parse_server(fi_remote_config *c, const char *p, const char *end, const char *masked)
+/* "host[:port]", up to host_end. */
+static int parse_server_host(fi_remote_config *c, const char *p, const char *host_end,
+                             const char *masked)
 {
     long long v;
-    const char *slash = memchr(p, '/', (size_t)(end - p));
-    const char *host_end = slash ? slash : end;
-    if (slash && parse_int(slash + 1, (size_t)(end - slash - 1), 0, 1 << 20, &v) == 0) c->db = (int)v;
-    else if (slash && end > slash + 1)
-        return fi__error(FI_EINVALID, "remote URL %s: the path must be a database number", masked);
     const char *colon = NULL;
     if (*p == '[') { /* [IPv6]:port */
         const char *close = memchr(p, ']', (size_t)(host_end - p));
@@ -365,6 +465,36 @@ static int parse_server(fi_remote_config *c, const char *p, const char *end, con
             return fi__error(FI_EINVALID, "remote URL %s: the port must be 1 to 65535", masked);
         c->port = (int)v;
     }
+    return 0;
+}
+
+/* "host[:port][/db]" of a redis:// URL. */
+static int parse_server(fi_remote_config *c, const char *p, const char *end, const char *masked)
+{
+    long long v;
+    const char *slash = memchr(p, '/', (size_t)(end - p));
+    if (slash && parse_int(slash + 1, (size_t)(end - slash - 1), 0, 1 << 20, &v) == 0) c->db = (int)v;
+    else if (slash && end > slash + 1)
+        return fi__error(FI_EINVALID, "remote URL %s: the path must be a database number", masked);
+    return parse_server_host(c, p, slash ? slash : end, masked);
+}
+
+/* "host[:port][/path]" of an http(s):// URL: objects live under
+ * /path/PREFIX/<key hex>. */
+static int parse_http_server(fi_remote_config *c, const char *p, const char *end,
+                             const char *masked)
+{
+    const char *slash = memchr(p, '/', (size_t)(end - p));
+    int rc = parse_server_host(c, p, slash ? slash : end, masked);
+    if (rc < 0 || !slash) return rc;
+    while (end > slash && end[-1] == '/') end--; /* "/cache/" is "/cache" */
+    size_t n = (size_t)(end - slash);
+    int dot_segment = 0; /* "/." starts ".", ".." or a hidden name: none is a cache's */
+    for (size_t i = 0; i + 1 < n; i++) dot_segment |= slash[i] == '/' && slash[i + 1] == '.';
+    if (dot_segment || copy_url_path(c->path, sizeof c->path, slash, n) < 0)
+        return fi__error(FI_EINVALID, "remote URL %s: the path may hold letters, digits, '_', "
+                         "'-', '.', '~' and '/' (no segment starting with '.'; at most %zu)",
+                         masked, sizeof c->path - 1);
     return 0;
 }
 
@@ -409,11 +539,19 @@ int fi_remote_config_parse(fi_remote_config *out, const char *url)
 
     url_split(&p, url);
     if (!p.scheme)
-        return fi__error(FI_EINVALID, "remote URL %s: expected redis://host[:port][/db] or "
-                         "unix:///path/to/redis.sock", c.url);
+        return fi__error(FI_EINVALID, "remote URL %s: expected redis://host[:port][/db], "
+                         "unix:///path/to/redis.sock or http[s]://host[:port][/path]", c.url);
+    c.http = p.scheme == SCHEME_HTTP || p.scheme == SCHEME_HTTPS;
+    c.tls = p.scheme == SCHEME_HTTPS;
+    if (c.http) {
+        c.port = c.tls ? 443 : 80;
+        c.connect_timeout_ms = FI_REMOTE_HTTP_CONNECT_TIMEOUT_MS;
+        c.timeout_ms = FI_REMOTE_HTTP_OPERATION_TIMEOUT_MS;
+    }
     if (p.creds && (rc = parse_credentials(&c, p.creds, p.creds_end, c.url)) < 0) return rc;
-    rc = p.scheme == SCHEME_REDIS ? parse_server(&c, p.server, p.server_end, c.url)
-                                  : parse_socket(&c, p.server, p.server_end, c.url);
+    rc = p.scheme == SCHEME_REDIS  ? parse_server(&c, p.server, p.server_end, c.url)
+         : p.scheme == SCHEME_UNIX ? parse_socket(&c, p.server, p.server_end, c.url)
+                                   : parse_http_server(&c, p.server, p.server_end, c.url);
     if (rc < 0) return rc;
     for (const char *q = p.query; q && q < p.end;) {
         const char *amp = strchr(q, '&');
@@ -432,5 +570,5 @@ int fi_remote_open(fi_remote **out, const char *url)
     *out = NULL;
     int rc = fi_remote_config_parse(&config, url);
     if (rc < 0) return rc;
-    return fi_redis_open(out, &config);
+    return config.http ? fi_http_open(out, &config) : fi_redis_open(out, &config);
 }
