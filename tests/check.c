@@ -83,15 +83,20 @@ int main(int argc, char **argv) { return check_main(argc, argv); }
 /* ---- fixtures (check.h) ------------------------------------------------------ */
 int check_quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
 
-int check_ctx_new(fi_jit_ctx **out, const char *arch)
+int check_ctx_in(fi_jit_ctx **out, const char *dir, const char *arch)
 {
-    char dir[4200];
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
     opts.cache_dir = dir;
     opts.arch = arch;
     opts.log_level = FI_LOG_OFF;
     return fi_jit_ctx_new(out, &opts);
+}
+
+int check_ctx_new(fi_jit_ctx **out, const char *arch)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    return check_ctx_in(out, dir, arch);
 }
 
 /* ---- parallel compile sweeps (check.h) ------------------------------------ */

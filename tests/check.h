@@ -37,6 +37,8 @@ fi_jit_spec parse_or_die(const char *text);
 int check_quick(void);
 /* A quiet context on a cache in check_tmpdir, compiling for `arch`. */
 int check_ctx_new(fi_jit_ctx **out, const char *arch);
+/* A quiet context on the cache in `dir`, compiling for `arch`. */
+int check_ctx_in(fi_jit_ctx **out, const char *dir, const char *arch);
 /* Threads (or processes) the compile sweeps and fault loops use:
  * $FIJIT_TEST_JOBS, default 2, at most CHECK_MAX_JOBS. */
 #define CHECK_MAX_JOBS 16

@@ -66,6 +66,10 @@ typedef struct counter_slot {
 struct fi_jit_ctx {
     char cache_dir[4096];
     char arch[16];          /* override for compile-only use; "" = from the device */
+    /* FIJIT_FAST_COMPILE's NVRTC option ("--Ofast-compile=mid"), "" for none:
+     * quicker builds of slower code, under keys of their own (the option is
+     * in the key like every other). */
+    char fast_compile_option[32];
     int jit;
     int disk_wanted;        /* use_disk_cache: a NULL store then means it failed to open */
     int64_t max_bytes;
@@ -185,6 +189,23 @@ out:
     return rc;
 }
 
+/* FIJIT_FAST_COMPILE: NVRTC's -Ofast-compile level, which trades the
+ * kernels' speed for compile time (docs/cold-start.md has the figures).
+ * Unset, empty or "off": the full optimisation every default build gets. */
+static int fast_compile_resolve(fi_jit_ctx *ctx, const char *level)
+{
+    static const char *const levels[] = {"min", "mid", "max"};
+    ctx->fast_compile_option[0] = '\0';
+    if (!level || !*level || strcmp(level, "off") == 0) return 0;
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+        if (strcmp(level, levels[i]) == 0) {
+            snprintf(ctx->fast_compile_option, sizeof ctx->fast_compile_option,
+                     "--Ofast-compile=%s", level);
+            return 0;
+        }
+    return fi__error(FI_EINVALID, "FIJIT_FAST_COMPILE is '%.32s': one of off, min, mid, max", level);
+}
+
 int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
 {
     int rc = 0;
@@ -213,6 +234,7 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
         FI_TRY(fi__arch_check(arch));
         snprintf(ctx->arch, sizeof ctx->arch, "%s", arch);
     }
+    FI_TRY(fast_compile_resolve(ctx, getenv("FIJIT_FAST_COMPILE")));
     if (opts->use_disk_cache) {
         unsigned flags = FI_STORE_READ_ONLY_FALLBACK |
                          (opts->allow_unsafe_dir ? FI_STORE_ALLOW_UNSAFE_DIR : 0);
@@ -306,8 +328,9 @@ static void build_free(fi_build *b)
 }
 
 /* Expand the templates for `spec` on `arch` and compute its key. */
-static int build_prepare(fi_build *b, const fi_jit_spec *spec, const fi_variant *variant,
-                         const char *arch, void (*explain)(void *, const char *), void *user)
+static int build_prepare(fi_build *b, const fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                         const fi_variant *variant, const char *arch,
+                         void (*explain)(void *, const char *), void *user)
 {
     int rc = 0, major = 0, minor = 0;
     memset(b, 0, sizeof *b);
@@ -326,6 +349,12 @@ static int build_prepare(fi_build *b, const fi_jit_spec *spec, const fi_variant 
     snprintf(b->meta.arch, sizeof b->meta.arch, "%s", arch);
     FI_TRY(fi__expand(&b->tu, spec, variant));
     FI_TRY(fi__nvrtc_version(&major, &minor));
+    if (ctx->fast_compile_option[0]) {
+        if (major * 100 + minor < 1208)
+            FI_FAIL(FI_EUNSUPPORTED, "FIJIT_FAST_COMPILE needs NVRTC 12.8 or later (this one is "
+                    "%d.%d)", major, minor);
+        b->options[b->option_count++] = ctx->fast_compile_option;
+    }
     fi_key_input in = {&b->tu, arch, major, minor, b->option_count, b->options,
                        fi__kind_entry_count(b->kind), b->kind->entries};
     FI_TRY(fi__key_compute(b->key, &in, explain, user));
@@ -500,7 +529,7 @@ int fi_jit_prewarm(fi_build_outcome *out, fi_jit_ctx *ctx, const fi_jit_spec *sp
     }
     pthread_mutex_t *stripe = stripe_for(ctx, fi__table_hash(&key, 0)); /* as get_kernel_slow */
     pthread_mutex_lock(stripe);
-    rc = build_prepare(&b, spec, variant, arch, NULL, NULL);
+    rc = build_prepare(&b, ctx, spec, variant, arch, NULL, NULL);
     if (rc == 0) rc = build_obtain(ctx, &b, &compiled, not_stored);
     /* Prewarm fills the remote too: an entry the disk held may be new to it. */
     if (rc == 0 && b.from_local)
@@ -540,7 +569,7 @@ int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
                  variant->param_count);
         write(user, line);
     }
-    rc = build_prepare(&b, spec, variant, arch, write, user);
+    rc = build_prepare(&b, ctx, spec, variant, arch, write, user);
     build_free(&b);
 out:
     return rc;
@@ -567,7 +596,7 @@ int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int
     spec = &full;
     if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
     /* The unit and options the cache key is computed from, as a build makes them. */
-    FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
+    FI_TRY(build_prepare(&b, ctx, spec, variant, arch, NULL, NULL));
     if (!ptx) {
         *out_size = strlen(b.tu.text);
         *out = b.tu.text;
@@ -653,7 +682,7 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
                           loaded->kernel.spill_bytes, cu));
         e->object = loaded->object;
     } else {
-        FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
+        FI_TRY(build_prepare(&b, ctx, spec, variant, arch, NULL, NULL));
         FI_TRY(build_obtain(ctx, &b, &compiled, NULL));
         FI_TRY(load_entry(e, spec, b.kind, arch, b.object, b.key, b.meta.registers,
                           b.meta.spill_bytes, cu));
