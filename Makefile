@@ -215,6 +215,14 @@ bench: $(B)/bench_jit $(B)/fijit
 	$(B)/bench_jit
 	bash bench/bench_prewarm.sh $(B)/fijit
 
+# Cold builds from an empty cache, side by side with an older build of the
+# library: make bench-cold BASELINE=/tmp/old/libfijit.so [BENCH_COLD_FLAGS="--reps 7 --sweep"]
+.PHONY: bench-cold
+$(B)/bench_cold: bench/bench_cold.c include/fijit.h
+	$(CC) $(TOOL_CPPFLAGS) $(CFLAGS) -o $@ $< -ldl -lpthread
+bench-cold: $(B)/bench_cold $(B)/libfijit.so
+	$(B)/bench_cold $(if $(BASELINE),--baseline $(BASELINE)) $(BENCH_COLD_FLAGS) $(B)/libfijit.so
+
 gpu-check: all
 	bash scripts/gpu/run.sh
 
