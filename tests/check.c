@@ -92,6 +92,21 @@ int check_ctx_in(fi_jit_ctx **out, const char *dir, const char *arch)
     return fi_jit_ctx_new(out, &opts);
 }
 
+static void count_keys(void *user, const char *text)
+{
+    if (strncmp(text, "key ", 4) == 0) ++*(int *)user;
+}
+
+int check_modules_of(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, const char *arch)
+{
+    int modules = 0;
+    for (int i = 0; i < n; i++) {
+        int rc = fi_jit_explain(ctx, &specs[i], arch, count_keys, &modules);
+        if (rc < 0) return rc;
+    }
+    return modules;
+}
+
 int check_ctx_new(fi_jit_ctx **out, const char *arch)
 {
     char dir[4200];

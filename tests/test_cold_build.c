@@ -1,18 +1,24 @@
 /*
  * Cold builds: what a compile's speed settings may and may not change.
- * The cubin a key names is the same bytes whichever cache builds it, and
- * FIJIT_FAST_COMPILE (NVRTC -Ofast-compile: other code, built sooner) builds
- * under keys of its own, so that no default build is served its kernels and
- * none of its kernels is served to a default build.
+ * The cubin a key names is the same bytes whichever cache builds it; a
+ * tuple built in parts side by side (src/kinds/prefill.c parts) has each
+ * kernel's code exactly as the whole module has it, and prewarm stores every
+ * part; FIJIT_FAST_COMPILE (NVRTC -Ofast-compile: other code, built sooner)
+ * builds under keys of its own, so that no default build is served its
+ * kernels and none of its kernels is served to a default build.
  */
+#include <elf.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "common/error.h"
 #include "common/sys.h"
+#include "core/expand.h"
+#include "kinds/registry.h"
 #include "store/object.h"
 #include "store/store.h"
+#include "toolchain/nvrtc.h"
 
 /* The cheapest tuple to compile (decode's one kernel, at head_dim 64). */
 #define COLD_SPEC "decode q=fp16 hd=64"
@@ -131,4 +137,156 @@ TEST(fast_compile_builds_under_its_own_key)
     CHECK(outcome[2] == FI_BUILD_CACHED);
     CHECK(outcome[3] == FI_BUILD_CACHED);
     CHECK(memcmp(default_key, fast_key, 16) != 0);
+}
+
+/* The bytes of section `name` of an ELF64 image (a cubin): 0, or -1 when the
+ * image has no such section or is not one. */
+static int elf_section(const unsigned char *image, size_t size, const char *name,
+                       const unsigned char **out, size_t *out_size)
+{
+    const Elf64_Ehdr *eh = (const void *)image;
+    if (size < sizeof *eh || memcmp(image, ELFMAG, SELFMAG) != 0 || eh->e_shoff > size ||
+        eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shstrndx >= eh->e_shnum ||
+        (size - eh->e_shoff) / sizeof(Elf64_Shdr) < eh->e_shnum)
+        return -1;
+    const Elf64_Shdr *sh = (const void *)(image + eh->e_shoff);
+    const Elf64_Shdr *names = &sh[eh->e_shstrndx];
+    for (int i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_name >= names->sh_size || names->sh_offset + names->sh_size > size) return -1;
+        const char *n = (const char *)image + names->sh_offset + sh[i].sh_name;
+        if (strncmp(n, name, names->sh_size - sh[i].sh_name) != 0) continue;
+        const size_t bytes = sh[i].sh_type == SHT_NOBITS ? 0 : sh[i].sh_size;
+        if (sh[i].sh_offset > size || bytes > size - sh[i].sh_offset) return -1;
+        *out = image + sh[i].sh_offset;
+        *out_size = bytes;
+        return 0;
+    }
+    return -1;
+}
+
+/* 1 when section `name` is as long in both images and, with `bytes`, holds
+ * the same bytes. */
+static int same_section(const void *a, size_t a_size, const void *b, size_t b_size,
+                        const char *name, int bytes)
+{
+    const unsigned char *x, *y;
+    size_t x_size, y_size;
+    return elf_section(a, a_size, name, &x, &x_size) == 0 &&
+           elf_section(b, b_size, name, &y, &y_size) == 0 && x_size == y_size &&
+           (!bytes || memcmp(x, y, x_size) == 0);
+}
+
+/* Bytes of kernel `entry`'s code in `image`, -1 when it has none. */
+static long text_bytes(const void *image, size_t size, const char *entry)
+{
+    char name[160];
+    const unsigned char *text;
+    size_t bytes;
+    snprintf(name, sizeof name, ".text.%s", entry);
+    return elf_section(image, size, name, &text, &bytes) == 0 ? (long)bytes : -1;
+}
+
+/* The whole module of `spec` (every kernel, as before parts), compiled with
+ * the options the explain listing `text` names. */
+static int compile_whole(const fi_jit_spec *spec, const char *text, fi_compile_output *out)
+{
+    const char *options[16], *names[FI_TU_MAX_HEADERS], *sources[FI_TU_MAX_HEADERS];
+    char copy[16384];
+    int option_count = 0;
+    fi_translation_unit tu;
+    snprintf(copy, sizeof copy, "%s", text);
+    /* Lines: option <spaces> N bytes  "value" (the first part's listing). */
+    for (char *line = strtok(copy, "\n"); line && !strstr(line, "key "); line = strtok(NULL, "\n")) {
+        char *open = strchr(line, '"'), *close = strrchr(line, '"');
+        if (strncmp(line, "option ", 7) != 0 || !open || close == open || option_count == 16) continue;
+        *close = '\0';
+        options[option_count++] = open + 1;
+    }
+    int rc = fi__expand(&tu, spec, NULL);
+    if (rc < 0) return rc;
+    for (int i = 0; i < tu.header_count; i++) {
+        names[i] = tu.header_names[i];
+        sources[i] = tu.header_texts[i];
+    }
+    fi_compile_input in = {tu.text, tu.name, tu.header_count, names, sources, option_count, options, 0};
+    rc = option_count ? fi__nvrtc_compile(&in, out) : fi__error(FI_EINVALID, "no options listed");
+    fi__tu_free(&tu);
+    return rc;
+}
+
+/* The keys of a tuple's parts, in the order explain lists them. */
+static int part_keys(const char *text, uint8_t keys[][16], int max)
+{
+    int n = 0;
+    for (const char *p = strstr(text, "\nkey "); p && n < max; p = strstr(p + 1, "\nkey ")) {
+        char hex[33];
+        snprintf(hex, sizeof hex, "%.32s", p + 5);
+        if (fi_key_from_hex(hex, keys[n++]) < 0) return -1;
+    }
+    return n;
+}
+
+TEST(prefill_parts_hold_each_kernel_as_the_whole_module_does)
+{
+    /* The cheapest tuple split on sm_90a: its two parts built by prewarm,
+     * then each kernel compared with the whole module's (one NVRTC program,
+     * as a tuple was built before parts): in the part that builds it the
+     * same code, byte for byte, and metadata of the same length (its bytes
+     * differ in the symbol numbers, each module's own); in the other a stub
+     * (no more code). */
+    fi_jit_spec spec = parse_or_die("batch_prefill_ragged q=fp16 hd=64 mask=causal");
+    const fi_kind_info *kind = fi__kind_info(spec.kind);
+    char dir[4200], text[16384];
+    uint8_t keys[2][16];
+    void *parts[2] = {NULL, NULL};
+    size_t sizes[2] = {0, 0};
+    fi_compile_output whole = {0};
+    fi_build_outcome first, again;
+    fi_jit_stats st = FI_JIT_STATS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    CHECK_OK(check_ctx_in(&ctx, dir, "sm_90a"));
+    int rc = fi_jit_prewarm(&first, ctx, &spec, NULL);
+    if (rc == 0) rc = fi_jit_prewarm(&again, ctx, &spec, NULL);
+    if (rc == 0) rc = fi_jit_stats_get(&st, ctx);
+    if (rc == 0) {
+        text[0] = '\0';
+        rc = fi_jit_explain(ctx, &spec, NULL, append, text);
+    }
+    fi_jit_ctx_free(ctx);
+    CHECK_OK(rc);
+    CHECK(first == FI_BUILD_COMPILED && again == FI_BUILD_CACHED);
+    CHECK_MSG(st.compiles == 2 && st.entries == 2, "compiles %lld, entries %lld",
+              (long long)st.compiles, (long long)st.entries);
+    CHECK_MSG(part_keys(text, keys, 2) == 2 && strstr(text, "part 2 of 2"), "%.3000s", text);
+    for (int p = 0; p < 2 && rc == 0; p++) rc = cached_object(dir, keys[p], &parts[p], &sizes[p]);
+    if (rc == 0) rc = compile_whole(&spec, text, &whole);
+    int bad = rc < 0 ? -1 : 0;
+    char what[512] = "";
+    const char *second = strstr(text, "part 2 of 2, building");
+    for (int e = 0; bad == 0 && second && e < fi__kind_entry_count(kind); e++) {
+        char text_name[160], info_name[160], listed[160];
+        const char *entry = kind->entries[e];
+        snprintf(text_name, sizeof text_name, ".text.%s", entry);
+        snprintf(info_name, sizeof info_name, ".nv.info.%s", entry);
+        snprintf(listed, sizeof listed, " %s", entry);
+        /* The part whose "building" line names the entry. */
+        const char *at = strstr(text, listed);
+        const int p = at && at > second ? 1 : 0;
+        const long full = text_bytes(whole.cubin, whole.cubin_size, entry);
+        const long stub = text_bytes(parts[1 - p], sizes[1 - p], entry);
+        if (!at || !same_section(whole.cubin, whole.cubin_size, parts[p], sizes[p], text_name, 1) ||
+            !same_section(whole.cubin, whole.cubin_size, parts[p], sizes[p], info_name, 0) ||
+            stub < 0 || stub > full) {
+            bad = 1;
+            snprintf(what, sizeof what, "%s (built in part %d): whole module %ld bytes of code, "
+                     "parts %ld and %ld", entry, p + 1, full, text_bytes(parts[0], sizes[0], entry),
+                     text_bytes(parts[1], sizes[1], entry));
+        }
+    }
+    fi__free(parts[0]);
+    fi__free(parts[1]);
+    fi__compile_output_free(&whole);
+    CHECK_MSG(rc == 0, "%s", fi_last_error());
+    CHECK_MSG(bad == 0, "%s", what);
 }
