@@ -7,6 +7,7 @@
  * builds under keys of its own, so that no default build is served its
  * kernels and none of its kernels is served to a default build.
  */
+#include <dlfcn.h>
 #include <elf.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "check.h"
 #include "common/error.h"
 #include "common/sys.h"
+#include "fake_cuda.h"
 #include "core/expand.h"
 #include "kinds/registry.h"
 #include "store/object.h"
@@ -289,4 +291,56 @@ TEST(prefill_parts_hold_each_kernel_as_the_whole_module_does)
     fi__compile_output_free(&whole);
     CHECK_MSG(rc == 0, "%s", fi_last_error());
     CHECK_MSG(bad == 0, "%s", what);
+}
+
+TEST(prefill_parts_load_as_one_kernel)
+{
+    /* On the fake driver: a miss builds the parts on threads of their own
+     * and loads each as a module; a context that may not compile (jit off)
+     * then loads what prewarm stored, with no compile; later calls are
+     * lookups. */
+    fi_jit_spec spec = parse_or_die("batch_prefill_ragged q=fp16 hd=64 mask=causal");
+    const fi_kind_info *kind = fi__kind_info(spec.kind);
+    void *fake = check_fake_cuda();
+    CHECK(fake != NULL && check_fake_cuda_current() == 0);
+    fake_cuda_modules_in_fn modules_in = (fake_cuda_modules_in_fn)dlsym(fake, "fake_cuda_modules_in");
+    CUresult (*current)(CUcontext *) = (CUresult(*)(CUcontext *))dlsym(fake, "cuCtxGetCurrent");
+    CUcontext here = NULL;
+    CHECK(modules_in && current && current(&here) == CUDA_SUCCESS);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    fi_jit_ctx *built = NULL, *served = NULL;
+    const fi_jit_kernel *k = NULL, *again = NULL;
+    fi_jit_stats st = FI_JIT_STATS_INIT, start = FI_JIT_STATS_INIT;
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    opts.cache_dir = dir;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_OFF;
+    opts.jit = 0;
+    const int before = modules_in(here);
+    CHECK_OK(check_ctx_in(&built, dir, "sm_90a"));
+    int rc = fi_jit_get_kernel(&k, built, &spec);
+    const int loaded = modules_in(here) - before;
+    if (rc == 0) rc = fi_jit_ctx_new(&served, &opts);
+    fi_jit_ctx_free(built);
+    CHECK_OK(rc);
+    CHECK_MSG(loaded == 2, "%d modules loaded for a tuple of two parts", loaded);
+    rc = fi_jit_stats_get(&start, served); /* the cache's counts so far */
+    if (rc == 0) rc = fi_jit_get_kernel(&k, served, &spec);
+    if (rc == 0) rc = fi_jit_get_kernel(&again, served, &spec);
+    if (rc == 0) rc = fi_jit_stats_get(&st, served);
+    int missing = rc == 0 ? 0 : -1;
+    for (int i = 0; rc == 0 && i < fi__kind_entry_count(kind); i++) missing += !k->functions[i];
+    const int function_is_main = rc == 0 && k->function == k->functions[0];
+    const int same = k == again;
+    fi_jit_ctx_free(served);
+    CHECK_MSG(rc == 0, "%s", fi_last_error());
+    CHECK_MSG(missing == 0 && function_is_main && same, "missing %d, main %d, same %d", missing,
+              function_is_main, same);
+    st.compiles -= start.compiles;
+    st.disk_hits -= start.disk_hits;
+    st.memory_hits -= start.memory_hits;
+    CHECK_MSG(st.compiles == 0 && st.disk_hits == 2 && st.memory_hits == 1,
+              "compiles %lld, disk hits %lld, memory hits %lld", (long long)st.compiles,
+              (long long)st.disk_hits, (long long)st.memory_hits);
 }
