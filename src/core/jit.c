@@ -421,8 +421,16 @@ static int build_compile(fi_jit_ctx *ctx, fi_build *b)
         goto out;
     }
     count(ctx, C_COMPILES, 1);
-    /* Every entry's registers and spills, for kernel developers (FIJIT_LOG=4). */
-    if (result.log) fi__log(FI_LOG_DEBUG, "%s on %s, ptxas:\n%s", b->meta.spec, b->arch, result.log);
+    /* Every entry's registers and spills, for kernel developers (FIJIT_LOG=4);
+     * a part names the entries it builds (the others are stubs there). */
+    if (result.log) {
+        char built[512] = "";
+        for (int i = 0, used = 0; b->entry_mask && i < fi__kind_entry_count(b->kind); i++)
+            if (b->entry_mask >> i & 1u && used < (int)sizeof built)
+                used += snprintf(built + used, sizeof built - (size_t)used, "%s%s",
+                                 used ? " " : ", building ", b->kind->entries[i]);
+        fi__log(FI_LOG_DEBUG, "%s on %s%s, ptxas:\n%s", b->meta.spec, b->arch, built, result.log);
+    }
     /* Of the main kernel, or of a part's first (the others are stubs there). */
     parse_resource_usage(result.log, b->kind->entries[b->entry_mask ? __builtin_ctz(b->entry_mask) : 0],
                          &b->meta);
