@@ -384,6 +384,26 @@ static void parse_resource_usage(const char *log, const char *entry, fi_object_m
     if (used) sscanf(used, "Used %d registers", &meta->registers);
 }
 
+/* Registers and spills of b's main kernel, entries[0]; of a part, of the
+ * kernel it builds with the most registers (the others are stubs there). */
+static void main_resource_usage(const char *log, const fi_build *b, fi_object_meta *meta)
+{
+    if (!b->entry_mask) {
+        parse_resource_usage(log, b->kind->entries[0], meta);
+        return;
+    }
+    meta->registers = meta->spill_bytes = -1;
+    for (int i = 0; i < fi__kind_entry_count(b->kind); i++) {
+        fi_object_meta usage;
+        if (!(b->entry_mask >> i & 1u)) continue;
+        parse_resource_usage(log, b->kind->entries[i], &usage);
+        if (usage.registers > meta->registers) {
+            meta->registers = usage.registers;
+            meta->spill_bytes = usage.spill_bytes;
+        }
+    }
+}
+
 /* NVRTC on b's unit with `options` (cubin, or PTX with `ptx`); a variant's
  * errors are mapped to the snippet's file and lines. */
 static int nvrtc_run(const fi_build *b, const char *const *options, int option_count, int ptx,
@@ -431,9 +451,7 @@ static int build_compile(fi_jit_ctx *ctx, fi_build *b)
                                  used ? " " : ", building ", b->kind->entries[i]);
         fi__log(FI_LOG_DEBUG, "%s on %s%s, ptxas:\n%s", b->meta.spec, b->arch, built, result.log);
     }
-    /* Of the main kernel, or of a part's first (the others are stubs there). */
-    parse_resource_usage(result.log, b->kind->entries[b->entry_mask ? __builtin_ctz(b->entry_mask) : 0],
-                         &b->meta);
+    main_resource_usage(result.log, b, &b->meta);
     b->object = result.cubin;
     b->object_size = result.cubin_size;
     result.cubin = NULL;
