@@ -344,3 +344,34 @@ TEST(prefill_parts_load_as_one_kernel)
               "compiles %lld, disk hits %lld, memory hits %lld", (long long)st.compiles,
               (long long)st.disk_hits, (long long)st.memory_hits);
 }
+
+TEST(prefill_parts_cover_the_hopper_tuples_and_only_them)
+{
+    /* Every 16-bit prefill tuple without a custom mask is built in two parts
+     * on sm_90a (the kind's parts hold each entry once, or it would be built
+     * whole); fp8, custom masks, other archs and other kinds in one. */
+    static const int kinds[] = {FI_KIND_PREFILL, FI_KIND_BATCH_PREFILL_RAGGED,
+                                FI_KIND_BATCH_PREFILL_PAGED, FI_KIND_DECODE, FI_KIND_BATCH_DECODE};
+    static fi_jit_spec specs[1024];
+    fi_jit_ctx *ctx = NULL;
+    CHECK_OK(check_ctx_new(&ctx, "sm_90a"));
+    int wrong = 0, split = 0;
+    char first[256] = "";
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        const int n = fi_jit_spec_enumerate(specs, sizeof specs / sizeof specs[0], kinds[k]);
+        for (int i = 0; i < n && n <= (int)(sizeof specs / sizeof specs[0]); i++) {
+            const fi_jit_spec *s = &specs[i];
+            const int prefill = kinds[k] != FI_KIND_DECODE && kinds[k] != FI_KIND_BATCH_DECODE;
+            const int hopper = prefill && s->q_dtype != FI_DTYPE_FP8_E4M3 && s->mask != FI_MASK_CUSTOM;
+            const int on_90a = check_modules_of(ctx, s, 1, "sm_90a");
+            const int on_80 = s->q_dtype == FI_DTYPE_FP8_E4M3 ? 1 : check_modules_of(ctx, s, 1, "sm_80");
+            split += on_90a == 2;
+            if (on_90a != (hopper ? 2 : 1) || on_80 != 1) {
+                if (!wrong++) fi_jit_spec_format(first, sizeof first, s);
+            }
+        }
+    }
+    fi_jit_ctx_free(ctx);
+    CHECK_MSG(wrong == 0 && split > 0, "%d tuples built in the wrong number of parts, first %s",
+              wrong, first);
+}

@@ -541,13 +541,23 @@ static pthread_mutex_t *stripe_for(fi_jit_ctx *ctx, uint64_t hash)
 /* ---- parts: one tuple's kernels in modules built side by side --------------- */
 
 /* The parts of `spec`'s kernels on `arch` (kinds/kind.h parts) into out[];
- * 1 with out[0] = 0 (every kernel) where the kind does not split it. */
+ * 1 with out[0] = 0 (every kernel) where the kind does not split it, or
+ * where its parts would not hold each entry exactly once (a kernel served
+ * from a part that has only its stub would run and do nothing). */
 static int spec_parts(const fi_jit_spec *spec, const char *arch, unsigned out[FI_KIND_MAX_PARTS])
 {
     const fi_kind_info *kind = fi__kind_info(spec->kind);
     int n = kind && kind->parts ? kind->parts(spec, arch, out) : 1;
-    if (n <= 1) out[0] = 0;
-    return n <= 1 ? 1 : n;
+    unsigned seen = 0, twice = 0;
+    for (int i = 0; i < n && n <= FI_KIND_MAX_PARTS; i++) {
+        twice |= seen & out[i];
+        seen |= out[i];
+    }
+    if (n <= 1 || n > FI_KIND_MAX_PARTS || twice || seen != (1u << fi__kind_entry_count(kind)) - 1) {
+        out[0] = 0;
+        return 1;
+    }
+    return n;
 }
 
 /* One part's build (expand, key, store or compile), on a thread of its own. */
