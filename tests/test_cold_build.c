@@ -293,6 +293,16 @@ TEST(prefill_parts_hold_each_kernel_as_the_whole_module_does)
     CHECK_MSG(bad == 0, "%s", what);
 }
 
+/* The fake driver's context current on this thread, and its module count. */
+static int fake_context(fake_cuda_modules_in_fn *modules_in, CUcontext *here)
+{
+    void *fake = check_fake_cuda();
+    if (!fake || check_fake_cuda_current() < 0) return -1;
+    *(void **)modules_in = dlsym(fake, "fake_cuda_modules_in");
+    CUresult (*current)(CUcontext *) = (CUresult(*)(CUcontext *))dlsym(fake, "cuCtxGetCurrent");
+    return *modules_in && current && current(here) == CUDA_SUCCESS ? 0 : -1;
+}
+
 TEST(prefill_parts_load_as_one_kernel)
 {
     /* On the fake driver: a miss builds the parts on threads of their own
@@ -301,12 +311,9 @@ TEST(prefill_parts_load_as_one_kernel)
      * lookups. */
     fi_jit_spec spec = parse_or_die("batch_prefill_ragged q=fp16 hd=64 mask=causal");
     const fi_kind_info *kind = fi__kind_info(spec.kind);
-    void *fake = check_fake_cuda();
-    CHECK(fake != NULL && check_fake_cuda_current() == 0);
-    fake_cuda_modules_in_fn modules_in = (fake_cuda_modules_in_fn)dlsym(fake, "fake_cuda_modules_in");
-    CUresult (*current)(CUcontext *) = (CUresult(*)(CUcontext *))dlsym(fake, "cuCtxGetCurrent");
+    fake_cuda_modules_in_fn modules_in = NULL;
     CUcontext here = NULL;
-    CHECK(modules_in && current && current(&here) == CUDA_SUCCESS);
+    CHECK(fake_context(&modules_in, &here) == 0);
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
     fi_jit_ctx *built = NULL, *served = NULL;
@@ -374,4 +381,78 @@ TEST(prefill_parts_cover_the_hopper_tuples_and_only_them)
     fi_jit_ctx_free(ctx);
     CHECK_MSG(wrong == 0 && split > 0, "%d tuples built in the wrong number of parts, first %s",
               wrong, first);
+}
+
+/* One miss of `spec` in a fresh context on `dir` with the Nth call of
+ * `mask`'s class failing once, then the same call again: how each went, the
+ * modules loaded in all, and the compiles the cache has counted. */
+typedef struct fault_run {
+    int first, second, loaded;
+    long fired;
+    long long compiles;
+    char message[256];
+} fault_run;
+
+static fault_run miss_with_fault(const char *dir, const fi_jit_spec *spec, unsigned mask, long nth,
+                                 fake_cuda_modules_in_fn modules_in, CUcontext here)
+{
+    fault_run r = {-1, -1, 0, 0, -1, ""};
+    fi_jit_ctx *ctx = NULL;
+    const fi_jit_kernel *k = NULL;
+    fi_jit_stats st = FI_JIT_STATS_INIT;
+    if (check_ctx_in(&ctx, dir, "sm_90a") < 0) return r;
+    const int before = modules_in(here);
+    fi__fault_arm(mask, nth, 0);
+    r.first = fi_jit_get_kernel(&k, ctx, spec);
+    r.fired = fi__fault_count();
+    fi__fault_arm(0, 0, 0);
+    snprintf(r.message, sizeof r.message, "%s", fi_last_error());
+    r.second = fi_jit_get_kernel(&k, ctx, spec);
+    r.loaded = modules_in(here) - before;
+    if (fi_jit_stats_get(&st, ctx) == 0) r.compiles = st.compiles;
+    fi_jit_ctx_free(ctx);
+    return r;
+}
+
+TEST(prefill_parts_recover_from_a_failed_part)
+{
+    /* A miss whose parts fail one at a time: an NVRTC call of either part's
+     * compile, or the Nth driver call of loading them. The call says why;
+     * the next one builds or loads only what is missing and serves the
+     * kernel from two modules; nothing leaks (ASan). */
+    fi_jit_spec spec = parse_or_die("batch_prefill_ragged q=fp16 hd=64 mask=causal");
+    fake_cuda_modules_in_fn modules_in = NULL;
+    CUcontext here = NULL;
+    CHECK(fake_context(&modules_in, &here) == 0);
+    /* NVRTC: a call early in one part's build and one late (the parts run
+     * side by side, so which part is not fixed); a fresh cache each. */
+    static const long nvrtc_calls[] = {1, 6};
+    for (size_t i = 0; i < sizeof nvrtc_calls / sizeof nvrtc_calls[0]; i++) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/nvrtc-%ld", check_tmpdir, nvrtc_calls[i]);
+        fault_run r = miss_with_fault(dir, &spec, FI_FAULT_NVRTC, nvrtc_calls[i], modules_in, here);
+        CHECK_MSG(r.fired == 1 && r.first == FI_ENOMEM && *r.message,
+                  "NVRTC fault %ld (fired %ld): rc %d, '%s'", nvrtc_calls[i], r.fired, r.first,
+                  r.message);
+        CHECK_MSG(r.second == 0 && r.loaded == 2 && r.compiles == 2,
+                  "after NVRTC fault %ld: rc %d, %d modules, %lld compiles", nvrtc_calls[i],
+                  r.second, r.loaded, r.compiles);
+    }
+    /* The driver: every call in turn, on a cache that holds both parts. */
+    char dir[4200];
+    fi_jit_ctx *ctx = NULL;
+    snprintf(dir, sizeof dir, "%s/driver", check_tmpdir);
+    CHECK_OK(check_ctx_in(&ctx, dir, "sm_90a"));
+    int rc = fi_jit_prewarm(NULL, ctx, &spec, NULL);
+    fi_jit_ctx_free(ctx);
+    CHECK_OK(rc);
+    for (long nth = 1; nth < 64; nth++) {
+        fault_run r = miss_with_fault(dir, &spec, FI_FAULT_DRIVER, nth, modules_in, here);
+        CHECK_MSG(r.fired ? r.first < 0 && *r.message : r.first == 0,
+                  "driver fault %ld (fired %ld): rc %d, '%s'", nth, r.fired, r.first, r.message);
+        CHECK_MSG(r.second == 0 && r.loaded == 2 && r.compiles == 2,
+                  "after driver fault %ld: rc %d, %d modules, %lld compiles", nth, r.second,
+                  r.loaded, r.compiles);
+        if (!r.fired) break; /* past the miss's last driver call */
+    }
 }
