@@ -82,7 +82,7 @@ $(1)/tests/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(CPPFLAGS) $$(CFLAGS) -shared -Wl,-soname,libcuda.so.1 -o $$@ $$< -lpthread
 $(1)/tests/test_launch $(1)/tests/test_multi_context $(1)/tests/test_batch_decode_compile \
-  $(1)/tests/test_mla_decode: | $(1)/tests/libcuda.so.1
+  $(1)/tests/test_mla_decode $(1)/tests/test_cold_build: | $(1)/tests/libcuda.so.1
 # The same fake as a driver before CUDA 12 (no context-independent loading),
 # which test_load runs itself again on (FIJIT_TEST_FAKE_CUDA).
 $(1)/tests/cuda11/libcuda.so.1: tests/fake_cuda.c tests/fake_cuda.h
@@ -149,12 +149,14 @@ test-asan: $(TEST_SRC:tests/%.c=$(B)/asan/tests/%) $(NVRTC_MEMO)
 	  bash tests/run_sanitized.sh $$t); done
 
 # TSan covers the concurrent parts: the in-process table and single flight,
-# threads driving two (fake) devices at once, and threads sharing one remote
-# tier (connection pool, lease renewals).
+# threads driving two (fake) devices at once, threads sharing one remote
+# tier (connection pool, lease renewals), and a prefill tuple's parts built
+# on threads of their own.
 TSAN_ENV := FIJIT_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:suppressions=tests/tsan.supp
 test-tsan: $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context $(B)/tsan/tests/test_remote_redis \
-           $(B)/tsan/tests/test_remote_http
-	@set -e; for t in $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context; do \
+           $(B)/tsan/tests/test_remote_http $(B)/tsan/tests/test_cold_build
+	@set -e; for t in $(B)/tsan/tests/test_concurrency $(B)/tsan/tests/test_multi_context \
+	  $(B)/tsan/tests/test_cold_build; do \
 	  echo "== $$t"; $(call timed,$$t,$(TSAN_ENV) $$t); done
 	@echo "== $(B)/tsan/tests/test_remote_redis redis_threads"; \
 	  $(call timed,test_remote_redis redis_threads,$(TSAN_ENV) $(B)/tsan/tests/test_remote_redis redis_threads)
@@ -236,6 +238,14 @@ test-worklog:
 bench: $(B)/bench_jit $(B)/fijit
 	$(B)/bench_jit
 	bash bench/bench_prewarm.sh $(B)/fijit
+
+# Cold builds from an empty cache, side by side with an older build of the
+# library: make bench-cold BASELINE=/tmp/old/libfijit.so [BENCH_COLD_FLAGS="--reps 7 --sweep"]
+.PHONY: bench-cold
+$(B)/bench_cold: bench/bench_cold.c include/fijit.h
+	$(CC) $(TOOL_CPPFLAGS) $(CFLAGS) -o $@ $< -ldl -lpthread
+bench-cold: $(B)/bench_cold $(B)/libfijit.so
+	$(B)/bench_cold $(if $(BASELINE),--baseline $(BASELINE)) $(BENCH_COLD_FLAGS) $(B)/libfijit.so
 
 gpu-check: all
 	bash scripts/gpu/run.sh

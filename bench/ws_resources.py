@@ -5,7 +5,8 @@ from a prewarm log written with FIJIT_LOG=4 (ptxas' resource lines per entry):
 prints one line per spec that spills or whose wgmmas ptxas serialises (its notes
 C7510-C7520, "wgmma.mma_async instructions are serialized": every MMA then waits for the
 one before, which costs 25-40%), then a summary, which also counts the sm_90a specs whose
-log held no resource lines for the loop."""
+log held no resource lines for the loop. Of a tuple built in parts (the log's "building"
+list), only the part that builds the loop is read: it is a stub in the others."""
 import collections
 import re
 import sys
@@ -14,11 +15,13 @@ import sys
 def main():
     spec, want, spill, rows, serial, specs = None, False, 0, [], {}, set()
     for line in open(sys.argv[1]):
-        m = re.search(r"(\S+ q=.*?) on (\S+), ptxas", line)
+        m = re.search(r"(\S+ q=.*?) on (\S+?)(, building [^,]*)?, ptxas", line)
         if m:  # the loop is empty but on sm_90a
             spec = m.group(1) if m.group(2) == "sm_90a" else None
             if spec:
                 specs.add(spec)
+            if m.group(3) and "fi_prefill_kernel_ws" not in m.group(3).split():
+                spec = None  # a part where the loop is a stub
             continue
         note = re.search(r"\((C75\d\d)\) .*are serialized", line)
         if spec and note and "'fi_prefill_kernel_ws'" in line:

@@ -183,8 +183,11 @@ FI_API int fi_cuda_current_arch(char *out, size_t out_size);
 
 /* The translation unit `spec` expands to on `arch` (NULL: the context's),
  * byte for byte what the key hashes and NVRTC compiles (ptx 0), or the PTX
- * NVRTC makes of it (ptx 1, compiled now, not cached). `*out` is
- * NUL-terminated (`*out_size` excludes the NUL); free it with fi_free. */
+ * NVRTC makes of it (ptx 1, compiled now, not cached). A tuple built in
+ * parts (prefill on sm_90a; fi_jit_explain lists them) is this unit with a
+ * "#define FIJIT_ENTRY_MASK" line before its last #include in each part.
+ * `*out` is NUL-terminated (`*out_size` excludes the NUL); free it with
+ * fi_free. */
 FI_API int fi_jit_unit(char **out, size_t *out_size, fi_jit_ctx *ctx, const fi_jit_spec *spec,
                        const char *arch, int ptx);
 

@@ -86,11 +86,9 @@ int main(int argc, char **argv) { return check_main(argc, argv); }
 /* ---- fixtures (check.h) ------------------------------------------------------ */
 int check_quick(void) { return getenv("FIJIT_TEST_QUICK") != NULL; }
 
-int check_ctx_new(fi_jit_ctx **out, const char *arch)
+int check_ctx_in(fi_jit_ctx **out, const char *dir, const char *arch)
 {
-    char dir[4200];
     fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
     opts.cache_dir = dir;
     opts.arch = arch;
     opts.log_level = FI_LOG_OFF;
@@ -134,6 +132,28 @@ const char *check_shared_cache(const char *const *specs, int n)
     if (rc < 0) fprintf(stderr, "warming %s: %s\n", shared_cache, fi_last_error());
     fi_jit_ctx_free(ctx);
     return rc == 0 ? shared_cache : NULL;
+}
+
+static void count_keys(void *user, const char *text)
+{
+    if (strncmp(text, "key ", 4) == 0) ++*(int *)user;
+}
+
+int check_modules_of(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, const char *arch)
+{
+    int modules = 0;
+    for (int i = 0; i < n; i++) {
+        int rc = fi_jit_explain(ctx, &specs[i], arch, count_keys, &modules);
+        if (rc < 0) return rc;
+    }
+    return modules;
+}
+
+int check_ctx_new(fi_jit_ctx **out, const char *arch)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/cache", check_tmpdir);
+    return check_ctx_in(out, dir, arch);
 }
 
 /* ---- parallel compile sweeps (check.h) ------------------------------------ */

@@ -40,6 +40,12 @@ fi_jit_spec parse_or_die(const char *text);
 int check_quick(void);
 /* A quiet context on a cache in check_tmpdir, compiling for `arch`. */
 int check_ctx_new(fi_jit_ctx **out, const char *arch);
+/* A quiet context on the cache in `dir`, compiling for `arch`. */
+int check_ctx_in(fi_jit_ctx **out, const char *dir, const char *arch);
+/* The modules (cache entries, compiles) specs[0..n) build on `arch`: one a
+ * tuple, or one per part of a tuple built in parts (a key each in
+ * fi_jit_explain's listing). A negative code when one cannot be explained. */
+int check_modules_of(fi_jit_ctx *ctx, const fi_jit_spec *specs, int n, const char *arch);
 /* Threads (or processes) the compile sweeps and fault loops use:
  * $FIJIT_TEST_JOBS, default 2, at most CHECK_MAX_JOBS. */
 #define CHECK_MAX_JOBS 16

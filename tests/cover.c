@@ -198,7 +198,7 @@ static void ignore_text(void *user, const char *text) { (void)user, (void)text; 
 int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n, char *err,
                   size_t err_size)
 {
-    int result = -1, kept = 0, count = 0;
+    int result = -1, kept = 0, count = 0, modules = 0;
     fi_jit_ctx *ctx = NULL;
     if (check_ctx_new(&ctx, arch) < 0) {
         snprintf(err, err_size, "context for %s: %s", arch, fi_last_error());
@@ -221,6 +221,10 @@ int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n
                  kept);
         goto out;
     }
+    if ((modules = check_modules_of(ctx, specs, count, arch)) < 0) {
+        snprintf(err, err_size, "explain on %s: %s", arch, fi_last_error());
+        goto out;
+    }
     /* The cache (check_tmpdir's) may hold another arch's modules already. */
     char first[2400];
     fi_jit_stats before = FI_JIT_STATS_INIT, after = FI_JIT_STATS_INIT;
@@ -229,16 +233,16 @@ int cover_compile(const char *label, const char *arch, fi_jit_spec *specs, int n
     if (rc == 0) rc = fi_jit_stats_get(&after, ctx);
     const long long compiles = after.compiles - before.compiles;
     const long long entries = after.entries - before.entries;
-    printf("  %s %s: %d of %d tuples (%d refused on the arch), %d failed, NVRTC %.2f s per "
-           "module (%d threads)\n", label, arch, count, kept, n - kept, failures,
+    printf("  %s %s: %d of %d tuples (%d refused on the arch) in %d modules, %d failed, NVRTC "
+           "%.2f s per module (%d threads)\n", label, arch, count, kept, n - kept, modules, failures,
            compiles > 0 ? (double)(after.compile_ns - before.compile_ns) / 1e9 / (double)compiles
                         : 0.0,
            check_jobs());
     if (failures)
         snprintf(err, err_size, "%s: %d of %d failed; first: %s", arch, failures, count, first);
-    else if (rc < 0 || compiles != count || entries != count)
-        snprintf(err, err_size, "%s: %lld compiles and %lld new entries for %d tuples", arch,
-                 compiles, entries, count);
+    else if (rc < 0 || compiles != modules || entries != modules)
+        snprintf(err, err_size, "%s: %lld compiles and %lld new entries for %d tuples in %d "
+                 "modules", arch, compiles, entries, count, modules);
     else
         result = count;
 out:

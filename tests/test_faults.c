@@ -34,14 +34,7 @@ static fi_jit_spec spec_of(const char *text)
     return spec;
 }
 
-static int open_ctx(fi_jit_ctx **out, const char *dir)
-{
-    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
-    opts.cache_dir = dir;
-    opts.arch = "sm_90a";
-    opts.log_level = FI_LOG_OFF;
-    return fi_jit_ctx_new(out, &opts);
-}
+static int open_ctx(fi_jit_ctx **out, const char *dir) { return check_ctx_in(out, dir, "sm_90a"); }
 
 /* The workload under faults; returns the first unexpected code, or 0. */
 static int workload(const char *dir, char *why, size_t why_size)

@@ -238,5 +238,7 @@ TEST(hopper_trace_hooks_compile_from_a_template_copy)
     fi_jit_stats st = FI_JIT_STATS_INIT;
     CHECK_OK(fi_jit_stats_get(&st, ctx));
     fi_jit_ctx_free(ctx);
-    CHECK(st.compiles == 3);
+    /* Each in its two parts on sm_90a (src/kinds/prefill.c parts): the
+     * define is in both, so both build anew. */
+    CHECK(st.compiles == 3 * 2);
 }

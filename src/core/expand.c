@@ -178,6 +178,12 @@ static void sort_headers(fi_translation_unit *tu)
 
 int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const fi_variant *variant)
 {
+    return fi__expand_part(out, spec, variant, 0);
+}
+
+int fi__expand_part(fi_translation_unit *out, const fi_jit_spec *spec, const fi_variant *variant,
+                    unsigned entry_mask)
+{
     int rc = 0;
     fi_text t = {0};
     memset(out, 0, sizeof *out);
@@ -221,6 +227,9 @@ int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const fi_varia
     } else {
         text_add(&t, "#include \"common/variant.cuh\"\n");
     }
+    if (entry_mask)
+        text_add(&t, "#define FIJIT_ENTRY_MASK 0x%xu  // kernels built here; the others are stubs\n",
+                 entry_mask);
     text_add(&t, "#include \"%s\"\n", kind->template_name);
     if (t.failed) FI_FAIL(FI_ENOMEM, "out of memory generating the translation unit");
     out->text = t.data;

@@ -26,6 +26,12 @@ struct fi_variant;
 /* Expand `spec` (already checked). `variant` is the registered user variant
  * the spec names, or NULL for the built-in one. */
 int fi__expand(fi_translation_unit *out, const fi_jit_spec *spec, const struct fi_variant *variant);
+/* fi__expand for one part of the tuple's kernels (kinds/kind.h parts): the
+ * prelude defines FIJIT_ENTRY_MASK as `entry_mask`, and the kind's template
+ * builds the entries outside it as empty stubs. 0: every kernel, the text
+ * of fi__expand. */
+int fi__expand_part(fi_translation_unit *out, const fi_jit_spec *spec,
+                    const struct fi_variant *variant, unsigned entry_mask);
 void fi__tu_free(fi_translation_unit *tu);
 
 /* Longest template name: a path relative to templates/, "prefill/kernels.cuh". */

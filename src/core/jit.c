@@ -65,6 +65,10 @@ typedef struct counter_slot {
 struct fi_jit_ctx {
     char cache_dir[4096];
     char arch[16];          /* override for compile-only use; "" = from the device */
+    /* FIJIT_FAST_COMPILE's NVRTC option ("--Ofast-compile=mid"), "" for none:
+     * quicker builds of slower code, under keys of their own (the option is
+     * in the key like every other). */
+    char fast_compile_option[32];
     int jit;
     int disk_wanted;        /* use_disk_cache: a NULL store then means it failed to open */
     int64_t max_bytes;
@@ -188,6 +192,23 @@ out:
     return rc;
 }
 
+/* FIJIT_FAST_COMPILE: NVRTC's -Ofast-compile level, which trades the
+ * kernels' speed for compile time (docs/cold-start.md has the figures).
+ * Unset, empty or "off": the full optimisation every default build gets. */
+static int fast_compile_resolve(fi_jit_ctx *ctx, const char *level)
+{
+    static const char *const levels[] = {"min", "mid", "max"};
+    ctx->fast_compile_option[0] = '\0';
+    if (!level || !*level || strcmp(level, "off") == 0) return 0;
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+        if (strcmp(level, levels[i]) == 0) {
+            snprintf(ctx->fast_compile_option, sizeof ctx->fast_compile_option,
+                     "--Ofast-compile=%s", level);
+            return 0;
+        }
+    return fi__error(FI_EINVALID, "FIJIT_FAST_COMPILE is '%.32s': one of off, min, mid, max", level);
+}
+
 int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
 {
     int rc = 0;
@@ -216,6 +237,7 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
         FI_TRY(fi__arch_check(arch));
         snprintf(ctx->arch, sizeof ctx->arch, "%s", arch);
     }
+    FI_TRY(fast_compile_resolve(ctx, getenv("FIJIT_FAST_COMPILE")));
     if (opts->use_disk_cache) {
         unsigned flags = FI_STORE_READ_ONLY_FALLBACK |
                          (opts->allow_unsafe_dir ? FI_STORE_ALLOW_UNSAFE_DIR : 0);
@@ -294,6 +316,7 @@ typedef struct fi_build {
     char arch_option[48];
     const char *options[8];
     int option_count;
+    unsigned entry_mask;         /* the part of the kernels built (kind.h parts); 0: all */
     uint8_t key[16];
     fi_object_meta meta;
     void *object;      /* the cubin */
@@ -309,11 +332,13 @@ static void build_free(fi_build *b)
 }
 
 /* Expand the templates for `spec` on `arch` and compute its key. */
-static int build_prepare(fi_build *b, const fi_jit_spec *spec, const fi_variant *variant,
-                         const char *arch, void (*explain)(void *, const char *), void *user)
+static int build_prepare(fi_build *b, const fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                         const fi_variant *variant, const char *arch, unsigned entry_mask,
+                         void (*explain)(void *, const char *), void *user)
 {
     int rc = 0, major = 0, minor = 0;
     memset(b, 0, sizeof *b);
+    b->entry_mask = entry_mask;
     FI_TRY(fi__arch_check(arch));
     b->variant = variant;
     b->kind = fi__kind_info(spec->kind);
@@ -327,8 +352,14 @@ static int build_prepare(fi_build *b, const fi_jit_spec *spec, const fi_variant 
     b->options[b->option_count++] = "--ptxas-options=--verbose"; /* registers and spills into the log */
     FI_TRY(fi_jit_spec_format(b->meta.spec, sizeof b->meta.spec, spec));
     snprintf(b->meta.arch, sizeof b->meta.arch, "%s", arch);
-    FI_TRY(fi__expand(&b->tu, spec, variant));
+    FI_TRY(fi__expand_part(&b->tu, spec, variant, entry_mask));
     FI_TRY(fi__nvrtc_version(&major, &minor));
+    if (ctx->fast_compile_option[0]) {
+        if (major * 100 + minor < 1208)
+            FI_FAIL(FI_EUNSUPPORTED, "FIJIT_FAST_COMPILE needs NVRTC 12.8 or later (this one is "
+                    "%d.%d)", major, minor);
+        b->options[b->option_count++] = ctx->fast_compile_option;
+    }
     fi_key_input in = {&b->tu, arch, major, minor, b->option_count, b->options,
                        fi__kind_entry_count(b->kind), b->kind->entries};
     FI_TRY(fi__key_compute(b->key, &in, explain, user));
@@ -354,6 +385,26 @@ static void parse_resource_usage(const char *log, const char *entry, fi_object_m
         meta->spill_bytes = spill_stores;
     const char *used = strstr(p, "Used ");
     if (used) sscanf(used, "Used %d registers", &meta->registers);
+}
+
+/* Registers and spills of b's main kernel, entries[0]; of a part, of the
+ * kernel it builds with the most registers (the others are stubs there). */
+static void main_resource_usage(const char *log, const fi_build *b, fi_object_meta *meta)
+{
+    if (!b->entry_mask) {
+        parse_resource_usage(log, b->kind->entries[0], meta);
+        return;
+    }
+    meta->registers = meta->spill_bytes = -1;
+    for (int i = 0; i < fi__kind_entry_count(b->kind); i++) {
+        fi_object_meta usage;
+        if (!(b->entry_mask >> i & 1u)) continue;
+        parse_resource_usage(log, b->kind->entries[i], &usage);
+        if (usage.registers > meta->registers) {
+            meta->registers = usage.registers;
+            meta->spill_bytes = usage.spill_bytes;
+        }
+    }
 }
 
 /* NVRTC on b's unit with `options` (cubin, or PTX with `ptx`); a variant's
@@ -393,9 +444,17 @@ static int build_compile(fi_jit_ctx *ctx, fi_build *b)
         goto out;
     }
     count(ctx, C_COMPILES, 1);
-    /* Every entry's registers and spills, for kernel developers (FIJIT_LOG=4). */
-    if (result.log) fi__log(FI_LOG_DEBUG, "%s on %s, ptxas:\n%s", b->meta.spec, b->arch, result.log);
-    parse_resource_usage(result.log, b->kind->entries[0], &b->meta);
+    /* Every entry's registers and spills, for kernel developers (FIJIT_LOG=4);
+     * a part names the entries it builds (the others are stubs there). */
+    if (result.log) {
+        char built[512] = "";
+        for (int i = 0, used = 0; b->entry_mask && i < fi__kind_entry_count(b->kind); i++)
+            if (b->entry_mask >> i & 1u && used < (int)sizeof built)
+                used += snprintf(built + used, sizeof built - (size_t)used, "%s%s",
+                                 used ? " " : ", building ", b->kind->entries[i]);
+        fi__log(FI_LOG_DEBUG, "%s on %s%s, ptxas:\n%s", b->meta.spec, b->arch, built, result.log);
+    }
+    main_resource_usage(result.log, b, &b->meta);
     b->object = result.cubin;
     b->object_size = result.cubin_size;
     result.cubin = NULL;
@@ -482,12 +541,99 @@ static pthread_mutex_t *stripe_for(fi_jit_ctx *ctx, uint64_t hash)
     return &ctx->build_stripes[(hash >> 32) % FI_BUILD_STRIPES];
 }
 
+/* ---- parts: one tuple's kernels in modules built side by side --------------- */
+
+/* The parts of `spec`'s kernels on `arch` (kinds/kind.h parts) into out[];
+ * 1 with out[0] = 0 (every kernel) where the kind does not split it, or
+ * where its parts would not hold each entry exactly once (a kernel served
+ * from a part that has only its stub would run and do nothing). */
+static int spec_parts(const fi_jit_spec *spec, const char *arch, unsigned out[FI_KIND_MAX_PARTS])
+{
+    const fi_kind_info *kind = fi__kind_info(spec->kind);
+    int n = kind && kind->parts ? kind->parts(spec, arch, out) : 1;
+    unsigned seen = 0, twice = 0;
+    for (int i = 0; i < n && n <= FI_KIND_MAX_PARTS; i++) {
+        twice |= seen & out[i];
+        seen |= out[i];
+    }
+    if (n <= 1 || n > FI_KIND_MAX_PARTS || twice || seen != (1u << fi__kind_entry_count(kind)) - 1) {
+        out[0] = 0;
+        return 1;
+    }
+    return n;
+}
+
+/* One part's build (expand, key, store or compile), on a thread of its own. */
+typedef struct part_build {
+    fi_jit_ctx *ctx;
+    const fi_jit_spec *spec;
+    const fi_variant *variant;
+    const char *arch;
+    unsigned entry_mask;
+    fi_build b;
+    int compiled;
+    int rc;
+    char not_stored[FI_NOT_STORED_MAX];
+    char error[2048]; /* the thread's fi_last_error() where rc < 0 */
+} part_build;
+
+static void *part_build_run(void *arg)
+{
+    part_build *p = arg;
+    p->rc = build_prepare(&p->b, p->ctx, p->spec, p->variant, p->arch, p->entry_mask, NULL, NULL);
+    if (p->rc == 0) p->rc = build_obtain(p->ctx, &p->b, &p->compiled, p->not_stored);
+    if (p->rc < 0) snprintf(p->error, sizeof p->error, "%s", fi_last_error());
+    return NULL;
+}
+
+/* Obtain the parts[i] with bit i of `todo` set, side by side: each on a
+ * thread of its own but the last, which runs on the caller's (as does any
+ * whose thread cannot start). The first failure's code and words, else 0. */
+static int parts_obtain(part_build *parts, int n, unsigned todo)
+{
+    pthread_t threads[FI_KIND_MAX_PARTS];
+    int started[FI_KIND_MAX_PARTS] = {0}, last = -1, rc = 0;
+    for (int i = 0; i < n; i++)
+        if (todo >> i & 1u) last = i;
+    for (int i = 0; i < n; i++) {
+        if (!(todo >> i & 1u)) continue;
+        if (i != last && pthread_create(&threads[i], NULL, part_build_run, &parts[i]) == 0)
+            started[i] = 1;
+        else
+            part_build_run(&parts[i]);
+    }
+    for (int i = 0; i < n; i++)
+        if (started[i]) pthread_join(threads[i], NULL);
+    for (int i = 0; i < n && rc == 0; i++)
+        if ((todo >> i & 1u) && parts[i].rc < 0) rc = fi__error(parts[i].rc, "%s", parts[i].error);
+    return rc;
+}
+
+static void parts_init(part_build *parts, int n, fi_jit_ctx *ctx, const fi_jit_spec *spec,
+                       const fi_variant *variant, const char *arch, const unsigned *masks)
+{
+    memset(parts, 0, sizeof *parts * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        parts[i].ctx = ctx;
+        parts[i].spec = spec;
+        parts[i].variant = variant;
+        parts[i].arch = arch;
+        parts[i].entry_mask = masks[i];
+    }
+}
+
+static void parts_free(part_build *parts, int n)
+{
+    for (int i = 0; i < n; i++) build_free(&parts[i].b);
+}
+
 int fi_jit_prewarm(fi_build_outcome *out, fi_jit_ctx *ctx, const fi_jit_spec *spec,
                    const char *arch)
 {
-    int rc = 0, compiled = 0;
-    char not_stored[FI_NOT_STORED_MAX] = "";
-    fi_build b;
+    int rc = 0, compiled = 0, n_parts = 0;
+    const char *not_stored = "";
+    part_build *parts = NULL;
+    unsigned masks[FI_KIND_MAX_PARTS];
     fi_spec_key key;
     fi_jit_spec full;
     char device_arch[16];
@@ -501,20 +647,27 @@ int fi_jit_prewarm(fi_build_outcome *out, fi_jit_ctx *ctx, const fi_jit_spec *sp
         arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
         if (!ctx->arch[0] && fi__cuda_current_arch(device_arch, NULL, NULL) == 0) arch = device_arch;
     }
+    n_parts = spec_parts(spec, arch, masks);
+    if (!(parts = fi__calloc((size_t)n_parts, sizeof *parts))) FI_FAIL(FI_ENOMEM, "out of memory");
+    parts_init(parts, n_parts, ctx, spec, variant, arch, masks);
     pthread_mutex_t *stripe = stripe_for(ctx, fi__table_hash(&key, 0)); /* as get_kernel_slow */
     pthread_mutex_lock(stripe);
-    rc = build_prepare(&b, spec, variant, arch, NULL, NULL);
-    if (rc == 0) rc = build_obtain(ctx, &b, &compiled, not_stored);
-    /* Prewarm fills the remote too: an entry the disk held may be new to it. */
-    if (rc == 0 && b.from_local)
-        fi_store_publish(ctx->store, b.key, b.object, b.object_size, &b.meta);
+    rc = parts_obtain(parts, n_parts, (1u << n_parts) - 1);
+    for (int i = 0; rc == 0 && i < n_parts; i++) {
+        const fi_build *b = &parts[i].b;
+        /* Prewarm fills the remote too: an entry the disk held may be new to it. */
+        if (b->from_local) fi_store_publish(ctx->store, b->key, b->object, b->object_size, &b->meta);
+        compiled |= parts[i].compiled;
+        if (!not_stored[0]) not_stored = parts[i].not_stored;
+    }
     pthread_mutex_unlock(stripe);
     if (rc == 0 && not_stored[0]) /* prewarm's job is to store: say what was lost, and why */
-        rc = fi__error(FI_EIO, "%s for %s compiled but not stored in the cache: %s", b.meta.spec,
-                       b.arch, not_stored);
-    build_free(&b);
+        rc = fi__error(FI_EIO, "%s for %s compiled but not stored in the cache: %s",
+                       parts[0].b.meta.spec, parts[0].b.arch, not_stored);
     if (rc == 0 && out) *out = compiled ? FI_BUILD_COMPILED : FI_BUILD_CACHED;
 out:
+    if (parts) parts_free(parts, n_parts);
+    fi__free(parts);
     return rc;
 }
 
@@ -543,8 +696,24 @@ int fi_jit_explain(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch,
                  variant->param_count);
         write(user, line);
     }
-    rc = build_prepare(&b, spec, variant, arch, write, user);
-    build_free(&b);
+    /* A tuple built in parts has a key per part, each listed after the
+     * kernels it builds in full. */
+    unsigned masks[FI_KIND_MAX_PARTS];
+    const int n_parts = spec_parts(spec, arch, masks);
+    rc = 0; /* fi_jit_spec_format's length */
+    for (int i = 0; rc == 0 && i < n_parts; i++) {
+        if (n_parts > 1) {
+            const fi_kind_info *kind = fi__kind_info(spec->kind);
+            int used = snprintf(line, sizeof line, "part %d of %d, building", i + 1, n_parts);
+            for (int e = 0; e < fi__kind_entry_count(kind) && used < (int)sizeof line; e++)
+                if (masks[i] >> e & 1u)
+                    used += snprintf(line + used, sizeof line - (size_t)used, " %s", kind->entries[e]);
+            if (used < (int)sizeof line - 1) strcat(line, "\n");
+            write(user, line);
+        }
+        rc = build_prepare(&b, ctx, spec, variant, arch, masks[i], write, user);
+        build_free(&b);
+    }
 out:
     return rc;
 }
@@ -570,7 +739,7 @@ int fi__jit_unit(fi_jit_ctx *ctx, const fi_jit_spec *spec, const char *arch, int
     spec = &full;
     if (!arch || !*arch) arch = ctx->arch[0] ? ctx->arch : FI_DEFAULT_ARCH;
     /* The unit and options the cache key is computed from, as a build makes them. */
-    FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
+    FI_TRY(build_prepare(&b, ctx, spec, variant, arch, 0, NULL, NULL));
     if (!ptx) {
         *out_size = strlen(b.tu.text);
         *out = b.tu.text;
@@ -614,6 +783,74 @@ static int load_entry(fi_table_entry *e, const fi_jit_spec *spec, const fi_kind_
     return fi__load_object(e, object, key, kind, registers, spill_bytes, cu);
 }
 
+/* Fill `e`, the tuple's entry in this context, from its parts (`masks`),
+ * each an entry of its own (spec.part = p + 1) that owns its module: loaded
+ * here already, else from the object another context keeps, else obtained
+ * (the missing parts side by side) and loaded. `e` owns no module: it takes
+ * each function from the part that built it, the rest of its kernel (launch
+ * shape, registers, key) from the part of the main function. */
+static int parts_load(fi_jit_ctx *ctx, fi_table_entry *e, const fi_jit_spec *spec,
+                      const fi_variant *variant, const char *arch, const unsigned *masks,
+                      int n_parts, const fi_cuda_api *cu)
+{
+    int rc = 0, main_part = 0;
+    unsigned todo = 0;
+    fi_table_entry *loaded[FI_KIND_MAX_PARTS] = {NULL};
+    const fi_kind_info *kind = fi__kind_info(spec->kind);
+    part_build *builds = fi__calloc((size_t)n_parts, sizeof *builds);
+    if (!builds) return fi__error(FI_ENOMEM, "out of memory");
+    parts_init(builds, n_parts, ctx, spec, variant, arch, masks);
+    for (int p = 0; p < n_parts; p++) {
+        fi_spec_key key = e->spec;
+        key.part = p + 1;
+        loaded[p] = fi__table_find(&ctx->table, fi__table_hash(&key, e->device_id), &key,
+                                   e->device_id);
+        if (!loaded[p] && !fi__table_find_object(&ctx->table, &key, arch)) todo |= 1u << p;
+    }
+    FI_TRY(parts_obtain(builds, n_parts, todo));
+    for (int p = 0; p < n_parts; p++) {
+        if (loaded[p]) continue;
+        fi_table_entry *part = fi__calloc(1, sizeof *part);
+        if (!part) FI_FAIL(FI_ENOMEM, "out of memory");
+        part->spec = e->spec;
+        part->spec.part = p + 1;
+        part->hash = fi__table_hash(&part->spec, e->device_id);
+        part->device_id = e->device_id;
+        part->device_ctx = e->device_ctx;
+        const fi_table_entry *other = fi__table_find_object(&ctx->table, &part->spec, arch);
+        const fi_build *b = &builds[p].b;
+        if (other) { /* loaded in another context: the same object */
+            count(ctx, C_MEMORY_HITS, 1);
+            rc = load_entry(part, spec, kind, arch, other->object, other->kernel.key,
+                            other->kernel.registers, other->kernel.spill_bytes, cu);
+            part->object = other->object;
+        } else {
+            rc = load_entry(part, spec, kind, arch, b->object, b->key, b->meta.registers,
+                            b->meta.spill_bytes, cu);
+            part->object = b->object;
+            part->owns_object = 1;
+        }
+        if (rc < 0) {
+            fi__free(part);
+            goto out;
+        }
+        if (!other) builds[p].b.object = NULL; /* the part's entry keeps it */
+        fi__table_insert(&ctx->table, part);
+        loaded[p] = part;
+    }
+    for (int p = 0; p < n_parts; p++)
+        if (masks[p] & 1u) main_part = p;
+    e->kernel = loaded[main_part]->kernel;
+    for (int i = 0; i < fi__kind_entry_count(kind); i++)
+        for (int p = 0; p < n_parts; p++)
+            if (masks[p] >> i & 1u) e->kernel.functions[i] = loaded[p]->kernel.functions[i];
+    e->kernel.function = e->kernel.functions[0];
+out:
+    parts_free(builds, n_parts);
+    fi__free(builds);
+    return rc;
+}
+
 /* The slow path of fi_jit_get_kernel: load the object another context of
  * this process already has, else build or read it; load, publish. Holds the
  * stripe of the spec alone, so that devices asking for one kernel at once
@@ -646,7 +883,11 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
     e->spec = *key;
     e->device_id = device_id;
     e->device_ctx = device_ctx;
-    if ((loaded = fi__table_find_object(&ctx->table, key, arch))) {
+    unsigned masks[FI_KIND_MAX_PARTS];
+    const int parts = spec_parts(spec, arch, masks);
+    if (parts > 1) {
+        FI_TRY(parts_load(ctx, e, spec, variant, arch, masks, parts, cu));
+    } else if ((loaded = fi__table_find_object(&ctx->table, key, arch))) {
         /* Loaded in another context (a second device): the same object. */
         count(ctx, C_MEMORY_HITS, 1);
         FI_TRY(load_entry(e, spec, fi__kind_info(spec->kind), arch, loaded->object,
@@ -654,7 +895,7 @@ static int get_kernel_slow(fi_jit_ctx *ctx, const fi_jit_spec *spec, const fi_sp
                           loaded->kernel.spill_bytes, cu));
         e->object = loaded->object;
     } else {
-        FI_TRY(build_prepare(&b, spec, variant, arch, NULL, NULL));
+        FI_TRY(build_prepare(&b, ctx, spec, variant, arch, 0, NULL, NULL));
         FI_TRY(build_obtain(ctx, &b, &compiled, NULL));
         FI_TRY(load_entry(e, spec, b.kind, arch, b.object, b.key, b.meta.registers,
                           b.meta.spill_bytes, cu));

@@ -25,6 +25,8 @@ typedef struct fi_launch_shape {
 
 /* Longest list of head dims a unit offers (see head_dims). */
 #define FI_KIND_MAX_HEAD_DIMS 8
+/* Most modules one tuple's kernels are split into (see parts). */
+#define FI_KIND_MAX_PARTS 4
 
 typedef struct fi_kind_info {
     fi_kernel_kind kind;
@@ -49,6 +51,13 @@ typedef struct fi_kind_info {
     /* Optional (NULL: every arch): limits of this spec on `arch`, checked
      * before anything is expanded or compiled for it. */
     int (*check_arch)(const fi_jit_spec *spec, const char *arch);
+    /* Optional (NULL: one module): the kernels of `spec` on `arch` split into
+     * modules that are compiled side by side, because one NVRTC program
+     * compiles its kernels one after another. Fills out[p] with part p's
+     * entries (bit i: entries[i] is built in full there and an empty stub in
+     * the others, so that every part has every symbol; each entry in exactly
+     * one part) and returns the number of parts, 1 for no split. */
+    int (*parts)(const fi_jit_spec *spec, const char *arch, unsigned out[FI_KIND_MAX_PARTS]);
 } fi_kind_info;
 
 /* ---- checks several units share (kinds/checks.c) ---------------------------- */

@@ -99,6 +99,32 @@ static int check_arch(const fi_jit_spec *spec, const char *arch)
     return 0;
 }
 
+/* Entries of PREFILL_ENTRIES by index (their order in the module). */
+enum { ENTRY_Q128, ENTRY_Q64, ENTRY_Q16, ENTRY_ROPE_K, ENTRY_WS, ENTRY_FP8_V };
+#define ENTRY_BIT(e) (1u << (e))
+
+/* On sm_90a a 16-bit tuple's module holds the Hopper main loop and three
+ * tile kernels (the main loop's fallbacks, and the shapes that fill the SMs
+ * with short queries: src/launch/prefill_ws.c), which NVRTC compiles one
+ * after another: 1.2 s at head_dim 128, of which the main loop 0.6 s and
+ * each tile kernel 0.2 s (docs/cold-start.md). Built as two modules side by
+ * side, the first request waits for the slower one: the main loop with the
+ * pre-passes, and the tile kernels; at head_dim above 128 (tile kernels of
+ * 0.3 s each) the 16-row tiles join the main loop. Elsewhere one module. */
+static int parts(const fi_jit_spec *spec, const char *arch, unsigned out[FI_KIND_MAX_PARTS])
+{
+    if (!fi__prefill_is_sm90a(arch) || fi__prefill_is_fp8(spec) ||
+        !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM))
+        return 1;
+    out[0] = ENTRY_BIT(ENTRY_WS) | ENTRY_BIT(ENTRY_ROPE_K) | ENTRY_BIT(ENTRY_FP8_V);
+    out[1] = ENTRY_BIT(ENTRY_Q128) | ENTRY_BIT(ENTRY_Q64) | ENTRY_BIT(ENTRY_Q16);
+    if (spec->head_dim > 128) {
+        out[0] |= ENTRY_BIT(ENTRY_Q16);
+        out[1] &= ~ENTRY_BIT(ENTRY_Q16);
+    }
+    return 2;
+}
+
 static void launch_shape(const fi_jit_spec *spec, const char *arch, fi_launch_shape *out)
 {
     /* Of functions[0] (128-row tiles); the launch code computes the others. */
@@ -120,6 +146,7 @@ const fi_kind_info fi__kind_prefill = {
     .check = check_single,
     .launch_shape = launch_shape,
     .check_arch = check_arch,
+    .parts = parts,
 };
 
 const fi_kind_info fi__kind_batch_prefill_ragged = {
@@ -131,6 +158,7 @@ const fi_kind_info fi__kind_batch_prefill_ragged = {
     .check = check_ragged,
     .launch_shape = launch_shape,
     .check_arch = check_arch,
+    .parts = parts,
 };
 
 const fi_kind_info fi__kind_batch_prefill_paged = {
@@ -142,4 +170,5 @@ const fi_kind_info fi__kind_batch_prefill_paged = {
     .check = check_paged,
     .launch_shape = launch_shape,
     .check_arch = check_arch,
+    .parts = parts,
 };

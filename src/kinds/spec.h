@@ -15,6 +15,7 @@
 typedef struct fi_spec_key {
     int32_t kind, q_dtype, kv_dtype, o_dtype, head_dim, mask, pos, soft_cap;
     int32_t head_dim_vo; /* 0 when equal to head_dim */
+    int32_t part;        /* 0: the tuple; p + 1: part p of its kernels (kind.h parts) */
     char variant[FI_VARIANT_NAME_MAX + 1]; /* "" for the built-in variant */
     uint64_t variant_hash;                 /* content of the registered snippet */
 } fi_spec_key;

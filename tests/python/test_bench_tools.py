@@ -32,8 +32,9 @@ SPEC = "q=fp16 kv=fp16 o=fp16 hd=128 mask=causal pos=none softcap=0"
 LOOP = "'fi_prefill_kernel_ws'"
 
 
-def module(kind, arch, body):
-    return [f"fijit debug: {kind} {SPEC} on {arch}, ptxas:"] + body + \
+def module(kind, arch, body, building=""):
+    part = f", building {building}" if building else ""
+    return [f"fijit debug: {kind} {SPEC} on {arch}{part}, ptxas:"] + body + \
         [f"compiled  {kind} {SPEC} {arch} 2000 ms"]
 
 
@@ -52,6 +53,11 @@ def test_ws_resources():
     log = (module("prefill", "sm_90a", resources(8))
            + module("batch_prefill_ragged", "sm_90a", resources(0, ("C7515", "C7511")))
            + module("batch_prefill_paged", "sm_90a", ["ptxas i"])  # a log cut short
+           # A tuple in two parts: the loop's resources from the part that builds it, not
+           # the stub's in the other (whose 96 B would otherwise be read).
+           + module("batch_prefill_ragged", "sm_90a", resources(96), "fi_prefill_kernel_q128")
+           + module("batch_prefill_ragged", "sm_90a", resources(0),
+                    "fi_prefill_rope_k_kernel fi_prefill_kernel_ws")
            + module("batch_prefill_paged", "sm_80", resources(96)))  # not the Hopper loop
     with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
         f.write("\n".join(log) + "\n")
@@ -67,10 +73,11 @@ def test_ws_resources():
           f"  wgmma serialised (C7511, C7515): batch_prefill_ragged {SPEC}" in lines, out)
     check("ws_resources: the summary counts the modules read, spills, serialised ones and "
           "the spec whose log lost its resource lines",
-          lines[-1] == "Hopper main loop (fi_prefill_kernel_ws): 2 modules, 1 without spills; "
+          lines[-1] == "Hopper main loop (fi_prefill_kernel_ws): 3 modules, 2 without spills; "
                        "spill bytes: 8 B x1; wgmma serialised in 1; 1 sm_90a specs without the "
                        "loop's resource lines", lines[-1] if lines else out)
-    check("ws_resources: other archs are left out", "96 B" not in out, out)
+    check("ws_resources: other archs, and a part where the loop is a stub, are left out",
+          "96 B" not in out, out)
 
 
 def test_causal_tile_use():
