@@ -40,8 +40,8 @@ class KeyLayout:
     int32 [B + 1] (row b's keys are list entries kv_indptr[b] .. kv_indptr[b+1]) and
     keys int32 [B * L + 1] (entry p: b * L + j for key j of row b; entries past the
     last row's are unused). Built once per forward, shared by every layer whose caches
-    are [B, *, L, D]."""
-    __slots__ = ("kv_indptr", "keys", "batch_size", "kv_len", "visible", "_pages")
+    are [B, *, L, D]. A plain class (torch.compile traces its making in a mask
+    function)."""
 
     def __init__(self, kv_indptr, keys, batch_size, kv_len, visible=None):
         self.kv_indptr, self.keys, self.visible = kv_indptr, keys, visible

@@ -380,11 +380,16 @@ r = run([sys.executable, "-m", "fijit", "prewarm", "--kernel", "decode", "--dtyp
 check("python -m fijit prewarm: the cached spec, exit 0",
       r.returncode == 0 and r.stdout.startswith("cached    decode q=fp16 kv=fp16 o=fp16 hd=64")
       and "1 spec, 0 compiled, 1 already cached, 0 failed" in r.stdout, r.stdout + r.stderr)
+r = run([sys.executable, "-m", "fijit", "prewarm", "-j", "2", "--kernel", "decode", "--dtype",
+         "fp16,bf16", "--head-dim", "64", "--mask", "window", "--arch", "sm_90a"], env=env)
+check("python -m fijit prewarm -j 2: two specs on two workers",
+      r.returncode == 0 and "2 specs, 2 compiled" in r.stdout and "(-j 2)" in r.stdout,
+      r.stdout + r.stderr)
 r = run([sys.executable, "-m", "fijit", "prewarm", "--dtype", "fp99"], env=env)
 check("python -m fijit prewarm: a bad dtype is exit 2 naming it",
       r.returncode == 2 and "fp99" in r.stderr, r.stdout + r.stderr)
 r = run([sys.executable, "-m", "fijit", "stats", "--json"], env=env)
-check("python -m fijit stats --json", r.returncode == 0 and '"entries":1' in r.stdout, r.stdout)
+check("python -m fijit stats --json", r.returncode == 0 and '"entries":3' in r.stdout, r.stdout)
 r = run([sys.executable, "-m", "fijit", "--version"],  # the package away from the source tree
         env=dict(env, PYTHONPATH=bare, FIJIT_BUILD_DIR=os.path.join(WORK, "nowhere"),
                  PATH="/nonexistent"), cwd=WORK)
