@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU tests of the package's tensor paths without torch or a GPU: tests/python/fake_torch
+"""CPU tests of the package's tensor paths without torch or a GPU: tests/python/stand_ins
 stands in for torch (small host tensors) and tests/fake_cuda.c for the driver (host
 memory for device memory, launches checked and counted), so the real code runs end to
 end, the library included (kernels are compiled for the fake's sm_90a and loaded). What
@@ -20,7 +20,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build"))
-sys.path[:0] = [os.path.join(HERE, "fake_torch"), os.path.join(ROOT, "python")]
+sys.path[:0] = [os.path.join(HERE, "stand_ins"), os.path.join(ROOT, "python")]
 os.environ["FIJIT_LIBRARY"] = os.path.join(BUILD, "libfijit.so")
 for var in ("FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_TEMPLATE_DIR", "FIJIT_REMOTE"):
     os.environ.pop(var, None)
@@ -38,7 +38,7 @@ import torch  # noqa: E402  (the fake)
 import fijit  # noqa: E402
 from fijit import padded as P  # noqa: E402
 
-assert getattr(torch, "FAKE", False), "tests/python/fake_torch must shadow torch here"
+assert getattr(torch, "FAKE", False), "tests/python/stand_ins must shadow torch here"
 from checks import check, failures, finish, raises  # noqa: E402,F401
 
 
@@ -242,5 +242,74 @@ check("decode(softcap=): still served, with a DeprecationWarning",
       [w.category for w in caught] == [DeprecationWarning], [str(w.message) for w in caught])
 e = raises(lambda: fijit.prefill(pq, pk, pk, softcap=1.0, logits_soft_cap=2.0), TypeError)
 check("prefill: softcap and logits_soft_cap both: TypeError", isinstance(e, TypeError))
+
+# ---- the transformers backend (on stand-ins of transformers' registries) ------------------------
+import types  # noqa: E402
+import fijit.integrations.transformers as fhf  # noqa: E402
+from transformers import masking_utils as mu  # noqa: E402  (the stand-in)
+from transformers.integrations import sdpa_attention as sdpa  # noqa: E402
+
+fhf.register()
+from transformers import AttentionInterface  # noqa: E402
+check("register(): the attention and mask functions under 'fijit'",
+      AttentionInterface["fijit"] is fhf.fijit_attention_forward
+      and mu.AttentionMaskInterface["fijit"] is fhf._mask)
+m2 = torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6, [0, 1, 1, 1, 1, 1]])
+mask_kw = dict(batch_size=B, cache_position=torch.arange(L), kv_length=L, kv_offset=0,
+               mask_function=mu.causal_mask_function, attention_mask=m2,
+               allow_is_causal_skip=True, dtype=F16, config=types.SimpleNamespace())
+lay = fhf._mask(**mask_kw)
+check("the mask function: a KeyLayout of the padding, no SDPA mask built",
+      isinstance(lay, P.KeyLayout) and not mu.sdpa_calls
+      and row_lists(lay) == [[(0, j) for j in range(2, 6)], [(1, j) for j in range(6)],
+                             [(2, j) for j in range(1, 6)]], row_lists(lay))
+lay_s = fhf._mask(**dict(mask_kw, cache_position=torch.tensor([4]), kv_length=8,
+                         attention_mask=torch.tensor([[0, 1, 1, 1, 1]] * B)))
+check("the mask function, a static cache of 8 at its 5th token: keys 1..4 of each row",
+      row_lists(lay_s) == [[(b, j) for j in range(1, 5)] for b in range(B)], row_lists(lay_s))
+lay_w = fhf._mask(**dict(mask_kw, mask_function=mu.and_masks(mu.causal_mask_function),
+                         local_size=4))
+check("the mask function of a sliding-window layer (an and_mask with local_size): a KeyLayout",
+      isinstance(lay_w, P.KeyLayout), repr(lay_w))
+refused = {
+    "chunked attention": dict(local_size=4, config=types.SimpleNamespace(attention_chunk_size=4)),
+    "an extra mask function (packed sequences)": dict(
+        mask_function=mu.and_masks(mu.causal_mask_function)),
+    "a cache offset that is a tensor (a rolling static window)": dict(kv_offset=torch.tensor(2)),
+    "no query positions": dict(cache_position=None),
+}
+for name, kw in refused.items():
+    mu.sdpa_calls.clear()
+    got = fhf._mask(**dict(mask_kw, **kw))
+    check(f"the mask function, {name}: SDPA's mask (the calls then fall back)",
+          isinstance(got, mu.SdpaMask) and len(mu.sdpa_calls) == 1
+          and mu.sdpa_calls[0]["allow_is_causal_skip"] is False, repr(got))
+
+module = types.SimpleNamespace(training=False, is_causal=True)
+fhf.calls.update(fijit=0, sdpa=0)
+n0 = launches()
+o, w = fhf.fijit_attention_forward(module, q, k, v, lay, scaling=0.125)
+check("the attention function: one launch for the batch, out [B, S, H, D], served by fijit",
+      launches() == n0 + 1 and tuple(o.shape) == (B, S, H, D) and w is None
+      and fhf.calls == {"fijit": 1, "sdpa": 0}, (launches() - n0, fhf.calls))
+n0 = launches()
+fhf.fijit_attention_forward(module, q, k, v, lay, scaling=0.125, sliding_window=3, softcap=50.0,
+                            s_aux=torch.zeros(H, dtype=torch.float32))
+check("the attention function with a window, a soft-cap and sinks (gpt-oss's s_aux): one "
+      "launch of the sink variant's plan",
+      launches() == n0 + 1 and any(key[-4:] == (2, 50.0, 0.125, P.SINK_VARIANT)
+                                   for key in P._plans), list(P._plans)[-1])
+n0 = launches()
+o, _ = fhf.fijit_attention_forward(module, q, k, v, mu.SdpaMask({}), scaling=0.125)
+check("the attention function with a 4-D mask: SDPA, with that mask, nothing launched",
+      o == "sdpa" and launches() == n0 and fhf.calls["sdpa"] == 1
+      and isinstance(sdpa.calls[-1]["attention_mask"], mu.SdpaMask))
+q32 = torch.empty(B, S, H, D, dtype=torch.float32).transpose(1, 2)
+o, _ = fhf.fijit_attention_forward(module, q32, k, v, lay, scaling=0.125)
+m = sdpa.calls[-1]["attention_mask"]
+check("the attention function on fp32: SDPA with the layout's equivalent bool mask",
+      o == "sdpa" and fhf.calls["sdpa"] == 2 and tuple(m.shape) == (B, 1, S, L)
+      and m.tolist()[0][0][0] == [False, False, True, False, False, False]
+      and sdpa.calls[-1]["is_causal"] is False, sdpa.calls[-1])
 
 finish("test_padded")

@@ -146,13 +146,31 @@ def _mask(*args, **kwargs):
     chunked = local_size is not None and local_size == getattr(config, "attention_chunk_size",
                                                                None)
     name = getattr(kwargs.get("mask_function"), "__name__", "")
-    own = name in _OWN_MASK_FUNCTIONS or (local_size is not None and name in _WINDOW_FUNCTIONS)
-    if (chunked or not own or cache_position is None or not isinstance(kv_length, int)
-            or not isinstance(kv_offset, int)
-            or (attention_mask is not None and attention_mask.dim() != 2)):
+    own = name in _OWN_MASK_FUNCTIONS or (local_size is not None and (
+        name in _WINDOW_FUNCTIONS or "sliding" in name))
+    q_end = _queries_end(cache_position, kwargs)
+    if (chunked or not own or q_end is None or not _plain_int(kv_length)
+            or not _plain_int(kv_offset)
+            or (attention_mask is not None and attention_mask.dim() != 2)
+            or (attention_mask is None and not isinstance(q_end, torch.Tensor))):
         return mu.sdpa_mask(*args, **dict(kwargs, allow_is_causal_skip=False))
-    q_end = cache_position[-1:] + 1
     return P.padding_layout(P.visible_keys(attention_mask, kv_length, kv_offset, q_end))
+
+
+def _plain_int(x):
+    """An int, or the symbolic int torch.compile traces one as (not a tensor)."""
+    return isinstance(x, int) or type(x).__name__ == "SymInt"
+
+
+def _queries_end(cache_position, kwargs):
+    """The position after this forward's last query: from cache_position (a device
+    tensor: no synchronisation), or from q_offset + q_length where a release passes
+    those instead; None when neither is given."""
+    if cache_position is not None:
+        return cache_position[-1:] + 1
+    if kwargs.get("q_length") is not None and kwargs.get("q_offset") is not None:
+        return kwargs["q_offset"] + kwargs["q_length"]
+    return None
 
 
 # The mask functions of transformers' create_causal_mask and create_bidirectional_mask,

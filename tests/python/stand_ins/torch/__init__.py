@@ -116,6 +116,8 @@ class Tensor:
     def detach(self):
         return self
 
+    requires_grad = False
+
     def record_stream(self, stream):
         pass
 
@@ -450,5 +452,10 @@ class _Cuda:
 
 cuda = _Cuda()
 compiler = types.SimpleNamespace(is_compiling=lambda: False)
+
+
+def is_grad_enabled():
+    return False
+
 _C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0)  # the default stream
 FAKE = True
