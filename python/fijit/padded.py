@@ -61,6 +61,36 @@ class KeyLayout:
             self._pages[rows_per_batch] = pages
         return pages
 
+    def packed(self):
+        """The layout as ONE int32 tensor [1, 1, 1, (B + 1) + (B * L + 1)] (kv_indptr,
+        then keys): what a model can carry where it carries a 4-D attention mask
+        (transformers passes such a mask through untouched, compiled forwards and
+        generate's precomputed static-cache masks included). unpack() reads it back."""
+        return torch.cat([self.kv_indptr, self.keys]).view(1, 1, 1, -1)
+
+    @staticmethod
+    def is_packed(t, batch_size, kv_len):
+        """Whether `t` is the packed() form of a layout of these sizes."""
+        return (isinstance(t, torch.Tensor) and t.dtype == torch.int32 and t.dim() == 4
+                and tuple(t.shape[:3]) == (1, 1, 1)
+                and t.shape[3] == batch_size + 1 + batch_size * kv_len + 1)
+
+    @staticmethod
+    def unpack(t, batch_size, kv_len):
+        """The KeyLayout of a packed() tensor (views of it, no copy)."""
+        flat = t.view(-1)
+        return KeyLayout(flat[:batch_size + 1], flat[batch_size + 1:], batch_size, kv_len)
+
+    def visible_mask(self):
+        """The bool [B, L] mask of the listed keys (kept, or rebuilt on the device)."""
+        if self.visible is None:
+            B, L = self.batch_size, self.kv_len
+            p = torch.arange(B * L + 1, device=self.keys.device)
+            listed = torch.where(p < self.kv_indptr[-1:], self.keys.to(torch.int64), B * L)
+            flags = torch.zeros(B * L + 1, dtype=torch.bool, device=self.keys.device)
+            self.visible = flags.scatter_(0, listed, True)[:B * L].view(B, L)
+        return self.visible
+
 
 def padding_layout(visible):
     """The KeyLayout of a bool [B, L] mask (True: row b attends to key j), on its
@@ -84,9 +114,7 @@ def sdpa_mask(layout, qo_len, *, causal=True, window_left=-1):
     """The bool [B, 1, S, L] mask (True: attend) that SDPA needs to compute what a run
     over `layout` computes: row b's listed keys, query i at position n_b - S + i of
     them (causal: keys up to it; window: and no more than window_left before it)."""
-    visible = layout.visible
-    if visible is None:
-        raise ValueError("layout: made without its visibility mask (use padding_layout)")
+    visible = layout.visible_mask()
     rank = torch.cumsum(visible, -1) - 1                               # [B, L]
     n = visible.sum(-1, keepdim=True)                                  # [B, 1]
     qpos = n - qo_len + torch.arange(qo_len, device=visible.device)[None, :]  # [B, S]
@@ -98,19 +126,21 @@ def sdpa_mask(layout, qo_len, *, causal=True, window_left=-1):
     return allowed[:, None]
 
 
-def visible_keys(attention_mask_2d, kv_len, kv_offset, q_end):
+def visible_keys(attention_mask_2d, kv_len, kv_offset, q_end, batch_size=None):
     """transformers' padding mask as the visibility mask padding_layout takes: key j of
     the layer's cache (position j + kv_offset) is visible to row b when the 2-D mask
     attends to that position, or when the position follows the row's last attended one
     (right padding in a prompt: the pads after the last token are keys of the pad
     queries only, so keeping them keeps every query at its own position), and it is
     below q_end (the end of this forward's queries: a static cache's unfilled tail is
-    not). attention_mask_2d None: no padding. q_end: an int or a 0-dim/1-element
-    tensor."""
+    not). attention_mask_2d None: no padding in any of batch_size rows. q_end: an int
+    or a 1-element tensor. Returns bool [B, kv_len]."""
     pos = torch.arange(kv_len, device=_device_of(attention_mask_2d, q_end)) + kv_offset
     visible = pos[None, :] < q_end
     if attention_mask_2d is None:
-        return visible
+        if batch_size is None:
+            raise ValueError("batch_size: required without an attention mask")
+        return visible.expand(int(batch_size), -1).contiguous()
     m = attention_mask_2d.to(torch.bool)
     B, n = m.shape
     idx = torch.arange(n, device=m.device)

@@ -94,10 +94,14 @@ check("visible_keys: a sliding cache holding positions 2..4 (kv_offset 2)",
       v == [[True, True, True], [True, True, True]], v)
 v = P.visible_keys(torch.tensor([[0, 0, 0, 1, 1]], dtype=torch.int64), 3, 2, 5).tolist()
 check("visible_keys: ... with a pad inside the window", v == [[False, True, True]], v)
-v = P.visible_keys(None, 4, 0, torch.tensor([3])).tolist()
-check("visible_keys: no mask, a static cache's tail", v == [[True, True, True, False]], v)
-e = raises(lambda: P.visible_keys(None, 4, 0, 3), ValueError)
+v = P.visible_keys(None, 4, 0, torch.tensor([3]), batch_size=2).tolist()
+check("visible_keys: no mask, a static cache's tail, every row",
+      v == [[True, True, True, False]] * 2, v)
+e = raises(lambda: P.visible_keys(None, 4, 0, 3, batch_size=2), ValueError)
 check("visible_keys: no tensor to take the device from: ValueError", isinstance(e, ValueError))
+e = raises(lambda: P.visible_keys(None, 4, 0, torch.tensor([3])), ValueError)
+check("visible_keys: no mask and no batch_size: ValueError naming it",
+      isinstance(e, ValueError) and "batch_size" in str(e), repr(e))
 
 m = P.sdpa_mask(P.padding_layout(bools([[0, 1, 1, 1]])), 2, causal=True).tolist()
 check("sdpa_mask: the queries at the last positions of the row's keys, causal",
@@ -258,19 +262,27 @@ m2 = torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6, [0, 1, 1, 1, 1, 1]])
 mask_kw = dict(batch_size=B, cache_position=torch.arange(L), kv_length=L, kv_offset=0,
                mask_function=mu.causal_mask_function, attention_mask=m2,
                allow_is_causal_skip=True, dtype=F16, config=types.SimpleNamespace())
-lay = fhf._mask(**mask_kw)
-check("the mask function: a KeyLayout of the padding, no SDPA mask built",
-      isinstance(lay, P.KeyLayout) and not mu.sdpa_calls
+packed = fhf._mask(**mask_kw)
+lay = P.KeyLayout.unpack(packed, B, L)
+check("the mask function: the padding's KeyLayout packed as a 4-D int32 tensor (which "
+      "transformers carries as a prepared mask), no SDPA mask built",
+      P.KeyLayout.is_packed(packed, B, L) and tuple(packed.shape) == (1, 1, 1, B + 1 + B * L + 1)
+      and not P.KeyLayout.is_packed(packed, B, L + 1) and not mu.sdpa_calls
       and row_lists(lay) == [[(0, j) for j in range(2, 6)], [(1, j) for j in range(6)],
                              [(2, j) for j in range(1, 6)]], row_lists(lay))
-lay_s = fhf._mask(**dict(mask_kw, cache_position=torch.tensor([4]), kv_length=8,
-                         attention_mask=torch.tensor([[0, 1, 1, 1, 1]] * B)))
+lay_s = P.KeyLayout.unpack(fhf._mask(**dict(mask_kw, cache_position=torch.tensor([4]),
+                                            kv_length=8,
+                                            attention_mask=torch.tensor([[0, 1, 1, 1, 1]] * B))),
+                           B, 8)
 check("the mask function, a static cache of 8 at its 5th token: keys 1..4 of each row",
       row_lists(lay_s) == [[(b, j) for j in range(1, 5)] for b in range(B)], row_lists(lay_s))
+lay_n = P.KeyLayout.unpack(fhf._mask(**dict(mask_kw, attention_mask=None)), B, L)
+check("the mask function without a padding mask: every key of every row",
+      row_lists(lay_n) == [[(b, j) for j in range(L)] for b in range(B)], row_lists(lay_n))
 lay_w = fhf._mask(**dict(mask_kw, mask_function=mu.and_masks(mu.causal_mask_function),
                          local_size=4))
-check("the mask function of a sliding-window layer (an and_mask with local_size): a KeyLayout",
-      isinstance(lay_w, P.KeyLayout), repr(lay_w))
+check("the mask function of a sliding-window layer (an and_mask with local_size): a layout",
+      P.KeyLayout.is_packed(lay_w, B, L), repr(lay_w))
 refused = {
     "chunked attention": dict(local_size=4, config=types.SimpleNamespace(attention_chunk_size=4)),
     "an extra mask function (packed sequences)": dict(
@@ -288,12 +300,17 @@ for name, kw in refused.items():
 module = types.SimpleNamespace(training=False, is_causal=True)
 fhf.calls.update(fijit=0, sdpa=0)
 n0 = launches()
-o, w = fhf.fijit_attention_forward(module, q, k, v, lay, scaling=0.125)
-check("the attention function: one launch for the batch, out [B, S, H, D], served by fijit",
-      launches() == n0 + 1 and tuple(o.shape) == (B, S, H, D) and w is None
-      and fhf.calls == {"fijit": 1, "sdpa": 0}, (launches() - n0, fhf.calls))
+o, w = fhf.fijit_attention_forward(module, q, k, v, packed, scaling=0.125)
+first = fhf._last_layout[1]
+fhf.fijit_attention_forward(module, q, k, v, packed, scaling=0.125)
+check("the attention function: one launch per layer for the batch, out [B, S, H, D], served "
+      "by fijit; the packed mask unpacked once for every layer",
+      launches() == n0 + 2 and tuple(o.shape) == (B, S, H, D) and w is None
+      and fhf.calls == {"fijit": 2, "sdpa": 0} and fhf._last_layout[1] is first,
+      (launches() - n0, fhf.calls))
 n0 = launches()
-fhf.fijit_attention_forward(module, q, k, v, lay, scaling=0.125, sliding_window=3, softcap=50.0,
+fhf.fijit_attention_forward(module, q, k, v, packed, scaling=0.125, sliding_window=3,
+                            softcap=50.0,
                             s_aux=torch.zeros(H, dtype=torch.float32))
 check("the attention function with a window, a soft-cap and sinks (gpt-oss's s_aux): one "
       "launch of the sink variant's plan",
@@ -305,9 +322,10 @@ check("the attention function with a 4-D mask: SDPA, with that mask, nothing lau
       o == "sdpa" and launches() == n0 and fhf.calls["sdpa"] == 1
       and isinstance(sdpa.calls[-1]["attention_mask"], mu.SdpaMask))
 q32 = torch.empty(B, S, H, D, dtype=torch.float32).transpose(1, 2)
-o, _ = fhf.fijit_attention_forward(module, q32, k, v, lay, scaling=0.125)
+o, _ = fhf.fijit_attention_forward(module, q32, k, v, packed, scaling=0.125)
 m = sdpa.calls[-1]["attention_mask"]
-check("the attention function on fp32: SDPA with the layout's equivalent bool mask",
+check("the attention function on fp32: SDPA with the packed layout's equivalent bool mask "
+      "(rebuilt on the device)",
       o == "sdpa" and fhf.calls["sdpa"] == 2 and tuple(m.shape) == (B, 1, S, L)
       and m.tolist()[0][0][0] == [False, False, True, False, False, False]
       and sdpa.calls[-1]["is_causal"] is False, sdpa.calls[-1])

@@ -9,7 +9,9 @@ synchronisation and no per-row loop: prefill and decode steps alike, unpadded, l
 right-padded batches, dynamic and static caches (torch.compile fullgraph and CUDA
 graphs included: see fijit.padded). The mask function registered with the backend
 turns transformers' 2-D padding mask into a fijit.padded.KeyLayout on the device (which
-keys each row attends to, once per forward and mask kind), and the attention function
+keys each row attends to, once per forward and mask kind), packed into one int32 tensor
+of 4 dimensions that transformers hands to the layers as it hands any prepared mask
+(generate's precomputed static-cache masks included), and the attention function
 runs a PaddedBatchPlan (batch prefill over a page table of page size 1 over the dense
 [B, Hkv, L, D] cache; the plan is made once per shape and reused by every layer and
 step). Padding keys and a static cache's unfilled tail are left out of each row's key
@@ -69,7 +71,8 @@ def _fallback(reason, module, query, key, value, attention_mask, **kwargs):
 
 
 def _unsupported(module, query, key, value, attention_mask, dropout):
-    """Why fijit cannot serve this call, or None."""
+    """Why fijit cannot serve this call, or None; attention_mask: None, a KeyLayout or
+    another backend's mask."""
     if attention_mask is not None and not isinstance(attention_mask, P.KeyLayout):
         return "a 4-D attention mask given by the caller (or built for another backend)"
     if query.device.type != "cuda":
@@ -99,6 +102,7 @@ def fijit_attention_forward(module, query, key, value, attention_mask, dropout=0
                             scaling=None, is_causal=None, **kwargs):
     """The AttentionInterface function: (attn_output [B, S, H, Dv], None)."""
     causal, window_left, cap = _layer_mask(module, kwargs, is_causal)
+    attention_mask = _layout_of(attention_mask, query.shape[0], key.shape[2])
     reason = _unsupported(module, query, key, value, attention_mask, dropout)
     if reason:
         if isinstance(attention_mask, P.KeyLayout):
@@ -114,6 +118,22 @@ def fijit_attention_forward(module, query, key, value, attention_mask, dropout=0
     out = P.padded_attention(query, key, value, layout, causal=causal, window_left=window_left,
                              logits_soft_cap=cap, sm_scale=scaling, sinks=kwargs.get("s_aux"))
     return out, None
+
+
+_last_layout = [None, None]  # (the packed tensor, its KeyLayout): the previous layer's
+
+
+def _layout_of(mask, batch_size, kv_len):
+    """The KeyLayout a packed mask of these sizes holds (the same object for every layer
+    that gets the same tensor, so its page ids are computed once per forward); any other
+    mask as it is."""
+    if not P.KeyLayout.is_packed(mask, batch_size, kv_len):
+        return mask
+    if torch.compiler.is_compiling():  # traced: views only (the op computes the pages)
+        return P.KeyLayout.unpack(mask, batch_size, kv_len)
+    if _last_layout[0] is not mask:
+        _last_layout[:] = [mask, P.KeyLayout.unpack(mask, batch_size, kv_len)]
+    return _last_layout[1]
 
 
 _last_full = [None]
@@ -132,7 +152,9 @@ def _full_layout(batch_size, kv_len, device):
 def _mask(*args, **kwargs):
     """The AttentionMaskInterface function: the KeyLayout of this forward (which keys
     each row attends to), built on the device from the 2-D padding mask, the cache's
-    size and offset and the queries' positions, with no host synchronisation. SDPA's
+    size and offset and the queries' positions, with no host synchronisation, and
+    returned packed into one int32 tensor of 4 dimensions, which transformers carries
+    to the layers as it carries any prepared mask. SDPA's
     mask (which makes the attention calls fall back) for what fijit does not follow:
     chunked attention, extra mask functions, a cache whose offset is not a plain
     integer (a static cache's rolling sliding-window layers). Arguments are read by
@@ -152,9 +174,12 @@ def _mask(*args, **kwargs):
     if (chunked or not own or q_end is None or not _plain_int(kv_length)
             or not _plain_int(kv_offset)
             or (attention_mask is not None and attention_mask.dim() != 2)
-            or (attention_mask is None and not isinstance(q_end, torch.Tensor))):
+            or (attention_mask is None and not (isinstance(q_end, torch.Tensor)
+                                                and kwargs.get("batch_size")))):
         return mu.sdpa_mask(*args, **dict(kwargs, allow_is_causal_skip=False))
-    return P.padding_layout(P.visible_keys(attention_mask, kv_length, kv_offset, q_end))
+    visible = P.visible_keys(attention_mask, kv_length, kv_offset, q_end,
+                             kwargs.get("batch_size"))
+    return P.padding_layout(visible).packed()
 
 
 def _plain_int(x):

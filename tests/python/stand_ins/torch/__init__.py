@@ -236,7 +236,7 @@ class Tensor:
         if dim != 0 or self.dim() != 1:
             raise NotImplementedError("fake torch: scatter_ on dim 0 of a 1-D tensor only")
         for idx in index._indices():
-            self._set((index._get(idx),), src._get(idx))
+            self._set((index._get(idx),), src._get(idx) if isinstance(src, Tensor) else src)
         return self
 
     def clamp_(self, min=None, max=None):  # noqa: A002
@@ -401,6 +401,16 @@ def cumsum(x, dim, dtype=None):
                 j = idx[:dim] + (i,) + idx[dim + 1:]
                 acc += int(x._get(j))
                 out._set(j, acc)
+    return out
+
+
+def cat(tensors):
+    out = empty(sum(t.shape[0] for t in tensors), dtype=tensors[0].dtype,
+                device=tensors[0].device)
+    at = 0
+    for t in tensors:
+        out[at:at + t.shape[0]] = t
+        at += t.shape[0]
     return out
 
 
