@@ -126,7 +126,7 @@ def sdpa_mask(layout, qo_len, *, causal=True, window_left=-1):
     return allowed[:, None]
 
 
-def visible_keys(attention_mask_2d, kv_len, kv_offset, q_end, batch_size=None):
+def visible_keys(attention_mask_2d, kv_len, kv_offset, q_end, batch_size=None, device=None):
     """transformers' padding mask as the visibility mask padding_layout takes: key j of
     the layer's cache (position j + kv_offset) is visible to row b when the 2-D mask
     attends to that position, or when the position follows the row's last attended one
@@ -134,8 +134,9 @@ def visible_keys(attention_mask_2d, kv_len, kv_offset, q_end, batch_size=None):
     queries only, so keeping them keeps every query at its own position), and it is
     below q_end (the end of this forward's queries: a static cache's unfilled tail is
     not). attention_mask_2d None: no padding in any of batch_size rows. q_end: an int
-    or a 1-element tensor. Returns bool [B, kv_len]."""
-    pos = torch.arange(kv_len, device=_device_of(attention_mask_2d, q_end)) + kv_offset
+    or a 1-element tensor. device: where the result goes when neither the mask nor q_end
+    is a tensor. Returns bool [B, kv_len]."""
+    pos = torch.arange(kv_len, device=_device_of(attention_mask_2d, q_end, device)) + kv_offset
     visible = pos[None, :] < q_end
     if attention_mask_2d is None:
         if batch_size is None:
@@ -150,11 +151,14 @@ def visible_keys(attention_mask_2d, kv_len, kv_offset, q_end, batch_size=None):
     return visible & (attended | (pos[None, :] > last))
 
 
-def _device_of(*xs):
-    for x in xs:
+def _device_of(mask, q_end, device):
+    for x in (mask, q_end):
         if isinstance(x, torch.Tensor):
             return x.device
-    raise ValueError("visible_keys: attention_mask_2d or q_end must be a tensor (its device)")
+    if device is None:
+        raise ValueError("visible_keys: give device= where attention_mask_2d and q_end are "
+                         "not tensors")
+    return device
 
 
 class PaddedBatchPlan(_Plan):

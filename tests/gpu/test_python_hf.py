@@ -265,6 +265,13 @@ def run_models():
                   f"of {NEW} tokens as {ref}, calls {served}",
                   err <= TOL and good == ids.shape[0] and served["sdpa"] == 0
                   and served["fijit"] > 0, "; ".join(notes))
+            if what == "batch 1":
+                fhf.calls.update(fijit=0, sdpa=0)
+                lf0 = prompt_logits(model, ids, None)
+                err0 = float((lf0 - lf).abs().max() / lf.abs().max())
+                check(f"{name} {what} without an attention mask: the same logits "
+                      f"(err {err0:.1e}), calls {dict(fhf.calls)}",
+                      err0 <= 1e-3 and fhf.calls["sdpa"] == 0)
             if what.startswith("padded") and name == "llama3-8b":
                 run_static(model, ids, mask, tf)
         del model

@@ -98,7 +98,10 @@ v = P.visible_keys(None, 4, 0, torch.tensor([3]), batch_size=2).tolist()
 check("visible_keys: no mask, a static cache's tail, every row",
       v == [[True, True, True, False]] * 2, v)
 e = raises(lambda: P.visible_keys(None, 4, 0, 3, batch_size=2), ValueError)
-check("visible_keys: no tensor to take the device from: ValueError", isinstance(e, ValueError))
+check("visible_keys: no tensor to take the device from, no device=: ValueError naming device",
+      isinstance(e, ValueError) and "device" in str(e), repr(e))
+v = P.visible_keys(None, 4, 0, 3, batch_size=2, device="cuda").tolist()
+check("visible_keys: q_end an int, device= given", v == [[True, True, True, False]] * 2, v)
 e = raises(lambda: P.visible_keys(None, 4, 0, torch.tensor([3])), ValueError)
 check("visible_keys: no mask and no batch_size: ValueError naming it",
       isinstance(e, ValueError) and "batch_size" in str(e), repr(e))
@@ -277,6 +280,17 @@ lay_s = P.KeyLayout.unpack(fhf._mask(**dict(mask_kw, cache_position=torch.tensor
 check("the mask function, a static cache of 8 at its 5th token: keys 1..4 of each row",
       row_lists(lay_s) == [[(b, j) for j in range(1, 5)] for b in range(B)], row_lists(lay_s))
 lay_n = P.KeyLayout.unpack(fhf._mask(**dict(mask_kw, attention_mask=None)), B, L)
+v5_kw = {k: v for k, v in mask_kw.items() if k != "cache_position"}
+lay_5 = P.KeyLayout.unpack(fhf._mask(**dict(v5_kw, q_length=2, q_offset=3, kv_length=5,
+                                            attention_mask=None, device="cuda")), B, 5)
+check("the mask function with transformers 5's arguments (q_length, q_offset an int, "
+      "device): the keys up to the last query",
+      row_lists(lay_5) == [[(b, j) for j in range(5)] for b in range(B)], row_lists(lay_5))
+lay_5s = P.KeyLayout.unpack(fhf._mask(**dict(v5_kw, q_length=1, q_offset=torch.tensor([3]),
+                                             kv_length=8, attention_mask=None,
+                                             device="cuda")), B, 8)
+check("... a static cache's (q_offset a device tensor): its filled part only",
+      row_lists(lay_5s) == [[(b, j) for j in range(4)] for b in range(B)], row_lists(lay_5s))
 check("the mask function without a padding mask: every key of every row",
       row_lists(lay_n) == [[(b, j) for j in range(L)] for b in range(B)], row_lists(lay_n))
 lay_w = fhf._mask(**dict(mask_kw, mask_function=mu.and_masks(mu.causal_mask_function),
@@ -321,6 +335,12 @@ o, _ = fhf.fijit_attention_forward(module, q, k, v, mu.SdpaMask({}), scaling=0.1
 check("the attention function with a 4-D mask: SDPA, with that mask, nothing launched",
       o == "sdpa" and launches() == n0 and fhf.calls["sdpa"] == 1
       and isinstance(sdpa.calls[-1]["attention_mask"], mu.SdpaMask))
+e = raises(lambda: fhf.fijit_attention_forward(module, q, torch.empty(B, HKV, L + 1, D, dtype=F16),
+                                              torch.empty(B, HKV, L + 1, D, dtype=F16), packed),
+           ValueError)
+check("the attention function with a packed layout of another cache length: ValueError "
+      "saying so (never read as an SDPA mask)",
+      isinstance(e, ValueError) and "key layout" in str(e), repr(e))
 q32 = torch.empty(B, S, H, D, dtype=torch.float32).transpose(1, 2)
 o, _ = fhf.fijit_attention_forward(module, q32, k, v, packed, scaling=0.125)
 m = sdpa.calls[-1]["attention_mask"]

@@ -128,6 +128,10 @@ def _layout_of(mask, batch_size, kv_len):
     that gets the same tensor, so its page ids are computed once per forward); any other
     mask as it is."""
     if not P.KeyLayout.is_packed(mask, batch_size, kv_len):
+        if isinstance(mask, torch.Tensor) and mask.dtype == torch.int32 and mask.dim() == 4:
+            raise ValueError(f"attention_mask: a fijit key layout, but not of this layer's "
+                             f"{batch_size} rows of {kv_len} keys (shape {tuple(mask.shape)}): "
+                             "the cache holds another length than the mask function was told")
         return mask
     if torch.compiler.is_compiling():  # traced: views only (the op computes the pages)
         return P.KeyLayout.unpack(mask, batch_size, kv_len)
@@ -174,11 +178,12 @@ def _mask(*args, **kwargs):
     if (chunked or not own or q_end is None or not _plain_int(kv_length)
             or not _plain_int(kv_offset)
             or (attention_mask is not None and attention_mask.dim() != 2)
-            or (attention_mask is None and not (isinstance(q_end, torch.Tensor)
-                                                and kwargs.get("batch_size")))):
+            or (attention_mask is None and not kwargs.get("batch_size"))
+            or not (isinstance(q_end, torch.Tensor) or attention_mask is not None
+                    or kwargs.get("device") is not None)):
         return mu.sdpa_mask(*args, **dict(kwargs, allow_is_causal_skip=False))
     visible = P.visible_keys(attention_mask, kv_length, kv_offset, q_end,
-                             kwargs.get("batch_size"))
+                             kwargs.get("batch_size"), kwargs.get("device"))
     return P.padding_layout(visible).packed()
 
 
@@ -189,8 +194,8 @@ def _plain_int(x):
 
 def _queries_end(cache_position, kwargs):
     """The position after this forward's last query: from cache_position (a device
-    tensor: no synchronisation), or from q_offset + q_length where a release passes
-    those instead; None when neither is given."""
+    tensor: no synchronisation), or from q_offset + q_length (transformers 5: q_offset
+    an int, or a device tensor for static caches); None when neither is given."""
     if cache_position is not None:
         return cache_position[-1:] + 1
     if kwargs.get("q_length") is not None and kwargs.get("q_offset") is not None:
