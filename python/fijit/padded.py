@@ -43,8 +43,9 @@ class KeyLayout:
     are [B, *, L, D]. A plain class (torch.compile traces its making in a mask
     function)."""
 
-    def __init__(self, kv_indptr, keys, batch_size, kv_len, visible=None):
+    def __init__(self, kv_indptr, keys, batch_size, kv_len, visible=None, packed=None):
         self.kv_indptr, self.keys, self.visible = kv_indptr, keys, visible
+        self._packed = packed  # the tensor kv_indptr and keys are views of, if one
         self.batch_size, self.kv_len = int(batch_size), int(kv_len)
         self._pages = {}  # row stride in tokens -> page ids for that cache layout
 
@@ -66,7 +67,9 @@ class KeyLayout:
         then keys): what a model can carry where it carries a 4-D attention mask
         (transformers passes such a mask through untouched, compiled forwards and
         generate's precomputed static-cache masks included). unpack() reads it back."""
-        return torch.cat([self.kv_indptr, self.keys]).view(1, 1, 1, -1)
+        flat = self._packed if self._packed is not None else torch.cat([self.kv_indptr,
+                                                                        self.keys])
+        return flat.view(1, 1, 1, -1)
 
     @staticmethod
     def is_packed(t, batch_size, kv_len):
@@ -79,7 +82,8 @@ class KeyLayout:
     def unpack(t, batch_size, kv_len):
         """The KeyLayout of a packed() tensor (views of it, no copy)."""
         flat = t.view(-1)
-        return KeyLayout(flat[:batch_size + 1], flat[batch_size + 1:], batch_size, kv_len)
+        return KeyLayout(flat[:batch_size + 1], flat[batch_size + 1:], batch_size, kv_len,
+                         packed=flat)
 
     def visible_mask(self):
         """The bool [B, L] mask of the listed keys (kept, or rebuilt on the device)."""
@@ -99,15 +103,17 @@ def padding_layout(visible):
         raise ValueError("visible: expected a bool tensor [batch_size, kv_len]")
     B, L = visible.shape
     dev = visible.device
+    # One buffer, kv_indptr then keys (packed() is then a view of it), in a dozen small
+    # kernels and no in-place write to a view (torch.compile traces this). Key entries
+    # past the last row's keep what empty() gave: nothing reads them.
     counts = visible.sum(-1, dtype=torch.int32)
-    indptr = torch.zeros(B + 1, dtype=torch.int32, device=dev)
-    indptr[1:] = torch.cumsum(counts, 0, dtype=torch.int32)
-    rank = torch.cumsum(visible, -1, dtype=torch.int32) - 1          # place within the row
-    slot = (indptr[:-1, None] + rank).masked_fill_(~visible, B * L)  # hidden: the spare slot
-    keys = torch.zeros(B * L + 1, dtype=torch.int32, device=dev)
-    token = torch.arange(B * L, dtype=torch.int32, device=dev).view(B, L)
-    keys.scatter_(0, slot.view(-1).to(torch.int64), token.view(-1))
-    return KeyLayout(indptr, keys, B, L, visible)
+    indptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0, dtype=torch.int32)])
+    base = (indptr[:-1] + B).unsqueeze(1)              # where row b's keys start in `flat`
+    slot = (torch.cumsum(visible, -1) + base).masked_fill(visible.logical_not(),
+                                                        B + 1 + B * L)  # hidden: spare slot
+    flat = torch.cat([indptr, torch.empty(B * L + 1, dtype=torch.int32, device=dev)])
+    flat.scatter_(0, slot.view(-1), torch.arange(B * L, dtype=torch.int32, device=dev))
+    return KeyLayout(flat[:B + 1], flat[B + 1:], B, L, visible, flat)
 
 
 def sdpa_mask(layout, qo_len, *, causal=True, window_left=-1):

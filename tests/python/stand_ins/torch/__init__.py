@@ -226,6 +226,9 @@ class Tensor:
         return zeros(n, dtype=self.dtype, device=self.device)
 
     # ---- in place ----------------------------------------------------------------------
+    def masked_fill(self, mask, value):
+        return self.clone().masked_fill_(mask, value)
+
     def masked_fill_(self, mask, value):
         for idx in self._indices():
             if mask._get(_bcast_idx(idx, mask.shape)):
@@ -241,6 +244,19 @@ class Tensor:
 
     def clamp_(self, min=None, max=None):  # noqa: A002
         return self.copy_(self.clamp(min=min, max=max))
+
+    def zero_(self):
+        return self.masked_fill_(tensor(True), 0)
+
+    def add_(self, other):
+        return self.copy_(self + other)
+
+    def unsqueeze(self, dim):
+        dim %= self.dim() + 1
+        return self[(slice(None),) * dim + (None,)]
+
+    def logical_not(self):
+        return ~self
 
     # ---- reductions ----------------------------------------------------------------------
     def _reduce(self, dim, fn, dt, keepdim):
@@ -305,11 +321,9 @@ class Tensor:
         return f"fake_torch.tensor({self.tolist()}, dtype={self.dtype})"
 
 
-def _promote(a, b):
-    if a is b:
-        return a
+def _promote(*dts):
     order = [bool, uint8, int32, int64, float16, bfloat16, float32]
-    return max(a, b, key=order.index)
+    return max(dts, key=order.index)
 
 
 def _bcast_shape(a, b):
@@ -390,10 +404,15 @@ def arange(n, dtype=int64, device="cuda"):
         empty(0, dtype=dtype, device=device)
 
 
-def cumsum(x, dim, dtype=None):
+def cumsum(x, dim, dtype=None, out=None):
     dim %= x.dim()
-    out = empty(x.shape, dtype=dtype or (int64 if x.dtype in (bool, int32) else x.dtype),
-                device=x.device)
+    result = empty(x.shape, dtype=dtype or (int64 if x.dtype in (bool, int32) else x.dtype),
+                   device=x.device)
+    _cumsum_into(result, x, dim)
+    return out.copy_(result) if out is not None else result
+
+
+def _cumsum_into(out, x, dim):
     for idx in out._indices():
         if idx[dim] == 0:
             acc = 0
@@ -401,11 +420,10 @@ def cumsum(x, dim, dtype=None):
                 j = idx[:dim] + (i,) + idx[dim + 1:]
                 acc += int(x._get(j))
                 out._set(j, acc)
-    return out
 
 
 def cat(tensors):
-    out = empty(sum(t.shape[0] for t in tensors), dtype=tensors[0].dtype,
+    out = empty(sum(t.shape[0] for t in tensors), dtype=_promote(*(t.dtype for t in tensors)),
                 device=tensors[0].device)
     at = 0
     for t in tensors:
