@@ -285,7 +285,11 @@ def run_static(model, ids, mask, dynamic_tokens):
     set_backend(model, fhf.NAME)
     fhf.calls.update(fijit=0, sdpa=0)
     t = time.perf_counter()
-    ts = greedy(model, ids, mask, NEW, cache_implementation="static")
+    kw = dict(cache_implementation="static")
+    if hasattr(transformers, "CompileConfig"):  # compile the decode step: fullgraph, CUDA graphs
+        kw["compile_config"] = transformers.CompileConfig(fullgraph=True, dynamic=False,
+                                                          mode="reduce-overhead")
+    ts = greedy(model, ids, mask, NEW, **kw)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     served = dict(fhf.calls)
     same = int((ts == dynamic_tokens).all(-1).sum())

@@ -192,6 +192,13 @@ P.padded_attention(q, k, v, layout, sinks=torch.zeros(H, dtype=torch.float32))
 check("padded_attention(sinks=): the sink variant, registered once, one launch",
       launches() == n0 + 1 and P.SINK_VARIANT in fijit.default_context()._variants
       and any(key[-1] == P.SINK_VARIANT for key in P._plans))
+qm = torch.empty(B, S, 8, 192, dtype=torch.bfloat16).transpose(1, 2)
+km = torch.empty(B, 8, L, 192, dtype=torch.bfloat16)
+vm = torch.empty(B, 8, L, 128, dtype=torch.bfloat16)
+n0 = launches()
+om = P.padded_attention(qm, km, vm, layout, window_left=3, logits_soft_cap=20.0)
+check("padded_attention of MLA's heads (q, k 192, v 128, bf16) with a window and a soft-cap: "
+      "one launch, out of v's head dim", launches() == n0 + 1 and tuple(om.shape) == (B, S, 8, 128))
 e = raises(lambda: P.padded_attention(q, k, v, layout, sinks=torch.zeros(H + 1)), ValueError)
 check("padded_attention: sinks of the wrong shape: ValueError naming sinks",
       isinstance(e, ValueError) and "sinks" in str(e), repr(e))
