@@ -18,8 +18,10 @@ on tiny shapes, the GPU far behind): fijit.decode (the one-shot call, which buil
 argument struct and spec each time), PaddedBatchPlan.run (a plan kept per shape, its
 struct made once), padded_attention (the same plus the plan lookup), and SDPA.
 
-    PYTHONPATH=python FIJIT_LIBRARY=build/libfijit.so python3 bench/bench_hf.py [--quick]
-    [--rounds N] [--models llama3-8b,qwen2,...] [--no-static]
+    PYTHONPATH=python:tests/gpu FIJIT_LIBRARY=build/libfijit.so python3 bench/bench_hf.py
+        [--quick] [--rounds N] [--models llama3-8b,qwen2,...] [--no-static]
+
+(tests/gpu on the path: the models, batches and prewarm are test_python_hf.py's.)
 """
 import argparse
 import json
@@ -32,7 +34,6 @@ import torch
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
 os.environ.setdefault("FIJIT_LIBRARY", os.path.join(ROOT, "build", "libfijit.so"))
 import fijit  # noqa: E402
 import fijit.integrations.transformers as fhf  # noqa: E402
@@ -52,7 +53,13 @@ def parse():
 
 OPT = parse()
 sys.argv = [sys.argv[0]] + (["--quick"] if OPT.quick else [])
-import test_python_hf as H  # noqa: E402  (the models, batches and prewarm of the GPU test)
+try:
+    import test_python_hf as H  # noqa: E402  (the models, batches and prewarm of the GPU test)
+except ModuleNotFoundError as e:
+    if e.name != "test_python_hf":
+        raise
+    sys.exit("bench_hf: put tests/gpu on PYTHONPATH (PYTHONPATH=python:tests/gpu): the models "
+             "and batches are tests/gpu/test_python_hf.py's")
 
 NEW = H.NEW
 ROUNDS = OPT.rounds or (3 if OPT.quick else 5)
