@@ -294,6 +294,10 @@ def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_s
                                                 float(rope_theta), float(rope_scale),
                                                 int(rope_offset))
         return _graph_result(o, lse, out, return_lse)
+    if q.dtype == T.FP8_E4M3 and T.FP8_E4M3 is not None:
+        raise NotImplementedError("varlen_prefill: fp8 (float8_e4m3fn) q/k/v are served by "
+                                  "fijit.prefill only; the library's batch prefill kinds take "
+                                  "fp16 or bf16 (call fijit.prefill per sequence)")
     T.qkv(q, k, v, 3, 3, v_head_dim=True)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.dtype not in (torch.int32,

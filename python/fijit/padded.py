@@ -51,15 +51,20 @@ class KeyLayout:
 
     def pages(self, rows_per_batch):
         """The page ids (page size 1) of the keys in a cache whose row b starts at token
-        b * rows_per_batch (HND [B, Hkv, L, D]: Hkv * L; [B, L, Hkv, D]: L)."""
-        pages = self._pages.get(rows_per_batch)
+        b * rows_per_batch (HND [B, Hkv, L, D]: Hkv * L; [B, L, Hkv, D]: L). Kept per
+        layout object, from the keys as they were at the first call: write new contents
+        into a new KeyLayout (under CUDA-graph capture they are computed inside the
+        graph, so that a replay reads the keys as they are then)."""
+        capturing = torch.cuda.is_current_stream_capturing()
+        pages = None if capturing else self._pages.get(rows_per_batch)
         if pages is None:
             if rows_per_batch == self.kv_len:
                 pages = self.keys
             else:
                 row = torch.div(self.keys, self.kv_len, rounding_mode="floor")
                 pages = (row * rows_per_batch + (self.keys - row * self.kv_len)).to(torch.int32)
-            self._pages[rows_per_batch] = pages
+            if not capturing:
+                self._pages[rows_per_batch] = pages
         return pages
 
     def packed(self):

@@ -2,12 +2,14 @@
 """fijit as the transformers attention backend, on a GPU: correctness of every path a
 user of generate() takes, each attention call one fijit launch (no SDPA fallback).
 
-1. Kernel level: fijit.padded.padded_attention against a float64 reference on
+1. Kernel level: fijit.get_kernel loads a kernel without running it;
+   fijit.padded.padded_attention against a float64 reference on
    poisoned outputs (NaN-filled out=), over layouts built from transformers-style 2-D
    masks (left padding, holes, a static cache's unfilled tail, a sliding cache's
    offset), prefill and decode shapes, for the models' tuples: hd 128 GQA fp16,
    hd 256 soft-cap 50 + window bf16 (Gemma-2), hd 64 with sinks + window bf16
-   (GPT-OSS), and MLA's 192/128.
+   (GPT-OSS), and MLA's 192/128; a PaddedBatchPlan run captured in a CUDA graph and
+   replayed over new layouts (other key counts) and queries.
 2. Models built from configs with random weights (nothing is downloaded): Llama-3-8B-
    shaped, Qwen2-style, Gemma-2-style (soft-cap, alternating window), Mistral-style
    (window), GPT-OSS-style (sinks, alternating window, hd 64), DeepSeek-V3-shaped (MLA:
@@ -137,6 +139,48 @@ def run_padded_kernels():
             bound = 2e-2 if dtype == torch.bfloat16 else 4e-3
             check(f"padded_attention {name} S={S} L={L} filled {q_end} offset {off}: "
                   f"max err {err:.2e} <= {bound:g}, no NaN left", err <= bound, err)
+
+
+def run_graph_replay():
+    """One PaddedBatchPlan run captured in a CUDA graph, replayed over new layouts (other
+    key counts, written into the captured arrays) and new queries: each replay matches
+    float64. The plan's work list depends on the query lengths only."""
+    B, H, Hkv, D, L = 4, 32, 8, 128, 300
+    gen = torch.Generator().manual_seed(11)
+    q = torch.randn(B, 1, H, D, dtype=torch.float16, device=DEV).transpose(1, 2)
+    k = torch.randn(B, Hkv, L, D, dtype=torch.float16, device=DEV)
+    v = torch.randn(B, Hkv, L, D, dtype=torch.float16, device=DEV)
+    first = P.padding_layout(P.visible_keys(masks(B, 200, gen), L, 0, 200))
+    indptr, keys = first.kv_indptr.clone(), first.keys.clone()
+    plan = P.PaddedBatchPlan().plan(B, 1, H, Hkv, D, kv_len_hint=L)
+    out = torch.full((B, 1, H, D), float("nan"), dtype=torch.float16, device=DEV)
+    plan.run(q, k, v, P.KeyLayout(indptr, keys, B, L), out=out)  # warm-up, outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan.run(q, k, v, P.KeyLayout(indptr, keys, B, L), out=out)
+    worst = 0.0
+    for filled in (120, 250, 300):
+        visible = P.visible_keys(masks(B, filled, gen), L, 0, filled)
+        new = P.padding_layout(visible)
+        indptr.copy_(new.kv_indptr)
+        keys.copy_(new.keys)
+        q.copy_(torch.randn(B, 1, H, D, dtype=torch.float16, device=DEV).transpose(1, 2))
+        out.fill_(float("nan"))
+        graph.replay()
+        ref = reference(q, k, v, visible, True, -1, 0.0, 1 / math.sqrt(D), None)
+        worst = max(worst, float((out.double() - ref).abs().max()))
+    check(f"a captured run replayed over three new layouts and queries: max err {worst:.2e}",
+          worst <= 4e-3, worst)
+
+
+def run_get_kernel():
+    spec = "batch_prefill_paged q=fp16 hd=128 mask=causal"
+    torch.zeros(1, device=DEV)  # torch's context made and current, as get_kernel needs
+    info = fijit.get_kernel(spec)
+    arch = "sm_%d%d" % torch.cuda.get_device_capability()
+    check(f"get_kernel({spec!r}): loaded without a run ({info.arch}, {info.registers} "
+          f"registers, {info.smem_bytes} B shared)",
+          info.function != 0 and info.arch.startswith(arch) and len(info.key) == 32, info)
 
 
 # ---- 2. models ------------------------------------------------------------------------------
@@ -329,7 +373,9 @@ def main():
           f"{fijit.library_version()} ({fijit.library_path()}); {torch.cuda.get_device_name()}"
           f"{'; --quick' if QUICK else ''}")
     prewarm()
+    run_get_kernel()
     run_padded_kernels()
+    run_graph_replay()
     run_models()
     print(f"fallbacks warned: {sorted(fhf._warned) or 'none'}")
     print(f"test_python_hf: {len(failures)} failed" + (f": {failures}" if failures else ""))

@@ -249,6 +249,16 @@ e = raises(lambda: rag.run(pq, pk, pk, rope_offsets=torch.tensor([0, 1, 2], dtyp
 check("BatchPrefillPlan.run: rope_offsets of the wrong length: ValueError",
       isinstance(e, ValueError) and "rope_offsets" in str(e), repr(e))
 
+f8 = torch.empty(64, H, 128, dtype=torch.float8_e4m3fn)
+cu = torch.tensor([0, 64], dtype=torch.int32)
+e = raises(lambda: fijit.varlen_prefill(f8, f8, f8, cu, cu), NotImplementedError)
+check("varlen_prefill of fp8 inputs: NotImplementedError pointing to fijit.prefill",
+      isinstance(e, NotImplementedError) and "fijit.prefill" in str(e), repr(e))
+e = raises(lambda: fijit.BatchPrefillPlan(torch.empty(0, dtype=torch.uint8)).plan(
+    [0, 64], [0, 64], H, H, 128, q_dtype=torch.float8_e4m3fn), fijit.UnsupportedError)
+check("BatchPrefillPlan.plan with fp8: the library's UnsupportedError naming what it builds",
+      isinstance(e, fijit.UnsupportedError) and "fp8" in str(e), repr(e))
+
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     fijit.decode(dq, dk, dv, softcap=20.0)

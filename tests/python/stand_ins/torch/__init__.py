@@ -474,6 +474,9 @@ class _Cuda:
     def synchronize(self):
         pass
 
+    def is_current_stream_capturing(self):
+        return False
+
     def is_available(self):
         return True
 
