@@ -278,6 +278,13 @@ from transformers import AttentionInterface  # noqa: E402
 check("register(): the attention and mask functions under 'fijit'",
       AttentionInterface["fijit"] is fhf.fijit_attention_forward
       and mu.AttentionMaskInterface["fijit"] is fhf._mask)
+saved = mu.AttentionMaskInterface
+del mu.AttentionMaskInterface
+e = raises(fhf.register, ImportError)
+mu.AttentionMaskInterface = saved
+check("register() where masking_utils has no AttentionMaskInterface: ImportError (a padded "
+      "batch would otherwise arrive with no mask)",
+      isinstance(e, ImportError) and "AttentionMaskInterface" in str(e), repr(e))
 m2 = torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6, [0, 1, 1, 1, 1, 1]])
 mask_kw = dict(batch_size=B, cache_position=torch.arange(L), kv_length=L, kv_offset=0,
                mask_function=mu.causal_mask_function, attention_mask=m2,

@@ -214,11 +214,21 @@ _WINDOW_FUNCTIONS = ("and_mask", "inner_mask", "sliding_window_causal_mask_funct
 def register(name=NAME):
     """Register fijit under `name` in transformers' AttentionInterface and
     AttentionMaskInterface; then attn_implementation=name selects it."""
+    import transformers
     from transformers import AttentionInterface
-    AttentionInterface.register(name, fijit_attention_forward)
+    masks = getattr(transformers, "AttentionMaskInterface", None)
     try:
-        from transformers.masking_utils import AttentionMaskInterface
-        AttentionMaskInterface.register(name, _mask)
-    except ImportError:  # older transformers: masks are built per model
-        pass
+        from transformers import masking_utils
+    except ImportError:  # older transformers: 4-D masks built per model (served or not)
+        masking_utils = None
+    masks = getattr(masking_utils, "AttentionMaskInterface", masks)
+    if masking_utils is not None and masks is None:
+        # Without the mask function a padded batch would reach the attention function
+        # with no mask at all: refuse rather than serve it wrong.
+        raise ImportError(f"transformers {transformers.__version__} has masking_utils but no "
+                          "AttentionMaskInterface where fijit looks for it; fijit cannot see "
+                          "its padding masks")
+    if masks is not None:
+        masks.register(name, _mask)
+    AttentionInterface.register(name, fijit_attention_forward)
     return name
