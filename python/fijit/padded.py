@@ -68,12 +68,14 @@ class KeyLayout:
         return pages
 
     def packed(self):
-        """The layout as ONE int32 tensor [1, 1, 1, (B + 1) + (B * L + 1)] (kv_indptr,
-        then keys): what a model can carry where it carries a 4-D attention mask
+        """The layout as ONE int32 tensor [1, 1, 1, _header(B) + B * L + 1] (kv_indptr,
+        then from a 16-byte boundary the keys): what a model can carry where it carries a 4-D attention mask
         (transformers passes such a mask through untouched, compiled forwards and
         generate's precomputed static-cache masks included). unpack() reads it back."""
-        flat = self._packed if self._packed is not None else torch.cat([self.kv_indptr,
-                                                                        self.keys])
+        flat = self._packed
+        if flat is None:
+            gap = self.kv_indptr.new_zeros(_header(self.batch_size) - self.batch_size - 1)
+            flat = torch.cat([self.kv_indptr, gap, self.keys])
         return flat.view(1, 1, 1, -1)
 
     @staticmethod
@@ -81,13 +83,13 @@ class KeyLayout:
         """Whether `t` is the packed() form of a layout of these sizes."""
         return (isinstance(t, torch.Tensor) and t.dtype == torch.int32 and t.dim() == 4
                 and tuple(t.shape[:3]) == (1, 1, 1)
-                and t.shape[3] == batch_size + 1 + batch_size * kv_len + 1)
+                and t.shape[3] == _header(batch_size) + batch_size * kv_len + 1)
 
     @staticmethod
     def unpack(t, batch_size, kv_len):
         """The KeyLayout of a packed() tensor (views of it, no copy)."""
         flat = t.view(-1)
-        return KeyLayout(flat[:batch_size + 1], flat[batch_size + 1:], batch_size, kv_len,
+        return KeyLayout(flat[:batch_size + 1], flat[_header(batch_size):], batch_size, kv_len,
                          packed=flat)
 
     def visible_mask(self):
@@ -101,6 +103,12 @@ class KeyLayout:
         return self.visible
 
 
+def _header(batch_size):
+    """int32 entries before the keys in a packed layout: kv_indptr, padded so that the
+    keys (the page ids when the cache's rows are L tokens apart) start 16-byte aligned."""
+    return (batch_size + 1 + 3) // 4 * 4
+
+
 def padding_layout(visible):
     """The KeyLayout of a bool [B, L] mask (True: row b attends to key j), on its
     device, with no host synchronisation."""
@@ -111,14 +119,16 @@ def padding_layout(visible):
     # One buffer, kv_indptr then keys (packed() is then a view of it), in a dozen small
     # kernels and no in-place write to a view (torch.compile traces this). Key entries
     # past the last row's keep what empty() gave: nothing reads them.
+    head = _header(B)
     counts = visible.sum(-1, dtype=torch.int32)
-    indptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0, dtype=torch.int32)])
-    base = (indptr[:-1] + B).unsqueeze(1)              # where row b's keys start in `flat`
-    slot = (torch.cumsum(visible, -1) + base).masked_fill(visible.logical_not(),
-                                                        B + 1 + B * L)  # hidden: spare slot
-    flat = torch.cat([indptr, torch.empty(B * L + 1, dtype=torch.int32, device=dev)])
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)             # kv_indptr[1:]
+    starts = torch.cat([counts.new_zeros(1), ends[:-1]])          # kv_indptr[:-1]
+    slot = (torch.cumsum(visible, -1) + (starts + head - 1).unsqueeze(1)).masked_fill(
+        visible.logical_not(), head + B * L)                      # hidden: the spare slot
+    flat = torch.cat([counts.new_zeros(1), ends, counts.new_zeros(head - B - 1),
+                      torch.empty(B * L + 1, dtype=torch.int32, device=dev)])
     flat.scatter_(0, slot.view(-1), torch.arange(B * L, dtype=torch.int32, device=dev))
-    return KeyLayout(flat[:B + 1], flat[B + 1:], B, L, visible, flat)
+    return KeyLayout(flat[:B + 1], flat[head:], B, L, visible, flat)
 
 
 def sdpa_mask(layout, qo_len, *, causal=True, window_left=-1):

@@ -293,7 +293,8 @@ packed = fhf._mask(**mask_kw)
 lay = P.KeyLayout.unpack(packed, B, L)
 check("the mask function: the padding's KeyLayout packed as a 4-D int32 tensor (which "
       "transformers carries as a prepared mask), no SDPA mask built",
-      P.KeyLayout.is_packed(packed, B, L) and tuple(packed.shape) == (1, 1, 1, B + 1 + B * L + 1)
+      P.KeyLayout.is_packed(packed, B, L) and tuple(packed.shape) == (1, 1, 1, 4 + B * L + 1)
+      and lay.keys.data_ptr() % 16 == 0
       and not P.KeyLayout.is_packed(packed, B, L + 1) and not mu.sdpa_calls
       and row_lists(lay) == [[(0, j) for j in range(2, 6)], [(1, j) for j in range(6)],
                              [(2, j) for j in range(1, 6)]], row_lists(lay))
