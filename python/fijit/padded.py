@@ -69,9 +69,10 @@ class KeyLayout:
 
     def packed(self):
         """The layout as ONE int32 tensor [1, 1, 1, _header(B) + B * L + 1] (kv_indptr,
-        then from a 16-byte boundary the keys): what a model can carry where it carries a 4-D attention mask
-        (transformers passes such a mask through untouched, compiled forwards and
-        generate's precomputed static-cache masks included). unpack() reads it back."""
+        then from a 16-byte boundary the keys): what a model can carry where it carries
+        a 4-D attention mask (transformers passes such a mask through untouched,
+        compiled forwards and generate's precomputed static-cache masks included).
+        unpack() reads it back."""
         flat = self._packed
         if flat is None:
             gap = self.kv_indptr.new_zeros(_header(self.batch_size) - self.batch_size - 1)
