@@ -273,6 +273,8 @@ import fijit.integrations.transformers as fhf  # noqa: E402
 from transformers import masking_utils as mu  # noqa: E402  (the stand-in)
 from transformers.integrations import sdpa_attention as sdpa  # noqa: E402
 
+import logging  # noqa: E402
+logging.getLogger("fijit.transformers").setLevel(logging.ERROR)  # fallbacks checked below
 fhf.register()
 from transformers import AttentionInterface  # noqa: E402
 check("register(): the attention and mask functions under 'fijit'",
@@ -374,5 +376,6 @@ check("the attention function on fp32: SDPA with the packed layout's equivalent 
       o == "sdpa" and fhf.calls["sdpa"] == 2 and tuple(m.shape) == (B, 1, S, L)
       and m.tolist()[0][0][0] == [False, False, True, False, False, False]
       and sdpa.calls[-1]["is_causal"] is False, sdpa.calls[-1])
+check("each fallback reason warned once", len(fhf._warned) == 2, fhf._warned)
 
 finish("test_padded")
