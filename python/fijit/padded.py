@@ -193,6 +193,7 @@ class PaddedBatchPlan(_Plan):
             workspace = torch.empty(0, dtype=torch.uint8, device=device or "cuda")
         super().__init__(workspace, "HND", ctx=ctx)
         self._args = None
+        self._checked_sig = self._checked = None  # run(): the inputs last checked in full
 
     def plan(self, batch_size, qo_len, num_qo_heads, num_kv_heads, head_dim, *,
              head_dim_vo=0, kv_len_hint=None, q_dtype=torch.float16, kv_dtype=None, causal=True,
@@ -233,6 +234,7 @@ class PaddedBatchPlan(_Plan):
                                                                int(num_kv_heads), int(head_dim))
         self.head_dim_vo = head_dim_vo or self.head_dim
         self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
+        self._checked_sig = self._checked = None
         # The run's struct, made once: a run sets only its pointers and strides.
         self._args = new_struct(S.BatchPrefillArgs, self._lib, sm_scale=_scale(sm_scale),
                                 logits_soft_cap=logits_soft_cap,
@@ -249,6 +251,40 @@ class PaddedBatchPlan(_Plan):
         shape, rows S token strides apart) and, with return_lse or lse=, lse [B, S, H]
         (float32, natural log). variant_args: the plan's variant's parameters."""
         self._need_plan()
+        B, Sq, H, Dv = self.batch_size, self.qo_len, self.num_qo_heads, self.head_dim_vo
+        rows, q_rows = self._inputs(q, k, v, layout)
+        dev = q.device
+        o = T.output("out", out, (B, Sq, H, Dv), q.dtype, dev)
+        o_rows = _token_view("out", o.transpose(1, 2)) if out is not None else H * Dv
+        if lse is None and return_lse:
+            lse = torch.empty((B, Sq, H), dtype=torch.float32, device=dev)
+        elif lse is not None:
+            T.output("lse", lse, (B, Sq, H), torch.float32, dev)
+            if not lse.is_contiguous():
+                raise ValueError("lse: must be contiguous")
+        pages = layout.pages(rows)
+        varr, nvar, keep = T.variant_args(variant_args, dev)
+        a = self._args
+        a.variant_args, a.num_variant_args = varr, nvar
+        a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+        a.lse = lse.data_ptr() if lse is not None else None
+        a.kv_indptr, a.kv_indices = layout.kv_indptr.data_ptr(), pages.data_ptr()
+        a.q_stride_n, a.q_stride_h = q_rows, q.stride(1)
+        a.o_stride_n, a.o_stride_h = o_rows, o.stride(2)
+        a.k_stride_page, a.k_stride_n, a.k_stride_h = k.stride(2), k.stride(2), k.stride(1)
+        a.v_stride_page, a.v_stride_n, a.v_stride_h = v.stride(2), v.stride(2), v.stride(1)
+        return self._launch(a, q, o, lse, return_lse, stream, keep)
+
+    def _inputs(self, q, k, v, layout):
+        """(rows per batch of the caches, q's token stride) of checked inputs. Every layer
+        of a model hands over tensors of one shape and strides: after one full check,
+        calls with the same shapes, strides, dtypes and devices check alignment only
+        (the host time of a call, per layer, is what a decode step is made of)."""
+        sig = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device, type(layout),
+               getattr(layout, "batch_size", None), getattr(layout, "kv_len", None))
+        if sig == self._checked_sig and not (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
+            return self._checked
         B, Sq, H, D = self.batch_size, self.qo_len, self.num_qo_heads, self.head_dim
         Hkv, Dv = self.num_kv_heads, self.head_dim_vo
         T.tensor("q", q, 4, dtypes=(self.q_dtype,))
@@ -271,27 +307,9 @@ class PaddedBatchPlan(_Plan):
         if _rows_per_batch(v, "v") != rows:
             raise ValueError("k, v: batch strides differ in token strides (two caches of one "
                              "layout expected)")
-        q_rows = _token_view("q", q)
-        o = T.output("out", out, (B, Sq, H, Dv), q.dtype, dev)
-        o_rows = _token_view("out", o.transpose(1, 2))
-        if lse is None and return_lse:
-            lse = torch.empty((B, Sq, H), dtype=torch.float32, device=dev)
-        elif lse is not None:
-            T.output("lse", lse, (B, Sq, H), torch.float32, dev)
-            if not lse.is_contiguous():
-                raise ValueError("lse: must be contiguous")
-        pages = layout.pages(rows)
-        varr, nvar, keep = T.variant_args(variant_args, dev)
-        a = self._args
-        a.variant_args, a.num_variant_args = varr, nvar
-        a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
-        a.lse = lse.data_ptr() if lse is not None else None
-        a.kv_indptr, a.kv_indices = layout.kv_indptr.data_ptr(), pages.data_ptr()
-        a.q_stride_n, a.q_stride_h = q_rows, q.stride(1)
-        a.o_stride_n, a.o_stride_h = o_rows, o.stride(2)
-        a.k_stride_page, a.k_stride_n, a.k_stride_h = k.stride(2), k.stride(2), k.stride(1)
-        a.v_stride_page, a.v_stride_n, a.v_stride_h = v.stride(2), v.stride(2), v.stride(1)
-        return self._launch(a, q, o, lse, return_lse, stream, keep)
+        self._checked = rows, _token_view("q", q)
+        self._checked_sig = sig
+        return self._checked
 
 
 def _rows_per_batch(t, name):

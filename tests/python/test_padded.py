@@ -171,6 +171,10 @@ cases = {
     "plan: a head count the library refuses": (lambda: P.PaddedBatchPlan().plan(B, S, 3, 2, D),
                                                fijit.InvalidError, "num_qo_heads"),
 }
+plan.run(q, k, v, layout)  # the full check of these inputs, kept
+odd = torch.Tensor(q._s, q.shape, q.stride(), q._off + 1, q.device)  # same strides, 2 B off
+cases["q 2 bytes off alignment, shapes and strides as the last call's (no shortcut past the "
+      "alignment check)"] = (lambda: plan.run(odd, k, v, layout), ValueError, "aligned")
 for name, (fn, cls, word) in cases.items():
     n0 = launches()
     e = raises(fn, cls)
