@@ -123,11 +123,11 @@ def padding_layout(visible):
     head = _header(B)
     counts = visible.sum(-1, dtype=torch.int32)
     ends = torch.cumsum(counts, 0, dtype=torch.int32)             # kv_indptr[1:]
-    starts = torch.cat([counts.new_zeros(1), ends[:-1]])          # kv_indptr[:-1]
-    slot = (torch.cumsum(visible, -1) + (starts + head - 1).unsqueeze(1)).masked_fill(
-        visible.logical_not(), head + B * L)                      # hidden: the spare slot
-    flat = torch.cat([counts.new_zeros(1), ends, counts.new_zeros(head - B - 1),
-                      torch.empty(B * L + 1, dtype=torch.int32, device=dev)])
+    slot = torch.cumsum(visible, -1) + (ends - counts + head - 1).unsqueeze(1)
+    slot = torch.where(visible, slot, head + B * L)               # hidden: the spare slot
+    flat = torch.cat([counts.new_zeros(1), ends,                  # the gap before the keys,
+                      torch.empty(head - B - 1 + B * L + 1,       # like the keys past the
+                                  dtype=torch.int32, device=dev)])  # last row's, is not read
     flat.scatter_(0, slot.view(-1), torch.arange(B * L, dtype=torch.int32, device=dev))
     return KeyLayout(flat[:B + 1], flat[head:], B, L, visible, flat)
 
@@ -158,7 +158,9 @@ def visible_keys(attention_mask_2d, kv_len, kv_offset, q_end, batch_size=None, d
     not). attention_mask_2d None: no padding in any of batch_size rows. q_end: an int
     or a 1-element tensor. device: where the result goes when neither the mask nor q_end
     is a tensor. Returns bool [B, kv_len]."""
-    pos = torch.arange(kv_len, device=_device_of(attention_mask_2d, q_end, device)) + kv_offset
+    pos = torch.arange(kv_len, device=_device_of(attention_mask_2d, q_end, device))
+    if kv_offset:
+        pos = pos + kv_offset
     visible = pos[None, :] < q_end
     if attention_mask_2d is None:
         if batch_size is None:
@@ -166,6 +168,9 @@ def visible_keys(attention_mask_2d, kv_len, kv_offset, q_end, batch_size=None, d
         return visible.expand(int(batch_size), -1).contiguous()
     m = attention_mask_2d.to(torch.bool)
     B, n = m.shape
+    if not kv_offset and n == kv_len:  # the mask's columns are the cache's keys (no gather)
+        last = torch.where(m, pos, -1).amax(-1, keepdim=True)
+        return visible & (m | (pos > last))
     idx = torch.arange(n, device=m.device)
     last = torch.where(m, idx, -1).amax(-1, keepdim=True)             # -1: nothing attended
     at = pos.clamp(max=n - 1)[None, :].expand(B, -1)
