@@ -19,7 +19,8 @@ query lengths. (fijit_prefill.h asks device arrays equal to the plan's; for the 
 kinds this module plans, none, causal and window without RoPE, the host key counts
 only order the work items, which is what lets a plan outlive its lengths.)
 """
-from collections import OrderedDict
+import threading
+from collections import OrderedDict, namedtuple
 
 import torch
 
@@ -341,6 +342,10 @@ def _token_view(name, t):
 # ---- one-shot calls: a plan per shape, kept -------------------------------------------
 _PLANS_KEPT = 32  # least recently used dropped beyond this
 _plans = OrderedDict()
+_plans_lock = threading.Lock()
+PlanKey = namedtuple("PlanKey", "ctx device batch_size qo_len num_qo_heads num_kv_heads head_dim "
+                     "head_dim_vo q_dtype kv_dtype causal window_left logits_soft_cap sm_scale "
+                     "variant thread stream")
 
 
 # Learned per-head sink logits in the softmax denominator (gpt-oss): o / (1 + e^(sink - lse)),
@@ -374,22 +379,25 @@ def plan_for(q, k, v, *, causal, window_left, logits_soft_cap, sm_scale, variant
              ctx=None):
     """The kept PaddedBatchPlan of this call's shapes, dtypes and mask (made on the
     first call of a shape: outside any CUDA-graph capture; then reused by every layer
-    and step)."""
+    and step), one per thread and stream: a plan serves one run at a time."""
     ctx = ctx or default_context()
     B, H, Sq, D = q.shape
-    key = (id(ctx), q.device, B, Sq, H, k.shape[1], D, v.shape[-1], q.dtype, k.dtype,
-           bool(causal), int(window_left), float(logits_soft_cap), sm_scale, variant)
-    plan = _plans.get(key)
-    if plan is None:
-        plan = PaddedBatchPlan(device=q.device, ctx=ctx).plan(
-            B, Sq, H, k.shape[1], D, head_dim_vo=v.shape[-1], kv_len_hint=k.shape[2],
-            q_dtype=q.dtype, kv_dtype=k.dtype, causal=causal, window_left=window_left,
-            logits_soft_cap=logits_soft_cap, sm_scale=sm_scale, variant=variant)
+    key = PlanKey(id(ctx), q.device, B, Sq, H, k.shape[1], D, v.shape[-1], q.dtype, k.dtype,
+                  bool(causal), int(window_left), float(logits_soft_cap), sm_scale, variant,
+                  threading.get_ident(), T.stream_handle(None, q.device))
+    with _plans_lock:
+        plan = _plans.get(key)
+        if plan is not None:
+            _plans.move_to_end(key)
+            return plan
+    plan = PaddedBatchPlan(device=q.device, ctx=ctx).plan(
+        B, Sq, H, k.shape[1], D, head_dim_vo=v.shape[-1], kv_len_hint=k.shape[2],
+        q_dtype=q.dtype, kv_dtype=k.dtype, causal=causal, window_left=window_left,
+        logits_soft_cap=logits_soft_cap, sm_scale=sm_scale, variant=variant)
+    with _plans_lock:
         _plans[key] = plan
         while len(_plans) > _PLANS_KEPT:
-            _plans.popitem(last=False)[1].close()
-    else:
-        _plans.move_to_end(key)
+            _plans.popitem(last=False)  # freed when no caller holds it any more
     return plan
 
 

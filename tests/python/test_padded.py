@@ -195,7 +195,7 @@ n0 = launches()
 P.padded_attention(q, k, v, layout, sinks=torch.zeros(H, dtype=torch.float32))
 check("padded_attention(sinks=): the sink variant, registered once, one launch",
       launches() == n0 + 1 and P.SINK_VARIANT in fijit.default_context()._variants
-      and any(key[-1] == P.SINK_VARIANT for key in P._plans))
+      and any(key.variant == P.SINK_VARIANT for key in P._plans))
 qm = torch.empty(B, S, 8, 192, dtype=torch.bfloat16).transpose(1, 2)
 km = torch.empty(B, 8, L, 192, dtype=torch.bfloat16)
 vm = torch.empty(B, 8, L, 128, dtype=torch.bfloat16)
@@ -211,9 +211,18 @@ with warnings.catch_warnings(record=True) as caught:
     P.padded_attention(q, k, v, layout, softcap=30.0)
 check("padded_attention(softcap=): DeprecationWarning, served as logits_soft_cap",
       [w.category for w in caught] == [DeprecationWarning]
-      and any(key[-3] == 30.0 for key in P._plans), [str(w.message) for w in caught])
+      and any(key.logits_soft_cap == 30.0 for key in P._plans), [str(w.message) for w in caught])
 e = raises(lambda: P.padded_attention(q, k, v, layout, softcap=1.0, logits_soft_cap=1.0),
            TypeError)
+import threading  # noqa: E402
+P._plans.clear()
+P.padded_attention(q, k, v, layout)
+other = threading.Thread(target=lambda: (CUDA.cuCtxSetCurrent(_ctx),  # as torch would
+                                         P.padded_attention(q, k, v, layout)))
+other.start()
+other.join()
+check("padded_attention from two threads: a plan each (a plan serves one run at a time)",
+      len(P._plans) == 2 and len({key.thread for key in P._plans}) == 2, list(P._plans))
 check("padded_attention: softcap and logits_soft_cap both: TypeError", isinstance(e, TypeError))
 
 # ---- workspace=, rope_offsets -------------------------------------------------------------
@@ -346,12 +355,12 @@ module = types.SimpleNamespace(training=False, is_causal=True)
 fhf.calls.update(fijit=0, sdpa=0)
 n0 = launches()
 o, w = fhf.fijit_attention_forward(module, q, k, v, packed, scaling=0.125)
-first = fhf._last_layout[1]
+first = fhf._last.layout[1]
 fhf.fijit_attention_forward(module, q, k, v, packed, scaling=0.125)
 check("the attention function: one launch per layer for the batch, out [B, S, H, D], served "
       "by fijit; the packed mask unpacked once for every layer",
       launches() == n0 + 2 and tuple(o.shape) == (B, S, H, D) and w is None
-      and fhf.calls == {"fijit": 2, "sdpa": 0} and fhf._last_layout[1] is first,
+      and fhf.calls == {"fijit": 2, "sdpa": 0} and fhf._last.layout[1] is first,
       (launches() - n0, fhf.calls))
 n0 = launches()
 fhf.fijit_attention_forward(module, q, k, v, packed, scaling=0.125, sliding_window=3,
@@ -359,8 +368,9 @@ fhf.fijit_attention_forward(module, q, k, v, packed, scaling=0.125, sliding_wind
                             s_aux=torch.zeros(H, dtype=torch.float32))
 check("the attention function with a window, a soft-cap and sinks (gpt-oss's s_aux): one "
       "launch of the sink variant's plan",
-      launches() == n0 + 1 and any(key[-4:] == (2, 50.0, 0.125, P.SINK_VARIANT)
-                                   for key in P._plans), list(P._plans)[-1])
+      launches() == n0 + 1 and any(
+          (key.window_left, key.logits_soft_cap, key.sm_scale, key.variant)
+          == (2, 50.0, 0.125, P.SINK_VARIANT) for key in P._plans), list(P._plans)[-1])
 n0 = launches()
 o, _ = fhf.fijit_attention_forward(module, q, k, v, mu.SdpaMask({}), scaling=0.125)
 check("the attention function with a 4-D mask: SDPA, with that mask, nothing launched",

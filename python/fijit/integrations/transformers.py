@@ -36,6 +36,7 @@ at their position among the attended keys, as in packed rows, which is what righ
 padding carried into decoding gives.
 """
 import logging
+import threading
 
 import torch
 
@@ -120,7 +121,9 @@ def fijit_attention_forward(module, query, key, value, attention_mask, dropout=0
     return out, None
 
 
-_last_layout = [None, None]  # (the packed tensor, its KeyLayout): the previous layer's
+# The previous call's (packed tensor, its KeyLayout), per thread: each generate() thread
+# keeps its own, so that concurrent models never read another's.
+_last = threading.local()
 
 
 def _layout_of(mask, batch_size, kv_len):
@@ -135,21 +138,19 @@ def _layout_of(mask, batch_size, kv_len):
         return mask
     if torch.compiler.is_compiling():  # traced: views only (the op computes the pages)
         return P.KeyLayout.unpack(mask, batch_size, kv_len)
-    if _last_layout[0] is not mask:
-        _last_layout[:] = [mask, P.KeyLayout.unpack(mask, batch_size, kv_len)]
-    return _last_layout[1]
-
-
-_last_full = [None]
+    last = getattr(_last, "layout", None)
+    if last is None or last[0] is not mask:
+        last = _last.layout = (mask, P.KeyLayout.unpack(mask, batch_size, kv_len))
+    return last[1]
 
 
 def _full_layout(batch_size, kv_len, device):
     """Every row attends to keys 0 .. kv_len - 1 (kept for the next layer's call)."""
-    got = _last_full[0]
+    got = getattr(_last, "full", None)
     if got is None or (got.batch_size, got.kv_len, got.keys.device) != (batch_size, kv_len,
                                                                          device):
         visible = torch.ones((batch_size, kv_len), dtype=torch.bool, device=device)
-        got = _last_full[0] = P.padding_layout(visible)
+        got = _last.full = P.padding_layout(visible)
     return got
 
 
