@@ -345,7 +345,7 @@ _plans = OrderedDict()
 _plans_lock = threading.Lock()
 PlanKey = namedtuple("PlanKey", "ctx device batch_size qo_len num_qo_heads num_kv_heads head_dim "
                      "head_dim_vo q_dtype kv_dtype causal window_left logits_soft_cap sm_scale "
-                     "variant thread stream")
+                     "variant thread")
 
 
 # Learned per-head sink logits in the softmax denominator (gpt-oss): o / (1 + e^(sink - lse)),
@@ -379,12 +379,15 @@ def plan_for(q, k, v, *, causal, window_left, logits_soft_cap, sm_scale, variant
              ctx=None):
     """The kept PaddedBatchPlan of this call's shapes, dtypes and mask (made on the
     first call of a shape: outside any CUDA-graph capture; then reused by every layer
-    and step), one per thread and stream: a plan serves one run at a time."""
+    and step), one per thread: a plan's run struct serves one call at a time. Not one
+    per stream: CUDA-graph capture runs on a stream of its own, where a plan must already
+    exist; runs of these plans only read their workspace (the work list; page size 1
+    takes the tile kernels, which claim no blocks), so streams may share one."""
     ctx = ctx or default_context()
     B, H, Sq, D = q.shape
     key = PlanKey(id(ctx), q.device, B, Sq, H, k.shape[1], D, v.shape[-1], q.dtype, k.dtype,
                   bool(causal), int(window_left), float(logits_soft_cap), sm_scale, variant,
-                  threading.get_ident(), T.stream_handle(None, q.device))
+                  threading.get_ident())
     with _plans_lock:
         plan = _plans.get(key)
         if plan is not None:
