@@ -25,8 +25,9 @@ variant), fp16/bf16, the head dims fijit builds (64/128/256, and MLA's q/k 192 w
 128), non-causal (encoder) attention.
 
 Falls back to transformers' SDPA, with one warning per reason, for: a 4-D mask given
-by the caller, chunked attention, a static cache's rolling sliding-window layers (the
-keys are not in position order), dropout while training, gradients (fijit has no
+by the caller, chunked attention, packed sequences and other extra mask functions
+(image tokens), a cache whose key offset is a tensor rather than an integer (where a
+rolling window's keys may not be in position order), dropout while training, gradients (fijit has no
 backward kernels), fp32 or other dtypes, head dims fijit does not build, CPU tensors.
 A fallback from a call whose mask is fijit's gets the equivalent SDPA mask.
 
