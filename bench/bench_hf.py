@@ -15,7 +15,8 @@ reference time / fijit time (> 1: fijit faster).
 
 Host cost: microseconds of Python per call (CPU time of N calls queued back to back
 on tiny shapes, the GPU far behind): fijit.decode (the one-shot call, which builds its
-argument struct and spec each time), PaddedBatchPlan.run (a plan kept per shape, its
+argument struct and spec each time), a decode layer of batch 8 as the backend made it
+before (that call per row), PaddedBatchPlan.run (a plan kept per shape, its
 struct made once), padded_attention (the same plus the plan lookup), and SDPA.
 
     PYTHONPATH=python:tests/gpu FIJIT_LIBRARY=build/libfijit.so python3 bench/bench_hf.py
@@ -111,6 +112,8 @@ def host_cost(n=2000):
     q1 = q[0, :, 0]
     runs = {
         "fijit.decode (one-shot, one row)": lambda: fijit.decode(q1, k[0], v[0], kv_layout="HND"),
+        f"a layer before: fijit.decode per row x {B}": lambda: [
+            fijit.decode(q[b, :, 0], k[b], v[b], kv_layout="HND") for b in range(B)],
         "PaddedBatchPlan.run (kept plan, whole batch)": lambda: plan.run(q, k, v, layout, out=out),
         "padded_attention (plan lookup + run)": lambda: P.padded_attention(q, k, v, layout,
                                                                            out=out),
