@@ -14,10 +14,10 @@ of the decode steps alone, (generate(N) - generate(1)) / (N - 1). The speed-up i
 reference time / fijit time (> 1: fijit faster).
 
 Host cost: microseconds of Python per call (CPU time of N calls queued back to back
-on tiny shapes, the GPU far behind): fijit.decode (the one-shot call, which builds its
-argument struct and spec each time), a decode layer of batch 8 as the backend made it
-before (that call per row), PaddedBatchPlan.run (a plan kept per shape, its
-struct made once), padded_attention (the same plus the plan lookup), and SDPA.
+on shapes so small that the GPU never holds the host up): fijit.decode (the one-shot
+call, which builds its argument struct and spec each time), a decode layer of batch 8
+as the backend made it before (that call per row), PaddedBatchPlan.run (a plan kept per
+shape, its struct made once), padded_attention (the same plus the plan lookup), SDPA.
 
     PYTHONPATH=python:tests/gpu FIJIT_LIBRARY=build/libfijit.so python3 bench/bench_hf.py
         [--quick] [--rounds N] [--models llama3-8b,qwen2,...] [--no-static]
