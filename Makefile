@@ -221,8 +221,9 @@ test-layering: $(LIB_OBJ)
 	@echo "== layering"; python3 tests/layering_check.py --self-test && \
 	  python3 tests/layering_check.py $(B)/obj $(LIB_OBJ)
 
-test-python: $(B)/libfijit.so $(B)/fijit
+test-python: $(B)/libfijit.so $(B)/fijit $(B)/tests/libcuda.so.1
 	@echo "== python package"; python3 tests/python/test_package.py $(B)
+	@echo "== python tensor paths (stand-ins of torch and transformers, fake driver)"; python3 tests/python/test_padded.py $(B)
 	@echo "== bench tools"; PYTHONPATH=bench python3 tests/python/test_bench_tools.py
 
 test-install: all

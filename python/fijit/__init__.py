@@ -3,9 +3,10 @@ ctypes (no compiled extension; the standard library only, torch imported when a 
 function is first used).
 
 Without torch or a GPU: Spec, accepted_specs, Context, prewarm, stats, explain,
-register_variant.
-With torch on a CUDA device: decode, prefill, varlen_prefill, merge_states, the
-BatchDecodePlan / BatchPrefillPlan objects, and the torch.library ops (fijit::*).
+register_variant (get_kernel needs a GPU, not torch).
+With torch on a CUDA device: decode, prefill, varlen_prefill, merge_states,
+padded_attention, the BatchDecodePlan / BatchPrefillPlan / PaddedBatchPlan objects, and
+the torch.library ops (fijit::*).
 """
 from .errors import (CompileError, CorruptError, CudaError, DiskError, Error,  # noqa: F401
                      InvalidError, LibraryError, LoadError, NoDeviceError, NotFoundError,
@@ -20,6 +21,7 @@ _LAZY = {
     "decode": "attention", "prefill": "attention", "varlen_prefill": "attention",
     "merge_states": "attention", "BatchDecodePlan": "plans", "BatchPrefillPlan": "plans",
     "mla_decode": "mla", "BatchMLADecodePlan": "mla",
+    "padded_attention": "padded", "PaddedBatchPlan": "padded",
 }
 
 
@@ -63,6 +65,13 @@ def stats():
     return default_context().stats()
 
 
-def explain(spec, arch=None):
-    """What the cache key of spec on arch is made of (text); see Context.explain."""
-    return default_context().explain(spec, arch)
+def explain(spec, arch=None, *, source=False, ptx=False):
+    """What the cache key of spec on arch is made of (text), optionally followed by the
+    translation unit and its PTX; see Context.explain."""
+    return default_context().explain(spec, arch, source=source, ptx=ptx)
+
+
+def get_kernel(spec):
+    """Load the kernel of spec into the current CUDA context without running it; see
+    Context.get_kernel."""
+    return default_context().get_kernel(spec)

@@ -121,6 +121,8 @@ def _declare(lib):
         "fi_jit_get_kernel": (ci, [P(P(S.JitKernel)), vp, P(S.JitSpec)]),
         "fi_jit_prewarm": (ci, [P(ci), vp, P(S.JitSpec), cp]),
         "fi_jit_explain": (ci, [vp, P(S.JitSpec), cp, WRITE_FN, vp]),
+        "fi_jit_unit": (ci, [P(vp), P(sz), vp, P(S.JitSpec), cp, ci]),
+        "fi_free": (None, [vp]),
         "fi_jit_variant_register": (ci, [vp, cp, cp, ctypes.c_uint]),
         "fi_jit_variant_register_file": (ci, [vp, cp, cp, ctypes.c_uint]),
         "fi_jit_stats_get": (ci, [P(S.JitStats), vp]),

@@ -214,3 +214,17 @@ def variant_args(values, device):
             raise TypeError(f"{name}: variant parameters are float, int or tensor, got "
                             f"{type(value).__name__}")
     return ctypes.addressof(arr), len(values), tuple(keep)
+
+
+def workspace_for(given, nbytes, device):
+    """The workspace of a one-shot call: `given` (a 1-D uint8 CUDA tensor on `device` the
+    caller owns and reuses, at least `nbytes` long) or, when None, a new one."""
+    if given is None:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if not isinstance(given, torch.Tensor) or given.dtype != torch.uint8 or given.dim() != 1 \
+            or given.device != device or not given.is_contiguous():
+        raise ValueError(f"workspace: expected a contiguous 1-D uint8 tensor on {device}")
+    if given.numel() < nbytes:
+        raise ValueError(f"workspace: this call needs {nbytes} bytes, the workspace has "
+                         f"{given.numel()}")
+    return given

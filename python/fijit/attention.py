@@ -4,8 +4,10 @@ merge_states.
 
 Conventions (as flash-attn): out= writes into a tensor you own; return_lse=True
 returns (out, lse) with lse the NATURAL log of the softmax denominator, float32,
-[tokens, heads]. sm_scale None means 1/sqrt(head_dim); softcap 0 means none; a
-sliding window (window_left >= 0: keys i+off-window_left .. i+off) is causal. Calls
+[tokens, heads]. sm_scale None means 1/sqrt(head_dim); logits_soft_cap None or 0
+means none (softcap=, its earlier name, is accepted for one release with a
+DeprecationWarning); a sliding window (window_left >= 0: keys i+off-window_left ..
+i+off) is causal. Calls
 run on torch.cuda.current_stream() unless stream= is given. Inside torch.compile the
 functions go through the torch.library ops fijit::* (see _ops.py), without variants
 or fp8 prefill (eager only: prefill's docstring).
@@ -16,7 +18,7 @@ import torch
 
 from . import _structs as S
 from . import _tensors as T
-from ._callspec import pos_name, prefill_mask, spec_for, vo_head_dim  # noqa: F401  (also fijit.attention's)
+from ._callspec import pos_name, prefill_mask, soft_cap_arg, spec_for, vo_head_dim  # noqa: F401
 from ._callspec import sm_scale_arg as _scale
 from ._lib import new_struct
 from ._ops import register_ops
@@ -61,20 +63,23 @@ def _no_variant_in_graph(variant, variant_args):
 
 
 # ---- decode -------------------------------------------------------------------------
-def decode(q, k, v, *, kv_layout="NHD", sm_scale=None, softcap=0.0, window_left=-1,
+def decode(q, k, v, *, kv_layout="NHD", sm_scale=None, logits_soft_cap=None, window_left=-1,
            alibi_slopes=None, rope=False, rope_theta=1e4, rope_scale=1.0, rope_offset=0,
            k_scale=1.0, v_scale=1.0, max_splits=0, variant=None, out=None, return_lse=False,
-           stream=None, ctx=None, **variant_args):
+           workspace=None, stream=None, ctx=None, softcap=None, **variant_args):
     """Single-request decode: q [num_qo_heads, head_dim] (one token) against k, v
     [kv_len, num_kv_heads, head_dim] (kv_layout "NHD") or [num_kv_heads, kv_len,
     head_dim] ("HND"), any token/head strides. GQA when num_qo_heads is a multiple of
     num_kv_heads. fp8 k/v (torch.float8_e4m3fn / e5m2) hold k / k_scale, v / v_scale.
     The query sits at position rope_offset + kv_len - 1 (RoPE; the window counts back
     from it). Returns out [num_qo_heads, head_dim] (q's dtype), and lse
-    [num_qo_heads] with return_lse."""
+    [num_qo_heads] with return_lse. workspace: None (split-KV's partials are allocated
+    per call) or a 1-D uint8 CUDA tensor you own, reused across calls (ValueError naming
+    the bytes needed when it is too small)."""
+    logits_soft_cap = soft_cap_arg(logits_soft_cap, softcap, "fijit.decode")
     if _compiling():
         _no_variant_in_graph(variant, variant_args)
-        o, lse = torch.ops.fijit.decode(q, k, v, kv_layout, _scale(sm_scale), float(softcap),
+        o, lse = torch.ops.fijit.decode(q, k, v, kv_layout, _scale(sm_scale), logits_soft_cap,
                                         int(window_left), alibi_slopes, bool(rope),
                                         float(rope_theta), float(rope_scale), int(rope_offset))
         return _graph_result(o, lse, out, return_lse)
@@ -82,17 +87,19 @@ def decode(q, k, v, *, kv_layout="NHD", sm_scale=None, softcap=0.0, window_left=
     H, D = q.shape
     o = T.output("out", out, (H, D), q.dtype, q.device)
     lse = torch.empty((H,), dtype=torch.float32, device=q.device) if return_lse else None
-    decode_into(o, lse, q, k, v, kv_layout=kv_layout, sm_scale=sm_scale, softcap=softcap,
+    decode_into(o, lse, q, k, v, kv_layout=kv_layout, sm_scale=sm_scale,
+                logits_soft_cap=logits_soft_cap,
                 window_left=window_left, alibi_slopes=alibi_slopes, rope=rope,
                 rope_theta=rope_theta, rope_scale=rope_scale, rope_offset=rope_offset,
                 k_scale=k_scale, v_scale=v_scale, max_splits=max_splits, variant=variant,
-                stream=stream, ctx=ctx, variant_args=variant_args)
+                workspace=workspace, stream=stream, ctx=ctx, variant_args=variant_args)
     return (o, lse) if return_lse else o
 
 
-def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, softcap, window_left, alibi_slopes,
-                rope, rope_theta, rope_scale, rope_offset, k_scale=1.0, v_scale=1.0,
-                max_splits=0, variant=None, stream=None, ctx=None, variant_args=None):
+def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, logits_soft_cap, window_left,
+                alibi_slopes, rope, rope_theta, rope_scale, rope_offset, k_scale=1.0,
+                v_scale=1.0, max_splits=0, variant=None, workspace=None, stream=None, ctx=None,
+                variant_args=None):
     """fi_decode_run into o (and lse, or None); inputs already checked."""
     ctx = ctx or default_context()
     dev = q.device
@@ -100,14 +107,14 @@ def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, softcap, window_left, a
     kv_len, hkv, ksn, ksh = T.kv_strides("k", k, kv_layout)
     _, _, vsn, vsh = T.kv_strides("v", v, kv_layout)
     spec_c = spec_for("decode", q.dtype, k.dtype, D, "window" if window_left >= 0 else "none",
-                      pos_name(rope, alibi_slopes), softcap > 0, variant).to_c()
+                      pos_name(rope, alibi_slopes), logits_soft_cap > 0, variant).to_c()
     varr, nvar, keep = T.variant_args(variant_args, dev)
     L = ctx._lib
     a = new_struct(S.DecodeArgs, L, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
                    o=o.data_ptr(), lse=lse.data_ptr() if lse is not None else None,
                    num_qo_heads=H, num_kv_heads=hkv, kv_len=kv_len, q_stride_h=q.stride(0),
                    o_stride_h=o.stride(0), k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn,
-                   v_stride_h=vsh, sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+                   v_stride_h=vsh, sm_scale=_scale(sm_scale), logits_soft_cap=logits_soft_cap,
                    rope_scale=float(rope_scale), rope_theta=float(rope_theta),
                    rope_offset=int(rope_offset), window_left=int(window_left),
                    alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
@@ -121,21 +128,21 @@ def decode_into(o, lse, q, k, v, *, kv_layout, sm_scale, softcap, window_left, a
         check(L.fi_decode_workspace_size(ctypes.byref(n), spec_p, args_p),
               "fi_decode_workspace_size", L)
         if n.value:
-            ws = torch.empty(n.value, dtype=torch.uint8, device=dev)
-            a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
+            ws = T.workspace_for(workspace, n.value, dev)
+            a.workspace, a.workspace_bytes = ws.data_ptr(), ws.numel()
         check(L.fi_decode_run(ctx.handle, spec_p, args_p, T.stream_handle(stream, dev)),
               "fi_decode_run", L)
-        T.keep_for_stream(stream, dev, ws)
+        T.keep_for_stream(stream, dev, ws if workspace is None else None)
     del keep, ws  # alive until the launch is queued; the caching allocator orders reuse
     return o
 
 
 # ---- prefill ------------------------------------------------------------------------
-def prefill(q, k, v, *, causal=False, window_left=-1, softcap=0.0, sm_scale=None,
+def prefill(q, k, v, *, causal=False, window_left=-1, logits_soft_cap=None, sm_scale=None,
             alibi_slopes=None, rope=False, rope_theta=1e4, rope_scale=1.0, rope_offset=0,
             custom_mask=None, kv_layout="NHD", q_scale=1.0, k_scale=1.0, v_scale=1.0,
-            out_dtype=None, variant=None, out=None, return_lse=False, stream=None, ctx=None,
-            **variant_args):
+            out_dtype=None, variant=None, out=None, return_lse=False, workspace=None,
+            stream=None, ctx=None, softcap=None, **variant_args):
     """Single-request prefill: q [qo_len, num_qo_heads, head_dim] against k, v
     [kv_len, num_kv_heads, head_dim] ("NHD") or [num_kv_heads, kv_len, head_dim]
     ("HND"); any token/head strides (a q/k/v slice of a fused QKV tensor works). Causal
@@ -152,12 +159,15 @@ def prefill(q, k, v, *, causal=False, window_left=-1, softcap=0.0, sm_scale=None
     and v all torch.float8_e4m3fn holding the real values divided by the per-tensor
     q_scale, k_scale, v_scale (positive); logits are (q_real . k_real) * sm_scale; out is
     out_dtype, torch.float16 or torch.bfloat16 (None: out='s dtype, else bfloat16). The
-    workspace fp8 needs (V re-laid out) is allocated per call. Token and head strides
+    workspace (fp8's re-laid-out V, RoPE's rotated keys, the persistent kernel's
+    counter) is allocated per call unless workspace= gives a 1-D uint8 CUDA tensor you
+    own (ValueError naming the bytes needed when it is too small). Token and head strides
     count 1-byte elements there: multiples of 16. Mixed dtypes raise TypeError, scales
     or out_dtype given for 16-bit inputs TypeError/ValueError. fp8 is eager-only: inside
     torch.compile it raises NotImplementedError (the fijit::prefill op carries no scales
     or out_dtype; call fijit.prefill outside the compiled region), as variants and
     custom masks do."""
+    logits_soft_cap = soft_cap_arg(logits_soft_cap, softcap, "fijit.prefill")
     if _compiling():
         _no_variant_in_graph(variant, variant_args)
         if custom_mask is not None:
@@ -167,7 +177,7 @@ def prefill(q, k, v, *, causal=False, window_left=-1, softcap=0.0, sm_scale=None
             raise NotImplementedError("fp8 prefill is not available inside torch.compile; call "
                                       "fijit.prefill outside the compiled region for it")
         o, lse = torch.ops.fijit.prefill(q, k, v, kv_layout, bool(causal), int(window_left),
-                                         float(softcap), _scale(sm_scale), alibi_slopes,
+                                         logits_soft_cap, _scale(sm_scale), alibi_slopes,
                                          bool(rope), float(rope_theta), float(rope_scale),
                                          int(rope_offset))
         return _graph_result(o, lse, out, return_lse)
@@ -178,18 +188,20 @@ def prefill(q, k, v, *, causal=False, window_left=-1, softcap=0.0, sm_scale=None
     Lq, H, _ = q.shape
     o = T.output("out", out, (Lq, H, v.shape[-1]), o_dtype, q.device)
     lse = torch.empty((Lq, H), dtype=torch.float32, device=q.device) if return_lse else None
-    prefill_into(o, lse, q, k, v, causal=causal, window_left=window_left, softcap=softcap,
+    prefill_into(o, lse, q, k, v, causal=causal, window_left=window_left,
+                 logits_soft_cap=logits_soft_cap,
                  sm_scale=sm_scale, alibi_slopes=alibi_slopes, rope=rope, rope_theta=rope_theta,
                  rope_scale=rope_scale, rope_offset=rope_offset, custom_mask=custom_mask,
                  kv_layout=kv_layout, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
-                 variant=variant, stream=stream, ctx=ctx, variant_args=variant_args)
+                 variant=variant, workspace=workspace, stream=stream, ctx=ctx,
+                 variant_args=variant_args)
     return (o, lse) if return_lse else o
 
 
-def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, alibi_slopes, rope,
-                 rope_theta, rope_scale, rope_offset, kv_layout, custom_mask=None, q_scale=1.0,
-                 k_scale=1.0, v_scale=1.0, variant=None, stream=None, ctx=None,
-                 variant_args=None):
+def prefill_into(o, lse, q, k, v, *, causal, window_left, logits_soft_cap, sm_scale,
+                 alibi_slopes, rope, rope_theta, rope_scale, rope_offset, kv_layout,
+                 custom_mask=None, q_scale=1.0, k_scale=1.0, v_scale=1.0, variant=None,
+                 workspace=None, stream=None, ctx=None, variant_args=None):
     """fi_prefill_run into o (and lse, or None); inputs already checked. The spec's
     o_dtype is o's dtype (fp8 q/k/v: fp16 or bf16); the scales are for fp8 inputs (the
     C library ignores them for 16-bit ones)."""
@@ -200,7 +212,7 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
     mask = prefill_mask(causal, window_left, custom_mask)
     bits = pack_mask(custom_mask, Lq, kv_len) if custom_mask is not None else None
     spec = spec_for("prefill", q.dtype, k.dtype, D, mask, pos_name(rope, alibi_slopes),
-                    softcap > 0, variant, o.dtype, vo_head_dim(D, v))
+                    logits_soft_cap > 0, variant, o.dtype, vo_head_dim(D, v))
     varr, nvar, keep = T.variant_args(variant_args, q.device)
     L = ctx._lib
     a = new_struct(S.PrefillArgs, L, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(),
@@ -208,7 +220,7 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
                    num_qo_heads=H, num_kv_heads=hkv, qo_len=Lq, kv_len=kv_len,
                    q_stride_n=q.stride(0), q_stride_h=q.stride(1), o_stride_n=o.stride(0),
                    o_stride_h=o.stride(1), k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn,
-                   v_stride_h=vsh, sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+                   v_stride_h=vsh, sm_scale=_scale(sm_scale), logits_soft_cap=logits_soft_cap,
                    rope_scale=float(rope_scale), rope_theta=float(rope_theta),
                    rope_offset=int(rope_offset), window_left=int(window_left),
                    alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,), torch.float32,
@@ -226,11 +238,11 @@ def prefill_into(o, lse, q, k, v, *, causal, window_left, softcap, sm_scale, ali
         check(L.fi_prefill_workspace_size(ctypes.byref(n), ctypes.byref(spec_c), ctypes.byref(a)),
               "fi_prefill_workspace_size", L)
         if n.value:
-            ws = torch.empty(n.value, dtype=torch.uint8, device=q.device)
-            a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
+            ws = T.workspace_for(workspace, n.value, q.device)
+            a.workspace, a.workspace_bytes = ws.data_ptr(), ws.numel()
         check(L.fi_prefill_run(ctx.handle, ctypes.byref(spec_c), ctypes.byref(a),
                                T.stream_handle(stream, q.device)), "fi_prefill_run", L)
-        T.keep_for_stream(stream, q.device, ws, bits)
+        T.keep_for_stream(stream, q.device, ws if workspace is None else None, bits)
     del keep, ws, bits
     return o
 
@@ -254,31 +266,38 @@ def flash_window(causal, window_size):
 
 def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
                    dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                   softcap=0.0, alibi_slopes=None, *, rope=False, rope_theta=1e4,
+                   logits_soft_cap=None, alibi_slopes=None, *, rope=False, rope_theta=1e4,
                    rope_scale=1.0, rope_offset=0, variant=None, out=None, return_lse=False,
-                   stream=None, ctx=None, **variant_args):
+                   stream=None, ctx=None, softcap=None, **variant_args):
     """Packed batch prefill with flash_attn_varlen_func's arguments, in its order: q
     [total_q, H, D] and k, v [total_k, Hkv, D] with request b at rows
     cu_seqlens_q[b]:cu_seqlens_q[b+1] (k, v: cu_seqlens_k), int32 CUDA tensors.
     max_seqlen_* are accepted and not needed; dropout_p must be 0 (no dropout at
     inference); softmax_scale None means 1/sqrt(D); window_size (left, right) as
-    flash-attn's, causal only (see flash_window); softcap 0 means none. The lengths are
+    flash-attn's, causal only (see flash_window); logits_soft_cap None or 0 means none
+    (flash-attn's softcap, in its place; softcap= by keyword is the deprecated alias). The
+    lengths are
     read to the host (one synchronisation) to plan the batch; for repeated calls on one
     layout, and for CUDA graphs, use BatchPrefillPlan. Returns out [total_q, H, D of v]
     (and lse [total_q, H] with return_lse); v may be narrower than q and k as in prefill
     (MLA: 192/128)."""
     if dropout_p:
         raise NotImplementedError(f"dropout_p={dropout_p}: fijit has no dropout (inference only)")
+    logits_soft_cap = soft_cap_arg(logits_soft_cap, softcap, "fijit.varlen_prefill")
     causal, window_left = flash_window(causal, window_size)
     sm_scale = softmax_scale
     if _compiling():
         _no_variant_in_graph(variant, variant_args)
         o, lse = torch.ops.fijit.varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                                bool(causal), int(window_left), float(softcap),
+                                                bool(causal), int(window_left), logits_soft_cap,
                                                 _scale(sm_scale), alibi_slopes, bool(rope),
                                                 float(rope_theta), float(rope_scale),
                                                 int(rope_offset))
         return _graph_result(o, lse, out, return_lse)
+    if q.dtype == T.FP8_E4M3 and T.FP8_E4M3 is not None:
+        raise NotImplementedError("varlen_prefill: fp8 (float8_e4m3fn) q/k/v are served by "
+                                  "fijit.prefill only; the library's batch prefill kinds take "
+                                  "fp16 or bf16 (call fijit.prefill per sequence)")
     T.qkv(q, k, v, 3, 3, v_head_dim=True)
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.dtype not in (torch.int32,
@@ -298,7 +317,8 @@ def varlen_prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_s
     try:
         plan.plan(qo_host, kv_host, H, k.shape[1], D, head_dim_vo=vo_head_dim(D, v),
                   q_dtype=q.dtype, kv_dtype=k.dtype,
-                  causal=causal, window_left=window_left, softcap=softcap, sm_scale=sm_scale,
+                  causal=causal, window_left=window_left, logits_soft_cap=logits_soft_cap,
+                  sm_scale=sm_scale,
                   pos_encoding=pos_name(rope, alibi_slopes), rope_theta=rope_theta,
                   rope_scale=rope_scale, variant=variant, grow_workspace=True,
                   qo_indptr_device=cu_seqlens_q, kv_indptr_device=cu_seqlens_k)

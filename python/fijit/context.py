@@ -3,6 +3,7 @@ and the process-wide default context every module-level function uses."""
 import ctypes
 import os
 import threading
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _structs as S
@@ -10,6 +11,9 @@ from ._lib import WRITE_FN, lib, load_library, new_struct
 from .errors import check
 from .spec import as_spec
 
+# What get_kernel tells of a loaded kernel (fi_jit_kernel's fields a Python caller uses).
+KernelInfo = namedtuple("KernelInfo",
+                        "function block_dim smem_bytes registers spill_bytes key arch")
 _LOG_LEVELS = {"off": 0, "error": 1, "warn": 2, "info": 3, "debug": 4}
 
 
@@ -144,14 +148,49 @@ class Context:
               self._lib)
         return {name: getattr(st, name) for name in S.STATS_COUNTERS}
 
-    def explain(self, spec, arch=None):
-        """The text of what the cache key of `spec` on `arch` is made of."""
+    def explain(self, spec, arch=None, *, source=False, ptx=False):
+        """The text of what the cache key of `spec` on `arch` is made of; with source=True
+        followed by the translation unit (byte for byte what the key hashes and NVRTC
+        compiles), with ptx=True by the PTX NVRTC makes of it (compiled now, not
+        cached). Each part after the first starts with a line "---- <what> ----"."""
+        spec_c = as_spec(spec, self._lib).to_c()
+        arch_b = arch.encode() if arch else None
         chunks = []
         cb = WRITE_FN(lambda _user, text: chunks.append(text.decode(errors="replace")))
-        check(self._lib.fi_jit_explain(self.handle, ctypes.byref(as_spec(spec, self._lib).to_c()),
-                                       arch.encode() if arch else None, cb, None),
+        check(self._lib.fi_jit_explain(self.handle, ctypes.byref(spec_c), arch_b, cb, None),
               "fi_jit_explain", self._lib)
+        for wanted, as_ptx, title in ((source, 0, "translation unit"), (ptx, 1, "PTX")):
+            if wanted:
+                chunks.append(f"\n---- {title} ----\n" + self._unit(spec_c, arch_b, as_ptx))
         return "".join(chunks)
+
+    def _unit(self, spec_c, arch_b, as_ptx):
+        """fi_jit_unit's text (the library's buffer copied, then freed)."""
+        buf, size = ctypes.c_void_p(), ctypes.c_size_t()
+        check(self._lib.fi_jit_unit(ctypes.byref(buf), ctypes.byref(size), self.handle,
+                                    ctypes.byref(spec_c), arch_b, as_ptx), "fi_jit_unit",
+              self._lib)
+        try:
+            return ctypes.string_at(buf, size.value).decode(errors="replace")
+        finally:
+            self._lib.fi_free(buf)
+
+    def get_kernel(self, spec):
+        """Load the kernel of `spec` into the current CUDA context (compiled, or read from
+        the cache) without running it, so that later calls never compile or load (warm a
+        server before its first request, or before CUDA-graph capture). Returns a
+        KernelInfo: the CUfunction handle (an int, borrowed from this context), block
+        shape, dynamic shared memory, registers, spills, cache key (hex) and arch. Needs a
+        current CUDA context (torch makes one on first use of a device)."""
+        kernel = ctypes.POINTER(S.JitKernel)()
+        check(self._lib.fi_jit_get_kernel(ctypes.byref(kernel), self.handle,
+                                          ctypes.byref(as_spec(spec, self._lib).to_c())),
+              "fi_jit_get_kernel", self._lib)
+        k = kernel.contents
+        return KernelInfo(function=k.function or 0, block_dim=tuple(k.block_dim),
+                          smem_bytes=k.smem_bytes, registers=k.registers,
+                          spill_bytes=k.spill_bytes, key=bytes(k.key).hex(),
+                          arch=k.arch.decode())
 
 
 def _is_path(x):

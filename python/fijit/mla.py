@@ -11,15 +11,13 @@ Shapes (tokens = all requests' query tokens, packed):
 q_nope and q_pe may be views of one [tokens, heads, 576] tensor (q_pe=None: its last 64).
 Request b's query tokens are qo_indptr[b]..qo_indptr[b+1] (1 to 8 each), causal among
 themselves and aligned bottom-right against its kv_len keys (the cache holds them)."""
-import ctypes
 
 import torch
 
 from . import _structs as S
 from . import _tensors as T
+from ._callspec import soft_cap_arg, spec_for
 from ._lib import new_struct
-from .attention import spec_for
-from .errors import check
 from .plans import _Plan, _c_ints, _host_ints, _outputs
 
 LATENT, ROPE = 512, 64
@@ -43,13 +41,15 @@ class BatchMLADecodePlan(_Plan):
         super().__init__(workspace, "NHD", ctx=ctx)
 
     def plan(self, qo_indptr, kv_indptr, kv_last_page_len, num_heads, *, page_size=64,
-             q_dtype=torch.bfloat16, kv_dtype=None, sm_scale, softcap=0.0, variant=None,
-             max_splits=0, grow_workspace=False):
+             q_dtype=torch.bfloat16, kv_dtype=None, sm_scale, logits_soft_cap=None,
+             variant=None, max_splits=0, grow_workspace=False, softcap=None):
         """qo_indptr [B+1] (query token offsets, steps of 1..8), kv_indptr [B+1] (offsets
         into kv_indices: each request's pages) and kv_last_page_len [B] (1..page_size),
         host lists or tensors. kv_dtype: q's, or torch.float8_e4m3fn (a per-tensor
         kv_scale at run). sm_scale is required (DeepSeek-V3: 1/sqrt(192) times its YaRN
-        factor). Gets the kernel now: run() never compiles."""
+        factor). logits_soft_cap > 0 caps the logits (softcap=: its deprecated alias).
+        Gets the kernel now: run() never compiles."""
+        logits_soft_cap = soft_cap_arg(logits_soft_cap, softcap, "BatchMLADecodePlan.plan")
         qo = _host_ints("qo_indptr", qo_indptr)
         indptr = _host_ints("kv_indptr", kv_indptr)
         last = _host_ints("kv_last_page_len", kv_last_page_len)
@@ -60,8 +60,8 @@ class BatchMLADecodePlan(_Plan):
         if sm_scale is None or not float(sm_scale) > 0:
             raise ValueError("sm_scale: give the model's softmax scale (> 0)")
         kv_dtype = kv_dtype or q_dtype
-        spec = spec_for("mla_decode", q_dtype, kv_dtype, LATENT, "none", "none", softcap > 0,
-                        variant)
+        spec = spec_for("mla_decode", q_dtype, kv_dtype, LATENT, "none", "none",
+                        logits_soft_cap > 0, variant)
         self._host = (_c_ints(qo), _c_ints(indptr), _c_ints(last))  # read by plan_new
         pa = new_struct(S.BatchMLADecodePlanArgs, self._lib, batch_size=len(last),
                         qo_indptr=self._host[0], kv_indptr=self._host[1],
@@ -71,7 +71,7 @@ class BatchMLADecodePlan(_Plan):
         self.batch_size, self.num_heads, self.num_tokens = len(last), num_heads, qo[-1]
         self.page_size, self.num_pages = page_size, indptr[-1]
         self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
-        self._scalars = dict(sm_scale=float(sm_scale), logits_soft_cap=float(softcap))
+        self._scalars = dict(sm_scale=float(sm_scale), logits_soft_cap=logits_soft_cap)
         return self
 
     def describe(self):
@@ -116,26 +116,23 @@ class BatchMLADecodePlan(_Plan):
             o_stride_h=o.stride(1), kv_scale=float(kv_scale),
             workspace=self.workspace.data_ptr(), workspace_bytes=self.workspace_bytes,
             variant_args=varr, num_variant_args=nvar, **self._scalars)
-        with T.device_of(q_nope):
-            check(self._lib.fi_batch_mla_decode_run(self.ctx.handle, self._handle,
-                                                    ctypes.byref(a),
-                                                    T.stream_handle(stream, dev)),
-                  "fi_batch_mla_decode_run", self._lib)
-        del keep
-        return (o, lse) if (return_lse or lse is not None) else o
+        return self._launch(a, q_nope, o, lse, return_lse, stream, keep)
 
 
 def mla_decode(q_nope, q_pe, ckv, kpe, kv_indices, qo_indptr, kv_indptr, kv_last_page_len, *,
-               sm_scale, softcap=0.0, kv_scale=1.0, variant=None, out=None, lse=None,
-               return_lse=False, workspace=None, stream=None, ctx=None, **variant_args):
+               sm_scale, logits_soft_cap=None, kv_scale=1.0, variant=None, out=None, lse=None,
+               return_lse=False, workspace=None, stream=None, ctx=None, softcap=None,
+               **variant_args):
     """One absorbed MLA decode call: plan (host; the index arrays are read on the host)
     and run. For a batch layout served over many layers, keep a BatchMLADecodePlan."""
+    logits_soft_cap = soft_cap_arg(logits_soft_cap, softcap, "fijit.mla_decode")
     if workspace is None:
         workspace = torch.empty(1 << 20, dtype=torch.uint8, device=q_nope.device)
     page_size = ckv.shape[1]
     plan = BatchMLADecodePlan(workspace, ctx=ctx)
     plan.plan(qo_indptr, kv_indptr, kv_last_page_len, q_nope.shape[1], page_size=page_size,
-              q_dtype=q_nope.dtype, kv_dtype=ckv.dtype, sm_scale=sm_scale, softcap=softcap,
+              q_dtype=q_nope.dtype, kv_dtype=ckv.dtype, sm_scale=sm_scale,
+              logits_soft_cap=logits_soft_cap,
               variant=variant, grow_workspace=True)
     try:
         result = plan.run(q_nope, q_pe, ckv, kpe, kv_indices, kv_scale=kv_scale, out=out,

@@ -12,7 +12,7 @@ import torch
 
 from . import _structs as S
 from . import _tensors as T
-from ._callspec import prefill_mask, spec_for
+from ._callspec import prefill_mask, soft_cap_arg, spec_for
 from ._callspec import sm_scale_arg as _scale
 from ._lib import new_struct
 from .context import default_context
@@ -126,6 +126,16 @@ class _Plan:
         if not self._handle:
             raise RuntimeError(f"{type(self).__name__}.run: call plan() first")
 
+    def _launch(self, args, q, o, lse, return_lse, stream, keep):
+        """<prefix>_run of `args` on `stream` (None: q's device's current stream), with
+        `keep` (what args points at: the variant arguments) alive until it is queued;
+        the run's result: o, or (o, lse) when lse was asked for."""
+        name = self._prefix + "_run"
+        with T.device_of(q):
+            check(getattr(self._lib, name)(self.ctx.handle, self._handle, ctypes.byref(args),
+                                           T.stream_handle(stream, q.device)), name, self._lib)
+        return (o, lse) if (return_lse or lse is not None) else o
+
     def _describe(self):
         """The two counts <prefix>_plan_describe gives (the kinds that have one)."""
         self._need_plan()
@@ -143,18 +153,21 @@ class BatchDecodePlan(_Plan):
     (indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
     ...); this plan takes no page indices (they are device data, given to run(), so
     pages can move without a new plan), and page_size and the rest by keyword.
-    FlashInfer's logits_soft_cap is softcap=, pos_encoding_mode is pos_encoding=."""
+    FlashInfer's pos_encoding_mode is pos_encoding=."""
     _prefix = "fi_batch_decode"
 
     def plan(self, kv_indptr, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, *,
-             page_size=None, q_dtype=torch.float16, kv_dtype=None, window_left=-1, softcap=0.0,
+             page_size=None, q_dtype=torch.float16, kv_dtype=None, window_left=-1,
+             logits_soft_cap=None,
              sm_scale=None, pos_encoding="none", rope_theta=1e4, rope_scale=1.0, variant=None,
-             max_splits=0, grow_workspace=False):
+             max_splits=0, grow_workspace=False, softcap=None):
         """kv_indptr [B+1] (offsets into kv_indices: each request's pages) and
         kv_last_page_len [B] (1..page_size), host lists or tensors; page_size None: the
         library's default (FI_BATCH_DECODE_PLAN_ARGS_INIT). pos_encoding "none",
         "rope" (rope_theta, rope_scale here; per-request offsets at run) or "alibi"
-        (slopes at run). softcap > 0 caps the logits."""
+        (slopes at run). logits_soft_cap > 0 caps the logits
+        (softcap=: its deprecated alias)."""
+        logits_soft_cap = soft_cap_arg(logits_soft_cap, softcap, "BatchDecodePlan.plan")
         if pos_encoding not in _POS:
             raise ValueError(f"pos_encoding: {pos_encoding!r} is not one of {', '.join(_POS)}")
         indptr = _host_ints("kv_indptr", kv_indptr)
@@ -164,8 +177,8 @@ class BatchDecodePlan(_Plan):
                              "want batch_size + 1 and batch_size")
         kv_dtype = kv_dtype or q_dtype
         spec = spec_for("batch_decode", q_dtype, kv_dtype, int(head_dim),
-                        "window" if window_left >= 0 else "none", pos_encoding, softcap > 0,
-                        variant)
+                        "window" if window_left >= 0 else "none", pos_encoding,
+                        logits_soft_cap > 0, variant)
         self._host = (_c_ints(indptr), _c_ints(last))  # the plan reads them in plan_new
         pa = new_struct(S.BatchDecodePlanArgs, self._lib, batch_size=len(last),
                         kv_indptr=self._host[0], kv_last_page_len=self._host[1],
@@ -176,7 +189,7 @@ class BatchDecodePlan(_Plan):
         self.batch_size, self.num_qo_heads, self.num_kv_heads = len(last), num_qo_heads, num_kv_heads
         self.head_dim, self.page_size, self.num_pages = int(head_dim), pa.page_size, indptr[-1]
         self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
-        self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+        self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=logits_soft_cap,
                              rope_theta=float(rope_theta), rope_scale=float(rope_scale))
         return self
 
@@ -227,12 +240,7 @@ class BatchDecodePlan(_Plan):
                        workspace=self.workspace.data_ptr(),
                        workspace_bytes=self.workspace_bytes, variant_args=varr,
                        num_variant_args=nvar, **self._scalars)
-        with T.device_of(q):
-            check(self._lib.fi_batch_decode_run(self.ctx.handle, self._handle, ctypes.byref(a),
-                                                T.stream_handle(stream, dev)),
-                  "fi_batch_decode_run", self._lib)
-        del keep
-        return (o, lse) if (return_lse or lse is not None) else o
+        return self._launch(a, q, o, lse, return_lse, stream, keep)
 
 
 def _kv_shapes_ok(k, v, head_dim, head_dim_vo):
@@ -246,8 +254,8 @@ class BatchPrefillPlan(_Plan):
     plan() begins as FlashInfer's ragged wrapper's does (qo_indptr, kv_indptr,
     num_qo_heads, num_kv_heads, head_dim, then keywords). Not the paged wrapper's order,
     (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, ...): page
-    indices go to run(), kv_last_page_len is a keyword. FlashInfer's logits_soft_cap is
-    softcap=, pos_encoding_mode is pos_encoding=."""
+    indices go to run(), kv_last_page_len is a keyword. FlashInfer's pos_encoding_mode is
+    pos_encoding=."""
 
     _prefix = "fi_batch_prefill"
 
@@ -258,15 +266,18 @@ class BatchPrefillPlan(_Plan):
     def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim, *,
              head_dim_vo=0, kv_last_page_len=None, page_size=None, q_dtype=torch.float16,
              kv_dtype=None,
-             causal=False, window_left=-1, softcap=0.0, sm_scale=None, pos_encoding="none",
+             causal=False, window_left=-1, logits_soft_cap=None, sm_scale=None,
+             pos_encoding="none",
              rope_theta=1e4, rope_scale=1.0, variant=None, cta_tile_q=0, grow_workspace=False,
-             qo_indptr_device=None, kv_indptr_device=None, kv_last_page_len_device=None):
+             qo_indptr_device=None, kv_indptr_device=None, kv_last_page_len_device=None,
+             softcap=None):
         """qo_indptr [B+1] query token offsets; kv_indptr [B+1]: ragged, key token
         offsets; paged, offsets into kv_indices (page counts), with kv_last_page_len [B].
         Host lists or tensors; the plan keeps device copies (or the *_device tensors given,
         which must hold the same values). page_size (paged) None: the library's default
         (FI_BATCH_PREFILL_PLAN_ARGS_INIT). head_dim_vo: v's and out's head dim where it is
         not head_dim (MLA's prefill: head_dim 192, head_dim_vo 128); 0: head_dim."""
+        logits_soft_cap = soft_cap_arg(logits_soft_cap, softcap, "BatchPrefillPlan.plan")
         if pos_encoding not in _POS:
             raise ValueError(f"pos_encoding: {pos_encoding!r} is not one of {', '.join(_POS)}")
         qo = _host_ints("qo_indptr", qo_indptr)
@@ -287,8 +298,8 @@ class BatchPrefillPlan(_Plan):
         kind = "batch_prefill_paged" if self.paged else "batch_prefill_ragged"
         head_dim_vo = 0 if int(head_dim_vo) == int(head_dim) else int(head_dim_vo)
         spec = spec_for(kind, q_dtype, kv_dtype, int(head_dim),
-                        prefill_mask(causal, window_left, None), pos_encoding, softcap > 0,
-                        variant, head_dim_vo=head_dim_vo)
+                        prefill_mask(causal, window_left, None), pos_encoding,
+                        logits_soft_cap > 0, variant, head_dim_vo=head_dim_vo)
         self._host = (_c_ints(qo), _c_ints(kv), _c_ints(last))
         pa = new_struct(S.BatchPrefillPlanArgs, self._lib, batch_size=B,
                         qo_indptr=self._host[0], kv_indptr=self._host[1],
@@ -306,16 +317,18 @@ class BatchPrefillPlan(_Plan):
         self.head_dim_vo = head_dim_vo or int(head_dim)
         self.total_q, self.total_kv = qo[-1], kv[-1]
         self.q_dtype, self.kv_dtype = q_dtype, kv_dtype
-        self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=float(softcap),
+        self._scalars = dict(sm_scale=_scale(sm_scale), logits_soft_cap=logits_soft_cap,
                              rope_theta=float(rope_theta), rope_scale=float(rope_scale))
         return self
 
-    def run(self, q, k, v, *, kv_indices=None, alibi_slopes=None, rope_offset=0, out=None,
-            lse=None, return_lse=False, stream=None, **variant_args):
+    def run(self, q, k, v, *, kv_indices=None, alibi_slopes=None, rope_offset=0,
+            rope_offsets=None, out=None, lse=None, return_lse=False, stream=None,
+            **variant_args):
         """q [total_q, H, D]. Ragged: k, v [total_kv, Hkv, D] (NHD) or [Hkv, total_kv, D]
         (HND), any strides. Paged: k, v caches NHD [pages, page_size, Hkv, D] or HND
         [pages, Hkv, page_size, D] and kv_indices int32 [kv_indptr[-1]]. rope_offset: the
-        position of key 0 of every request. Returns out [total_q, H, D] (and lse
+        position of key 0 of every request; rope_offsets: int32 [B] on q's device, each
+        request's own (then rope_offset must stay 0). Returns out [total_q, H, D] (and lse
         [total_q, H], natural log, with return_lse or lse=). With the plan's head_dim_vo,
         v's last dimension and out's are head_dim_vo (MLA: 128 with q and k of 192)."""
         self._need_plan()
@@ -350,6 +363,9 @@ class BatchPrefillPlan(_Plan):
                                  f"kv heads ({self.kv_layout}) and head_dim {D} (v: {Dvo}), got "
                                  f"shapes {tuple(k.shape)} and {tuple(v.shape)}")
             strides = dict(k_stride_n=ksn, k_stride_h=ksh, v_stride_n=vsn, v_stride_h=vsh)
+        if rope_offsets is not None and int(rope_offset):
+            raise ValueError("rope_offset and rope_offsets: give one (rope_offsets: per request)")
+        offsets = T.optional("rope_offsets", rope_offsets, (self.batch_size,), torch.int32, dev)
         o, lse = _outputs(out, lse, return_lse, (self.total_q, H, Dvo), q.dtype, dev)
         varr, nvar, keep = T.variant_args(variant_args, dev)
         a = new_struct(S.BatchPrefillArgs, self._lib, q=q.data_ptr(),
@@ -361,14 +377,9 @@ class BatchPrefillPlan(_Plan):
                                          else None),
                        q_stride_n=q.stride(0), q_stride_h=q.stride(1),
                        o_stride_n=o.stride(0), o_stride_h=o.stride(1),
-                       rope_offset=int(rope_offset),
+                       rope_offset=int(rope_offset), rope_offsets=offsets,
                        alibi_slopes=T.optional("alibi_slopes", alibi_slopes, (H,),
                                                torch.float32, dev),
                        variant_args=varr, num_variant_args=nvar, **strides,
                        **self._scalars)
-        with T.device_of(q):
-            check(self._lib.fi_batch_prefill_run(self.ctx.handle, self._handle, ctypes.byref(a),
-                                                 T.stream_handle(stream, dev)),
-                  "fi_batch_prefill_run", self._lib)
-        del keep
-        return (o, lse) if (return_lse or lse is not None) else o
+        return self._launch(a, q, o, lse, return_lse, stream, keep)

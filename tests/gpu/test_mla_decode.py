@@ -151,7 +151,7 @@ def run_case(idx, heads, page, q_dtype, fp8, quick):
     ws = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
     plan = fijit.BatchMLADecodePlan(ws).plan(
         qo, indptr, last, heads, page_size=page, q_dtype=q_dtype, kv_dtype=kv_dtype,
-        sm_scale=sm_scale, softcap=softcap, variant="mla_sink" if use_sink else None,
+        sm_scale=sm_scale, logits_soft_cap=softcap, variant="mla_sink" if use_sink else None,
         max_splits=1 if idx % 4 == 3 else 0, grow_workspace=True)
     items, splits = plan.describe()
     out = torch.full((T, heads, LATENT), float("nan"), dtype=q_dtype, device=DEV)

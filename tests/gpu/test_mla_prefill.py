@@ -70,7 +70,7 @@ def single_cases(gen, dtype, H, Hkv, failures):
         bits = torch.rand(lq, lk, generator=gen, device="cuda") < 0.7 if mask == "custom" else None
         sm_scale = 1.0 / math.sqrt(DQK)
         out = torch.full((lq, H, DVO), float("nan"), dtype=dtype, device="cuda")
-        o, lse = fijit.prefill(q, k, v, **mask_name(mask), custom_mask=bits, softcap=cap,
+        o, lse = fijit.prefill(q, k, v, **mask_name(mask), custom_mask=bits, logits_soft_cap=cap,
                                alibi_slopes=slopes, out=out, return_lse=True)
         ro, rl = ref_of(q, k, v, mask=mask, pos=pos, cap=cap, slopes=slopes, bits=bits,
                         sm_scale=sm_scale)
@@ -105,7 +105,8 @@ def batch_cases(gen, dtype, H, Hkv, failures):
         rl = torch.cat([r[1] for r in refs])
         # Ragged.
         out = torch.full((sum(qo), H, DVO), float("nan"), dtype=dtype, device="cuda")
-        o, lse = fijit.varlen_prefill(q, k, v, cu_q, cu_k, softcap=cap, alibi_slopes=slopes,
+        o, lse = fijit.varlen_prefill(q, k, v, cu_q, cu_k, logits_soft_cap=cap,
+                                      alibi_slopes=slopes,
                                       out=out, return_lse=True, **kw)
         check(f"ragged {dtype} {H}/{Hkv} {mask} {pos} cap {cap}", o, lse, ro, rl,
               TORCH_NAME[dtype], failures)
@@ -131,7 +132,7 @@ def batch_cases(gen, dtype, H, Hkv, failures):
             plan = fijit.BatchPrefillPlan(ws, paged=True)
             plan.plan([0] + list(itertools.accumulate(qo)), kv_indptr, H, Hkv, DQK,
                       head_dim_vo=DVO, kv_last_page_len=last, page_size=page, q_dtype=dtype,
-                      softcap=cap, pos_encoding=pos, grow_workspace=True,
+                      logits_soft_cap=cap, pos_encoding=pos, grow_workspace=True,
                       causal=kw.get("causal", False), window_left=kw.get("window_left", -1))
             out = torch.full((sum(qo), H, DVO), float("nan"), dtype=dtype, device="cuda")
             lse = torch.full((sum(qo), H), float("nan"), dtype=torch.float32, device="cuda")

@@ -141,7 +141,7 @@ def decode_cases():
     H, Hkv, D, L = 32, 8, 128, 1000
     for dtype in (torch.float16, torch.bfloat16):
         for layout in ("NHD", "HND"):
-            for kw in ({}, {"window_left": 100, "softcap": 30.0},
+            for kw in ({}, {"window_left": 100, "logits_soft_cap": 30.0},
                        {"alibi_slopes": torch.rand(H, generator=GEN, device=DEV) * 0.1},
                        {"rope": True, "rope_theta": 5e5, "rope_offset": 7}):
                 q = rnd(H, D, dtype=dtype)
@@ -154,8 +154,8 @@ def decode_cases():
                 vn = v if layout == "NHD" else v.transpose(0, 1)
                 rope = (kw["rope_theta"], 1.0, kw["rope_offset"]) if kw.get("rope") else None
                 ro, rl = reference(q[None], kn, vn, window_left=kw.get("window_left", -1),
-                                   softcap=kw.get("softcap", 0.0), slopes=kw.get("alibi_slopes"),
-                                   rope=rope, causal=True)
+                                   softcap=kw.get("logits_soft_cap", 0.0),
+                                   slopes=kw.get("alibi_slopes"), rope=rope, causal=True)
                 tag = ",".join(k for k in kw if k != "rope_theta") or "plain"
                 compare(f"decode {str(dtype)[6:]} {layout} {tag}", o[None], ro, lse[None], rl,
                         dtype, 2.0 if rope else 1.0)
@@ -165,7 +165,7 @@ def decode_cases():
 def prefill_cases():
     for dtype, D in ((torch.float16, 128), (torch.bfloat16, 64)):
         H, Hkv, Lq, Lk = 8, 2, 200, 333
-        for kw in ({}, {"causal": True}, {"causal": True, "window_left": 40, "softcap": 20.0},
+        for kw in ({}, {"causal": True}, {"causal": True, "window_left": 40, "logits_soft_cap": 20.0},
                    {"causal": True, "alibi_slopes": torch.rand(H, generator=GEN, device=DEV) * 0.1},
                    {"causal": True, "rope": True, "rope_theta": 1e4, "rope_scale": 2.0,
                     "rope_offset": 3}):
@@ -174,7 +174,8 @@ def prefill_cases():
             o, lse = fijit.prefill(q, k, v, out=out, return_lse=True, **kw)
             rope = (kw["rope_theta"], kw["rope_scale"], kw["rope_offset"]) if kw.get("rope") else None
             ro, rl = reference(q, k, v, causal=kw.get("causal", False),
-                               window_left=kw.get("window_left", -1), softcap=kw.get("softcap", 0.0),
+                               window_left=kw.get("window_left", -1),
+                               softcap=kw.get("logits_soft_cap", 0.0),
                                slopes=kw.get("alibi_slopes"), rope=rope)
             tag = ",".join(x for x in kw if x not in ("rope_theta", "rope_scale", "rope_offset")) or "none"
             compare(f"prefill {str(dtype)[6:]} hd{D} {tag}", o, ro, lse, rl, dtype, 2.0 if rope else 1.0)

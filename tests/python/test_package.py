@@ -36,23 +36,7 @@ import fijit  # noqa: E402
 from fijit import _structs as S  # noqa: E402
 from fijit import errors as E  # noqa: E402
 
-failures = []
-
-
-def check(name, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {name}{'' if ok else ': ' + detail}", flush=True)
-    if not ok:
-        failures.append(name)
-
-
-def raises(fn, cls):
-    try:
-        fn()
-    except cls as e:
-        return e
-    except Exception as e:  # the wrong exception: report it
-        return AssertionError(f"raised {type(e).__name__}: {e}")
-    return AssertionError("raised nothing")
+from checks import check, failures, finish, raises  # noqa: E402,F401
 
 
 def run(cmd, env=None, cwd=None):
@@ -362,6 +346,28 @@ check("a variant that does not compile is CompileError with the snippet's file a
       and f"{broken}(5)" in e.message and "undefined_scale" in e.message, repr(e)[:1500])
 check("the compile failure is counted", fijit.stats()["compile_failures"] == 1)
 
+# ---- explain with the unit and its PTX; get_kernel -----------------------------------------
+text = fijit.explain(SPEC, "sm_90a", source=True, ptx=True)
+unit_at, ptx_at = text.find("\n---- translation unit ----\n"), text.find("\n---- PTX ----\n")
+check("explain(source=True, ptx=True): the key's fields, then the unit, then its PTX",
+      0 < unit_at < ptx_at and "hd=64" in text[:unit_at]
+      and "constexpr int kHeadDim = 64;" in text[unit_at:ptx_at]
+      and '#include "decode/decode.cuh"' in text[unit_at:ptx_at]
+      and ".target sm_90a" in text[ptx_at:] and "fi_decode_kernel" in text[ptx_at:]
+      and fijit.explain(SPEC, "sm_90a") == text[:unit_at], text[:200])
+check("explain(source=True) alone: no PTX part",
+      "---- PTX ----" not in fijit.explain(SPEC, "sm_90a", source=True))
+e = raises(lambda: fijit.explain("decode q=fp16 hd=96", "sm_90a", source=True),
+           fijit.UnsupportedError)
+check("explain(source=True) of a spec fijit does not build: UnsupportedError naming head_dim",
+      isinstance(e, fijit.UnsupportedError) and "head_dim" in str(e), repr(e))
+e = raises(lambda: fijit.get_kernel(SPEC), fijit.Error)
+check("get_kernel without a GPU driver: NoDeviceError saying so (nothing crashes)",
+      isinstance(e, fijit.NoDeviceError) and "libcuda" in str(e), repr(e))
+e = raises(lambda: fijit.get_kernel("decode q=fp99"), fijit.InvalidError)
+check("get_kernel of a bad spec: InvalidError before any driver call",
+      isinstance(e, fijit.InvalidError) and "fp99" in str(e), repr(e))
+
 # ---- python -m fijit: the C CLI ---------------------------------------------------------
 env = dict(os.environ, PYTHONPATH=PKG, FIJIT_BUILD_DIR=BUILD)
 r = run([sys.executable, "-m", "fijit", "--version"], env=env)
@@ -374,11 +380,16 @@ r = run([sys.executable, "-m", "fijit", "prewarm", "--kernel", "decode", "--dtyp
 check("python -m fijit prewarm: the cached spec, exit 0",
       r.returncode == 0 and r.stdout.startswith("cached    decode q=fp16 kv=fp16 o=fp16 hd=64")
       and "1 spec, 0 compiled, 1 already cached, 0 failed" in r.stdout, r.stdout + r.stderr)
+r = run([sys.executable, "-m", "fijit", "prewarm", "-j", "2", "--kernel", "decode", "--dtype",
+         "fp16,bf16", "--head-dim", "64", "--mask", "window", "--arch", "sm_90a"], env=env)
+check("python -m fijit prewarm -j 2: two specs on two workers",
+      r.returncode == 0 and "2 specs, 2 compiled" in r.stdout and "(-j 2)" in r.stdout,
+      r.stdout + r.stderr)
 r = run([sys.executable, "-m", "fijit", "prewarm", "--dtype", "fp99"], env=env)
 check("python -m fijit prewarm: a bad dtype is exit 2 naming it",
       r.returncode == 2 and "fp99" in r.stderr, r.stdout + r.stderr)
 r = run([sys.executable, "-m", "fijit", "stats", "--json"], env=env)
-check("python -m fijit stats --json", r.returncode == 0 and '"entries":1' in r.stdout, r.stdout)
+check("python -m fijit stats --json", r.returncode == 0 and '"entries":3' in r.stdout, r.stdout)
 r = run([sys.executable, "-m", "fijit", "--version"],  # the package away from the source tree
         env=dict(env, PYTHONPATH=bare, FIJIT_BUILD_DIR=os.path.join(WORK, "nowhere"),
                  PATH="/nonexistent"), cwd=WORK)
@@ -399,12 +410,50 @@ def function(tree, name):
     return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
+# flash-attn's softcap slot holds the soft-cap under the package's name for it.
 FLASH_VARLEN = ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
-                "dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes"]
+                "dropout_p", "softmax_scale", "causal", "window_size", "logits_soft_cap",
+                "alibi_slopes"]
 fn = function(module_ast("attention"), "varlen_prefill")
 got = [a.arg for a in fn.args.args]
 check("varlen_prefill takes flash_attn_varlen_func's arguments in its order",
       got == FLASH_VARLEN, repr(got))
+# ---- logits_soft_cap, and softcap= as its deprecated alias -----------------------------------
+import warnings  # noqa: E402
+from fijit._callspec import soft_cap_arg  # noqa: E402
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    alias = soft_cap_arg(None, 30, "fijit.decode")
+    plain = soft_cap_arg(25.0, None, "fijit.decode")
+check("softcap= still works for one release, with a DeprecationWarning naming the new name",
+      alias == 30.0 and plain == 25.0 and soft_cap_arg(None, None, "f") == 0.0
+      and [w.category for w in caught] == [DeprecationWarning]
+      and "logits_soft_cap" in str(caught[0].message), repr([str(w.message) for w in caught]))
+e = raises(lambda: soft_cap_arg(30.0, 30.0, "fijit.prefill"), TypeError)
+check("logits_soft_cap and softcap both given: TypeError naming both",
+      isinstance(e, TypeError) and "logits_soft_cap" in str(e) and "softcap" in str(e), repr(e))
+for bad in (-1.0, float("nan"), float("inf")):
+    e = raises(lambda: soft_cap_arg(bad, None, "fijit.prefill"), ValueError)
+    check(f"logits_soft_cap={bad}: ValueError", isinstance(e, ValueError), repr(e))
+SOFT_CAP_TAKERS = {"attention": ("decode", "prefill", "varlen_prefill"),
+                   "plans": ("plan",), "mla": ("plan", "mla_decode"),
+                   "padded": ("plan", "padded_attention")}
+missing = []
+for m, names in SOFT_CAP_TAKERS.items():
+    tree = module_ast(m)
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in names):
+        args = [a.arg for a in fn.args.args + fn.args.kwonlyargs]
+        calls_helper = any(isinstance(c, ast.Call) and getattr(c.func, "id", "") == "soft_cap_arg"
+                           for c in ast.walk(fn))
+        if not ("logits_soft_cap" in args and "softcap" in args and calls_helper):
+            missing.append(f"{m}.{fn.name}({', '.join(args)})")
+check("every call that takes a soft-cap names it logits_soft_cap and maps softcap= through "
+      "soft_cap_arg", not missing, "; ".join(missing))
+takers = [n.name for n in ast.walk(module_ast("attention")) if isinstance(n, ast.FunctionDef)
+          and "workspace" in [a.arg for a in n.args.kwonlyargs]]
+check("fijit.decode and fijit.prefill take workspace=",
+      {"decode", "prefill"} <= set(takers), repr(takers))
+
 plans_tree = module_ast("plans")
 docs = {n.name: ast.get_docstring(n) or "" for n in plans_tree.body if isinstance(n, ast.ClassDef)}
 check("the plans say where they differ from FlashInfer's argument order",
@@ -414,7 +463,7 @@ check("the plans say where they differ from FlashInfer's argument order",
 
 # The structs the torch-only paths build (run on a GPU only): every field they name exists.
 unknown, calls = [], 0
-for m in ("attention", "plans", "context", "spec"):
+for m in ("attention", "plans", "context", "spec", "mla", "padded"):
     for node in ast.walk(module_ast(m)):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "new_struct":
             cls = getattr(S, node.args[0].attr)
@@ -548,5 +597,4 @@ else:
           r.stdout + r.stderr)
 
 shutil.rmtree(WORK, ignore_errors=True)
-print(f"test_package: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")
-sys.exit(1 if failures else 0)
+finish("test_package")
