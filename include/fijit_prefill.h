@@ -247,7 +247,13 @@ FI_API void fi_batch_prefill_plan_free(fi_batch_prefill_plan *plan);
  * heads*stride_h (HND), and page_size is a multiple of 8; which page sizes
  * it reads whole and which in parts depends on its K/V tile (see
  * docs/design.md, "The kernels"). Other layouts run the tile kernels: correct, but
- * slower. */
+ * slower.
+ * The device arrays hold the plan's values, with one exception: the paged
+ * kind without RoPE reads each request's keys (kv_indptr, kv_indices,
+ * kv_last_page_len) on the device at every run, and the plan's host counts
+ * only order its work, so a run may pass other keys for the same requests
+ * and queries (a decode step over a growing cache, one plan per shape).
+ * With RoPE the rotated keys are sized and placed by the plan's counts. */
 typedef struct fi_batch_prefill_args {
     unsigned version;                    /* FI_BATCH_PREFILL_ARGS_VERSION */
     const void *q;
