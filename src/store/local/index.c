@@ -959,7 +959,8 @@ int fi_local_remote_stats_foreach(fi_local *st,
     pthread_mutex_unlock(&st->mu);
     if (rc < 0) goto out;
     rc = 0;
-    qsort(list.rows, list.count, sizeof *list.rows, by_remote);
+    if (list.count > 1) /* qsort's pointer must not be NULL, even for no rows */
+        qsort(list.rows, list.count, sizeof *list.rows, by_remote);
     for (size_t i = 0; i < list.count; i++)
         if (fn(user, &list.rows[i])) break; /* the caller has seen enough */
 out:
