@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "fijit.h"
 #include "fijit_cache.h"
@@ -102,6 +103,12 @@ enum {
 };
 /* -1 to go on, or CLI_EXIT_USAGE after printing which value is wrong. */
 int cli_check_env(const cli_command *cmd, unsigned which);
+/* The variables of cli_env.c (FIJIT_FAST_COMPILE, FIJIT_LOAD, ...), which
+ * cli_check_env(CLI_ENV_SETTINGS) checks too: -1 or CLI_EXIT_USAGE. */
+int cli_check_env_choices(const cli_command *cmd);
+/* Their lines in `fijit --help` and in `fijit show-config`. */
+void cli_env_choices_help(FILE *f);
+void cli_env_choices_show(void);
 /* The settings cli_check_env(CLI_ENV_SETTINGS) read for the command's cache. */
 extern fi_settings cli_settings;
 /* An arch the command will compile for: well formed and one the NVRTC in use

@@ -525,11 +525,13 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     const char *secret = getenv("FIJIT_REMOTE_SECRET");
     printf("fleet secret         %s\n", secret && *secret ? "set (FIJIT_REMOTE_SECRET): entries "
            "from the remote must carry its MAC" : "none");
+    cli_env_choices_show();
 
     static const char *const env_names[] = {
         "FIJIT_CACHE_DIR", "FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE",
         "FIJIT_LOCK_TIMEOUT_MS", "FIJIT_TEMPLATE_DIR", "FIJIT_REMOTE", "FIJIT_REMOTE_SECRET",
         "FIJIT_UMASK", "FIJIT_REMOTE_TOKEN",
+        "FIJIT_FAST_COMPILE", "FIJIT_LOAD", "FIJIT_PREFILL_WS",
         "XDG_CACHE_HOME", "CUDA_HOME", "CUDA_CACHE_DISABLE",
     };
     printf("environment\n");
@@ -894,6 +896,7 @@ static void print_main_help(FILE *f)
             "  FIJIT_ARCH, FIJIT_LOCK_TIMEOUT_MS, FIJIT_REMOTE_SECRET, FIJIT_REMOTE_TOKEN:\n"
             "                         environment only\n",
             fi_version_string());
+    cli_env_choices_help(f);
 }
 
 int main(int argc, char **argv)

@@ -24,7 +24,8 @@ CACHE=$WORK/cache
 
 # Nothing from the caller's environment may change what the CLI does.
 unset FIJIT_CACHE_DIR FIJIT_ARCH FIJIT_JIT FIJIT_LOG FIJIT_MAX_CACHE_SIZE FIJIT_TEMPLATE_DIR \
-      FIJIT_REMOTE FIJIT_REMOTE_SECRET \
+      FIJIT_REMOTE FIJIT_REMOTE_SECRET FIJIT_REMOTE_TOKEN FIJIT_LOCK_TIMEOUT_MS FIJIT_UMASK \
+      FIJIT_FAST_COMPILE FIJIT_LOAD FIJIT_PREFILL_WS \
       XDG_CACHE_HOME
 export HOME=$WORK/home
 mkdir -p "$HOME"
@@ -120,6 +121,29 @@ run unknown_top_option -- --frob list
 for cmd in prewarm list stats verify clear gc show-config explain demo remote export import; do
     run "help_$cmd" -- "$cmd" --help
 done
+
+# Every FIJIT_* variable the library reads (a quoted name in src/: a getenv
+# or the settings table) is in `fijit --help`, in show-config's environment
+# list, and has exactly one row in docs/cli.md's environment table and one
+# in docs/configuration.md's settings table.
+ENV_NAMES=$(grep -rhoE '"FIJIT_[A-Z0-9_]+"' "$HERE/../../src" | tr -d '"' | LC_ALL=C sort -u)
+env_names_documented() {
+    local help config missing="" name
+    help=$("$FIJIT" --help)
+    config=$("$FIJIT" show-config --cache-dir "$WORK/no-cache")
+    [ -n "$ENV_NAMES" ] || { echo "    no FIJIT_ name found in src/"; return 1; }
+    for name in $ENV_NAMES; do
+        grep -qw "$name" <<<"$help" || missing+=" $name(--help)"
+        grep -qE "^  $name +" <<<"$config" || missing+=" $name(show-config)"
+        [ "$(grep -cE "^\| \`$name\` \|" "$HERE/../../docs/cli.md")" = 1 ] ||
+            missing+=" $name(docs/cli.md)"
+        [ "$(grep -cE "^\| [^|]+ \| \`$name\` \|" "$HERE/../../docs/configuration.md")" = 1 ] ||
+            missing+=" $name(docs/configuration.md)"
+    done
+    [ -z "$missing" ] || { echo "    missing or repeated:$missing"; return 1; }
+}
+check env_names_in_help_show_config_and_docs "a FIJIT_ variable of src/ is not documented" \
+    env_names_documented
 
 # ---- bad arguments: exit 2, nothing touched -----------------------------------------
 run bad_unknown_flag -- list --foo --cache-dir "$CACHE"
@@ -642,6 +666,10 @@ run env_short_secret_export --env FIJIT_REMOTE_SECRET=short -- export -o "$WORK/
 run env_short_secret_import --env FIJIT_REMOTE_SECRET=short -- import "$WORK/short.bundle" --cache-dir "$SC"
 run env_bad_umask --env FIJIT_UMASK=000 -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 run env_bad_arch_show_config --env FIJIT_ARCH=garbage -- show-config --cache-dir "$SC"
+# The variables with no fijit.conf line: named with their values, never "cannot use the cache".
+run env_bad_fast_compile --env FIJIT_FAST_COMPILE=fast -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_bad_load_show_config --env FIJIT_LOAD=lazy -- show-config --cache-dir "$SC"
+run env_bad_prefill_ws --env FIJIT_PREFILL_WS=persistent:0 -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 run empty_top_cache_dir -- --cache-dir "" list
 run empty_cache_dir -- list --cache-dir ""
 # The configuration file: shown with where each value came from, the
