@@ -182,19 +182,28 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
         printf("%-*s  %-8s %10s %6s %6s\n", spec_width, "SPEC", "ARCH", "SIZE", "AGE", "HITS");
     }
     int64_t now = (int64_t)time(NULL);
+    cli_parts *parts = NULL;
+    if (rows.count && cli_parts_new(&parts) < 0) {
+        rc = cli_runtime_error(cmd, "out of memory");
+        goto out;
+    }
     for (int i = 0; i < rows.count; i++) {
         const fi_cache_entry *row = &rows.rows[i];
-        char size[32], age[32];
+        char size[32], age[32], part[48];
         cli_format_size(size, sizeof size, row->size);
         cli_format_age(age, sizeof age, now - row->created);
+        /* Rows of one tuple's parts say which part they are. */
+        cli_parts_note(part, sizeof part, parts, row, i ? row - 1 : NULL,
+                       i + 1 < rows.count ? row + 1 : NULL);
         if (options[OPT_KEYS].value) {
             char hex[33];
             fi_cache_key_hex(hex, row->key);
             printf("%s  ", hex);
         }
-        printf("%-*s  %-8s %10s %6s %6" PRId64 "\n", spec_width, row->spec, row->arch,
-               size, age, row->hits);
+        printf("%-*s  %-8s %10s %6s %6" PRId64 "%s\n", spec_width, row->spec, row->arch,
+               size, age, row->hits, part);
     }
+    cli_parts_free(parts);
     rc = CLI_EXIT_OK;
 out:
     free(rows.rows);

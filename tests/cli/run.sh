@@ -375,6 +375,38 @@ check verify_repair_stats "expected 1 entry left after repair" stat_is entries 1
 run prewarm_after_repair -- prewarm "${SPECS[@]}" -j 1 --cache-dir "$CACHE"
 check prewarm_after_repair_stats "expected a fourth compile" stat_is compiles 4
 
+# ---- a tuple built in two parts (prefill on sm_90a, docs/cold-start.md) --------------
+# A row per part that says which part it is; export and import take both;
+# a part the cache lost is rebuilt alone, and the tuple is whole again.
+PC=$WORK/parts
+PARTS_SPEC="prefill q=fp16 hd=64 mask=causal"
+pstat_is() { # CACHE KEY VALUE
+    local v
+    v=$("$FIJIT" stats --json --cache-dir "$1" | sed -E "s/.*\"$2\":(-?[0-9]+).*/\1/")
+    [ "$v" = "$3" ] || { echo "    $2 = $v, want $3"; return 1; }
+}
+rows_all_differ() { [ -z "$(normalise <"$1" | LC_ALL=C sort | uniq -d)" ]; }
+run parts_prewarm -- prewarm --kernel prefill --dtype fp16 --head-dim 64 --mask causal \
+    --arch sm_90a --cache-dir "$PC/a"
+check parts_prewarm_stats "want two compiles, two entries" \
+    eval 'pstat_is "$PC/a" compiles 2 && pstat_is "$PC/a" entries 2'
+run parts_list --sort -- list --cache-dir "$PC/a"
+check parts_list_rows_differ "two rows read the same: $(normalise <"$LAST_OUT")" rows_all_differ "$LAST_OUT"
+run parts_export -- export -o "$PC/parts.bundle" "$PARTS_SPEC" --arch sm_90a --cache-dir "$PC/a"
+run parts_import -- import "$PC/parts.bundle" --cache-dir "$PC/b"
+run parts_list_imported --sort -- list --cache-dir "$PC/b"
+PART1_KEY=$("$FIJIT" list --keys --cache-dir "$PC/b" | sed -nE 's/^([0-9a-f]{32}) .* part 1 of 2$/\1/p')
+check parts_key_found "no row says 'part 1 of 2'" test -n "$PART1_KEY"
+rm -f "$PC/b/objects/${PART1_KEY:0:2}/$PART1_KEY.fo"
+run parts_verify_repair -- verify --repair --cache-dir "$PC/b"
+run parts_prewarm_rebuilds_the_missing_part -- prewarm --kernel prefill --dtype fp16 \
+    --head-dim 64 --mask causal --arch sm_90a --cache-dir "$PC/b"
+check parts_missing_part_rebuilt_alone "want one compile and both parts in the cache" \
+    eval 'pstat_is "$PC/b" compiles 1 && pstat_is "$PC/b" entries 2'
+run parts_list_rebuilt --sort -- list --cache-dir "$PC/b"
+check parts_rebuilt_rows_differ "two rows read the same" eval \
+    '"$FIJIT" list --cache-dir "$PC/b" >"$WORK/parts_rebuilt.rows" && rows_all_differ "$WORK/parts_rebuilt.rows"'
+
 # ---- gc and clear -------------------------------------------------------------------
 run gc_nothing_old -- gc --older-than 30d --cache-dir "$CACHE"
 run gc_size -- gc --max-size "$(($(stat_of bytes) - 1))" --cache-dir "$CACHE"
