@@ -406,6 +406,20 @@ check parts_missing_part_rebuilt_alone "want one compile and both parts in the c
 run parts_list_rebuilt --sort -- list --cache-dir "$PC/b"
 check parts_rebuilt_rows_differ "two rows read the same" eval \
     '"$FIJIT" list --cache-dir "$PC/b" >"$WORK/parts_rebuilt.rows" && rows_all_differ "$WORK/parts_rebuilt.rows"'
+# The remote's list says which part each entry is, as `fijit list` does.
+if command -v redis-server >/dev/null; then
+    redis-server --port 0 --unixsocket "$PC/redis.sock" --unixsocketperm 700 --save '' \
+        --appendonly no --dir "$PC" --logfile "$PC/redis.log" --daemonize no &
+    PARTS_REDIS=$!
+    for _ in $(seq 100); do [ -S "$PC/redis.sock" ] && break; sleep 0.05; done
+    run parts_push -- prewarm --kernel prefill --dtype fp16 --head-dim 64 --mask causal \
+        --arch sm_90a --remote "unix://$PC/redis.sock" --cache-dir "$PC/a"
+    # (no golden: the size column's width follows the NVRTC's cubin sizes)
+    "$FIJIT" remote list --remote "unix://$PC/redis.sock" >"$WORK/parts_remote.rows" 2>&1
+    check parts_remote_list_says_each_part "want a row for part 1 and one for part 2: $(cat "$WORK/parts_remote.rows")" \
+        eval '[ "$(grep -oE "part [0-9] of [0-9]$" "$WORK/parts_remote.rows" | LC_ALL=C sort | tr "\n" ,)" = "part 1 of 2,part 2 of 2," ]'
+    kill -9 "$PARTS_REDIS"; wait "$PARTS_REDIS" 2>/dev/null
+fi
 
 # ---- gc and clear -------------------------------------------------------------------
 run gc_nothing_old -- gc --older-than 30d --cache-dir "$CACHE"
