@@ -51,6 +51,7 @@ static void explain_tuple(cli_parts *p, const char *spec, const char *arch)
     if (!p->ctx && !p->ctx_failed) {
         fi_jit_options opts = FI_JIT_OPTIONS_INIT;
         opts.use_disk_cache = 0;
+        opts.remote = ""; /* keys need no remote: none, whatever FIJIT_REMOTE says */
         opts.log_level = FI_LOG_OFF;
         p->ctx_failed = fi_jit_ctx_new(&p->ctx, &opts) < 0;
     }
