@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* More parts than a kind splits a tuple into (kinds/kind.h FI_KIND_MAX_PARTS). */
+#define CLI_MAX_PARTS 8
+
 struct cli_parts {
     fi_jit_ctx *ctx; /* NULL until a row needs it; no disk cache */
     int ctx_failed;
@@ -19,7 +22,7 @@ struct cli_parts {
     char spec[256];
     char arch[16];
     int count; /* its parts; 0: not split, or not explained */
-    uint8_t keys[8][16];
+    uint8_t keys[CLI_MAX_PARTS][16];
 };
 
 /* Collects "part P of N, ..." and "key HEX" lines of fi_jit_explain. */
@@ -29,7 +32,7 @@ static void collect_part_keys(void *user, const char *line)
     int part = 0, count = 0;
     char hex[33];
     if (sscanf(line, "part %d of %d,", &part, &count) == 2 && part == p->count + 1 &&
-        count > 1 && count <= (int)(sizeof p->keys / sizeof p->keys[0])) {
+        count > 1 && count <= CLI_MAX_PARTS) {
         p->count = part;
         memset(p->keys[part - 1], 0, sizeof p->keys[0]);
     } else if (p->count > 0 && sscanf(line, "key %32[0-9a-f]", hex) == 1 && strlen(hex) == 32) {
