@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "fijit.h"
 #include "fijit_cache.h"
@@ -102,6 +103,25 @@ enum {
 };
 /* -1 to go on, or CLI_EXIT_USAGE after printing which value is wrong. */
 int cli_check_env(const cli_command *cmd, unsigned which);
+/* The variables of cli_env.c (FIJIT_FAST_COMPILE, FIJIT_LOAD, ...), which
+ * cli_check_env(CLI_ENV_SETTINGS) checks too: -1 or CLI_EXIT_USAGE. */
+int cli_check_env_choices(const cli_command *cmd);
+/* Their lines in `fijit --help` and in `fijit show-config`. */
+void cli_env_choices_help(FILE *f);
+void cli_env_choices_show(void);
+/* Which part of its tuple an entry is, for rows that would read the same
+ * (cli_parts.c): a tuple built in parts has an entry per part, each with the
+ * tuple's spec and arch. */
+typedef struct cli_parts cli_parts;
+int cli_parts_new(cli_parts **out);
+void cli_parts_free(cli_parts *parts);
+/* What a row of a list adds after its columns: "" for a row whose spec
+ * and arch no neighbour has (`prev`, `next`: the rows around it, ordered by
+ * spec and arch; NULL at either end), else "  part 1 of 2", or "  key
+ * 1a2b3c4d" for an entry this fijit would not build (other templates,
+ * NVRTC or FIJIT_FAST_COMPILE, or a variant's). */
+void cli_parts_note(char *out, size_t out_size, cli_parts *parts, const fi_cache_entry *row,
+                    const fi_cache_entry *prev, const fi_cache_entry *next);
 /* The settings cli_check_env(CLI_ENV_SETTINGS) read for the command's cache. */
 extern fi_settings cli_settings;
 /* An arch the command will compile for: well formed and one the NVRTC in use

@@ -73,6 +73,7 @@ static int remote_one(const cli_command *cmd, const char *verb, const char *url,
     int rc;
     fi_cache_remote *remote = NULL;
     remote_rows rows = {0};
+    cli_parts *parts = NULL;
     char masked[512];
     fi_cache_remote_url_check(masked, sizeof masked, url);
     if (titled && strcmp(verb, "ping") != 0) printf("== %s\n", masked);
@@ -114,22 +115,30 @@ static int remote_one(const cli_command *cmd, const char *verb, const char *url,
         goto out;
     }
     qsort(rows.rows, (size_t)rows.count, sizeof *rows.rows, by_spec);
+    if (rows.count && cli_parts_new(&parts) < 0) {
+        rc = cli_runtime_error(cmd, "out of memory");
+        goto out;
+    }
     for (int i = 0; i < rows.count; i++) {
         const fi_cache_remote_entry *e = &rows.rows[i];
-        char size[32], hex[33];
+        char size[32], hex[33], part[48];
         cli_format_size(size, sizeof size, e->entry.size);
         if (keys) {
             fi_cache_key_hex(hex, e->entry.key);
             printf("%s  ", hex);
         }
+        /* Entries of one tuple's parts say which part they are, as in `fijit list`. */
+        cli_parts_note(part, sizeof part, parts, &e->entry, i ? &e[-1].entry : NULL,
+                       i + 1 < rows.count ? &e[1].entry : NULL);
         if (e->header_ok)
-            printf("%-64s %-7s %10s%s\n", e->entry.spec, e->entry.arch, size,
-                   e->sealed ? "  sealed" : "");
+            printf("%-64s %-7s %10s%s%s\n", e->entry.spec, e->entry.arch, size,
+                   e->sealed ? "  sealed" : "", part);
         else
             printf("%-64s %-7s %10s\n", "(bad header: refused by every reader)", "?", size);
     }
     rc = CLI_EXIT_OK;
 out:
+    cli_parts_free(parts);
     free(rows.rows);
     fi_cache_remote_close(remote);
     return rc;

@@ -182,19 +182,28 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
         printf("%-*s  %-8s %10s %6s %6s\n", spec_width, "SPEC", "ARCH", "SIZE", "AGE", "HITS");
     }
     int64_t now = (int64_t)time(NULL);
+    cli_parts *parts = NULL;
+    if (rows.count && cli_parts_new(&parts) < 0) {
+        rc = cli_runtime_error(cmd, "out of memory");
+        goto out;
+    }
     for (int i = 0; i < rows.count; i++) {
         const fi_cache_entry *row = &rows.rows[i];
-        char size[32], age[32];
+        char size[32], age[32], part[48];
         cli_format_size(size, sizeof size, row->size);
         cli_format_age(age, sizeof age, now - row->created);
+        /* Rows of one tuple's parts say which part they are. */
+        cli_parts_note(part, sizeof part, parts, row, i ? row - 1 : NULL,
+                       i + 1 < rows.count ? row + 1 : NULL);
         if (options[OPT_KEYS].value) {
             char hex[33];
             fi_cache_key_hex(hex, row->key);
             printf("%s  ", hex);
         }
-        printf("%-*s  %-8s %10s %6s %6" PRId64 "\n", spec_width, row->spec, row->arch,
-               size, age, row->hits);
+        printf("%-*s  %-8s %10s %6s %6" PRId64 "%s\n", spec_width, row->spec, row->arch,
+               size, age, row->hits, part);
     }
+    cli_parts_free(parts);
     rc = CLI_EXIT_OK;
 out:
     free(rows.rows);
@@ -525,11 +534,13 @@ static int cmd_show_config(const cli_command *cmd, int argc, char **argv)
     const char *secret = getenv("FIJIT_REMOTE_SECRET");
     printf("fleet secret         %s\n", secret && *secret ? "set (FIJIT_REMOTE_SECRET): entries "
            "from the remote must carry its MAC" : "none");
+    cli_env_choices_show();
 
     static const char *const env_names[] = {
         "FIJIT_CACHE_DIR", "FIJIT_ARCH", "FIJIT_JIT", "FIJIT_LOG", "FIJIT_MAX_CACHE_SIZE",
         "FIJIT_LOCK_TIMEOUT_MS", "FIJIT_TEMPLATE_DIR", "FIJIT_REMOTE", "FIJIT_REMOTE_SECRET",
         "FIJIT_UMASK", "FIJIT_REMOTE_TOKEN",
+        "FIJIT_FAST_COMPILE", "FIJIT_LOAD", "FIJIT_PREFILL_WS",
         "XDG_CACHE_HOME", "CUDA_HOME", "CUDA_CACHE_DISABLE",
     };
     printf("environment\n");
@@ -894,6 +905,7 @@ static void print_main_help(FILE *f)
             "  FIJIT_ARCH, FIJIT_LOCK_TIMEOUT_MS, FIJIT_REMOTE_SECRET, FIJIT_REMOTE_TOKEN:\n"
             "                         environment only\n",
             fi_version_string());
+    cli_env_choices_help(f);
 }
 
 int main(int argc, char **argv)

@@ -24,7 +24,8 @@ CACHE=$WORK/cache
 
 # Nothing from the caller's environment may change what the CLI does.
 unset FIJIT_CACHE_DIR FIJIT_ARCH FIJIT_JIT FIJIT_LOG FIJIT_MAX_CACHE_SIZE FIJIT_TEMPLATE_DIR \
-      FIJIT_REMOTE FIJIT_REMOTE_SECRET \
+      FIJIT_REMOTE FIJIT_REMOTE_SECRET FIJIT_REMOTE_TOKEN FIJIT_LOCK_TIMEOUT_MS FIJIT_UMASK \
+      FIJIT_FAST_COMPILE FIJIT_LOAD FIJIT_PREFILL_WS \
       XDG_CACHE_HOME
 export HOME=$WORK/home
 mkdir -p "$HOME"
@@ -120,6 +121,29 @@ run unknown_top_option -- --frob list
 for cmd in prewarm list stats verify clear gc show-config explain demo remote export import; do
     run "help_$cmd" -- "$cmd" --help
 done
+
+# Every FIJIT_* variable the library reads (a quoted name in src/: a getenv
+# or the settings table) is in `fijit --help`, in show-config's environment
+# list, and has exactly one row in docs/cli.md's environment table and one
+# in docs/configuration.md's settings table.
+ENV_NAMES=$(grep -rhoE '"FIJIT_[A-Z0-9_]+"' "$HERE/../../src" | tr -d '"' | LC_ALL=C sort -u)
+env_names_documented() {
+    local help config missing="" name
+    help=$("$FIJIT" --help)
+    config=$("$FIJIT" show-config --cache-dir "$WORK/no-cache")
+    [ -n "$ENV_NAMES" ] || { echo "    no FIJIT_ name found in src/"; return 1; }
+    for name in $ENV_NAMES; do
+        grep -qw "$name" <<<"$help" || missing+=" $name(--help)"
+        grep -qE "^  $name +" <<<"$config" || missing+=" $name(show-config)"
+        [ "$(grep -cE "^\| \`$name\` \|" "$HERE/../../docs/cli.md")" = 1 ] ||
+            missing+=" $name(docs/cli.md)"
+        [ "$(grep -cE "^\| [^|]+ \| \`$name\` \|" "$HERE/../../docs/configuration.md")" = 1 ] ||
+            missing+=" $name(docs/configuration.md)"
+    done
+    [ -z "$missing" ] || { echo "    missing or repeated:$missing"; return 1; }
+}
+check env_names_in_help_show_config_and_docs "a FIJIT_ variable of src/ is not documented" \
+    env_names_documented
 
 # ---- bad arguments: exit 2, nothing touched -----------------------------------------
 run bad_unknown_flag -- list --foo --cache-dir "$CACHE"
@@ -350,6 +374,52 @@ run verify_repair -- verify --repair --cache-dir "$CACHE"
 check verify_repair_stats "expected 1 entry left after repair" stat_is entries 1
 run prewarm_after_repair -- prewarm "${SPECS[@]}" -j 1 --cache-dir "$CACHE"
 check prewarm_after_repair_stats "expected a fourth compile" stat_is compiles 4
+
+# ---- a tuple built in two parts (prefill on sm_90a, docs/cold-start.md) --------------
+# A row per part that says which part it is; export and import take both;
+# a part the cache lost is rebuilt alone, and the tuple is whole again.
+PC=$WORK/parts
+PARTS_SPEC="prefill q=fp16 hd=64 mask=causal"
+pstat_is() { # CACHE KEY VALUE
+    local v
+    v=$("$FIJIT" stats --json --cache-dir "$1" | sed -E "s/.*\"$2\":(-?[0-9]+).*/\1/")
+    [ "$v" = "$3" ] || { echo "    $2 = $v, want $3"; return 1; }
+}
+rows_all_differ() { [ -z "$(normalise <"$1" | LC_ALL=C sort | uniq -d)" ]; }
+run parts_prewarm -- prewarm --kernel prefill --dtype fp16 --head-dim 64 --mask causal \
+    --arch sm_90a --cache-dir "$PC/a"
+check parts_prewarm_stats "want two compiles, two entries" \
+    eval 'pstat_is "$PC/a" compiles 2 && pstat_is "$PC/a" entries 2'
+run parts_list --sort -- list --cache-dir "$PC/a"
+check parts_list_rows_differ "two rows read the same: $(normalise <"$LAST_OUT")" rows_all_differ "$LAST_OUT"
+run parts_export -- export -o "$PC/parts.bundle" "$PARTS_SPEC" --arch sm_90a --cache-dir "$PC/a"
+run parts_import -- import "$PC/parts.bundle" --cache-dir "$PC/b"
+run parts_list_imported --sort -- list --cache-dir "$PC/b"
+PART1_KEY=$("$FIJIT" list --keys --cache-dir "$PC/b" | sed -nE 's/^([0-9a-f]{32}) .* part 1 of 2$/\1/p')
+check parts_key_found "no row says 'part 1 of 2'" test -n "$PART1_KEY"
+rm -f "$PC/b/objects/${PART1_KEY:0:2}/$PART1_KEY.fo"
+run parts_verify_repair -- verify --repair --cache-dir "$PC/b"
+run parts_prewarm_rebuilds_the_missing_part -- prewarm --kernel prefill --dtype fp16 \
+    --head-dim 64 --mask causal --arch sm_90a --cache-dir "$PC/b"
+check parts_missing_part_rebuilt_alone "want one compile and both parts in the cache" \
+    eval 'pstat_is "$PC/b" compiles 1 && pstat_is "$PC/b" entries 2'
+run parts_list_rebuilt --sort -- list --cache-dir "$PC/b"
+check parts_rebuilt_rows_differ "two rows read the same" eval \
+    '"$FIJIT" list --cache-dir "$PC/b" >"$WORK/parts_rebuilt.rows" && rows_all_differ "$WORK/parts_rebuilt.rows"'
+# The remote's list says which part each entry is, as `fijit list` does.
+if command -v redis-server >/dev/null; then
+    redis-server --port 0 --unixsocket "$PC/redis.sock" --unixsocketperm 700 --save '' \
+        --appendonly no --dir "$PC" --logfile "$PC/redis.log" --daemonize no &
+    PARTS_REDIS=$!
+    for _ in $(seq 100); do [ -S "$PC/redis.sock" ] && break; sleep 0.05; done
+    run parts_push -- prewarm --kernel prefill --dtype fp16 --head-dim 64 --mask causal \
+        --arch sm_90a --remote "unix://$PC/redis.sock" --cache-dir "$PC/a"
+    # (no golden: the size column's width follows the NVRTC's cubin sizes)
+    "$FIJIT" remote list --remote "unix://$PC/redis.sock" >"$WORK/parts_remote.rows" 2>&1
+    check parts_remote_list_says_each_part "want a row for part 1 and one for part 2: $(cat "$WORK/parts_remote.rows")" \
+        eval '[ "$(grep -oE "part [0-9] of [0-9]$" "$WORK/parts_remote.rows" | LC_ALL=C sort | tr "\n" ,)" = "part 1 of 2,part 2 of 2," ]'
+    kill -9 "$PARTS_REDIS"; wait "$PARTS_REDIS" 2>/dev/null
+fi
 
 # ---- gc and clear -------------------------------------------------------------------
 run gc_nothing_old -- gc --older-than 30d --cache-dir "$CACHE"
@@ -642,6 +712,10 @@ run env_short_secret_export --env FIJIT_REMOTE_SECRET=short -- export -o "$WORK/
 run env_short_secret_import --env FIJIT_REMOTE_SECRET=short -- import "$WORK/short.bundle" --cache-dir "$SC"
 run env_bad_umask --env FIJIT_UMASK=000 -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 run env_bad_arch_show_config --env FIJIT_ARCH=garbage -- show-config --cache-dir "$SC"
+# The variables with no fijit.conf line: named with their values, never "cannot use the cache".
+run env_bad_fast_compile --env FIJIT_FAST_COMPILE=fast -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_bad_load_show_config --env FIJIT_LOAD=lazy -- show-config --cache-dir "$SC"
+run env_bad_prefill_ws --env FIJIT_PREFILL_WS=persistent:0 -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 run empty_top_cache_dir -- --cache-dir "" list
 run empty_cache_dir -- list --cache-dir ""
 # The configuration file: shown with where each value came from, the
