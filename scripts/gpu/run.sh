@@ -6,7 +6,7 @@
 # the -dev headers to build it exist.
 #
 #   scripts/gpu/run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|mla|
-#                    variants|jit|sanitize|python|multi-gpu]
+#                    variants|jit|sanitize|python|multi-gpu|check]
 #     --quick: fewer test shapes, shorter benches
 #     --only:  one part (the parts fit separate device calls); default all:
 #              decode (single + batch decode tests and benches), prefill
@@ -23,6 +23,8 @@
 #              8 ranks starting together on one empty cache, plus a thread per
 #              GPU and a process per GPU where there are 2 or more; says what
 #              it skipped)
+#              check (only when named: scripts/gpu/check.sh, every kind's
+#              --quick suite, the MLA sanitizers and benchmarks in one device call)
 #     --sanitize: run the sanitize part too when --only names another
 # Raw results go to $OUT (test_*.json, bench_*.json, logs) when set. Each step
 # runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
@@ -40,7 +42,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1 ;;
     --only) ONLY=$2; shift ;;
     --sanitize) SANITIZE=1 ;;
-    *) echo "usage: scripts/gpu/run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|mla|variants|jit|sanitize|python|multi-gpu]" >&2
+    *) echo "usage: scripts/gpu/run.sh [--quick] [--sanitize] [--only decode|decode-tests|decode-bench|prefill|mla|variants|jit|sanitize|python|multi-gpu|check]" >&2
        exit 2 ;;
     esac
     shift
@@ -93,6 +95,7 @@ if [ "$ONLY" = multi-gpu ]; then
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     exit "$rc"
 fi
+[ "$ONLY" = check ] && exec bash scripts/gpu/check.sh
 if run_part jit; then
     # The main job's GPU check on the default cache path, then the JIT benchmark
     # (its disk-hit split includes cuModuleLoadData here).
