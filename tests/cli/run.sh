@@ -716,6 +716,8 @@ run env_bad_arch_show_config --env FIJIT_ARCH=garbage -- show-config --cache-dir
 run env_bad_fast_compile --env FIJIT_FAST_COMPILE=fast -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 run env_bad_load_show_config --env FIJIT_LOAD=lazy -- show-config --cache-dir "$SC"
 run env_bad_prefill_ws --env FIJIT_PREFILL_WS=persistent:0 -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_bad_prefill_ws_suffix --env FIJIT_PREFILL_WS=persistentXYZ -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_bad_template_dir --env FIJIT_TEMPLATE_DIR=/nonexistent/fijit-templates -- explain "decode hd=64" --arch sm_90a
 run empty_top_cache_dir -- --cache-dir "" list
 run empty_cache_dir -- list --cache-dir ""
 # The configuration file: shown with where each value came from, the
