@@ -1025,3 +1025,47 @@ TEST(prefill_ws_values_parse_into_a_mode_and_a_count)
     CHECK(strcmp(fi_last_error(), "before") == 0);
     CHECK_RC(fi__env_choice_check("FIJIT_NO_SUCH", "x"), FI_EINVALID);
 }
+
+/* The operator's FIJIT_REMOTE with a program that chose memory only (fijit
+ * explain) is no warning; a program that asks for a remote and no disk cache
+ * is warned. */
+TEST(a_memory_only_context_warns_of_an_unused_remote_only_when_the_program_asked)
+{
+    log_record r;
+    memset(&r, 0, sizeof r);
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    opts.use_disk_cache = 0;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_WARN;
+    opts.log_fn = record_log;
+    opts.log_user = &r;
+    unsetenv("FIJIT_LOG");
+    setenv("FIJIT_REMOTE", "redis://127.0.0.1:1", 1);
+    int env_rc = fi_jit_ctx_new(&ctx, &opts);
+    fi_jit_ctx_free(ctx);
+    ctx = NULL;
+    const int env_count = r.count;
+    opts.log_level = FI_LOG_INFO;
+    int info_rc = fi_jit_ctx_new(&ctx, &opts);
+    unsetenv("FIJIT_REMOTE");
+    fi_jit_ctx_free(ctx);
+    ctx = NULL;
+    const int info_count = r.count;
+    opts.log_level = FI_LOG_WARN;
+    opts.remote = "redis://127.0.0.1:1";
+    int opt_rc = fi_jit_ctx_new(&ctx, &opts);
+    fi_jit_ctx_free(ctx);
+    fi_log_set_callback(NULL, NULL);
+    fi__log_set_level(FI_LOG_WARN);
+    CHECK_OK(env_rc);
+    CHECK_OK(info_rc);
+    CHECK_OK(opt_rc);
+    CHECK_MSG(env_count == 0, "%d messages, the first: %s", env_count, r.texts[0]);
+    CHECK_MSG(info_count == 1 && r.levels[0] == FI_LOG_INFO &&
+                  strstr(r.texts[0], "remote cache is not used"),
+              "%d messages", info_count);
+    CHECK_MSG(r.count == 2 && r.levels[1] == FI_LOG_WARN &&
+                  strstr(r.texts[1], "remote cache is not used"),
+              "%d messages", r.count);
+}

@@ -250,8 +250,13 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
             rc = 0;
         }
         if (ctx->store) FI_TRY(remote_attach(ctx->store, opts, &settings));
-    } else if ((opts->remote && *opts->remote) || (!opts->remote && settings.remote[0])) {
+    } else if (opts->remote && *opts->remote) {
         fi__log(FI_LOG_WARN, "the remote cache is not used: it needs the disk cache");
+    } else if (!opts->remote && settings.remote[0]) {
+        /* The operator's remote (FIJIT_REMOTE, fijit.conf) is for every
+         * program on the host; one that chose memory only (explain, a
+         * check) did nothing wrong. */
+        fi__log(FI_LOG_INFO, "the remote cache is not used: it needs the disk cache");
     }
     *out = ctx;
     ctx = NULL;

@@ -282,6 +282,12 @@ run env_bad_log --env FIJIT_LOG=abc -- prewarm "${SPECS[@]}" --cache-dir "$CACHE
 run env_bad_size_prewarm --env FIJIT_MAX_CACHE_SIZE=lots -- prewarm "${SPECS[@]}" --cache-dir "$CACHE"
 run env_bad_size_explain --env FIJIT_MAX_CACHE_SIZE=lots -- explain "decode hd=64" --arch sm_90a
 run env_bad_arch_explain --env FIJIT_ARCH=sm_xx -- explain "decode hd=64" --cache-dir "$CACHE"
+# explain never uses a remote: the operator's FIJIT_REMOTE draws no warning from it.
+FIJIT_REMOTE=redis://127.0.0.1:1 FIJIT_LOG=warn "$FIJIT" explain "decode hd=64" --arch sm_90a \
+    --cache-dir "$CACHE" >/dev/null 2>"$WORK/explain_remote.err"
+rc=$?
+check explain_with_a_remote_is_quiet "explain with FIJIT_REMOTE: exit $rc, stderr: $(cat "$WORK/explain_remote.err")" \
+    eval "[ $rc = 0 ] && [ ! -s '$WORK/explain_remote.err' ]"
 run env_bad_arch_prewarm --env FIJIT_ARCH=sm_xx -- prewarm --dtype fp16 --cache-dir "$CACHE"
 run env_bad_arch_demo --env FIJIT_ARCH=sm_xx -- demo --cache-dir "$CACHE"
 # One size parser: FIJIT_MAX_CACHE_SIZE (read by the library's
