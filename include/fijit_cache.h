@@ -246,7 +246,10 @@ FI_API int fi_settings_init(fi_settings *out, unsigned version);
 /* Read the settings for the cache at `cache_dir` (NULL: the environment and
  * defaults only) from the environment and that cache's fijit.conf, checking
  * every value: FI_EINVALID naming the variable, or the file and line, of the
- * first bad one. Creates nothing. */
+ * first bad one. The variables that have no field here are checked too, as
+ * fi_jit_ctx_new checks them (FIJIT_FAST_COMPILE, FIJIT_LOAD,
+ * FIJIT_PREFILL_WS, FIJIT_TEMPLATE_DIR: docs/configuration.md). Creates
+ * nothing. */
 FI_API int fi_settings_load(fi_settings *out, const char *cache_dir);
 /* "default", "fijit.conf", "environment", "program". */
 FI_API const char *fi_setting_origin_name(fi_setting_origin origin);

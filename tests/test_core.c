@@ -934,3 +934,138 @@ TEST(a_cache_umask_widens_private_modes_to_the_group)
     snprintf(path, sizeof path, "%s/private", check_tmpdir);
     CHECK(fi__mkdir(path, 0700) == 0 && stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0700);
 }
+
+/* ---- variables with no fijit.conf line --------------------------------------- */
+
+/* fi_jit_ctx_new for a memory-only context with `name` set to `value`;
+ * unset again afterwards. */
+static int ctx_new_with_env(const char *name, const char *value)
+{
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    opts.use_disk_cache = 0;
+    opts.arch = "sm_90a";
+    setenv(name, value, 1);
+    int rc = fi_jit_ctx_new(&ctx, &opts);
+    unsetenv(name);
+    fi_jit_ctx_free(ctx);
+    return rc;
+}
+
+TEST(every_variable_without_a_setting_is_refused_at_context_creation)
+{
+    char not_dir[4300], missing[4300];
+    snprintf(missing, sizeof missing, "%s/no-such-dir", check_tmpdir);
+    write_config(check_tmpdir, "# a file, not a directory\n");
+    snprintf(not_dir, sizeof not_dir, "%s/fijit.conf", check_tmpdir);
+    const struct {
+        const char *name, *value, *accepted;
+    } bad[] = {
+        {"FIJIT_PREFILL_WS", "persistentXYZ", "0, grid, persistent[:N] or static[:N]"},
+        {"FIJIT_PREFILL_WS", "persistent:", "persistent[:N]"},
+        {"FIJIT_PREFILL_WS", "persistent:0", "persistent[:N]"},
+        {"FIJIT_PREFILL_WS", "static:-2", "static[:N]"},
+        {"FIJIT_PREFILL_WS", "static:+2", "static[:N]"},
+        {"FIJIT_PREFILL_WS", "static:3x", "static[:N]"},
+        {"FIJIT_PREFILL_WS", "grid:3", "grid"},
+        {"FIJIT_PREFILL_WS", "0:3", "grid"},
+        {"FIJIT_PREFILL_WS", "off", "grid"},
+        {"FIJIT_LOAD", "lazy", "auto, library or module"},
+        {"FIJIT_LOAD", "Module", "auto, library or module"},
+        {"FIJIT_FAST_COMPILE", "fast", "off, min, mid or max"},
+        {"FIJIT_TEMPLATE_DIR", missing, "an existing directory"},
+        {"FIJIT_TEMPLATE_DIR", not_dir, "an existing directory"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = ctx_new_with_env(bad[i].name, bad[i].value);
+        CHECK_MSG(rc == FI_EINVALID, "%s='%s' gave %d", bad[i].name, bad[i].value, rc);
+        CHECK_MSG(strncmp(fi_last_error(), bad[i].name, strlen(bad[i].name)) == 0 &&
+                      strstr(fi_last_error(), bad[i].accepted),
+                  "%s='%s': %s", bad[i].name, bad[i].value, fi_last_error());
+        /* fi_settings_load, which the CLI checks the environment with, says the same. */
+        fi_settings s = FI_SETTINGS_INIT;
+        setenv(bad[i].name, bad[i].value, 1);
+        rc = fi_settings_load(&s, NULL);
+        unsetenv(bad[i].name);
+        CHECK_MSG(rc == FI_EINVALID && strstr(fi_last_error(), bad[i].name), "%s='%s': %d %s",
+                  bad[i].name, bad[i].value, rc, fi_last_error());
+    }
+    const struct {
+        const char *name, *value;
+    } good[] = {
+        {"FIJIT_PREFILL_WS", ""},          {"FIJIT_PREFILL_WS", "0"},
+        {"FIJIT_PREFILL_WS", "grid"},      {"FIJIT_PREFILL_WS", "persistent"},
+        {"FIJIT_PREFILL_WS", "static:12"}, {"FIJIT_PREFILL_WS", "persistent:3"},
+        {"FIJIT_LOAD", "auto"},            {"FIJIT_LOAD", "library"},
+        {"FIJIT_LOAD", "module"},          {"FIJIT_FAST_COMPILE", "off"},
+        {"FIJIT_TEMPLATE_DIR", check_tmpdir},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int rc = ctx_new_with_env(good[i].name, good[i].value);
+        CHECK_MSG(rc == 0, "%s='%s': %s", good[i].name, good[i].value, fi_last_error());
+    }
+}
+
+TEST(prefill_ws_values_parse_into_a_mode_and_a_count)
+{
+    fi_prefill_ws_choice choice;
+    int ctas = -1;
+    CHECK(fi__prefill_ws_choice_parse(&choice, &ctas, NULL) == 0 &&
+          choice == FI_PREFILL_WS_DEFAULT && ctas == 0);
+    CHECK(fi__prefill_ws_choice_parse(&choice, &ctas, "0") == 0 && choice == FI_PREFILL_WS_OFF);
+    CHECK(fi__prefill_ws_choice_parse(&choice, &ctas, "grid") == 0 && choice == FI_PREFILL_WS_GRID);
+    CHECK(fi__prefill_ws_choice_parse(&choice, &ctas, "persistent:3") == 0 &&
+          choice == FI_PREFILL_WS_PERSISTENT && ctas == 3);
+    CHECK(fi__prefill_ws_choice_parse(&choice, &ctas, "static") == 0 &&
+          choice == FI_PREFILL_WS_STATIC && ctas == 0);
+    /* A bad value sets no error: a launch that meets one takes the default. */
+    fi__error(FI_EIO, "before");
+    CHECK(fi__prefill_ws_choice_parse(&choice, &ctas, "persistentXYZ") < 0 &&
+          choice == FI_PREFILL_WS_DEFAULT && ctas == 0);
+    CHECK(strcmp(fi_last_error(), "before") == 0);
+    CHECK_RC(fi__env_choice_check("FIJIT_NO_SUCH", "x"), FI_EINVALID);
+}
+
+/* The operator's FIJIT_REMOTE with a program that chose memory only (fijit
+ * explain) is no warning; a program that asks for a remote and no disk cache
+ * is warned. */
+TEST(a_memory_only_context_warns_of_an_unused_remote_only_when_the_program_asked)
+{
+    log_record r;
+    memset(&r, 0, sizeof r);
+    fi_jit_options opts = FI_JIT_OPTIONS_INIT;
+    fi_jit_ctx *ctx = NULL;
+    opts.use_disk_cache = 0;
+    opts.arch = "sm_90a";
+    opts.log_level = FI_LOG_WARN;
+    opts.log_fn = record_log;
+    opts.log_user = &r;
+    unsetenv("FIJIT_LOG");
+    setenv("FIJIT_REMOTE", "redis://127.0.0.1:1", 1);
+    int env_rc = fi_jit_ctx_new(&ctx, &opts);
+    fi_jit_ctx_free(ctx);
+    ctx = NULL;
+    const int env_count = r.count;
+    opts.log_level = FI_LOG_INFO;
+    int info_rc = fi_jit_ctx_new(&ctx, &opts);
+    unsetenv("FIJIT_REMOTE");
+    fi_jit_ctx_free(ctx);
+    ctx = NULL;
+    const int info_count = r.count;
+    opts.log_level = FI_LOG_WARN;
+    opts.remote = "redis://127.0.0.1:1";
+    int opt_rc = fi_jit_ctx_new(&ctx, &opts);
+    fi_jit_ctx_free(ctx);
+    fi_log_set_callback(NULL, NULL);
+    fi__log_set_level(FI_LOG_WARN);
+    CHECK_OK(env_rc);
+    CHECK_OK(info_rc);
+    CHECK_OK(opt_rc);
+    CHECK_MSG(env_count == 0, "%d messages, the first: %s", env_count, r.texts[0]);
+    CHECK_MSG(info_count == 1 && r.levels[0] == FI_LOG_INFO &&
+                  strstr(r.texts[0], "remote cache is not used"),
+              "%d messages", info_count);
+    CHECK_MSG(r.count == 2 && r.levels[1] == FI_LOG_WARN &&
+                  strstr(r.texts[1], "remote cache is not used"),
+              "%d messages", r.count);
+}

@@ -103,10 +103,9 @@ enum {
 };
 /* -1 to go on, or CLI_EXIT_USAGE after printing which value is wrong. */
 int cli_check_env(const cli_command *cmd, unsigned which);
-/* The variables of cli_env.c (FIJIT_FAST_COMPILE, FIJIT_LOAD, ...), which
- * cli_check_env(CLI_ENV_SETTINGS) checks too: -1 or CLI_EXIT_USAGE. */
-int cli_check_env_choices(const cli_command *cmd);
-/* Their lines in `fijit --help` and in `fijit show-config`. */
+/* The lines in `fijit --help` and in `fijit show-config` of the variables
+ * of cli_env.c (FIJIT_FAST_COMPILE, FIJIT_LOAD, ...), which
+ * cli_check_env(CLI_ENV_SETTINGS) checks through fi_settings_load. */
 void cli_env_choices_help(FILE *f);
 void cli_env_choices_show(void);
 /* Which part of its tuple an entry is, for rows that would read the same

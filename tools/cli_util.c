@@ -332,8 +332,6 @@ int cli_check_env(const cli_command *cmd, unsigned which)
         cli_settings = (fi_settings)FI_SETTINGS_INIT;
         if (fi_settings_load(&cli_settings, have_dir ? dir : NULL) < 0)
             return cli_usage_error(cmd, "%s", fi_last_error());
-        int rc = cli_check_env_choices(cmd);
-        if (rc >= 0) return rc;
     }
     if ((which & CLI_ENV_ARCH) && (v = getenv("FIJIT_ARCH")) && *v)
         return cli_check_arch(cmd, "FIJIT_ARCH", v);

@@ -194,19 +194,18 @@ out:
 
 /* FIJIT_FAST_COMPILE: NVRTC's -Ofast-compile level, which trades the
  * kernels' speed for compile time (docs/cold-start.md has the figures).
- * Unset, empty or "off": the full optimisation every default build gets. */
+ * Unset, empty or "off": the full optimisation every default build gets.
+ * The accepted levels are settings.c's. */
 static int fast_compile_resolve(fi_jit_ctx *ctx, const char *level)
 {
-    static const char *const levels[] = {"min", "mid", "max"};
+    int rc = 0;
     ctx->fast_compile_option[0] = '\0';
-    if (!level || !*level || strcmp(level, "off") == 0) return 0;
-    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
-        if (strcmp(level, levels[i]) == 0) {
-            snprintf(ctx->fast_compile_option, sizeof ctx->fast_compile_option,
-                     "--Ofast-compile=%s", level);
-            return 0;
-        }
-    return fi__error(FI_EINVALID, "FIJIT_FAST_COMPILE is '%.32s': one of off, min, mid, max", level);
+    FI_TRY(fi__env_choice_check("FIJIT_FAST_COMPILE", level));
+    if (level && *level && strcmp(level, "off") != 0)
+        snprintf(ctx->fast_compile_option, sizeof ctx->fast_compile_option,
+                 "--Ofast-compile=%s", level);
+out:
+    return rc;
 }
 
 int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
@@ -251,8 +250,13 @@ int fi_jit_ctx_new(fi_jit_ctx **out, const fi_jit_options *opts)
             rc = 0;
         }
         if (ctx->store) FI_TRY(remote_attach(ctx->store, opts, &settings));
-    } else if ((opts->remote && *opts->remote) || (!opts->remote && settings.remote[0])) {
+    } else if (opts->remote && *opts->remote) {
         fi__log(FI_LOG_WARN, "the remote cache is not used: it needs the disk cache");
+    } else if (!opts->remote && settings.remote[0]) {
+        /* The operator's remote (FIJIT_REMOTE, fijit.conf) is for every
+         * program on the host; one that chose memory only (explain, a
+         * check) did nothing wrong. */
+        fi__log(FI_LOG_INFO, "the remote cache is not used: it needs the disk cache");
     }
     *out = ctx;
     ctx = NULL;

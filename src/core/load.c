@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/sys.h"
 #include "core/load.h"
+#include "core/settings.h"
 
 /* Dynamic shared memory a kernel gets without opting in. */
 #define DEFAULT_SMEM_LIMIT (48 * 1024)
@@ -66,7 +67,7 @@ static int load_way(enum load_way *out, const fi_cuda_api *cu)
         *out = LOAD_LIBRARY;
         return 0;
     }
-    return fi__error(FI_EINVALID, "FIJIT_LOAD is '%.40s': expected auto, library or module", env);
+    return fi__env_choice_check("FIJIT_LOAD", env); /* FI_EINVALID, naming what it accepts */
 }
 
 /* ---- the library way ---------------------------------------------------------- */

@@ -2,6 +2,7 @@
  * core/: it checks a remote URL and a fleet secret with the store's own rules. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,99 @@ static const struct {
     [S_REMOTE] = {"remote", "FIJIT_REMOTE"},
     [S_UMASK] = {"umask", "FIJIT_UMASK"},
 };
+
+/* ---- variables with no fijit.conf line (settings.h) ---------------------------- */
+
+static int is_one_of(const char *value, const char *const *words)
+{
+    for (; *words; words++)
+        if (strcmp(value, *words) == 0) return 1;
+    return 0;
+}
+
+static int fast_compile_ok(const char *value)
+{
+    static const char *const levels[] = {"off", "min", "mid", "max", NULL};
+    return is_one_of(value, levels);
+}
+
+static int load_ok(const char *value)
+{
+    static const char *const ways[] = {"auto", "library", "module", NULL};
+    return is_one_of(value, ways);
+}
+
+int fi__prefill_ws_choice_parse(fi_prefill_ws_choice *out, int *out_ctas, const char *value)
+{
+    static const struct {
+        const char *word;
+        fi_prefill_ws_choice choice;
+        int takes_count;
+    } modes[] = {{"0", FI_PREFILL_WS_OFF, 0},
+                 {"grid", FI_PREFILL_WS_GRID, 0},
+                 {"persistent", FI_PREFILL_WS_PERSISTENT, 1},
+                 {"static", FI_PREFILL_WS_STATIC, 1}};
+    *out = FI_PREFILL_WS_DEFAULT;
+    *out_ctas = 0;
+    if (!value || !*value) return 0;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        const size_t n = strlen(modes[i].word);
+        if (strncmp(value, modes[i].word, n) != 0) continue;
+        if (value[n] == '\0') {
+            *out = modes[i].choice;
+            return 0;
+        }
+        if (value[n] != ':' || !modes[i].takes_count) return -1;
+        char *end;
+        errno = 0;
+        const long ctas = strtol(value + n + 1, &end, 10);
+        if (!isdigit((unsigned char)value[n + 1]) || errno || *end || ctas <= 0 ||
+            ctas > INT_MAX)
+            return -1;
+        *out = modes[i].choice;
+        *out_ctas = (int)ctas;
+        return 0;
+    }
+    return -1;
+}
+
+static int prefill_ws_ok(const char *value)
+{
+    fi_prefill_ws_choice choice;
+    int ctas;
+    return fi__prefill_ws_choice_parse(&choice, &ctas, value) == 0;
+}
+
+/* Follows a link: a templates folder may be one. */
+static int directory_ok(const char *value)
+{
+    struct stat st;
+    return stat(value, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static const struct {
+    const char *name;
+    const char *accepted; /* what a bad value's message says it is not */
+    int (*ok)(const char *value);
+} env_choices[] = {
+    {"FIJIT_FAST_COMPILE", "off, min, mid or max", fast_compile_ok},
+    {"FIJIT_LOAD", "auto, library or module", load_ok},
+    {"FIJIT_PREFILL_WS", "0, grid, persistent[:N] or static[:N]", prefill_ws_ok},
+    {"FIJIT_TEMPLATE_DIR", "an existing directory", directory_ok},
+};
+
+int fi__env_choice_check(const char *name, const char *value)
+{
+    for (size_t i = 0; i < sizeof env_choices / sizeof env_choices[0]; i++) {
+        if (strcmp(name, env_choices[i].name) != 0) continue;
+        if (!value || !*value || env_choices[i].ok(value)) return 0;
+        return fi__error(FI_EINVALID, "%s: '%.64s' is not %s", name, value,
+                         env_choices[i].accepted);
+    }
+    return fi__error(FI_EINVALID, "%.64s is no variable fijit checks", name);
+}
+
+/* ---- the settings ------------------------------------------------------------ */
 
 /* Set setting `id` of `out` from `value`, marked as coming from `from`.
  * FI_EINVALID with words about the value (the caller says where it was). */
@@ -197,6 +291,8 @@ int fi__settings_load(fi_settings *out, const char *cache_dir, int strict_log)
                     "least %d (e.g. 32 random hex digits)", strlen(env), FI_SEAL_SECRET_MIN);
         out->remote_secret_set = 1;
     }
+    for (size_t i = 0; i < sizeof env_choices / sizeof env_choices[0]; i++)
+        FI_TRY(fi__env_choice_check(env_choices[i].name, getenv(env_choices[i].name)));
 out:
     return rc;
 }

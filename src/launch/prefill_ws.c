@@ -14,6 +14,7 @@
  */
 #include <stdlib.h>
 
+#include "core/settings.h"
 #include "launch/prefill.h"
 
 static int gcd(int a, int b)
@@ -101,22 +102,28 @@ double fi__prefill_row_mean_keys(const fi_jit_spec *spec, int64_t qo, int64_t kv
  * the keys are read as they are or rotated once into a workspace (`rot_k`)
  * and, paged, `page_size` suits its K/V tiles (FI_PREFILL_WS_PAGE_OK);
  * FIJIT_PREFILL_WS=0|grid|persistent[:N]|static[:N] chooses for A/B
- * measurements, else ws_default (mean_keys, can_claim). Batch kinds decide
- * once, in the plan. */
+ * measurements, else ws_default (mean_keys, can_claim). fi_jit_ctx_new
+ * refuses any other value; one set later is taken as unset. Batch kinds
+ * decide once, in the plan. */
 enum ws_mode fi__prefill_ws_mode_for(const fi_jit_kernel *kernel, const fi_jit_spec *spec, int idx,
                                      int rot_k, int page_size, double mean_keys, int can_claim)
 {
-    const char *env = getenv("FIJIT_PREFILL_WS");
+    fi_prefill_ws_choice choice;
+    int ctas;
     const int paged = spec->kind == FI_KIND_BATCH_PREFILL_PAGED;
+    if (fi__prefill_ws_choice_parse(&choice, &ctas, getenv("FIJIT_PREFILL_WS")) < 0)
+        choice = FI_PREFILL_WS_DEFAULT;
     if (idx != 0 || !fi__prefill_is_sm90a(kernel->arch) || !kernel->functions[WS_ENTRY] ||
         !FI_PREFILL_WS_TUPLE((int)spec->kind, spec->mask == FI_MASK_CUSTOM) ||
         (paged && !FI_PREFILL_WS_PAGE_OK(page_size, ws_tile_kv(spec))) ||
-        (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || (env && strcmp(env, "0") == 0))
+        (spec->pos == FI_POS_ROPE_LLAMA && !rot_k) || choice == FI_PREFILL_WS_OFF)
         return WS_OFF;
-    if (env && strcmp(env, "grid") == 0) return WS_GRID;
-    if (env && strncmp(env, "persistent", 10) == 0) return WS_PERSISTENT;
-    if (env && strncmp(env, "static", 6) == 0) return WS_STATIC;
-    return ws_default(spec, mean_keys, can_claim);
+    switch (choice) {
+    case FI_PREFILL_WS_GRID: return WS_GRID;
+    case FI_PREFILL_WS_PERSISTENT: return WS_PERSISTENT;
+    case FI_PREFILL_WS_STATIC: return WS_STATIC;
+    default: return ws_default(spec, mean_keys, can_claim);
+    }
 }
 
 /* TMA maps of p's K and V (prefill/params.h): rows->k and rows->v rows of
@@ -195,10 +202,10 @@ static void encode_o_map(fi_prefill_ws *ws, const fi_jit_spec *spec, const fi_pr
  * per launch. */
 int fi__prefill_persistent_ctas(int *sm_count)
 {
-    const char *env = getenv("FIJIT_PREFILL_WS");
-    const char *colon = env ? strchr(env, ':') : NULL;
-    if (colon && atoi(colon + 1) > 0) {
-        *sm_count = atoi(colon + 1);
+    fi_prefill_ws_choice choice;
+    int ctas;
+    if (fi__prefill_ws_choice_parse(&choice, &ctas, getenv("FIJIT_PREFILL_WS")) == 0 && ctas > 0) {
+        *sm_count = ctas;
         return 0;
     }
     return *sm_count ? 0 : fi__cuda_sm_count(sm_count);

@@ -282,6 +282,12 @@ run env_bad_log --env FIJIT_LOG=abc -- prewarm "${SPECS[@]}" --cache-dir "$CACHE
 run env_bad_size_prewarm --env FIJIT_MAX_CACHE_SIZE=lots -- prewarm "${SPECS[@]}" --cache-dir "$CACHE"
 run env_bad_size_explain --env FIJIT_MAX_CACHE_SIZE=lots -- explain "decode hd=64" --arch sm_90a
 run env_bad_arch_explain --env FIJIT_ARCH=sm_xx -- explain "decode hd=64" --cache-dir "$CACHE"
+# explain never uses a remote: the operator's FIJIT_REMOTE draws no warning from it.
+FIJIT_REMOTE=redis://127.0.0.1:1 FIJIT_LOG=warn "$FIJIT" explain "decode hd=64" --arch sm_90a \
+    --cache-dir "$CACHE" >/dev/null 2>"$WORK/explain_remote.err"
+rc=$?
+check explain_with_a_remote_is_quiet "explain with FIJIT_REMOTE: exit $rc, stderr: $(cat "$WORK/explain_remote.err")" \
+    eval "[ $rc = 0 ] && [ ! -s '$WORK/explain_remote.err' ]"
 run env_bad_arch_prewarm --env FIJIT_ARCH=sm_xx -- prewarm --dtype fp16 --cache-dir "$CACHE"
 run env_bad_arch_demo --env FIJIT_ARCH=sm_xx -- demo --cache-dir "$CACHE"
 # One size parser: FIJIT_MAX_CACHE_SIZE (read by the library's
@@ -716,6 +722,8 @@ run env_bad_arch_show_config --env FIJIT_ARCH=garbage -- show-config --cache-dir
 run env_bad_fast_compile --env FIJIT_FAST_COMPILE=fast -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
 run env_bad_load_show_config --env FIJIT_LOAD=lazy -- show-config --cache-dir "$SC"
 run env_bad_prefill_ws --env FIJIT_PREFILL_WS=persistent:0 -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_bad_prefill_ws_suffix --env FIJIT_PREFILL_WS=persistentXYZ -- prewarm --dtype fp16 --head-dim 64 --arch sm_90a --cache-dir "$SC"
+run env_bad_template_dir --env FIJIT_TEMPLATE_DIR=/nonexistent/fijit-templates -- explain "decode hd=64" --arch sm_90a
 run empty_top_cache_dir -- --cache-dir "" list
 run empty_cache_dir -- list --cache-dir ""
 # The configuration file: shown with where each value came from, the
