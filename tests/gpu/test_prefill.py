@@ -90,10 +90,11 @@ def reference_softmax(s, vis, v64):
 
 
 def reference(q, k, v, *, sm_scale, cap, pos, rope, mask, window_left, slopes, bits):
-    """q [Lq, H, D], k/v [Lk, Hkv, D] (logical NHD) -> o [Lq, H, D], lse [Lq, H] float64."""
-    Lq, H, D = q.shape
-    if k.shape[0] == 0 or Lq == 0:
-        return (torch.zeros(Lq, H, D, dtype=torch.float64, device=q.device),
+    """q, k [L, H or Hkv, D], v [Lk, Hkv, Dv] (logical NHD) -> o [Lq, H, Dv], lse [Lq, H]
+    float64."""
+    Lq, H = q.shape[0], q.shape[1]
+    if k.shape[0] == 0 or Lq == 0:  # o as wide as v (192/128 heads: 128)
+        return (torch.zeros(Lq, H, v.shape[-1], dtype=torch.float64, device=q.device),
                 torch.full((Lq, H), -math.inf, dtype=torch.float64, device=q.device))
     s, vis, _ = reference_logits(q.double(), k.double(), sm_scale=sm_scale, pos=pos, rope=rope,
                                  slopes=slopes, cap=cap, mask=mask, window_left=window_left)

@@ -328,6 +328,7 @@ def run_static(model, ids, mask, dynamic_tokens):
     torch._dynamo.reset()
     set_backend(model, fhf.NAME)
     fhf.calls.update(fijit=0, sdpa=0)
+    reasons = set(fhf.fallback_reasons())  # compiled calls are not counted: see new reasons
     t = time.perf_counter()
     kw = dict(cache_implementation="static")
     if hasattr(transformers, "CompileConfig"):  # compile the decode step: fullgraph, CUDA graphs
@@ -336,10 +337,13 @@ def run_static(model, ids, mask, dynamic_tokens):
     ts = greedy(model, ids, mask, NEW, **kw)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     served = dict(fhf.calls)
+    fell_back = sorted(set(fhf.fallback_reasons()) - reasons)
     same = int((ts == dynamic_tokens).all(-1).sum())
     check(f"static cache + compile ({graphs} graphs, {time.perf_counter() - t:.0f} s with "
-          f"compiles): {same}/{ids.shape[0]} rows as the dynamic cache's, calls {served}",
-          same == ids.shape[0] and served["sdpa"] == 0 and served["fijit"] > 0 and graphs > 0)
+          f"compiles): {same}/{ids.shape[0]} rows as the dynamic cache's, eager calls {served}, "
+          f"new fallback reasons {fell_back}",
+          same == ids.shape[0] and served["sdpa"] == 0 and served["fijit"] > 0 and graphs > 0
+          and not fell_back)
 
 
 # ---- prewarm ---------------------------------------------------------------------------------

@@ -63,11 +63,24 @@ def _head_dims():
 _HEAD_DIMS = _head_dims()
 
 
+def _count(path):
+    """calls[path] += 1 outside torch.compile: inside, a counter that changes every call
+    would make every call recompile (dynamo guards on the value it reads), so compiled
+    calls are not counted; a compiled fallback still shows in fallback_reasons()."""
+    if not torch.compiler.is_compiling():
+        calls[path] += 1
+
+
+def fallback_reasons():
+    """The reasons SDPA served some call for, since the process started."""
+    return sorted(_warned)
+
+
 def _fallback(reason, module, query, key, value, attention_mask, **kwargs):
     if reason not in _warned:
         _warned.add(reason)
         _log.warning("fijit attention: falling back to SDPA (%s); warned once per reason", reason)
-    calls["sdpa"] += 1
+    _count("sdpa")
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
@@ -113,7 +126,7 @@ def fijit_attention_forward(module, query, key, value, attention_mask, dropout=0
             is_causal = False
         return _fallback(reason, module, query, key, value, attention_mask, dropout=dropout,
                          scaling=scaling, is_causal=is_causal, **kwargs)
-    calls["fijit"] += 1
+    _count("fijit")
     layout = attention_mask
     if layout is None:  # no mask function ran (an older transformers): keys 0 .. L-1
         layout = _full_layout(query.shape[0], key.shape[2], query.device)
