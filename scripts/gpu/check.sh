@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call's worth of checks (under 10 minutes on an H200 with 16
-# cores): the correctness suites of every kind in their --quick form, the
+# cores): every tuple prewarmed, the correctness suites of every kind in their --quick form, the
 # MLA kinds' compute-sanitizer runs beside them (memcheck with exact-size
 # allocations, racecheck, synccheck), two contexts on one GPU, then, alone on
 # the GPU, the MLA benchmarks and the per-context load benchmark. A summary
@@ -42,6 +42,15 @@ step prewarm_mla 150 bash -c "build/fijit prewarm --kernel mla_decode --dtype fp
     build/fijit prewarm --kernel 'mla_decode kv=fp8_e4m3' --dtype fp16,bf16 --softcap 0,1 -j $J &&
     build/fijit prewarm --kernel prefill,batch_prefill_ragged,batch_prefill_paged --head-dim 192 \
         --head-dim-vo 128 --dtype fp16,bf16 --mask none,causal,window,custom --softcap 0,1 -j $J"
+# Every decode and prefill tuple the suites can ask for, so that they measure kernels
+# rather than compiles (on demand they ran past their limits).
+step prewarm 240 bash -c "build/fijit prewarm --kernel prefill,batch_prefill_ragged,batch_prefill_paged \
+        --dtype fp16,bf16 --head-dim 64,128,256 --mask none,causal,window,custom \
+        --pos none,rope,alibi --softcap 0,1 -j $J &&
+    for kv in '' ' kv=fp8_e4m3' ' kv=fp8_e5m2'; do
+        build/fijit prewarm --kernel \"decode\$kv\",\"batch_decode\$kv\" --dtype fp16,bf16 \
+            --head-dim 64,128,256 --mask none,window --pos none,rope,alibi --softcap 0,1 -j $J || exit 1
+    done"
 # The sanitizers run on CPU mostly: beside the tests, two at a time.
 { sanitize memcheck memcheck_mla_decode tests/gpu/test_mla_decode.py --quick &&
   sanitize racecheck racecheck_mla_decode tests/gpu/test_mla_decode.py --quick; } \
