@@ -8,12 +8,8 @@
 #
 #   scripts/gpu/check.sh        (scripts/gpu/run.sh --only check)
 set -u
-cd "$(dirname "$0")/../.."
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-OUT_DIR=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT_DIR"
-export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
-chmod 700 "$FIJIT_CACHE_DIR"
+source "$(dirname "$0")/setup.sh"  # cd to the root, PYTHONPATH, OUT_DIR, a private cache
+export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
 J=$(nproc)
 T0=$SECONDS

@@ -17,15 +17,10 @@
 #
 #   scripts/gpu/mla.sh [--quick]     raw results in $OUT when set; a summary last
 set -u
-cd "$(dirname "$0")/../.."
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+source "$(dirname "$0")/setup.sh"  # cd to the root, PYTHONPATH, OUT_DIR, a private cache
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
-OUT_DIR=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
-export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
-chmod 700 "$FIJIT_CACHE_DIR"
 STEP_TIMEOUT=${STEP_TIMEOUT:-900}
 failed=()
 step() {  # step NAME COMMAND...: run it with a timeout, log it, note a failure

@@ -18,21 +18,14 @@
 # (e.g. PREFILL_AB=static,FIJIT_PREFILL_WS=static: the blocks' static order).
 # Raw results go to $OUT (test_prefill.json, bench_prefill.json, logs) when set.
 set -u
-cd "$(dirname "$0")/../.."
-# The Python tests and benchmarks import this tree's package (python/fijit and its
-# fijit.testing helpers).
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+source "$(dirname "$0")/setup.sh"  # cd to the root, PYTHONPATH, OUT_DIR, a private cache
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
-OUT_DIR=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT_DIR"
 if [ ! -e build/libfijit.so ]; then
     echo "scripts/gpu/prefill.sh: build/libfijit.so is missing; run make on the build host and carry build/" >&2
     exit 1
 fi
 
-export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
-chmod 700 "$FIJIT_CACHE_DIR"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null
 if [ -x build/fijit ]; then
     t0=$SECONDS

@@ -30,10 +30,6 @@
 # runs under a time limit (STEP_TIMEOUT seconds, default 600) so one hang
 # cannot take the others' results with it.
 set -u
-cd "$(dirname "$0")/../.."
-# The Python tests and benchmarks import this tree's package (python/fijit and its
-# fijit.testing helpers).
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 QUICK=0
 ONLY=all
 SANITIZE=0
@@ -49,8 +45,7 @@ while [ $# -gt 0 ]; do
 done
 run_part() { [ "$ONLY" = all ] || [ "$ONLY" = "$1" ]; }
 decode_part() { run_part decode || [ "$ONLY" = "decode-$1" ]; }  # decode_part tests|bench
-OUT_DIR=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT_DIR"
+source "$(dirname "$0")/setup.sh"  # cd to the root, PYTHONPATH, OUT_DIR, a private cache
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 # The GPU machine has libsqlite3 and libxxhash but not libhiredis or libsodium,
 # which the fleet tier opens when used (the Python package's remote tests): carry
@@ -68,10 +63,8 @@ if [ ! -e build/libfijit.so ]; then
     fi
 fi
 
-# A private cache, warmed in parallel so the tests measure kernels, not NVRTC:
-# every decode tuple (16-bit and fp8 KV) and every batch-decode tuple.
-export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
-chmod 700 "$FIJIT_CACHE_DIR"
+# The private cache (setup.sh) is warmed in parallel below so that the tests measure
+# kernels, not NVRTC: every decode tuple (16-bit and fp8 KV) and every batch-decode tuple.
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null
 
 if [ "$ONLY" = multi-gpu ]; then

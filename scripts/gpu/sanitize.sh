@@ -10,15 +10,8 @@
 # end of a buffer is seen. 0 errors is the bar; a table is printed last.
 # Build on the build host (`make`) and carry build/ here.
 set -u
-cd "$(dirname "$0")/../.."
-# The Python tests and benchmarks import this tree's package (python/fijit and its
-# fijit.testing helpers).
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-OUT_DIR=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT_DIR"
+source "$(dirname "$0")/setup.sh"  # cd to the root, PYTHONPATH, OUT_DIR, a private cache
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1 PYTHONUNBUFFERED=1
-export FIJIT_CACHE_DIR=${FIJIT_CACHE_DIR:-$(mktemp -d /tmp/fijit-cache.XXXXXX)}
-chmod 700 "$FIJIT_CACHE_DIR"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$CS" ] || { echo "scripts/gpu/sanitize.sh: compute-sanitizer not found" >&2; exit 1; }
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
